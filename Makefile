@@ -1,0 +1,38 @@
+# rocketq: `make run` and `make test` are the two set-up commands (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint typecheck unit bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/rocketq demo
+
+lint: $(VENV)/.installed-test
+	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
+
+typecheck: $(VENV)/.installed-test
+	$(PY) -m mypy
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+unit: $(VENV)/.installed-test
+	$(PY) -m pytest -q tests/unit tests/property
+
+bench: $(VENV)/.installed
+	$(PY) bench/store_write.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

@@ -1,0 +1,214 @@
+"""Configuration: one frozen dataclass per subsystem.
+
+Field names are RocketMQ's ``MessageStoreConfig`` / ``BrokerConfig`` keys in snake_case, with the
+unit appended where RocketMQ's name has none (``flushIntervalCommitLog`` → ``flush_interval_commit_log_ms``,
+``fileReservedTime`` → ``file_reserved_time_hours``). :func:`field_for_rocketmq_key` applies that rule,
+so a RocketMQ ``broker.conf`` maps one to one. Defaults are RocketMQ's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any, TypeVar
+
+from rocketq.errors import ConfigError
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+_UNIT_SUFFIXES = ("", "_ms", "_hours", "_percent", "_pages", "_bytes", "_count")
+
+
+class FlushDiskType(StrEnum):
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+class BrokerRole(StrEnum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    """Settings of the embedded message store (RocketMQ ``MessageStoreConfig``)."""
+
+    store_path_root_dir: str = "rocketq-data"
+    #: CommitLog directory; default ``<root>/commitlog``.
+    store_path_commit_log: str | None = None
+    mapped_file_size_commit_log: int = GiB
+    #: 300 000 units of 20 bytes; rounded up to a multiple of 20.
+    mapped_file_size_consume_queue: int = 300_000 * 20
+
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    flush_interval_commit_log_ms: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval_ms: int = 10_000
+    #: Sleep between async flushes instead of a wakeable wait (RocketMQ's default).
+    flush_commit_log_timed: bool = True
+    commit_interval_commit_log_ms: int = 200
+    commit_commit_log_least_pages: int = 4
+    commit_commit_log_thorough_interval_ms: int = 200
+    flush_interval_consume_queue_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    sync_flush_timeout_ms: int = 5000
+    #: Wake the commit service on every put when the write-buffer pool is on (RocketMQ 5 default).
+    wake_commit_when_put_message: bool = True
+
+    transient_store_pool_enable: bool = False
+    #: Number of write buffers, each one CommitLog segment in size.
+    transient_store_pool_size: int = 5
+    fast_fail_if_no_buffer_in_store_pool: bool = False
+
+    warm_mapped_file_enable: bool = False
+    #: Under SYNC_FLUSH, flush every N pages while warming a new segment (16 MiB).
+    flush_least_pages_when_warm_mapped_file: int = 4096
+    #: How long a writer waits for the allocator to hand over a new segment.
+    allocate_wait_timeout_ms: int = 5000
+
+    max_message_size: int = 4 * MiB
+    max_properties_size: int = 32767
+    max_topic_length: int = 127
+    #: Append RocketMQ 5.2's ``__CRC32#`` whole-record CRC property to every record.
+    enabled_append_prop_crc: bool = False
+    check_crc_on_recover: bool = True
+
+    store_host: str = "127.0.0.1:10911"
+
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+    file_reserved_time_hours: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio_percent: int = 75
+    disk_space_clean_forcibly_ratio_percent: int = 85
+    disk_space_warning_level_ratio_percent: int = 90
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name, enum_type in (("flush_disk_type", FlushDiskType), ("broker_role", BrokerRole)):
+            value = getattr(self, name)
+            if not isinstance(value, enum_type):
+                try:
+                    object.__setattr__(self, name, enum_type(str(value).upper()))
+                except ValueError:
+                    choices = ", ".join(m.value for m in enum_type)
+                    problems.append(f"{name}={value!r} is not one of {choices}")
+        if self.mapped_file_size_commit_log < 4096:
+            problems.append(
+                f"mapped_file_size_commit_log={self.mapped_file_size_commit_log} B is below 4096 B"
+            )
+        if self.mapped_file_size_consume_queue < 20:
+            problems.append(
+                f"mapped_file_size_consume_queue={self.mapped_file_size_consume_queue} B "
+                "is below one 20-byte unit"
+            )
+        if self.max_message_size <= 0:
+            problems.append(f"max_message_size={self.max_message_size} B must be positive")
+        if not 0 < self.max_properties_size <= 32767:
+            problems.append(f"max_properties_size={self.max_properties_size} B must be in 1..32767")
+        if self.transient_store_pool_size < 1:
+            problems.append(f"transient_store_pool_size={self.transient_store_pool_size} must be at least 1")
+        for name in (
+            "flush_interval_commit_log_ms",
+            "commit_interval_commit_log_ms",
+            "sync_flush_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name}={getattr(self, name)} must be positive")
+        if problems:
+            raise ConfigError("invalid StoreConfig: " + "; ".join(problems))
+
+    # -- derived values -------------------------------------------------------------------
+    @property
+    def commit_log_dir(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_file_size(self) -> int:
+        """``mapped_file_size_consume_queue`` rounded up to a multiple of 20, as RocketMQ's getter does."""
+        size = self.mapped_file_size_consume_queue
+        return size + (-size) % 20
+
+    @property
+    def transient_store_pool_active(self) -> bool:
+        """RocketMQ 4.x rule: the pool is used only with ASYNC_FLUSH on a master."""
+        return (
+            self.transient_store_pool_enable
+            and self.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+            and self.broker_role is not BrokerRole.SLAVE
+        )
+
+
+T = TypeVar("T")
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", camel).lower()
+
+
+def field_for_rocketmq_key(cls: type[Any], key: str) -> str | None:
+    """The dataclass field a RocketMQ config key maps to, or None when there is none."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    base = _snake(key)
+    for suffix in _UNIT_SUFFIXES:
+        if base + suffix in names:
+            return base + suffix
+    return None
+
+
+def _coerce(value: str, current: Any) -> Any:
+    if isinstance(current, bool):
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return lowered == "true"
+    if isinstance(current, Enum):
+        return type(current)(value.strip())
+    if isinstance(current, int):
+        return int(value.strip())
+    return value.strip()
+
+
+def from_rocketmq_properties(cls: type[T], props: dict[str, str], **overrides: Any) -> T:
+    """Build ``cls`` from RocketMQ-style ``key=value`` properties; unknown keys are ignored."""
+    defaults = cls()
+    kwargs: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, raw in props.items():
+        name = field_for_rocketmq_key(cls, key)
+        if name is None:
+            continue
+        try:
+            kwargs[name] = _coerce(raw, getattr(defaults, name))
+        except ValueError as exc:
+            problems.append(f"{key}={raw!r}: {exc}")
+    if problems:
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "BrokerRole",
+    "FlushDiskType",
+    "StoreConfig",
+    "field_for_rocketmq_key",
+    "from_rocketmq_properties",
+]

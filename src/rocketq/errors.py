@@ -1,0 +1,141 @@
+"""The rocketq error tree.
+
+Every error rocketq raises derives from :class:`RocketqError`. Each class carries the RocketMQ
+wire response code a broker would answer with (``code``) and whether a client may retry the same
+request (``retriable``)::
+
+    RocketqError                      SYSTEM_ERROR (1)
+    ├── ConfigError                   bad configuration value (local, never on the wire)
+    ├── MessageIllegal                MESSAGE_ILLEGAL (13)
+    │   ├── MessageBodyTooLarge
+    │   ├── PropertiesTooLarge
+    │   └── TopicNameInvalid
+    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14)
+    │   ├── DiskFull
+    │   ├── StoreShutdown
+    │   └── StoreNotWritable
+    ├── SystemBusy                    SYSTEM_BUSY (2), retriable
+    │   └── WriteBufferPoolExhausted
+    ├── StoreError                    local storage failures (SYSTEM_ERROR)
+    │   ├── StoreLocked               another process holds the store directory
+    │   ├── CorruptFileError          a file that does not have RocketMQ's layout
+    │   └── SegmentAllocationError    a segment could not be created
+    └── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, but not yet durable
+
+Messages always name the thing and the limit, e.g.
+``message body 5242881 B exceeds max 4194304 B``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+
+class ResponseCode(IntEnum):
+    """RocketMQ remoting response codes (``ResponseCode.java``)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+
+
+class RocketqError(Exception):
+    """Root of every error rocketq raises."""
+
+    code: ClassVar[int] = ResponseCode.SYSTEM_ERROR
+    retriable: ClassVar[bool] = False
+
+
+class ConfigError(RocketqError, ValueError):
+    """A configuration value is invalid; the message lists every bad field."""
+
+
+class MessageIllegal(RocketqError, ValueError):
+    """The message breaks a limit or a naming rule; nothing was written."""
+
+    code = ResponseCode.MESSAGE_ILLEGAL
+
+
+class MessageBodyTooLarge(MessageIllegal):
+    pass
+
+
+class PropertiesTooLarge(MessageIllegal):
+    pass
+
+
+class TopicNameInvalid(MessageIllegal):
+    pass
+
+
+class ServiceNotAvailable(RocketqError):
+    """The store does not accept writes right now."""
+
+    code = ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+class DiskFull(ServiceNotAvailable):
+    pass
+
+
+class StoreShutdown(ServiceNotAvailable):
+    pass
+
+
+class StoreNotWritable(ServiceNotAvailable):
+    pass
+
+
+class SystemBusy(RocketqError):
+    """Back-pressure: try again after a short back-off."""
+
+    code = ResponseCode.SYSTEM_BUSY
+    retriable = True
+
+
+class WriteBufferPoolExhausted(SystemBusy):
+    pass
+
+
+class StoreError(RocketqError):
+    """A local storage failure."""
+
+
+class StoreLocked(StoreError):
+    pass
+
+
+class CorruptFileError(StoreError):
+    pass
+
+
+class SegmentAllocationError(StoreError):
+    pass
+
+
+class FlushDiskTimeout(RocketqError):
+    """The message was stored but the flush did not complete within the timeout."""
+
+    code = ResponseCode.FLUSH_DISK_TIMEOUT
+    retriable = True

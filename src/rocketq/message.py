@@ -1,0 +1,334 @@
+"""Messages as RocketMQ defines them: properties codec, message ids, tags hash.
+
+Properties string (``MessageDecoder.messageProperties2String``)::
+
+    name \\x01 value \\x02  name \\x01 value \\x02 ...      (UTF-8)
+
+Parsing follows RocketMQ 4.9/5.x exactly: split on ``\\x02``, skip pieces shorter than 3 chars,
+split at the first ``\\x01``, keep the pair only when key and value are both non-empty.
+
+Offset message id (``MessageDecoder.createMessageId``): ``store ip (4|16) ‖ port i32 ‖ offset i64``
+as uppercase hex, 32 chars for IPv4 and 56 for IPv6.
+
+Client unique id (``UNIQ_KEY``, ``MessageClientIDSetter``): ``ip (4|16) ‖ pid i16 ‖ classloader
+hash i32 ‖ ms since start of month i32 ‖ counter i16`` as uppercase hex.
+
+Tags code: Java ``String.hashCode`` of the whole ``TAGS`` value, sign-extended to 64 bits.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import ipaddress
+import itertools
+import os
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rocketq.errors import MessageIllegal, TopicNameInvalid
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# MessageConst property names used by the store and the clients.
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_CRC32 = "__CRC32#"
+KEY_SEPARATOR = " "
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: A V2 record stores the topic length in a signed 16-bit field.
+MAX_TOPIC_BYTES_V2 = 32767
+
+
+def validate_topic(topic: str, max_length: int = MAX_TOPIC_BYTES_V2) -> None:
+    """RocketMQ's ``TopicValidator`` rules: non-empty, ``[%|a-zA-Z0-9_-]``, bounded length."""
+    if not topic:
+        raise TopicNameInvalid("topic name is empty")
+    if len(topic) > max_length:
+        raise TopicNameInvalid(f"topic name of {len(topic)} chars exceeds max {max_length} chars")
+    if TOPIC_PATTERN.match(topic) is None:
+        raise TopicNameInvalid(f"topic name {topic[:64]!r} has characters outside [%|a-zA-Z0-9_-]")
+
+
+# -- properties ----------------------------------------------------------------------------
+def encode_properties(props: Mapping[str, str]) -> str:
+    """Encode a property map as RocketMQ's ``name\\x01value\\x02`` string."""
+    parts = []
+    for key, value in props.items():
+        if value is None:
+            continue
+        if (
+            NAME_VALUE_SEPARATOR in key
+            or PROPERTY_SEPARATOR in key
+            or NAME_VALUE_SEPARATOR in value
+            or PROPERTY_SEPARATOR in value
+        ):
+            raise MessageIllegal(
+                f"property {key[:64]!r} contains a reserved separator character (\\x01 or \\x02)"
+            )
+        parts.append(f"{key}\x01{value}\x02")
+    return "".join(parts)
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties string exactly as RocketMQ 4.9/5.x does."""
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for piece in text.split(PROPERTY_SEPARATOR):
+        if len(piece) < 3:
+            continue
+        key, sep, value = piece.partition(NAME_VALUE_SEPARATOR)
+        if sep and key and value:
+            result[key] = value
+    return result
+
+
+# -- tags hash -----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def java_string_hash(text: str) -> int:
+    """Java ``String.hashCode`` as a signed 32-bit int (UTF-16 code units)."""
+    h = 0
+    if text.isascii():
+        for ch in text.encode("ascii"):
+            h = (31 * h + ch) & 0xFFFFFFFF
+    else:
+        data = text.encode("utf-16-be", "surrogatepass")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The ConsumeQueue tags code: 0 for no tags, else the Java hash sign-extended."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+# -- socket addresses ----------------------------------------------------------------------
+def split_host_port(addr: str) -> tuple[str, int]:
+    """``"1.2.3.4:10911"`` or ``"[::1]:10911"`` → (host, port)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {addr!r} has no port")
+    host = host.strip("[]")
+    return host, int(port)
+
+
+@functools.lru_cache(maxsize=1024)
+def pack_socket_addr(addr: str) -> bytes:
+    """Pack ``host:port`` as RocketMQ does: 4 or 16 address bytes then a big-endian int32 port."""
+    host, port = split_host_port(addr)
+    ip = ipaddress.ip_address(host)
+    return ip.packed + struct.pack(">i", port)
+
+
+def unpack_socket_addr(raw: bytes) -> str:
+    """Inverse of :func:`pack_socket_addr`."""
+    if len(raw) == 8:
+        return f"{socket.inet_ntop(socket.AF_INET, raw[:4])}:{struct.unpack('>i', raw[4:])[0]}"
+    if len(raw) == 20:
+        return f"[{socket.inet_ntop(socket.AF_INET6, raw[:16])}]:{struct.unpack('>i', raw[16:])[0]}"
+    raise ValueError(f"socket address of {len(raw)} bytes is neither IPv4 (8) nor IPv6 (20)")
+
+
+# -- message ids ---------------------------------------------------------------------------
+def create_offset_msg_id(store_host: bytes, physical_offset: int) -> str:
+    """Offset message id: packed store host ‖ int64 physical offset, uppercase hex."""
+    return (store_host + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetMessageId:
+    address: str
+    offset: int
+
+
+def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:
+    """Parse an offset message id (32 hex chars for IPv4, 56 for IPv6)."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"offset message id {msg_id[:64]!r} is not 32 or 56 hex chars")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"offset message id {msg_id[:64]!r} is not hex") from None
+    ip_len = 4 if len(raw) == 16 else 16
+    address = unpack_socket_addr(raw[: ip_len + 4])
+    return OffsetMessageId(address, int.from_bytes(raw[ip_len + 4 :], "big", signed=True))
+
+
+def _local_ip_bytes() -> bytes:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent for a UDP connect
+            return socket.inet_aton(s.getsockname()[0])
+    except OSError:
+        return socket.inet_aton("127.0.0.1")
+
+
+class UniqueIdGenerator:
+    """Generates ``UNIQ_KEY`` client ids with RocketMQ's layout (thread-safe)."""
+
+    def __init__(self, ip: bytes | None = None) -> None:
+        ip = ip if ip is not None else _local_ip_bytes()
+        fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
+        self._prefix = fixed.hex().upper()
+        self._counter = itertools.count(random.getrandbits(15))
+        self._lock = threading.Lock()
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        now = _dt.datetime.fromtimestamp(now_ms / 1000).astimezone()
+        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        nxt = (start + _dt.timedelta(days=32)).replace(day=1)
+        self._month_start_ms = int(start.timestamp() * 1000)
+        self._next_month_ms = int(nxt.timestamp() * 1000)
+
+    def next_id(self) -> str:
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            if not self._month_start_ms <= now_ms < self._next_month_ms:
+                self._roll_month(now_ms)
+            seq = next(self._counter) & 0xFFFF
+            diff = now_ms - self._month_start_ms
+        return f"{self._prefix}{diff & 0xFFFFFFFF:08X}{seq:04X}"
+
+
+# -- message objects -----------------------------------------------------------------------
+@dataclass(slots=True)
+class Message:
+    """A message to send or store.
+
+    ``tags``, ``keys`` and ``delay_level`` are stored as the ``TAGS``, ``KEYS`` and ``DELAY``
+    properties, exactly as RocketMQ's ``Message`` does.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Iterable[str] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    flag: int = 0
+
+    def all_properties(self) -> dict[str, str]:
+        """The property map that goes on the wire and into the record."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        keys = [k for k in self.keys if k]
+        if keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        return props
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message as decoded from a CommitLog record (RocketMQ ``MessageExt``)."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+    queue_id: int = 0
+    store_size: int = 0
+    queue_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    commit_log_offset: int = 0
+    body_crc: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    msg_id: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def client_msg_id(self) -> str:
+        """``MessageClientExt.getMsgId``: the UNIQ_KEY if present, else the offset id."""
+        return self.uniq_key or self.msg_id
+
+
+LOOPBACK_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+
+
+@dataclass(slots=True)
+class BrokerMessage:
+    """A message as the broker hands it to the store (RocketMQ ``MessageExtBrokerInner``).
+
+    The properties are already encoded (``k\\x01v\\x02`` UTF-8), as they arrive on the wire, and
+    the born host is packed (:func:`pack_socket_addr`).
+    """
+
+    topic: str
+    body: bytes
+    properties: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = LOOPBACK_HOST
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @classmethod
+    def from_message(
+        cls,
+        msg: Message,
+        queue_id: int = 0,
+        *,
+        born_host: bytes = LOOPBACK_HOST,
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+    ) -> BrokerMessage:
+        return cls(
+            topic=msg.topic,
+            body=msg.body,
+            properties=encode_properties(msg.all_properties()).encode("utf-8"),
+            queue_id=queue_id,
+            flag=msg.flag,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp if born_timestamp is not None else time.time_ns() // 1_000_000,
+            born_host=born_host,
+        )
+
+    def property_map(self) -> dict[str, str]:
+        return decode_properties(self.properties.decode("utf-8", "replace"))

@@ -1,0 +1,173 @@
+"""AllocateMappedFileService: creates CommitLog segments ahead of the writer (seed 001).
+
+When the writer asks for segment N it also queues N+1, so when N fills up its successor already
+exists and rolling never waits for file creation or warm-up::
+
+    writer ── allocate(N, N+1) ──► request table {path → request}  +  priority queue
+                                     (larger size first, then smaller start offset)
+    service thread: pop → create MappedFile (borrowing a write buffer, warming if asked) → signal
+
+Semantics kept from RocketMQ:
+
+* a path already in the request table is not queued twice;
+* with the write-buffer pool on and ``fast_fail_if_no_buffer_in_store_pool``, requests are limited
+  to the free buffers (minus queued requests); with none left, allocation fails at once;
+* an error in the service is recorded (``has_exception``) and the request is put back to be
+  retried; while the flag is set a caller does not wait, it gets a clear error instead of a hang;
+* a caller waits at most ``wait_timeout_ms`` for its segment.
+
+Unlike RocketMQ, a failure is never reported as a bare ``null``: the caller gets
+:class:`~rocketq.errors.SegmentAllocationError` naming the path and the cause.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from rocketq.errors import SegmentAllocationError, WriteBufferPoolExhausted
+from rocketq.store.mapped_file import MappedFile
+from rocketq.store.transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class AllocateRequest:
+    sort_key: tuple[int, int]
+    path: str = field(compare=False)
+    file_size: int = field(compare=False)
+    done: threading.Event = field(default_factory=threading.Event, compare=False)
+    mapped_file: MappedFile | None = field(default=None, compare=False)
+    error: BaseException | None = field(default=None, compare=False)
+
+
+def _request(path: str, file_size: int) -> AllocateRequest:
+    # Larger files first, then the smaller start offset (AllocateRequest.compareTo).
+    return AllocateRequest((-file_size, int(os.path.basename(path))), path, file_size)
+
+
+class AllocateMappedFileService:
+    def __init__(
+        self,
+        *,
+        transient_pool: TransientStorePool | None = None,
+        fast_fail_if_no_buffer: bool = False,
+        warm_mapped_file: bool = False,
+        warm_min_size: int = 0,
+        sync_flush: bool = False,
+        flush_least_pages_when_warm: int = 4096,
+        wait_timeout_ms: int = 5000,
+        retry_interval_ms: int = 100,
+    ) -> None:
+        self.transient_pool = transient_pool
+        self.fast_fail_if_no_buffer = fast_fail_if_no_buffer
+        self.warm_mapped_file = warm_mapped_file
+        self.warm_min_size = warm_min_size
+        self.sync_flush = sync_flush
+        self.flush_least_pages_when_warm = flush_least_pages_when_warm
+        self.wait_timeout_ms = wait_timeout_ms
+        self.retry_interval_ms = retry_interval_ms
+        self._table: dict[str, AllocateRequest] = {}
+        self._queue: list[AllocateRequest] = []
+        self._cond = threading.Condition()
+        self._stopped = False
+        self.has_exception = False
+        self.last_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="AllocateMappedFileService", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        # Pre-created segments nobody asked for yet are deleted, as RocketMQ does.
+        for req in list(self._table.values()):
+            if req.mapped_file is not None:
+                log.info("deleting pre-allocated segment %s", req.path)
+                req.mapped_file.destroy(1000)
+        self._table.clear()
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # -- caller side ------------------------------------------------------------------------
+    def allocate(self, next_path: str, next_next_path: str, file_size: int) -> MappedFile:
+        can_submit = 2
+        pool = self.transient_pool
+        if pool is not None and self.fast_fail_if_no_buffer:
+            can_submit = pool.available_buffer_count() - len(self._queue)
+        with self._cond:
+            if next_path not in self._table:
+                if can_submit <= 0:
+                    raise WriteBufferPoolExhausted(
+                        f"write-buffer pool has no free buffer for {next_path} "
+                        f"({pool.available_buffer_count() if pool else 0} free, {len(self._queue)} queued)"
+                    )
+                self._enqueue(_request(next_path, file_size))
+                can_submit -= 1
+            if next_next_path not in self._table and can_submit > 0:
+                self._enqueue(_request(next_next_path, file_size))
+            req = self._table[next_path]
+            if self.has_exception:
+                raise SegmentAllocationError(
+                    f"segment allocation is failing ({self.last_error}); {next_path} queued for retry"
+                )
+        if not req.done.wait(self.wait_timeout_ms / 1000):
+            raise SegmentAllocationError(
+                f"timed out after {self.wait_timeout_ms} ms waiting for segment {next_path}"
+            )
+        with self._cond:
+            self._table.pop(next_path, None)
+        if req.mapped_file is None:
+            raise SegmentAllocationError(f"could not create segment {next_path}: {req.error}")
+        return req.mapped_file
+
+    def _enqueue(self, req: AllocateRequest) -> None:
+        self._table[req.path] = req
+        heapq.heappush(self._queue, req)
+        self._cond.notify_all()
+
+    # -- service side -----------------------------------------------------------------------
+    def _run(self) -> None:
+        log.info("AllocateMappedFileService started")
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                req = heapq.heappop(self._queue)
+                if self._table.get(req.path) is not req:
+                    continue  # withdrawn
+            self._create(req)
+
+    def _create(self, req: AllocateRequest) -> None:
+        if req.mapped_file is not None:
+            return
+        try:
+            os.makedirs(os.path.dirname(req.path) or ".", exist_ok=True)
+            mf = MappedFile(req.path, req.file_size, transient_pool=self.transient_pool)
+            if self.warm_mapped_file and req.file_size >= self.warm_min_size:
+                mf.warm_up(self.sync_flush, self.flush_least_pages_when_warm)
+        except Exception as exc:
+            log.warning("creating segment %s failed, will retry: %s", req.path, exc)
+            self.has_exception = True
+            self.last_error = exc
+            req.error = exc
+            with self._cond:
+                if not self._stopped:
+                    self._cond.wait(self.retry_interval_ms / 1000)
+                    heapq.heappush(self._queue, req)
+            return
+        self.has_exception = False
+        self.last_error = None
+        req.mapped_file = mf
+        req.done.set()

@@ -1,0 +1,542 @@
+"""CommitLog: the single append-only log every message of every topic is written to.
+
+Write path (``put_message`` / ``put_messages``)::
+
+    validate limits, encode topic, CRC the body           (outside the lock: nothing written yet)
+    ── put lock ──────────────────────────────────────────────────────────────────────────────
+    last segment (roll if full) → does length + 8 fit?  no → 8-byte BLANK, roll, write in next
+    stamp STORETIMESTAMP and PHYSICALOFFSET, assign QUEUEOFFSET from the topic-queue table
+    pack the record with TOTALSIZE = 0, then write TOTALSIZE        (commit point of the record)
+    ── unlock ────────────────────────────────────────────────────────────────────────────────
+    SYNC_FLUSH: wait for group commit (bounded: FLUSH_DISK_TIMEOUT)   ASYNC_FLUSH: return
+
+Invariants:
+
+* records are contiguous inside a segment; a segment ends with a BLANK marker or never-written
+  zeros; a record never ends within the last 8 bytes of a segment;
+* TOTALSIZE is written last, so a process killed mid-append leaves a record that reads as
+  zero-sized or corrupt, never as a valid message with missing bytes;
+* queue offsets are consecutive per (topic, queue id), assigned under the put lock, and only to
+  normal and COMMIT records (PREPARED/ROLLBACK records carry queue offset 0, as in RocketMQ);
+* a rejected message (too large, bad topic) writes nothing and consumes no queue offset.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rocketq.config import FlushDiskType, StoreConfig
+from rocketq.errors import (
+    MessageBodyTooLarge,
+    MessageIllegal,
+    PropertiesTooLarge,
+    StoreNotWritable,
+    StoreShutdown,
+)
+from rocketq.message import (
+    BrokerMessage,
+    MessageExt,
+    create_offset_msg_id,
+    decode_properties,
+    pack_socket_addr,
+    unpack_socket_addr,
+    validate_topic,
+)
+from rocketq.store import record as rec
+from rocketq.store.allocate import AllocateMappedFileService
+from rocketq.store.flush import (
+    CommitRealTimeService,
+    FlushListener,
+    FlushRealTimeService,
+    GroupCommitService,
+)
+from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_BLANK = struct.Struct(">ii")
+_NOT_IN_QUEUE = (rec.TRANSACTION_PREPARED_TYPE, rec.TRANSACTION_ROLLBACK_TYPE)
+#: RocketMQ's encoder allows a whole record up to maxMessageSize + 64 KiB.
+_RECORD_SLACK = 64 * 1024
+
+
+class PutMessageStatus(StrEnum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PutMessageResult:
+    """Outcome of a put. ``msg_ids`` (offset message ids) are computed on first access."""
+
+    __slots__ = (
+        "_store_host",
+        "msg_num",
+        "physical_offset",
+        "physical_offsets",
+        "queue_offset",
+        "size",
+        "status",
+        "store_timestamp",
+    )
+
+    def __init__(
+        self,
+        status: PutMessageStatus,
+        physical_offset: int,
+        size: int,
+        queue_offset: int,
+        store_timestamp: int,
+        store_host: bytes,
+        msg_num: int = 1,
+        physical_offsets: list[int] | None = None,
+    ) -> None:
+        self.status = status
+        self.physical_offset = physical_offset
+        self.size = size
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+        self.msg_num = msg_num
+        self.physical_offsets = physical_offsets
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def next_offset(self) -> int:
+        """Physical offset just past the last record written."""
+        return self.physical_offset + self.size
+
+    @property
+    def msg_id(self) -> str:
+        """Offset message id; for a batch, the ids joined with commas (as RocketMQ does)."""
+        return ",".join(self.msg_ids)
+
+    @property
+    def msg_ids(self) -> list[str]:
+        offsets = self.physical_offsets if self.physical_offsets is not None else [self.physical_offset]
+        return [create_offset_msg_id(self._store_host, off) for off in offsets]
+
+    def __repr__(self) -> str:
+        return (
+            f"PutMessageResult({self.status.value}, offset={self.physical_offset}, size={self.size}, "
+            f"queue_offset={self.queue_offset}, msg_num={self.msg_num})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    msg: BrokerMessage
+    topic: bytes
+    props: bytes
+    crc: int
+    sys_flag: int
+    length: int
+    v2: bool
+    fmt: struct.Struct
+
+
+class CommitLog:
+    def __init__(self, config: StoreConfig, *, on_flushed: FlushListener | None = None) -> None:
+        self.config = config
+        self.file_size = config.mapped_file_size_commit_log
+        self._store_host = pack_socket_addr(config.store_host)
+        self._store_v6 = rec.STOREHOSTADDRESS_V6_FLAG if len(self._store_host) == 20 else 0
+        self.transient_pool: TransientStorePool | None = None
+        if config.transient_store_pool_active:
+            self.transient_pool = TransientStorePool(config.transient_store_pool_size, self.file_size)
+        self.allocator = AllocateMappedFileService(
+            transient_pool=self.transient_pool,
+            fast_fail_if_no_buffer=config.fast_fail_if_no_buffer_in_store_pool,
+            warm_mapped_file=config.warm_mapped_file_enable,
+            warm_min_size=self.file_size,
+            sync_flush=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            flush_least_pages_when_warm=config.flush_least_pages_when_warm_mapped_file,
+            wait_timeout_ms=config.allocate_wait_timeout_ms,
+        )
+        self.queue = MappedFileQueue(config.commit_log_dir, self.file_size, allocator=self.allocator)
+        self._put_lock = threading.Lock()
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self._topic_cache: dict[str, tuple[bytes, bool]] = {}
+        self._max_body = config.max_message_size
+        self._max_record = config.max_message_size + _RECORD_SLACK
+        self._max_props = config.max_properties_size
+        self._prop_crc = config.enabled_append_prop_crc
+        self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._sync_timeout_s = config.sync_flush_timeout_ms / 1000
+        self.writable = True
+        self.not_writable_reason = ""
+        self._running = False
+        self.group_commit: GroupCommitService | None = None
+        self.flush_service: GroupCommitService | FlushRealTimeService
+        if self._sync:
+            self.group_commit = GroupCommitService(self.queue, on_flushed)
+            self.flush_service = self.group_commit
+        else:
+            self.flush_service = FlushRealTimeService(
+                self.queue,
+                interval_ms=config.flush_interval_commit_log_ms,
+                least_pages=config.flush_commit_log_least_pages,
+                thorough_interval_ms=config.flush_commit_log_thorough_interval_ms,
+                timed=config.flush_commit_log_timed,
+                on_flushed=on_flushed,
+            )
+        self.commit_service: CommitRealTimeService | None = None
+        if self.transient_pool is not None:
+            self.commit_service = CommitRealTimeService(
+                self.queue,
+                interval_ms=config.commit_interval_commit_log_ms,
+                least_pages=config.commit_commit_log_least_pages,
+                thorough_interval_ms=config.commit_commit_log_thorough_interval_ms,
+                flush_service=self.flush_service,
+            )
+        self._wake_commit = config.wake_commit_when_put_message and self.commit_service is not None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the existing segments (recovery then sets the write position)."""
+        self.queue.load()
+        log.info("CommitLog loaded %d segments from %s", len(self.queue.files), self.queue.directory)
+
+    def start(self) -> None:
+        if self.transient_pool is not None:
+            self.transient_pool.init()
+            self._attach_write_buffer()
+        self.allocator.start()
+        self.flush_service.start()
+        if self.commit_service is not None:
+            self.commit_service.start()
+        self._running = True
+
+    def _attach_write_buffer(self) -> None:
+        """After recovery, the partly written last segment also appends through a write buffer."""
+        last = self.queue.last()
+        pool = self.transient_pool
+        if last is None or pool is None or last.is_full() or last.write_buffer is not None:
+            return
+        buf = pool.borrow_buffer()
+        if buf is None:
+            return
+        pos = last.wrote_position
+        buf[0:pos] = last.mm[0:pos]
+        last.write_buffer = buf
+        last._transient_pool = pool
+
+    def shutdown(self) -> None:
+        """Stop accepting writes and make everything durable."""
+        if not self._running:
+            self.queue.shutdown()
+            return
+        with self._put_lock:
+            self._running = False
+        if self.commit_service is not None:
+            self.commit_service.shutdown()
+        self.flush_service.shutdown()
+        # Whatever the services left (e.g. the tail of a write buffer) is committed and synced here.
+        while not self.queue.commit(0):
+            pass
+        for _ in range(10):
+            if self.queue.flush(0):
+                break
+        end = self.max_offset
+        self.allocator.shutdown()
+        self.queue.shutdown()
+        if self.transient_pool is not None:
+            self.transient_pool.destroy()
+        log.info("CommitLog shut down at offset %d", end)
+
+    # -- positions --------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        first = self.queue.first()
+        if first is None:
+            return -1
+        return first.file_from_offset
+
+    @property
+    def max_offset(self) -> int:
+        """End of data readers can see (committed data with the write-buffer pool)."""
+        return self.queue.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        return self.queue.flushed_where
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # -- write path -------------------------------------------------------------------------
+    def _topic_info(self, topic: str) -> tuple[bytes, bool]:
+        info = self._topic_cache.get(topic)
+        if info is None:
+            validate_topic(topic)
+            info = (topic.encode("utf-8"), len(topic) > rec.MAX_TOPIC_LENGTH_V1)
+            if len(self._topic_cache) > 100_000:
+                self._topic_cache.clear()
+            self._topic_cache[topic] = info
+        return info
+
+    def _encode(self, m: BrokerMessage) -> _Encoded:
+        topic_b, v2 = self._topic_info(m.topic)
+        body = m.body
+        bl = len(body)
+        if bl > self._max_body:
+            raise MessageBodyTooLarge(f"message body {bl} B exceeds max {self._max_body} B")
+        props = m.properties
+        if self._prop_crc:
+            props = rec.properties_with_crc_slot(props)
+        pl = len(props)
+        if pl > self._max_props:
+            raise PropertiesTooLarge(f"message properties {pl} B exceed max {self._max_props} B")
+        born = m.born_host
+        if len(born) not in (8, 20):
+            raise MessageIllegal(f"born host of {len(born)} bytes is neither IPv4 (8) nor IPv6 (20)")
+        sys_flag = (m.sys_flag & ~0x30) | (rec.BORNHOST_V6_FLAG if len(born) == 20 else 0) | self._store_v6
+        tl = len(topic_b)
+        length = 72 + len(born) + len(self._store_host) + bl + (2 if v2 else 1) + tl + 2 + pl
+        if length > self._max_record or length + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise MessageIllegal(
+                f"record of {length} B exceeds the limit of {min(self._max_record, self.file_size - 8)} B"
+            )
+        fmt = rec._record_struct(len(born), len(self._store_host), v2, bl, tl, pl)
+        if fmt is None:
+            fmt = struct.Struct(
+                f">iiiiiqqiq{len(born)}sq{len(self._store_host)}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s"
+            )
+        return _Encoded(m, topic_b, props, zlib.crc32(body) & 0x7FFFFFFF, sys_flag, length, v2, fmt)
+
+    def _check_writable(self) -> None:
+        if not self._running:
+            raise StoreShutdown("message store is shut down")
+        if not self.writable:
+            raise StoreNotWritable(f"message store is not writable: {self.not_writable_reason}")
+
+    def _segment_for(self, length: int) -> tuple[MappedFile, int]:
+        """The segment and position a record of ``length`` goes to; writes a BLANK and rolls when
+        it does not fit. Called under the put lock."""
+        mf = self.queue.get_last_mapped_file(0)
+        assert mf is not None
+        pos = mf.wrote_position
+        left = mf.file_size - pos
+        if length + rec.END_FILE_MIN_BLANK_LENGTH > left:
+            _BLANK.pack_into(mf.write_target, pos, left, rec.BLANK_MAGIC_CODE)
+            mf.wrote_position = mf.file_size
+            self._after_append()
+            mf = self.queue.get_last_mapped_file(0)
+            assert mf is not None
+            pos = mf.wrote_position
+        return mf, pos
+
+    def _write(self, mf: MappedFile, pos: int, e: _Encoded, queue_offset: int, now: int) -> int:
+        m = e.msg
+        target = mf.write_target
+        physical = mf.file_from_offset + pos
+        magic = rec.MESSAGE_MAGIC_CODE_V2 if e.v2 else rec.MESSAGE_MAGIC_CODE
+        e.fmt.pack_into(
+            target, pos, 0, magic, e.crc, m.queue_id, m.flag, queue_offset, physical, e.sys_flag,
+            m.born_timestamp, m.born_host, now, self._store_host, m.reconsume_times,
+            m.prepared_transaction_offset, len(m.body), m.body, len(e.topic), e.topic, len(e.props), e.props,
+        )  # fmt: skip
+        if self._prop_crc:
+            rec.stamp_prop_crc(target, pos, e.length)
+        _SIZE.pack_into(target, pos, e.length)  # commit point: TOTALSIZE last
+        return physical
+
+    def put_message(self, m: BrokerMessage) -> PutMessageResult:
+        """Append one message. Raises :class:`~rocketq.errors.MessageIllegal` (nothing written) or
+        :class:`~rocketq.errors.ServiceNotAvailable`; returns FLUSH_DISK_TIMEOUT when a sync flush
+        did not finish in time (the message is stored)."""
+        e = self._encode(m)
+        key = (m.topic, m.queue_id)
+        table = self.topic_queue_table
+        in_queue = (e.sys_flag & rec.TRANSACTION_MASK) not in _NOT_IN_QUEUE
+        with self._put_lock:
+            self._check_writable()
+            mf, pos = self._segment_for(e.length)
+            now = time.time_ns() // 1_000_000
+            qoff = table.get(key, 0) if in_queue else 0
+            physical = self._write(mf, pos, e, qoff, now)
+            mf.wrote_position = pos + e.length
+            mf.store_timestamp = now
+            if in_queue:
+                table[key] = qoff + 1
+        if self._wake_commit:
+            self._after_append()
+        result = PutMessageResult(PutMessageStatus.PUT_OK, physical, e.length, qoff, now, self._store_host)
+        if self._sync:
+            self._await_flush(result)
+        return result
+
+    def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
+        """Append a batch under one lock acquisition. All messages go to one segment (a batch
+        that does not fit the current segment is written whole in the next one)."""
+        if not msgs:
+            raise MessageIllegal("batch is empty")
+        encoded = [self._encode(m) for m in msgs]
+        total = sum(e.length for e in encoded)
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise MessageIllegal(f"batch of {total} B does not fit a segment of {self.file_size} B")
+        table = self.topic_queue_table
+        offsets: list[int] = []
+        first_qoff = -1
+        with self._put_lock:
+            self._check_writable()
+            mf, pos = self._segment_for(total)
+            now = time.time_ns() // 1_000_000
+            for e in encoded:
+                m = e.msg
+                key = (m.topic, m.queue_id)
+                in_queue = (e.sys_flag & rec.TRANSACTION_MASK) not in _NOT_IN_QUEUE
+                qoff = table.get(key, 0) if in_queue else 0
+                if first_qoff < 0:
+                    first_qoff = qoff
+                offsets.append(self._write(mf, pos, e, qoff, now))
+                pos += e.length
+                if in_queue:
+                    table[key] = qoff + 1
+            mf.wrote_position = pos
+            mf.store_timestamp = now
+        if self._wake_commit:
+            self._after_append()
+        result = PutMessageResult(
+            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, self._store_host, len(msgs), offsets
+        )
+        if self._sync:
+            self._await_flush(result)
+        return result
+
+    def _after_append(self) -> None:
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+
+    def _await_flush(self, result: PutMessageResult) -> None:
+        fut = self.submit_flush(result.next_offset)
+        try:
+            ok = fut.result(self._sync_timeout_s)
+        except concurrent.futures.TimeoutError:
+            ok = False
+        if not ok:
+            log.warning(
+                "sync flush of offset %d timed out after %.1f s", result.next_offset, self._sync_timeout_s
+            )
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    def submit_flush(self, next_offset: int) -> concurrent.futures.Future[bool]:
+        """Future completing once everything before ``next_offset`` is durable (SYNC_FLUSH)."""
+        if self.group_commit is None:
+            fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            fut.set_result(True)
+            return fut
+        return self.group_commit.submit(next_offset)
+
+    # -- read path --------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at physical ``offset`` (within one segment), or None if not readable."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        return mf.read(offset % self.file_size, size)
+
+    def read_record(self, offset: int, *, check_crc: bool = False) -> rec.RecordView | None:
+        head = self.read(offset, 4)
+        if head is None:
+            return None
+        (size,) = _SIZE.unpack(head)
+        if size <= 0:
+            return None
+        data = self.read(offset, size)
+        if data is None:
+            return None
+        view = rec.decode_record(data, 0, check_crc=check_crc)
+        return view if view.kind is rec.RecordKind.MESSAGE else None
+
+    def get_message(self, offset: int, size: int | None = None) -> MessageExt | None:
+        """The message stored at physical ``offset``."""
+        if size is None:
+            view = self.read_record(offset)
+        else:
+            data = self.read(offset, size)
+            view = rec.decode_record(data, 0, check_crc=False) if data is not None else None
+        if view is None or view.kind is not rec.RecordKind.MESSAGE:
+            return None
+        return view_to_message(view)
+
+    def iter_records(
+        self, start: int, *, check_crc: bool = False, read_body: bool = False, window: int = 4 << 20
+    ) -> Iterator[tuple[int, rec.RecordView]]:
+        """(physical offset, record) from ``start`` to the end of readable data; BLANK markers are
+        followed into the next segment. Stops at the first END or CORRUPT record."""
+        offset = start
+        while True:
+            mf = self.queue.find_by_offset(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            limit = mf.read_position
+            if pos >= limit:
+                if limit >= mf.file_size:
+                    offset = self.roll_next_file(offset)
+                    continue
+                return
+            data = mf.read(pos, min(limit - pos, max(window, self._max_record + 8)))
+            if data is None:
+                return
+            p = 0
+            n = len(data)
+            while p < n:
+                view = rec.decode_record(data, p, check_crc=check_crc, read_body=read_body)
+                kind = view.kind
+                if kind is rec.RecordKind.MESSAGE:
+                    yield mf.file_from_offset + pos + p, view
+                    p += view.size
+                elif kind is rec.RecordKind.BLANK:
+                    break
+                elif pos + n < limit and (n - p < 8 or p + view.size > n):
+                    break  # the record straddles the read window: read again from it
+                else:
+                    return
+            else:
+                offset = mf.file_from_offset + pos + p
+                continue
+            if kind is rec.RecordKind.BLANK:
+                offset = self.roll_next_file(mf.file_from_offset)
+            else:
+                offset = mf.file_from_offset + pos + p
+
+    def disk_dir(self) -> str:
+        return os.path.abspath(self.queue.directory)
+
+
+def view_to_message(view: rec.RecordView) -> MessageExt:
+    store_host = unpack_socket_addr(view.store_host) if view.store_host else ""
+    return MessageExt(
+        topic=view.topic,
+        body=view.body or b"",
+        properties=decode_properties(view.properties),
+        flag=view.flag,
+        queue_id=view.queue_id,
+        store_size=view.size,
+        queue_offset=view.queue_offset,
+        sys_flag=view.sys_flag,
+        born_timestamp=view.born_timestamp,
+        born_host=unpack_socket_addr(view.born_host) if view.born_host else "",
+        store_timestamp=view.store_timestamp,
+        store_host=store_host,
+        commit_log_offset=view.physical_offset,
+        body_crc=view.body_crc,
+        reconsume_times=view.reconsume_times,
+        prepared_transaction_offset=view.prepared_transaction_offset,
+        msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
+    )
