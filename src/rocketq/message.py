@@ -67,7 +67,7 @@ def validate_topic(topic: str, max_length: int = MAX_TOPIC_BYTES_V2) -> None:
         raise TopicNameInvalid("topic name is empty")
     if len(topic) > max_length:
         raise TopicNameInvalid(f"topic name of {len(topic)} chars exceeds max {max_length} chars")
-    if TOPIC_PATTERN.match(topic) is None:
+    if TOPIC_PATTERN.fullmatch(topic) is None:  # match() would accept a trailing "\n"
         raise TopicNameInvalid(f"topic name {topic[:64]!r} has characters outside [%|a-zA-Z0-9_-]")
 
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import mmap
 import os
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 
 from rocketq.config import FlushDiskType, StoreConfig
@@ -65,8 +65,11 @@ from rocketq.store.transient_pool import TransientStorePool
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_crc32 = zlib.crc32
+_time_ns = time.time_ns
+_struct_cache = rec._struct_cache
 _BLANK = struct.Struct(">ii")
-_NOT_IN_QUEUE = (rec.TRANSACTION_PREPARED_TYPE, rec.TRANSACTION_ROLLBACK_TYPE)
+_NOT_IN_QUEUE = frozenset((rec.TRANSACTION_PREPARED_TYPE, rec.TRANSACTION_ROLLBACK_TYPE))
 #: RocketMQ's encoder allows a whole record up to maxMessageSize + 64 KiB.
 _RECORD_SLACK = 64 * 1024
 
@@ -136,16 +139,8 @@ class PutMessageResult:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Encoded:
-    msg: BrokerMessage
-    topic: bytes
-    props: bytes
-    crc: int
-    sys_flag: int
-    length: int
-    v2: bool
-    fmt: struct.Struct
+# (message, layout, record length, body CRC, sys flag, in ConsumeQueue?, topic bytes, properties, magic)
+_Encoded = tuple[BrokerMessage, struct.Struct, int, int, int, bool, bytes, bytes, int]
 
 
 class CommitLog:
@@ -179,6 +174,12 @@ class CommitLog:
         self.writable = True
         self.not_writable_reason = ""
         self._running = False
+        self._accepting = False  # running and writable: the one flag the put path reads
+        self._store_host_len = len(self._store_host)
+        self._v1_base_len = 72 + 8 + self._store_host_len + 1 + 2
+        self._cur: MappedFile | None = None
+        self._cur_target: mmap.mmap = mmap.mmap(-1, 8)  # replaced by _roll before any write
+        self._cur_from = 0
         self.group_commit: GroupCommitService | None = None
         self.flush_service: GroupCommitService | FlushRealTimeService
         if self._sync:
@@ -219,6 +220,7 @@ class CommitLog:
         if self.commit_service is not None:
             self.commit_service.start()
         self._running = True
+        self._update_accepting()
 
     def _attach_write_buffer(self) -> None:
         """After recovery, the partly written last segment also appends through a write buffer."""
@@ -241,6 +243,7 @@ class CommitLog:
             return
         with self._put_lock:
             self._running = False
+            self._update_accepting()
         if self.commit_service is not None:
             self.commit_service.shutdown()
         self.flush_service.shutdown()
@@ -289,33 +292,75 @@ class CommitLog:
         return info
 
     def _encode(self, m: BrokerMessage) -> _Encoded:
-        topic_b, v2 = self._topic_info(m.topic)
+        """Validate one message and compute its layout; raises before anything is written."""
+        topic = m.topic
+        info = self._topic_cache.get(topic)
+        if info is None:
+            info = self._topic_info(topic)
+        topic_b, v2 = info
         body = m.body
         bl = len(body)
+        props = m.properties
+        pl = len(props)
+        born = m.born_host
+        tl = len(topic_b)
+        if (
+            not v2
+            and len(born) == 8
+            and not self._prop_crc
+            and bl <= self._max_body
+            and pl <= self._max_props
+        ):
+            fmt = _struct_cache.get((8, self._store_host_len, False, bl, tl, pl))
+            if fmt is not None:
+                sys_flag = (m.sys_flag & ~0x30) | self._store_v6
+                tx = sys_flag & 0xC
+                length = self._v1_base_len + bl + tl + pl
+                return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
+                        topic_b, props, rec.MESSAGE_MAGIC_CODE)  # fmt: skip
         if bl > self._max_body:
             raise MessageBodyTooLarge(f"message body {bl} B exceeds max {self._max_body} B")
-        props = m.properties
         if self._prop_crc:
             props = rec.properties_with_crc_slot(props)
-        pl = len(props)
+            pl = len(props)
         if pl > self._max_props:
             raise PropertiesTooLarge(f"message properties {pl} B exceed max {self._max_props} B")
-        born = m.born_host
         if len(born) not in (8, 20):
             raise MessageIllegal(f"born host of {len(born)} bytes is neither IPv4 (8) nor IPv6 (20)")
         sys_flag = (m.sys_flag & ~0x30) | (rec.BORNHOST_V6_FLAG if len(born) == 20 else 0) | self._store_v6
-        tl = len(topic_b)
-        length = 72 + len(born) + len(self._store_host) + bl + (2 if v2 else 1) + tl + 2 + pl
+        length = 72 + len(born) + self._store_host_len + bl + (2 if v2 else 1) + tl + 2 + pl
         if length > self._max_record or length + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise MessageIllegal(
                 f"record of {length} B exceeds the limit of {min(self._max_record, self.file_size - 8)} B"
             )
-        fmt = rec._record_struct(len(born), len(self._store_host), v2, bl, tl, pl)
+        fmt = rec._record_struct(len(born), self._store_host_len, v2, bl, tl, pl)
         if fmt is None:
             fmt = struct.Struct(
-                f">iiiiiqqiq{len(born)}sq{len(self._store_host)}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s"
+                f">iiiiiqqiq{len(born)}sq{self._store_host_len}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s"
             )
-        return _Encoded(m, topic_b, props, zlib.crc32(body) & 0x7FFFFFFF, sys_flag, length, v2, fmt)
+        tx = sys_flag & 0xC
+        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else rec.MESSAGE_MAGIC_CODE
+        return (
+            m,
+            fmt,
+            length,
+            _crc32(body) & 0x7FFFFFFF,
+            sys_flag,
+            tx not in _NOT_IN_QUEUE,
+            topic_b,
+            props,
+            magic,
+        )
+
+    def set_writable(self, writable: bool, reason: str = "") -> None:
+        """Accept or refuse writes (disk full, role change); ``reason`` appears in the error."""
+        with self._put_lock:
+            self.writable = writable
+            self.not_writable_reason = reason
+            self._update_accepting()
+
+    def _update_accepting(self) -> None:
+        self._accepting = self._running and self.writable
 
     def _check_writable(self) -> None:
         if not self._running:
@@ -323,61 +368,80 @@ class CommitLog:
         if not self.writable:
             raise StoreNotWritable(f"message store is not writable: {self.not_writable_reason}")
 
-    def _segment_for(self, length: int) -> tuple[MappedFile, int]:
-        """The segment and position a record of ``length`` goes to; writes a BLANK and rolls when
-        it does not fit. Called under the put lock."""
-        mf = self.queue.get_last_mapped_file(0)
-        assert mf is not None
-        pos = mf.wrote_position
-        left = mf.file_size - pos
-        if length + rec.END_FILE_MIN_BLANK_LENGTH > left:
-            _BLANK.pack_into(mf.write_target, pos, left, rec.BLANK_MAGIC_CODE)
-            mf.wrote_position = mf.file_size
-            self._after_append()
-            mf = self.queue.get_last_mapped_file(0)
-            assert mf is not None
-            pos = mf.wrote_position
-        return mf, pos
-
-    def _write(self, mf: MappedFile, pos: int, e: _Encoded, queue_offset: int, now: int) -> int:
-        m = e.msg
-        target = mf.write_target
-        physical = mf.file_from_offset + pos
-        magic = rec.MESSAGE_MAGIC_CODE_V2 if e.v2 else rec.MESSAGE_MAGIC_CODE
-        e.fmt.pack_into(
-            target, pos, 0, magic, e.crc, m.queue_id, m.flag, queue_offset, physical, e.sys_flag,
-            m.born_timestamp, m.born_host, now, self._store_host, m.reconsume_times,
-            m.prepared_transaction_offset, len(m.body), m.body, len(e.topic), e.topic, len(e.props), e.props,
-        )  # fmt: skip
-        if self._prop_crc:
-            rec.stamp_prop_crc(target, pos, e.length)
-        _SIZE.pack_into(target, pos, e.length)  # commit point: TOTALSIZE last
-        return physical
-
     def put_message(self, m: BrokerMessage) -> PutMessageResult:
         """Append one message. Raises :class:`~rocketq.errors.MessageIllegal` (nothing written) or
         :class:`~rocketq.errors.ServiceNotAvailable`; returns FLUSH_DISK_TIMEOUT when a sync flush
         did not finish in time (the message is stored)."""
-        e = self._encode(m)
-        key = (m.topic, m.queue_id)
+        # The common shape (V1 topic, IPv4 born host, no prop CRC, within limits) is encoded inline;
+        # everything else, including every error, goes through _encode.
+        topic = m.topic
+        body = m.body
+        props = m.properties
+        info = self._topic_cache.get(topic)
+        fmt = None
+        if info is not None and not info[1] and len(m.born_host) == 8 and not self._prop_crc:
+            bl = len(body)
+            pl = len(props)
+            topic_b = info[0]
+            if bl <= self._max_body and pl <= self._max_props:
+                fmt = _struct_cache.get((8, self._store_host_len, False, bl, len(topic_b), pl))
+        if fmt is None:
+            return self.put_messages((m,))
+        length = self._v1_base_len + bl + len(topic_b) + pl
+        sys_flag = (m.sys_flag & ~0x30) | self._store_v6
+        tx = sys_flag & 0xC
+        in_queue = tx not in _NOT_IN_QUEUE
+        crc = _crc32(body) & 0x7FFFFFFF
+        key = (topic, m.queue_id)
         table = self.topic_queue_table
-        in_queue = (e.sys_flag & rec.TRANSACTION_MASK) not in _NOT_IN_QUEUE
         with self._put_lock:
-            self._check_writable()
-            mf, pos = self._segment_for(e.length)
-            now = time.time_ns() // 1_000_000
+            if not self._accepting:
+                self._check_writable()
+            mf = self._cur
+            if mf is None or length + 8 > self.file_size - mf.wrote_position:
+                mf = self._roll(length)
+            pos = mf.wrote_position
+            target = self._cur_target
+            now = _time_ns() // 1_000_000
             qoff = table.get(key, 0) if in_queue else 0
-            physical = self._write(mf, pos, e, qoff, now)
-            mf.wrote_position = pos + e.length
+            physical = self._cur_from + pos
+            fmt.pack_into(
+                target, pos, 0, -626843481, crc, m.queue_id, m.flag, qoff, physical, sys_flag,
+                m.born_timestamp, m.born_host, now, self._store_host, m.reconsume_times,
+                m.prepared_transaction_offset, bl, body, len(topic_b), topic_b, pl, props,
+            )  # fmt: skip
+            _SIZE.pack_into(target, pos, length)  # commit point: TOTALSIZE last
+            mf.wrote_position = pos + length
             mf.store_timestamp = now
             if in_queue:
                 table[key] = qoff + 1
         if self._wake_commit:
             self._after_append()
-        result = PutMessageResult(PutMessageStatus.PUT_OK, physical, e.length, qoff, now, self._store_host)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, physical, length, qoff, now, self._store_host)
         if self._sync:
             self._await_flush(result)
         return result
+
+    def _roll(self, length: int) -> MappedFile:
+        """Under the put lock: the segment the next record of ``length`` bytes goes to. Writes the
+        8-byte BLANK and moves to the next segment when the record does not fit."""
+        mf = self._cur
+        if mf is None or mf is not self.queue.last():
+            mf = self.queue.get_last_mapped_file(0)
+            assert mf is not None
+        pos = mf.wrote_position
+        left = mf.file_size - pos
+        if length + rec.END_FILE_MIN_BLANK_LENGTH > left:
+            if left > 0:
+                _BLANK.pack_into(mf.write_target, pos, left, rec.BLANK_MAGIC_CODE)
+                mf.wrote_position = mf.file_size
+                self._after_append()
+            mf = self.queue.get_last_mapped_file(0)
+            assert mf is not None
+        self._cur = mf
+        self._cur_target = mf.write_target
+        self._cur_from = mf.file_from_offset
+        return mf
 
     def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
         """Append a batch under one lock acquisition. All messages go to one segment (a batch
@@ -385,25 +449,42 @@ class CommitLog:
         if not msgs:
             raise MessageIllegal("batch is empty")
         encoded = [self._encode(m) for m in msgs]
-        total = sum(e.length for e in encoded)
+        total = 0
+        for e in encoded:
+            total += e[2]
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise MessageIllegal(f"batch of {total} B does not fit a segment of {self.file_size} B")
         table = self.topic_queue_table
+        store_host = self._store_host
+        prop_crc = self._prop_crc
         offsets: list[int] = []
         first_qoff = -1
         with self._put_lock:
-            self._check_writable()
-            mf, pos = self._segment_for(total)
-            now = time.time_ns() // 1_000_000
-            for e in encoded:
-                m = e.msg
+            if not self._accepting:
+                self._check_writable()
+            mf = self._cur
+            if mf is None or total + 8 > self.file_size - mf.wrote_position:
+                mf = self._roll(total)
+            pos = mf.wrote_position
+            target = self._cur_target
+            base = self._cur_from
+            now = _time_ns() // 1_000_000
+            for m, fmt, length, crc, sys_flag, in_queue, topic_b, props, magic in encoded:
                 key = (m.topic, m.queue_id)
-                in_queue = (e.sys_flag & rec.TRANSACTION_MASK) not in _NOT_IN_QUEUE
                 qoff = table.get(key, 0) if in_queue else 0
                 if first_qoff < 0:
                     first_qoff = qoff
-                offsets.append(self._write(mf, pos, e, qoff, now))
-                pos += e.length
+                fmt.pack_into(
+                    target, pos, 0, magic, crc, m.queue_id, m.flag, qoff, base + pos, sys_flag,
+                    m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                    m.prepared_transaction_offset, len(m.body), m.body, len(topic_b), topic_b,
+                    len(props), props,
+                )  # fmt: skip
+                if prop_crc:
+                    rec.stamp_prop_crc(target, pos, length)
+                _SIZE.pack_into(target, pos, length)  # commit point: TOTALSIZE last
+                offsets.append(base + pos)
+                pos += length
                 if in_queue:
                     table[key] = qoff + 1
             mf.wrote_position = pos
@@ -411,7 +492,7 @@ class CommitLog:
         if self._wake_commit:
             self._after_append()
         result = PutMessageResult(
-            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, self._store_host, len(msgs), offsets
+            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
         )
         if self._sync:
             self._await_flush(result)
@@ -422,12 +503,8 @@ class CommitLog:
             self.commit_service.wakeup()
 
     def _await_flush(self, result: PutMessageResult) -> None:
-        fut = self.submit_flush(result.next_offset)
-        try:
-            ok = fut.result(self._sync_timeout_s)
-        except concurrent.futures.TimeoutError:
-            ok = False
-        if not ok:
+        assert self.group_commit is not None
+        if not self.group_commit.wait(result.next_offset, self._sync_timeout_s):
             log.warning(
                 "sync flush of offset %d timed out after %.1f s", result.next_offset, self._sync_timeout_s
             )

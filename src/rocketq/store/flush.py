@@ -84,7 +84,36 @@ class _Service:
         pass
 
 
+class _Waiter:
+    """One writer blocked in :meth:`GroupCommitService.wait`; woken through its own lock."""
+
+    __slots__ = ("lead", "offset", "signal")
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.lead = False
+        self.signal = threading.Lock()
+        self.signal.acquire()
+
+
 class GroupCommitService(_Service):
+    """Group commit for SYNC_FLUSH, leader/follower style.
+
+    A writer that needs its record durable calls :meth:`wait`. With no round running it becomes
+    the leader: it syncs everything appended so far (its own record and every record appended by
+    writers queued behind it). Otherwise it queues and sleeps on its own lock. When a round ends
+    the leader wakes the writers it covered and hands leadership to the first writer it did not
+    cover. A lone writer pays one ``fdatasync`` and no thread hand-off; N writers share one sync
+    per round. Each waiter is woken individually, so waking N writers is not a convoy on one lock.
+
+    Gathering: the writers a round releases come straight back with their next record. A new
+    leader waits briefly (at most ``max_gather_s``) until as many writers queue as were active in
+    the last rounds, so rounds stay full instead of settling at half the writers.
+
+    Event-loop callers (the broker) use :meth:`submit`, which returns a future; the service
+    thread waits for them like a writer, and every round completes the futures it covers.
+    """
+
     name = "GroupCommitService"
 
     def __init__(self, queue: MappedFileQueue, on_flushed: FlushListener | None = None) -> None:
@@ -92,44 +121,137 @@ class GroupCommitService(_Service):
         self._queue = queue
         self._on_flushed = on_flushed
         self._lock = threading.Lock()
-        self._requests: list[tuple[int, concurrent.futures.Future[bool]]] = []
+        self._leading = False
+        self._waiters: list[_Waiter] = []
+        self._gather_event = threading.Event()
+        self._gather_target = 0
+        self._recent_writers: dict[int, int] = {}  # thread id → round in which it last waited
+        self.max_gather_s = 0.001
+        self._service_ident = self._thread.ident
+        self._futures: list[tuple[int, concurrent.futures.Future[bool]]] = []
+        self.rounds = 0
+
+    @property
+    def flushed_where(self) -> int:
+        return self._queue.flushed_where
+
+    def wait(self, next_offset: int, timeout_s: float) -> bool:
+        """Block until everything before ``next_offset`` is durable; False after ``timeout_s``."""
+        queue = self._queue
+        if queue.flushed_where >= next_offset:
+            return True
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            if queue.flushed_where >= next_offset:
+                return True
+            ident = threading.get_ident()
+            if ident != self._service_ident:  # the service thread is no writer to gather
+                self._recent_writers[ident] = self.rounds
+            waiter: _Waiter | None = None
+            if self._leading:
+                waiter = _Waiter(next_offset)
+                self._waiters.append(waiter)
+                if len(self._waiters) + 1 >= self._gather_target:
+                    self._gather_event.set()
+            else:
+                self._leading = True
+        if waiter is not None:
+            if not waiter.signal.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                with self._lock:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                        return False
+                waiter.signal.acquire()  # woken concurrently with the timeout: take the signal
+            if not waiter.lead:
+                return queue.flushed_where >= next_offset
+        self._gather(deadline)
+        self._round()
+        return queue.flushed_where >= next_offset
+
+    def _gather(self, deadline: float) -> None:
+        with self._lock:
+            if len(self._waiters) + 1 >= self._gather_target:
+                return
+            self._gather_event.clear()
+        self._gather_event.wait(max(0.0, min(self.max_gather_s, deadline - time.monotonic())))
+
+    def _round(self) -> None:
+        """Sync everything appended so far, then wake the covered writers and hand over."""
+        queue = self._queue
+        try:
+            target = queue.max_offset
+            # A round may span a segment boundary: each flush(0) covers one segment.
+            for _ in range(1000):
+                if queue.flushed_where >= target:
+                    break
+                if queue.flush(0) and queue.flushed_where < target:
+                    time.sleep(0.001)  # nothing moved: data not committed into the file yet
+        finally:
+            flushed = queue.flushed_where
+            with self._lock:
+                self.rounds += 1
+                covered = [w for w in self._waiters if w.offset <= flushed]
+                self._waiters = [w for w in self._waiters if w.offset > flushed]
+                if self._waiters:
+                    self._waiters[0].lead = True
+                    next_leader: _Waiter | None = self._waiters.pop(0)
+                else:
+                    next_leader = None
+                    self._leading = False
+                recent = self._recent_writers
+                if len(recent) > len(self._waiters) + 1:
+                    horizon = self.rounds - 4
+                    for ident in [i for i, r in recent.items() if r < horizon]:
+                        del recent[ident]
+                self._gather_target = len(recent)
+                futures = self._take_covered_futures(flushed)
+            for w in covered:
+                w.signal.release()
+            if next_leader is not None:
+                next_leader.signal.release()
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(True)
+        if self._on_flushed is not None and queue.store_timestamp > 0:
+            self._on_flushed(queue.store_timestamp)
+
+    def _take_covered_futures(self, flushed: int) -> list[concurrent.futures.Future[bool]]:
+        if not self._futures:
+            return []
+        done = [fut for off, fut in self._futures if off <= flushed]
+        self._futures = [(off, fut) for off, fut in self._futures if off > flushed]
+        return done
 
     def submit(self, next_offset: int) -> concurrent.futures.Future[bool]:
         """A future that completes True once ``flushed_where >= next_offset``."""
         fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
         with self._lock:
-            self._requests.append((next_offset, fut))
+            if self._queue.flushed_where >= next_offset:
+                fut.set_result(True)
+                return fut
+            self._futures.append((next_offset, fut))
         self.wakeup()
         return fut
 
     def run_once(self) -> None:
+        self._service_ident = threading.get_ident()
         self._wait(0.01)
-        self._do_commit()
-
-    def _do_commit(self) -> None:
         with self._lock:
-            batch, self._requests = self._requests, []
-        if batch:
-            target = max(off for off, _ in batch)
-            # A batch may span a segment boundary: each flush(0) covers one segment.
-            for _ in range(1000):
-                if self._queue.flushed_where >= target:
-                    break
-                if self._queue.flush(0) and self._queue.flushed_where < target:
-                    time.sleep(0.001)  # the commit service has not caught up yet
-            flushed = self._queue.flushed_where
-            for off, fut in batch:
-                if not fut.done():
-                    fut.set_result(flushed >= off)
-        else:
-            self._queue.flush(0)
-        if self._on_flushed is not None and self._queue.store_timestamp > 0:
-            self._on_flushed(self._queue.store_timestamp)
+            target = max((off for off, _ in self._futures), default=-1)
+        if target < 0:
+            # Records appended without waiting (WAIT=false) still become durable promptly.
+            target = self._queue.max_offset
+        if target > self._queue.flushed_where:
+            self.wait(target, 60.0)
 
     def on_shutdown(self) -> None:
-        self._do_commit()
-        while self._queue.flushed_where < self._queue.max_offset and not self._queue.flush(0):
-            pass
+        self.wait(self._queue.max_offset, 60.0)
+        with self._lock:
+            futures, self._futures = self._futures, []
+        flushed = self._queue.flushed_where
+        for off, fut in futures:
+            if not fut.done():
+                fut.set_result(flushed >= off)
 
 
 class FlushRealTimeService(_Service):

@@ -106,8 +106,11 @@ def _crc_property_value(crc: int) -> bytes:
 
 
 def properties_with_crc_slot(properties: bytes) -> bytes:
-    """Properties with the 20-byte ``__CRC32#`` slot reserved at the end (digits zero)."""
-    if not properties.endswith(b"\x02"):
+    """Properties with the 20-byte ``__CRC32#`` slot reserved at the end (digits zero).
+
+    As in RocketMQ, a ``\\x02`` is added first only to a non-empty string that lacks one.
+    """
+    if properties and not properties.endswith(b"\x02"):
         properties += b"\x02"
     return properties + b"__CRC32#\x01" + b"0" * 10 + b"\x02"
 

@@ -1,0 +1,237 @@
+"""Store write benchmark: CommitLog put throughput against this machine's raw Python ceiling.
+
+    python bench/store_write.py              # the full table (about a minute)
+    python bench/store_write.py --quick      # fewer messages
+    python bench/store_write.py --memory 2   # also write 2 GiB and report peak RssAnon
+
+The ceiling is the least work any Python writer of these records must do per message: pack the
+whole record (header, body, topic, properties) with one cached ``struct.Struct`` and CRC the body,
+into an mmap of a sparse file, with no lock, no queue offsets, no flush. Store figures are
+reported as a fraction of the ceiling measured in the same run (the machine is noisy: compare
+ratios, not absolute numbers across runs).
+
+Messages reach the store as the broker hands them over (``BrokerMessage``: properties already
+encoded, as they arrive on the wire).
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from rocketq.config import StoreConfig
+from rocketq.message import BrokerMessage, UniqueIdGenerator, encode_properties
+from rocketq.store.message_store import MessageStore
+
+TOPIC = "BenchTopic"
+MiB = 1 << 20
+
+
+def make_messages(n: int, body_size: int, queues: int = 4) -> list[BrokerMessage]:
+    ids = UniqueIdGenerator()
+    body = os.urandom(body_size)
+    out = []
+    for i in range(n):
+        props = encode_properties({"UNIQ_KEY": ids.next_id(), "WAIT": "true", "TAGS": "TagA"}).encode()
+        out.append(BrokerMessage(TOPIC, body, props, queue_id=i % queues, born_timestamp=1_700_000_000_000))
+    return out
+
+
+def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> float:
+    """Records/s for the bare minimum: one struct pack of the whole record plus the body CRC."""
+    with open(path, "w+b") as f:
+        f.truncate(file_size)
+        mm = mmap.mmap(f.fileno(), file_size)
+        host = b"\x7f\x00\x00\x01\x00\x00*\x9f"
+        topic = TOPIC.encode()
+        cache: dict[tuple[int, int], struct.Struct] = {}
+        pos = 0
+        t0 = time.perf_counter()
+        for i, m in enumerate(msgs):
+            body = m.body
+            props = m.properties
+            bl = len(body)
+            pl = len(props)
+            st = cache.get((bl, pl))
+            if st is None:
+                st = cache[(bl, pl)] = struct.Struct(f">iiiiiqqiq8sq8siqi{bl}sb{len(topic)}sh{pl}s")
+            n = 91 + bl + len(topic) + pl
+            if pos + n + 8 > file_size:
+                pos = 0
+            st.pack_into(
+                mm, pos, n, -626843481, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, 0, i, pos, 0,
+                m.born_timestamp, host, 1_700_000_000_001, host, 0, 0, bl, body, len(topic), topic, pl, props,
+            )  # fmt: skip
+            pos += n
+        elapsed = time.perf_counter() - t0
+        mm.close()
+    return len(msgs) / elapsed
+
+
+@dataclass
+class Result:
+    name: str
+    msgs: int
+    seconds: float
+    bytes_per_msg: int
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds
+
+    @property
+    def mb_s(self) -> float:
+        return self.rate * self.bytes_per_msg / 1e6
+
+
+def run_store(
+    name: str,
+    msgs: list[BrokerMessage],
+    cfg: StoreConfig,
+    *,
+    batch: int = 1,
+    threads: int = 1,
+) -> Result:
+    shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
+    store = MessageStore(cfg)
+    store.start()
+    try:
+        put = store.commitlog.put_message
+        put_batch = store.commitlog.put_messages
+
+        def work(chunk: list[BrokerMessage]) -> None:
+            if batch == 1:
+                for m in chunk:
+                    put(m)
+            else:
+                for i in range(0, len(chunk), batch):
+                    put_batch(chunk[i : i + batch])
+
+        chunks = [msgs[i::threads] for i in range(threads)]
+        t0 = time.perf_counter()
+        if threads == 1:
+            work(chunks[0])
+        else:
+            ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        elapsed = time.perf_counter() - t0
+        size = store.get_max_phy_offset() // max(1, len(msgs))
+    finally:
+        store.shutdown()
+        shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
+    return Result(name, len(msgs), elapsed, size)
+
+
+def rss_anon_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return -1
+
+
+def memory_run(base: str, gib: int) -> tuple[int, int, float]:
+    """Write ``gib`` GiB of 1 KiB messages (pool off); returns (start, peak RssAnon kB, seconds)."""
+    cfg = StoreConfig(store_path_root_dir=os.path.join(base, "mem"), mapped_file_size_commit_log=256 * MiB)
+    msgs = make_messages(1024, 1024)
+    start = rss_anon_kb()
+    peak = start
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.wait(0.05):
+            peak = max(peak, rss_anon_kb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    with MessageStore(cfg) as store:
+        target = gib << 30
+        put_batch = store.commitlog.put_messages
+        while store.get_max_phy_offset() < target:
+            for i in range(0, len(msgs), 32):
+                put_batch(msgs[i : i + 32])
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    peak = max(peak, rss_anon_kb())
+    shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
+    return start, peak, elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer messages per case")
+    ap.add_argument(
+        "--memory", type=int, default=0, metavar="GIB", help="also write GIB GiB and report RssAnon"
+    )
+    ap.add_argument("--dir", default=None, help="directory for the test stores (default: a temp dir)")
+    args = ap.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="rocketq-bench-")
+    n_async = 60_000 if args.quick else 200_000
+    n_sync = 4_000 if args.quick else 12_000
+    seg = 256 * MiB
+
+    def cfg(**kw: object) -> StoreConfig:
+        root = os.path.join(base, "s")
+        return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=seg, **kw)  # type: ignore[arg-type]
+
+    pool = {"transient_store_pool_enable": True, "transient_store_pool_size": 3}
+    rows: list[tuple[str, Result, float | None]] = []
+    print(f"# rocketq store write benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+    for body in (128, 1024):
+        msgs = make_messages(n_async, body)
+        ceil = max(ceiling(msgs, os.path.join(base, "ceiling"), seg) for _ in range(2))
+        os.unlink(os.path.join(base, "ceiling"))
+        rows.append((f"raw ceiling {body} B", Result("ceiling", len(msgs), len(msgs) / ceil, 0), None))
+        cases: list[tuple[str, dict[str, object], int]] = [
+            (f"async put {body} B", {}, 1),
+            (f"async batch32 {body} B", {}, 32),
+            (f"async put {body} B, write-buffer pool", pool, 1),
+            (f"async batch32 {body} B, write-buffer pool", pool, 32),
+        ]
+        for name, extra, batch in cases:
+            r = run_store(name, msgs, cfg(**extra), batch=batch)
+            rows.append((name, r, r.rate / ceil))
+    sync_msgs = make_messages(n_sync, 128)
+    single = run_store("", sync_msgs, cfg(flush_disk_type="SYNC_FLUSH"))
+    rows.append(("sync put 128 B, 1 writer", single, None))
+    eight = run_store("", sync_msgs, cfg(flush_disk_type="SYNC_FLUSH"), threads=8)
+    rows.append(("sync put 128 B, 8 writers", eight, None))
+
+    print()
+    print("| case | msgs/s | MB/s | of ceiling |")
+    print("|---|---:|---:|---:|")
+    for name, r, frac in rows:
+        mb = f"{r.mb_s:.1f}" if r.bytes_per_msg else ""
+        print(f"| {name} | {r.rate:,.0f} | {mb} | {'' if frac is None else f'{frac:.0%}'} |")
+    print()
+    print(f"group commit: 8 writers / 1 writer (sync flush) = {eight.rate / single.rate:.1f}x")
+    if args.memory:
+        start, peak, secs = memory_run(base, args.memory)
+        print(
+            f"memory: wrote {args.memory} GiB in {secs:.1f} s (pool off); "
+            f"RssAnon {start / 1024:.1f} MB at start, peak {peak / 1024:.1f} MB"
+        )
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
