@@ -107,8 +107,8 @@ def run_store(
     store = MessageStore(cfg)
     store.start()
     try:
-        put = store.commitlog.put_message
-        put_batch = store.commitlog.put_messages
+        put = store.put_message
+        put_batch = store.put_messages
 
         def work(chunk: list[BrokerMessage]) -> None:
             if batch == 1:
@@ -162,7 +162,7 @@ def memory_run(base: str, gib: int) -> tuple[int, int, float]:
     t0 = time.perf_counter()
     with MessageStore(cfg) as store:
         target = gib << 30
-        put_batch = store.commitlog.put_messages
+        put_batch = store.put_messages
         while store.get_max_phy_offset() < target:
             for i in range(0, len(msgs), 32):
                 put_batch(msgs[i : i + 32])

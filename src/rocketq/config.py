@@ -76,9 +76,13 @@ class StoreConfig:
     #: How long a writer waits for the allocator to hand over a new segment.
     allocate_wait_timeout_ms: int = 5000
 
+    #: Writers wait while dispatch is this far behind (it resumes below half); 0 disables.
+    max_dispatch_lag_bytes: int = 64 * MiB
+    #: Longest a put waits for dispatch to catch up before failing with SystemBusy.
+    put_message_timeout_ms: int = 8000
+
     max_message_size: int = 4 * MiB
     max_properties_size: int = 32767
-    max_topic_length: int = 127
     #: Append RocketMQ 5.2's ``__CRC32#`` whole-record CRC property to every record.
     enabled_append_prop_crc: bool = False
     check_crc_on_recover: bool = True

@@ -32,6 +32,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+from numpy.typing import NDArray
+
 from rocketq.errors import MessageIllegal, TopicNameInvalid
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -118,6 +121,38 @@ def java_string_hash(text: str) -> int:
         for i in range(0, len(data), 2):
             h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+_POW31: list[int] = [1]
+
+
+def _powers(n: int) -> NDArray[np.uint64]:
+    while len(_POW31) < n:
+        _POW31.append((_POW31[-1] * 31) & 0xFFFFFFFF)
+    return np.array(_POW31[n - 1 :: -1] if n else [], dtype=np.uint64)
+
+
+def java_string_hashes(texts: list[str]) -> list[int]:
+    """:func:`java_string_hash` of many strings at once (vectorised for ASCII strings).
+
+    Left-padding with zero code units does not change ``h = 31*h + c``, so all strings are padded
+    to one length and hashed as one matrix product modulo 2**32.
+    """
+    if len(texts) < 8:
+        return [java_string_hash(t) for t in texts]
+    encoded = [t.encode("ascii", "surrogateescape") if t.isascii() else b"" for t in texts]
+    width = max((len(b) for b in encoded), default=0)
+    if width == 0:
+        return [java_string_hash(t) for t in texts]
+    matrix = np.frombuffer(b"".join(b.rjust(width, b"\0") for b in encoded), dtype=np.uint8)
+    hashes = (matrix.reshape(len(texts), width).astype(np.uint64) @ _powers(width)) & np.uint64(0xFFFFFFFF)
+    out = hashes.astype(np.int64)
+    out[out >= 1 << 31] -= 1 << 32
+    result: list[int] = out.tolist()
+    for i, t in enumerate(texts):
+        if not t.isascii():
+            result[i] = java_string_hash(t)
+    return result
 
 
 def tags_code(tags: str | None) -> int:

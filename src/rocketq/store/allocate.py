@@ -28,7 +28,12 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from rocketq.errors import SegmentAllocationError, WriteBufferPoolExhausted
+from rocketq.errors import (
+    RocketqError,
+    SegmentAllocationError,
+    ServiceNotAvailable,
+    WriteBufferPoolExhausted,
+)
 from rocketq.store.mapped_file import MappedFile
 from rocketq.store.transient_pool import TransientStorePool
 
@@ -43,6 +48,13 @@ class AllocateRequest:
     done: threading.Event = field(default_factory=threading.Event, compare=False)
     mapped_file: MappedFile | None = field(default=None, compare=False)
     error: BaseException | None = field(default=None, compare=False)
+
+
+def _failure(message: str, cause: BaseException | None) -> RocketqError:
+    """The error a caller sees: a full disk stays DiskFull (SERVICE_NOT_AVAILABLE on the wire)."""
+    if isinstance(cause, ServiceNotAvailable):
+        return type(cause)(message)
+    return SegmentAllocationError(message)
 
 
 def _request(path: str, file_size: int) -> AllocateRequest:
@@ -117,17 +129,19 @@ class AllocateMappedFileService:
                 self._enqueue(_request(next_next_path, file_size))
             req = self._table[next_path]
             if self.has_exception:
-                raise SegmentAllocationError(
-                    f"segment allocation is failing ({self.last_error}); {next_path} queued for retry"
+                raise _failure(
+                    f"segment allocation is failing ({self.last_error}); retrying", self.last_error
                 )
         if not req.done.wait(self.wait_timeout_ms / 1000):
-            raise SegmentAllocationError(
+            raise _failure(
                 f"timed out after {self.wait_timeout_ms} ms waiting for segment {next_path}"
+                + (f" ({req.error})" if req.error else ""),
+                req.error,
             )
         with self._cond:
             self._table.pop(next_path, None)
         if req.mapped_file is None:
-            raise SegmentAllocationError(f"could not create segment {next_path}: {req.error}")
+            raise _failure(f"could not create segment {next_path}: {req.error}", req.error)
         return req.mapped_file
 
     def _enqueue(self, req: AllocateRequest) -> None:
@@ -158,7 +172,8 @@ class AllocateMappedFileService:
             if self.warm_mapped_file and req.file_size >= self.warm_min_size:
                 mf.warm_up(self.sync_flush, self.flush_least_pages_when_warm)
         except Exception as exc:
-            log.warning("creating segment %s failed, will retry: %s", req.path, exc)
+            if not self.has_exception or str(exc) != str(self.last_error):
+                log.warning("creating segment %s failed, will retry: %s", req.path, exc)
             self.has_exception = True
             self.last_error = exc
             req.error = exc

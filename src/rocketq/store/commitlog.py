@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 
 from rocketq.config import FlushDiskType, StoreConfig
@@ -39,6 +39,7 @@ from rocketq.errors import (
     MessageBodyTooLarge,
     MessageIllegal,
     PropertiesTooLarge,
+    ServiceNotAvailable,
     StoreNotWritable,
     StoreShutdown,
 )
@@ -174,12 +175,16 @@ class CommitLog:
         self.writable = True
         self.not_writable_reason = ""
         self._running = False
+        self._started = False
         self._accepting = False  # running and writable: the one flag the put path reads
+        self._not_writable_error: type[ServiceNotAvailable] = StoreNotWritable
         self._store_host_len = len(self._store_host)
         self._v1_base_len = 72 + 8 + self._store_host_len + 1 + 2
         self._cur: MappedFile | None = None
         self._cur_target: mmap.mmap = mmap.mmap(-1, 8)  # replaced by _roll before any write
         self._cur_from = 0
+        #: Called after every append, outside the put lock (wakes the dispatcher).
+        self.append_listener: Callable[[], None] | None = None
         self.group_commit: GroupCommitService | None = None
         self.flush_service: GroupCommitService | FlushRealTimeService
         if self._sync:
@@ -220,6 +225,7 @@ class CommitLog:
         if self.commit_service is not None:
             self.commit_service.start()
         self._running = True
+        self._started = True
         self._update_accepting()
 
     def _attach_write_buffer(self) -> None:
@@ -236,14 +242,21 @@ class CommitLog:
         last.write_buffer = buf
         last._transient_pool = pool
 
-    def shutdown(self) -> None:
-        """Stop accepting writes and make everything durable."""
-        if not self._running:
-            self.queue.shutdown()
-            return
+    def shutdown_writes(self) -> None:
+        """Refuse new puts (StoreShutdown); under SYNC_FLUSH make what is written durable."""
         with self._put_lock:
             self._running = False
             self._update_accepting()
+        if self.group_commit is not None:
+            self.group_commit.wait(self.max_offset, self._sync_timeout_s)
+
+    def shutdown(self) -> None:
+        """Stop accepting writes and make everything durable."""
+        if not self._started:
+            self.queue.shutdown()
+            return
+        self._started = False
+        self.shutdown_writes()
         if self.commit_service is not None:
             self.commit_service.shutdown()
         self.flush_service.shutdown()
@@ -352,11 +365,14 @@ class CommitLog:
             magic,
         )
 
-    def set_writable(self, writable: bool, reason: str = "") -> None:
+    def set_writable(
+        self, writable: bool, reason: str = "", *, error: type[ServiceNotAvailable] | None = None
+    ) -> None:
         """Accept or refuse writes (disk full, role change); ``reason`` appears in the error."""
         with self._put_lock:
             self.writable = writable
             self.not_writable_reason = reason
+            self._not_writable_error = error or StoreNotWritable
             self._update_accepting()
 
     def _update_accepting(self) -> None:
@@ -366,7 +382,7 @@ class CommitLog:
         if not self._running:
             raise StoreShutdown("message store is shut down")
         if not self.writable:
-            raise StoreNotWritable(f"message store is not writable: {self.not_writable_reason}")
+            raise self._not_writable_error(f"message store is not writable: {self.not_writable_reason}")
 
     def put_message(self, m: BrokerMessage) -> PutMessageResult:
         """Append one message. Raises :class:`~rocketq.errors.MessageIllegal` (nothing written) or
@@ -417,6 +433,9 @@ class CommitLog:
                 table[key] = qoff + 1
         if self._wake_commit:
             self._after_append()
+        listener = self.append_listener
+        if listener is not None:
+            listener()
         result = PutMessageResult(PutMessageStatus.PUT_OK, physical, length, qoff, now, self._store_host)
         if self._sync:
             self._await_flush(result)
@@ -491,6 +510,9 @@ class CommitLog:
             mf.store_timestamp = now
         if self._wake_commit:
             self._after_append()
+        listener = self.append_listener
+        if listener is not None:
+            listener()
         result = PutMessageResult(
             PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
         )
@@ -551,17 +573,27 @@ class CommitLog:
         return view_to_message(view)
 
     def iter_records(
-        self, start: int, *, check_crc: bool = False, read_body: bool = False, window: int = 4 << 20
+        self,
+        start: int,
+        *,
+        end: int | None = None,
+        check_crc: bool = False,
+        read_body: bool = False,
+        window: int = 4 << 20,
     ) -> Iterator[tuple[int, rec.RecordView]]:
-        """(physical offset, record) from ``start`` to the end of readable data; BLANK markers are
-        followed into the next segment. Stops at the first END or CORRUPT record."""
+        """(physical offset, record) from ``start`` to the end of readable data (or ``end``); BLANK
+        markers are followed into the next segment. Stops at the first END or CORRUPT record."""
         offset = start
         while True:
+            if end is not None and offset >= end:
+                return
             mf = self.queue.find_by_offset(offset)
             if mf is None:
                 return
             pos = offset - mf.file_from_offset
             limit = mf.read_position
+            if end is not None and end - mf.file_from_offset < limit:
+                limit = max(pos, end - mf.file_from_offset)
             if pos >= limit:
                 if limit >= mf.file_size:
                     offset = self.roll_next_file(offset)
@@ -580,8 +612,11 @@ class CommitLog:
                     p += view.size
                 elif kind is rec.RecordKind.BLANK:
                     break
-                elif pos + n < limit and (n - p < 8 or p + view.size > n):
-                    break  # the record straddles the read window: read again from it
+                elif p > 0 and pos + n < limit and (n - p < 8 or p + view.size > n):
+                    # The record straddles the read window: read again from it. At p == 0 the
+                    # window already starts at the record and holds any legal one, so a size
+                    # beyond it is corrupt (re-reading would loop forever).
+                    break
                 else:
                     return
             else:

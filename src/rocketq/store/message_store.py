@@ -2,15 +2,25 @@
 
 Lifecycle::
 
-    MessageStore(config)
-      start():  lock the directory (``lock``, exclusive; a second opener gets StoreLocked)
-                → load segments → recover (abnormal when the ``abort`` file exists)
-                → start services → create ``abort``
-      put_message / put_messages / look_message_by_offset / ...
-      shutdown(): stop services, flush everything, delete ``abort``, unlock
+    start():  lock the directory (``lock``; a second opener gets StoreLocked)
+              load CommitLog segments, ConsumeQueues, checkpoint, index files
+              recover (normal, or abnormal when ``abort`` exists):
+                ConsumeQueues: last three files each, torn units cut
+                CommitLog: scan from the checkpointed point with CRC checks, torn tail cut
+                ConsumeQueue units pointing past the CommitLog end are cut
+              dispatch what the ConsumeQueues or the index lack, then rebuild the queue-offset table
+              start services (flush, allocation, dispatch, delay delivery, retention) → ``abort``
+    put_message / put_messages / get_message / queries ...
+    shutdown(): stop services, dispatch and flush everything, write the checkpoint, delete
+              ``abort`` (only when everything was dispatched, as RocketMQ), unlock
 
-The ``abort`` file exists exactly while the store runs, so finding it at start means the last run
-did not shut down cleanly.
+Where recovery starts scanning the CommitLog (beyond RocketMQ, which uses store timestamps):
+the checkpoint extension records ``dispatched_phy_offset`` (ConsumeQueues and index flushed up to
+there) and ``masterFlushedOffset`` (CommitLog flushed up to there); both are record boundaries.
+Recovery scans from the lower of the two, so its time is proportional to the un-checkpointed tail,
+not to the store size. Without a usable checkpoint (a store written by Apache RocketMQ) it falls
+back to RocketMQ's rules: the last three segments after a clean shutdown; after a crash, the last
+segment whose first record is older than the checkpoint's timestamps.
 """
 
 from __future__ import annotations
@@ -18,28 +28,111 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
 from types import TracebackType
 
-from rocketq.config import StoreConfig
-from rocketq.errors import StoreLocked
-from rocketq.message import BrokerMessage, Message, MessageExt, pack_socket_addr
-from rocketq.store.commitlog import CommitLog, PutMessageResult
-from rocketq.store.recovery import RecoveryReport, recover_commitlog
+from rocketq.config import FlushDiskType, StoreConfig
+from rocketq.errors import DiskFull, StoreLocked, SystemBusy
+from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
+from rocketq.store import record as rec
+from rocketq.store.checkpoint import StoreCheckpoint
+from rocketq.store.commitlog import CommitLog, PutMessageResult, view_to_message
+from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
+from rocketq.store.dispatch import SCHEDULE_TOPIC, Dispatcher, ReputMessageService, parse_delay_levels
+from rocketq.store.index_file import IndexService
+from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recover_commitlog
+from rocketq.store.retention import RetentionService
+from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 
 log = logging.getLogger(__name__)
 
 
+class GetMessageStatus(StrEnum):
+    """RocketMQ ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    """Result of :meth:`MessageStore.get_message`. ``buffers`` are the raw CommitLog records (what
+    a pull response carries); ``messages`` decodes them."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[bytes] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+
+    @property
+    def messages(self) -> list[MessageExt]:
+        out = []
+        for buf in self.buffers:
+            view = rec.decode_record(buf, 0, check_crc=False)
+            if view.kind is rec.RecordKind.MESSAGE:
+                out.append(view_to_message(view))
+        return out
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessageResult:
+    messages: list[MessageExt]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+@dataclass(slots=True)
+class StoreStats:
+    put_count: int = 0
+    put_bytes: int = 0
+    put_failures: int = 0
+    get_count: int = 0
+    get_found: int = 0
+
+
 class MessageStore:
+    """The embedded RocketMQ-compatible message store (see the module docstring)."""
+
     def __init__(self, config: StoreConfig | None = None) -> None:
-        self.config = config or StoreConfig()
-        self.root = self.config.store_path_root_dir
-        self.commitlog = CommitLog(self.config)
+        self.config = config = config or StoreConfig()
+        self.root = config.store_path_root_dir
+        self.delay_levels = parse_delay_levels(config.message_delay_level)
+        self.commitlog = CommitLog(config, on_flushed=self._on_commitlog_flushed)
+        self.consume_queues = ConsumeQueueStore(config)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.index_service: IndexService | None = None
+        self.reput: ReputMessageService | None = None
+        self.schedule: ScheduleMessageService | None = None
+        self.retention: RetentionService | None = None
+        self._born_host = pack_socket_addr(config.store_host)
         self._lock_fd: int | None = None
-        self._born_host = pack_socket_addr(self.config.store_host)
+        self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._logics_flusher: threading.Thread | None = None
+        self._stopping = threading.Event()
         self.last_exit_ok = True
         self.recovery: RecoveryReport | None = None
+        self.recovery_seconds = 0.0
         self.started = False
+        self.stats = StoreStats()
+        self._index_dir_missing = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -54,6 +147,10 @@ class MessageStore:
     @property
     def abort_file(self) -> str:
         return os.path.join(self.root, "abort")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.root, "config")
 
     def _lock_dir(self) -> None:
         os.makedirs(self.root, exist_ok=True)
@@ -76,48 +173,257 @@ class MessageStore:
             self._lock_fd = None
 
     def start(self) -> None:
+        began = time.monotonic()
         self._lock_dir()
         try:
-            self.last_exit_ok = not os.path.exists(self.abort_file)
-            self.commitlog.load()
-            self.recovery = recover_commitlog(self.commitlog, check_crc=self.config.check_crc_on_recover)
-            self._rebuild_queue_table()
-            self.commitlog.start()
+            self._load_and_recover()
+            self._start_services()
             with open(self.abort_file, "w") as f:
                 f.write(str(os.getpid()))
         except BaseException:
-            self.commitlog.queue.shutdown()
-            self._unlock_dir()
+            self._abandon()
             raise
         self.started = True
+        self.recovery_seconds = time.monotonic() - began
         log.info(
-            "MessageStore started in %s (%s shutdown last time)",
+            "MessageStore started in %s in %.0f ms (%s shutdown last time); CommitLog [%d, %d)",
             self.root,
+            self.recovery_seconds * 1000,
             "clean" if self.last_exit_ok else "unclean",
+            self.commitlog.min_offset,
+            self.commitlog.max_offset,
         )
 
-    def _rebuild_queue_table(self) -> None:
-        table = self.commitlog.topic_queue_table
-        table.clear()
-        first = self.commitlog.queue.first()
-        if first is None:
-            return
-        for _, view in self.commitlog.iter_records(first.file_from_offset):
-            if view.sys_flag & 0xC in (0x4, 0xC):
-                continue
-            key = (view.topic, view.queue_id)
-            if view.queue_offset + 1 > table.get(key, 0):
-                table[key] = view.queue_offset + 1
+    def _abandon(self) -> None:
+        self._stopping.set()
+        for svc in (self.reput, self.schedule, self.retention):
+            if svc is not None:
+                try:
+                    svc.shutdown()
+                except Exception:
+                    log.exception("stopping %s failed", type(svc).__name__)
+        self.commitlog.queue.shutdown()
+        self.consume_queues.shutdown()
+        if self.index_service is not None:
+            self.index_service.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+        self._unlock_dir()
+
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        self.last_exit_ok = not os.path.exists(self.abort_file)
+        self.commitlog.load()
+        self.consume_queues.load()
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.consume_queues.checkpoint = self.checkpoint
+        if cfg.message_index_enable:
+            self._index_dir_missing = not os.path.isdir(os.path.join(self.root, "index"))
+            self.index_service = IndexService(cfg, self.checkpoint)
+            self.index_service.load(self.last_exit_ok)
+        cq_high = self.consume_queues.recover()
+        start = self._recovery_start()
+        self.recovery = recover_commitlog(
+            self.commitlog, check_crc=cfg.check_crc_on_recover, start_offset=start
+        )
+        process = self.recovery.process_offset
+        if not self.commitlog.queue.files:
+            self.consume_queues.destroy()
+            cq_high = -1
+        elif cq_high > process:
+            log.warning("ConsumeQueues point past the CommitLog end %d; truncating them", process)
+            self.consume_queues.truncate_dirty(process)
+        self.consume_queues.correct_min_offsets(max(0, self.commitlog.min_offset))
+        self.commitlog.topic_queue_table.clear()
+        self.commitlog.topic_queue_table.update(self.consume_queues.max_offsets())
+        # Dispatch what the ConsumeQueues or the index do not have yet, then rebuild the table.
+        self.reput = ReputMessageService(
+            self.commitlog,
+            self._dispatchers(),
+            limit=self._dispatch_limit,
+            roll_next_file=self.commitlog.roll_next_file,
+            min_offset=lambda: max(0, self.commitlog.min_offset),
+            delay_levels=self.delay_levels,
+        )
+        self.reput.reput_from_offset = self._reput_start(cq_high)
+        caught_up = self.reput.do_reput()
+        if caught_up:
+            log.info("re-dispatched %d records after recovery", caught_up)
+        for (topic, qid), nxt in self.consume_queues.max_offsets().items():
+            table = self.commitlog.topic_queue_table
+            if nxt > table.get((topic, qid), 0):
+                table[(topic, qid)] = nxt
+
+    def _recovery_start(self) -> int | None:
+        """Where the CommitLog scan starts (None: RocketMQ's last-three-segments rule).
+
+        With a checkpoint rocketq wrote: the start of the segment holding the lower of "flushed up
+        to" and "dispatched up to" (as RocketMQ 5 starts at the last segment below its dispatch
+        offset). Everything from there is re-verified with CRCs, so a damaged record near the end
+        is found even after a clean shutdown, and the scan never covers more than the
+        un-checkpointed tail plus one segment.
+        """
+        cp = self.checkpoint
+        files = self.commitlog.queue.files
+        if cp is None or not files:
+            return None
+        # Only a checkpoint rocketq wrote (its extension present) carries offsets recovery can trust;
+        # RocketMQ leaves masterFlushedOffset at 0 or uses it for replication.
+        if cp.dispatched_phy_offset >= 0:
+            start = cp.dispatched_phy_offset
+            if cp.master_flushed_offset > 0:
+                start = min(start, cp.master_flushed_offset)
+            mf = self.commitlog.queue.find_by_offset(start)
+            if mf is not None:
+                return mf.file_from_offset
+            if start >= self.commitlog.queue.max_wrote_position:
+                return files[-1].file_from_offset
+            log.warning("checkpoint offset %d is outside the CommitLog; using RocketMQ's rules", start)
+        if self.last_exit_ok:
+            return None
+        safe = self.config.message_index_safe
+        return choose_abnormal_start(self.commitlog, cp.min_timestamp_index() if safe else cp.min_timestamp())
+
+    def _reput_start(self, cq_high: int) -> int:
+        """Where dispatch resumes: the earliest record a ConsumeQueue or the index may lack."""
+        low = max(0, self.commitlog.min_offset)
+        end = self.commitlog.max_offset
+        cq_mark = max(cq_high, low)
+        cp = self.checkpoint
+        dispatched = cp.dispatched_phy_offset if cp is not None else -1
+        if self.last_exit_ok and low <= dispatched <= end:
+            # Clean shutdown: queues and index were flushed up to ``dispatched``.
+            start = min(dispatched, cq_mark)
+        else:
+            start = cq_mark
+            if low <= dispatched < start:
+                # After a crash, queues flushed less recently than others may have lost units.
+                start = dispatched
+        if self.index_service is not None:
+            start = min(start, self._index_high_water(low, start))
+        return max(low, min(start, end))
+
+    def _index_high_water(self, low: int, otherwise: int) -> int:
+        """End of the last indexed record; ``low`` when the index is empty (rebuild it all)."""
+        assert self.index_service is not None
+        files = self.index_service.files
+        if not files or all(f.index_count <= 1 for f in files):
+            # No index directory (deleted to rebuild it), or a crash destroyed every index file:
+            # index everything again. After a clean exit an empty index means nothing had keys.
+            return low if self._index_dir_missing or not self.last_exit_ok else otherwise
+        last = self.index_service.max_phy_offset
+        if not self.last_exit_ok:
+            # The newest index files may have been destroyed at load while the last surviving
+            # file holds only some keys of its last message: index that message again (the
+            # index skips offsets strictly below its end offset, so it is redone in full).
+            return last
+        view = self.commitlog.read_record(last)
+        end = last + view.size if view is not None else last
+        # Records after the last indexed one may carry no keys at all; the checkpoint says
+        # whether dispatch (index included) already went past them.
+        return max(end, otherwise)
+
+    def _dispatchers(self) -> list[Dispatcher]:
+        out: list[Dispatcher] = [self.consume_queues.put_batch]
+        if self.index_service is not None:
+            out.append(self.index_service.build_index_batch)
+        return out
+
+    def _dispatch_limit(self) -> int:
+        if self._sync:
+            return min(self.commitlog.flushed_where, self.commitlog.max_offset)
+        return self.commitlog.max_offset
+
+    def _start_services(self) -> None:
+        assert self.reput is not None
+        self.commitlog.start()
+        self.reput.start()
+        self.commitlog.append_listener = None if self._sync else self.reput.wakeup
+        self.schedule = ScheduleMessageService(
+            self, self.delay_levels, self.config_dir, born_host=self._born_host
+        )
+        self.schedule.load()
+        self.reput.arrival_listeners.append(self.schedule.on_dispatch)
+        self.schedule.start()
+        self.retention = RetentionService(
+            self.config,
+            delete_commitlog=self._delete_expired_commitlog,
+            delete_logics=self._delete_expired_logics,
+            set_disk_full=self._set_disk_full,
+        )
+        self.retention.start()
+        self._stopping.clear()
+        self._logics_flusher = threading.Thread(
+            target=self._flush_logics_loop, name="FlushConsumeQueue", daemon=True
+        )
+        self._logics_flusher.start()
+
+    def _on_commitlog_flushed(self, store_timestamp: int) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
+        if self._sync and self.reput is not None:
+            self.reput.wakeup()
+
+    def _flush_logics_loop(self) -> None:
+        interval = self.config.flush_interval_consume_queue_ms / 1000
+        thorough = self.config.flush_consume_queue_thorough_interval_ms / 1000
+        last_thorough = time.monotonic()
+        while not self._stopping.wait(interval):
+            now = time.monotonic()
+            least = self.config.flush_consume_queue_least_pages
+            if now - last_thorough >= thorough:
+                least = 0
+                last_thorough = now
+            try:
+                self.flush_logics(least, checkpoint=least == 0)
+            except Exception:
+                log.exception("ConsumeQueue flush failed")
+
+    def flush_logics(self, least_pages: int = 0, *, checkpoint: bool = True) -> None:
+        """Flush ConsumeQueues and the index; with ``checkpoint``, record how far that covers."""
+        reput = self.reput
+        dispatched = reput.reput_from_offset if reput is not None else -1
+        flushed = self.commitlog.flushed_where
+        self.consume_queues.flush(least_pages)
+        if self.index_service is not None and least_pages == 0:
+            self.index_service.flush()
+        cp = self.checkpoint
+        if checkpoint and cp is not None and least_pages == 0:
+            if self.commitlog.queue.store_timestamp > 0:
+                cp.physic_msg_timestamp = self.commitlog.queue.store_timestamp
+            cp.dispatched_phy_offset = dispatched
+            cp.master_flushed_offset = flushed
+            cp.flush()
 
     def shutdown(self) -> None:
         if not self.started:
             return
         self.started = False
+        self._stopping.set()
+        for svc in (self.schedule, self.retention):
+            if svc is not None:
+                svc.shutdown()
+        if self._logics_flusher is not None:
+            self._logics_flusher.join(10)
+        self.commitlog.shutdown_writes()
+        reput = self.reput
+        if reput is not None:
+            reput.shutdown()
+        behind = reput.behind() if reput is not None else 0
         self.commitlog.shutdown()
-        try:
-            os.unlink(self.abort_file)
-        except FileNotFoundError:
-            pass
+        self.flush_logics(0)
+        self.consume_queues.shutdown()
+        if self.index_service is not None:
+            self.index_service.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+        if behind == 0 and self.commitlog.writable:
+            try:
+                os.unlink(self.abort_file)
+            except FileNotFoundError:
+                pass
+        else:
+            log.warning("dispatch is %d B behind at shutdown; the next start recovers abnormally", behind)
         self._unlock_dir()
         log.info("MessageStore shut down")
 
@@ -126,25 +432,299 @@ class MessageStore:
         if isinstance(msg, BrokerMessage):
             if queue_id is not None:
                 msg.queue_id = queue_id
-            return msg
-        return BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
+            inner = msg
+        else:
+            inner = BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
+        if b"DELAY\x01" in inner.properties and delay_level_of(inner.properties) > 0:
+            inner = to_schedule_topic(inner, len(self.delay_levels))
+        return inner
+
+    def _throttle(self) -> None:
+        """Back-pressure: dispatch must not fall unboundedly behind the writers. A writer that
+        finds it more than ``max_dispatch_lag_bytes`` behind waits until it is under half that."""
+        reput = self.reput
+        limit = self.config.max_dispatch_lag_bytes
+        if reput is None or limit <= 0:
+            return
+        lag = self.commitlog.max_offset - reput.reput_from_offset
+        if lag <= limit:
+            return
+        target = self.commitlog.max_offset - limit // 2
+        if not reput.wait_dispatched(target, self.config.put_message_timeout_ms / 1000):
+            lag = self.commitlog.max_offset - reput.reput_from_offset
+            raise SystemBusy(
+                f"dispatch is {lag} B behind the CommitLog (limit {limit} B) after waiting "
+                f"{self.config.put_message_timeout_ms} ms; try again later"
+            )
 
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
-        return self.commitlog.put_message(self._inner(msg, queue_id))
+        self._throttle()
+        try:
+            r = self.commitlog.put_message(self._inner(msg, queue_id))
+        except Exception:
+            self.stats.put_failures += 1
+            raise
+        self.stats.put_count += 1
+        self.stats.put_bytes += r.size
+        return r
 
     def put_messages(
         self, msgs: Sequence[Message | BrokerMessage], queue_id: int | None = None
     ) -> PutMessageResult:
         """Store a batch under one lock acquisition; consecutive queue offsets per queue."""
-        return self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
+        self._throttle()
+        try:
+            r = self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
+        except Exception:
+            self.stats.put_failures += 1
+            raise
+        self.stats.put_count += r.msg_num
+        self.stats.put_bytes += r.size
+        return r
 
-    # -- reads ------------------------------------------------------------------------------
+    def put_redelivered(self, msg: BrokerMessage) -> bool:
+        """Re-put used by delayed delivery; False when the store refuses it now."""
+        try:
+            self.commitlog.put_message(msg)
+        except Exception as exc:
+            log.warning("re-put of a delayed message to %s failed: %s", msg.topic, exc)
+            return False
+        return True
+
+    def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
+        """Block until every stored message is in its ConsumeQueue and the index."""
+        assert self.reput is not None
+        return self.reput.wait_dispatched(self._dispatch_limit(), timeout_s)
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind() if self.reput is not None else 0
+
+    # -- consume queue reads ----------------------------------------------------------------
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.consume_queues.find(topic, queue_id)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.min_offset_in_queue if cq is not None else -1
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ semantics)."""
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp_ms, self._store_time_of)
+
+    def _store_time_of(self, physical_offset: int, size: int) -> int | None:
+        data = self.commitlog.read(physical_offset, min(size, 64))
+        if data is None or len(data) < 56:
+            return None
+        sys_flag = int.from_bytes(data[36:40], "big", signed=True)
+        pos = 48 + rec.host_width(sys_flag, store=False)
+        if len(data) < pos + 8:
+            return None
+        return int.from_bytes(data[pos : pos + 8], "big", signed=True)
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        return unit.offset if unit is not None else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None or unit.size == FILLER_SIZE:
+            return -1
+        return self._store_time_of(unit.offset, unit.size) or -1
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        tags_codes: Collection[int] | None = None,
+        *,
+        max_bytes: int = 256 * 1024,
+    ) -> GetMessageResult:
+        """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ ``getMessage``).
+
+        ``tags_codes``: the subscription's tag hash codes; None (or ``"*"``) matches every message.
+        Statuses and the next offset follow RocketMQ's rules for offsets outside ``[min, max)``.
+        """
+        self.stats.get_count += 1
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = cq.min_offset_in_queue
+        max_off = cq.max_offset_in_queue
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = min_off if min_off == 0 else max_off
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        units = cq.get_units(offset, max(max_count, 1) * 4 if tags_codes else max(max_count, 1))
+        if len(units) == 0:
+            result.status = GetMessageStatus.OFFSET_FOUND_NULL
+            result.next_begin_offset = offset + 1 if offset + 1 < max_off else offset
+            return result
+        commitlog_min = self.commitlog.min_offset
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        scanned = 0
+        codes = None if tags_codes is None else set(tags_codes)
+        for phy, size, tags in zip(
+            units["offset"].tolist(), units["size"].tolist(), units["tags"].tolist(), strict=True
+        ):
+            if len(result.buffers) >= max_count or (
+                result.buffers and result.buffer_total_size + size > max_bytes
+            ):
+                break
+            scanned += 1
+            if size == FILLER_SIZE or size <= 0:
+                continue
+            if phy < commitlog_min:
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            if codes is not None and tags not in codes:
+                continue
+            data = self.commitlog.read(phy, size)
+            if data is None:
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            result.buffers.append(data)
+            result.queue_offsets.append(offset + scanned - 1)
+            result.buffer_total_size += size
+        result.next_begin_offset = offset + scanned
+        if result.buffers:
+            status = GetMessageStatus.FOUND
+            self.stats.get_found += len(result.buffers)
+        result.status = status
+        return result
+
+    # -- delayed delivery hooks -------------------------------------------------------------
+    def schedule_queue_bounds(self, queue_id: int) -> tuple[int, int]:
+        cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
+        if cq is None:
+            return 0, 0
+        return cq.min_offset_in_queue, cq.max_offset_in_queue
+
+    def schedule_queue_units(self, queue_id: int, start: int, max_count: int) -> list[tuple[int, int, int]]:
+        cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
+        if cq is None:
+            return []
+        units = cq.get_units(start, max_count)
+        return [
+            (-1, 0, 0) if size == FILLER_SIZE else (phy, size, tags)
+            for phy, size, tags in zip(
+                units["offset"].tolist(), units["size"].tolist(), units["tags"].tolist(), strict=True
+            )
+        ]
+
+    # -- lookups ----------------------------------------------------------------------------
     def look_message_by_offset(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
+        """The message whose record starts at ``physical_offset``."""
         return self.commitlog.get_message(physical_offset, size)
 
+    def look_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """Look up by offset message id (the broker-generated ``msgId``)."""
+        try:
+            parsed = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        return self.look_message_by_offset(parsed.offset)
+
+    def query_messages_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> QueryMessageResult:
+        """Messages of ``topic`` indexed under ``key`` (a KEYS entry or the UNIQ_KEY) in the time
+        range, oldest first. Beyond RocketMQ: hash collisions are filtered out here by checking the
+        message's real keys."""
+        if self.index_service is None:
+            return QueryMessageResult([], 0, 0)
+        end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1
+        max_count = max(1, min(max_count, self.config.max_msgs_num_batch))
+        found: dict[int, MessageExt] = {}
+        last_ts = last_phy = 0
+        for _ in range(3):  # RocketMQ narrows the window up to three times
+            q = self.index_service.query_offset(topic, key, max_count, begin_ms, end)
+            last_ts, last_phy = q.index_last_update_timestamp, q.index_last_update_phy_offset
+            if not q.phy_offsets:
+                break
+            for phy in sorted(q.phy_offsets):
+                if phy in found:
+                    continue
+                m = self.look_message_by_offset(phy)
+                if m is None or m.topic != topic or (key not in m.keys and m.uniq_key != key):
+                    continue
+                found[phy] = m
+                if len(found) >= max_count:
+                    break
+            if len(found) >= max_count or len(q.phy_offsets) < max_count:
+                break
+            first_ts = min(m.store_timestamp for m in found.values()) if found else end
+            if first_ts >= end:
+                break
+            end = first_ts
+        msgs = sorted(found.values(), key=lambda m: m.commit_log_offset)[:max_count]
+        return QueryMessageResult(msgs, last_ts, last_phy)
+
+    # -- retention --------------------------------------------------------------------------
+    def _delete_expired_commitlog(self, expired_ms: int, force: bool) -> int:
+        return self.commitlog.queue.delete_expired_by_time(expired_ms, clean_immediately=force)
+
+    def _delete_expired_logics(self) -> int:
+        low = max(0, self.commitlog.min_offset)
+        n = self.consume_queues.delete_expired(low)
+        self.consume_queues.correct_min_offsets(low)
+        if self.index_service is not None:
+            n += self.index_service.delete_expired_file(low)
+        return n
+
+    def _set_disk_full(self, full: bool, reason: str) -> None:
+        self.commitlog.set_writable(not full, reason, error=DiskFull if full else None)
+
+    # -- stats ------------------------------------------------------------------------------
     def get_max_phy_offset(self) -> int:
         return self.commitlog.max_offset
 
     def get_min_phy_offset(self) -> int:
         return self.commitlog.min_offset
+
+    def runtime_info(self) -> dict[str, str]:
+        """Store figures in the spirit of RocketMQ's broker runtime info."""
+        return {
+            "commitLogMinOffset": str(self.commitlog.min_offset),
+            "commitLogMaxOffset": str(self.commitlog.max_offset),
+            "commitLogFlushedOffset": str(self.commitlog.flushed_where),
+            "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
+            "putMessageTimesTotal": str(self.stats.put_count),
+            "putMessageSizeTotal": str(self.stats.put_bytes),
+            "putMessageFailedTimes": str(self.stats.put_failures),
+            "getMessageTimesTotal": str(self.stats.get_count),
+            "getMessageFoundTotal": str(self.stats.get_found),
+            "consumeQueueCount": str(len(self.consume_queues)),
+            "startupRecoverMillis": str(int(self.recovery_seconds * 1000)),
+            "lastExitOk": str(self.last_exit_ok).lower(),
+        }

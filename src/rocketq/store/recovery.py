@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from rocketq.store import record as rec
 from rocketq.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
@@ -33,22 +34,36 @@ class RecoveryReport:
 
 
 def recover_commitlog(
-    commitlog: CommitLog, *, check_crc: bool = True, start_index: int | None = None
+    commitlog: CommitLog,
+    *,
+    check_crc: bool = True,
+    start_index: int | None = None,
+    start_offset: int | None = None,
 ) -> RecoveryReport:
+    """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
+    or by default from the third-last segment; cut everything after the last valid record."""
     began = time.monotonic()
     queue = commitlog.queue
     files = queue.files
     if not files:
         return RecoveryReport(0, 0, 0, 0, 0.0)
-    index = max(0, len(files) - 3) if start_index is None else max(0, min(start_index, len(files) - 1))
-    start = files[index].file_from_offset
+    if start_offset is not None and files[0].file_from_offset <= start_offset:
+        start = start_offset
+    else:
+        index = max(0, len(files) - 3) if start_index is None else max(0, min(start_index, len(files) - 1))
+        start = files[index].file_from_offset
     process = start
     count = 0
     for offset, view in commitlog.iter_records(start, check_crc=check_crc):
         process = offset + view.size
         count += 1
-    # A BLANK at the very end leaves ``process`` at the last record; a segment that is wholly
-    # valid and followed by another continues from the next one (iter_records handles both).
+    if count == 0 and start % commitlog.file_size == 0 and start > files[0].file_from_offset:
+        # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
+        # case the end of data is that BLANK's position, found by scanning that segment.
+        prev = start - commitlog.file_size
+        for offset, view in commitlog.iter_records(prev, end=start, check_crc=check_crc):
+            process = offset + view.size
+            count += 1
     old_end = queue.max_wrote_position
     queue.flushed_where = process
     queue.committed_where = process
@@ -62,3 +77,30 @@ def recover_commitlog(
         report.seconds * 1000,
     )
     return report
+
+
+def choose_abnormal_start(commitlog: CommitLog, min_timestamp: int) -> int:
+    """RocketMQ ``recoverAbnormally``'s start: the last segment whose first record is a valid message
+    stored no later than the checkpoint's minimum timestamp (segment 0 when none is)."""
+    files = commitlog.queue.files
+    for mf in reversed(files):
+        head = mf.read(0, 4)
+        if head is None:
+            continue
+        size = int.from_bytes(head, "big", signed=True)
+        data = mf.read(0, size) if 0 < size <= mf.file_size else None
+        if data is None:
+            continue
+        view = rec.decode_record(data, 0, check_crc=False, read_body=False)
+        if (
+            view.kind is rec.RecordKind.MESSAGE
+            and view.store_timestamp != 0
+            and view.store_timestamp <= min_timestamp
+        ):
+            log.info(
+                "abnormal recovery starts at segment %d (stored at %d)",
+                mf.file_from_offset,
+                view.store_timestamp,
+            )
+            return mf.file_from_offset
+    return files[0].file_from_offset if files else 0

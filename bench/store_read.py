@@ -1,0 +1,241 @@
+"""Store read-side benchmark: dispatch, reads by queue offset, key lookups, recovery time.
+
+    python bench/store_read.py                  # everything, with a 10 GiB store for the restart
+    python bench/store_read.py --quick          # smaller sizes (2 GiB store, 256 MiB tail)
+
+Figures:
+* dispatch: records/s of the dispatcher alone (CommitLog → ConsumeQueue + index), and the lag while
+  a writer puts messages as fast as it can (async flush) with dispatch running beside it;
+* get_message: messages/s reading batches of 32 by queue offset;
+* query by key: lookups/s of ``query_messages_by_key`` for random keys;
+* recovery: start-up time after a SIGKILL with an un-checkpointed tail of the given size, and
+  after a clean shutdown of a large store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from rocketq.config import StoreConfig
+from rocketq.message import BrokerMessage, UniqueIdGenerator, encode_properties
+from rocketq.store.message_store import MessageStore
+
+MiB = 1 << 20
+GiB = 1 << 30
+TOPIC = "BenchTopic"
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
+def make_messages(n: int, body_size: int, queues: int = 8) -> list[BrokerMessage]:
+    ids = UniqueIdGenerator()
+    body = os.urandom(body_size)
+    out = []
+    for i in range(n):
+        props = {"UNIQ_KEY": ids.next_id(), "WAIT": "true", "TAGS": "TagA", "KEYS": f"order-{i}"}
+        out.append(
+            BrokerMessage(
+                TOPIC, body, encode_properties(props).encode(), queue_id=i % queues, born_timestamp=1
+            )
+        )
+    return out
+
+
+def cfg(root: str, **kw: object) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * MiB, **kw)  # type: ignore[arg-type]
+
+
+def bench_dispatch(base: str, n: int) -> tuple[float, float, int, int]:
+    """(dispatch alone records/s, concurrent put msgs/s, max lag bytes, lag at end of writes)."""
+    root = os.path.join(base, "dispatch")
+    shutil.rmtree(root, ignore_errors=True)
+    msgs = make_messages(n, 128)
+    store = MessageStore(cfg(root))
+    store.start()
+    reput = store.reput
+    assert reput is not None
+    # Alone: stop the dispatch thread, write everything, then dispatch it in this thread.
+    reput._stopped.set()
+    reput.wakeup()
+    reput._thread.join()
+    for m in msgs:
+        store.commitlog.put_message(m)  # dispatch is stopped: no back-pressure here
+    t0 = time.perf_counter()
+    reput.do_reput()
+    alone = n / (time.perf_counter() - t0)
+    store.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+
+    # Concurrent: a writer at full speed, the dispatcher beside it.
+    store = MessageStore(cfg(root))
+    store.start()
+    max_lag = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal max_lag
+        while not done.wait(0.01):
+            max_lag = max(max_lag, store.dispatch_behind_bytes())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    put = store.put_message
+    t0 = time.perf_counter()
+    for m in msgs:
+        put(m)
+    elapsed = time.perf_counter() - t0
+    end_lag = store.dispatch_behind_bytes()
+    store.wait_dispatched(60)
+    done.set()
+    watcher.join()
+    store.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+    return alone, n / elapsed, max_lag, end_lag
+
+
+def bench_reads(base: str, n: int) -> tuple[float, float]:
+    root = os.path.join(base, "reads")
+    shutil.rmtree(root, ignore_errors=True)
+    msgs = make_messages(n, 128)
+    with MessageStore(cfg(root)) as store:
+        for i in range(0, n, 32):
+            store.put_messages(msgs[i : i + 32])
+        store.wait_dispatched(60)
+        t0 = time.perf_counter()
+        got = 0
+        for q in range(8):
+            off = 0
+            while True:
+                r = store.get_message("G", TOPIC, q, off, 32)
+                if not r.buffers:
+                    break
+                got += len(r.buffers)
+                off = r.next_begin_offset
+        gets = got / (time.perf_counter() - t0)
+        assert got == n, (got, n)
+        rnd = random.Random(7)
+        lookups = 2000
+        t0 = time.perf_counter()
+        for _ in range(lookups):
+            i = rnd.randrange(n)
+            found = store.query_messages_by_key(TOPIC, f"order-{i}").messages
+            assert found, i
+        keys = lookups / (time.perf_counter() - t0)
+    shutil.rmtree(root, ignore_errors=True)
+    return gets, keys
+
+
+WRITER = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {src!r})
+    from rocketq.config import StoreConfig
+    from rocketq.message import BrokerMessage
+    from rocketq.store.message_store import MessageStore
+    cfg = StoreConfig(store_path_root_dir={root!r}, mapped_file_size_commit_log={seg})
+    s = MessageStore(cfg)
+    s.start()
+    body = os.urandom(1024)
+    batch = [BrokerMessage("BenchTopic", body, b"TAGS\\x01A\\x02", queue_id=i % 8) for i in range(32)]
+    while s.get_max_phy_offset() < {size}:
+        s.put_messages(batch)
+    print("ready", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def bench_crash_recovery(base: str, tail_bytes: int) -> tuple[float, int]:
+    """Seconds to start after SIGKILL with ``tail_bytes`` written since the last checkpoint."""
+    root = os.path.join(base, "crash")
+    shutil.rmtree(root, ignore_errors=True)
+    code = WRITER.format(src=SRC, root=root, seg=256 * MiB, size=tail_bytes)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == b"ready", line
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    t0 = time.perf_counter()
+    store = MessageStore(cfg(root))
+    store.start()
+    elapsed = time.perf_counter() - t0
+    assert not store.last_exit_ok
+    scanned = store.recovery.records_scanned if store.recovery else 0
+    store.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+    return elapsed, scanned
+
+
+def bench_clean_restart(base: str, size: int) -> tuple[float, float]:
+    """(seconds to write ``size`` bytes, seconds to start the store again after a clean shutdown)."""
+    root = os.path.join(base, "big")
+    shutil.rmtree(root, ignore_errors=True)
+    config = StoreConfig(store_path_root_dir=root)  # 1 GiB segments, as RocketMQ
+    body = os.urandom(4096)
+    ids = UniqueIdGenerator()
+    t0 = time.perf_counter()
+    with MessageStore(config) as store:
+        while store.get_max_phy_offset() < size:
+            batch = [
+                BrokerMessage(
+                    TOPIC, body, encode_properties({"UNIQ_KEY": ids.next_id()}).encode(), queue_id=i % 8
+                )
+                for i in range(64)
+            ]
+            store.put_messages(batch)
+    write_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    store = MessageStore(config)
+    store.start()
+    start_s = time.perf_counter() - t0
+    store.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+    return write_s, start_s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dir", default=None, help="directory for the test stores (default: a temp dir)")
+    ap.add_argument("--big-gib", type=int, default=None, help="size of the store for the clean restart")
+    args = ap.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="rocketq-bench-")
+    n = 50_000 if args.quick else 200_000
+    big = (args.big_gib or (2 if args.quick else 10)) * GiB
+    tail = (256 if args.quick else 1024) * MiB
+    print(f"# rocketq store read benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+    alone, put_rate, max_lag, end_lag = bench_dispatch(base, n)
+    gets, keys = bench_reads(base, n)
+    crash_s, scanned = bench_crash_recovery(base, tail)
+    write_s, start_s = bench_clean_restart(base, big)
+    print()
+    print("| measure | figure |")
+    print("|---|---:|")
+    print(f"| dispatch alone (CQ + index, 128 B, UNIQ_KEY + 1 key) | {alone:,.0f} records/s |")
+    print(f"| async put with dispatch running | {put_rate:,.0f} msgs/s |")
+    print(f"| dispatch lag while writing: max / at end | {max_lag / MiB:.1f} MiB / {end_lag / MiB:.1f} MiB |")
+    print(f"| get_message, batches of 32 | {gets:,.0f} msgs/s |")
+    print(f"| query by key | {keys:,.0f} lookups/s |")
+    print(
+        f"| start after SIGKILL, {tail // MiB} MiB un-checkpointed tail | {crash_s:.2f} s ({scanned:,} records) |"
+    )
+    print(f"| clean restart of a {big // GiB} GiB store | {start_s:.3f} s (written in {write_s:.0f} s) |")
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Delay levels: messages stored now, delivered to their topic later (RocketMQ ScheduleMessageService).
+
+Put side (:func:`to_schedule_topic`): a message with ``DELAY`` = level L > 0 (clamped to the highest
+level) is stored in ``SCHEDULE_TOPIC_XXXX``, queue L−1, with its real destination kept in the
+``REAL_TOPIC`` / ``REAL_QID`` properties. Dispatch writes its ConsumeQueue unit with the delivery
+time (store time + delay of level L) as the tags code.
+
+Delivery side (:class:`ScheduleMessageService`, one thread): for each level, walk its schedule
+queue from the persisted offset; a unit whose delivery time has come is re-put to the real topic
+and queue (``DELAY`` cleared, ``REAL_*`` kept, as RocketMQ does) and the level's offset advances.
+A unit not yet due stops that level until its time. The thread sleeps until the earliest due
+time and is woken when a new delayed message is dispatched.
+
+Progress is persisted in ``config/delayOffset.json`` (``{"offsetTable":{1:5,2:0}}``, fastjson
+style) every ``persist_interval_s`` and at shutdown. A crash between a re-put and the next persist
+delivers those messages again on restart (at least once), as RocketMQ does.
+
+Clock skew guard (RocketMQ ``correctDeliverTimestamp``): a delivery time further away than the
+level's delay is treated as due now.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from rocketq import fastjson
+from rocketq.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    BrokerMessage,
+    MessageExt,
+    decode_properties,
+    encode_properties,
+)
+from rocketq.store import record as rec
+from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
+
+log = logging.getLogger(__name__)
+
+_DELAY_MARK = b"DELAY\x01"
+
+
+def delay_level_of(properties: bytes) -> int:
+    """The DELAY property of an encoded properties string, or 0 (cheap when absent)."""
+    pos = properties.find(_DELAY_MARK)
+    if pos < 0 or (pos > 0 and properties[pos - 1] != 2):
+        return 0
+    end = properties.find(b"\x02", pos)
+    raw = properties[pos + len(_DELAY_MARK) : end if end >= 0 else len(properties)]
+    return int(raw) if raw.isdigit() else 0
+
+
+def to_schedule_topic(msg: BrokerMessage, max_level: int) -> BrokerMessage:
+    """Redirect a delayed message to SCHEDULE_TOPIC_XXXX (only NOT_TYPE/COMMIT messages)."""
+    if msg.sys_flag & rec.TRANSACTION_MASK not in (rec.TRANSACTION_NOT_TYPE, rec.TRANSACTION_COMMIT_TYPE):
+        return msg
+    level = delay_level_of(msg.properties)
+    if level <= 0 or max_level <= 0:
+        return msg
+    level = min(level, max_level)
+    props = decode_properties(msg.properties.decode("utf-8", "replace"))
+    props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    return BrokerMessage(
+        topic=SCHEDULE_TOPIC,
+        body=msg.body,
+        properties=encode_properties(props).encode("utf-8"),
+        queue_id=level - 1,
+        flag=msg.flag,
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=msg.prepared_transaction_offset,
+    )
+
+
+def message_time_up(ext: MessageExt, born_host: bytes) -> BrokerMessage:
+    """RocketMQ ``messageTimeup``: the message as it goes to its real topic when due."""
+    props = dict(ext.properties)
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    topic = props.get(PROPERTY_REAL_TOPIC, ext.topic)
+    queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
+    return BrokerMessage(
+        topic=topic,
+        body=ext.body,
+        properties=encode_properties(props).encode("utf-8"),
+        queue_id=queue_id,
+        flag=ext.flag,
+        sys_flag=ext.sys_flag & ~(rec.BORNHOST_V6_FLAG | rec.STOREHOSTADDRESS_V6_FLAG),
+        born_timestamp=ext.born_timestamp,
+        born_host=born_host,
+        reconsume_times=ext.reconsume_times,
+    )
+
+
+class ScheduleStore(Protocol):
+    """What the schedule service needs from the message store."""
+
+    def schedule_queue_units(
+        self, queue_id: int, start: int, max_count: int
+    ) -> list[tuple[int, int, int]]: ...
+    def schedule_queue_bounds(self, queue_id: int) -> tuple[int, int]: ...
+    def look_message_by_offset(self, physical_offset: int, size: int | None = None) -> MessageExt | None: ...
+    def put_redelivered(self, msg: BrokerMessage) -> bool: ...
+
+
+class ScheduleMessageService:
+    def __init__(
+        self,
+        store: ScheduleStore,
+        delay_levels: dict[int, int],
+        config_dir: str,
+        *,
+        born_host: bytes,
+        persist_interval_s: float = 10.0,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._store = store
+        self.delay_levels = delay_levels
+        self.max_level = max(delay_levels) if delay_levels else 0
+        self.path = os.path.join(config_dir, "delayOffset.json")
+        self._born_host = born_host
+        self._persist_interval_s = persist_interval_s
+        self._clock_ms = clock_ms
+        self.offset_table: dict[int, int] = {}
+        self._wakeup = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)
+        self._lock = threading.Lock()
+        self.delivered = 0
+        self._dirty = False
+
+    # -- persistence ------------------------------------------------------------------------
+    def load(self) -> None:
+        data = fastjson.load_file(self.path)
+        table: dict[int, int] = {}
+        if isinstance(data, dict):
+            for key, value in (data.get("offsetTable") or {}).items():
+                try:
+                    table[int(key)] = int(value)
+                except (TypeError, ValueError):
+                    log.warning("ignoring bad entry %r: %r in %s", key, value, self.path)
+        self.offset_table = table
+
+    def persist(self) -> None:
+        with self._lock:
+            table = dict(sorted(self.offset_table.items()))
+            self._dirty = False
+        fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self.persist()
+
+    def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
+        """Arrival listener: a new delayed message may be due before the thread's next wake-up."""
+        if not self._wakeup.is_set() and any(r.topic == SCHEDULE_TOPIC for r in reqs):
+            self._wakeup.set()
+
+    # -- delivery ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        log.info("ScheduleMessageService started with %d levels", self.max_level)
+        last_persist = time.monotonic()
+        while not self._stopped.is_set():
+            try:
+                wait_ms = self.deliver_due()
+            except Exception:
+                log.exception("delayed delivery failed")
+                wait_ms = 1000
+            if self._dirty and time.monotonic() - last_persist >= self._persist_interval_s:
+                self.persist()
+                last_persist = time.monotonic()
+            self._wakeup.wait(max(0.001, min(wait_ms, self._persist_interval_s * 1000) / 1000))
+            self._wakeup.clear()
+
+    def deliver_due(self) -> int:
+        """Deliver every due message of every level; returns ms until the next one is due."""
+        next_wait = 3_600_000
+        for level in range(1, self.max_level + 1):
+            next_wait = min(next_wait, self._deliver_level(level))
+        return next_wait
+
+    def _deliver_level(self, level: int) -> int:
+        queue_id = level - 1
+        low, high = self._store.schedule_queue_bounds(queue_id)
+        offset = max(self.offset_table.get(level, 0), low)
+        delay = self.delay_levels[level]
+        while offset < high:
+            units = self._store.schedule_queue_units(queue_id, offset, 32)
+            if not units:
+                break
+            for phy, size, tags_code in units:
+                if phy < 0:  # pre-blank filler unit
+                    offset += 1
+                    continue
+                now = self._clock_ms()
+                deliver_at = tags_code
+                if deliver_at > now + delay:  # clock moved back: deliver now
+                    deliver_at = now
+                if deliver_at > now:
+                    self._set_offset(level, offset)
+                    return deliver_at - now
+                ext = self._store.look_message_by_offset(phy, size)
+                if ext is not None:
+                    if not self._store.put_redelivered(message_time_up(ext, self._born_host)):
+                        self._set_offset(level, offset)
+                        return 100  # store refused: retry shortly
+                    self.delivered += 1
+                else:
+                    log.warning("delayed message at offset %d is gone; skipping it", phy)
+                offset += 1
+            self._set_offset(level, offset)
+        self._set_offset(level, offset)
+        return 3_600_000
+
+    def _set_offset(self, level: int, offset: int) -> None:
+        with self._lock:
+            if self.offset_table.get(level) != offset:
+                self.offset_table[level] = offset
+                self._dirty = True

@@ -1,0 +1,335 @@
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import pathlib
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from rocketq.config import StoreConfig
+from rocketq.errors import DiskFull
+from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
+from rocketq.store import MessageStore
+from rocketq.store.dispatch import SCHEDULE_TOPIC, parse_delay_levels
+from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.retention import RetentionService, decide, is_delete_hour
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    ev = threading.Event()
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        ev.wait(0.005)
+    return cond()
+
+
+@pytest.fixture
+def store(store_config: StoreConfig) -> Iterator[MessageStore]:
+    with MessageStore(store_config) as s:
+        yield s
+
+
+def put_n(store: MessageStore, n: int, topic: str = "T", queues: int = 2) -> list[int]:
+    ids = UniqueIdGenerator()
+    offsets = []
+    for i in range(n):
+        m = Message(topic, f"m{i}".encode(), tags="A" if i % 3 == 0 else "B", keys=[f"k{i}", "shared"])
+        m.properties["UNIQ_KEY"] = ids.next_id()
+        offsets.append(store.put_message(m, queue_id=i % queues).physical_offset)
+    assert store.wait_dispatched(10)
+    return offsets
+
+
+def test_get_message_found_and_next_offset(store: MessageStore) -> None:
+    put_n(store, 40)
+    g = store.get_message("G", "T", 0, 0, 5)
+    assert g.status is GetMessageStatus.FOUND
+    assert [m.body for m in g.messages] == [b"m0", b"m2", b"m4", b"m6", b"m8"]
+    assert g.queue_offsets == [0, 1, 2, 3, 4]
+    assert g.next_begin_offset == 5
+    assert (g.min_offset, g.max_offset) == (0, 20)
+    assert [m.queue_offset for m in g.messages] == [0, 1, 2, 3, 4]
+
+
+def test_get_message_statuses_outside_range(store: MessageStore) -> None:
+    put_n(store, 10)
+    assert store.get_message("G", "nope", 0, 0).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    one = store.get_message("G", "T", 0, 5)
+    assert one.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and one.next_begin_offset == 5
+    bad = store.get_message("G", "T", 0, 99)
+    assert bad.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+    assert bad.next_begin_offset == 0  # min offset is 0: RocketMQ corrects to the minimum
+    neg = store.get_message("G", "T", 0, -1)
+    assert neg.status is GetMessageStatus.OFFSET_TOO_SMALL and neg.next_begin_offset == 0
+
+
+def test_get_message_tag_filter(store: MessageStore) -> None:
+    put_n(store, 30, queues=1)
+    g = store.get_message("G", "T", 0, 0, 32, [tags_code("A")])
+    assert g.status is GetMessageStatus.FOUND
+    assert [m.tags for m in g.messages] == ["A"] * 10
+    assert g.next_begin_offset == 30
+    none = store.get_message("G", "T", 0, 1, 1, [tags_code("nope")])
+    assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE
+    assert none.next_begin_offset > 1  # the scan moved forward
+
+
+def test_min_max_and_offset_by_time(store: MessageStore) -> None:
+    put_n(store, 6, queues=1)
+    before = time.time_ns() // 1_000_000
+    # Messages stored in the same millisecond share a store time; wait for the clock to move.
+    assert wait_until(lambda: time.time_ns() // 1_000_000 > before + 1)
+    store.put_message(Message("T", b"late"), queue_id=0)
+    assert store.wait_dispatched()
+    assert store.get_min_offset("T", 0) == 0
+    assert store.get_max_offset("T", 0) == 7
+    assert store.get_offset_by_time("T", 0, before + 1) == 6
+    assert store.get_offset_by_time("T", 0, 0) == 0
+    assert store.get_offset_by_time("T", 0, 2**62) == 7
+    assert store.get_earliest_message_time("T", 0) > 0
+
+
+def test_query_by_key_and_uniq_key_and_id(store: MessageStore) -> None:
+    offsets = put_n(store, 20)
+    q = store.query_messages_by_key("T", "k7")
+    assert [m.body for m in q.messages] == [b"m7"]
+    shared = store.query_messages_by_key("T", "shared", max_count=50)
+    assert len(shared.messages) == 20
+    assert [m.commit_log_offset for m in shared.messages] == offsets
+    uniq = shared.messages[3].uniq_key
+    assert uniq is not None
+    assert [m.body for m in store.query_messages_by_key("T", uniq).messages] == [b"m3"]
+    assert store.query_messages_by_key("Other", "k7").messages == []
+    assert (
+        store.query_messages_by_key("T", "k7", begin_ms=time.time_ns() // 1_000_000 + 10_000).messages == []
+    )
+    m = store.look_message_by_id(shared.messages[5].msg_id)
+    assert m is not None and m.body == b"m5"
+    assert store.look_message_by_id("not-an-id") is None
+
+
+def test_restart_keeps_queues_and_offsets(store_config: StoreConfig) -> None:
+    with MessageStore(store_config) as s:
+        put_n(s, 1200)  # several segments
+        assert len(s.commitlog.queue.files) >= 3
+    with MessageStore(store_config) as s:
+        assert s.last_exit_ok
+        # Only the segment holding the checkpointed offset is verified again, not the whole log.
+        assert s.recovery is not None
+        assert s.recovery.start_offset == s.commitlog.queue.files[-1].file_from_offset > 0
+        assert s.get_max_offset("T", 0) == 600
+        r = s.put_message(Message("T", b"next"), queue_id=0)
+        assert r.queue_offset == 600
+        assert s.query_messages_by_key("T", "k1199").messages[0].body == b"m1199"
+
+
+def test_abnormal_restart_redispatches(store_config: StoreConfig) -> None:
+    s = MessageStore(store_config)
+    s.start()
+    put_n(s, 30)
+    # Simulate a crash after the CommitLog was written but before the queues were flushed:
+    # the queues and index are removed, the abort file stays.
+    s.commitlog.shutdown()
+    s.consume_queues.shutdown()
+    assert s.index_service is not None
+    s.index_service.shutdown()
+    assert s.checkpoint is not None
+    s.checkpoint.shutdown()
+    s._unlock_dir()
+    for stop in (s.reput, s.schedule, s.retention):
+        assert stop is not None
+        stop.shutdown()
+    assert os.path.exists(s.abort_file)
+    shutil.rmtree(os.path.join(store_config.store_path_root_dir, "consumequeue"))
+    with MessageStore(store_config) as again:
+        assert not again.last_exit_ok
+        assert again.get_max_offset("T", 0) == 15
+        assert again.get_max_offset("T", 1) == 15
+        assert [m.body for m in again.get_message("G", "T", 1, 0, 3).messages] == [b"m1", b"m3", b"m5"]
+        assert again.put_message(Message("T", b"x"), queue_id=1).queue_offset == 15
+
+
+def _tree(root: str) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            out[os.path.relpath(p, root)] = pathlib.Path(p).read_bytes()
+    return out
+
+
+def test_deleting_queues_and_index_rebuilds_them_identically(store_config: StoreConfig) -> None:
+    with MessageStore(store_config) as s:
+        put_n(s, 400, queues=3)  # several CQ files and index files
+    root = store_config.store_path_root_dir
+    cq_before = _tree(os.path.join(root, "consumequeue"))
+    index_before = sorted(_tree(os.path.join(root, "index")).values())
+    assert len(index_before) >= 2
+    shutil.rmtree(os.path.join(root, "consumequeue"))
+    shutil.rmtree(os.path.join(root, "index"))
+    with MessageStore(store_config) as s:
+        assert s.get_max_offset("T", 2) == 133
+    assert _tree(os.path.join(root, "consumequeue")) == cq_before
+    assert sorted(_tree(os.path.join(root, "index")).values()) == index_before
+
+
+def test_transactions_prepared_not_in_queue(store: MessageStore) -> None:
+    store.put_message(BrokerMessage("TX", b"half", b"", sys_flag=0x4))
+    store.put_message(BrokerMessage("TX", b"commit", b"", sys_flag=0x8))
+    assert store.wait_dispatched()
+    assert store.get_max_offset("TX", 0) == 1
+    assert [m.body for m in store.get_message("G", "TX", 0, 0).messages] == [b"commit"]
+
+
+def test_delay_level_message_goes_through_schedule_topic(store_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(store_config, message_delay_level="1s 2s")
+    with MessageStore(cfg) as s:
+        r = s.put_message(Message("D", b"later", delay_level=1, keys=["dk"]), queue_id=3)
+        assert s.wait_dispatched()
+        cq = s.find_consume_queue(SCHEDULE_TOPIC, 0)
+        assert cq is not None
+        unit = cq.get_unit(0)
+        assert unit is not None and unit.offset == r.physical_offset
+        # The tags code of a schedule unit is the delivery time: store time + 1 s.
+        assert unit.tags == r.store_timestamp + 1000
+        assert s.get_max_offset("D", 3) == 0
+        assert wait_until(lambda: s.get_max_offset("D", 3) == 1, 10)
+        delivered = s.get_message("G", "D", 3, 0).messages[0]
+        assert delivered.body == b"later"
+        assert delivered.store_timestamp >= r.store_timestamp + 1000
+        assert "DELAY" not in delivered.properties
+        assert delivered.properties["REAL_TOPIC"] == "D"
+        # Levels above the maximum are clamped to it.
+        big = s.put_message(Message("D", b"max", delay_level=99))
+        assert s.look_message_by_offset(big.physical_offset).properties["DELAY"] == "2"  # type: ignore[union-attr]
+        assert s.schedule is not None
+    with MessageStore(cfg) as again:
+        assert again.schedule is not None and again.schedule.offset_table.get(1) == 1
+        text = pathlib.Path(cfg.store_path_root_dir, "config", "delayOffset.json").read_text()
+        assert '"offsetTable":{' in text and "\t1:1" in text  # fastjson style: unquoted int keys
+
+
+def test_parse_delay_levels() -> None:
+    levels = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+    assert len(levels) == 18 and levels[1] == 1000 and levels[18] == 7_200_000
+    with pytest.raises(ValueError, match="delay level 2"):
+        parse_delay_levels("1s 5x")
+
+
+def test_retention_rules() -> None:
+    cfg = StoreConfig()
+    assert decide(cfg, 0.50, delete_hour=False) == decide(cfg, 0.50, False)
+    quiet = decide(cfg, 0.50, delete_hour=False)
+    assert not quiet.delete and not quiet.force and not quiet.disk_full
+    assert decide(cfg, 0.50, delete_hour=True).delete
+    early = decide(cfg, 0.80, delete_hour=False)
+    assert early.delete and not early.force
+    forced = decide(cfg, 0.86, delete_hour=False)
+    assert forced.delete and forced.force and not forced.disk_full
+    full = decide(cfg, 0.91, delete_hour=False)
+    assert full.disk_full and full.force
+    assert is_delete_hour("04", dt.datetime(2026, 1, 1, 4, 30))
+    assert is_delete_hour("03;04", dt.datetime(2026, 1, 1, 3, 0))
+    assert not is_delete_hour("04", dt.datetime(2026, 1, 1, 5, 0))
+
+
+def test_disk_full_watermark_refuses_writes_then_recovers(
+    store: MessageStore, store_config: StoreConfig
+) -> None:
+    usage = [0.95]
+    svc = RetentionService(
+        store_config,
+        delete_commitlog=store._delete_expired_commitlog,
+        delete_logics=store._delete_expired_logics,
+        set_disk_full=store._set_disk_full,
+        usage=lambda: usage[0],
+        now=lambda: dt.datetime(2026, 1, 1, 12, 0),
+    )
+    svc.run_once()
+    with pytest.raises(DiskFull, match="disk full: 95% used, limit 90%"):
+        store.put_message(Message("T", b"x"))
+    usage[0] = 0.5
+    svc.run_once()
+    assert store.put_message(Message("T", b"x")).ok
+
+
+def test_retention_deletes_expired_segments_and_queue_files(
+    store: MessageStore, store_config: StoreConfig
+) -> None:
+    put_n(store, 3000, queues=1)  # many 64 KiB segments
+    files = store.commitlog.queue.files
+    assert len(files) > 4
+    old = 1_000_000
+    for mf in files[:-2]:
+        os.utime(mf.file_name, (old, old))
+    svc = RetentionService(
+        store_config,
+        delete_commitlog=store._delete_expired_commitlog,
+        delete_logics=store._delete_expired_logics,
+        set_disk_full=store._set_disk_full,
+        usage=lambda: 0.1,
+        now=lambda: dt.datetime(2026, 1, 1, 4, 0),  # the delete hour
+    )
+    svc.run_once()
+    assert svc.deleted_segments == min(10, len(files) - 2)
+    low = store.commitlog.min_offset
+    assert low > 0
+    min_q = store.get_min_offset("T", 0)
+    assert min_q > 0
+    g = store.get_message("G", "T", 0, 0)
+    assert g.status is GetMessageStatus.OFFSET_TOO_SMALL and g.next_begin_offset == min_q
+    first = store.get_message("G", "T", 0, min_q, 1).messages[0]
+    assert first.commit_log_offset >= low
+
+
+def _mount_tmpfs(path: pathlib.Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=False, capture_output=True
+    )
+    return r.returncode == 0
+
+
+def test_real_disk_full_gives_clear_error_and_loses_nothing(tmp_path: pathlib.Path) -> None:
+    mnt = tmp_path / "small-disk"
+    if not _mount_tmpfs(mnt, "1m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        cfg = StoreConfig(
+            store_path_root_dir=str(mnt / "store"),
+            mapped_file_size_commit_log=256 * 1024,
+            mapped_file_size_consume_queue=2000,
+            max_hash_slot_num=16,
+            max_index_num=32,
+            message_index_enable=False,
+        )
+        stored = []
+        with MessageStore(cfg) as s:
+            props = encode_properties({"k": "v"}).encode()
+            with pytest.raises(DiskFull, match="disk full"):
+                for i in range(100_000):
+                    r = s.put_message(BrokerMessage("T", bytes([i % 251]) * 2000, props))
+                    stored.append((r.physical_offset, i))
+            assert len(stored) > 100
+        with MessageStore(cfg) as s:
+            for off, i in stored:
+                m = s.look_message_by_offset(off)
+                assert m is not None and m.body == bytes([i % 251]) * 2000
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_runtime_info(store: MessageStore) -> None:
+    put_n(store, 5)
+    info = store.runtime_info()
+    assert info["putMessageTimesTotal"] == "5"
+    assert info["dispatchBehindBytes"] == "0"
+    assert int(info["commitLogMaxOffset"]) == store.get_max_phy_offset()
