@@ -228,9 +228,9 @@ def main() -> int:
     print(f"| dispatch lag while writing: max / at end | {max_lag / MiB:.1f} MiB / {end_lag / MiB:.1f} MiB |")
     print(f"| get_message, batches of 32 | {gets:,.0f} msgs/s |")
     print(f"| query by key | {keys:,.0f} lookups/s |")
-    print(
-        f"| start after SIGKILL, {tail // MiB} MiB un-checkpointed tail | {crash_s:.2f} s ({scanned:,} records) |"
-    )
+    tail_mib = tail // MiB
+    crash = f"{crash_s:.2f} s ({scanned:,} records)"
+    print(f"| start after SIGKILL, {tail_mib} MiB un-checkpointed tail | {crash} |")
     print(f"| clean restart of a {big // GiB} GiB store | {start_s:.3f} s (written in {write_s:.0f} s) |")
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
