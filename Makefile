@@ -33,6 +33,7 @@ unit: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py
+	$(PY) bench/store_read.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

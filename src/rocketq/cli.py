@@ -50,6 +50,12 @@ def _demo(args: argparse.Namespace) -> int:
         segments = len(store.commitlog.queue.files)
         print(f"  reopened: recovered end offset {store.get_max_phy_offset()}, {segments} segment(s)")
         print(f"  read back {ok}/{n} messages intact by physical offset; last msg id {first_id}")
+        per_queue = [store.get_max_offset("DemoTopic", q) for q in range(4)]
+        page = store.get_message("demo-group", "DemoTopic", 1, 0, 3)
+        first = [m.body for m in page.messages]
+        print(f"  ConsumeQueue sizes per queue: {per_queue}; queue 1 starts with {first}")
+        hits = store.query_messages_by_key("DemoTopic", f"k{n - 1}")
+        print(f"  query by key k{n - 1}: {[m.body for m in hits.messages]}")
     return 0 if ok == n else 1
 
 

@@ -292,3 +292,59 @@ def test_offset_by_time_is_the_first_at_or_after(gaps: list[int], probes: list[i
         cq.shutdown()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+unit_sequences = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=3),  # step of the physical offset (0: a re-dispatch)
+        st.integers(min_value=1, max_value=500),  # record size
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),  # tags code
+        st.sampled_from([1, 1, 1, 1, 0, 2, -1]),  # step of the queue offset: next, dup, hole, back
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first_cq=st.integers(min_value=0, max_value=9), steps=unit_sequences, cut=st.integers(0, 40))
+def test_batched_put_units_writes_what_one_by_one_puts_write(
+    first_cq: int, steps: list[tuple[int, int, int, int]], cut: int
+) -> None:
+    """put_units (the dispatcher's batched path) must leave exactly the bytes and offsets that
+    put_message_position_info leaves when called unit by unit, whatever the sequence."""
+    units = []
+    phys = 0
+    cq = first_cq
+    for dphys, size, tags, dcq in steps:
+        phys += dphys * 300
+        units.append((phys, size, tags, max(0, cq)))
+        cq += dcq
+    root = tempfile.mkdtemp(prefix="rocketq-cq-batch-")
+    try:
+        one = ConsumeQueue(TOPIC, 0, os.path.join(root, "one"), FILE_SIZE)
+        many = ConsumeQueue(TOPIC, 0, os.path.join(root, "many"), FILE_SIZE)
+        one.load()
+        many.load()
+        for u in units:
+            one.put_message_position_info(*u)
+        many.put_units(units[:cut])
+        many.put_units(units[cut:])
+        assert (one.min_offset_in_queue, one.max_offset_in_queue, one.max_physic_offset) == (
+            many.min_offset_in_queue,
+            many.max_offset_in_queue,
+            many.max_physic_offset,
+        )
+        files_one = sorted(os.listdir(one.directory)) if os.path.isdir(one.directory) else []
+        files_many = sorted(os.listdir(many.directory)) if os.path.isdir(many.directory) else []
+        assert files_one == files_many
+        for name in files_one:
+            a = one.queue.find_by_offset(int(name))
+            b = many.queue.find_by_offset(int(name))
+            assert a is not None and b is not None
+            assert a.wrote_position == b.wrote_position
+            assert a.mm[: a.wrote_position] == b.mm[: b.wrote_position]
+        one.shutdown()
+        many.shutdown()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
