@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, UniqueIdGenerator, encode_properties
+from rocketq.store.commitlog import CommitLog
 from rocketq.store.message_store import MessageStore
 
 TOPIC = "BenchTopic"
@@ -51,7 +52,7 @@ def make_messages(n: int, body_size: int, queues: int = 4) -> list[BrokerMessage
 def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> float:
     """Records/s for the bare minimum: one struct pack of the whole record plus the body CRC."""
     with open(path, "w+b") as f:
-        f.truncate(file_size)
+        os.posix_fallocate(f.fileno(), 0, file_size)  # segments are created the same way
         mm = mmap.mmap(f.fileno(), file_size)
         host = b"\x7f\x00\x00\x01\x00\x00*\x9f"
         topic = TOPIC.encode()
@@ -103,12 +104,15 @@ def run_store(
     batch: int = 1,
     threads: int = 1,
 ) -> Result:
+    """Puts through the CommitLog write path alone (this benchmark's subject); the full store also
+    dispatches to ConsumeQueues and the index, measured by bench/store_read.py."""
     shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
-    store = MessageStore(cfg)
-    store.start()
+    log = CommitLog(cfg)
+    log.load()
+    log.start()
     try:
-        put = store.put_message
-        put_batch = store.put_messages
+        put = log.put_message
+        put_batch = log.put_messages
 
         def work(chunk: list[BrokerMessage]) -> None:
             if batch == 1:
@@ -129,9 +133,9 @@ def run_store(
             for t in ts:
                 t.join()
         elapsed = time.perf_counter() - t0
-        size = store.get_max_phy_offset() // max(1, len(msgs))
+        size = log.max_offset // max(1, len(msgs))
     finally:
-        store.shutdown()
+        log.shutdown()
         shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
     return Result(name, len(msgs), elapsed, size)
 

@@ -20,7 +20,12 @@ request (``retriable``)::
     │   ├── StoreLocked               another process holds the store directory
     │   ├── CorruptFileError          a file that does not have RocketMQ's layout
     │   └── SegmentAllocationError    a segment could not be created
-    └── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, but not yet durable
+    ├── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, but not yet durable
+    └── RemotingError                 the remoting transport (SYSTEM_ERROR when it reaches the wire)
+        ├── FrameError                a frame that breaks the protocol; its connection is closed
+        ├── RemotingTimeout           no response within the deadline, retriable
+        ├── ConnectionClosed          the connection dropped with the call in flight, retriable
+        └── RemotingConnectError      no connection could be made, retriable
 
 Messages always name the thing and the limit, e.g.
 ``message body 5242881 B exceeds max 4194304 B``.
@@ -138,4 +143,31 @@ class FlushDiskTimeout(RocketqError):
     """The message was stored but the flush did not complete within the timeout."""
 
     code = ResponseCode.FLUSH_DISK_TIMEOUT
+    retriable = True
+
+
+class RemotingError(RocketqError):
+    """A failure of the remoting transport (framing, connection, deadline)."""
+
+
+class FrameError(RemotingError, ValueError):
+    """Bytes on a connection that are not a valid remoting frame, or a command that cannot be
+    framed. A receiver closes the connection: after a bad frame the stream cannot be re-synced."""
+
+
+class RemotingTimeout(RemotingError, TimeoutError):
+    """No response arrived within the call's deadline (the request may still be processed)."""
+
+    retriable = True
+
+
+class ConnectionClosed(RemotingError, ConnectionError):
+    """The connection closed while the call was in flight, or was already closed."""
+
+    retriable = True
+
+
+class RemotingConnectError(RemotingError, ConnectionError):
+    """A connection to the address could not be established (refused, unreachable, timed out)."""
+
     retriable = True

@@ -33,6 +33,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
+from operator import itemgetter
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import (
@@ -80,22 +81,18 @@ class PutMessageStatus(StrEnum):
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
 
 
-class PutMessageResult:
-    """Outcome of a put. ``msg_ids`` (offset message ids) are computed on first access."""
+class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "list[int] | None"]):
+    """Outcome of a put: ``status``, ``physical_offset`` (of the first record), ``size`` (bytes
+    written), ``queue_offset`` (of the first message), ``store_timestamp``, ``msg_num`` and, for a
+    batch, ``physical_offsets``. ``msg_id``/``msg_ids`` (offset message ids) are computed on access.
 
-    __slots__ = (
-        "_store_host",
-        "msg_num",
-        "physical_offset",
-        "physical_offsets",
-        "queue_offset",
-        "size",
-        "status",
-        "store_timestamp",
-    )
+    A tuple underneath: a put creates one per call, and tuples are the cheapest objects to make.
+    """
 
-    def __init__(
-        self,
+    __slots__ = ()
+
+    def __new__(
+        cls,
         status: PutMessageStatus,
         physical_offset: int,
         size: int,
@@ -104,24 +101,40 @@ class PutMessageResult:
         store_host: bytes,
         msg_num: int = 1,
         physical_offsets: list[int] | None = None,
-    ) -> None:
-        self.status = status
-        self.physical_offset = physical_offset
-        self.size = size
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self._store_host = store_host
-        self.msg_num = msg_num
-        self.physical_offsets = physical_offsets
+    ) -> PutMessageResult:
+        return _new_tuple(
+            cls,
+            (
+                status,
+                physical_offset,
+                size,
+                queue_offset,
+                store_timestamp,
+                store_host,
+                msg_num,
+                physical_offsets,
+            ),
+        )
+
+    status = property(itemgetter(0))
+    physical_offset = property(itemgetter(1))
+    size = property(itemgetter(2))
+    queue_offset = property(itemgetter(3))
+    store_timestamp = property(itemgetter(4))
+    msg_num = property(itemgetter(6))
+    physical_offsets = property(itemgetter(7))
+
+    def with_status(self, status: PutMessageStatus) -> PutMessageResult:
+        return _new_tuple(PutMessageResult, (status, *self[1:]))
 
     @property
     def ok(self) -> bool:
-        return self.status is PutMessageStatus.PUT_OK
+        return self[0] is PutMessageStatus.PUT_OK
 
     @property
     def next_offset(self) -> int:
         """Physical offset just past the last record written."""
-        return self.physical_offset + self.size
+        return int(self[1] + self[2])
 
     @property
     def msg_id(self) -> str:
@@ -130,14 +143,17 @@ class PutMessageResult:
 
     @property
     def msg_ids(self) -> list[str]:
-        offsets = self.physical_offsets if self.physical_offsets is not None else [self.physical_offset]
-        return [create_offset_msg_id(self._store_host, off) for off in offsets]
+        offsets = self[7] if self[7] is not None else [self[1]]
+        return [create_offset_msg_id(self[5], off) for off in offsets]
 
     def __repr__(self) -> str:
         return (
-            f"PutMessageResult({self.status.value}, offset={self.physical_offset}, size={self.size}, "
-            f"queue_offset={self.queue_offset}, msg_num={self.msg_num})"
+            f"PutMessageResult({self[0].value}, offset={self[1]}, size={self[2]}, "
+            f"queue_offset={self[3]}, msg_num={self[6]})"
         )
+
+
+_new_tuple = tuple.__new__
 
 
 # (message, layout, record length, body CRC, sys flag, in ConsumeQueue?, topic bytes, properties, magic)
@@ -438,7 +454,7 @@ class CommitLog:
             listener()
         result = PutMessageResult(PutMessageStatus.PUT_OK, physical, length, qoff, now, self._store_host)
         if self._sync:
-            self._await_flush(result)
+            return self._await_flush(result)
         return result
 
     def _roll(self, length: int) -> MappedFile:
@@ -467,6 +483,9 @@ class CommitLog:
         that does not fit the current segment is written whole in the next one)."""
         if not msgs:
             raise MessageIllegal("batch is empty")
+        fast = self._put_batch_one_queue(msgs)
+        if fast is not None:
+            return fast
         encoded = [self._encode(m) for m in msgs]
         total = 0
         for e in encoded:
@@ -517,20 +536,111 @@ class CommitLog:
             PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
         )
         if self._sync:
-            self._await_flush(result)
+            return self._await_flush(result)
+        return result
+
+    def _put_batch_one_queue(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult | None:
+        """The common batch (RocketMQ's MessageBatch): one topic and queue, V1 layout, IPv4 born
+        hosts, no transaction flags, shapes already compiled. None when the batch is not that;
+        the general path then handles it (and every error)."""
+        first = msgs[0]
+        topic = first.topic
+        queue_id = first.queue_id
+        info = self._topic_cache.get(topic)
+        if info is None or info[1] or self._prop_crc:
+            return None
+        topic_b = info[0]
+        tl = len(topic_b)
+        shl = self._store_host_len
+        max_body = self._max_body
+        max_props = self._max_props
+        base_len = self._v1_base_len + tl
+        cache = _struct_cache
+        fmts = []
+        lengths = []
+        crcs = []
+        total = 0
+        for m in msgs:
+            body = m.body
+            props = m.properties
+            bl = len(body)
+            pl = len(props)
+            if (
+                m.topic != topic
+                or m.queue_id != queue_id
+                or m.sys_flag & 0x3C
+                or len(m.born_host) != 8
+                or bl > max_body
+                or pl > max_props
+            ):
+                return None
+            fmt = cache.get((8, shl, False, bl, tl, pl))
+            if fmt is None:
+                return None
+            fmts.append(fmt)
+            length = base_len + bl + pl
+            lengths.append(length)
+            total += length
+            crcs.append(_crc32(body) & 0x7FFFFFFF)
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return None
+        store_host = self._store_host
+        sys_v6 = self._store_v6
+        table = self.topic_queue_table
+        key = (topic, queue_id)
+        offsets: list[int] = []
+        append_offset = offsets.append
+        size_into = _SIZE.pack_into
+        with self._put_lock:
+            if not self._accepting:
+                self._check_writable()
+            mf = self._cur
+            if mf is None or total + 8 > self.file_size - mf.wrote_position:
+                mf = self._roll(total)
+            pos = mf.wrote_position
+            target = self._cur_target
+            base = self._cur_from
+            now = _time_ns() // 1_000_000
+            first_qoff = qoff = table.get(key, 0)
+            for i, m in enumerate(msgs):
+                body = m.body
+                props = m.properties
+                fmts[i].pack_into(
+                    target, pos, 0, -626843481, crcs[i], queue_id, m.flag, qoff, base + pos,
+                    m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                    m.prepared_transaction_offset, len(body), body, tl, topic_b, len(props), props,
+                )  # fmt: skip
+                size_into(target, pos, lengths[i])  # commit point: TOTALSIZE last
+                append_offset(base + pos)
+                pos += lengths[i]
+                qoff += 1
+            table[key] = qoff
+            mf.wrote_position = pos
+            mf.store_timestamp = now
+        if self._wake_commit:
+            self._after_append()
+        listener = self.append_listener
+        if listener is not None:
+            listener()
+        result = PutMessageResult(
+            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
+        )
+        if self._sync:
+            return self._await_flush(result)
         return result
 
     def _after_append(self) -> None:
         if self.commit_service is not None:
             self.commit_service.wakeup()
 
-    def _await_flush(self, result: PutMessageResult) -> None:
+    def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
         assert self.group_commit is not None
         if not self.group_commit.wait(result.next_offset, self._sync_timeout_s):
             log.warning(
                 "sync flush of offset %d timed out after %.1f s", result.next_offset, self._sync_timeout_s
             )
-            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        return result
 
     def submit_flush(self, next_offset: int) -> concurrent.futures.Future[bool]:
         """Future completing once everything before ``next_offset`` is durable (SYNC_FLUSH)."""

@@ -1,0 +1,51 @@
+"""RocketMQ remoting protocol: codes, commands, the sans-IO frame codec and asyncio transports.
+
+Layering (each module imports only the ones above it)::
+
+    codes.py      numbers: request/language codes, flag bits, serialize types, limits, versions
+    command.py    RemotingCommand + JSON / ROCKETMQ header encode and tolerant decode (pure)
+    codec.py      frames: FrameDecoder.feed(bytes) -> [RemotingCommand], encode(cmd) -> bytes (pure)
+    transport.py  asyncio.Protocol connection, RemotingServer, RemotingClient
+"""
+
+from __future__ import annotations
+
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codes import (
+    CURRENT_VERSION,
+    DEFAULT_LANGUAGE,
+    DEFAULT_MAX_FRAME_SIZE,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    RPC_ONEWAY,
+    RPC_TYPE,
+    LanguageCode,
+    RequestCode,
+    SerializeType,
+    Version,
+)
+from rocketq.remoting.command import RemotingCommand, create_request, create_response
+from rocketq.remoting.transport import Connection, RemotingClient, RemotingServer, RequestHandler
+
+__all__ = [
+    "CURRENT_VERSION",
+    "DEFAULT_LANGUAGE",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "RPC_ONEWAY",
+    "RPC_TYPE",
+    "Connection",
+    "FrameDecoder",
+    "LanguageCode",
+    "RemotingClient",
+    "RemotingCommand",
+    "RemotingServer",
+    "RequestCode",
+    "RequestHandler",
+    "SerializeType",
+    "Version",
+    "create_request",
+    "create_response",
+    "encode",
+]

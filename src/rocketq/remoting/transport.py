@@ -1,0 +1,720 @@
+"""asyncio transports for the remoting protocol: a server, a client, and the connection both use.
+
+Both ends of a remoting connection speak both ways on one socket: the client sends requests and
+receives responses, and the broker sends its own requests (NOTIFY_CONSUMER_IDS_CHANGED,
+GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Connection` is the
+``asyncio.Protocol`` for either end:
+
+* inbound bytes go through one :class:`~rocketq.remoting.codec.FrameDecoder` ``feed`` per
+  ``data_received``; a frame with flag bit0 completes the pending call with its opaque
+  (unmatched responses are dropped), any other frame is a request and runs the handler as its own
+  task, so a held request (a long-polling pull) never delays the others on the socket and
+  responses leave in completion order;
+* a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
+  anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
+  remark; oneway requests (flag bit1) never get a response;
+* a bad frame closes only that connection (logged with the reason); the stream cannot be
+  re-synchronised after it;
+* the first outbound frame of an event-loop iteration is written at once; the frames that follow
+  it in the same iteration are joined into one more ``transport.write`` at its end (one send
+  for a burst of pipelined responses, no added latency for a lone one).
+
+Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
+``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
+peer until it drains (a client that pipelines requests but does not read its responses stops
+being read). At most ``max_pending_requests`` handler tasks run per connection: requests decoded
+beyond that wait in a FIFO backlog while reading is paused, and reading resumes once the backlog
+is empty and half the slots are free (a few held pulls never reach the default cap of 10,000;
+a flood does). The calling side never stops reading (that could deadlock two peers that both wait for
+the other to read); instead :meth:`Connection.invoke` waits for the buffer to drain before
+queueing more. When a connection closes, every call pending on it fails with
+:class:`~rocketq.errors.ConnectionClosed` and its close callbacks run (the broker drops client
+registrations there); handler tasks already running finish and their responses are dropped.
+
+:class:`RemotingClient` keeps one connection per ``host:port`` address, opened on first use and
+reopened on the first call after it dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from rocketq.errors import (
+    ConnectionClosed,
+    FrameError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeout,
+    ResponseCode,
+    RocketqError,
+)
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codes import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    REQUEST_CODE_NOT_SUPPORTED_REMARK,
+)
+from rocketq.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
+"""``handler(connection, request)``: the response to send, or None to send nothing."""
+
+CloseCallback = Callable[["Connection"], None]
+
+#: A transport's write buffer above this pauses the writer (serving side: stops reading).
+WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024
+#: ... and below this resumes it.
+WRITE_BUFFER_LOW_BYTES: Final = 1024 * 1024
+#: Handler tasks running at once per connection; further requests wait and reading pauses.
+DEFAULT_MAX_PENDING_REQUESTS: Final = 10_000
+DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
+DEFAULT_INVOKE_TIMEOUT_S: Final = 3.0
+#: How long close() waits for connections to flush before aborting them.
+DEFAULT_CLOSE_TIMEOUT_S: Final = 5.0
+DEFAULT_BACKLOG: Final = 1024
+
+#: Call deadlines are rounded up to this grid (one timer per slot, not per call).
+_TIMEOUT_TICK_S: Final = 0.01
+_TICKS_PER_S: Final = round(1 / _TIMEOUT_TICK_S)
+
+_PAUSED_BY_WRITES: Final = 1
+_PAUSED_BY_REQUESTS: Final = 2
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` → (host, port)."""
+    host, sep, port_text = addr.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise RemotingError(f"bad remoting address {addr!r}: expected host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_text)
+
+
+def format_address(peer: object) -> str:
+    """A socket address as ``host:port`` (IPv6 hosts in brackets)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        if isinstance(host, str) and ":" in host:
+            return f"[{host}]:{port}"
+        return f"{host}:{port}"
+    return str(peer)
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection (either end). Created by RemotingServer / RemotingClient."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        serving: bool = False,
+        on_made: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._handler = handler
+        self._max_frame_size = max_frame_size
+        self._max_pending_requests = max(1, max_pending_requests)
+        self._serving = serving
+        self._on_made = on_made
+        self._decoder = FrameDecoder(max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # deadline slot -> {opaque: (future, request code, timeout)} of the calls expiring then
+        self._expiring: dict[int, dict[int, tuple[asyncio.Future[RemotingCommand], int, float]]] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}  # running handler tasks by sequence number
+        self._task_seq = 0
+        self._backlog: collections.deque[RemotingCommand] = collections.deque()  # requests over the cap
+        self._out: list[bytes] = []  # frames waiting for the _flush at the end of this iteration
+        self._flush_scheduled = False
+        self._closing = False
+        self._lost = False
+        self._close_reason: str | None = None
+        self._close_callbacks: list[CloseCallback] = []
+        self._closed_future: asyncio.Future[None] = self._loop.create_future()
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._read_paused = 0
+        self.remote_address = "?"
+        self.local_address = "?"
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once closing started (locally or by the peer); no new calls are accepted."""
+        return self._closing or self._lost
+
+    @property
+    def pending_calls(self) -> int:
+        """Outbound calls waiting for their response."""
+        return len(self._pending)
+
+    @property
+    def running_requests(self) -> int:
+        """Inbound requests whose handler has not finished."""
+        return len(self._tasks)
+
+    def add_close_callback(self, callback: CloseCallback) -> None:
+        """Run ``callback(connection)`` once the connection is gone (now, if it already is)."""
+        if self._lost:
+            callback(self)
+        else:
+            self._close_callbacks.append(callback)
+
+    def remove_close_callback(self, callback: CloseCallback) -> None:
+        with contextlib.suppress(ValueError):
+            self._close_callbacks.remove(callback)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Queue ``cmd`` without waiting for anything (oneway requests, notifications)."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {cmd.code}")
+        self._enqueue(self._frame(cmd))
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        """Mark ``cmd`` oneway (flag bit1) and send it."""
+        cmd.flag |= FLAG_ONEWAY
+        self.send(cmd)
+
+    async def invoke(
+        self, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
+    ) -> RemotingCommand:
+        """Send request ``cmd`` and wait for the response with its opaque.
+
+        Raises RemotingTimeout after ``timeout_s``, ConnectionClosed if the connection drops
+        first, FrameError if ``cmd`` cannot be framed."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {cmd.code}")
+        loop = self._loop
+        if self._write_paused:
+            deadline = loop.time() + timeout_s
+            await self._wait_writable(cmd, timeout_s)
+            timeout_s = deadline - loop.time()
+        frame = self._frame(cmd)
+        opaque = cmd.opaque
+        pending = self._pending
+        if opaque in pending:
+            raise RemotingError(f"opaque {opaque} is already in flight on {self.remote_address}")
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending[opaque] = future
+        self._enqueue(frame)
+        # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call.
+        slot = int((loop.time() + timeout_s) * _TICKS_PER_S) + 1
+        expiring = self._expiring.get(slot)
+        if expiring is None:
+            expiring = self._expiring[slot] = {}
+            loop.call_at(slot / _TICKS_PER_S, self._expire, slot)
+        expiring[opaque] = (future, cmd.code, timeout_s)
+        try:
+            return await future
+        finally:
+            if pending.get(opaque) is future:
+                del pending[opaque]
+            expiring = self._expiring.get(slot)
+            if expiring is not None:
+                expiring.pop(opaque, None)
+
+    def close(self) -> None:
+        """Flush what is queued and close; pending calls fail with ConnectionClosed."""
+        if self._closing or self._lost:
+            return
+        self._closing = True
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent data."""
+        self._closing = True
+        self._out.clear()
+        if self._transport is not None and not self._lost:
+            self._transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is gone."""
+        await asyncio.shield(self._closed_future)
+
+    def cancel_requests(self) -> None:
+        """Cancel the handler tasks still running for this connection's inbound requests."""
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "closing" if self._closing else "open"
+        return f"<Connection {self.local_address} <-> {self.remote_address} {state}>"
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES, low=WRITE_BUFFER_LOW_BYTES)
+        self.remote_address = format_address(transport.get_extra_info("peername"))
+        self.local_address = format_address(transport.get_extra_info("sockname"))
+        log.debug("connection %s <-> %s open", self.local_address, self.remote_address)
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            self._protocol_error(str(exc))
+            return
+        pending = self._pending
+        for cmd in commands:
+            if cmd.flag & FLAG_RESPONSE:
+                future = pending.pop(cmd.opaque, None)
+                if future is None:
+                    log.debug("dropping unmatched response %r from %s", cmd, self.remote_address)
+                elif not future.done():
+                    future.set_result(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._closing = True
+        self._out.clear()
+        self._backlog.clear()
+        reason = self._close_reason or (str(exc) if exc else None)
+        log.debug("connection %s <-> %s closed%s", self.local_address, self.remote_address, _suffix(reason))
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for future in pending:
+            if not future.done():
+                future.set_exception(self._closed_error(reason))
+        waiters = self._drain_waiters
+        self._drain_waiters = []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(self._closed_error(reason))
+        if not self._closed_future.done():
+            self._closed_future.set_result(None)
+        callbacks = self._close_callbacks
+        self._close_callbacks = []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("close callback %r for %s failed", callback, self.remote_address)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self._serving:
+            self._pause_reading(_PAUSED_BY_WRITES)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiters = self._drain_waiters
+        self._drain_waiters = []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        if self._serving:
+            self._resume_reading(_PAUSED_BY_WRITES)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _closed_error(self, reason: str | None) -> ConnectionClosed:
+        return ConnectionClosed(f"connection {self.remote_address} closed{_suffix(reason)}")
+
+    def _frame(self, cmd: RemotingCommand) -> bytes:
+        frame = encode(cmd)
+        if len(frame) > self._max_frame_size:
+            raise FrameError(
+                f"frame of {len(frame)} B (code {cmd.code}) exceeds max {self._max_frame_size} B"
+            )
+        return frame
+
+    def _enqueue(self, frame: bytes) -> None:
+        # The first frame of a loop iteration is written at once (no added latency); frames
+        # queued after it in the same iteration go out together in one write from _flush.
+        if self._flush_scheduled:
+            self._out.append(frame)
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush)
+        transport = self._transport
+        if transport is not None and not self._lost:
+            transport.write(frame)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        transport = self._transport
+        if transport is None or self._lost:
+            return
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _expire(self, slot: int) -> None:
+        expiring = self._expiring.pop(slot, None)
+        if not expiring:
+            return
+        for opaque, (future, code, timeout_s) in expiring.items():
+            if not future.done():
+                future.set_exception(
+                    RemotingTimeout(
+                        f"no response to code {code} (opaque {opaque}) from {self.remote_address} "
+                        f"within {timeout_s:g} s"
+                    )
+                )
+
+    async def _wait_writable(self, cmd: RemotingCommand, timeout_s: float) -> None:
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            raise RemotingTimeout(
+                f"write buffer to {self.remote_address} did not drain within {timeout_s:g} s "
+                f"(code {cmd.code})"
+            ) from None
+
+    def _protocol_error(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.remote_address, reason)
+        self._close_reason = reason
+        self.abort()
+
+    def _pause_reading(self, why: int) -> None:
+        if not self._read_paused and self._transport is not None and not self._lost:
+            self._transport.pause_reading()
+        self._read_paused |= why
+
+    def _resume_reading(self, why: int) -> None:
+        if not self._read_paused & why:
+            return
+        self._read_paused &= ~why
+        if not self._read_paused and self._transport is not None and not self._lost:
+            self._transport.resume_reading()
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        if handler is None:
+            if not cmd.flag & FLAG_ONEWAY:
+                self._respond(
+                    cmd,
+                    RemotingCommand.create_response(
+                        cmd,
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=cmd.code),
+                    ),
+                )
+            return
+        if self._backlog or len(self._tasks) >= self._max_pending_requests:
+            # At the cap: park the (already decoded) request and stop reading more.
+            self._backlog.append(cmd)
+            self._pause_reading(_PAUSED_BY_REQUESTS)
+            return
+        self._start(handler, cmd)
+
+    def _start(self, handler: RequestHandler, cmd: RemotingCommand) -> None:
+        seq = self._task_seq = self._task_seq + 1
+        self._tasks[seq] = self._loop.create_task(self._serve(handler, cmd, seq))
+
+    async def _serve(self, handler: RequestHandler, cmd: RemotingCommand, seq: int) -> None:
+        try:
+            try:
+                response = await handler(self, cmd)
+            except Exception as exc:
+                if isinstance(exc, RocketqError):
+                    code = int(exc.code)
+                    log.debug("request %r from %s failed: %s", cmd, self.remote_address, exc)
+                else:
+                    code = ResponseCode.SYSTEM_ERROR
+                    log.warning("handler failed for %r from %s", cmd, self.remote_address, exc_info=True)
+                if cmd.flag & FLAG_ONEWAY:
+                    return
+                response = RemotingCommand.create_response(cmd, code, str(exc) or type(exc).__name__)
+            if response is not None and not cmd.flag & FLAG_ONEWAY:
+                self._respond(cmd, response)
+        finally:
+            tasks = self._tasks
+            tasks.pop(seq, None)
+            if self._read_paused & _PAUSED_BY_REQUESTS:
+                self._request_slot_freed(handler)
+
+    def _request_slot_freed(self, handler: RequestHandler) -> None:
+        tasks = self._tasks
+        backlog = self._backlog
+        limit = self._max_pending_requests
+        while backlog and len(tasks) < limit and not self._lost:
+            self._start(handler, backlog.popleft())
+        if not backlog and len(tasks) <= limit // 2:
+            self._resume_reading(_PAUSED_BY_REQUESTS)
+
+    def _respond(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if self._closing or self._lost:
+            log.debug("dropping response to %r: connection %s is closed", request, self.remote_address)
+            return
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        try:
+            frame = self._frame(response)
+        except Exception as exc:
+            log.warning("cannot send response to %r to %s: %s", request, self.remote_address, exc)
+            frame = encode(
+                RemotingCommand.create_response(
+                    request, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"
+                )
+            )
+        self._enqueue(frame)
+
+
+def _suffix(reason: str | None) -> str:
+    return f": {reason}" if reason else ""
+
+
+class RemotingServer:
+    """Accepts remoting connections on ``host:port`` and runs ``handler`` for every request.
+
+    ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
+    back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: RequestHandler,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        on_connection: Callable[[Connection], None] | None = None,
+        backlog: int = DEFAULT_BACKLOG,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self._handler = handler
+        self._max_frame_size = max_frame_size
+        self._max_pending_requests = max_pending_requests
+        self._on_connection = on_connection
+        self._backlog = backlog
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when constructed with port 0)."""
+        if self._server is not None and self._server.sockets:
+            return int(self._server.sockets[0].getsockname()[1])
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return format_address((self.host, self.port))
+
+    @property
+    def connections(self) -> frozenset[Connection]:
+        """The connections currently open."""
+        return frozenset(self._connections)
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._make_connection, self.host, self._port, backlog=self._backlog, reuse_address=True
+        )
+        log.info("remoting server listening on %s", self.address)
+
+    async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Stop accepting, cancel running handlers, close every connection (abort after
+        ``timeout_s`` if a peer does not take the queued bytes)."""
+        server = self._server
+        if server is None:
+            return
+        self._server = None
+        server.close()
+        connections = list(self._connections)
+        for conn in connections:
+            conn.cancel_requests()
+            conn.close()
+        if connections:
+            waits = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
+            _, not_done = await asyncio.wait(waits, timeout=timeout_s)
+            for waiter in not_done:
+                waiter.cancel()
+            for conn in connections:
+                if not conn._lost:
+                    conn.abort()
+        await server.wait_closed()
+        log.info("remoting server on %s closed", format_address((self.host, self._port)))
+
+    async def __aenter__(self) -> RemotingServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _make_connection(self) -> Connection:
+        return Connection(
+            self._handler,
+            max_frame_size=self._max_frame_size,
+            max_pending_requests=self._max_pending_requests,
+            serving=True,
+            on_made=self._register,
+        )
+
+    def _register(self, conn: Connection) -> None:
+        self._connections.add(conn)
+        conn.add_close_callback(self._connections.discard)
+        if self._on_connection is not None:
+            try:
+                self._on_connection(conn)
+            except Exception:
+                log.exception("on_connection callback failed for %s", conn.remote_address)
+
+
+class RemotingClient:
+    """Calls remoting servers; one lazily opened connection per ``host:port`` address.
+
+    ``handler`` (optional) answers requests the servers send on those connections; without one,
+    such requests get REQUEST_CODE_NOT_SUPPORTED (oneway ones nothing)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+    ) -> None:
+        self._handler = handler
+        self._max_frame_size = max_frame_size
+        self._connect_timeout_s = connect_timeout_s
+        self._max_pending_requests = max_pending_requests
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Task[Connection]] = {}
+        self._closed = False
+
+    @property
+    def connections(self) -> dict[str, Connection]:
+        """Open connections by address."""
+        return {addr: conn for addr, conn in self._connections.items() if not conn.closed}
+
+    async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
+        """The open connection to ``addr``, connecting first if there is none."""
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        return await self._connect(addr, timeout_s)
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
+    ) -> RemotingCommand:
+        """Send request ``cmd`` to ``addr`` and return the response. ``timeout_s`` covers
+        connecting and waiting. Raises RemotingTimeout, ConnectionClosed, RemotingConnectError."""
+        conn = self._connections.get(addr)
+        if conn is None or conn.closed:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            conn = await self._connect(addr, timeout_s)
+            timeout_s = deadline - loop.time()
+            if timeout_s <= 0:
+                raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {cmd.code})")
+        return await conn.invoke(cmd, timeout_s)
+
+    async def invoke_oneway(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
+    ) -> None:
+        """Mark ``cmd`` oneway (flag bit1) and send it to ``addr`` without waiting for an answer
+        (``timeout_s`` bounds connecting only)."""
+        conn = self._connections.get(addr)
+        if conn is None or conn.closed:
+            conn = await self._connect(addr, timeout_s)
+        conn.send_oneway(cmd)
+
+    async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Close every connection; calls still pending fail with ConnectionClosed."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._connecting.values()):
+            task.cancel()
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for conn in connections:
+            conn.close()
+        if connections:
+            waits = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
+            _, not_done = await asyncio.wait(waits, timeout=timeout_s)
+            for waiter in not_done:
+                waiter.cancel()
+            for conn in connections:
+                if not conn._lost:
+                    conn.abort()
+
+    async def __aenter__(self) -> RemotingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
+        if self._closed:
+            raise ConnectionClosed(f"remoting client is closed; cannot connect to {addr}")
+        task = self._connecting.get(addr)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(addr))
+            self._connecting[addr] = task
+        if timeout_s is None:
+            return await asyncio.shield(task)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            raise RemotingTimeout(f"connecting to {addr} took longer than {timeout_s:g} s") from None
+
+    async def _open(self, addr: str) -> Connection:
+        try:
+            host, port = parse_address(addr)
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(self._connect_timeout_s):
+                    _, conn = await loop.create_connection(self._make_connection, host, port)
+            except TimeoutError:
+                raise RemotingConnectError(
+                    f"connecting to {addr} timed out after {self._connect_timeout_s:g} s"
+                ) from None
+            except OSError as exc:
+                raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
+            if self._closed:
+                conn.abort()
+                raise ConnectionClosed(f"remoting client closed while connecting to {addr}")
+            self._connections[addr] = conn
+            conn.add_close_callback(lambda c: self._forget(addr, c))
+            log.debug("connected to %s", addr)
+            return conn
+        finally:
+            self._connecting.pop(addr, None)
+
+    def _forget(self, addr: str, conn: Connection) -> None:
+        if self._connections.get(addr) is conn:
+            del self._connections[addr]
+
+    def _make_connection(self) -> Connection:
+        return Connection(
+            self._handler,
+            max_frame_size=self._max_frame_size,
+            max_pending_requests=self._max_pending_requests,
+            serving=False,
+        )
