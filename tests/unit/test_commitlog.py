@@ -291,3 +291,24 @@ def test_iter_records_spans_segments(store: MessageStore) -> None:
     sent = [store.put_message(msg(body=bytes([i % 251]) * 700)).physical_offset for i in range(300)]
     seen = [off for off, _ in store.commitlog.iter_records(0, check_crc=True)]
     assert seen == sent
+
+
+def test_batch_across_queues_and_topics_takes_the_general_path(store: MessageStore) -> None:
+    batch = [
+        BrokerMessage("A", b"a0", queue_id=0),
+        BrokerMessage("B", b"b0", queue_id=1),
+        BrokerMessage("A", b"a1", queue_id=0),
+        BrokerMessage("A", b"half", queue_id=0, sys_flag=rec.TRANSACTION_PREPARED_TYPE),
+        BrokerMessage("t" * 130, b"v2", queue_id=2),  # V2 layout inside a batch
+    ]
+    r = store.commitlog.put_messages(batch)
+    assert r.msg_num == 5 and r.physical_offsets is not None
+    got = [store.look_message_by_offset(o) for o in r.physical_offsets]
+    assert [(m.topic[:1], m.queue_id, m.queue_offset, m.body) for m in got if m] == [
+        ("A", 0, 0, b"a0"),
+        ("B", 1, 0, b"b0"),
+        ("A", 0, 1, b"a1"),
+        ("A", 0, 0, b"half"),
+        ("t", 2, 0, b"v2"),
+    ]
+    assert store.commitlog.topic_queue_table[("A", 0)] == 2
