@@ -41,6 +41,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -165,6 +166,17 @@ class Connection(asyncio.Protocol):
         """Inbound requests whose handler has not finished."""
         return len(self._tasks)
 
+    @property
+    def reading_paused(self) -> bool:
+        """Reading from the peer is paused (write buffer full on the serving side, or at the
+        request cap)."""
+        return bool(self._read_paused)
+
+    @property
+    def writing_paused(self) -> bool:
+        """The transport's write buffer is above its high-water mark."""
+        return self._write_paused
+
     def add_close_callback(self, callback: CloseCallback) -> None:
         """Run ``callback(connection)`` once the connection is gone (now, if it already is)."""
         if self._lost:
@@ -209,21 +221,23 @@ class Connection(asyncio.Protocol):
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         pending[opaque] = future
         self._enqueue(frame)
-        # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call.
-        slot = int((loop.time() + timeout_s) * _TICKS_PER_S) + 1
-        expiring = self._expiring.get(slot)
-        if expiring is None:
-            expiring = self._expiring[slot] = {}
-            loop.call_at(slot / _TICKS_PER_S, self._expire, slot)
-        expiring[opaque] = (future, cmd.code, timeout_s)
+        # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call
+        # (an infinite timeout gets none).
+        slot = int((loop.time() + timeout_s) * _TICKS_PER_S) + 1 if timeout_s < math.inf else -1
+        if slot >= 0:
+            expiring = self._expiring.get(slot)
+            if expiring is None:
+                expiring = self._expiring[slot] = {}
+                loop.call_at(slot / _TICKS_PER_S, self._expire, slot)
+            expiring[opaque] = (future, cmd.code, timeout_s)
         try:
             return await future
         finally:
             if pending.get(opaque) is future:
                 del pending[opaque]
-            expiring = self._expiring.get(slot)
-            if expiring is not None:
-                expiring.pop(opaque, None)
+            expiring_now = self._expiring.get(slot)
+            if expiring_now is not None:
+                expiring_now.pop(opaque, None)
 
     def close(self) -> None:
         """Flush what is queued and close; pending calls fail with ConnectionClosed."""
@@ -513,9 +527,7 @@ class RemotingServer:
 
     @property
     def port(self) -> int:
-        """The bound port (the real one when constructed with port 0)."""
-        if self._server is not None and self._server.sockets:
-            return int(self._server.sockets[0].getsockname()[1])
+        """The listening port (once started, the real one when constructed with port 0)."""
         return self._port
 
     @property
@@ -534,6 +546,8 @@ class RemotingServer:
         self._server = await loop.create_server(
             self._make_connection, self.host, self._port, backlog=self._backlog, reuse_address=True
         )
+        if self._server.sockets:
+            self._port = int(self._server.sockets[0].getsockname()[1])  # a restart reuses it
         log.info("remoting server listening on %s", self.address)
 
     async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
@@ -557,7 +571,7 @@ class RemotingServer:
                 if not conn._lost:
                     conn.abort()
         await server.wait_closed()
-        log.info("remoting server on %s closed", format_address((self.host, self._port)))
+        log.info("remoting server on %s closed", self.address)
 
     async def __aenter__(self) -> RemotingServer:
         await self.start()

@@ -1,0 +1,611 @@
+"""Remoting transport over real loopback sockets: correlation, concurrency, errors, both directions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from rocketq.errors import ConnectionClosed, MessageIllegal, RemotingConnectError, RemotingTimeout
+from rocketq.remoting import (
+    FLAG_ONEWAY,
+    Connection,
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    create_request,
+    create_response,
+    encode,
+)
+
+T = TypeVar("T")
+Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+WAIT_S = 10.0  # upper bound for anything that should happen promptly
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, 60)
+
+    return asyncio.run(bounded())
+
+
+async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    return create_response(request, 0, remark="ok", ext_fields={"code": request.code}, body=request.body)
+
+
+async def start(handler: Handler = echo, **kwargs: Any) -> RemotingServer:
+    server = RemotingServer("127.0.0.1", 0, handler, **kwargs)
+    await server.start()
+    return server
+
+
+class RawPeer:
+    """A bare socket client, to send exactly the bytes a test wants and read what comes back."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder()
+        self.received: list[RemotingCommand] = []
+
+    @classmethod
+    async def connect(cls, server: RemotingServer) -> RawPeer:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def next_command(self) -> RemotingCommand:
+        while not self.received:
+            data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
+            if not data:
+                raise ConnectionError("EOF")
+            self.received += self.decoder.feed(data)
+        return self.received.pop(0)
+
+    async def wait_closed_by_peer(self) -> None:
+        try:
+            while await asyncio.wait_for(self.reader.read(65536), WAIT_S):
+                pass
+        except ConnectionResetError:
+            pass
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except ConnectionError:
+            pass
+
+
+def test_request_response() -> None:
+    async def main() -> None:
+        server = await start()
+        client = RemotingClient()
+        try:
+            request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"payload")
+            response = await client.invoke(server.address, request, WAIT_S)
+            assert response.is_response
+            assert response.opaque == request.opaque
+            assert response.code == 0
+            assert response.remark == "ok"
+            assert response.ext_fields == {"code": "105"}
+            assert response.body == b"payload"
+            # One connection per address, reused.
+            again = await client.invoke(server.address, create_request(34), WAIT_S)
+            assert again.ext_fields == {"code": "34"}
+            assert len(client.connections) == 1
+            assert len(server.connections) == 1
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_200_concurrent_requests_answered_out_of_order() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        held_started = 0
+        all_held = asyncio.Event()
+        answer_order: list[int] = []
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            nonlocal held_started
+            index = int(request.ext_fields["i"])
+            if index % 2 == 0:  # held, like a long-polling pull
+                held_started += 1
+                if held_started == 100:
+                    all_held.set()
+                await release.wait()
+            answer_order.append(index)
+            return create_response(request, 0, ext_fields={"i": index}, body=request.body)
+
+        server = await start(handler)
+        client = RemotingClient()
+        try:
+            requests = [
+                create_request(RequestCode.PULL_MESSAGE, {"i": i}, str(i).encode()) for i in range(200)
+            ]
+            calls = [asyncio.ensure_future(client.invoke(server.address, r, WAIT_S)) for r in requests]
+            free = [calls[i] for i in range(1, 200, 2)]
+            # The 100 free requests complete while all 100 held ones are still pending.
+            done = await asyncio.gather(*free)
+            await asyncio.wait_for(all_held.wait(), WAIT_S)
+            assert not any(calls[i].done() for i in range(0, 200, 2))
+            assert [r.ext_fields["i"] for r in done] == [str(i) for i in range(1, 200, 2)]
+            release.set()
+            responses = await asyncio.gather(*calls)
+            for i, (request, response) in enumerate(zip(requests, responses, strict=True)):
+                assert response.opaque == request.opaque
+                assert response.body == str(i).encode()
+            assert answer_order[:100] == list(range(1, 200, 2))
+            assert len(server.connections) == 1
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_oneway_requests_get_no_response() -> None:
+    async def main() -> None:
+        seen: list[int] = []
+        oneway_seen = asyncio.Event()
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            seen.append(request.code)
+            if request.is_oneway:
+                oneway_seen.set()
+            return create_response(request, 0)  # must be dropped for oneway requests
+
+        async def failing(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.is_oneway:
+                raise RuntimeError("oneway failure must not be answered either")
+            return create_response(request, 0)
+
+        server = await start(handler)
+        failing_server = await start(failing)
+        client = RemotingClient()
+        try:
+            oneway = create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {"commitOffset": 5})
+            await client.invoke_oneway(server.address, oneway)
+            assert oneway.flag & FLAG_ONEWAY
+            await asyncio.wait_for(oneway_seen.wait(), WAIT_S)
+
+            # On a raw socket: a oneway frame then a normal request; the first (and only) frame
+            # coming back answers the normal request.
+            for srv in (server, failing_server):
+                peer = await RawPeer.connect(srv)
+                first = create_request(RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True)
+                second = create_request(RequestCode.HEART_BEAT)
+                await peer.send(encode(first) + encode(second))
+                reply = await peer.next_command()
+                assert reply.opaque == second.opaque
+                assert peer.received == []
+                await peer.close()
+            assert seen.count(RequestCode.UPDATE_CONSUMER_OFFSET) == 2
+        finally:
+            await client.close()
+            await server.close()
+            await failing_server.close()
+
+    run(main())
+
+
+def test_handler_exception_becomes_system_error() -> None:
+    async def main() -> None:
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.code == RequestCode.SEND_MESSAGE:
+                raise ValueError("boom: bad header")
+            if request.code == RequestCode.SEND_MESSAGE_V2:
+                raise MessageIllegal("message body 5242881 B exceeds max 4194304 B")
+            return create_response(request, 0)
+
+        server = await start(handler)
+        client = RemotingClient()
+        try:
+            response = await client.invoke(server.address, create_request(RequestCode.SEND_MESSAGE), WAIT_S)
+            assert response.code == 1
+            assert response.remark == "boom: bad header"
+            response = await client.invoke(
+                server.address, create_request(RequestCode.SEND_MESSAGE_V2), WAIT_S
+            )
+            assert response.code == 13  # a RocketqError answers with its own wire code
+            assert response.remark == "message body 5242881 B exceeds max 4194304 B"
+            # The connection is still fine.
+            response = await client.invoke(server.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            assert response.code == 0
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(struct.pack(">iI", 2048, 10) + b"x" * 16, id="oversize"),
+        pytest.param(struct.pack(">i", -7) + b"\x00" * 8, id="negative-length"),
+        pytest.param(struct.pack(">iI", 4 + 9, 9) + b"not json!", id="garbage-header"),
+        pytest.param(struct.pack(">iI", 4 + 2, 50) + b"{}", id="header-beyond-frame"),
+    ],
+)
+def test_bad_frame_closes_only_that_connection(bad: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        server = await start(max_frame_size=1024)
+        good = RemotingClient()
+        try:
+            assert (await good.invoke(server.address, create_request(34), WAIT_S)).code == 0
+            peer = await RawPeer.connect(server)
+            # A valid request first: it is answered, then the bad frame kills the connection.
+            request = create_request(RequestCode.HEART_BEAT)
+            await peer.send(encode(request))
+            assert (await peer.next_command()).opaque == request.opaque
+            with caplog.at_level(logging.WARNING, logger="rocketq.remoting.transport"):
+                await peer.send(bad)
+                await peer.wait_closed_by_peer()
+            await peer.close()
+            # The other client keeps working on its existing connection.
+            assert (await good.invoke(server.address, create_request(34), WAIT_S)).code == 0
+            assert len(server.connections) == 1
+        finally:
+            await good.close()
+            await server.close()
+
+    run(main())
+    assert any("closing connection from 127.0.0.1:" in r.getMessage() for r in caplog.records)
+
+
+def test_server_to_client_oneway_and_invoke() -> None:
+    async def main() -> None:
+        connected: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        notified = asyncio.Event()
+        client_seen: list[RemotingCommand] = []
+
+        async def client_handler(conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            client_seen.append(request)
+            if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+                notified.set()
+                return None
+            if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+                return create_response(request, 0, body=b'{"running":true}')
+            return create_response(request, 3)
+
+        async def server_handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if not connected.done():
+                connected.set_result(conn)
+            return create_response(request, 0)
+
+        server = await start(server_handler)
+        client = RemotingClient(client_handler)
+        plain = RemotingClient()  # no handler: answers requests with REQUEST_CODE_NOT_SUPPORTED
+        try:
+            await client.invoke(server.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            conn = await asyncio.wait_for(connected, WAIT_S)
+            assert conn.remote_address.startswith("127.0.0.1:")
+            assert conn in server.connections
+
+            conn.send(
+                create_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "CG"}, oneway=True)
+            )
+            await asyncio.wait_for(notified.wait(), WAIT_S)
+            assert client_seen[0].ext_fields == {"consumerGroup": "CG"}
+            assert client_seen[0].is_oneway
+
+            info = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"clientId": "c1"})
+            response = await conn.invoke(info, WAIT_S)
+            assert response.opaque == info.opaque
+            assert response.body == b'{"running":true}'
+
+            # A client without a handler.
+            before = set(server.connections)
+            await plain.invoke(server.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            (plain_conn,) = set(server.connections) - before
+            response = await plain_conn.invoke(create_request(RequestCode.GET_CONSUMER_RUNNING_INFO), WAIT_S)
+            assert response.code == 3
+            assert (
+                response.remark == f" request type {int(RequestCode.GET_CONSUMER_RUNNING_INFO)} not supported"
+            )
+        finally:
+            await client.close()
+            await plain.close()
+            await server.close()
+
+    run(main())
+
+
+def test_client_timeout() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        answered = asyncio.Event()
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.code == RequestCode.PULL_MESSAGE:
+                await release.wait()
+                answered.set()
+            return create_response(request, 0)
+
+        server = await start(handler)
+        client = RemotingClient()
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(RemotingTimeout, match="no response to code 11"):
+                await client.invoke(server.address, create_request(RequestCode.PULL_MESSAGE), 0.2)
+            assert loop.time() - started >= 0.2
+            (conn,) = client.connections.values()
+            assert conn.pending_calls == 0
+            # The late answer is dropped; the connection keeps serving.
+            release.set()
+            await asyncio.wait_for(answered.wait(), WAIT_S)
+            response = await client.invoke(server.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            assert response.code == 0
+            assert client.connections == {server.address: conn}
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_server_going_away_fails_pending_calls_and_client_reconnects() -> None:
+    async def main() -> None:
+        held = asyncio.Event()
+
+        async def holding(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.code == RequestCode.PULL_MESSAGE:
+                held.set()
+                await asyncio.Event().wait()  # never answers
+            return create_response(request, 0)
+
+        server = await start(holding)
+        port = server.port
+        address = server.address
+        client = RemotingClient()
+        try:
+            pending = asyncio.ensure_future(
+                client.invoke(address, create_request(RequestCode.PULL_MESSAGE), 30)
+            )
+            await asyncio.wait_for(held.wait(), WAIT_S)
+            await server.close()
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(pending, WAIT_S)
+
+            with pytest.raises(RemotingConnectError):
+                await client.invoke(address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+
+            server = RemotingServer("127.0.0.1", port, echo)
+            await server.start()
+            response = await client.invoke(address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            assert response.code == 0
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_close_callbacks_and_client_close_fails_pending_calls() -> None:
+    async def main() -> None:
+        closed_on_server: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        held = asyncio.Event()
+
+        def on_connection(conn: Connection) -> None:
+            conn.add_close_callback(closed_on_server.set_result)
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            held.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        server = await start(handler, on_connection=on_connection)
+        client = RemotingClient()
+        try:
+            pending = asyncio.ensure_future(
+                client.invoke(server.address, create_request(RequestCode.PULL_MESSAGE), 30)
+            )
+            await asyncio.wait_for(held.wait(), WAIT_S)
+            (server_conn,) = server.connections
+            await client.close()
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(pending, WAIT_S)
+            assert await asyncio.wait_for(closed_on_server, WAIT_S) is server_conn
+            assert server_conn.closed
+            assert server.connections == frozenset()
+            with pytest.raises(ConnectionClosed):
+                await client.invoke(server.address, create_request(34), WAIT_S)
+            with pytest.raises(ConnectionClosed):
+                server_conn.send(create_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, oneway=True))
+        finally:
+            await server.close()
+
+    run(main())
+
+
+def test_connect_refused() -> None:
+    async def main() -> None:
+        server = await start()
+        address = server.address
+        await server.close()
+        client = RemotingClient()
+        try:
+            with pytest.raises(RemotingConnectError, match=f"cannot connect to {address}"):
+                await client.invoke(address, create_request(34), WAIT_S)
+        finally:
+            await client.close()
+
+    run(main())
+
+
+def test_reading_pauses_at_max_pending_requests_and_resumes() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        running = 0
+        peak = 0
+        reached = asyncio.Event()
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            if running == 4:
+                reached.set()
+            await release.wait()
+            running -= 1
+            return create_response(request, 0)
+
+        server = await start(handler, max_pending_requests=4)
+        client = RemotingClient()
+        try:
+            calls = [
+                asyncio.ensure_future(
+                    client.invoke(server.address, create_request(RequestCode.PULL_MESSAGE), WAIT_S)
+                )
+                for _ in range(40)
+            ]
+            await asyncio.wait_for(reached.wait(), WAIT_S)
+            release.set()
+            responses = await asyncio.gather(*calls)
+            assert all(r.code == 0 for r in responses)
+            assert peak == 4
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_large_bodies_both_ways() -> None:
+    async def main() -> None:
+        server = await start()
+        client = RemotingClient()
+        try:
+            body = bytes(range(256)) * 40_000  # ~10 MiB, beyond the write-buffer high-water mark
+            calls = [
+                client.invoke(server.address, create_request(RequestCode.SEND_MESSAGE, body=body), WAIT_S)
+            ]
+            calls += [client.invoke(server.address, create_request(34, body=b"x"), WAIT_S) for _ in range(50)]
+            responses = await asyncio.gather(*calls)
+            assert responses[0].body == body
+            assert all(r.body == b"x" for r in responses[1:])
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+class FakeTransport(asyncio.Transport):
+    """Records what a Connection does to its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.reading = True
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("10.0.0.2", 5000), "sockname": ("10.0.0.1", 10911)}.get(name, default)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def written_commands(transport: FakeTransport) -> list[RemotingCommand]:
+    return FrameDecoder().feed(b"".join(transport.written))
+
+
+def test_write_pressure_pauses_reading_only_on_the_serving_side() -> None:
+    async def main() -> None:
+        serving = Connection(echo, serving=True)
+        transport = FakeTransport()
+        serving.connection_made(transport)
+        assert serving.remote_address == "10.0.0.2:5000"
+        serving.pause_writing()
+        assert serving.writing_paused
+        assert serving.reading_paused
+        assert not transport.reading
+        serving.resume_writing()
+        assert not serving.reading_paused
+        assert transport.reading
+
+        calling = Connection(None, serving=False)
+        transport = FakeTransport()
+        calling.connection_made(transport)
+        calling.pause_writing()
+        assert transport.reading  # a caller keeps reading, or two peers could wait on each other
+        request = create_request(RequestCode.HEART_BEAT)
+        call = asyncio.ensure_future(calling.invoke(request, WAIT_S))
+        await asyncio.sleep(0)  # let the call run up to its wait for the drain
+        assert transport.written == []
+        calling.resume_writing()
+        while not transport.written:
+            await asyncio.sleep(0)
+        assert written_commands(transport) == [request]
+        calling.data_received(encode(create_response(request, 0, remark="drained")))
+        assert (await call).remark == "drained"
+        calling.connection_lost(None)
+        serving.connection_lost(None)
+
+    run(main())
+
+
+def test_requests_over_the_cap_wait_in_order() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            started.append(int(request.ext_fields["i"]))
+            await release.wait()
+            return create_response(request, 0, ext_fields={"i": request.ext_fields["i"]})
+
+        conn = Connection(handler, serving=True, max_pending_requests=3)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        requests = [create_request(RequestCode.PULL_MESSAGE, {"i": i}) for i in range(10)]
+        conn.data_received(b"".join(encode(r) for r in requests))
+        assert conn.running_requests == 3
+        assert conn.reading_paused
+        while len(started) < 3:
+            await asyncio.sleep(0)
+        assert started == [0, 1, 2]
+        release.set()
+        while len(written_commands(transport)) < 10:
+            await asyncio.sleep(0)
+        assert started == list(range(10))
+        assert sorted(int(r.ext_fields["i"]) for r in written_commands(transport)) == list(range(10))
+        assert not conn.reading_paused
+        assert transport.reading
+        conn.connection_lost(None)
+
+    run(main())
