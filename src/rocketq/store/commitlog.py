@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
-_struct_cache = rec._struct_cache
 _BLANK = struct.Struct(">ii")
 _NOT_IN_QUEUE = frozenset((rec.TRANSACTION_PREPARED_TYPE, rec.TRANSACTION_ROLLBACK_TYPE))
 #: RocketMQ's encoder allows a whole record up to maxMessageSize + 64 KiB.
@@ -154,6 +153,7 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
 
 
 _new_tuple = tuple.__new__
+_PUT_OK = PutMessageStatus.PUT_OK
 
 
 # (message, layout, record length, body CRC, sys flag, in ConsumeQueue?, topic bytes, properties, magic)
@@ -181,7 +181,8 @@ class CommitLog:
         self.queue = MappedFileQueue(config.commit_log_dir, self.file_size, allocator=self.allocator)
         self._put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
-        self._topic_cache: dict[str, tuple[bytes, bool]] = {}
+        # topic → (UTF-8 bytes, needs V2, compiled V1/IPv4 layouts by body_len << 16 | props_len)
+        self._topic_cache: dict[str, tuple[bytes, bool, dict[int, struct.Struct]]] = {}
         self._max_body = config.max_message_size
         self._max_record = config.max_message_size + _RECORD_SLACK
         self._max_props = config.max_properties_size
@@ -310,11 +311,11 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     # -- write path -------------------------------------------------------------------------
-    def _topic_info(self, topic: str) -> tuple[bytes, bool]:
+    def _topic_info(self, topic: str) -> tuple[bytes, bool, dict[int, struct.Struct]]:
         info = self._topic_cache.get(topic)
         if info is None:
             validate_topic(topic)
-            info = (topic.encode("utf-8"), len(topic) > rec.MAX_TOPIC_LENGTH_V1)
+            info = (topic.encode("utf-8"), len(topic) > rec.MAX_TOPIC_LENGTH_V1, {})
             if len(self._topic_cache) > 100_000:
                 self._topic_cache.clear()
             self._topic_cache[topic] = info
@@ -326,25 +327,34 @@ class CommitLog:
         info = self._topic_cache.get(topic)
         if info is None:
             info = self._topic_info(topic)
-        topic_b, v2 = info
+        topic_b, v2, shapes = info
         body = m.body
         bl = len(body)
         props = m.properties
         pl = len(props)
         born = m.born_host
         tl = len(topic_b)
+        length = self._v1_base_len + bl + tl + pl
         if (
             not v2
             and len(born) == 8
             and not self._prop_crc
             and bl <= self._max_body
             and pl <= self._max_props
+            and length <= self._max_record
+            and length + rec.END_FILE_MIN_BLANK_LENGTH <= self.file_size
         ):
-            fmt = _struct_cache.get((8, self._store_host_len, False, bl, tl, pl))
+            # Only shapes that passed every limit are cached: the put fast path trusts them.
+            fmt = shapes.get(bl << 16 | pl)
+            if fmt is None:
+                fmt = rec._record_struct(8, self._store_host_len, False, bl, tl, pl)
+                if fmt is not None:
+                    if len(shapes) >= 4096:
+                        shapes.clear()
+                    shapes[bl << 16 | pl] = fmt
             if fmt is not None:
                 sys_flag = (m.sys_flag & ~0x30) | self._store_v6
                 tx = sys_flag & 0xC
-                length = self._v1_base_len + bl + tl + pl
                 return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
                         topic_b, props, rec.MESSAGE_MAGIC_CODE)  # fmt: skip
         if bl > self._max_body:
@@ -416,7 +426,7 @@ class CommitLog:
             pl = len(props)
             topic_b = info[0]
             if bl <= self._max_body and pl <= self._max_props:
-                fmt = _struct_cache.get((8, self._store_host_len, False, bl, len(topic_b), pl))
+                fmt = info[2].get(bl << 16 | pl)
         if fmt is None:
             return self.put_messages((m,))
         length = self._v1_base_len + bl + len(topic_b) + pl
@@ -452,7 +462,9 @@ class CommitLog:
         listener = self.append_listener
         if listener is not None:
             listener()
-        result = PutMessageResult(PutMessageStatus.PUT_OK, physical, length, qoff, now, self._store_host)
+        result: PutMessageResult = _new_tuple(
+            PutMessageResult, (_PUT_OK, physical, length, qoff, now, self._store_host, 1, None)
+        )
         if self._sync:
             return self._await_flush(result)
         return result
@@ -550,12 +562,11 @@ class CommitLog:
         if info is None or info[1] or self._prop_crc:
             return None
         topic_b = info[0]
+        shapes = info[2]
         tl = len(topic_b)
-        shl = self._store_host_len
         max_body = self._max_body
         max_props = self._max_props
         base_len = self._v1_base_len + tl
-        cache = _struct_cache
         fmts = []
         lengths = []
         crcs = []
@@ -574,7 +585,7 @@ class CommitLog:
                 or pl > max_props
             ):
                 return None
-            fmt = cache.get((8, shl, False, bl, tl, pl))
+            fmt = shapes.get(bl << 16 | pl)
             if fmt is None:
                 return None
             fmts.append(fmt)
