@@ -8,7 +8,8 @@ The ceiling is the least work any Python writer of these records must do per mes
 whole record (header, body, topic, properties) with one cached ``struct.Struct`` and CRC the body,
 into an mmap of a sparse file, with no lock, no queue offsets, no flush. Store figures are
 reported as a fraction of the ceiling measured in the same run (the machine is noisy: compare
-ratios, not absolute numbers across runs).
+ratios, not absolute numbers across runs), twice: by wall clock, and by the CPU time of the writing
+thread (``time.thread_time``), which other processes on the machine disturb much less.
 
 Messages reach the store as the broker hands them over (``BrokerMessage``: properties already
 encoded, as they arrive on the wire).
@@ -49,8 +50,9 @@ def make_messages(n: int, body_size: int, queues: int = 4) -> list[BrokerMessage
     return out
 
 
-def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> float:
-    """Records/s for the bare minimum: one struct pack of the whole record plus the body CRC."""
+def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> tuple[float, float]:
+    """(records/s by wall clock, by CPU time of this thread) for the bare minimum: one struct pack
+    of the whole record plus the body CRC."""
     with open(path, "w+b") as f:
         os.posix_fallocate(f.fileno(), 0, file_size)  # segments are created the same way
         mm = mmap.mmap(f.fileno(), file_size)
@@ -59,6 +61,7 @@ def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> float:
         cache: dict[tuple[int, int], struct.Struct] = {}
         pos = 0
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         for i, m in enumerate(msgs):
             body = m.body
             props = m.properties
@@ -76,8 +79,9 @@ def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> float:
             )  # fmt: skip
             pos += n
         elapsed = time.perf_counter() - t0
+        cpu = time.thread_time() - c0
         mm.close()
-    return len(msgs) / elapsed
+    return len(msgs) / elapsed, len(msgs) / cpu
 
 
 @dataclass
@@ -86,6 +90,7 @@ class Result:
     msgs: int
     seconds: float
     bytes_per_msg: int
+    cpu_seconds: float = 0.0  # CPU time of the writing thread (single-writer cases)
 
     @property
     def rate(self) -> float:
@@ -124,6 +129,7 @@ def run_store(
 
         chunks = [msgs[i::threads] for i in range(threads)]
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         if threads == 1:
             work(chunks[0])
         else:
@@ -133,11 +139,12 @@ def run_store(
             for t in ts:
                 t.join()
         elapsed = time.perf_counter() - t0
+        cpu = time.thread_time() - c0
         size = log.max_offset // max(1, len(msgs))
     finally:
         log.shutdown()
         shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
-    return Result(name, len(msgs), elapsed, size)
+    return Result(name, len(msgs), elapsed, size, cpu if threads == 1 else 0.0)
 
 
 def rss_anon_kb() -> int:
@@ -196,13 +203,15 @@ def main() -> int:
         return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=seg, **kw)  # type: ignore[arg-type]
 
     pool = {"transient_store_pool_enable": True, "transient_store_pool_size": 3}
-    rows: list[tuple[str, Result, float | None]] = []
+    rows: list[tuple[str, Result, float | None, float | None]] = []
     print(f"# rocketq store write benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
     for body in (128, 1024):
         msgs = make_messages(n_async, body)
-        ceil = max(ceiling(msgs, os.path.join(base, "ceiling"), seg) for _ in range(2))
+        runs = [ceiling(msgs, os.path.join(base, "ceiling"), seg) for _ in range(2)]
         os.unlink(os.path.join(base, "ceiling"))
-        rows.append((f"raw ceiling {body} B", Result("ceiling", len(msgs), len(msgs) / ceil, 0), None))
+        ceil = max(r[0] for r in runs)
+        ceil_cpu = max(r[1] for r in runs)
+        rows.append((f"raw ceiling {body} B", Result("ceiling", len(msgs), len(msgs) / ceil, 0), None, None))
         cases: list[tuple[str, dict[str, object], int]] = [
             (f"async put {body} B", {}, 1),
             (f"async batch32 {body} B", {}, 32),
@@ -210,20 +219,27 @@ def main() -> int:
             (f"async batch32 {body} B, write-buffer pool", pool, 32),
         ]
         for name, extra, batch in cases:
-            r = run_store(name, msgs, cfg(**extra), batch=batch)
-            rows.append((name, r, r.rate / ceil))
+            # Best of two, as for the ceiling.
+            r = max(
+                (run_store(name, msgs, cfg(**extra), batch=batch) for _ in range(2)), key=lambda x: x.rate
+            )
+            rows.append(
+                (name, r, r.rate / ceil, (r.msgs / r.cpu_seconds) / ceil_cpu if r.cpu_seconds else None)
+            )
     sync_msgs = make_messages(n_sync, 128)
     single = run_store("", sync_msgs, cfg(flush_disk_type="SYNC_FLUSH"))
-    rows.append(("sync put 128 B, 1 writer", single, None))
+    rows.append(("sync put 128 B, 1 writer", single, None, None))
     eight = run_store("", sync_msgs, cfg(flush_disk_type="SYNC_FLUSH"), threads=8)
-    rows.append(("sync put 128 B, 8 writers", eight, None))
+    rows.append(("sync put 128 B, 8 writers", eight, None, None))
 
     print()
-    print("| case | msgs/s | MB/s | of ceiling |")
-    print("|---|---:|---:|---:|")
-    for name, r, frac in rows:
+    print("| case | msgs/s | MB/s | of ceiling (wall) | of ceiling (CPU time) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r, frac, cpu_frac in rows:
         mb = f"{r.mb_s:.1f}" if r.bytes_per_msg else ""
-        print(f"| {name} | {r.rate:,.0f} | {mb} | {'' if frac is None else f'{frac:.0%}'} |")
+        wall = "" if frac is None else f"{frac:.0%}"
+        cpu = "" if cpu_frac is None else f"{cpu_frac:.0%}"
+        print(f"| {name} | {r.rate:,.0f} | {mb} | {wall} | {cpu} |")
     print()
     print(f"group commit: 8 writers / 1 writer (sync flush) = {eight.rate / single.rate:.1f}x")
     if args.memory:
