@@ -400,6 +400,24 @@ class IndexFile:
         self._dirty = True
         return n
 
+    def has_entry(self, key_hash: int, phy_offset: int) -> bool:
+        """Whether the chain of ``key_hash``'s slot holds an entry for ``phy_offset``."""
+        count = self._index_count
+        if count <= FIRST_INDEX:
+            return False
+        mm = self._mm
+        slot = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
+        steps = 0
+        while INVALID_INDEX < slot < count and steps < count:
+            h, phy, _diff, prev = _ENTRY.unpack_from(mm, self._entries_pos + slot * INDEX_ENTRY_SIZE)
+            if h == key_hash and phy == phy_offset:
+                return True
+            if phy < phy_offset:
+                return False  # chains run newest first; older entries have lower offsets
+            slot = prev
+            steps += 1
+        return False
+
     # -- read -------------------------------------------------------------------------------
     def select_phy_offsets(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
         """CommitLog offsets of entries whose hash equals ``key``'s and whose time is in
@@ -517,6 +535,8 @@ class IndexService:
         self.directory = os.path.join(config.store_path_root_dir, INDEX_DIR_NAME)
         self._clock_ms = clock_ms
         self._files: list[IndexFile] = []
+        #: After an unclean load: the CommitLog offset from which destroyed files must be rebuilt.
+        self.rebuild_from: int | None = None
         self._lock = threading.RLock()
 
     # -- files ------------------------------------------------------------------------------
@@ -560,10 +580,22 @@ class IndexService:
                         f.end_timestamp,
                         self.checkpoint.index_msg_timestamp,
                     )
+                    if f.index_count > FIRST_INDEX:
+                        begin = f.begin_phy_offset
+                        self.rebuild_from = (
+                            begin if self.rebuild_from is None else min(self.rebuild_from, begin)
+                        )
                     f.destroy()
                     continue
                 log.info("loaded index file %r", f)
                 loaded.append(f)
+            # Beyond RocketMQ: trailing files without a single entry (a process killed while
+            # creating one leaves it empty or zeroed) carry no end offset worth trusting; drop them
+            # so the newest real file says how far the index goes.
+            while loaded and loaded[-1].index_count <= FIRST_INDEX:
+                empty = loaded.pop()
+                log.info("removing index file %s: it holds no entry", empty.path)
+                empty.destroy()
             self._files = [*self._files, *loaded]
             return True
 
@@ -654,11 +686,27 @@ class IndexService:
             hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
             phys = [r.commit_log_offset for r in owners]
             stamps = [r.store_timestamp for r in owners]
+            if floor > 0 and phys[0] == floor:
+                # The message at the end offset is re-dispatched after a restart: keep only the
+                # keys that are not indexed yet (RocketMQ would index all of them again).
+                keep = [
+                    i
+                    for i in range(len(hashes))
+                    if phys[i] != floor or not self._already_indexed(hashes[i], floor)
+                ]
+                hashes = [hashes[i] for i in keep]
+                phys = [phys[i] for i in keep]
+                stamps = [stamps[i] for i in keep]
             done = 0
             while done < len(hashes):
                 done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
                 if done < len(hashes):
                     f = self._writable_file()
+
+    def _already_indexed(self, key_hash: int, phy_offset: int) -> bool:
+        """Whether the newest two files hold an entry for this key hash and offset: a message
+        re-dispatched at the index's end offset may have some of its keys indexed already."""
+        return any(f.has_entry(key_hash, phy_offset) for f in self._files[-2:])
 
     def _put_key(self, f: IndexFile, req: DispatchRequest, index_key: str) -> IndexFile:
         while not f.put_key(index_key, req.commit_log_offset, req.store_timestamp):

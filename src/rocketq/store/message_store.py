@@ -306,16 +306,18 @@ class MessageStore:
     def _index_high_water(self, low: int, otherwise: int) -> int:
         """End of the last indexed record; ``low`` when the index is empty (rebuild it all)."""
         assert self.index_service is not None
+        if self.index_service.rebuild_from is not None:
+            # Index files the crash left incomplete were destroyed: index their messages again.
+            return max(low, self.index_service.rebuild_from)
         files = self.index_service.files
         if not files or all(f.index_count <= 1 for f in files):
-            # No index directory (deleted to rebuild it), or a crash destroyed every index file:
-            # index everything again. After a clean exit an empty index means nothing had keys.
-            return low if self._index_dir_missing or not self.last_exit_ok else otherwise
+            # No index directory (deleted to rebuild it): index everything again. Otherwise an
+            # empty index means nothing had keys (destroyed files are covered by rebuild_from).
+            return low if self._index_dir_missing else otherwise
         last = self.index_service.max_phy_offset
         if not self.last_exit_ok:
-            # The newest index files may have been destroyed at load while the last surviving
-            # file holds only some keys of its last message: index that message again (the
-            # index skips offsets strictly below its end offset, so it is redone in full).
+            # Resume at the last indexed message itself: some of its keys may have gone with a
+            # destroyed file; the index adds only the keys it does not hold yet.
             return last
         view = self.commitlog.read_record(last)
         end = last + view.size if view is not None else last
