@@ -21,6 +21,15 @@ request (``retriable``)::
     │   ├── CorruptFileError          a file that does not have RocketMQ's layout
     │   └── SegmentAllocationError    a segment could not be created
     ├── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, but not yet durable
+    ├── NoPermission                  NO_PERMISSION (16): topic, group or broker permission
+    ├── TopicNotExist                 TOPIC_NOT_EXIST (17)
+    ├── InvalidParameter              INVALID_PARAMETER (29): bad request header value
+    ├── SubscriptionParseFailed       SUBSCRIPTION_PARSE_FAILED (23)
+    ├── SubscriptionNotExist          SUBSCRIPTION_NOT_EXIST (24)
+    ├── SubscriptionNotLatest         SUBSCRIPTION_NOT_LATEST (25)
+    ├── SubscriptionGroupNotExist     SUBSCRIPTION_GROUP_NOT_EXIST (26)
+    ├── BodyFormatError               a request/response body that is not the document its code calls for
+    ├── RequestHeaderError            a required request header field is missing or malformed
     └── RemotingError                 the remoting transport (SYSTEM_ERROR when it reaches the wire)
         ├── FrameError                a frame that breaks the protocol; its connection is closed
         ├── RemotingTimeout           no response within the deadline, retriable
@@ -146,6 +155,48 @@ class FlushDiskTimeout(RocketqError):
     retriable = True
 
 
+class NoPermission(RocketqError):
+    """The topic, the subscription group or the broker does not permit the operation."""
+
+    code = ResponseCode.NO_PERMISSION
+
+
+class TopicNotExist(RocketqError):
+    """The topic is unknown to the broker and could not be created."""
+
+    code = ResponseCode.TOPIC_NOT_EXIST
+
+
+class InvalidParameter(RocketqError, ValueError):
+    """A request header field is missing or out of range (names the field and the limit)."""
+
+    code = ResponseCode.INVALID_PARAMETER
+
+
+class SubscriptionParseFailed(RocketqError, ValueError):
+    """A subscription expression does not parse."""
+
+    code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+
+class SubscriptionNotExist(RocketqError):
+    """A pull relies on a heartbeat subscription the broker does not have."""
+
+    code = ResponseCode.SUBSCRIPTION_NOT_EXIST
+
+
+class SubscriptionNotLatest(RocketqError):
+    """The heartbeat subscription is older than the one the pull refers to."""
+
+    code = ResponseCode.SUBSCRIPTION_NOT_LATEST
+
+
+class SubscriptionGroupNotExist(RocketqError):
+    """The consumer group is unknown and auto-creation is disabled."""
+
+    code = ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+
+
 class RemotingError(RocketqError):
     """A failure of the remoting transport (framing, connection, deadline)."""
 
@@ -171,3 +222,15 @@ class RemotingConnectError(RemotingError, ConnectionError):
     """A connection to the address could not be established (refused, unreachable, timed out)."""
 
     retriable = True
+
+
+class BodyFormatError(RocketqError, ValueError):
+    """A command body that is not the JSON (or binary) document its request code calls for,
+    e.g. a REGISTER_BROKER body that does not parse. Answered with SYSTEM_ERROR (1), as Java's
+    ``RemotingCommandException`` is."""
+
+
+class RequestHeaderError(RocketqError, ValueError):
+    """A required request header field (extFields) is missing or not of its type. Java answers
+    such requests with SYSTEM_ERROR (1) once the missing field is dereferenced; so do we, but
+    with a message that names the field."""
