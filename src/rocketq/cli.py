@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rocketq.config import StoreConfig
 from rocketq.message import Message
+from rocketq.namesrv.server import NamesrvConfig, run_namesrv
 from rocketq.store import MessageStore
 
 
@@ -59,6 +60,28 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if ok == n else 1
 
 
+def _read_properties(path: str | None) -> dict[str, str]:
+    """A RocketMQ ``key=value`` properties file (``#`` comments)."""
+    props: dict[str, str] = {}
+    if path is None:
+        return props
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key.strip()] = value.strip()
+    return props
+
+
+def _namesrv(args: argparse.Namespace) -> int:
+    overrides = {"listen_port": args.port} if args.port is not None else {}
+    config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
+    return run_namesrv(config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -70,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--segment-mib", type=int, default=1)
     demo.add_argument("--keep", action="store_true", help="keep existing data in the directory")
     demo.set_defaults(func=_demo)
+    namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
+    namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
+    namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
+    namesrv.set_defaults(func=_namesrv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
