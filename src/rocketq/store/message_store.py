@@ -644,6 +644,24 @@ class MessageStore:
         """The message whose record starts at ``physical_offset``."""
         return self.commitlog.get_message(physical_offset, size)
 
+    def select_one_message_by_offset(self, physical_offset: int, size: int | None = None) -> bytes | None:
+        """The raw record starting at ``physical_offset`` (the bytes VIEW_MESSAGE_BY_ID and
+        QUERY_MESSAGE answer with), or None when no message record starts there."""
+        if size is None:
+            head = self.commitlog.read(physical_offset, 4)
+            if head is None or len(head) < 4:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+        if size <= 0:
+            return None
+        data = self.commitlog.read(physical_offset, size)
+        if data is None:
+            return None
+        view = rec.decode_record(data, 0, check_crc=False, read_body=False)
+        if view.kind is not rec.RecordKind.MESSAGE or view.physical_offset != physical_offset:
+            return None
+        return data
+
     def look_message_by_id(self, msg_id: str) -> MessageExt | None:
         """Look up by offset message id (the broker-generated ``msgId``)."""
         try:

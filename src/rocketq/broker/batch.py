@@ -1,0 +1,82 @@
+"""The SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``), pure codec.
+
+The body is the concatenation of one entry per message, big-endian::
+
+    TOTALSIZE   i32   22 + BODYLEN + PROPERTIESLEN (the whole entry)
+    MAGICCODE   i32   0
+    BODYCRC     i32   0
+    FLAG        i32   user flag
+    BODYLEN     i32   then the body bytes
+    PROPLEN     i16   then the properties (``name\\x01value\\x02``, UTF-8)
+
+Decoding checks every length against the buffer and against TOTALSIZE and raises
+:class:`~rocketq.errors.MessageIllegal` on the first inconsistency, naming the entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from rocketq.errors import MessageIllegal
+
+_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, body length
+_PROP_LEN = struct.Struct(">h")
+ENTRY_OVERHEAD = _HEAD.size + _PROP_LEN.size  # 22
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    body: bytes
+    properties: bytes = b""
+    flag: int = 0
+
+
+def encode_batch(entries: list[BatchEntry]) -> bytes:
+    parts: list[bytes] = []
+    for e in entries:
+        total = ENTRY_OVERHEAD + len(e.body) + len(e.properties)
+        parts.append(_HEAD.pack(total, 0, 0, e.flag, len(e.body)))
+        parts.append(e.body)
+        parts.append(_PROP_LEN.pack(len(e.properties)))
+        parts.append(e.properties)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes) -> list[BatchEntry]:
+    """Split a batch body into its messages; raises MessageIllegal when it is malformed."""
+    entries: list[BatchEntry] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        index = len(entries)
+        if end - pos < ENTRY_OVERHEAD:
+            raise MessageIllegal(
+                f"batch entry {index} at byte {pos}: {end - pos} B left, need {ENTRY_OVERHEAD} B"
+            )
+        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(data, pos)
+        if body_len < 0 or pos + _HEAD.size + body_len + _PROP_LEN.size > end:
+            raise MessageIllegal(
+                f"batch entry {index} at byte {pos}: body length {body_len} B overruns the body"
+            )
+        body_start = pos + _HEAD.size
+        body = data[body_start : body_start + body_len]
+        (prop_len,) = _PROP_LEN.unpack_from(data, body_start + body_len)
+        prop_start = body_start + body_len + _PROP_LEN.size
+        if prop_len < 0 or prop_start + prop_len > end:
+            raise MessageIllegal(
+                f"batch entry {index} at byte {pos}: properties length {prop_len} B overruns the body"
+            )
+        if total != ENTRY_OVERHEAD + body_len + prop_len:
+            raise MessageIllegal(
+                f"batch entry {index} at byte {pos}: total size {total} B does not match "
+                f"{ENTRY_OVERHEAD} + body {body_len} B + properties {prop_len} B"
+            )
+        entries.append(BatchEntry(bytes(body), bytes(data[prop_start : prop_start + prop_len]), flag))
+        pos = prop_start + prop_len
+    if not entries:
+        raise MessageIllegal("batch body is empty")
+    return entries
+
+
+__all__ = ["ENTRY_OVERHEAD", "BatchEntry", "decode_batch", "encode_batch"]

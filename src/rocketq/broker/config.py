@@ -1,0 +1,275 @@
+"""Broker settings (RocketMQ ``BrokerConfig`` / ``NettyServerConfig``) and ``broker.conf`` loading.
+
+Field names are RocketMQ's keys in snake_case with the unit appended where RocketMQ's name has
+none (``flushConsumerOffsetInterval`` → ``flush_consumer_offset_interval_ms``); RocketMQ's own
+``…Mills`` names keep their spelling (``shortPollingTimeMills`` → ``short_polling_time_mills``).
+A RocketMQ ``broker.conf`` therefore maps one to one: :func:`load_broker_conf` reads the Java
+properties file once and builds both the :class:`BrokerConfig` and the store's
+:class:`~rocketq.config.StoreConfig` from it (each takes the keys it knows, the rest is ignored).
+
+``broker.conf`` syntax (``java.util.Properties``)::
+
+    # comment            ! comment
+    brokerClusterName = DefaultCluster
+    brokerName=broker-a
+    namesrvAddr=10.0.0.1:9876;10.0.0.2:9876
+    listenPort: 10911
+    storePathRootDir /data/rocketmq/store       (key and value separated by '=', ':' or blanks)
+    longValue = first part \\
+                second part                      (a trailing backslash continues the line)
+
+Defaults equal RocketMQ's; ``broker_name`` and ``broker_ip1`` default to the host name and the
+address of the interface that routes outwards, and ``namesrv_addr`` to ``$NAMESRV_ADDR``, as in
+RocketMQ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocketq.config import StoreConfig, from_rocketmq_properties
+from rocketq.errors import ConfigError
+
+#: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
+KEY_ALIASES: dict[str, str] = {
+    "registerNameServerPeriod": "register_broker_interval_ms",
+    "brokerIP1": "broker_ip1",
+    "brokerIP2": "broker_ip2",
+}
+
+
+def local_ip() -> str:
+    """The IPv4 address of the interface that routes outwards (127.0.0.1 when there is none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # a UDP connect sends no packet
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def _namesrv_from_env() -> str | None:
+    return os.environ.get("NAMESRV_ADDR") or None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """Settings of one broker process (RocketMQ ``BrokerConfig`` and its server settings)."""
+
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = field(default_factory=socket.gethostname)
+    #: 0 = master (the only role rocketq's broker core serves so far).
+    broker_id: int = 0
+    #: Name servers, ``host:port`` separated by ``;``; None = do not register anywhere.
+    namesrv_addr: str | None = field(default_factory=_namesrv_from_env)
+    #: Address published to name servers and clients, and stored in every record's STOREHOST.
+    broker_ip1: str = field(default_factory=local_ip)
+    #: Address for HA (slaves); defaults to ``broker_ip1``.
+    broker_ip2: str | None = None
+    bind_address: str = "0.0.0.0"
+    #: Remoting port; 0 picks a free one (read it back from ``Broker.port``).
+    listen_port: int = 10911
+    #: Also listen on ``listen_port - 2``, the "VIP channel" old Java producers use (rocketq name).
+    fast_listen_port_enable: bool = True
+    ha_listen_port: int = 10912
+    #: PermName bits of the whole broker: READ=4, WRITE=2.
+    broker_permission: int = 6
+
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    auto_create_subscription_group: bool = True
+    reject_transaction_message: bool = False
+    enable_property_filter: bool = False
+
+    long_polling_enable: bool = True
+    #: Hold time of a suspended pull when long polling is off.
+    short_polling_time_mills: int = 1000
+    #: Upper bound on any hold, below the clients' 30 s pull timeout (rocketq addition).
+    long_polling_max_hold_ms: int = 20_000
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+
+    #: A client channel without a heartbeat for this long is dropped.
+    channel_expired_timeout_ms: int = 120_000
+    flush_consumer_offset_interval_ms: int = 5000
+    register_broker_interval_ms: int = 30_000
+    register_broker_timeout_mills: int = 6000
+
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in ("broker_cluster_name", "broker_name"):
+            if not getattr(self, name):
+                problems.append(f"{name} is empty")
+        if self.broker_id < 0:
+            problems.append(f"broker_id={self.broker_id} is negative")
+        if not 0 <= self.listen_port <= 65535:
+            problems.append(f"listen_port={self.listen_port} is outside 0..65535")
+        if not 0 <= self.broker_permission <= 15:
+            problems.append(f"broker_permission={self.broker_permission} is outside 0..15")
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            problems.append(f"default_topic_queue_nums={self.default_topic_queue_nums} is outside 1..1024")
+        for name in (
+            "short_polling_time_mills",
+            "long_polling_max_hold_ms",
+            "max_transfer_count_on_message_in_memory",
+            "max_transfer_bytes_on_message_in_memory",
+            "channel_expired_timeout_ms",
+            "flush_consumer_offset_interval_ms",
+            "register_broker_interval_ms",
+            "register_broker_timeout_mills",
+        ):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name}={getattr(self, name)} must be positive")
+        if problems:
+            raise ConfigError("invalid BrokerConfig: " + "; ".join(problems))
+
+    # -- derived values -------------------------------------------------------------------
+    @property
+    def broker_addr(self) -> str:
+        """``ip1:listen_port``: what name servers publish and what record STOREHOSTs hold."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The name-server addresses (``;``-separated in ``namesrv_addr``)."""
+        if not self.namesrv_addr:
+            return []
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+
+# -- java.util.Properties ------------------------------------------------------------------
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 == len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and i + 6 <= len(text):
+            try:
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            except ValueError:
+                pass
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    pending: str | None = None
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if pending is None and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        continued = trailing % 2 == 1
+        if continued:
+            line = line[:-1]
+        pending = line if pending is None else pending + line
+        if not continued:
+            lines.append(pending)
+            pending = None
+    if pending is not None:
+        lines.append(pending)
+    return lines
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text (what RocketMQ's ``broker.conf`` is)."""
+    props: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        n = len(line)
+        while i < n:
+            ch = line[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        if i < n and line[i] in "=:":
+            rest = line[i + 1 :].lstrip(" \t\f")
+        else:
+            rest = line[i:].lstrip(" \t\f")
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip(" \t\f")
+        props[_unescape(key)] = _unescape(rest)
+    return props
+
+
+def _apply_aliases(cls: type[Any], props: dict[str, str]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {
+        field_name: props[key]
+        for key, field_name in KEY_ALIASES.items()
+        if key in props and field_name in names
+    }
+
+
+def broker_config_from_properties(props: dict[str, str], **overrides: Any) -> BrokerConfig:
+    """A BrokerConfig from RocketMQ ``broker.conf`` properties (unknown keys are ignored)."""
+    aliased = _apply_aliases(BrokerConfig, props)
+    plain = {k: v for k, v in props.items() if k not in KEY_ALIASES}
+    problems: list[str] = []
+    defaults = BrokerConfig()
+    coerced: dict[str, Any] = {}
+    for name, raw in aliased.items():
+        current = getattr(defaults, name)
+        try:
+            coerced[name] = int(raw.strip()) if isinstance(current, int) else raw.strip()
+        except ValueError:
+            key = next(k for k, v in KEY_ALIASES.items() if v == name)
+            problems.append(f"{key}={raw!r}: expected an integer")
+    try:
+        config = from_rocketmq_properties(BrokerConfig, plain, **{**coerced, **overrides})
+    except ConfigError as exc:
+        problems.append(str(exc).removeprefix("invalid configuration: "))
+    if problems:
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
+    return config
+
+
+def load_broker_conf(path: str | os.PathLike[str]) -> tuple[BrokerConfig, StoreConfig]:
+    """Read a RocketMQ ``broker.conf`` and build the broker's and the store's settings.
+
+    Raises :class:`~rocketq.errors.ConfigError` naming every bad value, or OSError when the
+    file cannot be read."""
+    with open(path, encoding="utf-8") as f:
+        props = parse_properties(f.read())
+    return broker_config_from_properties(props), from_rocketmq_properties(StoreConfig, props)
+
+
+__all__ = [
+    "KEY_ALIASES",
+    "BrokerConfig",
+    "broker_config_from_properties",
+    "load_broker_conf",
+    "local_ip",
+    "parse_properties",
+]

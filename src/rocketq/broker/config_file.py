@@ -1,0 +1,91 @@
+"""Persisting broker metadata tables (``config/*.json``) without blocking the event loop.
+
+A table (topics, subscription groups, consumer offsets) lives in memory and is changed on the
+event loop. Writing it is two steps with different homes::
+
+    encode()  on the event loop: a consistent snapshot of the table as fastjson text
+    persist   in a worker thread: tmp file → fsync → old file kept as .bak → rename → fsync dir
+
+:class:`PersistScheduler` coalesces requests: while one write runs, any number of further
+requests cause exactly one more write, of the newest snapshot. ``await flush()`` returns once
+everything requested so far is on disk. Writes of one file never overlap, so the file on disk
+only moves forward. A failed write is logged and retried on the next request (or ``flush``).
+
+Without a running event loop (tools, tests) ``request`` writes synchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rocketq import fastjson
+
+log = logging.getLogger(__name__)
+
+
+def load_json_file(path: str) -> dict[str, Any] | None:
+    """The parsed file (``.bak`` when the main file is missing, empty or unparsable), or None
+    when there is nothing usable; a top-level value that is not an object counts as unusable."""
+    obj = fastjson.load_file(path)
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        log.warning("%s holds a JSON %s, not an object; ignoring it", path, type(obj).__name__)
+        return None
+    return obj
+
+
+class PersistScheduler:
+    """Writes ``encode()`` to ``path`` on request, one write at a time, newest snapshot wins."""
+
+    def __init__(self, path: str, encode: Callable[[], str]) -> None:
+        self.path = path
+        self._encode = encode
+        self._dirty = False
+        self._task: asyncio.Task[None] | None = None
+        self.writes = 0
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def request(self) -> None:
+        """Ask for the current table to be written (soon, off the event loop)."""
+        self._dirty = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.persist_now()
+            return
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+
+    def persist_now(self) -> None:
+        """Write synchronously, in the calling thread (startup, tools, tests)."""
+        self._dirty = False
+        fastjson.persist(self.path, self._encode())
+        self.writes += 1
+
+    async def flush(self) -> None:
+        """Return once every write requested so far has been attempted."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+        if self._dirty:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            text = self._encode()
+            try:
+                await asyncio.to_thread(fastjson.persist, self.path, text)
+                self.writes += 1
+            except OSError as exc:
+                log.error("persisting %s failed: %s", self.path, exc)
+                self._dirty = True  # retried on the next request or flush
+                return

@@ -1,0 +1,169 @@
+"""Committed consumer offsets per (topic, group, queue), ``config/consumerOffset.json``.
+
+File shape, as fastjson writes it (integer queue ids as **unquoted** keys, tab indentation)::
+
+    {
+        "dataVersion":{"counter":7,"stateVersion":0,"timestamp":1700000000000},
+        "offsetTable":{
+            "TopicTest@please_rename_unique_group_name_4":{0:250,1:250,2:250,3:250
+            }
+        }
+    }
+
+The key is ``<topic>@<group>``; the value maps queue id → the *next* offset to consume. Loading
+accepts quoted and unquoted queue ids (and a file without ``dataVersion``, as 4.x writes it).
+
+Offsets change with every UPDATE_CONSUMER_OFFSET and every pull carrying the COMMIT_OFFSET
+flag, so the table is written periodically (``flush_consumer_offset_interval_ms``) and at
+shutdown, and only when something changed since the last write. Any value a client sends is
+stored, including -1 (ali-ons sends -1 for offset 0); :meth:`query_offset` reports such
+negative values as "none", as RocketMQ's callers treat them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rocketq import fastjson
+from rocketq.broker.config_file import load_json_file
+from rocketq.broker.data_version import DataVersion
+from rocketq.broker.jsonutil import as_int
+
+log = logging.getLogger(__name__)
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+def offset_key(topic: str, group: str) -> str:
+    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+
+def split_offset_key(key: str) -> tuple[str, str]:
+    """``topic@group`` → (topic, group). Topics cannot contain ``@``; groups in theory can."""
+    topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+    return topic, group
+
+
+class ConsumerOffsetManager:
+    """The committed-offset table. Call from one thread (the event loop)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.offset_table: dict[str, dict[int, int]] = {}
+        self.data_version = DataVersion()
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the last :meth:`begin_persist`."""
+        return self._dirty
+
+    # -- persistence ------------------------------------------------------------------------
+    def load(self) -> bool:
+        if self.path is None:
+            return False
+        obj = load_json_file(self.path)
+        if obj is None:
+            return False
+        self.decode(obj)
+        log.info(
+            "loaded consumer offsets of %d topic@group entries from %s", len(self.offset_table), self.path
+        )
+        return True
+
+    def decode(self, obj: dict[str, Any]) -> None:
+        table = obj.get("offsetTable")
+        if isinstance(table, dict):
+            for key, queues in table.items():
+                if not isinstance(queues, dict) or TOPIC_GROUP_SEPARATOR not in str(key):
+                    continue
+                parsed: dict[int, int] = {}
+                for qid, offset in queues.items():
+                    q = as_int(qid, -1)
+                    off = as_int(offset, -1)
+                    if q >= 0:
+                        parsed[q] = off
+                self.offset_table[str(key)] = parsed
+        if "dataVersion" in obj:
+            self.data_version = DataVersion.from_json(obj.get("dataVersion"))
+
+    def encode(self) -> str:
+        """``consumerOffset.json`` content (fastjson style: unquoted queue ids)."""
+        return fastjson.dumps(
+            {
+                "dataVersion": self.data_version.to_json(),
+                "offsetTable": {key: dict(sorted(q.items())) for key, q in self.offset_table.items()},
+            }
+        )
+
+    def begin_persist(self) -> bool:
+        """Mark the table clean (bumping its DataVersion) if it changed; True when a write is due."""
+        if not self._dirty:
+            return False
+        self._dirty = False
+        self.data_version.next_version()
+        return True
+
+    def persist(self) -> None:
+        """Write ``consumerOffset.json`` now (synchronously)."""
+        if self.path is not None:
+            self.begin_persist()
+            fastjson.persist(self.path, self.encode())
+
+    # -- offsets ----------------------------------------------------------------------------
+    def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = offset_key(topic, group)
+        queues = self.offset_table.get(key)
+        if queues is None:
+            queues = self.offset_table[key] = {}
+        old = queues.get(queue_id)
+        if old is not None and offset < old:
+            log.debug(
+                "consumer offset of %s queue %d in group %s moves back from %d to %d (client %s)",
+                topic,
+                queue_id,
+                group,
+                old,
+                offset,
+                client_host,
+            )
+        if old != offset:
+            queues[queue_id] = offset
+            self._dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed next offset, or -1 when there is none (or a negative one was stored)."""
+        queues = self.offset_table.get(offset_key(topic, group))
+        if queues is None:
+            return -1
+        offset = queues.get(queue_id, -1)
+        return offset if offset >= 0 else -1
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.offset_table.get(offset_key(topic, group), {}))
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for key in self.offset_table:
+            t, g = split_offset_key(key)
+            if t == topic:
+                out.add(g)
+        return out
+
+    def topics_of_group(self, group: str) -> set[str]:
+        out = set()
+        for key in self.offset_table:
+            t, g = split_offset_key(key)
+            if g == group:
+                out.add(t)
+        return out
+
+    def remove(self, topic: str, group: str) -> bool:
+        if self.offset_table.pop(offset_key(topic, group), None) is None:
+            return False
+        self._dirty = True
+        return True
+
+
+__all__ = ["TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager", "offset_key", "split_offset_key"]

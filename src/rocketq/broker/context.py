@@ -1,0 +1,90 @@
+"""What the request processors share: settings, the store, the metadata tables, the registries.
+
+:class:`BrokerContext` is built by :class:`~rocketq.broker.server.Broker` and handed to every
+processor; processors keep no state of their own beyond it.
+
+Blocking store work (reads that may touch the disk, puts that wait for a SYNC_FLUSH group commit,
+lookups by key or time) goes through :meth:`BrokerContext.blocking`, which runs it in a worker
+thread and counts it, so shutdown can wait for those calls to return before the store's files
+are closed (:meth:`drain_blocking`). Everything else runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from rocketq.broker.client_manager import ConsumerManager, ProducerManager
+from rocketq.broker.config import BrokerConfig
+from rocketq.broker.consumer_offset import ConsumerOffsetManager
+from rocketq.broker.long_polling import PullRequestHoldService
+from rocketq.broker.rebalance_lock import RebalanceLockManager
+from rocketq.broker.stats import TpsSampler
+from rocketq.broker.subscription_group import SubscriptionGroupManager
+from rocketq.broker.topic_config import TopicConfigManager
+from rocketq.errors import ServiceNotAvailable
+from rocketq.store.message_store import MessageStore
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class BrokerContext:
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    hold: PullRequestHoldService
+    #: ``ip:port`` of this broker (record STOREHOST, name-server registration).
+    broker_addr: str
+    #: Asks for a (debounced) re-registration with the name servers after a topic change.
+    request_register: Callable[[], None] = lambda: None
+    #: Threads for blocking store calls (SYNC_FLUSH puts wait here for their group commit).
+    executor: concurrent.futures.ThreadPoolExecutor | None = None
+    locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
+    tps: TpsSampler = field(default_factory=TpsSampler)
+    boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    accepting: bool = True
+    _in_flight: int = field(default=0, init=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self._idle.set()
+
+    async def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` in a worker thread (the event loop never waits on the disk). A caller
+        that is cancelled stops waiting; the call itself still counts until it returns."""
+        if not self.accepting:
+            raise ServiceNotAvailable("broker is shutting down")
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+        self._in_flight += 1
+        self._idle.clear()
+        future.add_done_callback(self._call_done)
+        return await asyncio.shield(future)
+
+    def _call_done(self, _future: asyncio.Future[T]) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    @property
+    def blocking_in_flight(self) -> int:
+        return self._in_flight
+
+    async def drain_blocking(self, timeout_s: float) -> bool:
+        """Stop accepting blocking calls and wait for the running ones; False on timeout."""
+        self.accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,278 @@
+"""Request headers of the broker's hot paths, decoded from extFields (pure).
+
+Every extFields value is a string (the remoting layer coerces ali-ons' raw JSON numbers and
+booleans). Integers parse as Java's ``Integer.parseInt``/``Long.parseLong`` do, booleans as
+``Boolean.parseBoolean`` (only a case-insensitive ``true`` is true). A missing required field or
+a malformed number raises :class:`~rocketq.errors.InvalidParameter` naming the field, where a
+Java broker would fail later with a NullPointerException (SYSTEM_ERROR).
+
+SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry the V1 header under one-letter keys::
+
+    a producerGroup       e queueId         i properties          m batch
+    b topic               f sysFlag         j reconsumeTimes      n brokerName
+    c defaultTopic        g bornTimestamp   k unitMode
+    d defaultTopicQueueNums  h flag         l maxReconsumeTimes
+
+PullSysFlag bits: 1 COMMIT_OFFSET, 2 SUSPEND, 4 SUBSCRIPTION, 8 CLASS_FILTER, 16 LITE_PULL.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rocketq.errors import InvalidParameter
+
+#: SendMessageRequestHeaderV2 key → SendMessageRequestHeader (V1) field name.
+SEND_V2_TO_V1: dict[str, str] = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+SEND_V1_TO_V2: dict[str, str] = {v1: v2 for v2, v1 in SEND_V2_TO_V1.items()}
+
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
+PULL_FLAG_CLASS_FILTER = 0x8
+PULL_FLAG_LITE_PULL = 0x10
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _missing(name: str) -> InvalidParameter:
+    return InvalidParameter(f"request header field {name!r} is missing")
+
+
+def get_str(ext: Mapping[str, str], name: str) -> str:
+    value = ext.get(name)
+    if value is None:
+        raise _missing(name)
+    return value
+
+
+def opt_str(ext: Mapping[str, str], name: str) -> str | None:
+    return ext.get(name)
+
+
+def _parse_int(name: str, value: str, lo: int, hi: int) -> int:
+    if _JAVA_INT.fullmatch(value) is None:
+        raise InvalidParameter(f"request header field {name}={value[:64]!r} is not an integer")
+    n = int(value, 10)
+    if not lo <= n <= hi:
+        raise InvalidParameter(f"request header field {name}={n} is outside [{lo}, {hi}]")
+    return n
+
+
+def get_int(ext: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """A Java ``int`` field; ``default`` when absent (None: the field is required)."""
+    value = ext.get(name)
+    if value is None:
+        if default is None:
+            raise _missing(name)
+        return default
+    return _parse_int(name, value, _INT32_MIN, _INT32_MAX)
+
+
+def get_long(ext: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """A Java ``long`` field; ``default`` when absent (None: the field is required)."""
+    value = ext.get(name)
+    if value is None:
+        if default is None:
+            raise _missing(name)
+        return default
+    return _parse_int(name, value, _INT64_MIN, _INT64_MAX)
+
+
+def opt_int(ext: Mapping[str, str], name: str) -> int | None:
+    value = ext.get(name)
+    return None if value is None else _parse_int(name, value, _INT32_MIN, _INT32_MAX)
+
+
+def get_bool(ext: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """``Boolean.parseBoolean``: only a case-insensitive ``true`` is true."""
+    value = ext.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() == "true"
+
+
+def opt_bool(ext: Mapping[str, str], name: str) -> bool | None:
+    value = ext.get(name)
+    return None if value is None else value.strip().lower() == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessageRequestHeader:
+    """``SendMessageRequestHeader`` (V1 field names); V2 requests are mapped onto it."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str | None = None
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+    batch: bool = False
+    broker_name: str | None = None
+
+    def to_ext_fields(self, *, v2: bool = False) -> dict[str, str]:
+        """The extFields a Java producer sends (V1 names, or the V2 letters)."""
+        v1: dict[str, str | None] = {
+            "producerGroup": self.producer_group,
+            "topic": self.topic,
+            "defaultTopic": self.default_topic,
+            "defaultTopicQueueNums": str(self.default_topic_queue_nums),
+            "queueId": str(self.queue_id),
+            "sysFlag": str(self.sys_flag),
+            "bornTimestamp": str(self.born_timestamp),
+            "flag": str(self.flag),
+            "properties": self.properties,
+            "reconsumeTimes": None if self.reconsume_times is None else str(self.reconsume_times),
+            "unitMode": "true" if self.unit_mode else "false",
+            "maxReconsumeTimes": None if self.max_reconsume_times is None else str(self.max_reconsume_times),
+            "batch": "true" if self.batch else "false",
+            "brokerName": self.broker_name,
+        }
+        out = {k: v for k, v in v1.items() if v is not None}
+        if v2:
+            return {SEND_V1_TO_V2[k]: v for k, v in out.items()}
+        return out
+
+
+def v2_to_v1(ext: Mapping[str, str]) -> dict[str, str]:
+    """Rename SEND_MESSAGE_V2's one-letter keys to the V1 names (other keys are dropped)."""
+    return {SEND_V2_TO_V1[k]: v for k, v in ext.items() if k in SEND_V2_TO_V1}
+
+
+def decode_send_header(ext: Mapping[str, str], *, v2: bool) -> SendMessageRequestHeader:
+    """Decode SEND_MESSAGE (V1 names) or SEND_MESSAGE_V2/SEND_BATCH_MESSAGE (letters)."""
+    fields = v2_to_v1(ext) if v2 else ext
+    return SendMessageRequestHeader(
+        producer_group=fields.get("producerGroup", ""),
+        topic=get_str(fields, "topic"),
+        default_topic=fields.get("defaultTopic") or "TBW102",
+        default_topic_queue_nums=get_int(fields, "defaultTopicQueueNums", 4),
+        queue_id=get_int(fields, "queueId"),
+        sys_flag=get_int(fields, "sysFlag", 0),
+        born_timestamp=get_long(fields, "bornTimestamp", time.time_ns() // 1_000_000),
+        flag=get_int(fields, "flag", 0),
+        properties=opt_str(fields, "properties"),
+        reconsume_times=opt_int(fields, "reconsumeTimes"),
+        unit_mode=get_bool(fields, "unitMode"),
+        max_reconsume_times=opt_int(fields, "maxReconsumeTimes"),
+        batch=get_bool(fields, "batch"),
+        broker_name=opt_str(fields, "brokerName"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PullMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    sub_version: int
+    subscription: str | None = None
+    expression_type: str | None = None
+    max_msg_bytes: int | None = None
+
+    @property
+    def has_commit_offset_flag(self) -> bool:
+        return bool(self.sys_flag & PULL_FLAG_COMMIT_OFFSET)
+
+    @property
+    def has_suspend_flag(self) -> bool:
+        return bool(self.sys_flag & PULL_FLAG_SUSPEND)
+
+    @property
+    def has_subscription_flag(self) -> bool:
+        return bool(self.sys_flag & PULL_FLAG_SUBSCRIPTION)
+
+    @property
+    def has_class_filter_flag(self) -> bool:
+        return bool(self.sys_flag & PULL_FLAG_CLASS_FILTER)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        out = {
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": str(self.queue_id),
+            "queueOffset": str(self.queue_offset),
+            "maxMsgNums": str(self.max_msg_nums),
+            "sysFlag": str(self.sys_flag),
+            "commitOffset": str(self.commit_offset),
+            "suspendTimeoutMillis": str(self.suspend_timeout_millis),
+            "subVersion": str(self.sub_version),
+        }
+        if self.subscription is not None:
+            out["subscription"] = self.subscription
+        if self.expression_type is not None:
+            out["expressionType"] = self.expression_type
+        if self.max_msg_bytes is not None:
+            out["maxMsgBytes"] = str(self.max_msg_bytes)
+        return out
+
+
+def decode_pull_header(ext: Mapping[str, str]) -> PullMessageRequestHeader:
+    return PullMessageRequestHeader(
+        consumer_group=get_str(ext, "consumerGroup"),
+        topic=get_str(ext, "topic"),
+        queue_id=get_int(ext, "queueId"),
+        queue_offset=get_long(ext, "queueOffset"),
+        max_msg_nums=get_int(ext, "maxMsgNums", 32),
+        sys_flag=get_int(ext, "sysFlag", 0),
+        commit_offset=get_long(ext, "commitOffset", 0),
+        suspend_timeout_millis=get_long(ext, "suspendTimeoutMillis", 15_000),
+        sub_version=get_long(ext, "subVersion", 0),
+        subscription=opt_str(ext, "subscription"),
+        expression_type=opt_str(ext, "expressionType"),
+        max_msg_bytes=opt_int(ext, "maxMsgBytes"),
+    )
+
+
+__all__ = [
+    "PULL_FLAG_CLASS_FILTER",
+    "PULL_FLAG_COMMIT_OFFSET",
+    "PULL_FLAG_LITE_PULL",
+    "PULL_FLAG_SUBSCRIPTION",
+    "PULL_FLAG_SUSPEND",
+    "SEND_V1_TO_V2",
+    "SEND_V2_TO_V1",
+    "PullMessageRequestHeader",
+    "SendMessageRequestHeader",
+    "decode_pull_header",
+    "decode_send_header",
+    "get_bool",
+    "get_int",
+    "get_long",
+    "get_str",
+    "opt_bool",
+    "opt_int",
+    "opt_str",
+    "v2_to_v1",
+]

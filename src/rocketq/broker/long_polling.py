@@ -1,0 +1,233 @@
+"""Long polling: pulls that found nothing wait for a message instead of returning at once.
+
+RocketMQ's ``PullRequestHoldService``. A pull with the SUSPEND flag that would answer
+PULL_NOT_FOUND (19) is parked under its queue ``(topic, queueId)``; the pull processor then
+re-runs it once (no suspension, no offset commit) when the hold ends::
+
+    why the hold ends                                   how it is noticed
+    a message for that queue was dispatched and its     dispatcher thread → arrival listener →
+      tags code passes the pull's filter                loop.call_soon_threadsafe → wake
+    the queue's max offset passed the pull's offset     periodic check (5 s; 1 s without long
+      (also covers filtered-out arrivals)                 polling) and once right after parking
+    the hold time passed                                one timer per held pull
+    the client's connection closed / broker shutdown    close callback / stop()
+
+Invariants and the races they close:
+
+* the arrival listener runs on the dispatcher thread; it only reads the held-queue table (a
+  dict membership test) and hands matching ``(queue, new max offset, tags code)`` triples to the
+  event loop; everything else happens on the loop thread;
+* dispatch updates the ConsumeQueue *before* it calls arrival listeners, and a pull re-checks
+  the queue's max offset right after parking; so a message dispatched between the pull's read and
+  its parking is seen by that re-check, and one dispatched later reaches the listener;
+* every held pull ends exactly once (its future is resolved once, its timer cancelled, and it is
+  removed from the table), whichever of the reasons comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+#: Periodic re-check with long polling on / off (RocketMQ's intervals).
+LONG_POLLING_CHECK_INTERVAL_S = 5.0
+SHORT_POLLING_CHECK_INTERVAL_S = 1.0
+
+QueueKey = tuple[str, int]
+
+ARRIVED = "arrived"
+CHECKED = "checked"
+TIMEOUT = "timeout"
+CLOSED = "closed"
+SHUTDOWN = "shutdown"
+
+
+class ArrivalRequest(Protocol):
+    """What the arrival listener reads of a dispatched record (``DispatchRequest`` fits)."""
+
+    topic: str
+    queue_id: int
+    consume_queue_offset: int
+    tags_code: int
+
+
+class Closable(Protocol):
+    def add_close_callback(self, callback: Callable[..., None]) -> None: ...
+
+    def remove_close_callback(self, callback: Callable[..., None]) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    key: QueueKey
+    offset: int
+    codes: frozenset[int] | None
+    future: asyncio.Future[str]
+    timer: asyncio.TimerHandle | None = None
+    on_close: Callable[..., None] | None = field(default=None, repr=False)
+
+
+class PullRequestHoldService:
+    """Parks pulls per queue until a message arrives or their hold time ends."""
+
+    def __init__(
+        self,
+        max_offset: Callable[[str, int], int],
+        *,
+        check_interval_s: float = LONG_POLLING_CHECK_INTERVAL_S,
+    ) -> None:
+        self._max_offset = max_offset
+        self.check_interval_s = check_interval_s
+        self._table: dict[QueueKey, list[_Held]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopped = False
+        self.wakeups: dict[str, int] = {ARRIVED: 0, CHECKED: 0, TIMEOUT: 0, CLOSED: 0, SHUTDOWN: 0}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the periodic check on the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = False
+        if self._ticker is None:
+            self._ticker = self._loop.create_task(self._tick_loop(), name="PullRequestHoldService")
+
+    async def stop(self) -> None:
+        """Stop checking and end every hold (the pulls answer with what they find)."""
+        self._stopped = True
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+        for held_list in list(self._table.values()):
+            for held in list(held_list):
+                self._wake(held, SHUTDOWN)
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(v) for v in self._table.values())
+
+    # -- holding ----------------------------------------------------------------------------
+    async def suspend(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        codes: frozenset[int] | None,
+        timeout_s: float,
+        channel: Closable | None = None,
+    ) -> str:
+        """Wait until a message at or after ``offset`` may be there; returns why the hold ended
+        (``arrived``, ``checked``, ``timeout``, ``closed`` or ``shutdown``)."""
+        if self._stopped:
+            return SHUTDOWN
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        future: asyncio.Future[str] = loop.create_future()
+        key = (topic, queue_id)
+        held = _Held(key, offset, codes, future)
+        self._table.setdefault(key, []).append(held)
+        held.timer = loop.call_later(max(0.0, timeout_s), self._wake, held, TIMEOUT)
+        if channel is not None:
+
+            def on_close(_conn: object) -> None:
+                self._wake(held, CLOSED)
+
+            held.on_close = on_close
+            channel.add_close_callback(on_close)
+        if self._max_offset(topic, queue_id) > offset:
+            self._wake(held, CHECKED)
+        try:
+            return await future
+        finally:
+            self._remove(held)
+            if channel is not None and held.on_close is not None:
+                channel.remove_close_callback(held.on_close)
+
+    def _remove(self, held: _Held) -> None:
+        if held.timer is not None:
+            held.timer.cancel()
+            held.timer = None
+        held_list = self._table.get(held.key)
+        if held_list is None:
+            return
+        with contextlib.suppress(ValueError):
+            held_list.remove(held)
+        if not held_list:
+            del self._table[held.key]
+
+    def _wake(self, held: _Held, reason: str) -> None:
+        self._remove(held)
+        if not held.future.done():
+            held.future.set_result(reason)
+            self.wakeups[reason] = self.wakeups.get(reason, 0) + 1
+
+    # -- wake-ups ---------------------------------------------------------------------------
+    def arrival_listener(self, requests: Sequence[ArrivalRequest]) -> None:
+        """Dispatcher hook (runs on the dispatcher thread): hand arrivals on held queues to the
+        event loop. Cheap when nothing is held."""
+        table = self._table
+        loop = self._loop
+        if not table or loop is None:
+            return
+        hits: list[tuple[QueueKey, int, int]] | None = None
+        for r in requests:
+            key = (r.topic, r.queue_id)
+            if key in table:
+                if hits is None:
+                    hits = []
+                hits.append((key, r.consume_queue_offset + 1, r.tags_code))
+        if hits:
+            try:
+                loop.call_soon_threadsafe(self.notify_arrivals, hits)
+            except RuntimeError:  # the loop is closed: nothing is held any more
+                pass
+
+    def notify_arrivals(self, arrivals: Sequence[tuple[QueueKey, int, int]]) -> None:
+        """On the loop: wake held pulls whose queue grew past their offset with a matching tag."""
+        for key, new_max, tags_code in arrivals:
+            held_list = self._table.get(key)
+            if not held_list:
+                continue
+            for held in list(held_list):
+                if new_max > held.offset and (held.codes is None or tags_code in held.codes):
+                    self._wake(held, ARRIVED)
+
+    def check_now(self) -> int:
+        """Wake every held pull whose queue's max offset is past its offset; returns how many."""
+        woken = 0
+        for key, held_list in list(self._table.items()):
+            max_offset = self._max_offset(*key)
+            for held in list(held_list):
+                if max_offset > held.offset:
+                    self._wake(held, CHECKED)
+                    woken += 1
+        return woken
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_s)
+            try:
+                self.check_now()
+            except Exception:
+                log.exception("periodic check of held pulls failed")
+
+
+__all__ = [
+    "ARRIVED",
+    "CHECKED",
+    "CLOSED",
+    "LONG_POLLING_CHECK_INTERVAL_S",
+    "SHORT_POLLING_CHECK_INTERVAL_S",
+    "SHUTDOWN",
+    "TIMEOUT",
+    "PullRequestHoldService",
+]

@@ -1,0 +1,211 @@
+"""PULL_MESSAGE (11): read a consume queue from an offset, hold the pull when there is nothing.
+
+Checks, in RocketMQ's order (``PullMessageProcessor.processRequest``)::
+
+    broker readable                          else 16 NO_PERMISSION
+    subscription group found / auto-created  else 26; group consume disabled → 16
+    topic exists, readable, queueId < readQueueNums     else 17 / 16 / 29
+    subscription: SUBSCRIPTION flag → parse the request's expression (23 on error);
+                  otherwise the heartbeat's (24 none, 25 older subVersion than the pull's);
+                  without either, an expression the request carries anyway is used
+
+Then the store read (in a worker thread) and the status → code mapping:
+
+    GetMessageStatus                          code                       nextBeginOffset
+    FOUND                                     0 SUCCESS (body = records) last scanned + 1
+    NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING  20 PULL_RETRY_IMMEDIATELY  last scanned + 1
+    OFFSET_OVERFLOW_ONE, OFFSET_FOUND_NULL    19 PULL_NOT_FOUND          offset
+    NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE  21 if offset != 0 else 19   0
+    OFFSET_TOO_SMALL                          21 PULL_OFFSET_MOVED       min offset
+    OFFSET_OVERFLOW_BADLY                     21 PULL_OFFSET_MOVED       max (0 when min is 0)
+
+Every response carries nextBeginOffset, minOffset, maxOffset and suggestWhichBrokerId (Java
+clients unbox all four; ali-ons reads them on every code); the remark is the status name.
+
+COMMIT_OFFSET flag: the request's ``commitOffset`` is stored as the group's offset, on the first
+execution only. SUSPEND flag and code 19: the pull is held (:mod:`rocketq.broker.long_polling`)
+for ``suspendTimeoutMillis`` (``short_polling_time_mills`` without long polling; never longer
+than ``long_polling_max_hold_ms``, well under the clients' 30 s timeout), then executed once
+more without suspension or commit, and that answer is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rocketq.broker.context import BrokerContext
+from rocketq.broker.headers import PullMessageRequestHeader, decode_pull_header
+from rocketq.broker.heartbeat import EXPRESSION_TAG, SubscriptionData, build_subscription
+from rocketq.broker.long_polling import CLOSED
+from rocketq.broker.topic_config import is_readable
+from rocketq.config import BrokerRole
+from rocketq.errors import (
+    InvalidParameter,
+    NoPermission,
+    ResponseCode,
+    RocketqError,
+    SubscriptionGroupNotExist,
+    SubscriptionNotExist,
+    SubscriptionNotLatest,
+    TopicNotExist,
+)
+from rocketq.remoting.command import RemotingCommand, create_response
+from rocketq.remoting.transport import Connection
+from rocketq.store.message_store import GetMessageResult, GetMessageStatus
+
+log = logging.getLogger(__name__)
+
+MASTER_ID = 0
+FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
+def pull_status_to_code(status: GetMessageStatus, request_offset: int) -> int:
+    """The response code RocketMQ answers a pull with, for a store status."""
+    if status is GetMessageStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if request_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_FOUND_NULL):
+        return ResponseCode.PULL_NOT_FOUND
+    if status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
+        return ResponseCode.PULL_OFFSET_MOVED
+    return ResponseCode.SYSTEM_ERROR
+
+
+def pull_response_fields(result: GetMessageResult, suggest_broker_id: int = MASTER_ID) -> dict[str, str]:
+    """``PullMessageResponseHeader``: always all four fields."""
+    return {
+        "nextBeginOffset": str(result.next_begin_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+        "suggestWhichBrokerId": str(suggest_broker_id),
+    }
+
+
+class PullMessageProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        header = decode_pull_header(request.ext_fields)
+        return await self._process(conn, request, header, allow_suspend=True)
+
+    def _subscription(self, conn: Connection, header: PullMessageRequestHeader) -> SubscriptionData:
+        ctx = self.ctx
+        group = header.consumer_group
+        topic = header.topic
+        if header.has_subscription_flag:
+            return build_subscription(topic, header.subscription, header.expression_type, header.sub_version)
+        info = ctx.consumers.get(group)
+        if info is None or topic not in info.subscriptions:
+            if header.subscription is not None:
+                # no SUBSCRIPTION flag but an expression all the same (no Java or ali-ons client
+                # sends that): use it rather than refusing the pull
+                return build_subscription(
+                    topic, header.subscription, header.expression_type, header.sub_version
+                )
+            if info is None:
+                raise SubscriptionNotExist(f"the consumer's group info not exist, group {group}")
+        group_cfg = ctx.groups.get(group)
+        if (
+            group_cfg is not None
+            and not group_cfg.consume_broadcast_enable
+            and info.message_model == "BROADCASTING"
+        ):
+            raise NoPermission(f"the consumer group[{group}] can not consume by broadcast way")
+        sub = info.subscriptions.get(topic)
+        if sub is None:
+            raise SubscriptionNotExist(f"the consumer's subscription not exist, group {group} topic {topic}")
+        if sub.sub_version < header.sub_version:
+            raise SubscriptionNotLatest(
+                f"the consumer's subscription not latest, group {group} topic {topic}: broker has "
+                f"subVersion {sub.sub_version}, the pull refers to {header.sub_version}"
+            )
+        return sub
+
+    async def _process(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        *,
+        allow_suspend: bool,
+    ) -> RemotingCommand | None:
+        ctx = self.ctx
+        cfg = ctx.config
+        group = header.consumer_group
+        topic = header.topic
+        if not is_readable(cfg.broker_permission):
+            raise NoPermission(f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+        group_cfg = ctx.groups.find(group)
+        if group_cfg is None:
+            raise SubscriptionGroupNotExist(f"subscription group [{group}] does not exist, {FAQ_URL}")
+        if not group_cfg.consume_enable:
+            raise NoPermission(f"subscription group no permission, {group}")
+        tc = ctx.topics.select(topic)
+        if tc is None:
+            raise TopicNotExist(f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
+        if not tc.readable:
+            raise NoPermission(f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= header.queue_id < tc.read_queue_nums:
+            raise InvalidParameter(
+                f"queueId[{header.queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.remote_address}]"
+            )
+        sub = self._subscription(conn, header)
+        if sub.expression_type != EXPRESSION_TAG and not cfg.enable_property_filter:
+            raise RocketqError(
+                f"The broker does not support consumer to filter message by {sub.expression_type}"
+            )
+        codes = None if header.has_class_filter_flag else sub.tags_codes()
+
+        max_count = max(1, min(header.max_msg_nums, cfg.max_transfer_count_on_message_in_memory))
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        if header.max_msg_bytes is not None and header.max_msg_bytes > 0:
+            max_bytes = min(max_bytes, header.max_msg_bytes)
+        result = await ctx.blocking(
+            ctx.store.get_message,
+            group,
+            topic,
+            header.queue_id,
+            header.queue_offset,
+            max_count,
+            codes,
+            max_bytes=max_bytes,
+        )
+        code = pull_status_to_code(result.status, header.queue_offset)
+
+        if (
+            allow_suspend
+            and header.has_commit_offset_flag
+            and ctx.store.config.broker_role is not BrokerRole.SLAVE
+        ):
+            ctx.offsets.commit_offset(
+                conn.remote_address, group, topic, header.queue_id, header.commit_offset
+            )
+
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.has_suspend_flag:
+            hold_ms = (
+                header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            )
+            hold_ms = max(0, min(hold_ms, cfg.long_polling_max_hold_ms))
+            reason = await ctx.hold.suspend(
+                topic, header.queue_id, header.queue_offset, codes, hold_ms / 1000, channel=conn
+            )
+            if reason == CLOSED:
+                return None
+            return await self._process(conn, request, header, allow_suspend=False)
+
+        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
+        return create_response(
+            request,
+            code,
+            result.status.value,
+            ext_fields=pull_response_fields(result),
+            body=body,
+        )
+
+
+__all__ = ["MASTER_ID", "PullMessageProcessor", "pull_response_fields", "pull_status_to_code"]

@@ -1,0 +1,406 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
+
+    broker writable                                   else 16 NO_PERMISSION
+    topic name valid (``[%|a-zA-Z0-9_-]``, ≤127; ≤255 for %RETRY%/%DLQ%)   else 29
+    topic not a "no send" system topic                else 16
+    topic known, or created from the template (TBW102), or a %RETRY% topic (1 queue, RW)  else 17
+    topic writable; queueId < max(read, write queues) else 16 / 29; queueId < 0 → random
+    build the record: properties decoded and re-encoded, POP_CK dropped, UNIQ_KEY added when
+      missing, CLUSTER added; born host = the peer (IPv4; IPv6 peers other than mapped/loopback
+      are written as 0.0.0.0 so every client can decode the record), store host = this broker
+    %RETRY%<group>: the group must exist (26); reconsumeTimes > max (header ``l`` from clients at
+      V3_4_9+, else the group's retryMaxTimes) → %DLQ%<group> (1 queue, RW), DELAY dropped
+    transaction half messages are refused (16) until END_TRANSACTION is implemented
+
+The put itself runs on the event loop under ASYNC_FLUSH (a memory copy) and in a worker thread
+under SYNC_FLUSH (it waits for the group commit) or when dispatch is far behind (the store's
+back-pressure may wait). Store errors keep their wire codes: MessageIllegal 13 (body/properties
+over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
+A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
+
+Response header: msgId (offset id; comma-joined for a batch), queueId, queueOffset (of the first
+message), transactionId (the UNIQ_KEY), and the extFields MSG_REGION and TRACE_ON that Java
+clients read unconditionally.
+
+CONSUMER_SEND_MSG_BACK: the consumed message (found by commit-log offset) is re-sent to
+%RETRY%<group> with DELAY = 3 + reconsumeTimes (or the requested level), reconsumeTimes + 1,
+RETRY_TOPIC and ORIGIN_MESSAGE_ID kept/added; once reconsumeTimes reaches the maximum (or the
+requested delay level is negative) it goes to %DLQ%<group> instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import random
+import struct
+
+from rocketq.broker.batch import decode_batch
+from rocketq.broker.context import BrokerContext
+from rocketq.broker.headers import (
+    SendMessageRequestHeader,
+    decode_send_header,
+    get_int,
+    get_long,
+    get_str,
+    opt_int,
+)
+from rocketq.broker.topic_config import (
+    DLQ_NUMS_PER_GROUP,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    TopicConfig,
+    dlq_topic,
+    is_retry_topic,
+    is_writeable,
+    retry_topic,
+    topic_max_length,
+)
+from rocketq.config import FlushDiskType
+from rocketq.errors import (
+    InvalidParameter,
+    MessageIllegal,
+    NoPermission,
+    ResponseCode,
+    RocketqError,
+    SubscriptionGroupNotExist,
+    TopicNameInvalid,
+    TopicNotExist,
+)
+from rocketq.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    BrokerMessage,
+    UniqueIdGenerator,
+    decode_properties,
+    encode_properties,
+    pack_socket_addr,
+    split_host_port,
+    validate_topic,
+)
+from rocketq.remoting.codes import RequestCode, Version
+from rocketq.remoting.command import RemotingCommand, create_response
+from rocketq.remoting.transport import Connection
+from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_POP_CK = "POP_CK"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_PREPARED_TYPE = 0x4
+FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
+@functools.lru_cache(maxsize=4096)
+def born_host_of(remote_address: str) -> bytes:
+    """The packed born host for a peer address, always in the IPv4 layout (spec §3.7)."""
+    try:
+        host, port = split_host_port(remote_address)
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return pack_socket_addr("127.0.0.1:0")
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip4 = ip.ipv4_mapped
+        elif ip.is_loopback:
+            ip4 = ipaddress.IPv4Address("127.0.0.1")
+        else:
+            ip4 = ipaddress.IPv4Address("0.0.0.0")
+        return ip4.packed + struct.pack(">i", port)
+    return ip.packed + struct.pack(">i", port)
+
+
+def send_response_fields(
+    result: PutMessageResult, queue_id: int, transaction_id: str | None, region_id: str, trace_on: bool
+) -> dict[str, str]:
+    fields = {
+        "msgId": result.msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(result.queue_offset),
+        PROPERTY_MSG_REGION: region_id,
+        PROPERTY_TRACE_SWITCH: "true" if trace_on else "false",
+    }
+    if transaction_id:
+        fields["transactionId"] = transaction_id
+    return fields
+
+
+class SendMessageProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self._ids = UniqueIdGenerator()
+        self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+    # -- shared checks ----------------------------------------------------------------------
+    def _check_broker_writeable(self) -> None:
+        cfg = self.ctx.config
+        if not is_writeable(cfg.broker_permission):
+            raise NoPermission(f"the broker[{cfg.broker_ip1}] sending message is forbidden")
+
+    def msg_check(self, conn: Connection, header: SendMessageRequestHeader) -> TopicConfig:
+        """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to."""
+        ctx = self.ctx
+        topic = header.topic
+        self._check_broker_writeable()
+        try:
+            validate_topic(topic, topic_max_length(topic))
+        except TopicNameInvalid as exc:
+            raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+        tc = ctx.topics.select(topic)
+        if tc is None:
+            tc = ctx.topics.create_in_send(
+                topic, header.default_topic, conn.remote_address, header.default_topic_queue_nums
+            )
+            if tc is None and is_retry_topic(topic):
+                tc = ctx.topics.create_in_send_back(topic, 1, PERM_WRITE | PERM_READ)
+            if tc is None:
+                raise TopicNotExist(f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
+        if not tc.writeable:
+            raise NoPermission(f"the topic[{topic}] sending message is forbidden")
+        valid = max(tc.write_queue_nums, tc.read_queue_nums)
+        if header.queue_id >= valid:
+            raise InvalidParameter(
+                f"request queueId[{header.queue_id}] is illegal, topic {topic} has {valid} queues "
+                f"(read {tc.read_queue_nums}, write {tc.write_queue_nums}); producer {conn.remote_address}"
+            )
+        return tc
+
+    @staticmethod
+    def _pick_queue(tc: TopicConfig, requested: int) -> int:
+        if requested >= 0:
+            return requested
+        if tc.write_queue_nums <= 0:
+            raise InvalidParameter(f"topic {tc.topic_name} has no write queues")
+        return random.randrange(tc.write_queue_nums)
+
+    def _base_properties(self, text: str | None) -> dict[str, str]:
+        props = decode_properties(text or "")
+        props.pop(PROPERTY_POP_CK, None)
+        if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self._ids.next_id()
+        props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
+        return props
+
+    def _check_transaction(self, sys_flag: int, props: dict[str, str]) -> None:
+        prepared = (sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_PREPARED_TYPE
+        if prepared or props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            cfg = self.ctx.config
+            raise NoPermission(
+                f"the broker[{cfg.broker_ip1}] sending transaction message is forbidden: "
+                "transactional messages are not supported by this broker yet"
+            )
+
+    async def _put(self, msg: BrokerMessage) -> PutMessageResult:
+        store = self.ctx.store
+        if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
+            return await self.ctx.blocking(store.put_message, msg)
+        return store.put_message(msg)
+
+    async def _put_batch(self, msgs: list[BrokerMessage]) -> PutMessageResult:
+        store = self.ctx.store
+        if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
+            return await self.ctx.blocking(store.put_messages, msgs)
+        return store.put_messages(msgs)
+
+    def _response(
+        self, request: RemotingCommand, result: PutMessageResult, queue_id: int, transaction_id: str | None
+    ) -> RemotingCommand:
+        cfg = self.ctx.config
+        fields = send_response_fields(result, queue_id, transaction_id, cfg.region_id, cfg.trace_on)
+        if result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT:
+            timeout = self.ctx.store.config.sync_flush_timeout_ms
+            return create_response(
+                request,
+                ResponseCode.FLUSH_DISK_TIMEOUT,
+                f"message stored but not flushed to disk within {timeout} ms",
+                ext_fields=fields,
+            )
+        return create_response(request, ResponseCode.SUCCESS, ext_fields=fields)
+
+    # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------
+    async def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+            return await self._send_batch(conn, request, header)
+        tc = self.msg_check(conn, header)
+        queue_id = self._pick_queue(tc, header.queue_id)
+        props = self._base_properties(header.properties)
+        self._check_transaction(header.sys_flag, props)
+        topic = header.topic
+        reconsume_times = header.reconsume_times or 0
+        if is_retry_topic(topic):
+            topic, queue_id = self._retry_or_dlq(request, header, props, topic, queue_id, reconsume_times)
+        msg = BrokerMessage(
+            topic=topic,
+            body=request.body,
+            properties=encode_properties(props).encode("utf-8"),
+            queue_id=queue_id,
+            flag=header.flag,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=born_host_of(conn.remote_address),
+            reconsume_times=reconsume_times,
+        )
+        result = await self._put(msg)
+        return self._response(request, result, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+
+    def _retry_or_dlq(
+        self,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+        props: dict[str, str],
+        topic: str,
+        queue_id: int,
+        reconsume_times: int,
+    ) -> tuple[str, int]:
+        """``handleRetryAndDLQ``: keep a %RETRY% send, or divert it to the group's DLQ."""
+        ctx = self.ctx
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_cfg = ctx.groups.find(group)
+        if group_cfg is None:
+            raise SubscriptionGroupNotExist(f"subscription group not exist, {group} {FAQ_URL}")
+        max_times = group_cfg.retry_max_times
+        if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if reconsume_times <= max_times:
+            return topic, queue_id
+        dlq = dlq_topic(group)
+        tc = ctx.topics.create_in_send_back(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
+        if not tc.writeable:
+            raise NoPermission(f"the topic[{dlq}] sending message is forbidden")
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        log.info(
+            "message of %s reconsumed %d times (max %d): moved to %s", topic, reconsume_times, max_times, dlq
+        )
+        return dlq, random.randrange(max(1, tc.write_queue_nums))
+
+    # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------
+    async def _send_batch(
+        self, conn: Connection, request: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        topic = header.topic
+        if len(topic) > TOPIC_MAX_LENGTH:
+            raise MessageIllegal(f"batch topic of {len(topic)} chars exceeds max {TOPIC_MAX_LENGTH} chars")
+        if is_retry_topic(topic):
+            raise MessageIllegal(f"batch request does not support retry group {topic}")
+        tc = self.msg_check(conn, header)
+        queue_id = self._pick_queue(tc, header.queue_id)
+        if header.sys_flag & TRANSACTION_TYPE_MASK:
+            raise MessageIllegal("batch messages cannot be transactional")
+        batch_props = decode_properties(header.properties or "")
+        if _delay_level(batch_props) > 0:
+            raise MessageIllegal("batch messages do not support delay levels")
+        shared = {
+            k: v
+            for k, v in batch_props.items()
+            if k not in (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_POP_CK, PROPERTY_DELAY_TIME_LEVEL)
+        }
+        born_host = born_host_of(conn.remote_address)
+        msgs: list[BrokerMessage] = []
+        for index, entry in enumerate(decode_batch(request.body)):
+            props = self._base_properties(entry.properties.decode("utf-8", "replace"))
+            if _delay_level(props) > 0:
+                raise MessageIllegal(
+                    f"batch message {index} has a delay level; batches do not support delays"
+                )
+            for k, v in shared.items():
+                props.setdefault(k, v)
+            msgs.append(
+                BrokerMessage(
+                    topic=topic,
+                    body=entry.body,
+                    properties=encode_properties(props).encode("utf-8"),
+                    queue_id=queue_id,
+                    flag=entry.flag,
+                    sys_flag=header.sys_flag,
+                    born_timestamp=header.born_timestamp,
+                    born_host=born_host,
+                )
+            )
+        result = await self._put_batch(msgs)
+        return self._response(
+            request, result, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        )
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
+    async def consumer_send_msg_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        ctx = self.ctx
+        ext = request.ext_fields
+        offset = get_long(ext, "offset")
+        group = get_str(ext, "group")
+        delay_level = get_int(ext, "delayLevel", 0)
+        header_max = opt_int(ext, "maxReconsumeTimes")
+        group_cfg = ctx.groups.find(group)
+        if group_cfg is None:
+            raise SubscriptionGroupNotExist(f"subscription group not exist, {group} {FAQ_URL}")
+        self._check_broker_writeable()
+        if group_cfg.retry_queue_nums <= 0:
+            return create_response(request, ResponseCode.SUCCESS)
+        new_topic = retry_topic(group)
+        queue_id = random.randrange(group_cfg.retry_queue_nums)
+        tc = ctx.topics.create_in_send_back(new_topic, group_cfg.retry_queue_nums, PERM_WRITE | PERM_READ)
+        if not tc.writeable:
+            raise NoPermission(f"the topic[{new_topic}] sending message is forbidden")
+        original = await ctx.blocking(ctx.store.look_message_by_offset, offset)
+        if original is None:
+            raise RocketqError(f"look message by offset failed, {offset}")
+        props = dict(original.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        max_times = group_cfg.retry_max_times
+        if request.version >= Version.V3_4_9 and header_max is not None:
+            max_times = header_max
+        if original.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(group)
+            dlq = ctx.topics.create_in_send_back(new_topic, DLQ_NUMS_PER_GROUP, PERM_WRITE | PERM_READ)
+            if not dlq.writeable:
+                raise NoPermission(f"the topic[{new_topic}] sending message is forbidden")
+            queue_id = random.randrange(max(1, dlq.write_queue_nums))
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + original.reconsume_times
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = original.msg_id
+        born_host = (
+            born_host_of(original.born_host) if original.born_host else born_host_of(conn.remote_address)
+        )
+        msg = BrokerMessage(
+            topic=new_topic,
+            body=original.body,
+            properties=encode_properties(props).encode("utf-8"),
+            queue_id=queue_id,
+            flag=original.flag,
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=born_host,
+            reconsume_times=original.reconsume_times + 1,
+        )
+        result = await self._put(msg)
+        if result.status is not PutMessageStatus.PUT_OK:
+            return create_response(request, ResponseCode.SYSTEM_ERROR, result.status.value)
+        return create_response(request, ResponseCode.SUCCESS)
+
+
+def _delay_level(props: dict[str, str]) -> int:
+    raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
+    return int(raw) if raw.isdigit() else 0
+
+
+__all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]

@@ -1,0 +1,452 @@
+"""The broker process: the store, the metadata tables, the request processors, the network.
+
+Start (``await Broker.start()``)::
+
+    bind the remoting server (listen_port, and listen_port - 2 for old Java producers' "VIP
+      channel"); the real port is known from here on (listen_port 0 picks one)
+    open the MessageStore in a worker thread (recovery), STOREHOST = broker_ip1:port
+    load config/topics.json, subscriptionGroup.json, consumerOffset.json (tolerant, .bak fallback)
+    hook long polling to the dispatcher (arrival listener) and start its periodic check
+    start the periodic tasks: stats sample (1 s), client channel expiry (10 s), consumer offset
+      persist (flush_consumer_offset_interval_ms), name-server registration (30 s)
+    accept requests, register with every name server
+
+Until start finishes and from the moment shutdown begins, requests are answered with
+SERVICE_NOT_AVAILABLE (14) rather than left waiting.
+
+Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
+unregister from the name servers → end every held pull (each answers with what the store has)
+and wait for in-flight requests → close the servers → wait for worker-thread store calls →
+persist offsets, topics, groups → shut the store down cleanly (flush, checkpoint, abort file
+removed) in a worker thread.
+
+Request dispatch is a table ``code → processor method``; an unknown code answers 3 with the remark
+``" request type <code> not supported"``. A processor error that is a
+:class:`~rocketq.errors.RocketqError` becomes its wire code with the message as remark (the
+transport does that); anything else becomes SYSTEM_ERROR (1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+
+from rocketq.broker.admin import AdminBrokerProcessor
+from rocketq.broker.client_manager import Channel, ConsumerManager, ProducerManager
+from rocketq.broker.config import BrokerConfig
+from rocketq.broker.config_file import PersistScheduler
+from rocketq.broker.consumer_manage import ConsumerManageProcessor
+from rocketq.broker.consumer_offset import ConsumerOffsetManager
+from rocketq.broker.context import BrokerContext
+from rocketq.broker.long_polling import (
+    LONG_POLLING_CHECK_INTERVAL_S,
+    SHORT_POLLING_CHECK_INTERVAL_S,
+    PullRequestHoldService,
+)
+from rocketq.broker.pull import PullMessageProcessor
+from rocketq.broker.query import QueryMessageProcessor
+from rocketq.broker.registration import NameServerRegistrar
+from rocketq.broker.send import SendMessageProcessor
+from rocketq.broker.subscription_group import SubscriptionGroupManager
+from rocketq.broker.topic_config import TopicConfig, TopicConfigManager
+from rocketq.config import StoreConfig
+from rocketq.errors import ConnectionClosed, ResponseCode
+from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
+from rocketq.remoting.command import RemotingCommand, create_request, create_response
+from rocketq.remoting.transport import Connection, RemotingClient, RemotingServer
+from rocketq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
+
+#: How often client channels are checked for expiry (RocketMQ ``ClientHousekeepingService``).
+CHANNEL_SCAN_INTERVAL_S = 10.0
+STATS_SAMPLE_INTERVAL_S = 1.0
+#: How long shutdown waits for in-flight requests and worker-thread store calls.
+SHUTDOWN_DRAIN_TIMEOUT_S = 10.0
+
+
+class Broker:
+    """A RocketMQ-compatible broker (master) serving the remoting protocol."""
+
+    def __init__(self, broker_config: BrokerConfig, store_config: StoreConfig) -> None:
+        self.config = broker_config
+        self.store_config = store_config
+        self.store: MessageStore | None = None
+        self.ctx: BrokerContext | None = None
+        self.registrar: NameServerRegistrar | None = None
+        self._server: RemotingServer | None = None
+        self._fast_server: RemotingServer | None = None
+        self._client: RemotingClient | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._handlers: dict[int, Handler] = {}
+        self._periodic: list[asyncio.Task[None]] = []
+        self._persisters: list[PersistScheduler] = []
+        self._offsets_persister: PersistScheduler | None = None
+        self._ready = False
+        self._started = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The remoting port (the real one once started, also with ``listen_port=0``)."""
+        return self._server.port if self._server is not None else self.config.listen_port
+
+    @property
+    def broker_addr(self) -> str:
+        """``broker_ip1:port``: the address registered with name servers."""
+        return f"{self.config.broker_ip1}:{self.port}"
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def _require_ctx(self) -> BrokerContext:
+        if self.ctx is None:
+            raise RuntimeError("broker is not started")
+        return self.ctx
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        began = time.monotonic()
+        cfg = self.config
+        try:
+            await self._start(cfg)
+        except BaseException:
+            await self._abandon()
+            raise
+        self._ready = True
+        log.info(
+            "broker %s of cluster %s started at %s in %.0f ms",
+            cfg.broker_name,
+            cfg.broker_cluster_name,
+            self.broker_addr,
+            (time.monotonic() - began) * 1000,
+        )
+        if self.registrar is not None and self.registrar.addresses:
+            results = await self.registrar.register_all()
+            log.info("registered with name servers: %s", results)
+
+    async def _start(self, cfg: BrokerConfig) -> None:
+        self._server = RemotingServer(
+            cfg.bind_address, cfg.listen_port, self._handle, on_connection=self._on_connection
+        )
+        await self._server.start()
+        if cfg.fast_listen_port_enable and cfg.listen_port > 2:
+            fast = RemotingServer(
+                cfg.bind_address, cfg.listen_port - 2, self._handle, on_connection=self._on_connection
+            )
+            try:
+                await fast.start()
+                self._fast_server = fast
+            except OSError as exc:
+                log.warning("cannot listen on the VIP port %d: %s", cfg.listen_port - 2, exc)
+
+        store_config = dataclasses.replace(self.store_config, store_host=self.broker_addr)
+        self.store_config = store_config
+        store = MessageStore(store_config)
+        await asyncio.to_thread(store.start)
+        self.store = store
+
+        config_dir = store.config_dir
+        topics = TopicConfigManager(cfg, os.path.join(config_dir, "topics.json"))
+        groups = SubscriptionGroupManager(
+            os.path.join(config_dir, "subscriptionGroup.json"), auto_create=cfg.auto_create_subscription_group
+        )
+        offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
+        await asyncio.to_thread(self._load_metadata, topics, groups, offsets)
+
+        hold = PullRequestHoldService(
+            store.get_max_offset,
+            check_interval_s=LONG_POLLING_CHECK_INTERVAL_S
+            if cfg.long_polling_enable
+            else SHORT_POLLING_CHECK_INTERVAL_S,
+        )
+        hold.start()
+        assert store.reput is not None
+        store.reput.arrival_listeners.append(hold.arrival_listener)
+
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="rocketq-broker"
+        )
+        consumers = ConsumerManager(
+            channel_expired_timeout_ms=cfg.channel_expired_timeout_ms,
+            on_ids_changed=self._on_consumer_ids_changed,
+        )
+        producers = ProducerManager(channel_expired_timeout_ms=cfg.channel_expired_timeout_ms)
+        ctx = self.ctx = BrokerContext(
+            config=cfg,
+            store=store,
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            consumers=consumers,
+            producers=producers,
+            hold=hold,
+            broker_addr=self.broker_addr,
+            executor=self._executor,
+        )
+
+        self._client = RemotingClient()
+        self.registrar = NameServerRegistrar(cfg, self._client, lambda: self.broker_addr, topics.wrapper)
+        ctx.request_register = self.registrar.request
+
+        topics_persister = PersistScheduler(topics.path or "", topics.encode)
+        groups_persister = PersistScheduler(groups.path or "", groups.encode)
+        self._offsets_persister = PersistScheduler(offsets.path or "", offsets.encode)
+        self._persisters = [topics_persister, groups_persister, self._offsets_persister]
+
+        def topics_changed(_changed: list[TopicConfig]) -> None:
+            topics_persister.request()
+            ctx.request_register()
+
+        topics.on_change = topics_changed
+        groups.on_change = groups_persister.request
+
+        self._install_handlers(ctx)
+        self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
+        self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
+        self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
+        if cfg.namesrv_addrs:
+            self._every(cfg.register_broker_interval_ms / 1000, self.registrar.request, "broker-register")
+
+    @staticmethod
+    def _load_metadata(
+        topics: TopicConfigManager, groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager
+    ) -> None:
+        topics.load()
+        groups.load()
+        offsets.load()
+
+    def _install_handlers(self, ctx: BrokerContext) -> None:
+        send = SendMessageProcessor(ctx)
+        pull = PullMessageProcessor(ctx)
+        query = QueryMessageProcessor(ctx)
+        consumer = ConsumerManageProcessor(ctx)
+        admin = AdminBrokerProcessor(ctx)
+        rc = RequestCode
+        self._handlers = {
+            rc.SEND_MESSAGE: send.send_message,
+            rc.SEND_MESSAGE_V2: send.send_message,
+            rc.SEND_BATCH_MESSAGE: send.send_message,
+            rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            rc.PULL_MESSAGE: pull.process,
+            rc.LITE_PULL_MESSAGE: pull.process,
+            rc.QUERY_MESSAGE: query.query_message,
+            rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
+            rc.HEART_BEAT: consumer.heartbeat,
+            rc.UNREGISTER_CLIENT: consumer.unregister_client,
+            rc.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
+            rc.GET_CONSUMER_CONNECTION_LIST: consumer.get_consumer_connection_list,
+            rc.GET_PRODUCER_CONNECTION_LIST: consumer.get_producer_connection_list,
+            rc.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
+            rc.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
+            rc.LOCK_BATCH_MQ: consumer.lock_batch_mq,
+            rc.UNLOCK_BATCH_MQ: consumer.unlock_batch_mq,
+            rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,
+            rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            rc.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+            rc.GET_MAX_OFFSET: admin.get_max_offset,
+            rc.GET_MIN_OFFSET: admin.get_min_offset,
+            rc.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+        }
+
+    async def shutdown(self) -> None:
+        """Stop serving and close the store cleanly (see the module docstring)."""
+        if not self._started:
+            return
+        self._started = False
+        self._ready = False
+        ctx = self.ctx
+        log.info("broker %s shutting down", self.config.broker_name)
+        await self._stop_periodic()
+        if self.registrar is not None:
+            await self.registrar.unregister_all()
+        if ctx is not None:
+            await ctx.hold.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
+        for server in (self._fast_server, self._server):
+            if server is not None:
+                await server.close()
+        if ctx is not None and not await ctx.drain_blocking(SHUTDOWN_DRAIN_TIMEOUT_S):
+            log.warning(
+                "store calls still running after %.0f s; closing the store anyway", SHUTDOWN_DRAIN_TIMEOUT_S
+            )
+        if ctx is not None:
+            ctx.offsets.begin_persist()
+            if self._offsets_persister is not None:
+                self._offsets_persister.request()
+            for persister in self._persisters:
+                await persister.flush()
+        await self._close_store()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            await self._client.close()
+        log.info("broker %s shut down", self.config.broker_name)
+
+    async def _abandon(self) -> None:
+        """Undo a failed start."""
+        self._ready = False
+        self._started = False
+        if self.ctx is not None:
+            await self.ctx.hold.stop()
+        await self._stop_periodic()
+        for server in (self._fast_server, self._server):
+            if server is not None:
+                await server.close()
+        await self._close_store()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            await self._client.close()
+
+    async def _close_store(self) -> None:
+        store = self.store
+        if store is None:
+            return
+        if store.reput is not None and self.ctx is not None:
+            with contextlib.suppress(ValueError):
+                store.reput.arrival_listeners.remove(self.ctx.hold.arrival_listener)
+        await asyncio.to_thread(store.shutdown)
+
+    async def _stop_periodic(self) -> None:
+        tasks, self._periodic = self._periodic, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # -- requests ---------------------------------------------------------------------------
+    async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            if not self._ready and not self._handlers:
+                return create_response(
+                    request, ResponseCode.SERVICE_NOT_AVAILABLE, "broker is starting; try again shortly"
+                )
+            return create_response(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code),
+            )
+        if not self._ready:
+            state = "shutting down" if self.ctx is not None else "starting"
+            return create_response(request, ResponseCode.SERVICE_NOT_AVAILABLE, f"broker is {state}")
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await handler(conn, request)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    def _on_connection(self, conn: Connection) -> None:
+        conn.add_close_callback(self._on_channel_close)
+
+    def _on_channel_close(self, conn: Connection) -> None:
+        ctx = self.ctx
+        if ctx is None:
+            return
+        ctx.consumers.do_channel_close_event(conn)
+        ctx.producers.do_channel_close_event(conn)
+
+    def _on_consumer_ids_changed(self, group: str, channels: list[Channel]) -> None:
+        ctx = self.ctx
+        if ctx is not None:
+            group_cfg = ctx.groups.get(group)
+            if group_cfg is not None and not group_cfg.notify_consumer_ids_changed_enable:
+                return
+        for channel in channels:
+            if channel.closed:
+                continue
+            notify = create_request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+            )
+            try:
+                channel.send_oneway(notify)
+            except ConnectionClosed:
+                pass
+
+    # -- periodic work ----------------------------------------------------------------------
+    def _every(self, interval_s: float, fn: Callable[[], object], name: str) -> None:
+        async def run() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    result = fn()
+                    if isinstance(result, Awaitable):
+                        await result
+                except Exception:
+                    log.exception("periodic task %s failed", name)
+
+        self._periodic.append(asyncio.get_running_loop().create_task(run(), name=name))
+
+    def _sample_stats(self) -> None:
+        ctx = self._require_ctx()
+        stats = ctx.store.stats
+        ctx.tps.sample(time.monotonic(), stats.put_count, stats.get_found)
+
+    def _scan_channels(self) -> None:
+        ctx = self._require_ctx()
+        ctx.consumers.scan_not_active_channels()
+        ctx.producers.scan_not_active_channels()
+
+    def _persist_offsets(self) -> None:
+        ctx = self._require_ctx()
+        if ctx.offsets.begin_persist() and self._offsets_persister is not None:
+            self._offsets_persister.request()
+
+
+async def serve_broker(broker_config: BrokerConfig, store_config: StoreConfig, stop: asyncio.Event) -> None:
+    """Run a broker until ``stop`` is set."""
+    broker = Broker(broker_config, store_config)
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        await broker.shutdown()
+
+
+def run_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> None:
+    """Run a broker in this process until SIGINT or SIGTERM."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await serve_broker(broker_config, store_config, stop)
+
+    asyncio.run(main())
+
+
+__all__ = ["Broker", "run_broker", "serve_broker"]
