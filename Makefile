@@ -16,7 +16,7 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(VENV)/bin/rocketq demo
+	$(VENV)/bin/rocketq serve
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check src tests bench

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import dataclasses
 import logging
+import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Sequence
 
+from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.config import StoreConfig
 from rocketq.message import Message
-from rocketq.namesrv.server import NamesrvConfig, run_namesrv
+from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.store import MessageStore
 
 
@@ -82,6 +88,64 @@ def _namesrv(args: argparse.Namespace) -> int:
     return run_namesrv(config)
 
 
+def _broker(args: argparse.Namespace) -> int:
+    if args.config:
+        broker_cfg, store_cfg = load_broker_conf(args.config)
+    else:
+        broker_cfg, store_cfg = BrokerConfig(), StoreConfig()
+    changes: dict[str, object] = {}
+    if args.port is not None:
+        changes["listen_port"] = args.port
+    if args.namesrv_addr is not None:
+        changes["namesrv_addr"] = args.namesrv_addr
+    if changes:
+        broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
+    run_broker(broker_cfg, store_cfg)
+    return 0
+
+
+async def _serve_async(args: argparse.Namespace) -> None:
+    began = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
+    await namesrv.start()
+    namesrv_addr = f"{args.host}:{namesrv.port}"
+    broker_cfg = BrokerConfig(
+        broker_name=args.broker_name,
+        namesrv_addr=namesrv_addr,
+        broker_ip1=args.host,
+        listen_port=args.broker_port,
+        fast_listen_port_enable=False,
+    )
+    store_cfg = StoreConfig(
+        store_path_root_dir=os.path.join(args.data_dir, args.broker_name),
+        flush_disk_type=args.flush,
+    )
+    broker = Broker(broker_cfg, store_cfg)
+    try:
+        await broker.start()
+        print(
+            f"rocketq ready in {time.monotonic() - began:.2f} s\n"
+            f"  name server  {namesrv_addr}\n"
+            f"  broker       {broker.broker_addr}  ({args.broker_name}, "
+            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})",
+            flush=True,
+        )
+        await stop.wait()
+    finally:
+        await broker.shutdown()
+        await namesrv.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    asyncio.run(_serve_async(args))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -97,6 +161,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
     namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
     namesrv.set_defaults(func=_namesrv)
+    broker = sub.add_parser("broker", help="run a broker (port 10911)")
+    broker.add_argument("-c", "--config", help="broker.conf in RocketMQ's key=value format")
+    broker.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
+    broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
+    broker.set_defaults(func=_broker)
+    serve = sub.add_parser("serve", help="name server and broker in one process")
+    serve.add_argument("--data-dir", default="rocketq-data")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
+    serve.add_argument("--namesrv-port", type=int, default=9876)
+    serve.add_argument("--broker-port", type=int, default=10911)
+    serve.add_argument("--broker-name", default="broker-a")
+    serve.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    serve.set_defaults(func=_serve)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
