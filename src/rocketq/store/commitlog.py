@@ -181,8 +181,8 @@ class CommitLog:
         self.queue = MappedFileQueue(config.commit_log_dir, self.file_size, allocator=self.allocator)
         self._put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
-        # topic → (UTF-8 bytes, needs V2, compiled V1/IPv4 layouts by body_len << 16 | props_len)
-        self._topic_cache: dict[str, tuple[bytes, bool, dict[int, struct.Struct]]] = {}
+        # topic → (UTF-8 bytes, needs V2, {body_len << 16 | props_len: (V1/IPv4 layout, record length)})
+        self._topic_cache: dict[str, tuple[bytes, bool, dict[int, tuple[struct.Struct, int]]]] = {}
         self._max_body = config.max_message_size
         self._max_record = config.max_message_size + _RECORD_SLACK
         self._max_props = config.max_properties_size
@@ -200,8 +200,8 @@ class CommitLog:
         self._cur: MappedFile | None = None
         self._cur_target: mmap.mmap = mmap.mmap(-1, 8)  # replaced by _roll before any write
         self._cur_from = 0
-        #: Called after every append, outside the put lock (wakes the dispatcher).
-        self.append_listener: Callable[[], None] | None = None
+        self._append_listener: Callable[[], None] | None = None
+        self._after_put: Callable[[], None] | None = None
         self.group_commit: GroupCommitService | None = None
         self.flush_service: GroupCommitService | FlushRealTimeService
         if self._sync:
@@ -226,6 +226,31 @@ class CommitLog:
                 flush_service=self.flush_service,
             )
         self._wake_commit = config.wake_commit_when_put_message and self.commit_service is not None
+        self._update_after_put()
+
+    @property
+    def append_listener(self) -> Callable[[], None] | None:
+        """Called after every append, outside the put lock (wakes the dispatcher)."""
+        return self._append_listener
+
+    @append_listener.setter
+    def append_listener(self, listener: Callable[[], None] | None) -> None:
+        self._append_listener = listener
+        self._update_after_put()
+
+    def _update_after_put(self) -> None:
+        listener = self._append_listener
+        commit = self.commit_service.wakeup if self._wake_commit and self.commit_service is not None else None
+        if listener is not None and commit is not None:
+            wake_commit, wake_listener = commit, listener
+
+            def both() -> None:
+                wake_commit()
+                wake_listener()
+
+            self._after_put = both
+        else:
+            self._after_put = listener or commit
 
     # -- lifecycle --------------------------------------------------------------------------
     def load(self) -> None:
@@ -311,7 +336,7 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     # -- write path -------------------------------------------------------------------------
-    def _topic_info(self, topic: str) -> tuple[bytes, bool, dict[int, struct.Struct]]:
+    def _topic_info(self, topic: str) -> tuple[bytes, bool, dict[int, tuple[struct.Struct, int]]]:
         info = self._topic_cache.get(topic)
         if info is None:
             validate_topic(topic)
@@ -345,13 +370,14 @@ class CommitLog:
             and length + rec.END_FILE_MIN_BLANK_LENGTH <= self.file_size
         ):
             # Only shapes that passed every limit are cached: the put fast path trusts them.
-            fmt = shapes.get(bl << 16 | pl)
+            shape = shapes.get(bl << 16 | pl)
+            fmt = shape[0] if shape is not None else None
             if fmt is None:
                 fmt = rec._record_struct(8, self._store_host_len, False, bl, tl, pl)
                 if fmt is not None:
                     if len(shapes) >= 4096:
                         shapes.clear()
-                    shapes[bl << 16 | pl] = fmt
+                    shapes[bl << 16 | pl] = (fmt, length)
             if fmt is not None:
                 sys_flag = (m.sys_flag & ~0x30) | self._store_v6
                 tx = sys_flag & 0xC
@@ -414,27 +440,18 @@ class CommitLog:
         """Append one message. Raises :class:`~rocketq.errors.MessageIllegal` (nothing written) or
         :class:`~rocketq.errors.ServiceNotAvailable`; returns FLUSH_DISK_TIMEOUT when a sync flush
         did not finish in time (the message is stored)."""
-        # The common shape (V1 topic, IPv4 born host, no prop CRC, within limits) is encoded inline;
-        # everything else, including every error, goes through _encode.
-        topic = m.topic
+        # Fast path: a topic seen before, a (body, properties) length pair whose layout was already
+        # compiled (only shapes within every limit are cached), an IPv4 born host, no transaction
+        # bits. Everything else, including every error, goes through the batch path.
         body = m.body
         props = m.properties
-        info = self._topic_cache.get(topic)
-        fmt = None
-        if info is not None and not info[1] and len(m.born_host) == 8 and not self._prop_crc:
-            bl = len(body)
-            pl = len(props)
-            topic_b = info[0]
-            if bl <= self._max_body and pl <= self._max_props:
-                fmt = info[2].get(bl << 16 | pl)
-        if fmt is None:
+        info = self._topic_cache.get(m.topic)
+        shape = None if info is None else info[2].get(len(body) << 16 | len(props))
+        if shape is None or len(m.born_host) != 8 or m.sys_flag & 0x3C:
             return self.put_messages((m,))
-        length = self._v1_base_len + bl + len(topic_b) + pl
-        sys_flag = (m.sys_flag & ~0x30) | self._store_v6
-        tx = sys_flag & 0xC
-        in_queue = tx not in _NOT_IN_QUEUE
+        fmt, length = shape
         crc = _crc32(body) & 0x7FFFFFFF
-        key = (topic, m.queue_id)
+        key = (m.topic, m.queue_id)
         table = self.topic_queue_table
         with self._put_lock:
             if not self._accepting:
@@ -445,23 +462,21 @@ class CommitLog:
             pos = mf.wrote_position
             target = self._cur_target
             now = _time_ns() // 1_000_000
-            qoff = table.get(key, 0) if in_queue else 0
+            qoff = table.get(key, 0)
             physical = self._cur_from + pos
+            topic_b = info[0]  # type: ignore[index]
             fmt.pack_into(
-                target, pos, 0, -626843481, crc, m.queue_id, m.flag, qoff, physical, sys_flag,
-                m.born_timestamp, m.born_host, now, self._store_host, m.reconsume_times,
-                m.prepared_transaction_offset, bl, body, len(topic_b), topic_b, pl, props,
+                target, pos, 0, -626843481, crc, m.queue_id, m.flag, qoff, physical,
+                m.sys_flag | self._store_v6, m.born_timestamp, m.born_host, now, self._store_host,
+                m.reconsume_times, m.prepared_transaction_offset, len(body), body, len(topic_b), topic_b,
+                len(props), props,
             )  # fmt: skip
             _SIZE.pack_into(target, pos, length)  # commit point: TOTALSIZE last
             mf.wrote_position = pos + length
             mf.store_timestamp = now
-            if in_queue:
-                table[key] = qoff + 1
-        if self._wake_commit:
-            self._after_append()
-        listener = self.append_listener
-        if listener is not None:
-            listener()
+            table[key] = qoff + 1
+        if self._after_put is not None:
+            self._after_put()
         result: PutMessageResult = _new_tuple(
             PutMessageResult, (_PUT_OK, physical, length, qoff, now, self._store_host, 1, None)
         )
@@ -539,11 +554,8 @@ class CommitLog:
                     table[key] = qoff + 1
             mf.wrote_position = pos
             mf.store_timestamp = now
-        if self._wake_commit:
-            self._after_append()
-        listener = self.append_listener
-        if listener is not None:
-            listener()
+        if self._after_put is not None:
+            self._after_put()
         result = PutMessageResult(
             PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
         )
@@ -585,10 +597,10 @@ class CommitLog:
                 or pl > max_props
             ):
                 return None
-            fmt = shapes.get(bl << 16 | pl)
-            if fmt is None:
+            shape = shapes.get(bl << 16 | pl)
+            if shape is None:
                 return None
-            fmts.append(fmt)
+            fmts.append(shape[0])
             length = base_len + bl + pl
             lengths.append(length)
             total += length
@@ -628,11 +640,8 @@ class CommitLog:
             table[key] = qoff
             mf.wrote_position = pos
             mf.store_timestamp = now
-        if self._wake_commit:
-            self._after_append()
-        listener = self.append_listener
-        if listener is not None:
-            listener()
+        if self._after_put is not None:
+            self._after_put()
         result = PutMessageResult(
             PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
         )
