@@ -599,6 +599,32 @@ class IndexService:
             self._files = [*self._files, *loaded]
             return True
 
+    def discard_beyond(self, phy_offset: int) -> int:
+        """Destroy the newest files that index a CommitLog offset at or after ``phy_offset`` (the
+        end of the data recovery kept) and note where their messages must be indexed again.
+
+        Beyond RocketMQ, which keeps such entries: they would point at records that no longer
+        exist, and the file's end offset would make the index skip every record written there
+        afterwards. Returns how many files were destroyed.
+        """
+        destroyed = 0
+        with self._lock:
+            files = list(self._files)
+            while files and files[-1].index_count > FIRST_INDEX and files[-1].end_phy_offset >= phy_offset:
+                f = files.pop()
+                begin = f.begin_phy_offset
+                self.rebuild_from = begin if self.rebuild_from is None else min(self.rebuild_from, begin)
+                log.warning(
+                    "destroying index file %s: it indexes offset %d, past the CommitLog end %d",
+                    f.path,
+                    f.end_phy_offset,
+                    phy_offset,
+                )
+                f.destroy()
+                destroyed += 1
+            self._files = files
+        return destroyed
+
     def _new_file_path(self) -> str:
         name = time_millis_to_file_name(self._clock_ms())
         files = self._files

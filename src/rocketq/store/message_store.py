@@ -227,6 +227,8 @@ class MessageStore:
             self.commitlog, check_crc=cfg.check_crc_on_recover, start_offset=start
         )
         process = self.recovery.process_offset
+        if self.index_service is not None:
+            self.index_service.discard_beyond(process)
         if not self.commitlog.queue.files:
             self.consume_queues.destroy()
             cq_high = -1
