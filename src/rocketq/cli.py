@@ -118,6 +118,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
         broker_name=args.broker_name,
         namesrv_addr=namesrv_addr,
         broker_ip1=args.host,
+        bind_address=args.host,
         listen_port=args.broker_port,
         fast_listen_port_enable=False,
     )

@@ -1,0 +1,426 @@
+"""Run the npm package ``ali-ons`` against a real ``rocketq serve`` process.
+
+* :func:`install_ali_ons`: installs ``ali-ons@3.12.0`` with npm once per machine into
+  ``<tempdir>/rocketq-interop-npm/ali-ons-3.12.0`` (or ``$ROCKETQ_INTEROP_NPM_DIR``) and reuses it
+  afterwards (a lock file serialises concurrent test runs).
+* :class:`Interop`: a fresh ``rocketq serve`` (name server + broker on OS-assigned free ports,
+  data in a tmp dir), plus helpers to create topics, run the Node producer script to completion
+  and start consumer scripts. :meth:`Interop.close` terminates every process it started.
+
+The Node scripts talk JSON lines on stdout (see the header of each script); stderr goes to files
+in the work dir and its tail is shown when a wait times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rocketq.remoting import RemotingClient, RequestCode, create_request
+
+ALI_ONS_VERSION = "3.12.0"
+HERE = pathlib.Path(__file__).resolve().parent
+PRODUCER_JS = HERE / "ali_ons_producer.js"
+CONSUMER_JS = HERE / "ali_ons_consumer.js"
+
+NPM_INSTALL_TIMEOUT_S = 300.0
+SERVER_START_TIMEOUT_S = 30.0
+PRODUCER_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 30.0
+ROUTE_TIMEOUT_S = 15.0
+
+Event = dict[str, Any]
+
+
+# -- ali-ons installation ---------------------------------------------------------------------
+def _npm_dir() -> pathlib.Path:
+    override = os.environ.get("ROCKETQ_INTEROP_NPM_DIR")
+    if override:
+        return pathlib.Path(override)
+    return pathlib.Path(tempfile.gettempdir()) / "rocketq-interop-npm" / f"ali-ons-{ALI_ONS_VERSION}"
+
+
+def _installed_version(module_dir: pathlib.Path) -> str | None:
+    try:
+        return str(json.loads((module_dir / "package.json").read_text(encoding="utf-8"))["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def install_ali_ons(npm: str) -> str:
+    """``npm install`` ali-ons unless a complete install is already there; returns the path of
+    the ``node_modules/ali-ons`` directory."""
+    target = _npm_dir()
+    module_dir = target / "node_modules" / "ali-ons"
+    done_marker = target / ".install-complete"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done_marker.exists() and _installed_version(module_dir) == ALI_ONS_VERSION:
+            return str(module_dir)
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        # a package.json of its own keeps npm from installing into some parent folder's project
+        (target / "package.json").write_text(
+            json.dumps({"name": "rocketq-interop-ali-ons", "version": "0.0.0", "private": True}) + "\n",
+            encoding="utf-8",
+        )
+        cmd = [npm, "install", "--no-audit", "--no-fund", f"ali-ons@{ALI_ONS_VERSION}"]
+        try:
+            done = subprocess.run(
+                cmd, cwd=target, capture_output=True, text=True, timeout=NPM_INSTALL_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`{' '.join(cmd)}` in {target} took longer than {NPM_INSTALL_TIMEOUT_S:g} s")
+        if done.returncode != 0 or _installed_version(module_dir) != ALI_ONS_VERSION:
+            pytest.fail(
+                f"`{' '.join(cmd)}` in {target} failed (exit {done.returncode}):\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
+        done_marker.write_text(f"ali-ons@{ALI_ONS_VERSION}\n", encoding="utf-8")
+        return str(module_dir)
+
+
+# -- processes --------------------------------------------------------------------------------
+def _stop(proc: subprocess.Popen[str], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within ``timeout_s``."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+
+def _tail(path: pathlib.Path, limit: int = 4000) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:]
+
+
+class NodeScript:
+    """A running Node script whose stdout JSON lines are collected by a reader thread."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], log_dir: pathlib.Path) -> None:
+        self.name = name
+        self.stderr_path = log_dir / f"{name}.stderr.log"
+        self._stderr = open(self.stderr_path, "w", encoding="utf-8")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+            cwd=str(log_dir),
+        )
+        self.events: list[Event] = []
+        self.other_lines: list[str] = []
+        self._cond = threading.Condition()
+        self._eof = False
+        self._reader = threading.Thread(target=self._read, name=f"{name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            with self._cond:
+                if isinstance(event, dict):
+                    self.events.append(event)
+                else:
+                    self.other_lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[Event]:
+        with self._cond:
+            return list(self.events)
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.snapshot() if e.get("event") == kind]
+
+    def diagnostics(self) -> str:
+        events = self.snapshot()
+        shown = "\n".join(json.dumps(e)[:400] for e in events[-25:])
+        return (
+            f"--- {self.name}: exit={self.proc.poll()} events={len(events)} (last 25):\n{shown}\n"
+            f"--- {self.name} stderr (tail):\n{_tail(self.stderr_path)}"
+        )
+
+    def wait_until(
+        self, condition: Callable[[list[Event]], bool], timeout_s: float, what: str, extra: str = ""
+    ) -> list[Event]:
+        """Block until ``condition(events)`` holds; fail after ``timeout_s`` or if the script ends
+        first. Returns the events seen so far."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                events = list(self.events)
+                if condition(events):
+                    return events
+                remaining = deadline - time.monotonic()
+                if self._eof or remaining <= 0:
+                    break
+                # conditions may also look at other scripts, so re-check now and then
+                self._cond.wait(min(remaining, 0.25))
+        reason = "the script ended" if self._eof else f"{timeout_s:g} s passed"
+        raise AssertionError(f"{self.name}: {reason} before {what}\n{self.diagnostics()}\n{extra}")
+
+    def wait_exit(self, timeout_s: float) -> int:
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout_s:g} s\n{self.diagnostics()}"
+            ) from None
+        self._reader.join(timeout_s)
+        return rc
+
+    def stop(self) -> None:
+        _stop(self.proc, 5.0)
+        self._reader.join(5.0)
+        for stream in (self.proc.stdin, self.proc.stdout, self._stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+class Consumer(NodeScript):
+    """``ali_ons_consumer.js``: one clustering-mode ali-ons push consumer."""
+
+    def messages(self) -> list[Event]:
+        return self.of("message")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        self.wait_until(lambda evs: any(e["event"] == "ready" for e in evs), timeout_s, "it was ready")
+
+    def queue_ids(self) -> set[int] | None:
+        """The queues of the subscribed topic it holds now (None before its first allocation)."""
+        allocations = self.of("queues")
+        return set(allocations[-1]["queueIds"]) if allocations else None
+
+    def unexpected_errors(self) -> list[Event]:
+        return [e for e in self.of("error") if not e.get("intentional")]
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Ask the consumer to close (commit offsets, unregister) and wait for the process to end."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write("close\n")
+            self.proc.stdin.flush()
+        rc = self.wait_exit(timeout_s)
+        assert rc == 0 and self.of("closed"), f"{self.name} did not close cleanly\n{self.diagnostics()}"
+
+
+class Interop:
+    """One ``rocketq serve`` process and the Node scripts of one test."""
+
+    def __init__(self, node: str, ali_ons_module: str, workdir: pathlib.Path) -> None:
+        self.node = node
+        self.ali_ons_module = ali_ons_module
+        self.workdir = workdir
+        self.scripts: list[NodeScript] = []
+        self.server_stderr = workdir / "rocketq-serve.stderr.log"
+        self._server_err = open(self.server_stderr, "w", encoding="utf-8")  # noqa: SIM115
+        self.server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rocketq.cli",
+                "-v",
+                "serve",
+                "--data-dir",
+                str(workdir / "data"),
+                "--namesrv-port",
+                "0",  # the OS picks free ports; the real ones are read from the banner
+                "--broker-port",
+                "0",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._server_err,
+            text=True,
+        )
+        self.namesrv_addr, self.broker_addr = self._read_banner()
+
+    def _read_banner(self) -> tuple[str, str]:
+        lines: list[str] = []
+        found: dict[str, str] = {}
+        banner = threading.Event()
+
+        def read() -> None:
+            # keeps draining stdout after the banner so the server can never block on it
+            assert self.server.stdout is not None
+            for line in self.server.stdout:
+                lines.append(line.rstrip())
+                m = re.match(r"\s*(name server|broker)\s+(\S+:\d+)", line)
+                if m:
+                    found[m.group(1)] = m.group(2)
+                    if len(found) == 2:
+                        banner.set()
+            banner.set()
+
+        self._server_reader = threading.Thread(target=read, name="rocketq-serve-stdout", daemon=True)
+        self._server_reader.start()
+        banner.wait(SERVER_START_TIMEOUT_S)
+        if len(found) != 2:
+            self.close()
+            raise AssertionError(
+                "rocketq serve did not print its endpoints within "
+                f"{SERVER_START_TIMEOUT_S:g} s: {lines}\n{_tail(self.server_stderr)}"
+            )
+        return found["name server"], found["broker"]
+
+    # -- admin through rocketq's own remoting client (what `mqadmin updateTopic` does) -------
+    def _call(self, addr: str, code: int, fields: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
+        async def call() -> tuple[int, dict[str, str], bytes]:
+            async with RemotingClient() as client:
+                r = await client.invoke(addr, create_request(code, fields), 10.0)
+                return r.code, r.ext_fields, r.body
+
+        return asyncio.run(call())
+
+    def create_topic(self, topic: str, queues: int = 4) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the broker, then wait for the name server to route it."""
+        code, _, _ = self._call(
+            self.broker_addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": queues,
+                "writeQueueNums": queues,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": False,
+            },
+        )
+        assert code == 0, f"creating topic {topic} failed with code {code}"
+        deadline = time.monotonic() + ROUTE_TIMEOUT_S
+        while True:
+            code, _, body = self._call(
+                self.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
+            )
+            if code == 0 and any(q.get("readQueueNums") == queues for q in json.loads(body)["queueDatas"]):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the name server has no route for {topic} (last code {code})")
+            time.sleep(0.05)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        code, ext, _ = self._call(
+            self.broker_addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id}
+        )
+        assert code == 0
+        return int(ext["offset"])
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        code, ext, _ = self._call(
+            self.broker_addr,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": queue_id, "setZeroIfNotFound": False},
+        )
+        return int(ext["offset"]) if code == 0 else None
+
+    # -- Node scripts -------------------------------------------------------------------------
+    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env["ALI_ONS_MODULE"] = self.ali_ons_module
+        env.update(extra or {})
+        return env
+
+    def _spawn(
+        self,
+        cls: type[NodeScript],
+        name: str,
+        script: pathlib.Path,
+        config: dict[str, Any],
+        env: dict[str, str] | None = None,
+    ) -> Any:
+        script_obj = cls(name, [self.node, str(script), json.dumps(config)], self._env(env), self.workdir)
+        self.scripts.append(script_obj)
+        return script_obj
+
+    def produce(
+        self, topic: str, messages: list[dict[str, Any]], group: str = "interop_producer"
+    ) -> list[Event]:
+        """Run the producer script to completion; returns its ``sent`` events, in order."""
+        name = f"producer-{sum(1 for s in self.scripts if s.name.startswith('producer')) + 1}"
+        config = {"nameSrv": self.namesrv_addr, "group": group, "topic": topic, "messages": messages}
+        producer: NodeScript = self._spawn(NodeScript, name, PRODUCER_JS, config)
+        rc = producer.wait_exit(PRODUCER_TIMEOUT_S)
+        sent = producer.of("sent")
+        assert rc == 0 and producer.of("done"), f"the producer failed\n{producer.diagnostics()}"
+        assert len(sent) == len(messages)
+        assert all(s["sendStatus"] == "SEND_OK" for s in sent), sent
+        return sent
+
+    def start_consumer(
+        self,
+        name: str,
+        topic: str,
+        group: str,
+        expression: str,
+        *,
+        fail_once_marker: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Consumer:
+        """Start ``ali_ons_consumer.js``. ali-ons' timers run faster than their defaults (rebalance
+        10 s, offset commit 5 s, heartbeat and route refresh 30 s) so that a test sees several
+        rounds of each."""
+        config: dict[str, Any] = {
+            "nameSrv": self.namesrv_addr,
+            "group": group,
+            "topic": topic,
+            "expression": expression,
+            "rebalanceInterval": 1000,
+            "persistConsumerOffsetInterval": 1000,
+            "heartbeatBrokerInterval": 2000,
+            "pollNameServerInteval": 2000,
+        }
+        if fail_once_marker is not None:
+            config["failOnceMarker"] = fail_once_marker
+        consumer: Consumer = self._spawn(Consumer, name, CONSUMER_JS, config, env)
+        return consumer
+
+    def server_log(self) -> str:
+        return f"--- rocketq serve stderr (tail):\n{_tail(self.server_stderr)}"
+
+    def close(self) -> None:
+        for script in self.scripts:
+            script.stop()
+        _stop(self.server, 15.0)
+        self._server_reader.join(5.0)
+        if self.server.stdout is not None:
+            self.server.stdout.close()
+        self._server_err.close()
