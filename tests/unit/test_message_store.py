@@ -333,3 +333,19 @@ def test_runtime_info(store: MessageStore) -> None:
     assert info["putMessageTimesTotal"] == "5"
     assert info["dispatchBehindBytes"] == "0"
     assert int(info["commitLogMaxOffset"]) == store.get_max_phy_offset()
+
+
+def test_whole_record_crc_catches_damage_the_body_crc_misses(store_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(store_config, enabled_append_prop_crc=True)
+    with MessageStore(cfg) as s:
+        first = s.put_message(Message("T", b"kept", keys=["a"]))
+        last = s.put_message(Message("T", b"damaged", keys=["b"]))
+    # Flip a byte of the last record's properties: its body CRC still matches.
+    seg = pathlib.Path(cfg.commit_log_dir, f"{0:020d}")
+    data = bytearray(seg.read_bytes())
+    pos = last.physical_offset + last.size - 25  # inside the properties, before the CRC field
+    data[pos] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with MessageStore(cfg) as s:
+        assert s.get_max_phy_offset() == first.next_offset
+        assert s.look_message_by_offset(last.physical_offset) is None

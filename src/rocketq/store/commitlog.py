@@ -710,6 +710,7 @@ class CommitLog:
         check_crc: bool = False,
         read_body: bool = False,
         window: int = 4 << 20,
+        verify_prop_crc: bool = False,
     ) -> Iterator[tuple[int, rec.RecordView]]:
         """(physical offset, record) from ``start`` to the end of readable data (or ``end``); BLANK
         markers are followed into the next segment. Stops at the first END or CORRUPT record."""
@@ -735,7 +736,9 @@ class CommitLog:
             p = 0
             n = len(data)
             while p < n:
-                view = rec.decode_record(data, p, check_crc=check_crc, read_body=read_body)
+                view = rec.decode_record(
+                    data, p, check_crc=check_crc, read_body=read_body, verify_prop_crc=verify_prop_crc
+                )
                 kind = view.kind
                 if kind is rec.RecordKind.MESSAGE:
                     yield mf.file_from_offset + pos + p, view

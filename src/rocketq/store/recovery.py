@@ -43,6 +43,8 @@ def recover_commitlog(
     """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
     or by default from the third-last segment; cut everything after the last valid record."""
     began = time.monotonic()
+    # With the whole-record CRC property on, every record is verified against it as well.
+    prop_crc = check_crc and commitlog.config.enabled_append_prop_crc
     queue = commitlog.queue
     files = queue.files
     if not files:
@@ -54,14 +56,16 @@ def recover_commitlog(
         start = files[index].file_from_offset
     process = start
     count = 0
-    for offset, view in commitlog.iter_records(start, check_crc=check_crc):
+    for offset, view in commitlog.iter_records(start, check_crc=check_crc, verify_prop_crc=prop_crc):
         process = offset + view.size
         count += 1
     if count == 0 and start % commitlog.file_size == 0 and start > files[0].file_from_offset:
         # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
         # case the end of data is that BLANK's position, found by scanning that segment.
         prev = start - commitlog.file_size
-        for offset, view in commitlog.iter_records(prev, end=start, check_crc=check_crc):
+        for offset, view in commitlog.iter_records(
+            prev, end=start, check_crc=check_crc, verify_prop_crc=prop_crc
+        ):
             process = offset + view.size
             count += 1
     old_end = queue.max_wrote_position
