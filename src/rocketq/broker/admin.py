@@ -161,6 +161,7 @@ class AdminBrokerProcessor:
             attributes=attributes,
         )
         ctx.topics.update(tc)
+        await ctx.topics_durable()
         return create_response(request, ResponseCode.SUCCESS)
 
     async def get_all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -52,6 +52,11 @@ class PersistScheduler:
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def pending(self) -> bool:
+        """A requested write has not finished yet (queued or running)."""
+        return self._dirty or (self._task is not None and not self._task.done())
+
     def request(self) -> None:
         """Ask for the current table to be written (soon, off the event loop)."""
         self._dirty = True
@@ -70,13 +75,16 @@ class PersistScheduler:
         self.writes += 1
 
     async def flush(self) -> None:
-        """Return once every write requested so far has been attempted."""
+        """Return once every write requested so far has been attempted. Concurrent callers
+        share one write task (writes of one file never overlap)."""
         task = self._task
         if task is not None and not task.done():
             await asyncio.shield(task)
         if self._dirty:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-            await asyncio.shield(self._task)
+            task = self._task
+            if task is None or task.done():
+                task = self._task = asyncio.get_running_loop().create_task(self._run())
+            await asyncio.shield(task)
 
     async def _run(self) -> None:
         while self._dirty:

@@ -20,6 +20,7 @@ from typing import ParamSpec, TypeVar
 
 from rocketq.broker.client_manager import ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
+from rocketq.broker.config_file import PersistScheduler
 from rocketq.broker.consumer_offset import ConsumerOffsetManager
 from rocketq.broker.long_polling import PullRequestHoldService
 from rocketq.broker.rebalance_lock import RebalanceLockManager
@@ -47,6 +48,8 @@ class BrokerContext:
     broker_addr: str
     #: Asks for a (debounced) re-registration with the name servers after a topic change.
     request_register: Callable[[], None] = lambda: None
+    #: Writes ``topics.json`` after topic changes (set by the broker; None: nothing to wait for).
+    topics_persister: PersistScheduler | None = None
     #: Threads for blocking store calls (SYNC_FLUSH puts wait here for their group commit).
     executor: concurrent.futures.ThreadPoolExecutor | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
@@ -75,6 +78,15 @@ class BrokerContext:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle.set()
+
+    async def topics_durable(self) -> None:
+        """Return once every topic change made so far is in ``topics.json``. A send that
+        created its topic (or found it just created) is answered only after that, as RocketMQ
+        persists a new topic before storing the message: otherwise an acknowledged message
+        could sit in a topic that a crash forgets."""
+        persister = self.topics_persister
+        if persister is not None and persister.pending:
+            await persister.flush()
 
     @property
     def blocking_in_flight(self) -> int:

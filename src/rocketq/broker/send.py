@@ -6,6 +6,7 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
     topic name valid (``[%|a-zA-Z0-9_-]``, ≤127; ≤255 for %RETRY%/%DLQ%)   else 29
     topic not a "no send" system topic                else 16
     topic known, or created from the template (TBW102), or a %RETRY% topic (1 queue, RW)  else 17
+      (a topic created or changed is written to topics.json before any message is stored)
     topic writable; queueId < max(read, write queues) else 16 / 29; queueId < 0 → random
     build the record: properties decoded and re-encoded, POP_CK dropped, UNIQ_KEY added when
       missing, CLUSTER added; born host = the peer (IPv4; IPv6 peers other than mapped/loopback
@@ -256,6 +257,7 @@ class SendMessageProcessor:
             born_host=born_host_of(conn.remote_address),
             reconsume_times=reconsume_times,
         )
+        await self.ctx.topics_durable()
         result = await self._put(msg)
         return self._response(request, result, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
 
@@ -332,6 +334,7 @@ class SendMessageProcessor:
                     born_host=born_host,
                 )
             )
+        await self.ctx.topics_durable()
         result = await self._put_batch(msgs)
         return self._response(
             request, result, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -392,6 +395,7 @@ class SendMessageProcessor:
             born_host=born_host,
             reconsume_times=original.reconsume_times + 1,
         )
+        await ctx.topics_durable()
         result = await self._put(msg)
         if result.status is not PutMessageStatus.PUT_OK:
             return create_response(request, ResponseCode.SYSTEM_ERROR, result.status.value)

@@ -209,6 +209,7 @@ class Broker:
         groups_persister = PersistScheduler(groups.path or "", groups.encode)
         self._offsets_persister = PersistScheduler(offsets.path or "", offsets.encode)
         self._persisters = [topics_persister, groups_persister, self._offsets_persister]
+        ctx.topics_persister = topics_persister
 
         def topics_changed(_changed: list[TopicConfig]) -> None:
             topics_persister.request()

@@ -1,0 +1,828 @@
+"""Broker benchmark over the network: a ``rocketq serve`` child process and Python clients.
+
+    python bench/broker.py            # the full run (about two minutes)
+    python bench/broker.py --quick    # shorter cases, less data (about a minute)
+
+What is measured (all on 127.0.0.1, clients are rocketq's asyncio RemotingClient in this
+process, the server is ``python -m rocketq.cli serve`` in a child process):
+
+* send throughput: producers that each keep one request in flight (a Java producer's
+  synchronous send), 1 and 16 of them (one connection each), 128 B and 1 KiB bodies, ASYNC_FLUSH
+  and SYNC_FLUSH, single SEND_MESSAGE_V2 requests and SEND_BATCH_MESSAGE requests of 32
+  messages (the batch body of spec §3.8). Every request carries the header and properties a
+  Java producer sends (UNIQ_KEY per message, WAIT, TAGS); the topic has 4 queues used round
+  robin. Also the request round trip (p50) and the CPU the server and the client spent;
+* pull throughput: PULL_MESSAGE batches of 32 over a prefilled topic (page cache hot), one
+  puller (one request in flight, queues in turn) and four (one per queue); the client counts
+  messages by nextBeginOffset and does not decode the records;
+* end-to-end latency under ASYNC_FLUSH at a fixed 5,000 msgs/s (and 1,000 msgs/s for
+  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2) and one long-polling
+  puller per queue; latency = receive time - send time carried in the body (one process, one
+  monotonic clock); also the send → acknowledgement time, to tell a slow send path from a slow
+  delivery;
+* start-up: from spawning ``rocketq serve`` to the "rocketq ready" line and to the first request
+  answered with code 0 (interpreter start and imports included), on an empty data directory and
+  on the directory the ASYNC cases filled (after a clean stop);
+* memory: VmRSS and RssAnon (``/proc/PID/status``) of a freshly started server after it has been
+  idle for a moment, and of the ASYNC server after the benchmarks, idle again.
+
+The machine is small and shared (spec/perf-facts.md): the client is one Python process and on
+two CPUs it competes with the server, so absolute figures vary from run to run. The floor (a bare
+asyncio echo between two processes, measured before and after the run) shows what the machine
+allowed at the time; the server CPU column shows how busy the broker itself was (kernel time of
+its socket calls included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from rocketq.broker.batch import BatchEntry, encode_batch
+from rocketq.errors import RemotingError, ResponseCode
+from rocketq.message import encode_properties
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.command import next_opaque
+from rocketq.store import record as rec
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+BROKER_NAME = "broker-a"
+QUEUES = 4
+BATCH = 32
+CALL_TIMEOUT_S = 30.0
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- the server process ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class StartTimes:
+    ready_s: float  # spawn → "rocketq ready" line read from its stdout
+    served_s: float  # spawn → first request answered with code 0
+    printed_s: float  # what the process itself printed (after its imports)
+
+
+class Server:
+    def __init__(self, data_dir: str, flush: str) -> None:
+        self.data_dir = data_dir
+        self.flush = flush
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.addr = ""
+        self.output: list[str] = []
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def start(self) -> StartTimes:
+        port = free_port()
+        self.addr = f"127.0.0.1:{port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "rocketq.cli",
+            "serve",
+            "--data-dir",
+            self.data_dir,
+            "--namesrv-port",
+            str(free_port()),
+            "--broker-port",
+            str(port),
+            "--broker-name",
+            BROKER_NAME,
+            "--flush",
+            self.flush,
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        ready = threading.Event()
+        ready_at = [0.0]
+        t0 = time.perf_counter()
+        self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+
+        def drain() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                if not ready.is_set() and line.startswith("rocketq ready"):
+                    ready_at[0] = time.perf_counter()
+                    ready.set()
+                self.output.append(line)
+            ready.set()
+
+        threading.Thread(target=drain, name="serve-output", daemon=True).start()
+        served_at = 0.0
+        async with RemotingClient(connect_timeout_s=1.0) as client:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"rocketq serve exited with {proc.returncode}: {''.join(self.output)}")
+                if time.perf_counter() - t0 > 30:
+                    raise RuntimeError("rocketq serve did not start within 30 s")
+                try:
+                    r = await client.invoke(
+                        self.addr,
+                        create_request(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0}),
+                        1.0,
+                    )
+                except RemotingError:
+                    await asyncio.sleep(0.002)
+                    continue
+                if r.code == ResponseCode.SUCCESS:
+                    served_at = time.perf_counter()
+                    break
+                await asyncio.sleep(0.002)
+        await asyncio.to_thread(ready.wait, 30)
+        printed = next((ln for ln in self.output if ln.startswith("rocketq ready in")), "")
+        printed_s = float(printed.split()[3]) if printed else float("nan")
+        return StartTimes(ready_at[0] - t0, served_at - t0, printed_s)
+
+    async def stop(self) -> int:
+        proc = self.proc
+        if proc is None:
+            return 0
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+    def memory_kib(self) -> dict[str, int]:
+        out = {}
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+                    out[name] = int(value.split()[0])
+        return out
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+class Ids:
+    """UNIQ_KEY values as a Java producer makes them: 32 hex digits, unique per message."""
+
+    def __init__(self) -> None:
+        self.prefix = os.urandom(12).hex().upper()
+        self.n = 0
+
+    def next(self) -> str:
+        self.n += 1
+        return f"{self.prefix}{self.n:08X}"
+
+
+def send_fields(topic: str, queue_id: int, properties: str, batch: bool = False) -> dict[str, str]:
+    """SendMessageRequestHeaderV2 as DefaultMQProducer fills it."""
+    return {
+        "a": "BenchProducerGroup",
+        "b": topic,
+        "c": "TBW102",
+        "d": str(QUEUES),
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(time.time_ns() // 1_000_000),
+        "h": "0",
+        "i": properties,
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+        "n": BROKER_NAME,
+    }
+
+
+def single_request(ids: Ids, topic: str, queue_id: int, body: bytes) -> RemotingCommand:
+    props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": ids.next(), "WAIT": "true"})
+    return RemotingCommand(
+        RequestCode.SEND_MESSAGE_V2,
+        opaque=next_opaque(),
+        ext_fields=send_fields(topic, queue_id, props),
+        body=body,
+    )
+
+
+def batch_request(ids: Ids, topic: str, queue_id: int, body: bytes, n: int = BATCH) -> RemotingCommand:
+    entries = [
+        BatchEntry(body, encode_properties({"TAGS": "TagA", "UNIQ_KEY": ids.next(), "WAIT": "true"}).encode())
+        for _ in range(n)
+    ]
+    props = encode_properties({"UNIQ_KEY": ids.next(), "WAIT": "true"})
+    return RemotingCommand(
+        RequestCode.SEND_BATCH_MESSAGE,
+        opaque=next_opaque(),
+        ext_fields=send_fields(topic, queue_id, props, batch=True),
+        body=encode_batch(entries),
+    )
+
+
+def pull_request(topic: str, queue_id: int, offset: int, *, suspend: bool = False) -> RemotingCommand:
+    flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend else 0)
+    return RemotingCommand(
+        RequestCode.PULL_MESSAGE,
+        opaque=next_opaque(),
+        ext_fields={
+            "consumerGroup": "BenchConsumerGroup",
+            "topic": topic,
+            "queueId": str(queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(BATCH),
+            "sysFlag": str(flag),
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "15000",
+            "subVersion": "0",
+            "subscription": "*",
+            "expressionType": "TAG",
+        },
+    )
+
+
+async def call_ok(client: RemotingClient, addr: str, request: RemotingCommand) -> RemotingCommand:
+    r = await client.invoke(addr, request, CALL_TIMEOUT_S)
+    if r.code != ResponseCode.SUCCESS:
+        raise RuntimeError(f"request {request.code} answered {r.code}: {r.remark}")
+    return r
+
+
+async def create_topic(client: RemotingClient, addr: str, topic: str) -> None:
+    await call_ok(
+        client,
+        addr,
+        create_request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6},
+        ),
+    )
+
+
+async def max_offsets(client: RemotingClient, addr: str, topic: str) -> list[int]:
+    out = []
+    for q in range(QUEUES):
+        r = await call_ok(
+            client, addr, create_request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": q})
+        )
+        out.append(int(r.ext_fields["offset"]))
+    return out
+
+
+async def until_dispatched(client: RemotingClient, addr: str, topic: str, total: int) -> None:
+    deadline = time.monotonic() + 60
+    while sum(await max_offsets(client, addr, topic)) < total:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: not all {total} messages dispatched within 60 s")
+        await asyncio.sleep(0.01)
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(p / 100 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+# -- send throughput ------------------------------------------------------------------------
+
+
+@dataclass
+class SendResult:
+    flush: str
+    producers: int
+    body: int
+    batch: bool
+    msgs: int
+    seconds: float
+    rtt_p50_us: float
+    server_cpu_s: float
+    client_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds
+
+
+async def send_case(
+    server: Server, case_no: int, producers: int, body_size: int, batch: bool, seconds: float
+) -> SendResult:
+    addr = server.addr
+    topic = f"SendBench{case_no}"
+    body = os.urandom(body_size)
+    ids = Ids()
+    make: Callable[[Ids, str, int, bytes], RemotingCommand] = batch_request if batch else single_request
+    per_request = BATCH if batch else 1
+    clients = [RemotingClient() for _ in range(producers)]
+    try:
+        await create_topic(clients[0], addr, topic)
+        stop_at = 0.0
+        rtts: list[float] = []
+
+        async def producer(n: int, client: RemotingClient) -> int:
+            sent = 0
+            queue_id = n % QUEUES
+            loop = asyncio.get_running_loop()
+            while loop.time() < stop_at:
+                request = make(ids, topic, queue_id, body)
+                began = time.perf_counter()
+                r = await client.invoke(addr, request, CALL_TIMEOUT_S)
+                rtts.append(time.perf_counter() - began)
+                if r.code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"send answered {r.code}: {r.remark}")
+                sent += per_request
+                queue_id = (queue_id + 1) % QUEUES
+            return sent
+
+        loop = asyncio.get_running_loop()
+        result = SendResult(server.flush, producers, body_size, batch, 0, 0.0, 0.0, 0.0, 0.0)
+        for measured in (False, True):
+            rtts.clear()
+            duration = seconds if measured else min(0.5, seconds)
+            cpu0, ccpu0 = server.cpu_s(), time.process_time()
+            start = loop.time()
+            stop_at = start + duration
+            counts = await asyncio.gather(*(producer(i, c) for i, c in enumerate(clients)))
+            if measured:
+                result.seconds = loop.time() - start
+                result.msgs = sum(counts)
+                result.server_cpu_s = server.cpu_s() - cpu0
+                result.client_cpu_s = time.process_time() - ccpu0
+                result.rtt_p50_us = statistics.median(rtts) * 1e6
+        return result
+    finally:
+        for c in clients:
+            await c.close()
+
+
+# -- pull throughput ------------------------------------------------------------------------
+
+
+@dataclass
+class PullResult:
+    body: int
+    pullers: int
+    msgs: int
+    nbytes: int
+    seconds: float
+    server_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds
+
+
+async def prefill(server: Server, topic: str, body_size: int, total: int) -> None:
+    body = os.urandom(body_size)
+    ids = Ids()
+    per_queue = total // QUEUES
+    async with RemotingClient() as client:
+        await create_topic(client, server.addr, topic)
+
+        async def fill(q: int) -> None:
+            left = per_queue
+            while left > 0:
+                n = min(BATCH, left)
+                await call_ok(client, server.addr, batch_request(ids, topic, q, body, n))
+                left -= n
+
+        await asyncio.gather(*(fill(q) for q in range(QUEUES)))
+        await until_dispatched(client, server.addr, topic, per_queue * QUEUES)
+
+
+async def pull_case(server: Server, topic: str, body_size: int, pullers: int) -> PullResult:
+    addr = server.addr
+    async with RemotingClient() as client:
+        ends = await max_offsets(client, addr, topic)
+        nbytes = 0
+
+        async def drain(queues: list[int]) -> int:
+            nonlocal nbytes
+            offsets = dict.fromkeys(queues, 0)
+            got = 0
+            while offsets:
+                for q in list(offsets):
+                    r = await client.invoke(addr, pull_request(topic, q, offsets[q]), CALL_TIMEOUT_S)
+                    if r.code != ResponseCode.SUCCESS:
+                        raise RuntimeError(f"pull answered {r.code}: {r.remark}")
+                    nxt = int(r.ext_fields["nextBeginOffset"])
+                    got += nxt - offsets[q]
+                    nbytes += len(r.body)
+                    offsets[q] = nxt
+                    if nxt >= ends[q]:
+                        del offsets[q]
+            return got
+
+        groups = [list(range(QUEUES))] if pullers == 1 else [[q] for q in range(QUEUES)]
+        cpu0 = server.cpu_s()
+        start = time.perf_counter()
+        counts = await asyncio.gather(*(drain(g) for g in groups))
+        seconds = time.perf_counter() - start
+        return PullResult(body_size, pullers, sum(counts), nbytes, seconds, server.cpu_s() - cpu0)
+
+
+# -- end-to-end latency ---------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    rate: float
+    achieved: float
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    max_lag_ms: float
+    ack_p50_ms: float
+    ack_p99_ms: float
+
+
+async def latency_case(server: Server, rate: float, seconds: float, warmup_s: float = 0.5) -> LatencyResult:
+    addr = server.addr
+    topic = "LatencyBench"
+    ids = Ids()
+    pad = os.urandom(120)
+    latencies: list[float] = []
+    async with RemotingClient() as sender, RemotingClient() as puller:
+        await create_topic(sender, addr, topic)
+        starts = await max_offsets(sender, addr, topic)
+        received = 0
+        measure_from = 0
+
+        async def pull_loop(q: int) -> None:
+            nonlocal received
+            offset = starts[q]
+            while True:
+                r = await puller.invoke(addr, pull_request(topic, q, offset, suspend=True), CALL_TIMEOUT_S)
+                now = time.perf_counter_ns()
+                if r.code == ResponseCode.SUCCESS:
+                    pos = 0
+                    body = r.body
+                    while pos < len(body):
+                        view = rec.decode_record(body, pos, check_crc=False)
+                        assert view.body is not None
+                        sent_ns, seq = struct.unpack_from(">qq", view.body)
+                        if seq >= measure_from:
+                            latencies.append((now - sent_ns) / 1e6)
+                        received += 1
+                        pos += view.size
+                elif r.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                    raise RuntimeError(f"pull answered {r.code}: {r.remark}")
+                offset = int(r.ext_fields["nextBeginOffset"])
+
+        pullers = [asyncio.create_task(pull_loop(q)) for q in range(QUEUES)]
+        in_flight: set[asyncio.Task[RemotingCommand]] = set()
+        failures: list[str] = []
+
+        acks: list[float] = []
+
+        def sent_done(task: asyncio.Task[RemotingCommand], sent_ns: int, seq: int) -> None:
+            in_flight.discard(task)
+            if task.exception() is not None:
+                failures.append(repr(task.exception()))
+            elif task.result().code != ResponseCode.SUCCESS:
+                failures.append(f"code {task.result().code}")
+            elif seq >= measure_from:
+                acks.append((time.perf_counter_ns() - sent_ns) / 1e6)
+
+        loop = asyncio.get_running_loop()
+        total = int(rate * (seconds + warmup_s))
+        measure_from = int(rate * warmup_s)
+        t0 = loop.time()
+        sent = 0
+        max_lag = 0.0
+        while sent < total:
+            now = loop.time()
+            due = min(total, int((now - t0) * rate) + 1)
+            if due - sent > 1:
+                max_lag = max(max_lag, (due - sent - 1) / rate)
+            while sent < due:
+                sent_ns = time.perf_counter_ns()
+                body = struct.pack(">qq", sent_ns, sent) + pad
+                task = loop.create_task(sender.invoke(addr, single_request(ids, topic, sent % QUEUES, body)))
+                in_flight.add(task)
+                task.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
+                sent += 1
+            next_at = t0 + sent / rate
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+        elapsed = loop.time() - t0
+        deadline = time.monotonic() + 30
+        while (received < total or in_flight) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        for pull_task in pullers:
+            pull_task.cancel()
+        for pull_task in pullers:
+            with contextlib.suppress(asyncio.CancelledError, RemotingError):
+                await pull_task
+    if failures:
+        raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
+    if received < total:
+        raise RuntimeError(f"only {received} of {total} messages arrived")
+    lat = sorted(latencies)
+    acks.sort()
+    return LatencyResult(
+        rate,
+        total / elapsed,
+        len(lat),
+        percentile(lat, 50),
+        percentile(lat, 99),
+        percentile(lat, 99.9),
+        lat[-1],
+        max_lag * 1000,
+        percentile(acks, 50),
+        percentile(acks, 99),
+    )
+
+
+# -- the floor ------------------------------------------------------------------------------
+
+ECHO_SERVER = """
+import asyncio, sys
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+class _EchoCaller(asyncio.Protocol):
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.got = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        if self.got >= self.size and self.waiter is not None and not self.waiter.done():
+            self.got -= self.size
+            self.waiter.set_result(None)
+
+
+async def echo_floor(seconds: float) -> float:
+    """Round trips/s of a bare asyncio.Protocol echo in another process, one frame in flight,
+    the size of a SEND_MESSAGE_V2 request with a 128 B body: what this machine's loopback and
+    event loops allow at best right now."""
+    frame = b"x" * 420
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ECHO_SERVER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        port = int((await proc.stdout.readline()).decode())
+        loop = asyncio.get_running_loop()
+        transport, caller = await loop.create_connection(lambda: _EchoCaller(len(frame)), "127.0.0.1", port)
+        count = 0
+        start = loop.time()
+        while loop.time() - start < seconds:
+            caller.waiter = loop.create_future()
+            transport.write(frame)
+            await caller.waiter
+            count += 1
+        rate = count / (loop.time() - start)
+        transport.close()
+        return rate
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        await proc.wait()
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def dir_mib(path: str) -> float:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total / (1 << 20)
+
+
+async def idle_memory(server: Server, idle_s: float) -> dict[str, int]:
+    await asyncio.sleep(idle_s)  # "idle for a moment": periodic tasks have run, nothing else
+    return server.memory_kib()
+
+
+async def run(args: argparse.Namespace, root: str) -> None:
+    quick = args.quick
+    seconds = 1.0 if quick else 3.0
+    pull_total = 40_000 if quick else 160_000
+    latency_s = 3.0 if quick else 10.0
+    starts = 3 if quick else 7
+    rates = [float(r) for r in args.rates.split(",") if r]
+    began = time.perf_counter()
+    floors = [await echo_floor(1.0)]
+
+    # start-up and memory of a fresh server
+    fresh: list[StartTimes] = []
+    fresh_mem: dict[str, int] = {}
+    for i in range(starts):
+        server = Server(os.path.join(root, f"start-{i}"), "ASYNC_FLUSH")
+        try:
+            fresh.append(await server.start())
+            if i == 0:
+                fresh_mem = await idle_memory(server, args.idle)
+        finally:
+            await server.stop()
+
+    results: list[SendResult] = []
+    pulls: list[PullResult] = []
+    latencies: list[LatencyResult] = []
+    loaded_mem: dict[str, int] = {}
+    case_no = 0
+    async_dir = os.path.join(root, "async")
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        server = Server(os.path.join(root, "async" if flush == "ASYNC_FLUSH" else "sync"), flush)
+        await server.start()
+        try:
+            for batch in (False, True):
+                for body in (128, 1024):
+                    for producers in (1, 16):
+                        case_no += 1
+                        r = await send_case(server, case_no, producers, body, batch, seconds)
+                        results.append(r)
+                        kind = "batch" if batch else "single"
+                        print(
+                            f"  send {flush} {producers} producers {body} B {kind}: {r.rate:,.0f} msgs/s",
+                            file=sys.stderr,
+                        )
+            if flush == "ASYNC_FLUSH":
+                for body in (128, 1024):
+                    topic = f"PullBench{body}"
+                    await prefill(server, topic, body, pull_total)
+                    for pullers in (1, 4):
+                        p = await pull_case(server, topic, body, pullers)
+                        pulls.append(p)
+                        print(f"  pull {body} B {pullers} pullers: {p.rate:,.0f} msgs/s", file=sys.stderr)
+                for rate in rates:
+                    lr = await latency_case(server, rate, latency_s)
+                    latencies.append(lr)
+                    print(
+                        f"  latency at {rate:,.0f}/s: p50 {lr.p50_ms:.2f} ms p99 {lr.p99_ms:.2f} ms",
+                        file=sys.stderr,
+                    )
+                loaded_mem = await idle_memory(server, args.idle)
+        finally:
+            code = await server.stop()
+            if code != 0:
+                print(f"rocketq serve ({flush}) exited with {code}", file=sys.stderr)
+
+    # start-up on the directory the ASYNC cases filled
+    data_mib = dir_mib(async_dir)
+    restart: list[StartTimes] = []
+    for _ in range(max(1, starts // 2)):
+        server = Server(async_dir, "ASYNC_FLUSH")
+        try:
+            restart.append(await server.start())
+        finally:
+            await server.stop()
+
+    floors.append(await echo_floor(1.0))
+    print(f"# rocketq broker benchmark{' (--quick)' if quick else ''}")
+    print()
+    print(
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}; client and `rocketq serve` on "
+        f"127.0.0.1; {seconds:g} s per send case after a 0.5 s warm-up; one request in flight per "
+        "producer"
+    )
+    print()
+    print(
+        "Floor (bare asyncio echo between two processes, one 420 B frame in flight), before / after "
+        f"the run: {floors[0]:,.0f} / {floors[1]:,.0f} round trips/s"
+    )
+    print()
+    print("## Send throughput")
+    print()
+    print(
+        "| flush | producers | body | request | msgs/s | MB/s (bodies) | request p50 µs "
+        "| server CPU | server CPU µs/msg | client CPU |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(
+            f"| {r.flush} | {r.producers} | {r.body} B | {'batch of 32' if r.batch else 'single'} "
+            f"| {r.rate:,.0f} | {r.rate * r.body / 1e6:.1f} | {r.rtt_p50_us:,.0f} "
+            f"| {r.server_cpu_s / r.seconds:.0%} | {r.server_cpu_s / r.msgs * 1e6:.1f} "
+            f"| {r.client_cpu_s / r.seconds:.0%} |"
+        )
+    print()
+    print(f"## Pull throughput (batches of {BATCH}, {pull_total:,} messages prefilled, page cache hot)")
+    print()
+    print("| body | pullers | msgs/s | MB/s (records) | server CPU µs/msg |")
+    print("|---:|---:|---:|---:|---:|")
+    for p in pulls:
+        print(
+            f"| {p.body} B | {p.pullers} | {p.rate:,.0f} | {p.nbytes / p.seconds / 1e6:.1f} "
+            f"| {p.server_cpu_s / p.msgs * 1e6:.1f} |"
+        )
+    print()
+    if latencies:
+        print(
+            f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
+            f"warm-up, one pipelining sender, {QUEUES} long-polling pullers)"
+        )
+        print()
+        print(
+            "| rate | samples | p50 | p99 | p99.9 | max | send → ack p50 | send → ack p99 "
+            "| sender behind schedule (max) |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for lr in latencies:
+            print(
+                f"| {lr.rate:,.0f}/s | {lr.samples:,} | {lr.p50_ms:.2f} ms | {lr.p99_ms:.2f} ms "
+                f"| {lr.p999_ms:.2f} ms | {lr.max_ms:.2f} ms | {lr.ack_p50_ms:.2f} ms "
+                f"| {lr.ack_p99_ms:.2f} ms | {lr.max_lag_ms:.1f} ms |"
+            )
+        print()
+    print("## Start-up of `rocketq serve` (medians)")
+    print()
+    print("| data directory | runs | spawn → ready printed | spawn → first request served | as printed |")
+    print("|---|---:|---:|---:|---:|")
+    for name, times in (
+        ("empty", fresh),
+        (f"{data_mib:,.0f} MiB (after the ASYNC cases, clean stop)", restart),
+    ):
+        print(
+            f"| {name} | {len(times)} | {statistics.median(t.ready_s for t in times) * 1000:.0f} ms "
+            f"| {statistics.median(t.served_s for t in times) * 1000:.0f} ms "
+            f"| {statistics.median(t.printed_s for t in times) * 1000:.0f} ms |"
+        )
+    print()
+    print(f"## Memory of `rocketq serve` (idle {args.idle:g} s)")
+    print()
+    print("| state | VmRSS | RssAnon | RssFile | VmHWM |")
+    print("|---|---:|---:|---:|---:|")
+    for name, mem in (("fresh, empty data directory", fresh_mem), ("after the ASYNC benchmarks", loaded_mem)):
+        if mem:
+            print(
+                f"| {name} | {mem['VmRSS'] / 1024:.1f} MiB | {mem['RssAnon'] / 1024:.1f} MiB "
+                f"| {mem['RssFile'] / 1024:.1f} MiB | {mem['VmHWM'] / 1024:.1f} MiB |"
+            )
+    print()
+    print(f"total run time {time.perf_counter() - began:.0f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter cases and less data")
+    ap.add_argument(
+        "--rates",
+        default="5000,1000",
+        help="end-to-end latency send rates, msgs/s (the first is the headline)",
+    )
+    ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before reading memory")
+    ap.add_argument("--dir", default=None, help="directory for the data directories (default: a temp dir)")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="rocketq-bench-broker-", dir=args.dir)
+    try:
+        asyncio.run(run(args, root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
