@@ -86,6 +86,9 @@ class StoreConfig:
     #: Append RocketMQ 5.2's ``__CRC32#`` whole-record CRC property to every record.
     enabled_append_prop_crc: bool = False
     check_crc_on_recover: bool = True
+    #: After a clean shutdown, recovery re-verifies (CRCs included) about this much of the
+    #: CommitLog's tail instead of whole segments.
+    clean_recover_verify_bytes: int = 64 * MiB
 
     store_host: str = "127.0.0.1:10911"
 

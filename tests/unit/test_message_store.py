@@ -349,3 +349,26 @@ def test_whole_record_crc_catches_damage_the_body_crc_misses(store_config: Store
     with MessageStore(cfg) as s:
         assert s.get_max_phy_offset() == first.next_offset
         assert s.look_message_by_offset(last.physical_offset) is None
+
+
+def test_clean_restart_verifies_a_bounded_tail(store_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(store_config, clean_recover_verify_bytes=10_000)
+    with MessageStore(cfg) as s:
+        offsets = put_n(s, 400, queues=3)
+        end = s.get_max_phy_offset()
+    with MessageStore(cfg) as s:
+        assert s.recovery is not None
+        start = s.recovery.start_offset
+        # A record start about 10 000 B before the end, not a segment start.
+        assert start in offsets
+        assert end - 10_000 - 200 <= start <= end - 10_000
+        assert start % cfg.mapped_file_size_commit_log != 0
+        assert s.recovery.records_scanned == len([o for o in offsets if o >= start])
+    # Damage inside that tail is still found after a clean shutdown.
+    victim = offsets[-3]
+    seg = pathlib.Path(cfg.commit_log_dir, f"{victim - victim % cfg.mapped_file_size_commit_log:020d}")
+    data = bytearray(seg.read_bytes())
+    data[victim % cfg.mapped_file_size_commit_log + 90] ^= 0xFF  # inside the body
+    seg.write_bytes(bytes(data))
+    with MessageStore(cfg) as s:
+        assert s.get_max_phy_offset() == victim

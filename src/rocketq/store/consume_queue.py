@@ -443,6 +443,25 @@ class ConsumeQueue:
                 low = mid + 1
         return low
 
+    def last_record_start_at_or_before(self, phy_offset: int) -> int | None:
+        """The largest CommitLog offset of a real unit that is ``<= phy_offset`` (a record start),
+        by binary search over the queue; None when every unit lies after it."""
+        low = self.min_offset_in_queue
+        high = self.max_offset_in_queue - 1
+        best: int | None = None
+        while low <= high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            if unit is None or unit.is_filler:
+                low = mid + 1
+                continue
+            if unit.offset <= phy_offset:
+                best = unit.offset
+                low = mid + 1
+            else:
+                high = mid - 1
+        return best
+
     # -- shrinking ----------------------------------------------------------------------------
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Drop every unit pointing at or after CommitLog offset ``phy_offset`` (§5.5).

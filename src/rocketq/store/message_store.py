@@ -275,6 +275,12 @@ class MessageStore:
             start = cp.dispatched_phy_offset
             if cp.master_flushed_offset > 0:
                 start = min(start, cp.master_flushed_offset)
+            if self.last_exit_ok:
+                # Clean shutdown: re-verify a bounded tail, from a record start that a ConsumeQueue
+                # unit names about ``clean_recover_verify_bytes`` before the end.
+                boundary = self._record_start_before(start - self.config.clean_recover_verify_bytes)
+                if boundary is not None and self.commitlog.queue.find_by_offset(boundary) is not None:
+                    return boundary
             mf = self.commitlog.queue.find_by_offset(start)
             if mf is not None:
                 return mf.file_from_offset
@@ -285,6 +291,16 @@ class MessageStore:
             return None
         safe = self.config.message_index_safe
         return choose_abnormal_start(self.commitlog, cp.min_timestamp_index() if safe else cp.min_timestamp())
+
+    def _record_start_before(self, phy_offset: int) -> int | None:
+        if phy_offset <= 0:
+            return None
+        best: int | None = None
+        for cq in self.consume_queues:
+            found = cq.last_record_start_at_or_before(phy_offset)
+            if found is not None and (best is None or found > best):
+                best = found
+        return best
 
     def _reput_start(self, cq_high: int) -> int:
         """Where dispatch resumes: the earliest record a ConsumeQueue or the index may lack."""
