@@ -525,15 +525,7 @@ class CommitLog:
         offsets: list[int] = []
         first_qoff = -1
         with self._put_lock:
-            if not self._accepting:
-                self._check_writable()
-            mf = self._cur
-            if mf is None or total + 8 > self.file_size - mf.wrote_position:
-                mf = self._roll(total)
-            pos = mf.wrote_position
-            target = self._cur_target
-            base = self._cur_from
-            now = _time_ns() // 1_000_000
+            mf, pos, target, base, now = self._begin_append(total)
             for m, fmt, length, crc, sys_flag, in_queue, topic_b, props, magic in encoded:
                 key = (m.topic, m.queue_id)
                 qoff = table.get(key, 0) if in_queue else 0
@@ -554,14 +546,7 @@ class CommitLog:
                     table[key] = qoff + 1
             mf.wrote_position = pos
             mf.store_timestamp = now
-        if self._after_put is not None:
-            self._after_put()
-        result = PutMessageResult(
-            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
-        )
-        if self._sync:
-            return self._await_flush(result)
-        return result
+        return self._finish_batch(offsets, total, first_qoff, now, len(msgs))
 
     def _put_batch_one_queue(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult | None:
         """The common batch (RocketMQ's MessageBatch): one topic and queue, V1 layout, IPv4 born
@@ -615,15 +600,7 @@ class CommitLog:
         append_offset = offsets.append
         size_into = _SIZE.pack_into
         with self._put_lock:
-            if not self._accepting:
-                self._check_writable()
-            mf = self._cur
-            if mf is None or total + 8 > self.file_size - mf.wrote_position:
-                mf = self._roll(total)
-            pos = mf.wrote_position
-            target = self._cur_target
-            base = self._cur_from
-            now = _time_ns() // 1_000_000
+            mf, pos, target, base, now = self._begin_append(total)
             first_qoff = qoff = table.get(key, 0)
             for i, m in enumerate(msgs):
                 body = m.body
@@ -640,10 +617,25 @@ class CommitLog:
             table[key] = qoff
             mf.wrote_position = pos
             mf.store_timestamp = now
+        return self._finish_batch(offsets, total, first_qoff, now, len(msgs))
+
+    def _begin_append(self, total: int) -> tuple[MappedFile, int, mmap.mmap, int, int]:
+        """Under the put lock: the segment, position, write target and segment start where
+        ``total`` bytes of records go, and the store time to stamp them with."""
+        if not self._accepting:
+            self._check_writable()
+        mf = self._cur
+        if mf is None or total + 8 > self.file_size - mf.wrote_position:
+            mf = self._roll(total)
+        return mf, mf.wrote_position, self._cur_target, self._cur_from, _time_ns() // 1_000_000
+
+    def _finish_batch(
+        self, offsets: list[int], total: int, first_qoff: int, now: int, count: int
+    ) -> PutMessageResult:
         if self._after_put is not None:
             self._after_put()
         result = PutMessageResult(
-            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, store_host, len(msgs), offsets
+            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, self._store_host, count, offsets
         )
         if self._sync:
             return self._await_flush(result)

@@ -254,7 +254,29 @@ class GroupCommitService(_Service):
                 fut.set_result(flushed >= off)
 
 
-class FlushRealTimeService(_Service):
+class _PeriodicService(_Service):
+    """A service that acts every ``interval_ms`` on at least ``least_pages`` dirty pages, and on
+    everything once ``thorough_interval_ms`` has passed since it last did."""
+
+    def __init__(
+        self, queue: MappedFileQueue, *, interval_ms: int, least_pages: int, thorough_interval_ms: int
+    ) -> None:
+        super().__init__()
+        self._queue = queue
+        self._interval = interval_ms / 1000
+        self._least_pages = least_pages
+        self._thorough = thorough_interval_ms / 1000
+        self._last_thorough = time.monotonic()
+
+    def _pages_due(self) -> int:
+        now = time.monotonic()
+        if now >= self._last_thorough + self._thorough:
+            self._last_thorough = now
+            return 0
+        return self._least_pages
+
+
+class FlushRealTimeService(_PeriodicService):
     name = "FlushRealTimeService"
 
     def __init__(
@@ -267,21 +289,14 @@ class FlushRealTimeService(_Service):
         timed: bool,
         on_flushed: FlushListener | None = None,
     ) -> None:
-        super().__init__()
-        self._queue = queue
-        self._interval = interval_ms / 1000
-        self._least_pages = least_pages
-        self._thorough = thorough_interval_ms / 1000
+        super().__init__(
+            queue, interval_ms=interval_ms, least_pages=least_pages, thorough_interval_ms=thorough_interval_ms
+        )
         self._timed = timed
         self._on_flushed = on_flushed
-        self._last_thorough = time.monotonic()
 
     def run_once(self) -> None:
-        least = self._least_pages
-        now = time.monotonic()
-        if now >= self._last_thorough + self._thorough:
-            self._last_thorough = now
-            least = 0
+        least = self._pages_due()
         if self._timed:
             self._stopped.wait(self._interval)
         else:
@@ -296,7 +311,7 @@ class FlushRealTimeService(_Service):
                 break
 
 
-class CommitRealTimeService(_Service):
+class CommitRealTimeService(_PeriodicService):
     name = "CommitRealTimeService"
 
     def __init__(
@@ -308,21 +323,13 @@ class CommitRealTimeService(_Service):
         thorough_interval_ms: int,
         flush_service: _Service,
     ) -> None:
-        super().__init__()
-        self._queue = queue
-        self._interval = interval_ms / 1000
-        self._least_pages = least_pages
-        self._thorough = thorough_interval_ms / 1000
+        super().__init__(
+            queue, interval_ms=interval_ms, least_pages=least_pages, thorough_interval_ms=thorough_interval_ms
+        )
         self._flush_service = flush_service
-        self._last_thorough = time.monotonic()
 
     def run_once(self) -> None:
-        least = self._least_pages
-        now = time.monotonic()
-        if now >= self._last_thorough + self._thorough:
-            self._last_thorough = now
-            least = 0
-        if not self._queue.commit(least):
+        if not self._queue.commit(self._pages_due()):
             self._last_thorough = time.monotonic()
             self._flush_service.wakeup()
         self._wait(self._interval)
