@@ -269,7 +269,10 @@ class MappedFile:
         if self._able(wrote, self.committed_position, least_pages) and self.hold():
             try:
                 start = self.committed_position
-                os.pwrite(self._fd, buf[start:wrote], start)
+                with memoryview(buf) as view:  # no copy under the GIL; pwrite releases it
+                    pos = start
+                    while pos < wrote:  # a regular file may still take fewer bytes at once
+                        pos += os.pwrite(self._fd, view[pos:wrote], pos)
                 self.committed_position = wrote
             finally:
                 self.release()
