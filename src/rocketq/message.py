@@ -190,6 +190,25 @@ def unpack_socket_addr(raw: bytes) -> str:
 
 
 # -- message ids ---------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def born_host_of(remote_address: str) -> bytes:
+    """The packed born host for a peer address, always in the IPv4 layout (spec §3.7)."""
+    try:
+        host, port = split_host_port(remote_address)
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return pack_socket_addr("127.0.0.1:0")
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip4 = ip.ipv4_mapped
+        elif ip.is_loopback:
+            ip4 = ipaddress.IPv4Address("127.0.0.1")
+        else:
+            ip4 = ipaddress.IPv4Address("0.0.0.0")
+        return ip4.packed + struct.pack(">i", port)
+    return ip.packed + struct.pack(">i", port)
+
+
 def create_offset_msg_id(store_host: bytes, physical_offset: int) -> str:
     """Offset message id: packed store host ‖ int64 physical offset, uppercase hex."""
     return (store_host + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()

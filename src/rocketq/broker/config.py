@@ -39,6 +39,8 @@ KEY_ALIASES: dict[str, str] = {
     "registerNameServerPeriod": "register_broker_interval_ms",
     "brokerIP1": "broker_ip1",
     "brokerIP2": "broker_ip2",
+    "transactionCheckInterval": "transaction_check_interval_ms",
+    "transactionTimeOut": "transaction_timeout_ms",
 }
 
 
@@ -87,6 +89,12 @@ class BrokerConfig:
     msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     auto_create_subscription_group: bool = True
     reject_transaction_message: bool = False
+    #: How often unresolved half messages are checked (RocketMQ ``transactionCheckInterval``).
+    transaction_check_interval_ms: int = 60_000
+    #: A half message younger than this is not checked yet (``transactionTimeOut``).
+    transaction_timeout_ms: int = 6000
+    #: Checks of one half before it is discarded (``transactionCheckMax``).
+    transaction_check_max: int = 15
     enable_property_filter: bool = False
 
     long_polling_enable: bool = True
@@ -128,9 +136,14 @@ class BrokerConfig:
             "flush_consumer_offset_interval_ms",
             "register_broker_interval_ms",
             "register_broker_timeout_mills",
+            "transaction_check_interval_ms",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name}={getattr(self, name)} must be positive")
+        if self.transaction_timeout_ms < 0:
+            problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
+        if self.transaction_check_max < 0:
+            problems.append(f"transaction_check_max={self.transaction_check_max} is negative")
         if problems:
             raise ConfigError("invalid BrokerConfig: " + "; ".join(problems))
 

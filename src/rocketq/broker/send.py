@@ -13,7 +13,9 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
       are written as 0.0.0.0 so every client can decode the record), store host = this broker
     %RETRY%<group>: the group must exist (26); reconsumeTimes > max (header ``l`` from clients at
       V3_4_9+, else the group's retryMaxTimes) → %DLQ%<group> (1 queue, RW), DELAY dropped
-    transaction half messages are refused (16) until END_TRANSACTION is implemented
+    transaction half messages (TRAN_MSG=true / PREPARED sysFlag) are stored in
+      RMQ_SYS_TRANS_HALF_TOPIC queue 0 (``rocketq.broker.transaction``); refused (16) under
+      reject_transaction_message
 
 The put itself runs on the event loop under ASYNC_FLUSH (a memory copy) and in a worker thread
 under SYNC_FLUSH (it waits for the group commit) or when dispatch is far behind (the store's
@@ -33,11 +35,8 @@ requested delay level is negative) it goes to %DLQ%<group> instead.
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
 import random
-import struct
 
 from rocketq.broker.batch import decode_batch
 from rocketq.broker.context import BrokerContext
@@ -63,6 +62,7 @@ from rocketq.broker.topic_config import (
     retry_topic,
     topic_max_length,
 )
+from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
     InvalidParameter,
@@ -83,10 +83,9 @@ from rocketq.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     BrokerMessage,
     UniqueIdGenerator,
+    born_host_of,
     decode_properties,
     encode_properties,
-    pack_socket_addr,
-    split_host_port,
     validate_topic,
 )
 from rocketq.remoting.codes import RequestCode, Version
@@ -103,25 +102,6 @@ PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
 TRANSACTION_PREPARED_TYPE = 0x4
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
-
-
-@functools.lru_cache(maxsize=4096)
-def born_host_of(remote_address: str) -> bytes:
-    """The packed born host for a peer address, always in the IPv4 layout (spec §3.7)."""
-    try:
-        host, port = split_host_port(remote_address)
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return pack_socket_addr("127.0.0.1:0")
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip4 = ip.ipv4_mapped
-        elif ip.is_loopback:
-            ip4 = ipaddress.IPv4Address("127.0.0.1")
-        else:
-            ip4 = ipaddress.IPv4Address("0.0.0.0")
-        return ip4.packed + struct.pack(">i", port)
-    return ip.packed + struct.pack(">i", port)
 
 
 def send_response_fields(
@@ -197,14 +177,15 @@ class SendMessageProcessor:
         props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
         return props
 
-    def _check_transaction(self, sys_flag: int, props: dict[str, str]) -> None:
+    def _check_transaction(self, sys_flag: int, props: dict[str, str]) -> bool:
+        """True for a transaction half message; refused (16) under rejectTransactionMessage."""
         prepared = (sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_PREPARED_TYPE
         if prepared or props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
             cfg = self.ctx.config
-            raise NoPermission(
-                f"the broker[{cfg.broker_ip1}] sending transaction message is forbidden: "
-                "transactional messages are not supported by this broker yet"
-            )
+            if cfg.reject_transaction_message:
+                raise NoPermission(f"the broker[{cfg.broker_ip1}] sending transaction message is forbidden")
+            return True
+        return False
 
     async def _put(self, msg: BrokerMessage) -> PutMessageResult:
         store = self.ctx.store
@@ -241,7 +222,7 @@ class SendMessageProcessor:
         tc = self.msg_check(conn, header)
         queue_id = self._pick_queue(tc, header.queue_id)
         props = self._base_properties(header.properties)
-        self._check_transaction(header.sys_flag, props)
+        half = self._check_transaction(header.sys_flag, props)
         topic = header.topic
         reconsume_times = header.reconsume_times or 0
         if is_retry_topic(topic):
@@ -257,6 +238,9 @@ class SendMessageProcessor:
             born_host=born_host_of(conn.remote_address),
             reconsume_times=reconsume_times,
         )
+        if half:
+            ensure_half_topics(self.ctx)
+            msg = to_half_message(msg, props)
         await self.ctx.topics_durable()
         result = await self._put(msg)
         return self._response(request, result, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))

@@ -8,7 +8,8 @@ Start (``await Broker.start()``)::
     load config/topics.json, subscriptionGroup.json, consumerOffset.json (tolerant, .bak fallback)
     hook long polling to the dispatcher (arrival listener) and start its periodic check
     start the periodic tasks: stats sample (1 s), client channel expiry (10 s), consumer offset
-      persist (flush_consumer_offset_interval_ms), name-server registration (30 s)
+      persist (flush_consumer_offset_interval_ms), name-server registration (30 s), transaction
+      state check (transaction_check_interval_ms)
     accept requests, register with every name server
 
 Until start finishes and from the moment shutdown begins, requests are answered with
@@ -56,6 +57,7 @@ from rocketq.broker.registration import NameServerRegistrar
 from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfig, TopicConfigManager
+from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
@@ -83,6 +85,8 @@ class Broker:
         self.store: MessageStore | None = None
         self.ctx: BrokerContext | None = None
         self.registrar: NameServerRegistrar | None = None
+        #: END_TRANSACTION and the transaction check service (set by start).
+        self.transactions: TransactionService | None = None
         self._server: RemotingServer | None = None
         self._fast_server: RemotingServer | None = None
         self._client: RemotingClient | None = None
@@ -224,6 +228,10 @@ class Broker:
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
         if cfg.namesrv_addrs:
             self._every(cfg.register_broker_interval_ms / 1000, self.registrar.request, "broker-register")
+        assert self.transactions is not None
+        self._every(
+            cfg.transaction_check_interval_ms / 1000, self.transactions.check, "broker-transaction-check"
+        )
 
     @staticmethod
     def _load_metadata(
@@ -239,12 +247,14 @@ class Broker:
         query = QueryMessageProcessor(ctx)
         consumer = ConsumerManageProcessor(ctx)
         admin = AdminBrokerProcessor(ctx)
+        transactions = self.transactions = TransactionService(ctx)
         rc = RequestCode
         self._handlers = {
             rc.SEND_MESSAGE: send.send_message,
             rc.SEND_MESSAGE_V2: send.send_message,
             rc.SEND_BATCH_MESSAGE: send.send_message,
             rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            rc.END_TRANSACTION: transactions.end_transaction,
             rc.PULL_MESSAGE: pull.process,
             rc.LITE_PULL_MESSAGE: pull.process,
             rc.QUERY_MESSAGE: query.query_message,
