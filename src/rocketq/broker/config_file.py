@@ -38,6 +38,31 @@ def load_json_file(path: str) -> dict[str, Any] | None:
     return obj
 
 
+class JsonConfigFile:
+    """Base of the managers kept in one ``config/*.json`` file (RocketMQ ``ConfigManager``):
+    ``load`` reads the file (or its ``.bak``) and hands the object to ``decode``."""
+
+    path: str | None
+
+    def decode(self, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def loaded_summary(self) -> str:
+        """What was loaded, for the log line."""
+        return type(self).__name__
+
+    def load(self) -> bool:
+        """Merge the file's content in; False when there was no usable file."""
+        if self.path is None:
+            return False
+        obj = load_json_file(self.path)
+        if obj is None:
+            return False
+        self.decode(obj)
+        log.info("loaded %s from %s", self.loaded_summary(), self.path)
+        return True
+
+
 class PersistScheduler:
     """Writes ``encode()`` to ``path`` on request, one write at a time, newest snapshot wins."""
 

@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from rocketq import fastjson
-from rocketq.broker.config_file import load_json_file
+from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
 from rocketq.broker.jsonutil import as_int
 
@@ -45,7 +45,7 @@ def split_offset_key(key: str) -> tuple[str, str]:
     return topic, group
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(JsonConfigFile):
     """The committed-offset table. Call from one thread (the event loop)."""
 
     def __init__(self, path: str | None = None) -> None:
@@ -60,17 +60,8 @@ class ConsumerOffsetManager:
         return self._dirty
 
     # -- persistence ------------------------------------------------------------------------
-    def load(self) -> bool:
-        if self.path is None:
-            return False
-        obj = load_json_file(self.path)
-        if obj is None:
-            return False
-        self.decode(obj)
-        log.info(
-            "loaded consumer offsets of %d topic@group entries from %s", len(self.offset_table), self.path
-        )
-        return True
+    def loaded_summary(self) -> str:
+        return f"consumer offsets of {len(self.offset_table)} topic@group entries"
 
     def decode(self, obj: dict[str, Any]) -> None:
         table = obj.get("offsetTable")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketq import fastjson
-from rocketq.broker.config_file import load_json_file
+from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
 from rocketq.broker.jsonutil import as_bool, as_int, as_str
 
@@ -147,7 +147,7 @@ def group_name_problem(group: str) -> str | None:
     return None
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(JsonConfigFile):
     """The broker's subscription-group table. Call from one thread (the event loop)."""
 
     def __init__(self, path: str | None = None, *, auto_create: bool = True) -> None:
@@ -160,15 +160,8 @@ class SubscriptionGroupManager:
         self.top_level_extra: dict[str, Any] = {}
         self.on_change: Callable[[], None] | None = None
 
-    def load(self) -> bool:
-        if self.path is None:
-            return False
-        obj = load_json_file(self.path)
-        if obj is None:
-            return False
-        self.decode(obj)
-        log.info("loaded %d subscription groups from %s", len(self.table), self.path)
-        return True
+    def loaded_summary(self) -> str:
+        return f"{len(self.table)} subscription groups"
 
     def decode(self, obj: dict[str, Any]) -> None:
         table = obj.get("subscriptionGroupTable")

@@ -36,7 +36,7 @@ from typing import Any
 
 from rocketq import fastjson
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.config_file import load_json_file
+from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
 from rocketq.broker.jsonutil import as_bool, as_int, as_str
 
@@ -242,7 +242,7 @@ def system_topics(cfg: BrokerConfig) -> list[TopicConfig]:
     return topics
 
 
-class TopicConfigManager:
+class TopicConfigManager(JsonConfigFile):
     """The broker's topic table. Call from one thread (the event loop)."""
 
     def __init__(self, broker_config: BrokerConfig, path: str | None = None) -> None:
@@ -258,16 +258,8 @@ class TopicConfigManager:
             self._system_names.add(tc.topic_name)
 
     # -- persistence ------------------------------------------------------------------------
-    def load(self) -> bool:
-        """Merge ``topics.json`` (or its ``.bak``) into the table; False when there was none."""
-        if self.path is None:
-            return False
-        obj = load_json_file(self.path)
-        if obj is None:
-            return False
-        self.decode(obj)
-        log.info("loaded %d topic configs from %s", len(self.table), self.path)
-        return True
+    def loaded_summary(self) -> str:
+        return f"{len(self.table)} topic configs"
 
     def decode(self, obj: dict[str, Any]) -> None:
         table = obj.get("topicConfigTable")
