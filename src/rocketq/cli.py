@@ -18,6 +18,7 @@ from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.config import StoreConfig
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
+from rocketq.properties import parse_properties
 from rocketq.store import MessageStore
 
 
@@ -67,19 +68,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _read_properties(path: str | None) -> dict[str, str]:
-    """A RocketMQ ``key=value`` properties file (``#`` comments)."""
-    props: dict[str, str] = {}
+    """A RocketMQ properties file (``namesrv.conf``), parsed as Java does."""
     if path is None:
-        return props
+        return {}
     with open(path, encoding="utf-8") as f:
-        for raw in f:
-            line = raw.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if sep:
-                props[key.strip()] = value.strip()
-    return props
+        return parse_properties(f.read())
 
 
 def _namesrv(args: argparse.Namespace) -> int:

@@ -186,7 +186,7 @@ def _coerce(value: str, current: Any) -> Any:
             raise ValueError(f"expected true or false, got {value!r}")
         return lowered == "true"
     if isinstance(current, Enum):
-        return type(current)(value.strip())
+        return type(current)(value.strip().upper())  # RocketMQ accepts SYNC_FLUSH or sync_flush
     if isinstance(current, int):
         return int(value.strip())
     return value.strip()

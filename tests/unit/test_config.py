@@ -59,3 +59,8 @@ def test_derived_values() -> None:
     assert pool.transient_store_pool_active
     assert not dataclasses.replace(pool, broker_role="SLAVE").transient_store_pool_active  # type: ignore[arg-type]
     assert not dataclasses.replace(pool, flush_disk_type="SYNC_FLUSH").transient_store_pool_active  # type: ignore[arg-type]
+
+
+def test_enum_values_in_conf_files_are_case_insensitive() -> None:
+    cfg = from_rocketmq_properties(StoreConfig, {"flushDiskType": "sync_flush"})
+    assert cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH

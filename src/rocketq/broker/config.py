@@ -33,6 +33,7 @@ from typing import Any
 
 from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.errors import ConfigError
+from rocketq.properties import parse_properties
 
 #: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
 KEY_ALIASES: dict[str, str] = {
@@ -163,77 +164,6 @@ class BrokerConfig:
         if not self.namesrv_addr:
             return []
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
-
-
-# -- java.util.Properties ------------------------------------------------------------------
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 == len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u" and i + 6 <= len(text):
-            try:
-                out.append(chr(int(text[i + 2 : i + 6], 16)))
-                i += 6
-                continue
-            except ValueError:
-                pass
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def _logical_lines(text: str) -> list[str]:
-    lines: list[str] = []
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if pending is None and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        continued = trailing % 2 == 1
-        if continued:
-            line = line[:-1]
-        pending = line if pending is None else pending + line
-        if not continued:
-            lines.append(pending)
-            pending = None
-    if pending is not None:
-        lines.append(pending)
-    return lines
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text (what RocketMQ's ``broker.conf`` is)."""
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        i = 0
-        n = len(line)
-        while i < n:
-            ch = line[i]
-            if ch == "\\":
-                i += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            i += 1
-        key = line[:i]
-        if i < n and line[i] in "=:":
-            rest = line[i + 1 :].lstrip(" \t\f")
-        else:
-            rest = line[i:].lstrip(" \t\f")
-            if rest[:1] in ("=", ":"):
-                rest = rest[1:].lstrip(" \t\f")
-        props[_unescape(key)] = _unescape(rest)
-    return props
 
 
 def _apply_aliases(cls: type[Any], props: dict[str, str]) -> dict[str, Any]:

@@ -50,6 +50,9 @@ class BrokerContext:
     request_register: Callable[[], None] = lambda: None
     #: Writes ``topics.json`` after topic changes (set by the broker; None: nothing to wait for).
     topics_persister: PersistScheduler | None = None
+    #: Writes ``subscriptionGroup.json`` and ``consumerOffset.json`` (set by the broker).
+    groups_persister: PersistScheduler | None = None
+    offsets_persister: PersistScheduler | None = None
     #: Threads for blocking store calls (SYNC_FLUSH puts wait here for their group commit).
     executor: concurrent.futures.ThreadPoolExecutor | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
@@ -86,6 +89,22 @@ class BrokerContext:
         could sit in a topic that a crash forgets."""
         persister = self.topics_persister
         if persister is not None and persister.pending:
+            await persister.flush()
+
+    async def groups_durable(self) -> None:
+        """Return once every subscription-group change made so far is in its file."""
+        persister = self.groups_persister
+        if persister is not None and persister.pending:
+            await persister.flush()
+
+    async def offsets_durable(self) -> None:
+        """Write the consumer offsets now if they changed, and return once written."""
+        persister = self.offsets_persister
+        if persister is None:
+            return
+        if self.offsets.begin_persist():
+            persister.request()
+        if persister.pending:
             await persister.flush()
 
     @property

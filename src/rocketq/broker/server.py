@@ -40,6 +40,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rocketq.broker.admin import AdminBrokerProcessor
+from rocketq.broker.admin_groups import AdminGroupProcessor
+from rocketq.broker.admin_stats import AdminStatsProcessor
 from rocketq.broker.client_manager import Channel, ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import PersistScheduler
@@ -214,6 +216,8 @@ class Broker:
         self._offsets_persister = PersistScheduler(offsets.path or "", offsets.encode)
         self._persisters = [topics_persister, groups_persister, self._offsets_persister]
         ctx.topics_persister = topics_persister
+        ctx.groups_persister = groups_persister
+        ctx.offsets_persister = self._offsets_persister
 
         def topics_changed(_changed: list[TopicConfig]) -> None:
             topics_persister.request()
@@ -247,6 +251,8 @@ class Broker:
         query = QueryMessageProcessor(ctx)
         consumer = ConsumerManageProcessor(ctx)
         admin = AdminBrokerProcessor(ctx)
+        stats = AdminStatsProcessor(ctx)
+        groups = AdminGroupProcessor(ctx)
         transactions = self.transactions = TransactionService(ctx)
         rc = RequestCode
         self._handlers = {
@@ -277,6 +283,12 @@ class Broker:
             rc.GET_MAX_OFFSET: admin.get_max_offset,
             rc.GET_MIN_OFFSET: admin.get_min_offset,
             rc.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+            rc.GET_TOPIC_STATS_INFO: stats.get_topic_stats_info,
+            rc.GET_CONSUME_STATS: stats.get_consume_stats,
+            rc.QUERY_TOPIC_CONSUME_BY_WHO: stats.query_topic_consume_by_who,
+            rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.update_and_create_subscription_group,
+            rc.DELETE_SUBSCRIPTIONGROUP: groups.delete_subscription_group,
+            rc.DELETE_TOPIC_IN_BROKER: groups.delete_topic_in_broker,
         }
 
     async def shutdown(self) -> None:

@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import signal
 import time
 import zlib
@@ -69,6 +68,7 @@ from rocketq.namesrv.bodies import (
     dumps,
 )
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS, RemovedBroker, RouteTable
+from rocketq.properties import parse_properties
 from rocketq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, create_response
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, REQUEST_CODE_NOT_SUPPORTED_REMARK
 
@@ -149,22 +149,6 @@ def rocketmq_key(field_name: str) -> str:
             break
     head, *rest = field_name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``Properties`` text, the simple form RocketMQ tools send: ``key=value`` (or ``key:value``)
-    per line, ``#``/``!`` comments, surrounding blanks trimmed."""
-    props: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            props[match.group(1)] = match.group(2).strip()
-        else:
-            props[line] = ""
-    return props
 
 
 def _monotonic_ms() -> int:

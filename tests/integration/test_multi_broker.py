@@ -1,0 +1,452 @@
+"""Two brokers of one cluster behind one name server, each in its own process.
+
+``rocketq namesrv -c namesrv.conf --port P`` and two ``rocketq broker -c broker-X.conf`` processes
+run on 127.0.0.1, configured the way a RocketMQ deployment is: one ``broker.conf`` per broker
+with the same ``brokerClusterName``, a different ``brokerName`` and ``listenPort``, and
+``namesrvAddr`` pointing at the name server. The test checks what a client relies on:
+
+* both brokers are listed in GET_BROKER_CLUSTER_INFO;
+* a topic created on both brokers (4 queues each) is routed to both: GET_ROUTEINFO_BY_TOPIC
+  answers a queueData and a brokerData per broker, 8 queues in all;
+* messages sent to every queue of each broker are pulled back from that broker, intact;
+* after SIGKILL of one broker the name server drops it from the cluster and from the route (its
+  connection closes; if that went unnoticed it would expire) and the other broker keeps serving;
+* SIGTERM stops the survivor cleanly (exit code 0, no ``abort`` file) and the name server.
+
+Every wait is on a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+import rocketq
+from rocketq import fastjson
+from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, SendMessageRequestHeader
+from rocketq.errors import RemotingError, ResponseCode
+from rocketq.message import decode_properties, encode_properties
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.store import record as rec
+
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+CLUSTER = "MultiCluster"
+BROKERS = ("broker-a", "broker-b")
+TOPIC = "MultiBrokerTopic"
+QUEUES = 4
+PER_QUEUE = 5
+WAIT_S = 20.0
+CALL_TIMEOUT_S = 5.0
+EXIT_DEADLINE_S = 15.0
+POLL_S = 0.02
+
+
+def run(coro: Coroutine[Any, Any, T], limit_s: float = 50.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, limit_s)
+
+    return asyncio.run(bounded())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("NAMESRV_ADDR", None)
+    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+class Process:
+    """One ``rocketq`` command line process, its output in a log file."""
+
+    def __init__(self, name: str, args: list[str], log_dir: pathlib.Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-m", "rocketq.cli", "-v", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+            )
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()}")
+
+    def kill(self) -> None:
+        proc = self.proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(EXIT_DEADLINE_S)
+        self.proc = None
+        assert proc.returncode == -signal.SIGKILL, f"{self.name} exited on its own:\n{self.log_text()}"
+
+    async def terminate(self) -> int:
+        proc = self.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + EXIT_DEADLINE_S
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"{self.name} ignored SIGTERM:\n{self.log_text()}")
+            await asyncio.sleep(POLL_S)
+        self.proc = None
+        return proc.returncode
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+class Cluster:
+    """The name server and the brokers of one test, with their config files and data."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.log_dir = root / "logs"
+        self.log_dir.mkdir(parents=True)
+        self.namesrv_port = free_port()
+        self.namesrv_addr = f"{HOST}:{self.namesrv_port}"
+        self.broker_ports = {name: free_port() for name in BROKERS}
+        self.processes: dict[str, Process] = {}
+
+    def broker_addr(self, name: str) -> str:
+        return f"{HOST}:{self.broker_ports[name]}"
+
+    def store_dir(self, name: str) -> pathlib.Path:
+        return self.root / "store" / name
+
+    def write_namesrv_conf(self) -> pathlib.Path:
+        path = self.root / "namesrv.conf"
+        path.write_text(
+            "# name server of the multi-broker test\n"
+            "listenPort=9876\n"  # replaced by --port
+            f"bindAddress={HOST}\n"
+            "scanNotActiveBrokerInterval=1000\n"
+            "brokerHeartbeatTimeout=10000\n"
+        )
+        return path
+
+    def write_broker_conf(self, name: str) -> pathlib.Path:
+        path = self.root / f"{name}.conf"
+        path.write_text(
+            f"brokerClusterName={CLUSTER}\n"
+            f"brokerName={name}\n"
+            "brokerId=0\n"
+            f"namesrvAddr={self.namesrv_addr}\n"
+            f"brokerIP1={HOST}\n"
+            f"bindAddress={HOST}\n"
+            f"listenPort={self.broker_ports[name]}\n"
+            "fastListenPortEnable=false\n"
+            "registerNameServerPeriod=1000\n"
+            f"storePathRootDir={self.store_dir(name)}\n"
+            "flushDiskType=SYNC_FLUSH\n"
+            "autoCreateTopicEnable=false\n"
+            "mappedFileSizeCommitLog=1048576\n"
+            "mappedFileSizeConsumeQueue=6000\n"
+            "maxHashSlotNum=1000\n"
+            "maxIndexNum=4000\n"
+        )
+        return path
+
+    def start_namesrv(self) -> None:
+        conf = self.write_namesrv_conf()
+        self.processes["namesrv"] = Process(
+            "namesrv", ["namesrv", "-c", str(conf), "--port", str(self.namesrv_port)], self.log_dir
+        )
+
+    def start_broker(self, name: str) -> None:
+        conf = self.write_broker_conf(name)
+        self.processes[name] = Process(name, ["broker", "-c", str(conf)], self.log_dir)
+
+    def check_alive(self) -> None:
+        for process in self.processes.values():
+            process.check_alive()
+
+    def diagnostics(self) -> str:
+        return "\n".join(f"--- {n} ---\n{p.log_text()}" for n, p in self.processes.items())
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+async def until(
+    cluster: Cluster, condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = WAIT_S
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if await condition():
+            return
+        cluster.check_alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout_s:g} s waiting for {what}\n{cluster.diagnostics()}"
+            )
+        await asyncio.sleep(POLL_S)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+async def call_ok(client: RemotingClient, addr: str, request: RemotingCommand) -> RemotingCommand:
+    response = await client.invoke(addr, request, CALL_TIMEOUT_S)
+    assert response.code == ResponseCode.SUCCESS, (addr, request.code, response.code, response.remark)
+    return response
+
+
+async def cluster_info(client: RemotingClient, namesrv: str) -> dict[str, Any]:
+    r = await call_ok(client, namesrv, create_request(RequestCode.GET_BROKER_CLUSTER_INFO))
+    info: dict[str, Any] = fastjson.loads(r.body.decode())
+    return info
+
+
+async def route(client: RemotingClient, namesrv: str, topic: str) -> dict[str, Any] | None:
+    """The topic's route, or None while the name server has none (TOPIC_NOT_EXIST)."""
+    r = await client.invoke(namesrv, create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+    if r.code == ResponseCode.TOPIC_NOT_EXIST:
+        return None
+    assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+    data: dict[str, Any] = json.loads(r.body)
+    return data
+
+
+def create_topic(topic: str, queues: int) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC as ``mqadmin updateTopic -b <broker>`` sends it."""
+    return create_request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": queues,
+            "writeQueueNums": queues,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+        },
+    )
+
+
+def send(broker_name: str, queue_id: int, body: bytes, key: str) -> RemotingCommand:
+    header = SendMessageRequestHeader(
+        producer_group="MultiBrokerProducer",
+        topic=TOPIC,
+        default_topic="TBW102",
+        default_topic_queue_nums=QUEUES,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=time.time_ns() // 1_000_000,
+        flag=0,
+        properties=encode_properties(
+            {"KEYS": key, "TAGS": "TagA", "UNIQ_KEY": uuid.uuid4().hex.upper(), "WAIT": "true"}
+        ),
+        reconsume_times=0,
+        unit_mode=False,
+        batch=False,
+        broker_name=broker_name,
+    )
+    return create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
+
+
+def pull(queue_id: int, offset: int) -> RemotingCommand:
+    header = PullMessageRequestHeader(
+        consumer_group="MultiBrokerConsumer",
+        topic=TOPIC,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=32,
+        sys_flag=PULL_FLAG_SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    )
+    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+
+
+async def send_round(client: RemotingClient, broker: str, addr: str, tag: str) -> dict[int, list[bytes]]:
+    """PER_QUEUE messages to every queue of one broker; returns the bodies per queue, in order."""
+    sent: dict[int, list[bytes]] = {}
+    for q in range(QUEUES):
+        for i in range(PER_QUEUE):
+            body = f"{tag}:{broker}:{q}:{i}".encode()
+            r = await call_ok(client, addr, send(broker, q, body, f"{tag}-{broker}-{q}-{i}"))
+            assert r.ext_fields["queueId"] == str(q), r.ext_fields
+            sent.setdefault(q, []).append(body)
+    return sent
+
+
+async def read_queue(client: RemotingClient, addr: str, queue_id: int) -> list[rec.RecordView]:
+    """Every message of one queue, offsets checked to run 0, 1, 2, ... without a gap."""
+    out: list[rec.RecordView] = []
+    offset = 0
+    while True:
+        r = await client.invoke(addr, pull(queue_id, offset), CALL_TIMEOUT_S)
+        if r.code == ResponseCode.PULL_NOT_FOUND:
+            return out
+        assert r.code == ResponseCode.SUCCESS, (addr, queue_id, offset, r.code, r.remark)
+        pos = 0
+        while pos < len(r.body):
+            view = rec.decode_record(r.body, pos, check_crc=True)
+            assert view.kind is rec.RecordKind.MESSAGE, view.reason
+            assert (view.topic, view.queue_id, view.queue_offset) == (TOPIC, queue_id, offset)
+            out.append(view)
+            offset += 1
+            pos += view.size
+        assert int(r.ext_fields["nextBeginOffset"]) == offset, r.ext_fields
+
+
+def store_host_bytes(addr: str) -> bytes:
+    """A record's STOREHOST field for ``ip:port`` (IPv4, then the port as a 4-byte int)."""
+    ip, port = addr.rsplit(":", 1)
+    return socket.inet_aton(ip) + struct.pack(">i", int(port))
+
+
+async def check_queues(
+    client: RemotingClient, broker: str, addr: str, expected: dict[int, list[bytes]]
+) -> None:
+    for q in range(QUEUES):
+        views = await read_queue(client, addr, q)
+        assert [v.body for v in views] == expected[q], f"{broker} queue {q}"
+        for view in views:
+            assert view.store_host == store_host_bytes(addr), (broker, view.store_host)
+            tag = (view.body or b"").split(b":")[0].decode()
+            props = decode_properties(view.properties)
+            assert props["KEYS"].startswith(f"{tag}-{broker}-"), props
+            assert props["CLUSTER"] == CLUSTER, props
+
+
+# -- the test ---------------------------------------------------------------------------------
+
+
+def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(cluster: Cluster) -> None:
+    async def scenario() -> None:
+        cluster.start_namesrv()
+        ns = cluster.namesrv_addr
+        async with RemotingClient() as client:
+
+            async def namesrv_up() -> bool:
+                try:
+                    await client.invoke(ns, create_request(RequestCode.GET_BROKER_CLUSTER_INFO), 1.0)
+                except (RemotingError, OSError):
+                    return False
+                return True
+
+            await until(cluster, namesrv_up, "the name server to listen")
+            for name in BROKERS:
+                cluster.start_broker(name)
+
+            async def both_registered() -> bool:
+                info = await cluster_info(client, ns)
+                addrs = {name: data["brokerAddrs"] for name, data in info.get("brokerAddrTable", {}).items()}
+                return sorted(info.get("clusterAddrTable", {}).get(CLUSTER, [])) == list(BROKERS) and all(
+                    addrs.get(n) == {"0": cluster.broker_addr(n)} for n in BROKERS
+                )
+
+            await until(cluster, both_registered, "both brokers in GET_BROKER_CLUSTER_INFO")
+            info = await cluster_info(client, ns)
+            for name in BROKERS:
+                assert info["brokerAddrTable"][name]["cluster"] == CLUSTER
+
+            # the same topic on both brokers, as `mqadmin updateTopic -c` does broker by broker
+            for name in BROKERS:
+                await call_ok(client, cluster.broker_addr(name), create_topic(TOPIC, QUEUES))
+
+            async def routed_to(names: tuple[str, ...]) -> bool:
+                data = await route(client, ns, TOPIC)
+                if data is None:
+                    return False
+                queues = {q["brokerName"]: q for q in data["queueDatas"]}
+                brokers = {b["brokerName"] for b in data["brokerDatas"]}
+                return (
+                    set(queues) == set(names)
+                    and brokers == set(names)
+                    and all(q["readQueueNums"] == q["writeQueueNums"] == QUEUES for q in queues.values())
+                )
+
+            await until(cluster, lambda: routed_to(BROKERS), "the topic routed to both brokers")
+            data = await route(client, ns, TOPIC)
+            assert data is not None
+            assert sum(q["writeQueueNums"] for q in data["queueDatas"]) == 2 * QUEUES
+            addrs = {b["brokerName"]: b["brokerAddrs"] for b in data["brokerDatas"]}
+            assert addrs == {n: {"0": cluster.broker_addr(n)} for n in BROKERS}
+
+            # send to every queue of the route (4 per broker), pull back from each broker
+            sent: dict[str, dict[int, list[bytes]]] = {}
+            for name in BROKERS:
+                sent[name] = await send_round(client, name, cluster.broker_addr(name), "r1")
+            for name in BROKERS:
+                await check_queues(client, name, cluster.broker_addr(name), sent[name])
+
+            # SIGKILL broker-b: no unregistration, the name server notices the closed connection
+            dead, alive = BROKERS[1], BROKERS[0]
+            cluster.processes.pop(dead).kill()
+
+            async def dead_dropped() -> bool:
+                info = await cluster_info(client, ns)
+                return (
+                    info.get("clusterAddrTable", {}).get(CLUSTER) == [alive]
+                    and dead not in info.get("brokerAddrTable", {})
+                    and await routed_to((alive,))
+                )
+
+            await until(cluster, dead_dropped, f"the name server to drop {dead}")
+
+            # the survivor keeps serving: its earlier messages and new ones
+            more = await send_round(client, alive, cluster.broker_addr(alive), "r2")
+            for q, bodies in more.items():
+                sent[alive][q].extend(bodies)
+            await check_queues(client, alive, cluster.broker_addr(alive), sent[alive])
+            data = await route(client, ns, TOPIC)
+            assert data is not None and [q["brokerName"] for q in data["queueDatas"]] == [alive]
+
+        # clean stop of the survivor, then of the name server
+        assert await cluster.processes[alive].terminate() == 0, cluster.diagnostics()
+        assert not (cluster.store_dir(alive) / "abort").exists()
+        assert (cluster.store_dir(dead) / "abort").exists()  # a crash leaves it for recovery
+        assert await cluster.processes["namesrv"].terminate() == 0, cluster.diagnostics()
+
+    run(scenario())
