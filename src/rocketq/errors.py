@@ -34,7 +34,14 @@ request (``retriable``)::
         ├── FrameError                a frame that breaks the protocol; its connection is closed
         ├── RemotingTimeout           no response within the deadline, retriable
         ├── ConnectionClosed          the connection dropped with the call in flight, retriable
-        └── RemotingConnectError      no connection could be made, retriable
+        ├── RemotingConnectError      no connection could be made, retriable
+        └── NameServerUnavailable     no name server answered a route query (client), retriable
+
+Client-side (never on the wire)::
+
+    RocketqError
+    ├── ClientStateError              the client is not started or already shut down
+    └── BrokerResponseError           a broker answered a request with an error code (``code`` per instance)
 
 Messages always name the thing and the limit, e.g.
 ``message body 5242881 B exceeds max 4194304 B``.
@@ -234,3 +241,24 @@ class RequestHeaderError(RocketqError, ValueError):
     """A required request header field (extFields) is missing or not of its type. Java answers
     such requests with SYSTEM_ERROR (1) once the missing field is dereferenced; so do we, but
     with a message that names the field."""
+
+
+class NameServerUnavailable(RemotingError):
+    """No name server answered a route query (all unreachable or timing out); names them."""
+
+    retriable = True
+
+
+class ClientStateError(RocketqError, RuntimeError):
+    """A client method was called before ``start()`` or after ``shutdown()``."""
+
+
+class BrokerResponseError(RocketqError):
+    """A broker answered with a response code that has no more specific class here.
+
+    ``response_code`` is the wire code; ``retriable`` follows RocketMQ's producer, which retries
+    SYSTEM_ERROR on another broker."""
+
+    def __init__(self, message: str, response_code: int) -> None:
+        super().__init__(message)
+        self.response_code = response_code

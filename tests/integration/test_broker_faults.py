@@ -46,8 +46,8 @@ import pytest
 
 import rocketq
 from rocketq import fastjson
+from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.batch import BatchEntry, encode_batch
 from rocketq.broker.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,

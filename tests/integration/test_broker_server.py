@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import pytest
 
 from rocketq import fastjson
+from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.batch import BatchEntry, encode_batch
 from rocketq.broker.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,

@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
+from rocketq.batch_body import BatchEntry, decode_batch, encode_batch
 from rocketq.broker.admin import parse_attributes
-from rocketq.broker.batch import BatchEntry, decode_batch, encode_batch
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.headers import (
     SEND_V2_TO_V1,

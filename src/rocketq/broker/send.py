@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import random
 
-from rocketq.broker.batch import decode_batch
+from rocketq.batch_body import decode_batch
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.headers import (
     SendMessageRequestHeader,

@@ -1,0 +1,27 @@
+"""The rocketq client SDK: one asyncio implementation, two faces.
+
+* :mod:`rocketq.client.aio` — the asyncio core (:class:`~rocketq.client.aio.AsyncProducer`),
+  used from a running event loop.
+* :mod:`rocketq.client` — the synchronous facade (:class:`Producer`), which runs the core on a
+  private event loop in one thread it starts and stops itself.
+
+::
+
+    from rocketq.client import Producer
+    from rocketq.message import Message
+
+    p = Producer("PG", namesrv_addr="127.0.0.1:9876")
+    p.start()
+    p.send(Message("T", b"hello", tags="TagA"))
+    p.send(Message("T", b"paid"), sharding_key="order-42")
+    p.shutdown()
+"""
+
+from __future__ import annotations
+
+from rocketq.client._routes import MessageQueue
+from rocketq.client.aio import QueueSelector, SendResult, SendStatus
+from rocketq.client.sync import Producer
+from rocketq.message import Message
+
+__all__ = ["Message", "MessageQueue", "Producer", "QueueSelector", "SendResult", "SendStatus"]

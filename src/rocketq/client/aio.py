@@ -1,0 +1,520 @@
+"""The asyncio producer: the one implementation behind :class:`rocketq.client.Producer`.
+
+Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
+
+    validate (group, topic, body size)  →  route (RouteCache, 105)  →  select queue
+      →  SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) to the broker's master
+      →  SendResult from the response header (msgId, queueId, queueOffset)
+
+* Every message gets a ``UNIQ_KEY`` (kept if the caller set one); it is ``SendResult.msg_id``.
+* A single message whose body exceeds ``compress_threshold_bytes`` is sent zlib-compressed with
+  sysFlag COMPRESSED (0x1); consumers inflate it. Batches are not compressed (as in RocketMQ).
+* Retries: up to ``retry_times_when_send_failed`` more attempts for retriable failures (timeouts,
+  connection errors, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION,
+  TOPIC_NOT_EXIST), each on a queue of another broker when there is one, all within one
+  ``send_timeout_ms`` deadline. MESSAGE_ILLEGAL, INVALID_PARAMETER and local validation errors
+  are raised at once.
+* Sends with ``sharding_key``, ``selector`` or ``queue`` always go to the chosen queue (order);
+  retriable failures are retried on that same queue.
+* Flush/slave timeouts (10/11/12) are not errors: the message is stored and the result's
+  ``status`` says what is missing, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import re
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rocketq.batch_body import BatchEntry, encode_batch
+from rocketq.client._fault import LatencyFaultTolerance
+from rocketq.client._routes import (
+    AUTO_CREATE_TOPIC,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    MessageQueue,
+    RouteCache,
+    hash_queue_index,
+)
+from rocketq.errors import (
+    BrokerResponseError,
+    ClientStateError,
+    ConfigError,
+    InvalidParameter,
+    MessageBodyTooLarge,
+    MessageIllegal,
+    NoPermission,
+    RemotingTimeout,
+    RocketqError,
+    ServiceNotAvailable,
+    SystemBusy,
+    TopicNameInvalid,
+    TopicNotExist,
+)
+from rocketq.message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
+    UniqueIdGenerator,
+    encode_properties,
+    validate_topic,
+)
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEND_TIMEOUT_MS = 3_000
+DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED = 2
+DEFAULT_COMPRESS_THRESHOLD_BYTES = 4 * 1024
+DEFAULT_COMPRESS_LEVEL = 5  # RocketMQ's rocketmq.message.compressLevel
+DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
+DEFAULT_ROUTE_REFRESH_INTERVAL_MS = 30_000
+#: Topics clients may not send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "rmq_sys_REVIVE_LOG_",
+    }
+)
+#: A client-side topic name is at most 127 chars (``TopicValidator.TOPIC_MAX_LENGTH``).
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+_GROUP_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+SYS_FLAG_COMPRESSED = 0x1
+
+_RETRIABLE_CODES = frozenset({1, 2, 14, 16, 17})
+_CODE_ERRORS: dict[int, type[RocketqError]] = {
+    2: SystemBusy,
+    13: MessageIllegal,
+    14: ServiceNotAvailable,
+    16: NoPermission,
+    17: TopicNotExist,
+    29: InvalidParameter,
+}
+
+
+class SendStatus(enum.Enum):
+    """RocketMQ ``SendStatus``: stored, possibly without the requested durability."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_STATUS_BY_CODE = {
+    0: SendStatus.SEND_OK,
+    10: SendStatus.FLUSH_DISK_TIMEOUT,
+    11: SendStatus.SLAVE_NOT_AVAILABLE,
+    12: SendStatus.FLUSH_SLAVE_TIMEOUT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The outcome of a send.
+
+    ``msg_id`` is the client id (``UNIQ_KEY``; comma-joined for batches), ``offset_msg_id`` the
+    broker's offset message id(s), ``queue_offset`` the logical offset of the (first) message."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+#: ``selector(queues, message) -> queue``: picks one of the topic's writable queues.
+QueueSelector = Callable[[Sequence[MessageQueue], Message], MessageQueue]
+
+
+def validate_group(group: str) -> None:
+    """RocketMQ ``Validators.checkGroup``: non-empty, ``[%|a-zA-Z0-9_-]``, at most 255 chars."""
+    if not group or not group.strip():
+        raise ConfigError("producer group name is empty")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise ConfigError(f"producer group name of {len(group)} chars exceeds max {GROUP_MAX_LENGTH} chars")
+    if _GROUP_PATTERN.fullmatch(group) is None:
+        raise ConfigError(f"producer group name {group[:64]!r} has characters outside [%|a-zA-Z0-9_-]")
+
+
+def validate_message(msg: Message, max_body_bytes: int) -> None:
+    """Check topic and body as RocketMQ's ``Validators.checkMessage`` does, before any I/O."""
+    validate_topic(msg.topic, TOPIC_MAX_LENGTH)
+    if msg.topic in NOT_ALLOWED_SEND_TOPICS:
+        raise TopicNameInvalid(f"topic {msg.topic!r} is a system topic that clients may not send to")
+    if not isinstance(msg.body, bytes | bytearray | memoryview):
+        raise MessageIllegal(f"message body must be bytes, not {type(msg.body).__name__}")
+    if len(msg.body) == 0:
+        raise MessageIllegal("message body is empty")
+    if len(msg.body) > max_body_bytes:
+        raise MessageBodyTooLarge(f"message body {len(msg.body)} B exceeds max {max_body_bytes} B")
+
+
+def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
+    """``"a:9876;b:9876"`` (RocketMQ's separator), a comma list, or a sequence of addresses."""
+    raw = re.split(r"[;,]", namesrv_addr) if isinstance(namesrv_addr, str) else list(namesrv_addr)
+    addrs = [a.strip() for a in raw if a and a.strip()]
+    if not addrs:
+        raise ConfigError("namesrv_addr is empty: give at least one host:port")
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"name server address {addr!r} is not host:port")
+    return addrs
+
+
+def error_for_response(response: RemotingCommand, broker: str) -> RocketqError:
+    """The exception for a broker's error response (code and remark kept in the message)."""
+    text = f"broker {broker} answered code {response.code}: {response.remark or ''}".rstrip(": ")
+    cls = _CODE_ERRORS.get(response.code)
+    if cls is not None:
+        return cls(text)
+    return BrokerResponseError(text, response.code)
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether RocketMQ's producer would try another broker after ``exc``."""
+    if isinstance(exc, BrokerResponseError):
+        return exc.response_code in _RETRIABLE_CODES
+    if isinstance(exc, SystemBusy | ServiceNotAvailable | NoPermission | TopicNotExist):
+        return True
+    return isinstance(exc, RocketqError) and exc.retriable and not isinstance(exc, MessageIllegal)
+
+
+def encode_batch_body(entries: Sequence[tuple[bytes, bytes, int]]) -> bytes:
+    """The SEND_BATCH_MESSAGE body (spec §3.8) from ``(body, properties, flag)`` entries."""
+    return encode_batch([BatchEntry(body, props, flag) for body, props, flag in entries])
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A message (or batch) ready to go on the wire."""
+
+    topic: str
+    body: bytes
+    properties: str
+    sys_flag: int
+    flag: int
+    msg_id: str
+    batch: bool
+
+
+class AsyncProducer:
+    """A RocketMQ producer on the running asyncio event loop.
+
+    ``namesrv_addr`` is ``"host:port"`` or several separated by ``;``. All timeouts are
+    milliseconds. Call :meth:`start` before sending and :meth:`shutdown` at the end (or use
+    ``async with``)."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv_addr: str | Sequence[str],
+        send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
+        retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
+        compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
+        compress_level: int = DEFAULT_COMPRESS_LEVEL,
+        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+        route_refresh_interval_ms: int = DEFAULT_ROUTE_REFRESH_INTERVAL_MS,
+        fault_avoidance: bool = True,
+    ) -> None:
+        validate_group(group)
+        problems = []
+        if send_timeout_ms <= 0:
+            problems.append(f"send_timeout_ms={send_timeout_ms} must be > 0")
+        if retry_times_when_send_failed < 0:
+            problems.append(f"retry_times_when_send_failed={retry_times_when_send_failed} must be >= 0")
+        if compress_threshold_bytes < 0:
+            problems.append(f"compress_threshold_bytes={compress_threshold_bytes} must be >= 0")
+        if not 0 <= compress_level <= 9:
+            problems.append(f"compress_level={compress_level} must be in [0, 9]")
+        if max_message_size_bytes <= 0:
+            problems.append(f"max_message_size_bytes={max_message_size_bytes} must be > 0")
+        if route_refresh_interval_ms <= 0:
+            problems.append(f"route_refresh_interval_ms={route_refresh_interval_ms} must be > 0")
+        if problems:
+            raise ConfigError("invalid producer config: " + "; ".join(problems))
+        self.group = group
+        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
+        self.send_timeout_ms = send_timeout_ms
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.compress_threshold_bytes = compress_threshold_bytes
+        self.compress_level = compress_level
+        self.max_message_size_bytes = max_message_size_bytes
+        self.route_refresh_interval_ms = route_refresh_interval_ms
+        self.faults: LatencyFaultTolerance | None = LatencyFaultTolerance() if fault_avoidance else None
+        self._ids = UniqueIdGenerator()
+        self._remoting: RemotingClient | None = None
+        self._routes: RouteCache | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._state = "created"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the client and start the periodic route refresh (no I/O until the first send)."""
+        if self._state == "running":
+            return
+        if self._state != "created":
+            raise ClientStateError(f"producer {self.group} was shut down and cannot be restarted")
+        self._remoting = RemotingClient()
+        self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.send_timeout_ms / 1000)
+        self._refresher = asyncio.get_running_loop().create_task(
+            self._refresh_routes(), name=f"rocketq-producer-{self.group}-routes"
+        )
+        self._state = "running"
+        log.info("producer %s started (name servers %s)", self.group, ";".join(self.namesrv_addrs))
+
+    async def shutdown(self) -> None:
+        """Stop the route refresh and close every connection; idempotent."""
+        if self._state != "running":
+            self._state = "shutdown"
+            return
+        self._state = "shutdown"
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self._remoting is not None:
+            await self._remoting.close()
+        log.info("producer %s shut down", self.group)
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    async def _refresh_routes(self) -> None:
+        interval_s = self.route_refresh_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            assert self._routes is not None
+            await self._routes.refresh_all()
+
+    def _running(self) -> tuple[RemotingClient, RouteCache]:
+        if self._state != "running" or self._remoting is None or self._routes is None:
+            what = "not started" if self._state == "created" else "shut down"
+            raise ClientStateError(f"producer {self.group} is {what}")
+        return self._remoting, self._routes
+
+    # -- public API --------------------------------------------------------------------------
+    async def send(
+        self,
+        msg: Message,
+        *,
+        sharding_key: str | None = None,
+        selector: QueueSelector | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        ``sharding_key``: the same key always goes to the same queue (hash selection), so the
+        messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
+        names it. At most one of the three may be given."""
+        if sum(x is not None for x in (sharding_key, selector, queue)) > 1:
+            raise ValueError("give at most one of sharding_key, selector and queue")
+        validate_message(msg, self.max_message_size_bytes)
+        if queue is not None and queue.topic != msg.topic:
+            raise ValueError(f"queue {queue} is not a queue of topic {msg.topic!r}")
+        self._running()
+        prepared = self._prepare(msg)
+        return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
+
+    async def send_oneway(self, msg: Message, *, sharding_key: str | None = None) -> None:
+        """Send one message without waiting for an answer (no retries, no result)."""
+        validate_message(msg, self.max_message_size_bytes)
+        remoting, routes = self._running()
+        prepared = self._prepare(msg)
+        info = await routes.publish_info(msg.topic)
+        if sharding_key is not None:
+            mq = self._hash_queue(info.queues, sharding_key, msg.topic)
+        else:
+            mq = info.select(self.faults)
+        addr = self._broker_addr(mq, routes)
+        request = self._request(prepared, mq)
+        await remoting.invoke_oneway(addr, request, self.send_timeout_ms / 1000)
+
+    async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Send several messages of one topic in one SEND_BATCH_MESSAGE request; they get
+        consecutive offsets in one queue. Delay levels are not allowed in batches."""
+        if not msgs:
+            raise MessageIllegal("batch is empty")
+        topic = msgs[0].topic
+        entries: list[tuple[bytes, bytes, int]] = []
+        ids: list[str] = []
+        for i, m in enumerate(msgs):
+            validate_message(m, self.max_message_size_bytes)
+            if m.topic != topic:
+                raise MessageIllegal(f"batch message {i} has topic {m.topic!r}, the batch is for {topic!r}")
+            if m.delay_level > 0:
+                raise MessageIllegal(
+                    f"batch message {i} has delay level {m.delay_level}; batches cannot delay"
+                )
+            props = m.all_properties()
+            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self._ids.next_id())
+            props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+            ids.append(uniq)
+            entries.append((bytes(m.body), encode_properties(props).encode("utf-8"), m.flag))
+        body = encode_batch_body(entries)
+        if len(body) > self.max_message_size_bytes:
+            raise MessageBodyTooLarge(f"batch body {len(body)} B exceeds max {self.max_message_size_bytes} B")
+        self._running()
+        batch_props = {
+            PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._ids.next_id(),
+            PROPERTY_WAIT_STORE_MSG_OK: "true",
+        }
+        prepared = _Prepared(topic, body, encode_properties(batch_props), 0, 0, ",".join(ids), True)
+        return await self._send_with_retries(prepared, None, None, None, msgs[0])
+
+    # -- internals ---------------------------------------------------------------------------
+    def _prepare(self, msg: Message) -> _Prepared:
+        props = msg.all_properties()
+        uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self._ids.next_id())
+        props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+        body = bytes(msg.body)
+        sys_flag = 0
+        if len(body) > self.compress_threshold_bytes:
+            body = zlib.compress(body, self.compress_level)
+            sys_flag |= SYS_FLAG_COMPRESSED
+        return _Prepared(msg.topic, body, encode_properties(props), sys_flag, msg.flag, uniq, False)
+
+    @staticmethod
+    def _hash_queue(queues: Sequence[MessageQueue], key: str, topic: str) -> MessageQueue:
+        if not queues:
+            raise TopicNotExist(f"topic {topic!r} has no writable queue on any master broker")
+        return queues[hash_queue_index(key, len(queues))]
+
+    @staticmethod
+    def _broker_addr(mq: MessageQueue, routes: RouteCache) -> str:
+        addr = routes.broker_addr(mq.broker_name, mq.topic)
+        if addr is None:
+            raise TopicNotExist(f"broker {mq.broker_name} of topic {mq.topic!r} has no master address")
+        return addr
+
+    def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
+        fields: dict[str, object] = {
+            "a": self.group,
+            "b": p.topic,
+            "c": AUTO_CREATE_TOPIC,
+            "d": DEFAULT_TOPIC_QUEUE_NUMS,
+            "e": mq.queue_id,
+            "f": p.sys_flag,
+            "g": time.time_ns() // 1_000_000,
+            "h": p.flag,
+            "i": p.properties,
+            "j": 0,
+            "k": False,
+            "m": p.batch,
+            "n": mq.broker_name,
+        }
+        code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
+        return create_request(code, fields, p.body)
+
+    async def _send_with_retries(
+        self,
+        p: _Prepared,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+    ) -> SendResult:
+        remoting, routes = self._running()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.send_timeout_ms / 1000
+        attempts = 1 + self.retry_times_when_send_failed
+        last_broker: str | None = None
+        failures: list[str] = []
+        last_exc: BaseException | None = None
+        for attempt in range(attempts):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                info = await asyncio.wait_for(routes.publish_info(p.topic), remaining)
+            except TimeoutError:
+                raise RemotingTimeout(
+                    f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
+                ) from None
+            if queue is not None:
+                mq = queue
+            elif sharding_key is not None:
+                mq = self._hash_queue(info.queues, sharding_key, p.topic)
+            elif selector is not None:
+                if not info.queues:
+                    raise TopicNotExist(f"topic {p.topic!r} has no writable queue on any master broker")
+                mq = selector(info.queues, msg)
+            else:
+                mq = info.select(self.faults, last_broker)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            began = time.monotonic()
+            try:
+                addr = self._broker_addr(mq, routes)
+                response = await remoting.invoke(addr, self._request(p, mq), remaining)
+                result = self._result(response, p, mq, addr)
+            except RocketqError as exc:
+                elapsed_ms = (time.monotonic() - began) * 1000
+                last_broker = mq.broker_name
+                last_exc = exc
+                failures.append(f"attempt {attempt + 1} to {mq.broker_name} queue {mq.queue_id}: {exc}")
+                if not _retriable(exc):
+                    raise
+                if self.faults is not None:
+                    self.faults.update(mq.broker_name, elapsed_ms, failed=True)
+                if isinstance(exc, TopicNotExist):
+                    routes.invalidate(p.topic)
+                log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, attempts - attempt - 1)
+                continue
+            if self.faults is not None:
+                self.faults.update(mq.broker_name, (time.monotonic() - began) * 1000)
+            if info.from_template:
+                routes.invalidate(p.topic)  # created on the broker now; fetch the real route next time
+            return result
+        if last_exc is None:
+            raise RemotingTimeout(f"send to topic {p.topic!r} exceeded {self.send_timeout_ms} ms")
+        last_exc.add_note(
+            f"send to topic {p.topic!r} failed {len(failures)} time(s): " + " | ".join(failures)
+        )
+        raise last_exc
+
+    def _result(self, response: RemotingCommand, p: _Prepared, mq: MessageQueue, addr: str) -> SendResult:
+        status = _STATUS_BY_CODE.get(response.code)
+        if status is None:
+            raise error_for_response(response, f"{mq.broker_name}@{addr}")
+        ext = response.ext_fields
+        queue_id = int(ext.get("queueId", mq.queue_id))
+        return SendResult(
+            status=status,
+            msg_id=p.msg_id,
+            offset_msg_id=ext.get("msgId", ""),
+            message_queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
+            queue_offset=int(ext.get("queueOffset", -1)),
+            transaction_id=ext.get("transactionId"),
+        )
+
+
+__all__ = [
+    "AsyncProducer",
+    "MessageQueue",
+    "QueueSelector",
+    "SendResult",
+    "SendStatus",
+    "encode_batch_body",
+    "parse_namesrv_addrs",
+    "validate_group",
+    "validate_message",
+]

@@ -1,0 +1,348 @@
+"""The producer SDK (sync facade and asyncio core) against in-process name server + brokers.
+
+The servers run on their own event loop in a helper thread (like separate processes would), so
+the sync ``Producer`` (its own private loop thread) and ``AsyncProducer`` (``asyncio.run`` in the
+test thread) talk to them over real TCP on 127.0.0.1. Messages are verified by PULL_MESSAGE over
+the wire. Every wait is on a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from rocketq.broker import Broker, BrokerConfig
+from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.broker.topic_config import TopicConfig
+from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
+from rocketq.client._routes import hash_queue_index
+from rocketq.client.aio import AsyncProducer
+from rocketq.config import StoreConfig
+from rocketq.errors import (
+    ClientStateError,
+    ConfigError,
+    MessageBodyTooLarge,
+    NameServerUnavailable,
+    TopicNameInvalid,
+)
+from rocketq.message import decode_properties
+from rocketq.namesrv import NameServer, NamesrvConfig
+from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.store import record as rec
+
+T = TypeVar("T")
+HOST = "127.0.0.1"
+WAIT_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """A name server and brokers on one event loop in a helper thread."""
+
+    def __init__(self, root: pathlib.Path, broker_names: tuple[str, ...]) -> None:
+        self.root = root
+        self.broker_names = broker_names
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-cluster", daemon=True)
+        self.namesrv: NameServer | None = None
+        self.brokers: dict[str, Broker] = {}
+        self.client: RemotingClient | None = None
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    @property
+    def namesrv_addr(self) -> str:
+        assert self.namesrv is not None
+        return f"{HOST}:{self.namesrv.port}"
+
+    def start(self) -> None:
+        self.thread.start()
+        self.call(self._start())
+
+    async def _start(self) -> None:
+        self.namesrv = NameServer(NamesrvConfig(bind_address=HOST, listen_port=0))
+        await self.namesrv.start()
+        self.client = RemotingClient()
+        for name in self.broker_names:
+            store = StoreConfig(
+                store_path_root_dir=str(self.root / name),
+                mapped_file_size_commit_log=1024 * 1024,
+                mapped_file_size_consume_queue=20 * 1000,
+                max_hash_slot_num=64,
+                max_index_num=256,
+            )
+            config = BrokerConfig(
+                broker_name=name,
+                broker_ip1=HOST,
+                bind_address=HOST,
+                listen_port=0,
+                namesrv_addr=self.namesrv_addr,
+            )
+            broker = Broker(config, store)
+            await broker.start()
+            self.brokers[name] = broker
+
+    def create_topic(self, topic: str, queues: int) -> None:
+        async def create() -> None:
+            for broker in self.brokers.values():
+                assert broker.ctx is not None and broker.registrar is not None
+                broker.ctx.topics.update(
+                    TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues)
+                )
+                await broker.registrar.register_all()
+
+        self.call(create())
+
+    def stop_broker(self, name: str) -> None:
+        self.call(self.brokers.pop(name).shutdown())
+
+    def pull_all(self, broker_name: str, topic: str, queue_id: int) -> list[rec.RecordView]:
+        return self.call(self._pull_all(broker_name, topic, queue_id))
+
+    async def _pull_all(self, broker_name: str, topic: str, queue_id: int) -> list[rec.RecordView]:
+        broker = self.brokers[broker_name]
+        assert broker.store is not None and self.client is not None
+        assert await asyncio.to_thread(broker.store.wait_dispatched, WAIT_S)
+        views: list[rec.RecordView] = []
+        offset = 0
+        while True:
+            header = PullMessageRequestHeader(
+                consumer_group="CG",
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=offset,
+                max_msg_nums=32,
+                sys_flag=PULL_FLAG_SUBSCRIPTION,
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                sub_version=0,
+                subscription="*",
+            )
+            request = create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+            response = await self.client.invoke(f"{HOST}:{broker.port}", request, 10)
+            if response.code != 0:
+                return views
+            pos = 0
+            while pos < len(response.body):
+                view = rec.decode_record(response.body, pos, check_crc=True)
+                views.append(view)
+                pos += view.size
+            offset = int(response.ext_fields["nextBeginOffset"])
+
+    def wait_for(self, what: str, condition: Any) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            if self.client is not None:
+                await self.client.close()
+            for broker in self.brokers.values():
+                await broker.shutdown()
+            if self.namesrv is not None:
+                await self.namesrv.close()
+
+        try:
+            self.call(stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ("broker-a",))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def two_brokers(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ("broker-a", "broker-b"))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def bodies(views: list[rec.RecordView]) -> list[bytes]:
+    return [v.body or b"" for v in views]
+
+
+def test_sync_send_properties_and_result(cluster: Cluster) -> None:
+    cluster.create_topic("SyncT", 4)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        msg = Message("SyncT", b"hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"})
+        r = p.send(msg)
+        assert isinstance(r, SendResult) and r.status is SendStatus.SEND_OK
+        assert r.message_queue.topic == "SyncT" and r.message_queue.broker_name == "broker-a"
+        assert len(r.msg_id) == 32 and r.offset_msg_id and r.queue_offset == 0
+        views = cluster.pull_all("broker-a", "SyncT", r.message_queue.queue_id)
+        assert bodies(views) == [b"hello"]
+        props = decode_properties(views[0].properties)
+        assert props["UNIQ_KEY"] == r.msg_id
+        assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["color"] == "red"
+        # round-robin: the next sends go to the other queues
+        queues = {p.send(Message("SyncT", b"x")).message_queue.queue_id for _ in range(4)}
+        assert queues == {0, 1, 2, 3}
+        # an unknown topic is auto-created through the TBW102 route
+        auto = p.send(Message("AutoCreatedT", b"auto"))
+        assert auto.status is SendStatus.SEND_OK
+        assert bodies(cluster.pull_all("broker-a", "AutoCreatedT", auto.message_queue.queue_id)) == [b"auto"]
+    with pytest.raises(ClientStateError):
+        p.send(Message("SyncT", b"after shutdown"))
+
+
+def test_async_send_oneway_and_batch(cluster: Cluster) -> None:
+    cluster.create_topic("AsyncT", 2)
+
+    async def main() -> tuple[list[SendResult], SendResult]:
+        async with AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+            results = [await p.send(Message("AsyncT", f"a{i}".encode())) for i in range(4)]
+            await p.send_oneway(Message("AsyncT", b"oneway", tags="OW"), sharding_key="one")
+            batch = await p.send_batch([Message("AsyncT", f"b{i}".encode(), tags="B") for i in range(5)])
+            return results, batch
+
+    results, batch = asyncio.run(main())
+    assert [r.queue_offset for r in results] == [0, 0, 1, 1]
+    one_q = hash_queue_index("one", 2)
+    cluster.wait_for(
+        "the oneway message", lambda: b"oneway" in bodies(cluster.pull_all("broker-a", "AsyncT", one_q))
+    )
+    assert batch.status is SendStatus.SEND_OK
+    ids = batch.msg_id.split(",")
+    assert len(ids) == 5 and len(batch.offset_msg_id.split(",")) == 5
+    views = cluster.pull_all("broker-a", "AsyncT", batch.message_queue.queue_id)
+    batch_views = [v for v in views if (v.body or b"").startswith(b"b")]
+    assert bodies(batch_views) == [f"b{i}".encode() for i in range(5)]
+    assert [v.queue_offset for v in batch_views] == list(range(batch.queue_offset, batch.queue_offset + 5))
+    assert [decode_properties(v.properties)["UNIQ_KEY"] for v in batch_views] == ids
+
+
+def test_sharding_key_keeps_each_key_in_one_queue_in_order(cluster: Cluster) -> None:
+    cluster.create_topic("OrderT", 8)
+    keys = [f"order-{k}" for k in range(10)]
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        for seq in range(20):
+            for key in keys:
+                r = p.send(Message("OrderT", f"{key}:{seq}".encode()), sharding_key=key)
+                assert r.message_queue.queue_id == hash_queue_index(key, 8)
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for q in range(8):
+        for v in cluster.pull_all("broker-a", "OrderT", q):
+            key, seq = (v.body or b"").decode().split(":")
+            seen.setdefault(key, []).append((q, int(seq)))
+    assert sorted(seen) == sorted(keys)
+    for key, entries in seen.items():
+        assert {q for q, _ in entries} == {hash_queue_index(key, 8)}, key
+        assert [s for _, s in entries] == list(range(20)), key
+    assert len({hash_queue_index(k, 8) for k in keys}) > 1  # keys spread over queues
+
+
+def test_selector_and_explicit_queue(cluster: Cluster) -> None:
+    cluster.create_topic("SelT", 4)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        r = p.send(Message("SelT", b"s"), selector=lambda qs, m: qs[-1])
+        assert r.message_queue.queue_id == 3
+        r = p.send(Message("SelT", b"q"), queue=MessageQueue("SelT", "broker-a", 2))
+        assert r.message_queue.queue_id == 2
+    assert bodies(cluster.pull_all("broker-a", "SelT", 2)) == [b"q"]
+
+
+def test_large_body_is_compressed_transparently(cluster: Cluster) -> None:
+    cluster.create_topic("ZipT", 1)
+    body = b"".join(f"line {i} of a compressible body\n".encode() for i in range(400))
+    assert len(body) > 4096
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        p.send(Message("ZipT", body))
+        p.send(Message("ZipT", b"small"))
+    big, small = cluster.pull_all("broker-a", "ZipT", 0)
+    assert big.sys_flag & 0x1 and len(big.body or b"") < len(body)
+    assert zlib.decompress(big.body or b"") == body
+    assert not small.sys_flag & 0x1 and small.body == b"small"
+
+
+def test_delay_level_goes_to_schedule_topic(cluster: Cluster) -> None:
+    cluster.create_topic("DelayT", 1)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        p.send(Message("DelayT", b"later", delay_level=3))
+    views = cluster.pull_all("broker-a", "SCHEDULE_TOPIC_XXXX", 2)
+    assert bodies(views) == [b"later"]
+    props = decode_properties(views[0].properties)
+    assert props["REAL_TOPIC"] == "DelayT" and props["DELAY"] == "3"
+    assert cluster.pull_all("broker-a", "DelayT", 0) == []
+
+
+def test_validation_happens_before_any_io() -> None:
+    dead = f"{HOST}:{free_port()}"
+    with Producer("PG", namesrv_addr=dead) as p:
+        with pytest.raises(TopicNameInvalid, match="characters outside"):
+            p.send(Message("bad topic!", b"x"))
+        with pytest.raises(TopicNameInvalid, match="system topic"):
+            p.send(Message("SCHEDULE_TOPIC_XXXX", b"x"))
+        with pytest.raises(MessageBodyTooLarge, match="4194305 B exceeds max 4194304 B"):
+            p.send(Message("T", b"x" * (4 * 1024 * 1024 + 1)))
+        with pytest.raises(TopicNameInvalid):
+            p.send_batch([Message("", b"x")])
+        # a valid message reaches the (unreachable) name server
+        with pytest.raises(NameServerUnavailable, match=dead):
+            p.send(Message("T", b"x"))
+    with pytest.raises(ConfigError, match="producer group"):
+        Producer("bad group", namesrv_addr=dead)
+    with pytest.raises(ConfigError, match="not host:port"):
+        Producer("PG", namesrv_addr="nowhere")
+
+
+def test_cached_route_survives_name_server_outage(cluster: Cluster) -> None:
+    cluster.create_topic("CacheT", 2)
+
+    async def main() -> None:
+        async with AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+            await p.send(Message("CacheT", b"before"))
+            assert cluster.namesrv is not None
+            cluster.call(cluster.namesrv.close())
+            assert p._routes is not None
+            await p._routes.refresh_all()  # fails, keeps the route
+            r = await p.send(Message("CacheT", b"after"))
+            assert r.status is SendStatus.SEND_OK
+
+    asyncio.run(main())
+
+
+def test_two_brokers_one_stopped_sends_keep_succeeding(two_brokers: Cluster) -> None:
+    two_brokers.create_topic("HaT", 2)
+    with Producer("PG", namesrv_addr=two_brokers.namesrv_addr) as p:
+        first = [p.send(Message("HaT", f"m{i}".encode())) for i in range(4)]
+        assert {r.message_queue.broker_name for r in first} == {"broker-a", "broker-b"}
+        two_brokers.stop_broker("broker-b")
+        after = [p.send(Message("HaT", f"n{i}".encode())) for i in range(20)]
+        assert all(r.status is SendStatus.SEND_OK for r in after)
+        assert {r.message_queue.broker_name for r in after} == {"broker-a"}
+        faults = p.core.faults
+        assert faults is not None and not faults.is_available("broker-b")
+    stored = [
+        v.body for q in range(2) for v in two_brokers.pull_all("broker-a", "HaT", q) if v.body is not None
+    ]
+    assert sorted(b for b in stored if b.startswith(b"n")) == sorted(f"n{i}".encode() for i in range(20))
