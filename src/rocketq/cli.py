@@ -6,16 +6,21 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime
+import json
 import logging
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
+from rocketq.client.admin import Admin, MessageView
 from rocketq.config import StoreConfig
+from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
@@ -140,6 +145,328 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- rocketq admin -----------------------------------------------------------------------------
+DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
+
+
+def _ts(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def _print_messages(messages: Sequence[MessageView]) -> None:
+    for n, m in enumerate(messages):
+        if n:
+            print()
+        rows: list[tuple[str, object]] = [
+            ("Topic", m.topic),
+            ("OffsetID", m.msg_id),
+            ("UniqKey", m.uniq_key or "-"),
+            ("Tags", m.tags or "-"),
+            ("Keys", " ".join(m.keys) or "-"),
+            ("Queue ID", m.queue_id),
+            ("Queue Offset", m.queue_offset),
+            ("CommitLog Offset", m.commit_log_offset),
+            ("Reconsume Times", m.reconsume_times),
+            ("Born Timestamp", _ts(m.born_timestamp)),
+            ("Store Timestamp", _ts(m.store_timestamp)),
+            ("Born Host", m.born_host),
+            ("Store Host", m.store_host),
+            ("Properties", json.dumps(m.properties, ensure_ascii=False, sort_keys=True)),
+            ("Body", m.body.decode("utf-8", "replace")),
+        ]
+        for name, value in rows:
+            print(f"{name + ':':<18}{value}")
+
+
+def _out(args: argparse.Namespace, doc: object, text: Callable[[], None]) -> None:
+    if args.json:
+        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True))
+    else:
+        text()
+
+
+def _admin_update_topic(admin: Admin, args: argparse.Namespace) -> None:
+    addrs = admin.create_topic(
+        args.topic,
+        args.read_queue_nums,
+        args.write_queue_nums,
+        args.perm,
+        cluster=args.cluster,
+        broker_addr=args.broker_addr,
+    )
+    doc = {
+        "topic": args.topic,
+        "brokers": addrs,
+        "readQueueNums": args.read_queue_nums,
+        "writeQueueNums": args.write_queue_nums,
+        "perm": args.perm,
+    }
+    _out(args, doc, lambda: print("\n".join(f"create topic {args.topic} to {a} success." for a in addrs)))
+
+
+def _admin_delete_topic(admin: Admin, args: argparse.Namespace) -> None:
+    addrs = admin.delete_topic(args.topic, args.cluster)
+    _out(
+        args,
+        {"topic": args.topic, "cluster": args.cluster, "brokers": addrs},
+        lambda: print(f"delete topic {args.topic} from cluster {args.cluster} ({', '.join(addrs)}) success."),
+    )
+
+
+def _admin_topic_list(admin: Admin, args: argparse.Namespace) -> None:
+    topics = admin.topic_list()
+    _out(args, {"topicList": topics}, lambda: print("\n".join(topics)))
+
+
+def _admin_topic_route(admin: Admin, args: argparse.Namespace) -> None:
+    route = admin.topic_route(args.topic)
+
+    def text() -> None:
+        print(
+            _table(
+                ["#Cluster", "#Broker", "#BrokerId", "#Addr"],
+                [
+                    (bd.cluster, bd.broker_name, bid, addr)
+                    for bd in route.broker_datas
+                    for bid, addr in sorted(bd.broker_addrs.items())
+                ],
+            )
+        )
+        print()
+        print(
+            _table(
+                ["#Broker", "#ReadQueues", "#WriteQueues", "#Perm"],
+                [
+                    (qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm)
+                    for qd in route.queue_datas
+                ],
+            )
+        )
+
+    _out(args, route.to_json_obj(), text)
+
+
+def _admin_topic_status(admin: Admin, args: argparse.Namespace) -> None:
+    queues = admin.topic_status(args.topic)
+    doc = [dataclasses.asdict(q) for q in queues]
+    _out(
+        args,
+        doc,
+        lambda: print(
+            _table(
+                ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"],
+                [
+                    (q.broker_name, q.queue_id, q.min_offset, q.max_offset, _ts(q.last_update_timestamp))
+                    for q in queues
+                ],
+            )
+        ),
+    )
+
+
+def _admin_cluster_list(admin: Admin, args: argparse.Namespace) -> None:
+    entries = admin.cluster_list()
+    _out(
+        args,
+        [dataclasses.asdict(e) for e in entries],
+        lambda: print(
+            _table(
+                ["#Cluster Name", "#Broker Name", "#BID", "#Addr"],
+                [(e.cluster, e.broker_name, e.broker_id, e.addr) for e in entries],
+            )
+        ),
+    )
+
+
+def _admin_consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
+    p = admin.consumer_progress(args.group, args.topic)
+    doc: dict[str, Any] = {
+        "group": p.group,
+        "consumeTps": p.consume_tps,
+        "queues": [dict(dataclasses.asdict(q), lag=q.lag) for q in p.queues],
+        "totalBrokerOffset": p.total_broker_offset,
+        "totalConsumerOffset": p.total_consumer_offset,
+        "diffTotal": p.total_lag,
+    }
+
+    def text() -> None:
+        print(
+            _table(
+                [
+                    "#Topic",
+                    "#Broker Name",
+                    "#QID",
+                    "#Broker Offset",
+                    "#Consumer Offset",
+                    "#Diff",
+                    "#LastTime",
+                ],
+                [
+                    (
+                        q.topic,
+                        q.broker_name,
+                        q.queue_id,
+                        q.broker_offset,
+                        q.consumer_offset,
+                        q.lag,
+                        _ts(q.last_timestamp),
+                    )
+                    for q in p.queues
+                ],
+            )
+        )
+        print()
+        print(f"Consume TPS: {p.consume_tps:.2f}")
+        print(f"Consume Diff Total: {p.total_lag}")
+
+    _out(args, doc, text)
+
+
+def _admin_query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    m = admin.query_msg_by_id(args.msg_id)
+    _out(args, m.to_json(), lambda: _print_messages([m]))
+
+
+def _admin_query_msg_by_key(admin: Admin, args: argparse.Namespace) -> None:
+    found = admin.query_msg_by_key(args.topic, args.key, args.max_num)
+    _out(
+        args,
+        [m.to_json() for m in found],
+        lambda: print(
+            _table(
+                ["#Message ID", "#QID", "#Offset", "#Store Time"],
+                [(m.msg_id, m.queue_id, m.queue_offset, _ts(m.store_timestamp)) for m in found],
+            )
+        ),
+    )
+
+
+def _admin_query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> None:
+    m = admin.query_msg_by_offset(args.topic, args.broker_name, args.queue_id, args.offset)
+    _out(args, m.to_json(), lambda: _print_messages([m]))
+
+
+def _admin_send_message(admin: Admin, args: argparse.Namespace) -> None:
+    r = admin.send_message(args.topic, args.body, args.tags, args.keys)
+    doc = {
+        "status": r.status.value,
+        "msgId": r.msg_id,
+        "offsetMsgId": r.offset_msg_id,
+        "brokerName": r.message_queue.broker_name,
+        "queueId": r.message_queue.queue_id,
+        "queueOffset": r.queue_offset,
+    }
+    _out(
+        args,
+        doc,
+        lambda: print(
+            _table(
+                ["#Broker Name", "#QID", "#Send Result", "#MsgId", "#OffsetMsgId"],
+                [
+                    (
+                        r.message_queue.broker_name,
+                        r.message_queue.queue_id,
+                        r.status.value,
+                        r.msg_id,
+                        r.offset_msg_id,
+                    )
+                ],
+            )
+        ),
+    )
+
+
+def _admin_consume_message(admin: Admin, args: argparse.Namespace) -> None:
+    found = admin.consume_message(
+        args.topic, args.queue_id, args.offset, args.count, broker_name=args.broker_name
+    )
+    _out(args, [m.to_json() for m in found], lambda: _print_messages(found))
+
+
+AdminCommand = Callable[[Admin, argparse.Namespace], None]
+
+
+def _admin(args: argparse.Namespace) -> int:
+    command: AdminCommand = args.admin_func
+    try:
+        with Admin(args.namesrv_addr, timeout_ms=args.timeout_ms) as admin:
+            command(admin, args)
+    except RocketqError as exc:
+        print(f"rocketq admin {args.admin_command}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_admin_parser(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-n",
+        "--namesrv-addr",
+        default=os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV_ADDR,
+        help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument("--timeout-ms", type=int, default=5000, help="timeout of each request")
+    admin = sub.add_parser("admin", help="administer a cluster (mqadmin's commands)")
+    cmds = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, func: AdminCommand, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = cmds.add_parser(name, parents=[common], help=help_text)
+        p.set_defaults(func=_admin, admin_func=func)
+        return p
+
+    p = cmd("updateTopic", _admin_update_topic, "create or update a topic")
+    p.add_argument("-t", "--topic", required=True)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-c", "--cluster", help="create on every broker of this cluster")
+    where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
+    p.add_argument("-r", "--read-queue-nums", type=int, default=8)
+    p.add_argument("-w", "--write-queue-nums", type=int, default=8)
+    p.add_argument("-p", "--perm", type=int, default=6)
+    p = cmd("deleteTopic", _admin_delete_topic, "delete a topic from a cluster and the name servers")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-c", "--cluster", required=True)
+    cmd("topicList", _admin_topic_list, "list every topic")
+    p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
+    p.add_argument("-t", "--topic", required=True)
+    p = cmd("topicStatus", _admin_topic_status, "show a topic's queue offsets")
+    p.add_argument("-t", "--topic", required=True)
+    cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
+    p = cmd("consumerProgress", _admin_consumer_progress, "show a group's offsets and lag")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic")
+    p = cmd("queryMsgById", _admin_query_msg_by_id, "show a message by offset message id")
+    p.add_argument("-i", "--msg-id", required=True)
+    p = cmd("queryMsgByKey", _admin_query_msg_by_key, "find messages by key")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--key", required=True)
+    p.add_argument("-m", "--max-num", type=int, default=32)
+    p = cmd("queryMsgByOffset", _admin_query_msg_by_offset, "show the message at a queue offset")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--broker-name", required=True)
+    p.add_argument("-i", "--queue-id", type=int, required=True)
+    p.add_argument("-o", "--offset", type=int, required=True)
+    p = cmd("sendMessage", _admin_send_message, "send one message")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-p", "--body", required=True)
+    p.add_argument("--tags")
+    p.add_argument("--keys", help="space-separated keys")
+    p = cmd("consumeMessage", _admin_consume_message, "read messages of one queue from an offset")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--broker-name")
+    p.add_argument("-i", "--queue-id", type=int, required=True)
+    p.add_argument("-o", "--offset", type=int, default=0)
+    p.add_argument("-c", "--count", type=int, default=32)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -168,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--broker-name", default="broker-a")
     serve.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
     serve.set_defaults(func=_serve)
+    _add_admin_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -1,9 +1,9 @@
 """The rocketq client SDK: one asyncio implementation, two faces.
 
-* :mod:`rocketq.client.aio` — the asyncio core (:class:`~rocketq.client.aio.AsyncProducer`),
-  used from a running event loop.
-* :mod:`rocketq.client` — the synchronous facade (:class:`Producer`), which runs the core on a
-  private event loop in one thread it starts and stops itself.
+* :mod:`rocketq.client.aio` — the asyncio core (:class:`~rocketq.client.aio.AsyncProducer`;
+  :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer`), used from a running event loop.
+* :mod:`rocketq.client` — the synchronous facades (:class:`Producer`, :class:`LitePullConsumer`),
+  which run the core on a private event loop in one thread they start and stop themselves.
 
 ::
 
@@ -21,7 +21,20 @@ from __future__ import annotations
 
 from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import QueueSelector, SendResult, SendStatus
+from rocketq.client.lite_pull import LitePullConsumer
 from rocketq.client.sync import Producer
 from rocketq.message import Message
 
-__all__ = ["Message", "MessageQueue", "Producer", "QueueSelector", "SendResult", "SendStatus"]
+__all__ = [
+    "LitePullConsumer",
+    "Message",
+    "MessageQueue",
+    "Producer",
+    "QueueSelector",
+    "SendResult",
+    "SendStatus",
+]
+
+from rocketq.client.admin import Admin, AsyncAdmin
+
+__all__ += ["Admin", "AsyncAdmin"]

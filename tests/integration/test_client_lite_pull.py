@@ -1,0 +1,233 @@
+"""The lite pull consumer (sync facade over the asyncio core) against in-process name server + broker.
+
+The servers run on their own loop in a helper thread (``Cluster`` from test_client_producer);
+messages are produced with the sync ``Producer``. Every wait is on a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+from test_client_producer import Cluster
+
+from rocketq.client import LitePullConsumer, Message, MessageQueue, Producer, SendResult
+from rocketq.client.lite_pull import AsyncLitePullConsumer, allocate_averagely
+from rocketq.errors import ClientStateError, ConfigError
+from rocketq.message import MessageExt
+
+WAIT_S = 20.0
+TAGS = ("TagA", "TagB", "TagC")
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ("broker-a",))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def produce(cluster: Cluster, topic: str, count: int, prefix: str = "m") -> list[tuple[Message, SendResult]]:
+    out = []
+    with Producer("LPProducer", namesrv_addr=cluster.namesrv_addr) as p:
+        for i in range(count):
+            msg = Message(topic, f"{prefix}-{i}".encode(), tags=TAGS[i % len(TAGS)])
+            out.append((msg, p.send(msg)))
+    return out
+
+
+def poll_until(consumer: LitePullConsumer, count: int) -> list[MessageExt]:
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"polled {len(got)} of {count} messages before the deadline")
+        got.extend(consumer.poll(timeout_ms=1000))
+    return got
+
+
+def by_queue(msgs: list[MessageExt]) -> dict[int, list[MessageExt]]:
+    out: dict[int, list[MessageExt]] = defaultdict(list)
+    for m in msgs:
+        out[m.queue_id].append(m)
+    return out
+
+
+def test_allocate_averagely_gives_contiguous_disjoint_shares() -> None:
+    queues = [MessageQueue("T", b, q) for b in ("b", "a") for q in range(4)]
+    ids = ["c3", "c1", "c2"]
+    shares = [allocate_averagely(queues, ids, me) for me in ("c1", "c2", "c3")]
+    assert [len(s) for s in shares] == [3, 3, 2]
+    assert [mq for share in shares for mq in share] == sorted(queues)
+    assert allocate_averagely(queues, ids, "other") == []
+    assert allocate_averagely(queues[:2], ids, "c3") == []
+
+
+def test_config_and_state_errors(cluster: Cluster) -> None:
+    with pytest.raises(ConfigError, match="consume_from_where"):
+        LitePullConsumer("G", namesrv_addr=cluster.namesrv_addr, consume_from_where="NOWHERE")
+    with pytest.raises(ConfigError, match="pull_batch_size"):
+        LitePullConsumer("G", namesrv_addr=cluster.namesrv_addr, pull_batch_size=0)
+    c = LitePullConsumer("G", namesrv_addr=cluster.namesrv_addr)
+    with pytest.raises(ClientStateError):
+        c.poll()
+    c.assign([MessageQueue("T", "broker-a", 0)])
+    with pytest.raises(ClientStateError):
+        c.subscribe("T")
+
+
+def test_assign_poll_seek_commit_and_resume(cluster: Cluster) -> None:
+    cluster.create_topic("LPT", 4)
+    sent = produce(cluster, "LPT", 100)
+    expected: dict[int, list[tuple[int, bytes, str | None]]] = defaultdict(list)
+    for msg, r in sent:
+        expected[r.message_queue.queue_id].append((r.queue_offset, msg.body, msg.tags))
+    assert len(expected) == 4
+
+    c = LitePullConsumer(
+        "LPG",
+        namesrv_addr=cluster.namesrv_addr,
+        auto_commit=False,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    c.start()
+    try:
+        queues = c.fetch_message_queues("LPT")
+        assert queues == [MessageQueue("LPT", "broker-a", q) for q in range(4)]
+        c.assign(queues)
+        assert c.assignment() == queues
+        got = poll_until(c, 100)
+        assert len(got) == 100
+        for qid, msgs in by_queue(got).items():
+            assert [(m.queue_offset, m.body, m.tags) for m in msgs] == sorted(expected[qid])
+            assert all(m.topic == "LPT" and m.msg_id for m in msgs)
+        assert c.poll(timeout_ms=200) == []
+
+        q0 = queues[0]
+        c.seek(q0, 10)
+        again = poll_until(c, len(expected[0]) - 10)
+        assert [m.queue_offset for m in again] == list(range(10, len(expected[0])))
+        assert [m.body for m in again] == [b for _, b, _ in sorted(expected[0])[10:]]
+        with pytest.raises(ValueError, match="outside"):
+            c.seek(q0, 10_000)
+
+        c.seek(q0, 20)
+        c.commit()
+        assert c.committed(q0) == 20
+        assert [c.committed(mq) for mq in queues[1:]] == [len(expected[q]) for q in (1, 2, 3)]
+    finally:
+        c.shutdown()
+
+    resumed = LitePullConsumer(
+        "LPG", namesrv_addr=cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    )
+    with resumed:
+        resumed.assign(queues)
+        rest = poll_until(resumed, len(expected[0]) - 20)
+        assert [(m.queue_id, m.queue_offset) for m in rest] == [(0, o) for o in range(20, len(expected[0]))]
+        assert resumed.poll(timeout_ms=200) == []
+
+
+def test_seek_to_end_then_new_messages_and_offset_for_timestamp(cluster: Cluster) -> None:
+    cluster.create_topic("LPEnd", 4)
+    produce(cluster, "LPEnd", 20, prefix="old")
+    with LitePullConsumer("LPEndG", namesrv_addr=cluster.namesrv_addr, auto_commit=False) as c:
+        queues = c.fetch_message_queues("LPEnd")
+        c.assign(queues)
+        for mq in queues:
+            c.seek_to_end(mq)
+        assert c.poll(timeout_ms=200) == []
+        produce(cluster, "LPEnd", 8, prefix="new")
+        got = poll_until(c, 8)
+        assert sorted(m.body for m in got) == sorted(f"new-{i}".encode() for i in range(8))
+
+        m = got[-1]
+        mq = MessageQueue("LPEnd", "broker-a", m.queue_id)
+        assert c.offset_for_timestamp(mq, 0) == 0
+        assert c.offset_for_timestamp(mq, m.store_timestamp + 3_600_000) == m.queue_offset + 1
+        found = c.offset_for_timestamp(mq, m.store_timestamp)
+        assert found <= m.queue_offset
+        c.seek(mq, found)
+        first = poll_until(c, 1)[0]
+        assert first.queue_offset == found and first.store_timestamp >= m.store_timestamp
+        c.seek_to_begin(mq)
+        assert poll_until(c, 1)[0].queue_offset == 0
+
+
+def test_subscribe_with_tag_expression(cluster: Cluster) -> None:
+    cluster.create_topic("LPTag", 4)
+    c = LitePullConsumer(
+        "LPTagG", namesrv_addr=cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    )
+    c.subscribe("LPTag", "TagA || TagC")
+    with c:
+        assert len(c.assignment()) == 4
+        sent = produce(cluster, "LPTag", 30)
+        wanted = sorted(msg.body for msg, _ in sent if msg.tags in ("TagA", "TagC"))
+        got = poll_until(c, len(wanted))
+        assert sorted(m.body for m in got) == wanted
+        assert {m.tags for m in got} == {"TagA", "TagC"}
+        assert c.poll(timeout_ms=300) == []
+
+
+def test_two_subscribers_split_the_queues(cluster: Cluster) -> None:
+    cluster.create_topic("LPSplit", 4)
+    kw = {"namesrv_addr": cluster.namesrv_addr, "consume_from_where": "CONSUME_FROM_FIRST_OFFSET"}
+    c1 = LitePullConsumer("LPSplitG", **kw)  # type: ignore[arg-type]
+    c2 = LitePullConsumer("LPSplitG", **kw)  # type: ignore[arg-type]
+    c1.subscribe("LPSplit")
+    c2.subscribe("LPSplit")
+    c1.start()
+    try:
+        assert len(c1.assignment()) == 4
+        c2.start()
+        cluster.wait_for(
+            "the queues to be split",
+            lambda: (
+                len(c1.assignment()) == 2
+                and len(c2.assignment()) == 2
+                and not set(c1.assignment()) & set(c2.assignment())
+            ),
+        )
+        sent = produce(cluster, "LPSplit", 40)
+        got: dict[str, list[MessageExt]] = {"c1": [], "c2": []}
+        deadline = time.monotonic() + WAIT_S
+        while len(got["c1"]) + len(got["c2"]) < 40:
+            assert time.monotonic() < deadline, "timed out polling the split queues"
+            got["c1"].extend(c1.poll(timeout_ms=200))
+            got["c2"].extend(c2.poll(timeout_ms=200))
+        bodies = [m.body for m in got["c1"] + got["c2"]]
+        assert sorted(bodies) == sorted(msg.body for msg, _ in sent)
+        for name, consumer in (("c1", c1), ("c2", c2)):
+            owned = {mq.queue_id for mq in consumer.assignment()}
+            assert {m.queue_id for m in got[name]} <= owned
+    finally:
+        c2.shutdown()
+        c1.shutdown()
+    assert len(set(bodies)) == 40
+
+
+def test_async_core_assign_and_poll(cluster: Cluster) -> None:
+    cluster.create_topic("LPAsync", 2)
+    produce(cluster, "LPAsync", 6)
+
+    async def run() -> list[MessageExt]:
+        async with AsyncLitePullConsumer(
+            "LPAsyncG", namesrv_addr=cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        ) as c:
+            c.assign(await c.fetch_message_queues("LPAsync"))
+            got: list[MessageExt] = []
+            async with asyncio.timeout(WAIT_S):
+                while len(got) < 6:
+                    got.extend(await c.poll(timeout_ms=1000))
+            return got
+
+    got = asyncio.run(run())
+    assert sorted(m.body for m in got) == sorted(f"m-{i}".encode() for i in range(6))
