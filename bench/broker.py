@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from rocketq.broker.batch import BatchEntry, encode_batch
+from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import encode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request

@@ -38,3 +38,21 @@ __all__ = [
 from rocketq.client.admin import Admin, AsyncAdmin
 
 __all__ += ["Admin", "AsyncAdmin"]
+
+from rocketq.client.push import ConsumeStatus, PushConsumer  # noqa: E402
+
+__all__ += ["ConsumeStatus", "PushConsumer"]
+
+from rocketq.client.transaction import (  # noqa: E402
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
+
+__all__ += [
+    "AsyncTransactionProducer",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
+]

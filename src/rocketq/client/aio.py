@@ -64,7 +64,7 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
-from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,7 @@ class AsyncProducer:
         max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
         route_refresh_interval_ms: int = DEFAULT_ROUTE_REFRESH_INTERVAL_MS,
         fault_avoidance: bool = True,
+        request_handler: RequestHandler | None = None,
     ) -> None:
         validate_group(group)
         problems = []
@@ -255,6 +256,8 @@ class AsyncProducer:
         self.max_message_size_bytes = max_message_size_bytes
         self.route_refresh_interval_ms = route_refresh_interval_ms
         self.faults: LatencyFaultTolerance | None = LatencyFaultTolerance() if fault_avoidance else None
+        #: Answers the requests brokers send on this producer's connections (transaction checks).
+        self.request_handler = request_handler
         self._ids = UniqueIdGenerator()
         self._remoting: RemotingClient | None = None
         self._routes: RouteCache | None = None
@@ -268,7 +271,7 @@ class AsyncProducer:
             return
         if self._state != "created":
             raise ClientStateError(f"producer {self.group} was shut down and cannot be restarted")
-        self._remoting = RemotingClient()
+        self._remoting = RemotingClient(self.request_handler)
         self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.send_timeout_ms / 1000)
         self._refresher = asyncio.get_running_loop().create_task(
             self._refresh_routes(), name=f"rocketq-producer-{self.group}-routes"

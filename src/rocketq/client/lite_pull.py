@@ -223,6 +223,8 @@ class AsyncLitePullConsumer:
         self.rebalance_interval_ms = rebalance_interval_ms
         self.request_timeout_ms = request_timeout_ms
         self.client_id = f"{_local_ip()}@{os.getpid()}#{next(_instance_ids)}"
+        #: Heartbeat ``consumeType``; the push consumer that drives this core says CONSUME_PASSIVELY.
+        self.consume_type = "CONSUME_ACTIVELY"
         self._mode: str | None = None  # "assign" | "subscribe"
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -637,7 +639,7 @@ class AsyncLitePullConsumer:
     def _heartbeat_body(self) -> bytes:
         consumer = {
             "groupName": self.group,
-            "consumeType": "CONSUME_ACTIVELY",
+            "consumeType": self.consume_type,
             "messageModel": "CLUSTERING",
             "consumeFromWhere": self.consume_from_where,
             "unitMode": False,

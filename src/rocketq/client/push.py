@@ -1,0 +1,560 @@
+"""The push consumer: the client pulls in the background and calls the application's listener.
+
+:class:`AsyncPushConsumer` drives an :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer`
+core for group membership (HEART_BEAT with ``consumeType`` CONSUME_PASSIVELY, rebalance with
+``allocate_averagely``, NOTIFY_CONSUMER_IDS_CHANGED), pulls, offset queries and commits; on top
+of it, in clustering mode:
+
+* it also subscribes to ``%RETRY%<group>`` (``"*"``), where the broker re-delivers messages sent
+  back; a retried message is handed to the listener with its original topic (``RETRY_TOPIC``);
+* one pull loop per owned queue, each pull suspended on the broker up to 15 s (long polling);
+* one *process queue* per owned queue holding the pulled, not yet consumed messages; its loop
+  stops pulling while more than ``pull_threshold_for_queue`` (1,000) messages or
+  ``pull_threshold_size_for_queue_mib`` (100 MiB) of bodies are cached;
+* ``consume_thread_nums`` (20) consume workers call the listener with batches of at most
+  ``consume_message_batch_max_size`` (1) messages of one queue;
+* CONSUME_SUCCESS (or ``None``) removes the batch; RECONSUME_LATER or an exception sends each
+  message back with CONSUMER_SEND_MSG_BACK (36), ``delayLevel = 3 + reconsumeTimes``, and then
+  removes it. The broker moves a message whose ``reconsumeTimes`` reached
+  ``max_reconsume_times`` (16) to ``%DLQ%<group>``. A send-back that fails keeps the message and
+  consumes it again a second later;
+* a queue's committed offset is the smallest offset still in its process queue (the next pull
+  offset when it is empty), stored every ``auto_commit_interval_ms`` (5 s), before a rebalance
+  gives the queue away and at :meth:`AsyncPushConsumer.shutdown`. Delivery is at least once.
+
+Not implemented: orderly listeners (``orderly=True`` raises :class:`~rocketq.errors.ConfigError`)
+and broadcasting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from rocketq.broker.topic_config import retry_topic
+from rocketq.client._routes import MessageQueue
+from rocketq.client.aio import error_for_response
+from rocketq.client.lite_pull import (
+    DEFAULT_AUTO_COMMIT_INTERVAL_MS,
+    DEFAULT_PULL_BATCH_SIZE,
+    ERROR_BACKOFF_S,
+    MAX_SUSPEND_MS,
+    AsyncLitePullConsumer,
+    _QueueState,
+)
+from rocketq.errors import ClientStateError, ConfigError, RocketqError
+from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
+from rocketq.remoting import RequestCode, create_request
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_CONSUME_THREAD_NUMS = 20
+DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE = 1
+DEFAULT_MAX_RECONSUME_TIMES = 16
+DEFAULT_PULL_THRESHOLD_FOR_QUEUE = 1_000
+DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100
+#: Longest wait of a flow-controlled pull loop before it looks at its process queue again.
+FLOW_CONTROL_WAIT_S = 0.05
+#: Delay before a message whose send-back failed is consumed again.
+SEND_BACK_RETRY_S = 1.0
+
+
+class ConsumeStatus(enum.Enum):
+    """What a concurrent listener answers for its batch."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+AsyncListener = Callable[[list[MessageExt]], "Awaitable[ConsumeStatus | None] | ConsumeStatus | None"]
+
+
+class ProcessQueue:
+    """The pulled, not yet consumed messages of one owned queue, by queue offset."""
+
+    def __init__(self, mq: MessageQueue, pull_offset: int) -> None:
+        self.mq = mq
+        self.pull_offset = pull_offset
+        self.messages: dict[int, MessageExt] = {}
+        self.size = 0
+        self.dropped = False
+        self.freed = asyncio.Event()
+
+    def add(self, messages: Sequence[MessageExt], next_offset: int) -> list[MessageExt]:
+        """Cache ``messages`` and move the pull offset; the messages that were new."""
+        added = []
+        for m in messages:
+            if m.queue_offset not in self.messages:
+                self.messages[m.queue_offset] = m
+                self.size += len(m.body)
+                added.append(m)
+        self.pull_offset = next_offset
+        return added
+
+    def remove(self, messages: Sequence[MessageExt]) -> int:
+        """Forget consumed ``messages``; the offset that may be committed now."""
+        for m in messages:
+            if self.messages.pop(m.queue_offset, None) is not None:
+                self.size -= len(m.body)
+        self.freed.set()
+        return self.committable()
+
+    def committable(self) -> int:
+        return min(self.messages) if self.messages else self.pull_offset
+
+    def over_threshold(self, max_count: int, max_bytes: int) -> bool:
+        return len(self.messages) > max_count or self.size > max_bytes
+
+
+class AsyncPushConsumer:
+    """A RocketMQ push consumer (clustering, concurrent listener) on the running event loop.
+
+    ``register_listener(fn)`` takes ``fn(list[MessageExt])`` returning a :class:`ConsumeStatus`
+    (or ``None``, meaning success), or an awaitable of one. Other keyword options go to the
+    :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer` core (``heartbeat_interval_ms``,
+    ``rebalance_interval_ms``, ``request_timeout_ms``, ``consume_timestamp_ms``)."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv_addr: str | Sequence[str],
+        consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+        consume_thread_nums: int = DEFAULT_CONSUME_THREAD_NUMS,
+        consume_message_batch_max_size: int = DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
+        pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
+        pull_threshold_size_for_queue_mib: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+        auto_commit_interval_ms: int = DEFAULT_AUTO_COMMIT_INTERVAL_MS,
+        **options: Any,
+    ) -> None:
+        problems = []
+        for name, value in (
+            ("consume_thread_nums", consume_thread_nums),
+            ("consume_message_batch_max_size", consume_message_batch_max_size),
+            ("pull_threshold_for_queue", pull_threshold_for_queue),
+            ("pull_threshold_size_for_queue_mib", pull_threshold_size_for_queue_mib),
+        ):
+            if value <= 0:
+                problems.append(f"{name}={value} must be > 0")
+        if max_reconsume_times < 0:
+            problems.append(f"max_reconsume_times={max_reconsume_times} must be >= 0")
+        if problems:
+            raise ConfigError("invalid push consumer config: " + "; ".join(problems))
+        self._core = AsyncLitePullConsumer(
+            group,
+            namesrv_addr=namesrv_addr,
+            pull_batch_size=pull_batch_size,
+            auto_commit=True,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            consume_from_where=consume_from_where,
+            **options,
+        )
+        self._core.consume_type = "CONSUME_PASSIVELY"
+        self.consume_thread_nums = consume_thread_nums
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.max_reconsume_times = max_reconsume_times
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self._listener: AsyncListener | None = None
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._work: asyncio.Queue[tuple[ProcessQueue, list[MessageExt]] | None] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._state = "created"
+
+    @property
+    def group(self) -> str:
+        return self._core.group
+
+    @property
+    def client_id(self) -> str:
+        return self._core.client_id
+
+    @property
+    def core(self) -> AsyncLitePullConsumer:
+        """The lite pull core used for membership, pulls and offsets."""
+        return self._core
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``)."""
+        self._core.subscribe(topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._core.unsubscribe(topic)
+
+    def register_listener(self, listener: AsyncListener, *, orderly: bool = False) -> None:
+        """Set the function called with each batch of messages (before :meth:`start`)."""
+        if orderly:
+            raise ConfigError("orderly listeners are not supported by this push consumer")
+        if self._state != "created":
+            raise ClientStateError("register_listener() must be called before start()")
+        self._listener = listener
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer owns now (retry queues included), sorted."""
+        return self._core.assignment()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._state == "running":
+            return
+        if self._state != "created":
+            raise ClientStateError(f"consumer {self.group} was shut down and cannot be restarted")
+        if self._listener is None:
+            raise ClientStateError("register_listener() must be called before start()")
+        self._core.subscribe(retry_topic(self.group), "*")
+        self._work = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        self._workers = [
+            loop.create_task(self._consume_worker(), name=f"rocketq-push-{self.group}-consume-{i}")
+            for i in range(self.consume_thread_nums)
+        ]
+        self._state = "running"
+        try:
+            await self._core.start()
+        except BaseException:
+            await self._stop_tasks()
+            self._state = "shutdown"
+            raise
+        self._tasks.append(
+            loop.create_task(self._assignment_loop(), name=f"rocketq-push-{self.group}-assign")
+        )
+        self._reconcile()
+        log.info("push consumer %s started as %s", self.group, self.client_id)
+
+    async def shutdown(self) -> None:
+        """Stop pulling, finish the batches being consumed, commit offsets, leave the group."""
+        if self._state != "running":
+            self._state = "shutdown"
+            return
+        self._state = "stopping"
+        try:
+            await self._stop_tasks()
+        finally:
+            self._state = "shutdown"
+            await self._core.shutdown()
+        log.info("push consumer %s shut down", self.group)
+
+    async def _stop_tasks(self) -> None:
+        pulls = [*self._tasks, *self._pull_tasks.values()]
+        for task in pulls:
+            task.cancel()
+        await asyncio.gather(*pulls, return_exceptions=True)
+        self._tasks.clear()
+        self._pull_tasks.clear()
+        work = self._work
+        if work is not None:
+            while not work.empty():
+                work.get_nowait()
+            for _ in self._workers:
+                work.put_nowait(None)
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+
+    async def __aenter__(self) -> AsyncPushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # -- queues ------------------------------------------------------------------------------
+    async def _assignment_loop(self) -> None:
+        event = self._core._assignment_changed
+        assert event is not None
+        while True:
+            await event.wait()
+            event.clear()
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Start a pull loop for every newly owned queue, drop the queues given away."""
+        if self._state != "running":
+            return
+        owned = set(self._core.assignment())
+        for mq in [mq for mq in self._pqs if mq not in owned]:
+            self._pqs.pop(mq).dropped = True
+            task = self._pull_tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+            log.info("push consumer %s dropped %s", self.client_id, mq)
+        loop = asyncio.get_running_loop()
+        for mq in sorted(owned - set(self._pull_tasks)):
+            self._pull_tasks[mq] = loop.create_task(self._pull_loop(mq), name=f"rocketq-push-pull-{mq}")
+
+    def _core_state(self, mq: MessageQueue) -> _QueueState | None:
+        return self._core._queues.get(mq)
+
+    async def _pull_loop(self, mq: MessageQueue) -> None:
+        pq: ProcessQueue | None = None
+        while pq is None:
+            state = self._core_state(mq)
+            if state is None:
+                return
+            try:
+                offset = state.offset if state.offset is not None else await self._core._initial_offset(mq)
+            except RocketqError as exc:
+                log.warning("start offset of %s unavailable: %s", mq, exc)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+                continue
+            if self._core_state(mq) is not state:
+                return
+            state.offset = offset
+            pq = ProcessQueue(mq, offset)
+            self._pqs[mq] = pq
+        while not pq.dropped:
+            if pq.over_threshold(self.pull_threshold_for_queue, self.pull_threshold_size_for_queue):
+                pq.freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pq.freed.wait(), FLOW_CONTROL_WAIT_S)
+                continue
+            try:
+                pulled = await self._core._pull(mq, _QueueState(offset=pq.pull_offset), MAX_SUSPEND_MS)
+            except RocketqError as exc:
+                log.warning("pull of %s failed: %s", mq, exc)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+                continue
+            if pq.dropped or pulled.offset != pq.pull_offset:
+                return
+            added = pq.add(pulled.messages, pulled.next_offset)
+            if not pq.messages:
+                self._store_offset(pq, pq.committable())
+            self._dispatch(pq, added)
+
+    def _dispatch(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        work = self._work
+        assert work is not None
+        size = self.consume_message_batch_max_size
+        for i in range(0, len(messages), size):
+            work.put_nowait((pq, messages[i : i + size]))
+
+    def _store_offset(self, pq: ProcessQueue, offset: int) -> None:
+        state = self._core_state(pq.mq)
+        if state is not None and not pq.dropped:
+            state.offset = offset
+
+    # -- consuming ---------------------------------------------------------------------------
+    async def _consume_worker(self) -> None:
+        work = self._work
+        assert work is not None
+        while True:
+            item = await work.get()
+            if item is None:
+                return
+            pq, batch = item
+            if pq.dropped:
+                continue
+            await self._consume(pq, batch)
+
+    async def _consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        for m in batch:
+            origin = m.properties.get(PROPERTY_RETRY_TOPIC)
+            if origin and m.topic == retry_topic(self.group):
+                m.topic = origin
+        listener = self._listener
+        assert listener is not None
+        status: ConsumeStatus | None
+        try:
+            result = listener(batch)
+            status = await result if inspect.isawaitable(result) else result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(batch), pq.mq)
+            status = ConsumeStatus.RECONSUME_LATER
+        if status is None or status is ConsumeStatus.CONSUME_SUCCESS:
+            self._store_offset(pq, pq.remove(batch))
+            return
+        failed: list[MessageExt] = []
+        done: list[MessageExt] = []
+        for m in batch:
+            (done if await self._send_back(pq.mq, m) else failed).append(m)
+        self._store_offset(pq, pq.remove(done))
+        if failed and not pq.dropped:
+            asyncio.get_running_loop().call_later(SEND_BACK_RETRY_S, self._redispatch, pq, failed)
+
+    def _redispatch(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        if self._state == "running" and not pq.dropped:
+            self._dispatch(pq, messages)
+
+    async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
+        fields = {
+            "offset": m.commit_log_offset,
+            "group": self.group,
+            "delayLevel": 3 + m.reconsume_times,
+            "originMsgId": m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or m.msg_id,
+            "originTopic": m.properties.get(PROPERTY_RETRY_TOPIC) or m.topic,
+            "unitMode": False,
+            "maxReconsumeTimes": self.max_reconsume_times,
+        }
+        try:
+            remoting = self._core._running_or_stopping()
+            addr = await self._core._broker_addr(mq)
+            response = await remoting.invoke(
+                addr,
+                create_request(RequestCode.CONSUMER_SEND_MSG_BACK, fields),
+                self._core.request_timeout_ms / 1000,
+            )
+            if response.code != 0:
+                raise error_for_response(response, mq.broker_name)
+        except RocketqError as exc:
+            log.warning("send back of message %s of %s failed: %s", m.msg_id, mq, exc)
+            return False
+        return True
+
+
+Listener = Callable[[list[MessageExt]], "ConsumeStatus | None"]
+
+
+class PushConsumer:
+    """A push consumer with blocking methods; same arguments as :class:`AsyncPushConsumer`.
+
+    ``start()`` creates one event loop and one daemon thread (``rocketq-push-<group>``) running
+    the core, and a pool of ``consume_thread_nums`` threads that run the listener.
+
+    >>> c = PushConsumer("CG", namesrv_addr="127.0.0.1:9876")          # doctest: +SKIP
+    >>> c.subscribe("T", "TagA || TagB")                                 # doctest: +SKIP
+    >>> c.register_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)  # doctest: +SKIP
+    >>> c.start(); ...; c.shutdown()                                     # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv_addr: str | Sequence[str],
+        consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+        consume_thread_nums: int = DEFAULT_CONSUME_THREAD_NUMS,
+        **options: Any,
+    ) -> None:
+        self._core = AsyncPushConsumer(
+            group,
+            namesrv_addr=namesrv_addr,
+            consume_from_where=consume_from_where,
+            consume_thread_nums=consume_thread_nums,
+            **options,
+        )
+        self._listener: Listener | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def core(self) -> AsyncPushConsumer:
+        return self._core
+
+    @property
+    def group(self) -> str:
+        return self._core.group
+
+    @property
+    def client_id(self) -> str:
+        return self._core.client_id
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._sync(self._core.subscribe, topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._sync(self._core.unsubscribe, topic)
+
+    def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
+        """Set ``listener(list[MessageExt]) -> ConsumeStatus | None`` (before :meth:`start`)."""
+
+        async def run(batch: list[MessageExt]) -> ConsumeStatus | None:
+            pool = self._pool
+            assert pool is not None
+            return await asyncio.get_running_loop().run_in_executor(pool, listener, batch)
+
+        self._core.register_listener(run, orderly=orderly)
+        self._listener = listener
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._sync(self._core.assignment)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._loop is not None:
+                return
+            self._pool = ThreadPoolExecutor(
+                self._core.consume_thread_nums, thread_name_prefix=f"rocketq-push-{self.group}-consume"
+            )
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=run, name=f"rocketq-push-{self.group}", daemon=True)
+            thread.start()
+            ready.wait()
+            self._loop, self._thread = loop, thread
+        try:
+            self._call(self._core.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def shutdown(self) -> None:
+        """Stop consuming, commit offsets, stop the threads; idempotent."""
+        if self._loop is None:
+            return
+        try:
+            self._call(self._core.shutdown())
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _sync(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return fn(*args)
+
+        async def run() -> T:
+            return fn(*args)
+
+        return self._call(run())
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise ClientStateError(f"consumer {self.group} is not started")
+        if self._thread is threading.current_thread():
+            coro.close()
+            raise RuntimeError("a blocking PushConsumer method was called on the consumer's own event loop")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def _stop_loop(self) -> None:
+        with self._lock:
+            loop, thread, pool = self._loop, self._thread, self._pool
+            self._loop = self._thread = self._pool = None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join()
+            loop.close()
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+__all__ = ["AsyncPushConsumer", "ConsumeStatus", "ProcessQueue", "PushConsumer"]

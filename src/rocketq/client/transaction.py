@@ -1,0 +1,432 @@
+"""Transactional producers: half message, local transaction, END_TRANSACTION, state checks.
+
+:meth:`AsyncTransactionProducer.send_message_in_transaction` (RocketMQ
+``DefaultMQProducerImpl.sendMessageInTransaction``)::
+
+    half message: the AsyncProducer send path (routes, retries, compression) with the TRAN_MSG=true
+      and PGROUP=<group> properties and sysFlag PREPARED (4); the broker keeps it out of sight
+    send status not SEND_OK      → ROLLBACK_MESSAGE, the local transaction does not run
+    local_transaction(msg, arg)  → COMMIT_MESSAGE / ROLLBACK_MESSAGE / UNKNOW (an exception: UNKNOW)
+    END_TRANSACTION (37), oneway, to the master that stored the half: commitOrRollback 8 / 12 / 0
+
+The producer heartbeats its group (HEART_BEAT, 34, ``producerDataSet``) to every broker of its
+routes, at once to a broker it has not heartbeated yet when a half lands there and then every
+``heartbeat_interval_ms``, so brokers know a channel of the group. A broker whose half stayed
+unresolved (UNKNOW, a lost END_TRANSACTION, a crashed producer) sends CHECK_TRANSACTION_STATE
+(39, oneway, body = the half's record) on that channel; the producer calls
+``check_listener(message_ext)`` and answers with END_TRANSACTION, ``fromTransactionCheck=true``, on
+the same connection. The listener sees the half with its real topic and queue id (from
+``REAL_TOPIC`` / ``REAL_QID``). A listener exception answers UNKNOW (the broker asks again later).
+
+The asyncio core accepts plain callables and coroutine functions for both callbacks; the
+synchronous :class:`TransactionProducer` runs them in a worker thread, never on its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import inspect
+import itertools
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rocketq.client.aio import AsyncProducer, SendResult, SendStatus, validate_message
+from rocketq.client.lite_pull import _local_ip, decode_messages
+from rocketq.client.sync import Producer
+from rocketq.errors import MessageIllegal, ResponseCode, RocketqError
+from rocketq.message import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Message,
+    MessageExt,
+    decode_offset_msg_id,
+)
+from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request, create_response
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
+#: sysFlag of a half message (``MessageSysFlag.TRANSACTION_PREPARED_TYPE``).
+SYS_FLAG_TRANSACTION_PREPARED = 0x4
+_SUCCESS = 0
+_instance_ids = itertools.count(1)
+
+
+class LocalTransactionState(enum.Enum):
+    """The outcome of a local transaction, as RocketMQ names it (``UNKNOW`` included)."""
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+
+
+#: ``commitOrRollback`` of END_TRANSACTION (``MessageSysFlag`` transaction types).
+_END_TYPE = {
+    LocalTransactionState.COMMIT_MESSAGE: 8,
+    LocalTransactionState.ROLLBACK_MESSAGE: 12,
+    LocalTransactionState.UNKNOW: 0,
+}
+
+#: ``local_transaction(msg, arg)``: a state, or an awaitable of one (asyncio core only).
+LocalTransaction = Callable[[Message, Any], LocalTransactionState | Awaitable[LocalTransactionState]]
+#: ``check_listener(message_ext)``: the state of the transaction of a half the broker asks about.
+CheckListener = Callable[[MessageExt], LocalTransactionState | Awaitable[LocalTransactionState]]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSendResult(SendResult):
+    """A :class:`SendResult` for the half message plus the state the local transaction reported."""
+
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+
+
+async def _resolve(value: LocalTransactionState | Awaitable[LocalTransactionState]) -> LocalTransactionState:
+    if inspect.isawaitable(value):
+        value = await value
+    if not isinstance(value, LocalTransactionState):
+        raise TypeError(f"expected a LocalTransactionState, got {value!r}")
+    return value
+
+
+class AsyncTransactionProducer:
+    """A transactional RocketMQ producer on the running asyncio event loop.
+
+    ``check_listener(message_ext)`` answers the brokers' questions about unresolved halves.
+    Other keyword arguments are those of :class:`AsyncProducer`; :attr:`producer` is that producer
+    (it sends ordinary messages too)."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv_addr: str | Sequence[str],
+        check_listener: CheckListener,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        **options: Any,
+    ) -> None:
+        if heartbeat_interval_ms <= 0:
+            raise ValueError(f"heartbeat_interval_ms={heartbeat_interval_ms} must be > 0")
+        self._producer = AsyncProducer(
+            group, namesrv_addr=namesrv_addr, request_handler=self._on_request, **options
+        )
+        self.check_listener = check_listener
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.client_id = f"{_local_ip()}@{os.getpid()}#tx{next(_instance_ids)}"
+        self._heartbeated: set[str] = set()
+        self._heartbeater: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
+
+    @property
+    def producer(self) -> AsyncProducer:
+        return self._producer
+
+    @property
+    def group(self) -> str:
+        return self._producer.group
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the producer and the periodic heartbeat."""
+        if self._heartbeater is not None:
+            return
+        await self._producer.start()
+        self._heartbeater = asyncio.get_running_loop().create_task(
+            self._heartbeat_loop(), name=f"rocketq-tx-producer-{self.group}-heartbeat"
+        )
+
+    async def shutdown(self) -> None:
+        """Stop heartbeating, unregister the group from the brokers, close; idempotent."""
+        tasks = [t for t in (self._heartbeater, *self._checks) if t is not None]
+        self._heartbeater = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._unregister()
+        await self._producer.shutdown()
+
+    async def __aenter__(self) -> AsyncTransactionProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # -- public API --------------------------------------------------------------------------
+    async def send_message_in_transaction(
+        self, msg: Message, local_transaction: LocalTransaction, arg: Any = None
+    ) -> TransactionSendResult:
+        """Send ``msg`` as a half message, run ``local_transaction(msg, arg)`` and end the
+        transaction on the broker with its outcome (see the module documentation).
+
+        ``local_transaction`` gets a copy of ``msg`` carrying the ``UNIQ_KEY``, ``TRAN_MSG`` and
+        ``PGROUP`` properties. Send failures raise as for :meth:`AsyncProducer.send`."""
+        producer = self._producer
+        if msg.delay_level > 0:
+            raise MessageIllegal("a transactional message cannot have a delay level")
+        validate_message(msg, producer.max_message_size_bytes)
+        remoting, routes = producer._running()
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, producer._ids.next_id())
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = self.group
+        half = dataclasses.replace(msg, properties=props)
+        prepared = producer._prepare(half)
+        prepared.sys_flag |= SYS_FLAG_TRANSACTION_PREPARED
+        sent = await producer._send_with_retries(prepared, None, None, None, half)
+        mq = sent.message_queue
+        addr = routes.broker_addr(mq.broker_name, mq.topic)
+        if addr is not None and addr not in self._heartbeated:
+            await self._heartbeat(addr)
+        if sent.status is SendStatus.SEND_OK:
+            try:
+                state = await _resolve(local_transaction(half, arg))
+            except Exception:
+                log.warning(
+                    "local transaction of message %s failed; left to the broker's check",
+                    sent.msg_id,
+                    exc_info=True,
+                )
+                state = LocalTransactionState.UNKNOW
+        else:
+            state = LocalTransactionState.ROLLBACK_MESSAGE
+        transaction_id = sent.transaction_id or sent.msg_id
+        if addr is None:
+            log.warning("no address of broker %s to end transaction %s", mq.broker_name, transaction_id)
+        else:
+            request = self._end_request(
+                tran_state_offset=sent.queue_offset,
+                commit_log_offset=decode_offset_msg_id(sent.offset_msg_id).offset,
+                state=state,
+                from_check=False,
+                msg_id=sent.msg_id,
+                transaction_id=transaction_id,
+                topic=msg.topic,
+            )
+            try:
+                await remoting.invoke_oneway(addr, request, producer.send_timeout_ms / 1000)
+            except RocketqError as exc:
+                log.warning("END_TRANSACTION %s to %s failed (the broker will check): %s", state, addr, exc)
+        fields = {f.name: getattr(sent, f.name) for f in dataclasses.fields(SendResult)}
+        fields["transaction_id"] = transaction_id
+        return TransactionSendResult(**fields, local_transaction_state=state)
+
+    # -- END_TRANSACTION ---------------------------------------------------------------------
+    def _end_request(
+        self,
+        *,
+        tran_state_offset: int,
+        commit_log_offset: int,
+        state: LocalTransactionState,
+        from_check: bool,
+        msg_id: str,
+        transaction_id: str,
+        topic: str,
+    ) -> RemotingCommand:
+        fields = {
+            "producerGroup": self.group,
+            "tranStateTableOffset": str(tran_state_offset),
+            "commitLogOffset": str(commit_log_offset),
+            "commitOrRollback": str(_END_TYPE[state]),
+            "fromTransactionCheck": "true" if from_check else "false",
+            "msgId": msg_id,
+            "transactionId": transaction_id,
+            "topic": topic,
+        }
+        return create_request(RequestCode.END_TRANSACTION, fields, oneway=True)
+
+    # -- transaction checks ------------------------------------------------------------------
+    async def _on_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        if request.code != RequestCode.CHECK_TRANSACTION_STATE:
+            if request.is_oneway:
+                return None
+            return create_response(
+                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported"
+            )
+        task = asyncio.get_running_loop().create_task(self._check(conn, request))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+        return None
+
+    async def _check(self, conn: Connection, request: RemotingCommand) -> None:
+        ext = request.ext_fields
+        try:
+            messages = decode_messages(request.body)
+            tran_state_offset = int(ext["tranStateTableOffset"])
+            commit_log_offset = int(ext["commitLogOffset"])
+        except (RocketqError, KeyError, ValueError) as exc:
+            log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", conn.remote_address, exc)
+            return
+        if not messages:
+            log.warning("CHECK_TRANSACTION_STATE from %s carries no message", conn.remote_address)
+            return
+        message = messages[0]
+        real_topic = message.properties.get(PROPERTY_REAL_TOPIC)
+        if real_topic:
+            message.topic = real_topic
+            real_queue = message.properties.get(PROPERTY_REAL_QUEUE_ID, "")
+            message.queue_id = int(real_queue) if real_queue.isdigit() else message.queue_id
+        uniq = message.uniq_key or ext.get("msgId") or ""
+        try:
+            state = await _resolve(self.check_listener(message))
+        except Exception:
+            log.warning("check listener failed for transaction %s; answering UNKNOW", uniq, exc_info=True)
+            state = LocalTransactionState.UNKNOW
+        request_out = self._end_request(
+            tran_state_offset=tran_state_offset,
+            commit_log_offset=commit_log_offset,
+            state=state,
+            from_check=True,
+            msg_id=uniq,
+            transaction_id=ext.get("transactionId") or uniq,
+            topic=ext.get("topic") or message.topic,
+        )
+        try:
+            conn.send_oneway(request_out)
+        except RocketqError as exc:
+            log.info("cannot answer the check of transaction %s: %s", uniq, exc)
+
+    # -- heartbeats --------------------------------------------------------------------------
+    def _broker_addrs(self) -> set[str]:
+        routes = self._producer._routes
+        if routes is None:
+            return set()
+        addrs: set[str] = set()
+        for topic in routes.topics:
+            info = routes.cached(topic)
+            if info is not None:
+                addrs.update(a for a in info.broker_addrs.values() if a)
+        return addrs
+
+    async def _heartbeat(self, addr: str) -> None:
+        remoting, _ = self._producer._running()
+        data = {
+            "clientID": self.client_id,
+            "producerDataSet": [{"groupName": self.group}],
+            "consumerDataSet": [],
+        }
+        body = json.dumps(data, separators=(",", ":")).encode()
+        request = create_request(RequestCode.HEART_BEAT, {}, body)
+        try:
+            response = await remoting.invoke(addr, request, self._producer.send_timeout_ms / 1000)
+        except RocketqError as exc:
+            log.warning("heartbeat of producer group %s to %s failed: %s", self.group, addr, exc)
+            return
+        if response.code != _SUCCESS:
+            log.warning("broker %s refused the heartbeat: %s %s", addr, response.code, response.remark)
+            return
+        self._heartbeated.add(addr)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+            for addr in sorted(self._broker_addrs()):
+                await self._heartbeat(addr)
+
+    async def _unregister(self) -> None:
+        remoting = self._producer._remoting
+        if remoting is None:
+            return
+        for addr in sorted(self._heartbeated):
+            request = create_request(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, "producerGroup": self.group}
+            )
+            try:
+                await remoting.invoke(addr, request, self._producer.send_timeout_ms / 1000)
+            except RocketqError as exc:
+                log.debug("unregister from broker %s failed: %s", addr, exc)
+        self._heartbeated.clear()
+
+
+class TransactionProducer(Producer):
+    """The synchronous transactional producer: :class:`AsyncTransactionProducer` on the
+    private event loop of a :class:`Producer` (whose ``send`` methods it keeps).
+
+    ``local_transaction`` and ``check_listener`` are plain callables; they run in worker
+    threads, so they may block."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        namesrv_addr: str | Sequence[str],
+        check_listener: Callable[[MessageExt], LocalTransactionState],
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        **options: Any,
+    ) -> None:
+        super().__init__(group, namesrv_addr=namesrv_addr, **options)
+        self.check_listener = check_listener
+
+        async def check_in_thread(message: MessageExt) -> LocalTransactionState:
+            return await asyncio.to_thread(self.check_listener, message)
+
+        self._tx = AsyncTransactionProducer(
+            group,
+            namesrv_addr=namesrv_addr,
+            check_listener=check_in_thread,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            **options,
+        )
+        self._core = self._tx.producer
+
+    @property
+    def transaction_core(self) -> AsyncTransactionProducer:
+        """The asyncio transactional producer this facade drives (only on the facade's loop)."""
+        return self._tx
+
+    def start(self) -> None:
+        """Start the private event-loop thread, the producer and its heartbeat."""
+        super().start()
+        try:
+            self._call(self._tx.start())
+        except BaseException:
+            super().shutdown()
+            raise
+
+    def shutdown(self) -> None:
+        """Unregister, shut the producer down and stop its thread; idempotent."""
+        if self._loop is None:
+            return
+        try:
+            self._call(self._tx.shutdown())
+        finally:
+            super().shutdown()
+
+    def __enter__(self) -> TransactionProducer:
+        self.start()
+        return self
+
+    def send_message_in_transaction(
+        self,
+        msg: Message,
+        local_transaction: Callable[[Message, Any], LocalTransactionState],
+        arg: Any = None,
+    ) -> TransactionSendResult:
+        """Send a half message, run ``local_transaction(msg, arg)`` in a worker thread and end
+        the transaction (see :meth:`AsyncTransactionProducer.send_message_in_transaction`)."""
+
+        async def in_thread(half: Message, argument: Any) -> LocalTransactionState:
+            return await asyncio.to_thread(local_transaction, half, argument)
+
+        return self._call(self._tx.send_message_in_transaction(msg, in_thread, arg))
+
+
+__all__ = [
+    "AsyncTransactionProducer",
+    "CheckListener",
+    "LocalTransaction",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
+]
