@@ -16,9 +16,7 @@ uses (spec §2.2/§2.3); :class:`Admin` is its blocking facade on a private even
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import threading
 import time
 import zlib
 from collections.abc import Coroutine, Iterable, Sequence
@@ -27,6 +25,7 @@ from typing import Any, TypeVar
 
 from rocketq.broker import objkey_json
 from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MASTER_ID, MessageQueue
 from rocketq.client.aio import AsyncProducer, SendResult, error_for_response, parse_namesrv_addrs
 from rocketq.errors import (
@@ -665,7 +664,7 @@ class AsyncAdmin:
 
 
 # -- the blocking facade -----------------------------------------------------------------------
-class Admin:
+class Admin(BlockingFacade):
     """:class:`AsyncAdmin` with blocking methods, run on a private event-loop thread.
 
     >>> with Admin("127.0.0.1:9876") as admin:        # doctest: +SKIP
@@ -675,50 +674,17 @@ class Admin:
 
     def __init__(self, namesrv_addr: str | Sequence[str], *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         self._core = AsyncAdmin(namesrv_addr, timeout_ms=timeout_ms)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        BlockingFacade.__init__(self, "rocketq-admin", "admin")
 
     @property
     def core(self) -> AsyncAdmin:
         return self._core
 
-    def start(self) -> None:
-        with self._lock:
-            if self._loop is not None:
-                return
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
+    def _core_start(self) -> Coroutine[Any, Any, None]:
+        return self._core.start()
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name="rocketq-admin", daemon=True)
-            thread.start()
-            ready.wait()
-            self._loop, self._thread = loop, thread
-        try:
-            self._call(self._core.start())
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def shutdown(self) -> None:
-        if self._loop is None:
-            return
-        try:
-            self._call(self._core.shutdown())
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> Admin:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
+    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
+        return self._core.shutdown()
 
     def create_topic(
         self,
@@ -781,27 +747,6 @@ class Admin:
         broker_name: str | None = None,
     ) -> list[MessageView]:
         return self._call(self._core.consume_message(topic, queue, offset, count, broker_name=broker_name))
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ClientStateError("admin is not started")
-        if self._thread is threading.current_thread():
-            coro.close()
-            raise RuntimeError("a blocking Admin method was called on the admin's own event loop")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def _stop_loop(self) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join()
-        loop.close()
 
 
 def wait_for_route(admin: Admin, topic: str, timeout_s: float = 10.0) -> TopicRouteData:

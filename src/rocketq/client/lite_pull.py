@@ -47,15 +47,15 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 import zlib
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rocketq.broker.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from rocketq.broker.heartbeat import SubscriptionData, build_subscription
+from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MASTER_ID, MessageQueue, RouteCache
 from rocketq.client.aio import (
     _GROUP_PATTERN,
@@ -771,7 +771,7 @@ class AsyncLitePullConsumer:
         return create_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
 
 
-class LitePullConsumer:
+class LitePullConsumer(BlockingFacade):
     """A lite pull consumer with blocking methods; same arguments as :class:`AsyncLitePullConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-lite-pull-<group>``)
@@ -809,9 +809,7 @@ class LitePullConsumer:
             consume_timestamp_ms=consume_timestamp_ms,
             **options,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        BlockingFacade.__init__(self, f"rocketq-lite-pull-{group}", f"consumer {group}")
 
     @property
     def core(self) -> AsyncLitePullConsumer:
@@ -826,44 +824,11 @@ class LitePullConsumer:
     def client_id(self) -> str:
         return self._core.client_id
 
-    def start(self) -> None:
-        """Start the private event-loop thread and the consumer on it."""
-        with self._lock:
-            if self._loop is not None:
-                return
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
+    def _core_start(self) -> Coroutine[Any, Any, None]:
+        return self._core.start()
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name=f"rocketq-lite-pull-{self.group}", daemon=True)
-            thread.start()
-            ready.wait()
-            self._loop, self._thread = loop, thread
-        try:
-            self._call(self._core.start())
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def shutdown(self) -> None:
-        """Commit offsets, shut the consumer down and stop its thread; idempotent."""
-        if self._loop is None:
-            return
-        try:
-            self._call(self._core.shutdown())
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> LitePullConsumer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
+    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
+        return self._core.shutdown()
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         """Share ``topic``'s queues with the group (see :meth:`AsyncLitePullConsumer.subscribe`)."""
@@ -905,40 +870,6 @@ class LitePullConsumer:
 
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._call(self._core.fetch_message_queues(topic))
-
-    def _sync(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a non-blocking core method: on the loop when started, else right here."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return fn(*args)
-
-        async def run() -> T:
-            return fn(*args)
-
-        return self._call(run())
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ClientStateError(f"consumer {self.group} is not started")
-        if self._thread is threading.current_thread():
-            coro.close()
-            raise RuntimeError(
-                "a blocking LitePullConsumer method was called on the consumer's own event loop"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def _stop_loop(self) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join()
-        loop.close()
 
 
 __all__ = ["AsyncLitePullConsumer", "LitePullConsumer", "allocate_averagely", "decode_messages"]

@@ -33,12 +33,12 @@ import contextlib
 import enum
 import inspect
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rocketq.broker.topic_config import retry_topic
+from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import error_for_response
 from rocketq.client.lite_pull import (
@@ -417,7 +417,7 @@ class AsyncPushConsumer:
 Listener = Callable[[list[MessageExt]], "ConsumeStatus | None"]
 
 
-class PushConsumer:
+class PushConsumer(BlockingFacade):
     """A push consumer with blocking methods; same arguments as :class:`AsyncPushConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-push-<group>``) running
@@ -447,9 +447,7 @@ class PushConsumer:
         )
         self._listener: Listener | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        BlockingFacade.__init__(self, f"rocketq-push-{group}", f"consumer {group}")
 
     @property
     def core(self) -> AsyncPushConsumer:
@@ -483,76 +481,19 @@ class PushConsumer:
     def assignment(self) -> list[MessageQueue]:
         return self._sync(self._core.assignment)
 
-    def start(self) -> None:
-        with self._lock:
-            if self._loop is not None:
-                return
-            self._pool = ThreadPoolExecutor(
-                self._core.consume_thread_nums, thread_name_prefix=f"rocketq-push-{self.group}-consume"
-            )
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
+    def _core_start(self) -> Coroutine[Any, Any, None]:
+        return self._core.start()
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
+    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
+        return self._core.shutdown()
 
-            thread = threading.Thread(target=run, name=f"rocketq-push-{self.group}", daemon=True)
-            thread.start()
-            ready.wait()
-            self._loop, self._thread = loop, thread
-        try:
-            self._call(self._core.start())
-        except BaseException:
-            self._stop_loop()
-            raise
+    def _on_loop_started(self) -> None:
+        self._pool = ThreadPoolExecutor(
+            self._core.consume_thread_nums, thread_name_prefix=f"rocketq-push-{self.group}-consume"
+        )
 
-    def shutdown(self) -> None:
-        """Stop consuming, commit offsets, stop the threads; idempotent."""
-        if self._loop is None:
-            return
-        try:
-            self._call(self._core.shutdown())
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> PushConsumer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
-
-    def _sync(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return fn(*args)
-
-        async def run() -> T:
-            return fn(*args)
-
-        return self._call(run())
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ClientStateError(f"consumer {self.group} is not started")
-        if self._thread is threading.current_thread():
-            coro.close()
-            raise RuntimeError("a blocking PushConsumer method was called on the consumer's own event loop")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def _stop_loop(self) -> None:
-        with self._lock:
-            loop, thread, pool = self._loop, self._thread, self._pool
-            self._loop = self._thread = self._pool = None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            if thread is not None:
-                thread.join()
-            loop.close()
+    def _on_loop_stopped(self) -> None:
+        pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
 

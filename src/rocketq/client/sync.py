@@ -9,11 +9,10 @@ Methods may be called from any thread, but not from the facade's own loop (selec
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import (
     DEFAULT_COMPRESS_THRESHOLD_BYTES,
@@ -23,13 +22,12 @@ from rocketq.client.aio import (
     QueueSelector,
     SendResult,
 )
-from rocketq.errors import ClientStateError
 from rocketq.message import Message
 
 T = TypeVar("T")
 
 
-class Producer:
+class Producer(BlockingFacade):
     """A RocketMQ producer with blocking methods; same arguments as :class:`AsyncProducer`.
 
     >>> p = Producer("PG", namesrv_addr="127.0.0.1:9876"); p.start()   # doctest: +SKIP
@@ -55,9 +53,7 @@ class Producer:
             compress_threshold_bytes=compress_threshold_bytes,
             **options,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
 
     @property
     def core(self) -> AsyncProducer:
@@ -68,44 +64,11 @@ class Producer:
     def group(self) -> str:
         return self._core.group
 
-    def start(self) -> None:
-        """Start the private event-loop thread and the producer on it."""
-        with self._lock:
-            if self._loop is not None:
-                return
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
+    def _core_start(self) -> Coroutine[Any, Any, None]:
+        return self._core.start()
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name=f"rocketq-producer-{self.group}", daemon=True)
-            thread.start()
-            ready.wait()
-            self._loop, self._thread = loop, thread
-        try:
-            self._call(self._core.start())
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def shutdown(self) -> None:
-        """Shut the producer down and stop its thread; idempotent."""
-        if self._loop is None:
-            return
-        try:
-            self._call(self._core.shutdown())
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> Producer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
+    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
+        return self._core.shutdown()
 
     def send(
         self,
@@ -125,27 +88,6 @@ class Producer:
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send messages of one topic as one batch."""
         return self._call(self._core.send_batch(msgs))
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise ClientStateError(f"producer {self.group} is not started")
-        if self._thread is threading.current_thread():
-            coro.close()
-            raise RuntimeError("a blocking Producer method was called on the producer's own event loop")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-    def _stop_loop(self) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join()
-        loop.close()
 
 
 __all__ = ["Producer"]

@@ -1,0 +1,117 @@
+"""The synchronous face of an asyncio client object.
+
+A facade owns one private event loop in one daemon thread: :meth:`BlockingFacade.start` creates
+the thread and starts the core on it, :meth:`BlockingFacade.shutdown` shuts the core down and
+joins the thread. Blocking methods hand coroutines to that loop and wait for the result; there is
+no global loop and nothing keeps running after ``shutdown``. Calling a blocking method from the
+facade's own loop thread would deadlock, so it raises instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Self, TypeVar
+
+from rocketq.errors import ClientStateError
+
+T = TypeVar("T")
+
+
+class BlockingFacade:
+    """Base of :class:`~rocketq.client.Producer`, the consumers and the admin facade."""
+
+    def __init__(self, thread_name: str, what: str) -> None:
+        self._thread_name = thread_name
+        self._what = what  # names the object in errors: "producer PG", "admin"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- what subclasses provide ----------------------------------------------------------------
+    def _core_start(self) -> Coroutine[Any, Any, None]:
+        raise NotImplementedError
+
+    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
+        raise NotImplementedError
+
+    def _on_loop_started(self) -> None:
+        """Called under the start lock once the loop thread runs (e.g. to create worker pools)."""
+
+    def _on_loop_stopped(self) -> None:
+        """Called after the loop thread has stopped."""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the private event-loop thread and the core on it; idempotent."""
+        with self._lock:
+            if self._loop is not None:
+                return
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=run, name=self._thread_name, daemon=True)
+            thread.start()
+            ready.wait()
+            self._loop, self._thread = loop, thread
+            self._on_loop_started()
+        try:
+            self._call(self._core_start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def shutdown(self) -> None:
+        """Shut the core down and stop the thread; idempotent."""
+        if self._loop is None:
+            return
+        try:
+            self._call(self._core_shutdown())
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # -- calling into the loop --------------------------------------------------------------------
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            coro.close()
+            raise ClientStateError(f"{self._what} is not started")
+        if self._thread is threading.current_thread():
+            coro.close()
+            raise RuntimeError(f"a blocking method of {self._what} was called on its own event loop")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def _sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a non-blocking core method: on the loop when started, else right here."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return fn(*args)
+
+        async def run() -> T:
+            return fn(*args)
+
+        return self._call(run())
+
+    def _stop_loop(self) -> None:
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join()
+            loop.close()
+        self._on_loop_stopped()
