@@ -1,0 +1,103 @@
+"""The Python client against a real `rocketq serve` process: per-key order across 10,000 messages."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from rocketq.client import Admin, LitePullConsumer, Message, Producer
+from rocketq.client._routes import MessageQueue
+
+
+@pytest.fixture
+def serve(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "rocketq.cli", "serve", "--data-dir", str(tmp_path / "data")),
+            *("--namesrv-port", "0", "--broker-port", "0"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    found: dict[str, str] = {}
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.match(r"\s*(name server|broker)\s+(\S+:\d+)", line)
+            if m:
+                found[m.group(1)] = m.group(2)
+                if len(found) == 2:
+                    ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(30) and len(found) == 2, "rocketq serve did not print its endpoints"
+        yield found["name server"], found["broker"]
+    finally:
+        proc.terminate()
+        try:
+            assert proc.wait(20) == 0  # clean shutdown on SIGTERM
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            reader.join(10)
+            assert proc.stdout is not None
+            proc.stdout.close()
+
+
+def test_sharding_key_order_across_10000_messages_and_4_queues(serve: tuple[str, str]) -> None:
+    namesrv, _broker = serve
+    topic = "OrderTopic"
+    with Admin(namesrv) as admin:
+        admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if len(admin.topic_route(topic).queue_datas) == 1:
+                    break
+            except Exception:
+                pass
+            threading.Event().wait(0.05)
+    keys = [f"order-{i}" for i in range(100)]
+    total = 10_000
+    queue_of_key: dict[str, int] = {}
+    with Producer("PG-order", namesrv_addr=namesrv) as producer:
+        for seq in range(total):
+            key = keys[seq % len(keys)]
+            r = producer.send(Message(topic, f"{key}:{seq}".encode(), tags="O"), sharding_key=key)
+            assert queue_of_key.setdefault(key, r.message_queue.queue_id) == r.message_queue.queue_id
+    assert len(set(queue_of_key.values())) == 4  # the keys spread over all four queues
+
+    last_seq: dict[str, int] = {}
+    seen = 0
+    with LitePullConsumer("CG-order", namesrv_addr=namesrv, auto_commit=False) as consumer:
+        queues = list(consumer.fetch_message_queues(topic))
+        assert len(queues) == 4
+        consumer.assign(queues)
+        for mq in queues:
+            consumer.seek_to_begin(mq)
+        deadline = time.monotonic() + 60
+        while seen < total and time.monotonic() < deadline:
+            for m in consumer.poll(timeout_ms=1000):
+                key, seq = m.body.decode().split(":")
+                assert queue_of_key[key] == m.queue_id, "a key's messages must stay in one queue"
+                assert int(seq) > last_seq.get(key, -1), f"{key} out of order at {seq}"
+                last_seq[key] = int(seq)
+                seen += 1
+    assert seen == total
+    assert all(last_seq[k] >= total - len(keys) for k in keys)
+    assert isinstance(queues[0], MessageQueue)
