@@ -301,8 +301,27 @@ class Message:
         return props
 
 
+class PropertyAccessors:
+    """``tags``, ``keys`` and ``uniq_key`` of anything with a ``properties`` map."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+
 @dataclass(slots=True)
-class MessageExt:
+class MessageExt(PropertyAccessors):
     """A stored message as decoded from a CommitLog record (RocketMQ ``MessageExt``)."""
 
     topic: str
@@ -322,18 +341,6 @@ class MessageExt:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     msg_id: str = ""
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def client_msg_id(self) -> str:

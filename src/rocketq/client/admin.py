@@ -40,11 +40,8 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
+    PropertyAccessors,
     create_offset_msg_id,
     decode_offset_msg_id,
     decode_properties,
@@ -132,7 +129,7 @@ class ConsumerProgress:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageView:
+class MessageView(PropertyAccessors):
     """A stored message as admin tools show it; ``msg_id`` is the offset message id."""
 
     topic: str
@@ -149,18 +146,6 @@ class MessageView:
     store_timestamp: int = 0
     store_host: str = ""
     reconsume_times: int = 0
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; the body as UTF-8 text (``body``) and exactly (``bodyBase64``)."""
