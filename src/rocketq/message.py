@@ -391,5 +391,33 @@ class BrokerMessage:
             born_host=born_host,
         )
 
+    @classmethod
+    def from_ext(
+        cls,
+        ext: MessageExt,
+        *,
+        topic: str,
+        queue_id: int,
+        properties: Mapping[str, str],
+        born_host: bytes | None = None,
+        sys_flag: int | None = None,
+        reconsume_times: int | None = None,
+        prepared_transaction_offset: int = 0,
+    ) -> BrokerMessage:
+        """A stored message written again elsewhere (retry, delay delivery, transaction commit):
+        same body, flag and born time; the given topic, queue and properties."""
+        return cls(
+            topic=topic,
+            body=ext.body,
+            properties=encode_properties(properties).encode("utf-8"),
+            queue_id=queue_id,
+            flag=ext.flag,
+            sys_flag=ext.sys_flag if sys_flag is None else sys_flag,
+            born_timestamp=ext.born_timestamp,
+            born_host=born_host if born_host is not None else born_host_of(ext.born_host),
+            reconsume_times=ext.reconsume_times if reconsume_times is None else reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        )
+
     def property_map(self) -> dict[str, str]:
         return decode_properties(self.properties.decode("utf-8", "replace"))

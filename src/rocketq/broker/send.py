@@ -368,14 +368,11 @@ class SendMessageProcessor:
         born_host = (
             born_host_of(original.born_host) if original.born_host else born_host_of(conn.remote_address)
         )
-        msg = BrokerMessage(
+        msg = BrokerMessage.from_ext(
+            original,
             topic=new_topic,
-            body=original.body,
-            properties=encode_properties(props).encode("utf-8"),
             queue_id=queue_id,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp=original.born_timestamp,
+            properties=props,
             born_host=born_host,
             reconsume_times=original.reconsume_times + 1,
         )

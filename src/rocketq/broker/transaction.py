@@ -218,16 +218,12 @@ class TransactionService:
         props.pop(PROPERTY_TRANSACTION_PREPARED, None)
         props.pop(PROPERTY_TRANSACTION_CHECK_TIMES, None)
         props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
-        return BrokerMessage(
+        return BrokerMessage.from_ext(
+            half,
             topic=topic,
-            body=half.body,
-            properties=encode_properties(props).encode("utf-8"),
             queue_id=queue_id,
-            flag=half.flag,
+            properties=props,
             sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
-            born_timestamp=half.born_timestamp,
-            born_host=born_host_of(half.born_host),
-            reconsume_times=half.reconsume_times,
             prepared_transaction_offset=commit_log_offset,
         )
 
@@ -340,16 +336,8 @@ class TransactionService:
         ctx = self.ctx
         if ctx.topics.select(TRANS_CHECK_MAX_TIME_TOPIC) is None:
             ctx.topics.create_in_send_back(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ)
-        msg = BrokerMessage(
-            topic=TRANS_CHECK_MAX_TIME_TOPIC,
-            body=half.body,
-            properties=encode_properties(half.properties).encode("utf-8"),
-            queue_id=0,
-            flag=half.flag,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=born_host_of(half.born_host),
-            reconsume_times=half.reconsume_times,
+        msg = BrokerMessage.from_ext(
+            half, topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0, properties=half.properties
         )
         result = await self._put(msg)
         self.discarded += 1
@@ -368,16 +356,8 @@ class TransactionService:
         props = dict(half.properties)
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(_check_times(half) + 1)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(_origin_offset(half))
-        renewed = BrokerMessage(
-            topic=TRANS_HALF_TOPIC,
-            body=half.body,
-            properties=encode_properties(props).encode("utf-8"),
-            queue_id=HALF_QUEUE_ID,
-            flag=half.flag,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=born_host_of(half.born_host),
-            reconsume_times=half.reconsume_times,
+        renewed = BrokerMessage.from_ext(
+            half, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID, properties=props
         )
         result = await self._put(renewed)
         group = props.get(PROPERTY_PRODUCER_GROUP, "")

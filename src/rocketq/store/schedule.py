@@ -88,16 +88,13 @@ def message_time_up(ext: MessageExt, born_host: bytes) -> BrokerMessage:
     props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     topic = props.get(PROPERTY_REAL_TOPIC, ext.topic)
     queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
-    return BrokerMessage(
+    return BrokerMessage.from_ext(
+        ext,
         topic=topic,
-        body=ext.body,
-        properties=encode_properties(props).encode("utf-8"),
         queue_id=queue_id,
-        flag=ext.flag,
-        sys_flag=ext.sys_flag & ~(rec.BORNHOST_V6_FLAG | rec.STOREHOSTADDRESS_V6_FLAG),
-        born_timestamp=ext.born_timestamp,
+        properties=props,
         born_host=born_host,
-        reconsume_times=ext.reconsume_times,
+        sys_flag=ext.sys_flag & ~(rec.BORNHOST_V6_FLAG | rec.STOREHOSTADDRESS_V6_FLAG),
     )
 
 
