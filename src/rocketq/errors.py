@@ -24,6 +24,7 @@ request (``retriable``)::
     ├── NoPermission                  NO_PERMISSION (16): topic, group or broker permission
     ├── TopicNotExist                 TOPIC_NOT_EXIST (17)
     ├── InvalidParameter              INVALID_PARAMETER (29): bad request header value
+    │   └── InvalidReceiptHandle      a pop receipt handle that is malformed, stale or expired
     ├── SubscriptionParseFailed       SUBSCRIPTION_PARSE_FAILED (23)
     ├── SubscriptionNotExist          SUBSCRIPTION_NOT_EXIST (24)
     ├── SubscriptionNotLatest         SUBSCRIPTION_NOT_LATEST (25)
@@ -178,6 +179,10 @@ class InvalidParameter(RocketqError, ValueError):
     """A request header field is missing or out of range (names the field and the limit)."""
 
     code = ResponseCode.INVALID_PARAMETER
+
+
+class InvalidReceiptHandle(InvalidParameter):
+    """A pop receipt handle that does not parse, was already used, or whose invisible time ended."""
 
 
 class SubscriptionParseFailed(RocketqError, ValueError):
