@@ -99,6 +99,15 @@ class StoreConfig:
     max_msgs_num_batch: int = 64
     default_query_max_num: int = 32
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    #: Timed delivery (TIMER_DELIVER_MS & co., store/timer.py); off → such messages are refused.
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    #: Delivery granularity: a timer is delivered in the first step at or after its time.
+    timer_precision_ms: int = 1000
+    #: Timers due further than this many precision steps after their store time are re-written.
+    timer_roll_window_slot: int = 2 * 24 * 3600
+    #: How often the pending-timer snapshot is rewritten when it changed (beyond RocketMQ).
+    timer_snapshot_interval_ms: int = 5000
 
     file_reserved_time_hours: int = 72
     delete_when: str = "04"
@@ -135,6 +144,10 @@ class StoreConfig:
             "flush_interval_commit_log_ms",
             "commit_interval_commit_log_ms",
             "sync_flush_timeout_ms",
+            "timer_max_delay_sec",
+            "timer_precision_ms",
+            "timer_roll_window_slot",
+            "timer_snapshot_interval_ms",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name}={getattr(self, name)} must be positive")

@@ -9,7 +9,8 @@ request (``retriable``)::
     ├── MessageIllegal                MESSAGE_ILLEGAL (13)
     │   ├── MessageBodyTooLarge
     │   ├── PropertiesTooLarge
-    │   └── TopicNameInvalid
+    │   ├── TopicNameInvalid
+    │   └── TimerMessageIllegal       a delivery time that is not a number, too far ahead, or timers off
     ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14)
     │   ├── DiskFull
     │   ├── StoreShutdown
@@ -109,6 +110,10 @@ class PropertiesTooLarge(MessageIllegal):
 
 class TopicNameInvalid(MessageIllegal):
     pass
+
+
+class TimerMessageIllegal(MessageIllegal):
+    """RocketMQ ``WHEEL_TIMER_MSG_ILLEGAL`` / ``WHEEL_TIMER_NOT_ENABLE`` (both answer 13)."""
 
 
 class ServiceNotAvailable(RocketqError):

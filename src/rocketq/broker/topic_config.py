@@ -82,6 +82,8 @@ BENCHMARK_TOPIC = "BenchmarkTest"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: Timed delivery's system topic (``TimerMessageStore.TIMER_TOPIC``; see ``store/timer.py``).
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
@@ -239,6 +241,8 @@ def system_topics(cfg: BrokerConfig) -> list[TopicConfig]:
     topics.append(TopicConfig(f"{cfg.broker_cluster_name}_{REPLY_TOPIC_POSTFIX}", 1, 1))
     topics.append(TopicConfig(TRANS_HALF_TOPIC, 1, 1))
     topics.append(TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1))
+    # RocketMQ 5 registers the timer topic when timed delivery is on (the store's default)
+    topics.append(TopicConfig(TIMER_TOPIC, 1, 1))
     return topics
 
 

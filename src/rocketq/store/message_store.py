@@ -9,7 +9,7 @@ Lifecycle::
                 CommitLog: scan from the checkpointed point with CRC checks, torn tail cut
                 ConsumeQueue units pointing past the CommitLog end are cut
               dispatch what the ConsumeQueues or the index lack, then rebuild the queue-offset table
-              start services (flush, allocation, dispatch, delay delivery, retention) → ``abort``
+              start services (flush, allocation, dispatch, delay and timed delivery, retention) → ``abort``
     put_message / put_messages / get_message / queries ...
     shutdown(): stop services, dispatch and flush everything, write the checkpoint, delete
               ``abort`` (only when everything was dispatched, as RocketMQ), unlock
@@ -47,6 +47,13 @@ from rocketq.store.index_file import IndexService
 from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recover_commitlog
 from rocketq.store.retention import RetentionService
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
+from rocketq.store.timer import (
+    TimerMessageService,
+    TimerPolicy,
+    TimerServiceConfig,
+    may_be_timer,
+    to_timer_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +128,10 @@ class MessageStore:
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.timer: TimerMessageService | None = None
+        self._timer_policy = TimerPolicy(
+            config.timer_wheel_enable, config.timer_max_delay_sec, config.timer_precision_ms
+        )
         self.retention: RetentionService | None = None
         self._born_host = pack_socket_addr(config.store_host)
         self._lock_fd: int | None = None
@@ -196,7 +207,7 @@ class MessageStore:
 
     def _abandon(self) -> None:
         self._stopping.set()
-        for svc in (self.reput, self.schedule, self.retention):
+        for svc in (self.reput, self.schedule, self.timer, self.retention):
             if svc is not None:
                 try:
                     svc.shutdown()
@@ -365,6 +376,18 @@ class MessageStore:
         self.schedule.load()
         self.reput.arrival_listeners.append(self.schedule.on_dispatch)
         self.schedule.start()
+        self.timer = TimerMessageService(
+            self,
+            os.path.join(self.root, "timer"),
+            TimerServiceConfig(
+                precision_ms=self.config.timer_precision_ms,
+                roll_window_ms=self.config.timer_roll_window_slot * self.config.timer_precision_ms,
+                snapshot_interval_ms=self.config.timer_snapshot_interval_ms,
+            ),
+        )
+        self.timer.load()
+        self.reput.arrival_listeners.append(self.timer.on_dispatch)
+        self.timer.start()
         self.retention = RetentionService(
             self.config,
             delete_commitlog=self._delete_expired_commitlog,
@@ -420,7 +443,7 @@ class MessageStore:
             return
         self.started = False
         self._stopping.set()
-        for svc in (self.schedule, self.retention):
+        for svc in (self.schedule, self.timer, self.retention):
             if svc is not None:
                 svc.shutdown()
         if self._logics_flusher is not None:
@@ -455,6 +478,8 @@ class MessageStore:
             inner = msg
         else:
             inner = BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
+        if may_be_timer(inner.properties):
+            inner = to_timer_topic(inner, self._timer_policy, time.time_ns() // 1_000_000)
         if b"DELAY\x01" in inner.properties and delay_level_of(inner.properties) > 0:
             inner = to_schedule_topic(inner, len(self.delay_levels))
         return inner
