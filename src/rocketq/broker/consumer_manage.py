@@ -28,7 +28,13 @@ from rocketq.broker.headers import get_int, get_long, get_str, opt_bool
 from rocketq.broker.heartbeat import parse_heartbeat
 from rocketq.broker.rebalance_lock import encode_lock_response, parse_lock_body
 from rocketq.broker.topic_config import PERM_READ, PERM_WRITE, retry_topic
-from rocketq.errors import ResponseCode, RocketqError, SubscriptionGroupNotExist, TopicNotExist
+from rocketq.errors import (
+    ResponseCode,
+    RocketqError,
+    SubscriptionGroupNotExist,
+    SubscriptionParseFailed,
+    TopicNotExist,
+)
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
@@ -76,6 +82,8 @@ class ConsumerManageProcessor:
         ctx = self.ctx
         try:
             data = parse_heartbeat(request.body)
+        except SubscriptionParseFailed:
+            raise
         except ValueError as exc:
             raise RocketqError(f"heartbeat body does not parse: {exc}") from None
         language = _language_name(request.language)

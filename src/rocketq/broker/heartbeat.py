@@ -17,6 +17,8 @@ code 0 and matches only ``*``); clients filter again by tag string.
 
 :func:`build_subscription` parses a sub expression the way ``FilterAPI.buildSubscriptionData``
 does: ``*`` or empty → everything; otherwise ``||``-separated tags, trimmed, empty pieces dropped.
+Other expression types (``SQL92``) are compiled with :func:`rocketq.filter.compile_filter` to
+reject bad expressions early; heartbeats are checked the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from rocketq import fastjson
 from rocketq.broker.jsonutil import as_bool, as_enum_name, as_int, as_str
 from rocketq.errors import SubscriptionParseFailed
+from rocketq.filter import compile_filter, parse_tags
 from rocketq.message import java_string_hash
 
 SUB_ALL = "*"
@@ -108,21 +111,24 @@ class SubscriptionData:
 def build_subscription(
     topic: str, sub_string: str | None, expression_type: str | None = None, sub_version: int = 0
 ) -> SubscriptionData:
-    """A subscription from a pull's ``subscription``/``expressionType`` (or a client's subscribe)."""
-    expression = (expression_type or EXPRESSION_TAG).upper()
+    """A subscription from a pull's ``subscription``/``expressionType`` (or a client's subscribe).
+
+    Raises :class:`SubscriptionParseFailed` for an unknown expression type or an expression that
+    does not compile (SQL92 messages name the column)."""
+    expression = (expression_type or EXPRESSION_TAG).strip().upper() or EXPRESSION_TAG
     if expression != EXPRESSION_TAG:
+        compile_filter(expression, sub_string or "")
         return SubscriptionData(topic, sub_string or "", sub_version=sub_version, expression_type=expression)
-    text = (sub_string or "").strip()
-    if not text or text == SUB_ALL:
+    try:
+        tags = parse_tags(sub_string)
+    except SubscriptionParseFailed as exc:
+        raise SubscriptionParseFailed(f"topic {topic}: {exc}") from None
+    if tags is None:
         return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)
-    tags = [t.strip() for t in text.split("||")]
-    tags = [t for t in tags if t]
-    if not tags:
-        raise SubscriptionParseFailed(f"subscription expression {text[:128]!r} of topic {topic} has no tags")
     return SubscriptionData(
         topic,
-        text,
-        frozenset(tags),
+        (sub_string or "").strip(),
+        tags,
         frozenset(java_string_hash(t) for t in tags),
         sub_version=sub_version,
     )
@@ -157,7 +163,8 @@ def _loads(body: bytes) -> Any:
 
 
 def parse_heartbeat(body: bytes) -> HeartbeatData:
-    """Decode a HEART_BEAT body; raises ValueError when it is not a JSON object."""
+    """Decode a HEART_BEAT body; raises ValueError when it is not a JSON object, and
+    :class:`SubscriptionParseFailed` (a ValueError) when a SQL92 subscription does not compile."""
     obj = _loads(body)
     if not isinstance(obj, dict):
         raise ValueError(f"heartbeat body is a JSON {type(obj).__name__}, not an object")
@@ -177,6 +184,12 @@ def parse_heartbeat(body: bytes) -> HeartbeatData:
         subs = tuple(
             SubscriptionData.from_json(s) for s in c.get("subscriptionDataSet") or () if isinstance(s, dict)
         )
+        for sub in subs:
+            if sub.expression_type != EXPRESSION_TAG and not sub.class_filter_mode:
+                try:
+                    compile_filter(sub.expression_type, sub.sub_string)
+                except SubscriptionParseFailed as exc:
+                    raise SubscriptionParseFailed(f"group {name} topic {sub.topic}: {exc}") from None
         consumers.append(
             ConsumerData(
                 group_name=name,

@@ -6,7 +6,8 @@ re-runs it once (no suspension, no offset commit) when the hold ends::
 
     why the hold ends                                   how it is noticed
     a message for that queue was dispatched and its     dispatcher thread → arrival listener →
-      tags code passes the pull's filter                loop.call_soon_threadsafe → wake
+      tags code (and, for SQL92, its properties)        loop.call_soon_threadsafe → wake
+      pass the pull's filter
     the queue's max offset passed the pull's offset     periodic check (5 s; 1 s without long
       (also covers filtered-out arrivals)                 polling) and once right after parking
     the hold time passed                                one timer per held pull
@@ -32,6 +33,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from rocketq.filter import MessageFilter
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ class _Held:
     offset: int
     codes: frozenset[int] | None
     future: asyncio.Future[str]
+    message_filter: MessageFilter | None = None
     timer: asyncio.TimerHandle | None = None
     on_close: Callable[..., None] | None = field(default=None, repr=False)
 
@@ -123,9 +127,11 @@ class PullRequestHoldService:
         codes: frozenset[int] | None,
         timeout_s: float,
         channel: Closable | None = None,
+        message_filter: MessageFilter | None = None,
     ) -> str:
         """Wait until a message at or after ``offset`` may be there; returns why the hold ended
-        (``arrived``, ``checked``, ``timeout``, ``closed`` or ``shutdown``)."""
+        (``arrived``, ``checked``, ``timeout``, ``closed`` or ``shutdown``). With
+        ``message_filter``, an arrival whose properties it rejects does not end the hold."""
         if self._stopped:
             return SHUTDOWN
         loop = asyncio.get_running_loop()
@@ -133,7 +139,7 @@ class PullRequestHoldService:
             self._loop = loop
         future: asyncio.Future[str] = loop.create_future()
         key = (topic, queue_id)
-        held = _Held(key, offset, codes, future)
+        held = _Held(key, offset, codes, future, message_filter)
         self._table.setdefault(key, []).append(held)
         held.timer = loop.call_later(max(0.0, timeout_s), self._wake, held, TIMEOUT)
         if channel is not None:
@@ -178,28 +184,35 @@ class PullRequestHoldService:
         loop = self._loop
         if not table or loop is None:
             return
-        hits: list[tuple[QueueKey, int, int]] | None = None
+        hits: list[tuple[QueueKey, int, int, dict[str, str] | None]] | None = None
         for r in requests:
             key = (r.topic, r.queue_id)
             if key in table:
                 if hits is None:
                     hits = []
-                hits.append((key, r.consume_queue_offset + 1, r.tags_code))
+                props: dict[str, str] | None = getattr(r, "properties", None)
+                hits.append((key, r.consume_queue_offset + 1, r.tags_code, props))
         if hits:
             try:
                 loop.call_soon_threadsafe(self.notify_arrivals, hits)
             except RuntimeError:  # the loop is closed: nothing is held any more
                 pass
 
-    def notify_arrivals(self, arrivals: Sequence[tuple[QueueKey, int, int]]) -> None:
-        """On the loop: wake held pulls whose queue grew past their offset with a matching tag."""
-        for key, new_max, tags_code in arrivals:
+    def notify_arrivals(
+        self, arrivals: Sequence[tuple[QueueKey, int, int] | tuple[QueueKey, int, int, dict[str, str] | None]]
+    ) -> None:
+        """On the loop: wake held pulls whose queue grew past their offset with a matching tag
+        (and matching properties, for pulls held with a property filter)."""
+        for key, new_max, tags_code, *rest in arrivals:
             held_list = self._table.get(key)
             if not held_list:
                 continue
+            props = rest[0] if rest else None
             for held in list(held_list):
                 if new_max > held.offset and (held.codes is None or tags_code in held.codes):
-                    self._wake(held, ARRIVED)
+                    f = held.message_filter
+                    if f is None or props is None or f.match(props.get("TAGS"), props):
+                        self._wake(held, ARRIVED)
 
     def check_now(self) -> int:
         """Wake every held pull whose queue's max offset is past its offset; returns how many."""

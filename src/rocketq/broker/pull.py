@@ -8,6 +8,7 @@ Checks, in RocketMQ's order (``PullMessageProcessor.processRequest``)::
     subscription: SUBSCRIPTION flag → parse the request's expression (23 on error);
                   otherwise the heartbeat's (24 none, 25 older subVersion than the pull's);
                   without either, an expression the request carries anyway is used
+    SQL92 with enable_property_filter off    1 SYSTEM_ERROR
 
 Then the store read (in a worker thread) and the status → code mapping:
 
@@ -21,6 +22,12 @@ Then the store read (in a worker thread) and the status → code mapping:
 
 Every response carries nextBeginOffset, minOffset, maxOffset and suggestWhichBrokerId (Java
 clients unbox all four; ali-ons reads them on every code); the remark is the status name.
+
+A SQL92 subscription is compiled once per (group, topic, expression, subVersion); the records the
+store found are then matched on their properties (plus ``TAGS``) and the rejected ones dropped,
+with nextBeginOffset still past them, as RocketMQ counts filtered messages as consumed. When
+nothing is left, the answer is 20 (NO_MATCHED_MESSAGE) and the client pulls on at once; a held
+pull re-runs through the same filter.
 
 COMMIT_OFFSET flag: the request's ``commitOffset`` is stored as the group's offset, on the first
 execution only. SUSPEND flag and code 19: the pull is held (:mod:`rocketq.broker.long_polling`)
@@ -49,14 +56,48 @@ from rocketq.errors import (
     SubscriptionNotLatest,
     TopicNotExist,
 )
+from rocketq.filter import MessageFilter, compile_filter
+from rocketq.message import decode_properties
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
+from rocketq.store.record import RecordKind, decode_record
 
 log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+#: Compiled SQL92 filters kept per (group, topic, type, expression, subVersion).
+FILTER_CACHE_SIZE = 1024
+
+FilterKey = tuple[str, str, str, str, int]
+
+
+def filter_pulled(result: GetMessageResult, message_filter: MessageFilter) -> None:
+    """Drop the records ``message_filter`` rejects (RocketMQ's ``isMatchedByCommitLog``).
+
+    ``next_begin_offset`` stays past them: filtered messages count as consumed by this pull.
+    Nothing left of a FOUND result makes it NO_MATCHED_MESSAGE (the client pulls on at once).
+    """
+    if not result.buffers:
+        return
+    offsets = result.queue_offsets if len(result.queue_offsets) == len(result.buffers) else None
+    kept: list[bytes] = []
+    kept_offsets: list[int] = []
+    for i, buf in enumerate(result.buffers):
+        view = decode_record(buf, 0, check_crc=False, read_body=False)
+        if view.kind is not RecordKind.MESSAGE:
+            continue
+        props = decode_properties(view.properties)
+        if message_filter.match(props.get("TAGS"), props):
+            kept.append(buf)
+            if offsets is not None:
+                kept_offsets.append(offsets[i])
+    result.buffers = kept
+    result.queue_offsets = kept_offsets
+    result.buffer_total_size = sum(len(b) for b in kept)
+    if not kept and result.status is GetMessageStatus.FOUND:
+        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
 
 
 def pull_status_to_code(status: GetMessageStatus, request_offset: int) -> int:
@@ -87,6 +128,41 @@ def pull_response_fields(result: GetMessageResult, suggest_broker_id: int = MAST
 class PullMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self._filters: dict[FilterKey, MessageFilter] = {}
+
+    def _message_filter(self, group: str, sub: SubscriptionData) -> MessageFilter | None:
+        """The compiled property filter of a non-TAG subscription (cached), else None."""
+        if sub.expression_type == EXPRESSION_TAG or sub.class_filter_mode:
+            return None
+        key = (group, sub.topic, sub.expression_type, sub.sub_string, sub.sub_version)
+        found = self._filters.get(key)
+        if found is None:
+            if len(self._filters) >= FILTER_CACHE_SIZE:
+                self._filters.clear()
+            found = self._filters[key] = compile_filter(sub.expression_type, sub.sub_string)
+        return found
+
+    def _read(
+        self,
+        header: PullMessageRequestHeader,
+        max_count: int,
+        codes: frozenset[int] | None,
+        max_bytes: int,
+        message_filter: MessageFilter | None,
+    ) -> GetMessageResult:
+        """Worker thread: the store read, then the property filter over what it found."""
+        result = self.ctx.store.get_message(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            max_count,
+            codes,
+            max_bytes=max_bytes,
+        )
+        if message_filter is not None:
+            filter_pulled(result, message_filter)
+        return result
 
     async def process(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         header = decode_pull_header(request.ext_fields)
@@ -160,21 +236,13 @@ class PullMessageProcessor:
                 f"The broker does not support consumer to filter message by {sub.expression_type}"
             )
         codes = None if header.has_class_filter_flag else sub.tags_codes()
+        message_filter = self._message_filter(group, sub)
 
         max_count = max(1, min(header.max_msg_nums, cfg.max_transfer_count_on_message_in_memory))
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
         if header.max_msg_bytes is not None and header.max_msg_bytes > 0:
             max_bytes = min(max_bytes, header.max_msg_bytes)
-        result = await ctx.blocking(
-            ctx.store.get_message,
-            group,
-            topic,
-            header.queue_id,
-            header.queue_offset,
-            max_count,
-            codes,
-            max_bytes=max_bytes,
-        )
+        result = await ctx.blocking(self._read, header, max_count, codes, max_bytes, message_filter)
         code = pull_status_to_code(result.status, header.queue_offset)
 
         if (
@@ -192,7 +260,13 @@ class PullMessageProcessor:
             )
             hold_ms = max(0, min(hold_ms, cfg.long_polling_max_hold_ms))
             reason = await ctx.hold.suspend(
-                topic, header.queue_id, header.queue_offset, codes, hold_ms / 1000, channel=conn
+                topic,
+                header.queue_id,
+                header.queue_offset,
+                codes,
+                hold_ms / 1000,
+                channel=conn,
+                message_filter=message_filter,
             )
             if reason == CLOSED:
                 return None
@@ -208,4 +282,10 @@ class PullMessageProcessor:
         )
 
 
-__all__ = ["MASTER_ID", "PullMessageProcessor", "pull_response_fields", "pull_status_to_code"]
+__all__ = [
+    "MASTER_ID",
+    "PullMessageProcessor",
+    "filter_pulled",
+    "pull_response_fields",
+    "pull_status_to_code",
+]
