@@ -96,7 +96,8 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6000
     #: Checks of one half before it is discarded (``transactionCheckMax``).
     transaction_check_max: int = 15
-    enable_property_filter: bool = False
+    #: SQL92 subscriptions (``enablePropertyFilter``); on by default here, off in RocketMQ.
+    enable_property_filter: bool = True
 
     long_polling_enable: bool = True
     #: Hold time of a suspended pull when long polling is off.
@@ -111,6 +112,11 @@ class BrokerConfig:
     flush_consumer_offset_interval_ms: int = 5000
     register_broker_interval_ms: int = 30_000
     register_broker_timeout_mills: int = 6000
+
+    #: Pop consumption: the journal is compacted into a snapshot once it is this large.
+    pop_journal_compact_bytes: int = 16 * 1024 * 1024
+    #: Pop consumption: upper bound on a receive's long poll (rocketq addition).
+    pop_long_polling_max_ms: int = 60_000
 
     region_id: str = "DefaultRegion"
     trace_on: bool = True
@@ -138,6 +144,8 @@ class BrokerConfig:
             "register_broker_interval_ms",
             "register_broker_timeout_mills",
             "transaction_check_interval_ms",
+            "pop_journal_compact_bytes",
+            "pop_long_polling_max_ms",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name}={getattr(self, name)} must be positive")

@@ -16,7 +16,7 @@ import concurrent.futures
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from rocketq.broker.client_manager import ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
@@ -29,6 +29,9 @@ from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.errors import ServiceNotAvailable
 from rocketq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from rocketq.broker.pop.service import PopService
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -55,6 +58,8 @@ class BrokerContext:
     offsets_persister: PersistScheduler | None = None
     #: Threads for blocking store calls (SYNC_FLUSH puts wait here for their group commit).
     executor: concurrent.futures.ThreadPoolExecutor | None = None
+    #: Pop consumption engine (gRPC SimpleConsumer / PushConsumer), set by the broker at start.
+    pop: PopService | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
     tps: TpsSampler = field(default_factory=TpsSampler)
     boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)

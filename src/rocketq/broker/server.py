@@ -7,6 +7,7 @@ Start (``await Broker.start()``)::
     open the MessageStore in a worker thread (recovery), STOREHOST = broker_ip1:port
     load config/topics.json, subscriptionGroup.json, consumerOffset.json (tolerant, .bak fallback)
     hook long polling to the dispatcher (arrival listener) and start its periodic check
+    load the pop state (pop/snapshot + pop/journal) and hook pop long polling to the dispatcher
     start the periodic tasks: stats sample (1 s), client channel expiry (10 s), consumer offset
       persist (flush_consumer_offset_interval_ms), name-server registration (30 s), transaction
       state check (transaction_check_interval_ms)
@@ -17,9 +18,9 @@ SERVICE_NOT_AVAILABLE (14) rather than left waiting.
 
 Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
 unregister from the name servers → end every held pull (each answers with what the store has)
-and wait for in-flight requests → close the servers → wait for worker-thread store calls →
-persist offsets, topics, groups → shut the store down cleanly (flush, checkpoint, abort file
-removed) in a worker thread.
+and every held pop receive (the pop state is made durable) and wait for in-flight requests →
+close the servers → wait for worker-thread store calls → persist offsets, topics, groups → shut
+the store down cleanly (flush, checkpoint, abort file removed) in a worker thread.
 
 Request dispatch is a table ``code → processor method``; an unknown code answers 3 with the remark
 ``" request type <code> not supported"``. A processor error that is a
@@ -53,9 +54,11 @@ from rocketq.broker.long_polling import (
     SHORT_POLLING_CHECK_INTERVAL_S,
     PullRequestHoldService,
 )
+from rocketq.broker.pop.service import PopService
 from rocketq.broker.pull import PullMessageProcessor
 from rocketq.broker.query import QueryMessageProcessor
 from rocketq.broker.registration import NameServerRegistrar
+from rocketq.broker.reset_offset import ResetOffsetProcessor
 from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfig, TopicConfigManager
@@ -226,6 +229,11 @@ class Broker:
         topics.on_change = topics_changed
         groups.on_change = groups_persister.request
 
+        pop = PopService(ctx)
+        await asyncio.to_thread(pop.start)
+        ctx.pop = pop
+        store.reput.arrival_listeners.append(pop.arrival_listener)
+
         self._install_handlers(ctx)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
@@ -253,6 +261,7 @@ class Broker:
         admin = AdminBrokerProcessor(ctx)
         stats = AdminStatsProcessor(ctx)
         groups = AdminGroupProcessor(ctx)
+        broker2client = ResetOffsetProcessor(ctx)
         transactions = self.transactions = TransactionService(ctx)
         rc = RequestCode
         self._handlers = {
@@ -289,6 +298,8 @@ class Broker:
             rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.update_and_create_subscription_group,
             rc.DELETE_SUBSCRIPTIONGROUP: groups.delete_subscription_group,
             rc.DELETE_TOPIC_IN_BROKER: groups.delete_topic_in_broker,
+            rc.INVOKE_BROKER_TO_RESET_OFFSET: broker2client.reset_offset,
+            rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: broker2client.get_consumer_status,
         }
 
     async def shutdown(self) -> None:
@@ -304,6 +315,8 @@ class Broker:
             await self.registrar.unregister_all()
         if ctx is not None:
             await ctx.hold.stop()
+            if ctx.pop is not None:
+                await ctx.pop.shutdown()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
         for server in (self._fast_server, self._server):
@@ -349,6 +362,9 @@ class Broker:
         if store.reput is not None and self.ctx is not None:
             with contextlib.suppress(ValueError):
                 store.reput.arrival_listeners.remove(self.ctx.hold.arrival_listener)
+            if self.ctx.pop is not None:
+                with contextlib.suppress(ValueError):
+                    store.reput.arrival_listeners.remove(self.ctx.pop.arrival_listener)
         await asyncio.to_thread(store.shutdown)
 
     async def _stop_periodic(self) -> None:
