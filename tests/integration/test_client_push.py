@@ -195,7 +195,8 @@ def test_always_failing_message_goes_to_dlq(cluster: Cluster) -> None:
     assert [m.reconsume_times for m in got.messages] == [0, 1, 2]
 
 
-def test_orderly_listener_is_rejected() -> None:
-    c = PushConsumer("PushOrderly", namesrv_addr="127.0.0.1:9876")
-    with pytest.raises(ConfigError):
-        c.register_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS, orderly=True)
+def test_unknown_message_model_and_strategy_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="message_model='PUBSUB'"):
+        PushConsumer("PushModel", namesrv_addr="127.0.0.1:9876", message_model="PUBSUB")
+    with pytest.raises(ConfigError, match="'ROUND_ROBIN' is unknown"):
+        PushConsumer("PushModel", namesrv_addr="127.0.0.1:9876", allocate_strategy="ROUND_ROBIN")

@@ -39,9 +39,10 @@ from rocketq.client.admin import Admin, AsyncAdmin
 
 __all__ += ["Admin", "AsyncAdmin"]
 
+from rocketq.client.orderly import ConsumeOrderlyStatus  # noqa: E402
 from rocketq.client.push import ConsumeStatus, PushConsumer  # noqa: E402
 
-__all__ += ["ConsumeStatus", "PushConsumer"]
+__all__ += ["ConsumeOrderlyStatus", "ConsumeStatus", "PushConsumer"]
 
 from rocketq.client.transaction import (  # noqa: E402
     AsyncTransactionProducer,

@@ -10,6 +10,8 @@ uses (spec §2.2/§2.3); :class:`Admin` is its blocking facade on a private even
   one broker address); deletion then removes the route from every name server (216).
 * Stats (202, 208) are read from every master serving the topic (or, for a group's progress
   over all topics, every master of every cluster).
+* Offsets are reset to a time (222) on every master of the topic; the brokers tell the group's
+  online consumers (220).
 * Messages are found by offset message id (33 to the broker the id names), by key (12 on every
   broker of the topic) and by queue offset (11, one pull).
 """
@@ -17,9 +19,10 @@ uses (spec §2.2/§2.3); :class:`Admin` is its blocking facade on a private even
 from __future__ import annotations
 
 import base64
+import datetime
 import time
 import zlib
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -388,9 +391,11 @@ class AsyncAdmin:
         *,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        attributes: str | None = None,
     ) -> list[str]:
         """Create or update ``topic`` on ``broker_addr`` or on the master of every broker of
         ``cluster`` (the only cluster when neither is given); returns the addresses used.
+        ``attributes`` is mqadmin's ``-a`` (``+message.type=FIFO``, ``-key``).
         The brokers register the topic with the name servers shortly after."""
         if cluster is not None and broker_addr is not None:
             raise ConfigError("give either a cluster or a broker address, not both")
@@ -415,6 +420,8 @@ class AsyncAdmin:
             "topicSysFlag": 0,
             "order": False,
         }
+        if attributes:
+            fields["attributes"] = attributes
         for addr in addrs:
             await self._broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         return addrs
@@ -600,11 +607,12 @@ class AsyncAdmin:
         count: int = 32,
         *,
         broker_name: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[MessageView]:
         """Up to ``count`` messages of one queue from logical ``offset`` on (pulls, no commit).
 
         ``queue`` is a :class:`MessageQueue` or a queue id on ``broker_name`` (default: the
-        first broker of the topic's route)."""
+        first broker of the topic's route); ``progress(read, count)`` is called after each pull."""
         if count <= 0:
             raise InvalidParameter(f"count={count} must be > 0")
         if isinstance(queue, MessageQueue):
@@ -625,6 +633,8 @@ class AsyncAdmin:
             if not messages:
                 break
             out.extend(messages)
+            if progress is not None:
+                progress(min(len(out), count), count)
             if next_offset <= offset:
                 break
             offset = next_offset
@@ -646,6 +656,78 @@ class AsyncAdmin:
         key_list = keys.split() if isinstance(keys, str) else list(keys or ())
         data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         return await self._producer.send(Message(topic, data, tags=tags, keys=key_list))
+
+    # -- offsets ---------------------------------------------------------------------------------
+    async def reset_offset_by_time(
+        self,
+        group: str,
+        topic: str,
+        timestamp_ms: int,
+        *,
+        force: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[MessageQueue, int]:
+        """Move ``group``'s offsets on ``topic`` to the first message stored at or after
+        ``timestamp_ms`` (-1: the end of every queue) with INVOKE_BROKER_TO_RESET_OFFSET (222)
+        on every master of the topic; without ``force`` a queue only moves backwards. Online
+        consumers of the group jump to the new offsets. Returns the new offset of every queue;
+        ``progress(done, total)`` is called after each broker."""
+        masters = await self._topic_masters(topic)
+        fields: dict[str, object] = {
+            "topic": topic,
+            "group": group,
+            "timestamp": timestamp_ms,
+            "isForce": force,
+        }
+        out: dict[MessageQueue, int] = {}
+        for done, addr in enumerate(masters.values(), start=1):
+            response = await self._broker(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+            table = self._offset_table(response.body, f"reset offsets of group {group!r} from {addr}")
+            out.update((mq, _int(value)) for mq, value in table.items())
+            if progress is not None:
+                progress(done, len(masters))
+        return dict(sorted(out.items()))
+
+    async def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """Where each online member of ``group`` is in ``topic``'s queues (client id → queue →
+        offset), asked by every master of the topic (INVOKE_BROKER_TO_GET_CONSUMER_STATUS, 223,
+        which asks the members with GET_CONSUMER_STATUS_FROM_CLIENT, 221); only ``client_id``
+        when given."""
+        masters = await self._topic_masters(topic)
+        fields: dict[str, object] = {"topic": topic, "group": group, "clientAddr": client_id or ""}
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for addr in masters.values():
+            response = await self._broker(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
+            what = f"consumer status of group {group!r} from {addr}"
+            try:
+                doc = objkey_json.loads(response.body)
+            except ValueError as exc:
+                raise BodyFormatError(f"{what}: {exc}") from None
+            members = doc.get("consumerTable") if isinstance(doc, dict) else None
+            for cid, table in (members or {}).items():
+                queues = out.setdefault(str(cid), {})
+                for mq, value in objkey_json.message_queue_table(table).items():
+                    queues[MessageQueue(mq.topic, mq.broker_name, mq.queue_id)] = _int(value)
+        return {cid: dict(sorted(q.items())) for cid, q in sorted(out.items())}
+
+
+def parse_reset_timestamp(text: str, *, now_ms: int | None = None) -> int:
+    """mqadmin's ``-s`` of resetOffsetByTime: ``now``, epoch milliseconds, or local time as
+    ``yyyy-MM-dd#HH:mm:ss:SSS``; InvalidParameter otherwise."""
+    value = text.strip()
+    if value.lower() == "now":
+        return now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        parsed = datetime.datetime.strptime(value, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise InvalidParameter(
+            f"timestamp {text!r} is not 'now', epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(parsed.timestamp() * 1000)
 
 
 # -- the blocking facade -----------------------------------------------------------------------
@@ -680,10 +762,17 @@ class Admin(BlockingFacade):
         *,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        attributes: str | None = None,
     ) -> list[str]:
         return self._call(
             self._core.create_topic(
-                topic, read_queue_nums, write_queue_nums, perm, cluster=cluster, broker_addr=broker_addr
+                topic,
+                read_queue_nums,
+                write_queue_nums,
+                perm,
+                cluster=cluster,
+                broker_addr=broker_addr,
+                attributes=attributes,
             )
         )
 
@@ -730,8 +819,31 @@ class Admin(BlockingFacade):
         count: int = 32,
         *,
         broker_name: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[MessageView]:
-        return self._call(self._core.consume_message(topic, queue, offset, count, broker_name=broker_name))
+        return self._call(
+            self._core.consume_message(
+                topic, queue, offset, count, broker_name=broker_name, progress=progress
+            )
+        )
+
+    def reset_offset_by_time(
+        self,
+        group: str,
+        topic: str,
+        timestamp_ms: int,
+        *,
+        force: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[MessageQueue, int]:
+        return self._call(
+            self._core.reset_offset_by_time(group, topic, timestamp_ms, force=force, progress=progress)
+        )
+
+    def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        return self._call(self._core.consumer_status(group, topic, client_id))
 
 
 def wait_for_route(admin: Admin, topic: str, timeout_s: float = 10.0) -> TopicRouteData:
@@ -757,5 +869,6 @@ __all__ = [
     "QueueProgress",
     "QueueStatus",
     "decode_messages",
+    "parse_reset_timestamp",
     "wait_for_route",
 ]

@@ -52,6 +52,7 @@ from rocketq.errors import (
     RemotingTimeout,
     RocketqError,
     ServiceNotAvailable,
+    SubscriptionGroupNotExist,
     SystemBusy,
     TopicNameInvalid,
     TopicNotExist,
@@ -98,6 +99,7 @@ _CODE_ERRORS: dict[int, type[RocketqError]] = {
     14: ServiceNotAvailable,
     16: NoPermission,
     17: TopicNotExist,
+    26: SubscriptionGroupNotExist,
     29: InvalidParameter,
 }
 

@@ -11,9 +11,12 @@ Two ways to own queues (not both):
 * ``subscribe(topic, "TagA || TagB")`` — the group shares the topic's queues. The consumer sends
   HEART_BEAT (34) with its subscription to every broker of the topic every 30 s, and rebalances
   every 20 s and whenever a broker sends NOTIFY_CONSUMER_IDS_CHANGED (40): consumer ids from
-  GET_CONSUMER_LIST_BY_GROUP (38) and the topic's readable queues are sorted, and each consumer
-  takes one contiguous share (queues ÷ consumers, the first ``queues mod consumers`` consumers one
-  more). A queue that leaves the assignment has its offset committed first.
+  GET_CONSUMER_LIST_BY_GROUP (38) and the topic's readable queues are sorted, and the
+  ``allocate_strategy`` (:mod:`rocketq.client.allocate`: ``AVG`` by default, one contiguous
+  share; ``AVG_BY_CIRCLE``; ``CONSISTENT_HASH``) picks this consumer's share. A queue that
+  leaves the assignment has its offset committed first. With ``message_model="BROADCASTING"``
+  every consumer owns every queue and offsets are kept in a local file
+  (:mod:`rocketq.client.offset_store`) instead of on the brokers.
 
 Poll, per call (spec/remoting.md §4)::
 
@@ -36,6 +39,11 @@ timestamp = SEARCH_OFFSET_BY_TIMESTAMP (29). Unlike Java clients we ask with
 Commits: UPDATE_CONSUMER_OFFSET (15), as a request that is answered (Java sends it oneway), for
 every owned queue; every ``auto_commit_interval_ms`` when ``auto_commit``, on :meth:`commit`,
 before a rebalance gives a queue away and at :meth:`shutdown`.
+
+Offset resets: a broker relays ``resetOffsetByTime`` as RESET_CONSUMER_CLIENT_OFFSET (220, header
+``topic``/``group``/``timestamp``/``isForce``, body ``{"offsetTable":{{queue}:offset}}``); owned
+queues of that topic move to the new offsets (as a seek) and are committed at once.
+GET_CONSUMER_STATUS_FROM_CLIENT (221) is answered with the owned queues' current offsets.
 """
 
 from __future__ import annotations
@@ -49,12 +57,14 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from rocketq.broker import objkey_json
 from rocketq.broker.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from rocketq.broker.heartbeat import SubscriptionData, build_subscription
+from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
 from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MASTER_ID, MessageQueue, RouteCache
 from rocketq.client.aio import (
@@ -64,7 +74,16 @@ from rocketq.client.aio import (
     error_for_response,
     parse_namesrv_addrs,
 )
-from rocketq.errors import ClientStateError, ConfigError, ResponseCode, RocketqError, TopicNotExist
+from rocketq.client.allocate import AllocateStrategy, allocate_averagely, resolve_strategy
+from rocketq.client.offset_store import DEFAULT_OFFSET_STORE_DIR, LocalOffsetStore, default_offset_path
+from rocketq.errors import (
+    BodyFormatError,
+    ClientStateError,
+    ConfigError,
+    ResponseCode,
+    RocketqError,
+    TopicNotExist,
+)
 from rocketq.message import MessageExt
 from rocketq.namesrv.bodies import PERM_READ, TopicRouteData
 from rocketq.remoting import (
@@ -96,6 +115,7 @@ SUSPEND_MARGIN_S = 5.0
 ERROR_BACKOFF_S = 1.0
 MAX_PULL_BATCH_SIZE = 1024
 CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
+MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 
 _SUCCESS = 0
 _PULL_NOT_FOUND = 19
@@ -112,21 +132,6 @@ def _local_ip() -> str:
             return str(s.getsockname()[0])
     except OSError:
         return "127.0.0.1"
-
-
-def allocate_averagely(
-    queues: Sequence[MessageQueue], consumer_ids: Sequence[str], me: str
-) -> list[MessageQueue]:
-    """``me``'s contiguous share of the sorted ``queues`` among the sorted ``consumer_ids``."""
-    mqs = sorted(queues)
-    ids = sorted(set(consumer_ids))
-    if me not in ids or not mqs:
-        return []
-    n, c, index = len(mqs), len(ids), ids.index(me)
-    base, extra = divmod(n, c)
-    start = index * base + min(index, extra)
-    count = base + (1 if index < extra else 0)
-    return mqs[start : start + count]
 
 
 def decode_messages(body: bytes) -> list[MessageExt]:
@@ -186,6 +191,9 @@ class AsyncLitePullConsumer:
         heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
         rebalance_interval_ms: int = DEFAULT_REBALANCE_INTERVAL_MS,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        allocate_strategy: str | AllocateStrategy = "AVG",
+        message_model: str = "CLUSTERING",
+        offset_store_dir: str = DEFAULT_OFFSET_STORE_DIR,
     ) -> None:
         problems = []
         if not group or _GROUP_PATTERN.fullmatch(group) is None or len(group) > GROUP_MAX_LENGTH:
@@ -207,8 +215,12 @@ class AsyncLitePullConsumer:
             problems.append(
                 f"consume_from_where={consume_from_where!r} must be one of {', '.join(CONSUME_FROM)}"
             )
+        if message_model not in MESSAGE_MODELS:
+            problems.append(f"message_model={message_model!r} must be one of {', '.join(MESSAGE_MODELS)}")
         if problems:
             raise ConfigError("invalid lite pull consumer config: " + "; ".join(problems))
+        self.allocate_strategy = resolve_strategy(allocate_strategy)
+        self.message_model = message_model
         self.group = group
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.pull_batch_size = pull_batch_size
@@ -222,7 +234,15 @@ class AsyncLitePullConsumer:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_interval_ms = rebalance_interval_ms
         self.request_timeout_ms = request_timeout_ms
-        self.client_id = f"{_local_ip()}@{os.getpid()}#{next(_instance_ids)}"
+        ip = _local_ip()
+        self.client_id = f"{ip}@{os.getpid()}#{next(_instance_ids)}"
+        #: Broadcasting keeps offsets in a local file instead of on the brokers.
+        self.offset_store: LocalOffsetStore | None = None
+        if message_model == "BROADCASTING":
+            self.offset_store = LocalOffsetStore(default_offset_path(offset_store_dir, ip, group))
+        #: Called with the new offsets when a broker relays an offset reset (RESET_CONSUMER_CLIENT_OFFSET);
+        #: None: the offsets of owned queues are simply moved (a seek).
+        self.reset_listener: Callable[[dict[MessageQueue, int]], Awaitable[None]] | None = None
         #: Heartbeat ``consumeType``; the push consumer that drives this core says CONSUME_PASSIVELY.
         self.consume_type = "CONSUME_ACTIVELY"
         self._mode: str | None = None  # "assign" | "subscribe"
@@ -245,6 +265,8 @@ class AsyncLitePullConsumer:
             return
         if self._state != "created":
             raise ClientStateError(f"consumer {self.group} was shut down and cannot be restarted")
+        if self.offset_store is not None:
+            self.offset_store.load()
         self._remoting = RemotingClient(self._on_broker_request)
         self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.request_timeout_ms / 1000)
         self._rebalance_wanted = asyncio.Event()
@@ -300,13 +322,15 @@ class AsyncLitePullConsumer:
         return self._remoting
 
     # -- ownership ---------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
         """Share ``topic``'s queues with the group, receiving messages whose tag is in
-        ``expression`` (``"*"`` or ``"TagA || TagB"``). May be called before or after start."""
+        ``expression`` (``"*"`` or ``"TagA || TagB"``), or with ``expression_type="SQL92"`` whose
+        properties satisfy the selector ``expression`` (filtered by the broker). May be called
+        before or after start. Raises :class:`SubscriptionParseFailed` for a bad expression."""
         if self._mode == "assign":
             raise ClientStateError("subscribe() cannot be combined with assign()")
         self._subscriptions[topic] = build_subscription(
-            topic, expression, sub_version=time.time_ns() // 1_000_000
+            topic, expression, expression_type, sub_version=time.time_ns() // 1_000_000
         )
         self._mode = "subscribe"
         self._subs_changed = True
@@ -468,7 +492,7 @@ class AsyncLitePullConsumer:
             "suspendTimeoutMillis": suspend_ms,
             "subscription": sub.sub_string if sub is not None else "*",
             "subVersion": sub.sub_version if sub is not None else 0,
-            "expressionType": "TAG",
+            "expressionType": sub.expression_type if sub is not None else "TAG",
         }
         addr = await self._broker_addr(mq)
         timeout_s = self.request_timeout_ms / 1000 + (
@@ -538,6 +562,8 @@ class AsyncLitePullConsumer:
             "queueId": mq.queue_id,
             "setZeroIfNotFound": "false",
         }
+        if self.offset_store is not None:
+            return self.offset_store.read(mq)
         response = await self._invoke(RequestCode.QUERY_CONSUMER_OFFSET, mq, fields)
         if response.code == _QUERY_NOT_FOUND:
             return -1
@@ -549,6 +575,9 @@ class AsyncLitePullConsumer:
         await self._commit_all(raise_errors=True)
 
     async def _commit_all(self, *, raise_errors: bool, queues: Iterable[MessageQueue] | None = None) -> None:
+        if self.offset_store is not None:
+            await self._commit_local(raise_errors=raise_errors, queues=queues)
+            return
         first: RocketqError | None = None
         for mq in list(self._queues if queues is None else queues):
             state = self._queues.get(mq)
@@ -569,6 +598,20 @@ class AsyncLitePullConsumer:
                 first = first or exc
         if first is not None and raise_errors:
             raise first
+
+    async def _commit_local(self, *, raise_errors: bool, queues: Iterable[MessageQueue] | None) -> None:
+        store = self.offset_store
+        assert store is not None
+        for mq in list(self._queues if queues is None else queues):
+            state = self._queues.get(mq)
+            if state is not None and state.offset is not None:
+                store.update(mq, state.offset, increase_only=False)
+        try:
+            await asyncio.to_thread(store.persist)
+        except OSError as exc:
+            log.warning("cannot write offset file %s: %s", store.path, exc)
+            if raise_errors:
+                raise RocketqError(f"cannot write offset file {store.path}: {exc}") from exc
 
     async def _initial_offset(self, mq: MessageQueue) -> int:
         committed = await self.committed(mq)
@@ -640,7 +683,7 @@ class AsyncLitePullConsumer:
         consumer = {
             "groupName": self.group,
             "consumeType": self.consume_type,
-            "messageModel": "CLUSTERING",
+            "messageModel": self.message_model,
             "consumeFromWhere": self.consume_from_where,
             "unitMode": False,
             "subscriptionDataSet": [s.to_json() for s in self._subscriptions.values()],
@@ -714,11 +757,14 @@ class AsyncLitePullConsumer:
                 log.warning("rebalance of topic %s skipped, no route: %s", topic, exc)
                 keep_topics.add(topic)
                 continue
+            if self.message_model == "BROADCASTING":
+                wanted.update(queues)
+                continue
             ids = await self._consumer_ids(queues) if queues else []
             if not ids:
                 keep_topics.add(topic)
                 continue
-            wanted.update(allocate_averagely(queues, ids, self.client_id))
+            wanted.update(self.allocate_strategy(queues, ids, self.client_id))
         wanted.update(mq for mq in self._queues if mq.topic in keep_topics)
         removed = [mq for mq in self._queues if mq not in wanted]
         added = [mq for mq in sorted(wanted) if mq not in self._queues]
@@ -765,10 +811,65 @@ class AsyncLitePullConsumer:
             if self._rebalance_wanted is not None:
                 self._rebalance_wanted.set()
             return None
+        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            await self._on_reset_offset(request)
+            return None if request.is_oneway else create_response(request, ResponseCode.SUCCESS)
+        if request.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+            return create_response(request, ResponseCode.SUCCESS, body=self._status_body(request))
         if request.is_oneway:
             return None
         remark = REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code)
         return create_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+
+    async def _on_reset_offset(self, request: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (220): header ``topic``, ``group``, ``timestamp``,
+        ``isForce``; body ``{"offsetTable":{{queue}:offset, ...}}``. Owned queues of the topic
+        jump to the new offsets, which are committed at once."""
+        ext = request.ext_fields
+        if ext.get("group") != self.group or self._state != "running":
+            return
+        try:
+            table = reset_offset_table(request.body)
+        except BodyFormatError as exc:
+            log.warning("offset reset for group %s ignored: %s", self.group, exc)
+            return
+        topic = ext.get("topic")
+        table = {mq: off for mq, off in table.items() if mq.topic == topic and off >= 0}
+        log.info("group %s: offsets of %d queue(s) of %s reset by the broker", self.group, len(table), topic)
+        if self.reset_listener is not None:
+            await self.reset_listener(table)
+        else:
+            for mq, offset in table.items():
+                state = self._queues.get(mq)
+                if state is not None:
+                    state.offset = offset
+                    state.version += 1
+        await self._commit_all(raise_errors=False, queues=[mq for mq in table if mq in self._queues])
+
+    def _status_body(self, request: RemotingCommand) -> bytes:
+        """GetConsumerStatusBody: the positions of the owned queues of the asked topic."""
+        ext = request.ext_fields
+        table: dict[WireQueue, int] = {}
+        if ext.get("group") == self.group:
+            for mq, state in self._queues.items():
+                if mq.topic == ext.get("topic") and state.offset is not None:
+                    table[WireQueue(mq.topic, mq.broker_name, mq.queue_id)] = state.offset
+        return objkey_json.dumps({"consumerTable": {}, "messageQueueTable": table}).encode()
+
+
+def reset_offset_table(body: bytes) -> dict[MessageQueue, int]:
+    """The ``offsetTable`` of a ResetOffsetBody (fastjson, queue objects as keys)."""
+    try:
+        doc = objkey_json.loads(body)
+    except ValueError as exc:
+        raise BodyFormatError(f"reset offset body does not parse: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BodyFormatError("reset offset body is not a JSON object")
+    return {
+        MessageQueue(mq.topic, mq.broker_name, mq.queue_id): int(value)
+        for mq, value in objkey_json.message_queue_table(doc.get("offsetTable")).items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
 
 
 class LitePullConsumer(BlockingFacade):
@@ -830,9 +931,9 @@ class LitePullConsumer(BlockingFacade):
     def _core_shutdown(self) -> Coroutine[Any, Any, None]:
         return self._core.shutdown()
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
         """Share ``topic``'s queues with the group (see :meth:`AsyncLitePullConsumer.subscribe`)."""
-        self._sync(self._core.subscribe, topic, expression)
+        self._sync(self._core.subscribe, topic, expression, expression_type)
 
     def unsubscribe(self, topic: str) -> None:
         self._sync(self._core.unsubscribe, topic)
@@ -872,4 +973,10 @@ class LitePullConsumer(BlockingFacade):
         return self._call(self._core.fetch_message_queues(topic))
 
 
-__all__ = ["AsyncLitePullConsumer", "LitePullConsumer", "allocate_averagely", "decode_messages"]
+__all__ = [
+    "AsyncLitePullConsumer",
+    "LitePullConsumer",
+    "allocate_averagely",
+    "decode_messages",
+    "reset_offset_table",
+]

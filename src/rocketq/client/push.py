@@ -2,7 +2,7 @@
 
 :class:`AsyncPushConsumer` drives an :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer`
 core for group membership (HEART_BEAT with ``consumeType`` CONSUME_PASSIVELY, rebalance with
-``allocate_averagely``, NOTIFY_CONSUMER_IDS_CHANGED), pulls, offset queries and commits; on top
+the ``allocate_strategy``, NOTIFY_CONSUMER_IDS_CHANGED), pulls, offset queries and commits; on top
 of it, in clustering mode:
 
 * it also subscribes to ``%RETRY%<group>`` (``"*"``), where the broker re-delivers messages sent
@@ -22,8 +22,16 @@ of it, in clustering mode:
   offset when it is empty), stored every ``auto_commit_interval_ms`` (5 s), before a rebalance
   gives the queue away and at :meth:`AsyncPushConsumer.shutdown`. Delivery is at least once.
 
-Not implemented: orderly listeners (``orderly=True`` raises :class:`~rocketq.errors.ConfigError`)
-and broadcasting.
+Orderly listeners (``register_listener(fn, orderly=True)``) replace the shared consume workers
+with one consume task per queue that holds the queue's broker lock and retries a failed batch
+locally (:mod:`rocketq.client.orderly`).
+
+Broadcasting (``message_model="BROADCASTING"``): every member owns every queue, offsets live in a
+local file (:mod:`rocketq.client.offset_store`), the retry topic is not subscribed and a failed
+message is dropped with a warning, not sent back (as RocketMQ).
+
+An offset reset relayed by a broker (RESET_CONSUMER_CLIENT_OFFSET 220) drops the cached messages
+of each affected owned queue and restarts its pull loop at the new offset.
 """
 
 from __future__ import annotations
@@ -48,6 +56,12 @@ from rocketq.client.lite_pull import (
     MAX_SUSPEND_MS,
     AsyncLitePullConsumer,
     _QueueState,
+)
+from rocketq.client.orderly import (
+    DEFAULT_LOCK_INTERVAL_MS,
+    DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
+    ConsumeOrderlyStatus,
+    OrderlyConsumeService,
 )
 from rocketq.errors import ClientStateError, ConfigError, RocketqError
 from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
@@ -74,7 +88,8 @@ class ConsumeStatus(enum.Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
-AsyncListener = Callable[[list[MessageExt]], "Awaitable[ConsumeStatus | None] | ConsumeStatus | None"]
+ListenerResult = ConsumeStatus | ConsumeOrderlyStatus | None
+AsyncListener = Callable[[list[MessageExt]], "Awaitable[ListenerResult] | ListenerResult"]
 
 
 class ProcessQueue:
@@ -135,6 +150,8 @@ class AsyncPushConsumer:
         pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
         pull_threshold_size_for_queue_mib: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
         auto_commit_interval_ms: int = DEFAULT_AUTO_COMMIT_INTERVAL_MS,
+        suspend_current_queue_time_ms: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
+        lock_interval_ms: int = DEFAULT_LOCK_INTERVAL_MS,
         **options: Any,
     ) -> None:
         problems = []
@@ -143,9 +160,12 @@ class AsyncPushConsumer:
             ("consume_message_batch_max_size", consume_message_batch_max_size),
             ("pull_threshold_for_queue", pull_threshold_for_queue),
             ("pull_threshold_size_for_queue_mib", pull_threshold_size_for_queue_mib),
+            ("lock_interval_ms", lock_interval_ms),
         ):
             if value <= 0:
                 problems.append(f"{name}={value} must be > 0")
+        if suspend_current_queue_time_ms < 0:
+            problems.append(f"suspend_current_queue_time_ms={suspend_current_queue_time_ms} must be >= 0")
         if max_reconsume_times < 0:
             problems.append(f"max_reconsume_times={max_reconsume_times} must be >= 0")
         if problems:
@@ -165,7 +185,12 @@ class AsyncPushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self.suspend_current_queue_time_ms = suspend_current_queue_time_ms
+        self.lock_interval_ms = lock_interval_ms
         self._listener: AsyncListener | None = None
+        self._orderly_listener = False
+        self._orderly: OrderlyConsumeService | None = None
+        self._releases: set[asyncio.Task[None]] = set()
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._work: asyncio.Queue[tuple[ProcessQueue, list[MessageExt]] | None] | None = None
@@ -186,20 +211,28 @@ class AsyncPushConsumer:
         """The lite pull core used for membership, pulls and offsets."""
         return self._core
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``)."""
-        self._core.subscribe(topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``), or
+        with ``expression_type="SQL92"`` whose properties satisfy the selector ``expression``."""
+        self._core.subscribe(topic, expression, expression_type)
 
     def unsubscribe(self, topic: str) -> None:
         self._core.unsubscribe(topic)
 
+    @property
+    def message_model(self) -> str:
+        return self._core.message_model
+
     def register_listener(self, listener: AsyncListener, *, orderly: bool = False) -> None:
-        """Set the function called with each batch of messages (before :meth:`start`)."""
-        if orderly:
-            raise ConfigError("orderly listeners are not supported by this push consumer")
+        """Set the function called with each batch of messages (before :meth:`start`).
+
+        ``orderly=True`` consumes each queue one batch at a time in queue order, holding the
+        queue's lock at its broker (see :mod:`rocketq.client.orderly`); the listener answers
+        :class:`~rocketq.client.orderly.ConsumeOrderlyStatus` (or a :class:`ConsumeStatus`)."""
         if self._state != "created":
             raise ClientStateError("register_listener() must be called before start()")
         self._listener = listener
+        self._orderly_listener = orderly
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer owns now (retry queues included), sorted."""
@@ -213,13 +246,28 @@ class AsyncPushConsumer:
             raise ClientStateError(f"consumer {self.group} was shut down and cannot be restarted")
         if self._listener is None:
             raise ClientStateError("register_listener() must be called before start()")
-        self._core.subscribe(retry_topic(self.group), "*")
+        if self.message_model == "CLUSTERING":
+            self._core.subscribe(retry_topic(self.group), "*")
+        self._core.reset_listener = self._on_reset_offset
         self._work = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        self._workers = [
-            loop.create_task(self._consume_worker(), name=f"rocketq-push-{self.group}-consume-{i}")
-            for i in range(self.consume_thread_nums)
-        ]
+        if self._orderly_listener:
+            self._orderly = OrderlyConsumeService(
+                self._core,
+                self._call_listener,
+                self._store_offset,
+                batch_max_size=self.consume_message_batch_max_size,
+                suspend_ms=self.suspend_current_queue_time_ms,
+                lock_interval_ms=self.lock_interval_ms,
+            )
+            self._tasks.append(
+                loop.create_task(self._orderly.renew_loop(), name=f"rocketq-push-{self.group}-lock")
+            )
+        else:
+            self._workers = [
+                loop.create_task(self._consume_worker(), name=f"rocketq-push-{self.group}-consume-{i}")
+                for i in range(self.consume_thread_nums)
+            ]
         self._state = "running"
         try:
             await self._core.start()
@@ -241,6 +289,8 @@ class AsyncPushConsumer:
         self._state = "stopping"
         try:
             await self._stop_tasks()
+            if self._orderly is not None:
+                await self._orderly.release_all()
         finally:
             self._state = "shutdown"
             await self._core.shutdown()
@@ -261,6 +311,7 @@ class AsyncPushConsumer:
                 work.put_nowait(None)
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
+        await asyncio.gather(*self._releases, return_exceptions=True)
 
     async def __aenter__(self) -> AsyncPushConsumer:
         await self.start()
@@ -283,13 +334,18 @@ class AsyncPushConsumer:
         if self._state != "running":
             return
         owned = set(self._core.assignment())
+        loop = asyncio.get_running_loop()
         for mq in [mq for mq in self._pqs if mq not in owned]:
-            self._pqs.pop(mq).dropped = True
+            pq = self._pqs.pop(mq)
+            pq.dropped = True
             task = self._pull_tasks.pop(mq, None)
             if task is not None:
                 task.cancel()
+            if self._orderly is not None:
+                release = loop.create_task(self._orderly.release(pq), name=f"rocketq-orderly-release-{mq}")
+                self._releases.add(release)
+                release.add_done_callback(self._releases.discard)
             log.info("push consumer %s dropped %s", self.client_id, mq)
-        loop = asyncio.get_running_loop()
         for mq in sorted(owned - set(self._pull_tasks)):
             self._pull_tasks[mq] = loop.create_task(self._pull_loop(mq), name=f"rocketq-push-pull-{mq}")
 
@@ -302,6 +358,9 @@ class AsyncPushConsumer:
             state = self._core_state(mq)
             if state is None:
                 return
+            # an orderly queue's committed offset is read only once the previous owner unlocked it
+            if not await self._lock_for_orderly(mq, state):
+                return
             try:
                 offset = state.offset if state.offset is not None else await self._core._initial_offset(mq)
             except RocketqError as exc:
@@ -313,6 +372,8 @@ class AsyncPushConsumer:
             state.offset = offset
             pq = ProcessQueue(mq, offset)
             self._pqs[mq] = pq
+            if self._orderly is not None:
+                self._orderly.start_queue(pq)
         while not pq.dropped:
             if pq.over_threshold(self.pull_threshold_for_queue, self.pull_threshold_size_for_queue):
                 pq.freed.clear()
@@ -332,7 +393,17 @@ class AsyncPushConsumer:
                 self._store_offset(pq, pq.committable())
             self._dispatch(pq, added)
 
+    async def _lock_for_orderly(self, mq: MessageQueue, state: _QueueState) -> bool:
+        orderly = self._orderly
+        if orderly is None or not orderly.clustering:
+            return True
+        return await orderly.acquire(mq, lambda: self._core_state(mq) is not state)
+
     def _dispatch(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        if self._orderly is not None:
+            if messages:
+                self._orderly.notify(pq)
+            return
         work = self._work
         assert work is not None
         size = self.consume_message_batch_max_size
@@ -357,23 +428,34 @@ class AsyncPushConsumer:
                 continue
             await self._consume(pq, batch)
 
-    async def _consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+    async def _call_listener(self, mq: MessageQueue, batch: list[MessageExt]) -> bool:
+        """Run the listener on ``batch``; True when it succeeded."""
         for m in batch:
             origin = m.properties.get(PROPERTY_RETRY_TOPIC)
             if origin and m.topic == retry_topic(self.group):
                 m.topic = origin
         listener = self._listener
         assert listener is not None
-        status: ConsumeStatus | None
+        status: ListenerResult
         try:
             result = listener(batch)
             status = await result if inspect.isawaitable(result) else result
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(batch), pq.mq)
-            status = ConsumeStatus.RECONSUME_LATER
-        if status is None or status is ConsumeStatus.CONSUME_SUCCESS:
+            log.exception("listener of group %s failed on %d message(s) of %s", self.group, len(batch), mq)
+            return False
+        return status is None or status in (ConsumeStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+
+    async def _consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        if await self._call_listener(pq.mq, batch):
+            self._store_offset(pq, pq.remove(batch))
+            return
+        if self.message_model == "BROADCASTING":
+            # as RocketMQ: a broadcast message that failed is not retried
+            log.warning(
+                "broadcast consumer %s drops %d failed message(s) of %s", self.client_id, len(batch), pq.mq
+            )
             self._store_offset(pq, pq.remove(batch))
             return
         failed: list[MessageExt] = []
@@ -383,6 +465,27 @@ class AsyncPushConsumer:
         self._store_offset(pq, pq.remove(done))
         if failed and not pq.dropped:
             asyncio.get_running_loop().call_later(SEND_BACK_RETRY_S, self._redispatch, pq, failed)
+
+    async def _on_reset_offset(self, table: dict[MessageQueue, int]) -> None:
+        """A broker relayed an offset reset: drop the cached messages of each owned queue in
+        ``table`` and pull it again from its new offset."""
+        for mq, offset in table.items():
+            state = self._core_state(mq)
+            if state is None:
+                continue
+            pq = self._pqs.pop(mq, None)
+            task = self._pull_tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            if pq is not None:
+                pq.dropped = True
+                if self._orderly is not None:
+                    await self._orderly.release(pq, unlock=False)
+            state.offset = offset
+            state.version += 1
+            log.info("push consumer %s: %s reset to offset %d", self.client_id, mq, offset)
+        self._reconcile()
 
     def _redispatch(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
         if self._state == "running" and not pq.dropped:
@@ -414,7 +517,7 @@ class AsyncPushConsumer:
         return True
 
 
-Listener = Callable[[list[MessageExt]], "ConsumeStatus | None"]
+Listener = Callable[[list[MessageExt]], ListenerResult]
 
 
 class PushConsumer(BlockingFacade):
@@ -461,8 +564,8 @@ class PushConsumer(BlockingFacade):
     def client_id(self) -> str:
         return self._core.client_id
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self._sync(self._core.subscribe, topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        self._sync(self._core.subscribe, topic, expression, expression_type)
 
     def unsubscribe(self, topic: str) -> None:
         self._sync(self._core.unsubscribe, topic)
@@ -470,7 +573,7 @@ class PushConsumer(BlockingFacade):
     def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
         """Set ``listener(list[MessageExt]) -> ConsumeStatus | None`` (before :meth:`start`)."""
 
-        async def run(batch: list[MessageExt]) -> ConsumeStatus | None:
+        async def run(batch: list[MessageExt]) -> ListenerResult:
             pool = self._pool
             assert pool is not None
             return await asyncio.get_running_loop().run_in_executor(pool, listener, batch)
@@ -498,4 +601,4 @@ class PushConsumer(BlockingFacade):
             pool.shutdown(wait=True)
 
 
-__all__ = ["AsyncPushConsumer", "ConsumeStatus", "ProcessQueue", "PushConsumer"]
+__all__ = ["AsyncPushConsumer", "ConsumeOrderlyStatus", "ConsumeStatus", "ProcessQueue", "PushConsumer"]

@@ -165,13 +165,19 @@ class AsyncTransactionProducer:
 
     # -- public API --------------------------------------------------------------------------
     async def send_message_in_transaction(
-        self, msg: Message, local_transaction: LocalTransaction, arg: Any = None
+        self,
+        msg: Message,
+        local_transaction: LocalTransaction,
+        arg: Any = None,
+        *,
+        sharding_key: str | None = None,
     ) -> TransactionSendResult:
         """Send ``msg`` as a half message, run ``local_transaction(msg, arg)`` and end the
         transaction on the broker with its outcome (see the module documentation).
 
         ``local_transaction`` gets a copy of ``msg`` carrying the ``UNIQ_KEY``, ``TRAN_MSG`` and
-        ``PGROUP`` properties. Send failures raise as for :meth:`AsyncProducer.send`."""
+        ``PGROUP`` properties. ``sharding_key`` picks the queue as for :meth:`AsyncProducer.send`.
+        Send failures raise as for :meth:`AsyncProducer.send`."""
         producer = self._producer
         if msg.delay_level > 0:
             raise MessageIllegal("a transactional message cannot have a delay level")
@@ -184,7 +190,7 @@ class AsyncTransactionProducer:
         half = dataclasses.replace(msg, properties=props)
         prepared = producer._prepare(half)
         prepared.sys_flag |= SYS_FLAG_TRANSACTION_PREPARED
-        sent = await producer._send_with_retries(prepared, None, None, None, half)
+        sent = await producer._send_with_retries(prepared, sharding_key, None, None, half)
         mq = sent.message_queue
         addr = routes.broker_addr(mq.broker_name, mq.topic)
         if addr is not None and addr not in self._heartbeated:
