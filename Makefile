@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench clean proto
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ unit: $(VENV)/.installed-test
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py
 	$(PY) bench/store_read.py
+
+# regenerate the checked-in gRPC stubs of the RocketMQ 5 endpoint from src/rocketq/proxy/v2/*.proto
+proto: $(VENV)/.installed-test
+	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src --grpc_python_out=src src/rocketq/proxy/v2/*.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

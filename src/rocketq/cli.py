@@ -18,12 +18,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
-from rocketq.client.admin import Admin, MessageView
+from rocketq.client import bench as client_bench
+from rocketq.client.admin import Admin, MessageView, parse_reset_timestamp
+from rocketq.client.progress import Progress
 from rocketq.config import StoreConfig
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
+from rocketq.proxy.server import DEFAULT_GRPC_PORT, GrpcConfig, GrpcEndpoint
 from rocketq.store import MessageStore
 
 
@@ -112,7 +115,10 @@ async def _serve_async(args: argparse.Namespace) -> None:
     namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
     await namesrv.start()
     namesrv_addr = f"{args.host}:{namesrv.port}"
-    broker_cfg = BrokerConfig(
+    # a broker.conf (-c) gives the defaults; the serve flags below always win
+    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
+    broker_cfg = dataclasses.replace(
+        base_cfg,
         broker_name=args.broker_name,
         namesrv_addr=namesrv_addr,
         broker_ip1=args.host,
@@ -120,22 +126,41 @@ async def _serve_async(args: argparse.Namespace) -> None:
         listen_port=args.broker_port,
         fast_listen_port_enable=False,
     )
-    store_cfg = StoreConfig(
+    store_cfg = dataclasses.replace(
+        base_store,
         store_path_root_dir=os.path.join(args.data_dir, args.broker_name),
         flush_disk_type=args.flush,
     )
     broker = Broker(broker_cfg, store_cfg)
+    grpc_endpoint = None
     try:
         await broker.start()
+        grpc_line = ""
+        if args.grpc_port is None or args.grpc_port >= 0:
+            port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
+            endpoint = GrpcEndpoint(
+                broker, GrpcConfig(args.host, port, None, args.grpc_tls_cert, args.grpc_tls_key)
+            )
+            try:
+                await endpoint.start()
+                grpc_endpoint = endpoint
+                grpc_line = f"\n  gRPC (v5)    {endpoint.address}"
+            except RocketqError as exc:
+                if args.grpc_port is not None or args.grpc_tls_cert or args.grpc_tls_key:
+                    raise
+                # the default port is taken (another broker): serve remoting only
+                print(f"gRPC endpoint not started: {exc}", file=sys.stderr, flush=True)
         print(
             f"rocketq ready in {time.monotonic() - began:.2f} s\n"
             f"  name server  {namesrv_addr}\n"
             f"  broker       {broker.broker_addr}  ({args.broker_name}, "
-            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})",
+            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})" + grpc_line,
             flush=True,
         )
         await stop.wait()
     finally:
+        if grpc_endpoint is not None:
+            await grpc_endpoint.stop()
         await broker.shutdown()
         await namesrv.close()
 
@@ -201,6 +226,7 @@ def _admin_update_topic(admin: Admin, args: argparse.Namespace) -> None:
         args.perm,
         cluster=args.cluster,
         broker_addr=args.broker_addr,
+        attributes=args.attributes,
     )
     doc = {
         "topic": args.topic,
@@ -385,10 +411,55 @@ def _admin_send_message(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def _admin_consume_message(admin: Admin, args: argparse.Namespace) -> None:
-    found = admin.consume_message(
-        args.topic, args.queue_id, args.offset, args.count, broker_name=args.broker_name
-    )
+    with Progress(args.count, "messages read", enabled=not args.json) as progress:
+        found = admin.consume_message(
+            args.topic,
+            args.queue_id,
+            args.offset,
+            args.count,
+            broker_name=args.broker_name,
+            progress=progress.update,
+        )
     _out(args, [m.to_json() for m in found], lambda: _print_messages(found))
+
+
+def _admin_get_consumer_status(admin: Admin, args: argparse.Namespace) -> None:
+    status = admin.consumer_status(args.group, args.topic, args.client_id)
+    rows = [
+        (cid, mq.broker_name, mq.queue_id, offset)
+        for cid, queues in status.items()
+        for mq, offset in queues.items()
+    ]
+    doc = [{"clientId": c, "brokerName": b, "queueId": q, "offset": o} for c, b, q, o in rows]
+    _out(args, doc, lambda: print(_table(["#clientId", "#brokerName", "#queueId", "#offset"], rows)))
+
+
+def _admin_reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
+    timestamp = parse_reset_timestamp(args.timestamp)
+    force = args.force.lower() != "false"
+    with Progress(None, "brokers reset", enabled=not args.json) as progress:
+        table = admin.reset_offset_by_time(
+            args.group, args.topic, timestamp, force=force, progress=progress.update
+        )
+    doc = {
+        "group": args.group,
+        "topic": args.topic,
+        "timestamp": timestamp,
+        "force": force,
+        "offsets": [
+            {"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": o} for mq, o in table.items()
+        ],
+    }
+    _out(
+        args,
+        doc,
+        lambda: print(
+            _table(
+                ["#brokerName", "#queueId", "#offset"],
+                [(mq.broker_name, mq.queue_id, o) for mq, o in table.items()],
+            )
+        ),
+    )
 
 
 AdminCommand = Callable[[Admin, argparse.Namespace], None]
@@ -431,6 +502,7 @@ def _add_admin_parser(sub: Any) -> None:
     p.add_argument("-r", "--read-queue-nums", type=int, default=8)
     p.add_argument("-w", "--write-queue-nums", type=int, default=8)
     p.add_argument("-p", "--perm", type=int, default=6)
+    p.add_argument("-a", "--attributes", help="topic attributes, e.g. +message.type=FIFO")
     p = cmd("deleteTopic", _admin_delete_topic, "delete a topic from a cluster and the name servers")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-c", "--cluster", required=True)
@@ -465,6 +537,17 @@ def _add_admin_parser(sub: Any) -> None:
     p.add_argument("-i", "--queue-id", type=int, required=True)
     p.add_argument("-o", "--offset", type=int, default=0)
     p.add_argument("-c", "--count", type=int, default=32)
+    p = cmd("getConsumerStatus", _admin_get_consumer_status, "ask a group's online members for their offsets")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-i", "--client-id", default=None, help="only this member (client id)")
+    p = cmd("resetOffsetByTime", _admin_reset_offset_by_time, "reset a group's offsets on a topic to a time")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--timestamp", required=True, help="now | epoch ms | yyyy-MM-dd#HH:mm:ss:SSS")
+    p.add_argument(
+        "-f", "--force", default="true", help="true: also move forward (default); false: only rewind"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -494,8 +577,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--broker-port", type=int, default=10911)
     serve.add_argument("--broker-name", default="broker-a")
     serve.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    serve.add_argument("-c", "--config", help="broker.conf (key=value) for the broker's other settings")
+    serve.add_argument(
+        "--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081; 0 free, -1 off)"
+    )
+    serve.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
+    serve.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
     serve.set_defaults(func=_serve)
     _add_admin_parser(sub)
+    client_bench.add_parser(sub)
+    from rocketq.spark.jobs.cli import add_parser as add_spark_parser  # noqa: PLC0415 - lazy: no PySpark
+
+    add_spark_parser(sub)
+    from rocketq.proxy.cli import add_parser as add_proxy_parser  # noqa: PLC0415
+
+    add_proxy_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -40,6 +40,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketq.broker.context import BrokerContext
@@ -145,6 +146,8 @@ class TransactionService:
         self.check_passes = 0
         self.checks_sent = 0
         self.discarded = 0
+        #: Asks producers of other protocols (gRPC) about a renewed half; True when one was asked.
+        self.external_checker: Callable[[str, MessageExt], bool] | None = None
 
     async def _put(self, msg: BrokerMessage) -> PutMessageResult:
         store = self.ctx.store
@@ -154,7 +157,6 @@ class TransactionService:
 
     # -- END_TRANSACTION --------------------------------------------------------------------
     async def end_transaction(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        ctx = self.ctx
         ext = request.ext_fields
         producer_group = get_str(ext, "producerGroup")
         tran_state_offset = get_long(ext, "tranStateTableOffset")
@@ -173,21 +175,42 @@ class TransactionService:
                 " on check" if from_check else "",
             )
             return None
-        half = await ctx.blocking(ctx.store.look_message_by_offset, commit_log_offset)
-        if half is None or half.topic != TRANS_HALF_TOPIC:
-            return create_response(
-                request, ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
-            )
-        problem = self._check_prepare_message(half, producer_group, tran_state_offset, commit_log_offset)
+        problem = await self.resolve(
+            producer_group=producer_group,
+            tran_state_offset=tran_state_offset,
+            commit_log_offset=commit_log_offset,
+            commit=kind == TRANSACTION_COMMIT_TYPE,
+            msg_id=msg_id,
+        )
         if problem:
             return create_response(request, ResponseCode.SYSTEM_ERROR, problem)
+        return create_response(request, ResponseCode.SUCCESS)
+
+    async def resolve(
+        self,
+        *,
+        producer_group: str,
+        tran_state_offset: int,
+        commit_log_offset: int,
+        commit: bool,
+        msg_id: str = "",
+    ) -> str:
+        """Commit or roll back the half at ``commit_log_offset``; "" on success, else what is
+        wrong (the remark of a SYSTEM_ERROR answer). Also used by the gRPC endpoint."""
+        ctx = self.ctx
+        half = await ctx.blocking(ctx.store.look_message_by_offset, commit_log_offset)
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            return "Find prepared transaction message failed"
+        problem = self._check_prepare_message(half, producer_group, tran_state_offset, commit_log_offset)
+        if problem:
+            return problem
         origin = _origin_offset(half)
         if half.queue_offset in self._resolved or origin in self._resolved:
             log.info("transaction of half %d (msg %s) already resolved; ignored", half.queue_offset, msg_id)
-            return create_response(request, ResponseCode.SUCCESS)
+            return ""
         self._resolved.add(half.queue_offset)
         self._resolved.add(origin)
-        if kind == TRANSACTION_COMMIT_TYPE:
+        if commit:
             try:
                 await self._put(self._end_message(half, tran_state_offset, commit_log_offset))
             except Exception:
@@ -195,7 +218,7 @@ class TransactionService:
                 self._resolved.discard(origin)
                 raise
         await self._put_op(half)
-        return create_response(request, ResponseCode.SUCCESS)
+        return ""
 
     @staticmethod
     def _check_prepare_message(
@@ -362,6 +385,11 @@ class TransactionService:
         result = await self._put(renewed)
         group = props.get(PROPERTY_PRODUCER_GROUP, "")
         channels = [info.channel for info in ctx.producers.group_channels(group) if not info.channel.closed]
+        if not channels and self.external_checker is not None:
+            copy = await ctx.blocking(ctx.store.look_message_by_offset, result.physical_offset)
+            if copy is not None and self.external_checker(group, copy):
+                self.checks_sent += 1
+                return
         if not channels:
             log.info("no live producer of group %s to check transaction %s", group, half.uniq_key)
             return

@@ -1,0 +1,106 @@
+"""``rocketq proxy``: the RocketMQ 5 gRPC endpoint as its own process in front of a cluster.
+
+    rocketq proxy --namesrv 127.0.0.1:9876 [--grpc-port 8081] [--host 127.0.0.1]
+                  [--grpc-tls-cert cert.pem --grpc-tls-key key.pem]
+
+Serves :class:`~rocketq.proxy.cluster.ClusterServicer` until SIGINT/SIGTERM; prints
+``gRPC (v5)  host:port`` once listening (``--grpc-port 0`` picks a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+import grpc
+
+from rocketq.client.aio import parse_namesrv_addrs
+from rocketq.errors import ConfigError
+from rocketq.proxy.cluster import ClusterServicer
+from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair
+from rocketq.proxy.v2 import service_pb2_grpc
+from rocketq.remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+SHUTDOWN_GRACE_S = 2.0
+
+
+async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    namesrv_addrs = parse_namesrv_addrs(args.namesrv)
+    port_box = [args.grpc_port]
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    target = f"{args.host}:{args.grpc_port}"
+    try:
+        port = _bind(server, target, args.grpc_tls_cert, args.grpc_tls_key)
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot listen for gRPC on {target}: {exc}") from None
+    if port == 0:
+        raise ConfigError(f"cannot listen for gRPC on {target}")
+    port_box[0] = port
+    async with RemotingClient() as remoting:
+        servicer = ClusterServicer(
+            remoting, namesrv_addrs, advertised_host=args.host, advertised_port=lambda: port_box[0]
+        )
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        await server.start()
+        try:
+            print(
+                f"rocketq proxy ready (cluster mode, name servers {';'.join(namesrv_addrs)})\n"
+                f"  gRPC (v5)    {args.host}:{port}",
+                flush=True,
+            )
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+        finally:
+            servicer.sessions.close_all()
+            await server.stop(SHUTDOWN_GRACE_S)
+
+
+def _bind(server: grpc.aio.Server, target: str, cert_path: str | None, key_path: str | None) -> int:
+    if not (cert_path or key_path):
+        return int(server.add_insecure_port(target))
+    if not (cert_path and key_path):
+        raise ConfigError("TLS needs both --grpc-tls-cert and --grpc-tls-key")
+    check_key_pair(cert_path, key_path)
+    with open(key_path, "rb") as f:
+        key = f.read()
+    with open(cert_path, "rb") as f:
+        cert = f.read()
+    return int(server.add_secure_port(target, grpc.ssl_server_credentials([(key, cert)])))
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    asyncio.run(run_proxy(args))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``proxy`` subcommand to the ``rocketq`` argument parser's subparsers."""
+    p = sub.add_parser("proxy", help="RocketMQ 5 gRPC endpoint in front of a cluster (port 8081)")
+    p.add_argument("-n", "--namesrv", required=True, help="name servers, host:port;host:port")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
+    p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="gRPC port (0 = a free one)")
+    p.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
+    p.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
+    p.set_defaults(func=_proxy)
+
+
+__all__ = ["add_parser", "run_proxy"]

@@ -1,0 +1,528 @@
+"""``apache.rocketmq.v2.MessagingService`` served from inside a broker process (local mode).
+
+Handlers are thin: they validate the request, call the broker's parts (topic table, store,
+TransactionService, PopService) and build the reply with the pure helpers of
+:mod:`~rocketq.proxy.convert`, :mod:`~rocketq.proxy.route`, :mod:`~rocketq.proxy.settings` and
+:mod:`~rocketq.proxy.status`. Business errors are answered in the response's ``status`` (the SDKs
+read it there) and the call itself ends OK; a handler never lets an exception out, so one bad
+request cannot disturb other clients.
+
+Transaction ids are ``<commit-log offset:016X><half queue offset:016X>`` of the half message:
+EndTransaction needs nothing else to find it, after a restart too, and a checked copy of the half
+gets its own id.
+
+ReceiveMessage streams ``status`` → ``message`` × n → ``delivery_timestamp`` (Java proxy order);
+with nothing to deliver ``status MESSAGE_NOT_FOUND`` → ``delivery_timestamp``. Long polling waits
+at most the client's ``long_polling_timeout`` and never past the call deadline minus
+:data:`DEADLINE_MARGIN_MS`.
+
+Not offered: PullMessage, UpdateOffset, GetOffset, QueryOffset, RecallMessage and
+SyncLiteSubscription (UNIMPLEMENTED; the official SDKs' Producer, SimpleConsumer and PushConsumer
+do not call them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from rocketq.broker.context import BrokerContext
+from rocketq.broker.pop.service import PopService
+from rocketq.broker.topic_config import TopicConfig, is_readable
+from rocketq.broker.transaction import TransactionService, ensure_half_topics, to_half_message
+from rocketq.config import FlushDiskType
+from rocketq.errors import (
+    InvalidParameter,
+    MessageBodyTooLarge,
+    NoPermission,
+    RocketqError,
+    SubscriptionGroupNotExist,
+    TopicNameInvalid,
+    TopicNotExist,
+)
+from rocketq.filter import compile_filter
+from rocketq.message import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    BrokerMessage,
+    MessageExt,
+    born_host_of,
+    encode_properties,
+    java_string_hash,
+    validate_topic,
+)
+from rocketq.proxy import convert, route, status
+from rocketq.proxy.settings import ServerSettings, reply_settings
+from rocketq.proxy.status import InvalidTransactionId, NotSupported
+from rocketq.proxy.telemetry import Session, SessionRegistry
+from rocketq.proxy.v2 import definition_pb2 as pb
+from rocketq.proxy.v2 import service_pb2 as spb
+from rocketq.proxy.v2 import service_pb2_grpc
+from rocketq.store.commitlog import PutMessageResult
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+#: Long polling ends this long before the call's deadline so the answer arrives in time.
+DEADLINE_MARGIN_MS = 1_500
+#: Invisible time of a receive that names none (PushConsumer), as RocketMQ 5's proxy default.
+DEFAULT_INVISIBLE_MS = 60_000
+MIN_INVISIBLE_MS = 1_000
+MAX_BATCH_SIZE = 1_024
+PROPERTY_CLUSTER = "CLUSTER"
+
+
+def encode_transaction_id(commit_log_offset: int, queue_offset: int) -> str:
+    return f"{commit_log_offset:016X}{queue_offset:016X}"
+
+
+def decode_transaction_id(text: str) -> tuple[int, int]:
+    """(commit-log offset, half queue offset) of a transaction id; InvalidTransactionId otherwise."""
+    if len(text) != 32:
+        raise InvalidTransactionId(f"transaction id {text[:64]!r} was not issued by this broker")
+    try:
+        return int(text[:16], 16), int(text[16:], 16)
+    except ValueError:
+        raise InvalidTransactionId(f"transaction id {text[:64]!r} was not issued by this broker") from None
+
+
+def fifo_queue(message_group: str, queue_count: int) -> int:
+    """Queue of a FIFO message: a stable hash of its group (all of a group lands in one queue)."""
+    return abs(java_string_hash(message_group)) % queue_count
+
+
+def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return str(v)
+    return ""
+
+
+class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
+    """The gRPC service of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: BrokerContext,
+        transactions: TransactionService | None,
+        *,
+        advertised_host: str,
+        advertised_port: Callable[[], int],
+        server_settings: ServerSettings | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.transactions = transactions
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.settings = server_settings or ServerSettings(
+            max_body_size_bytes=ctx.store.config.max_message_size
+        )
+        self.sessions = SessionRegistry()
+        self._rr = itertools.count(random.randrange(1 << 16))
+        self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        if transactions is not None:
+            transactions.external_checker = self.check_orphaned_transaction
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _broker_endpoints(self, requested: pb.Endpoints | None) -> pb.Endpoints:
+        if requested is not None and len(requested.addresses) > 0:
+            return requested
+        return route.endpoints(self.advertised_host, self.advertised_port())
+
+    def _topic(self, resource: pb.Resource) -> TopicConfig:
+        name = resource.name
+        if not name:
+            raise TopicNameInvalid("topic name is empty")
+        try:
+            validate_topic(name)
+        except TopicNameInvalid as exc:
+            raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
+        tc = self.ctx.topics.select(name)
+        if tc is None:
+            raise TopicNotExist(f"topic {name} does not exist; create it first (rocketq admin updateTopic)")
+        return tc
+
+    def _group(self, resource: pb.Resource) -> str:
+        name = resource.name
+        if not name:
+            raise InvalidParameter("consumer group is empty")
+        cfg = self.ctx.groups.find(name)
+        if cfg is None:
+            raise SubscriptionGroupNotExist(f"consumer group {name} does not exist")
+        if not cfg.consume_enable:
+            raise NoPermission(f"consumer group {name} is not allowed to consume")
+        return name
+
+    async def _put(self, msg: BrokerMessage) -> PutMessageResult:
+        store = self.ctx.store
+        if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
+            return await self.ctx.blocking(store.put_message, msg)
+        return store.put_message(msg)
+
+    def _pop(self) -> PopService:
+        pop = self.ctx.pop
+        if pop is None:
+            raise NotSupported("pop consumption is not available on this broker")
+        return pop
+
+    # -- QueryRoute / Heartbeat / QueryAssignment / NotifyClientTermination -----------------
+    async def QueryRoute(
+        self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryRouteResponse:
+        try:
+            tc = self._topic(request.topic)
+            queues = route.message_queues(
+                tc,
+                broker_name=self.ctx.config.broker_name,
+                broker_endpoints=self._broker_endpoints(request.endpoints),
+                namespace=request.topic.resource_namespace,
+            )
+        except Exception as exc:
+            return spb.QueryRouteResponse(status=self._error("QueryRoute", exc))
+        return spb.QueryRouteResponse(status=status.ok(), message_queues=queues)
+
+    async def Heartbeat(
+        self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> spb.HeartbeatResponse:
+        return spb.HeartbeatResponse(status=status.ok())
+
+    async def NotifyClientTermination(
+        self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> spb.NotifyClientTerminationResponse:
+        self.sessions.terminate(_metadata(context, CLIENT_ID_HEADER))
+        return spb.NotifyClientTerminationResponse(status=status.ok())
+
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> spb.QueryAssignmentResponse:
+        try:
+            tc = self._topic(request.topic)
+            self._group(request.group)
+            queues = route.message_queues(
+                tc,
+                broker_name=self.ctx.config.broker_name,
+                broker_endpoints=self._broker_endpoints(request.endpoints),
+                namespace=request.topic.resource_namespace,
+            )
+        except Exception as exc:
+            return spb.QueryAssignmentResponse(status=self._error("QueryAssignment", exc))
+        readable = [q for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
+        return spb.QueryAssignmentResponse(
+            status=status.ok(), assignments=[pb.Assignment(message_queue=q) for q in readable]
+        )
+
+    # -- Telemetry --------------------------------------------------------------------------
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[spb.TelemetryCommand]:
+        client_id = _metadata(context, CLIENT_ID_HEADER)
+        session = self.sessions.open(client_id)
+        reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, session))
+        try:
+            while True:
+                command = await session.outbound.get()
+                if command is None:
+                    return
+                yield command
+        finally:
+            reader.cancel()
+            self.sessions.close(session)
+
+    async def _read_telemetry(
+        self, request_iterator: AsyncIterator[spb.TelemetryCommand], session: Session
+    ) -> None:
+        try:
+            async for command in request_iterator:
+                if command.HasField("settings"):
+                    self.sessions.update_settings(session, command.settings)
+                    session.outbound.put_nowait(
+                        spb.TelemetryCommand(
+                            status=status.ok(), settings=self._reply_settings(command.settings)
+                        )
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("telemetry stream of %s ended: %s", session.client_id, exc)
+        session.close()
+
+    def _reply_settings(self, client: pb.Settings) -> pb.Settings:
+        fifo = False
+        attempts = 17
+        if client.HasField("subscription") and client.subscription.group.name:
+            cfg = self.ctx.groups.find(client.subscription.group.name)
+            if cfg is not None:
+                fifo = cfg.consume_message_orderly
+                attempts = cfg.retry_max_times + 1
+            pop = self.ctx.pop
+            if pop is not None:
+                try:
+                    attempts = int(pop.max_delivery_attempts(client.subscription.group.name))
+                except Exception:
+                    log.debug("max delivery attempts unavailable", exc_info=True)
+        return reply_settings(client, self.settings, fifo=fifo, max_delivery_attempts=attempts)
+
+    def check_orphaned_transaction(self, producer_group: str, half: MessageExt) -> bool:
+        """TransactionService hook: ask a live gRPC producer of the half's topic to resolve it."""
+        topic = half.properties.get(PROPERTY_REAL_TOPIC, producer_group)
+        message = convert.to_grpc_message(half, topic=topic)
+        command = spb.TelemetryCommand(
+            recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+                message=message,
+                transaction_id=encode_transaction_id(half.commit_log_offset, half.queue_offset),
+            )
+        )
+        return self.sessions.push_to_producer(topic, command)
+
+    # -- SendMessage / EndTransaction -------------------------------------------------------
+    async def SendMessage(
+        self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.SendMessageResponse:
+        if len(request.messages) == 0:
+            return spb.SendMessageResponse(status=status.status(pb.BAD_REQUEST, "no message to send"))
+        client_id = _metadata(context, CLIENT_ID_HEADER)
+        entries: list[spb.SendResultEntry] = []
+        try:
+            for message in request.messages:
+                entries.append(await self._send_one(message, client_id, context.peer() or ""))
+        except Exception as exc:
+            return spb.SendMessageResponse(status=self._error("SendMessage", exc))
+        return spb.SendMessageResponse(status=status.ok(), entries=entries)
+
+    async def _send_one(self, message: pb.Message, client_id: str, peer: str) -> spb.SendResultEntry:
+        ctx = self.ctx
+        tc = self._topic(message.topic)
+        topic = tc.topic_name
+        if not tc.writeable:
+            raise NoPermission(f"topic {topic} is not writeable")
+        if tc.write_queue_nums <= 0:
+            raise NoPermission(f"topic {topic} has no write queues")
+        limit = self.settings.max_body_size_bytes
+        if len(message.body) > limit:
+            raise MessageBodyTooLarge(f"message body {len(message.body)} B exceeds max {limit} B")
+        body = convert.decoded_body(message, limit)
+        if len(body) > limit:
+            raise MessageBodyTooLarge(f"inflated message body exceeds max {limit} B")
+        message_type = convert.declared_type(message)
+        route.check_message_type(topic, route.topic_message_type(tc), message_type)
+        props = convert.store_properties(message, message_type, topic=topic)
+        props[PROPERTY_CLUSTER] = ctx.config.broker_cluster_name
+        sp = message.system_properties
+        if message_type == pb.FIFO:
+            queue_id = fifo_queue(sp.message_group, tc.write_queue_nums)
+        else:
+            queue_id = next(self._rr) % tc.write_queue_nums
+        now_ms = time.time_ns() // 1_000_000
+        msg = BrokerMessage(
+            topic=topic,
+            body=body,
+            properties=encode_properties(props).encode("utf-8"),
+            queue_id=queue_id,
+            born_timestamp=convert.born_timestamp_ms(message, now_ms),
+            born_host=born_host_of(_peer_address(peer, sp.born_host)),
+        )
+        half = message_type == pb.TRANSACTION
+        if half:
+            if ctx.config.reject_transaction_message:
+                raise NoPermission("this broker does not accept transaction messages")
+            ensure_half_topics(ctx)
+            msg = to_half_message(msg, props)
+        await ctx.topics_durable()
+        result = await self._put(msg)
+        self.sessions.note_send(client_id, topic)
+        return spb.SendResultEntry(
+            status=status.ok(),
+            message_id=props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
+            transaction_id=encode_transaction_id(result.physical_offset, result.queue_offset) if half else "",
+            offset=result.queue_offset,
+        )
+
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> spb.EndTransactionResponse:
+        try:
+            if self.transactions is None:
+                raise NotSupported("transactions are not available on this broker")
+            tc = self._topic(request.topic)
+            commit_log_offset, queue_offset = decode_transaction_id(request.transaction_id)
+            if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+                raise InvalidParameter("resolution must be COMMIT or ROLLBACK")
+            problem = await self.transactions.resolve(
+                producer_group=tc.topic_name,
+                tran_state_offset=queue_offset,
+                commit_log_offset=commit_log_offset,
+                commit=request.resolution == pb.COMMIT,
+                msg_id=request.message_id,
+            )
+            if problem:
+                raise InvalidTransactionId(f"transaction {request.transaction_id}: {problem}")
+        except Exception as exc:
+            return spb.EndTransactionResponse(status=self._error("EndTransaction", exc))
+        return spb.EndTransactionResponse(status=status.ok())
+
+    # -- consumption (PopService) -----------------------------------------------------------
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        try:
+            tc = self._topic(request.message_queue.topic)
+            group = self._group(request.group)
+            if not is_readable(tc.perm):
+                raise NoPermission(f"topic {tc.topic_name} is not readable")
+            pop = self._pop()
+            expression = request.filter_expression
+            kind = "SQL92" if expression.type == pb.SQL else "TAG"
+            compiled = compile_filter(kind, expression.expression or "*")
+            invisible_ms = (
+                convert.duration_ms(request.invisible_duration)
+                if request.HasField("invisible_duration")
+                else DEFAULT_INVISIBLE_MS
+            )
+            if invisible_ms < MIN_INVISIBLE_MS:
+                raise InvalidParameter(f"invisible duration {invisible_ms} ms is below {MIN_INVISIBLE_MS} ms")
+            long_poll_ms = (
+                convert.duration_ms(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else 0
+            )
+            remaining = context.time_remaining()
+            if remaining is not None:
+                long_poll_ms = max(0, min(long_poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+            batch = max(1, min(request.batch_size or 32, MAX_BATCH_SIZE))
+            cfg = self.ctx.groups.find(group)
+            fifo = bool(cfg is not None and cfg.consume_message_orderly)
+            popped = await pop.receive(
+                group=group,
+                topic=tc.topic_name,
+                queue_id=None,
+                max_messages=batch,
+                invisible_ms=invisible_ms,
+                long_poll_ms=long_poll_ms,
+                fifo=fifo,
+                message_filter=lambda m: compiled.match(m.tags, m.properties),
+            )
+        except Exception as exc:
+            yield spb.ReceiveMessageResponse(status=self._error("ReceiveMessage", exc))
+            yield spb.ReceiveMessageResponse(
+                delivery_timestamp=convert.ms_timestamp(time.time_ns() // 1_000_000)
+            )
+            return
+        if not popped:
+            yield spb.ReceiveMessageResponse(status=status.status(pb.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield spb.ReceiveMessageResponse(status=status.ok())
+            namespace = request.message_queue.topic.resource_namespace
+            for item in popped:
+                yield spb.ReceiveMessageResponse(
+                    message=convert.to_grpc_message(
+                        item.message,
+                        topic=tc.topic_name,
+                        namespace=namespace,
+                        receipt_handle=item.receipt_handle,
+                        delivery_attempt=item.delivery_attempt,
+                        invisible_ms=invisible_ms,
+                    )
+                )
+        yield spb.ReceiveMessageResponse(delivery_timestamp=convert.ms_timestamp(time.time_ns() // 1_000_000))
+
+    async def AckMessage(
+        self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> spb.AckMessageResponse:
+        try:
+            tc = self._topic(request.topic)
+            group = self._group(request.group)
+            pop = self._pop()
+        except Exception as exc:
+            return spb.AckMessageResponse(status=self._error("AckMessage", exc))
+        results: list[spb.AckMessageResultEntry] = []
+        for entry in request.entries:
+            try:
+                await pop.ack(group=group, topic=tc.topic_name, receipt_handle=entry.receipt_handle)
+                st = status.ok()
+            except Exception as exc:
+                st = self._error("AckMessage", exc)
+            results.append(
+                spb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
+                )
+            )
+        failed = [r.status for r in results if r.status.code != pb.OK]
+        if not results:
+            top = status.status(pb.BAD_REQUEST, "no entry to ack")
+        elif not failed:
+            top = status.ok()
+        elif len(failed) == len(results):
+            top = failed[0]
+        else:
+            top = status.status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} entries failed")
+        return spb.AckMessageResponse(status=top, entries=results)
+
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ChangeInvisibleDurationResponse:
+        try:
+            tc = self._topic(request.topic)
+            group = self._group(request.group)
+            pop = self._pop()
+            invisible_ms = convert.duration_ms(request.invisible_duration)
+            if invisible_ms < 0:
+                raise InvalidParameter(f"invisible duration {invisible_ms} ms is negative")
+            handle = await pop.change_invisible(
+                group=group,
+                topic=tc.topic_name,
+                receipt_handle=request.receipt_handle,
+                invisible_ms=invisible_ms,
+            )
+        except Exception as exc:
+            # the SDK stores the handle before it looks at the status: always give one back
+            return spb.ChangeInvisibleDurationResponse(
+                status=self._error("ChangeInvisibleDuration", exc), receipt_handle=request.receipt_handle
+            )
+        return spb.ChangeInvisibleDurationResponse(status=status.ok(), receipt_handle=str(handle))
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        try:
+            tc = self._topic(request.topic)
+            group = self._group(request.group)
+            await self._pop().forward_to_dlq(
+                group=group, topic=tc.topic_name, receipt_handle=request.receipt_handle
+            )
+        except Exception as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=self._error("ForwardToDLQ", exc))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status.ok())
+
+    # -- errors -----------------------------------------------------------------------------
+    @staticmethod
+    def _error(what: str, exc: BaseException) -> pb.Status:
+        if isinstance(exc, RocketqError):
+            log.info("%s refused: %s", what, exc)
+        else:
+            log.exception("%s failed", what)
+        return status.of_error(exc)
+
+
+def _peer_address(peer: str, born_host: str) -> str:
+    """``host:port`` of the client for the record's born host (gRPC peers read ``ipv4:h:p``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4" and rest:
+        return rest
+    if kind == "ipv6" and rest:
+        return rest.replace("%5B", "[").replace("%5D", "]")
+    return f"{born_host or '127.0.0.1'}:0"
+
+
+__all__ = [
+    "CLIENT_ID_HEADER",
+    "MessagingServicer",
+    "decode_transaction_id",
+    "encode_transaction_id",
+    "fifo_queue",
+]

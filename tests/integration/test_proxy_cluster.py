@@ -1,0 +1,240 @@
+"""``rocketq proxy`` (cluster mode) as its own process in front of ``rocketq serve`` (remoting only):
+our stubs send through the proxy, the messages are read back through the remoting side."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from rocketq.client.admin import Admin
+from rocketq.proxy.v2 import definition_pb2 as pb
+from rocketq.proxy.v2 import service_pb2 as spb
+from rocketq.proxy.v2 import service_pb2_grpc
+
+TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0
+META = (("x-mq-client-id", "cluster-test@1"),)
+
+
+class Proc:
+    """A ``rocketq`` process whose stdout lines are matched against ``pattern`` until all
+    ``names`` were seen (bounded)."""
+
+    def __init__(self, args: list[str], log: pathlib.Path, names: set[str]) -> None:
+        self.log = log
+        with open(log, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rocketq.cli", "-v", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self.found: dict[str, str] = {}
+        self.lines: list[str] = []
+        ready = threading.Event()
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip())
+                m = re.match(r"\s*(name server|broker|gRPC \(v5\))\s+(\S+:\d+)", line)
+                if m:
+                    self.found[m.group(1)] = m.group(2)
+                    if names <= set(self.found):
+                        ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        ready.wait(START_TIMEOUT_S)
+        if not names <= set(self.found):
+            self.stop()
+            raise AssertionError(f"{args[0]} did not start: {self.lines}\n{log.read_text()[-3000:]}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(20)
+        if self.proc.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdout.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[tuple[Proc, Proc]]:
+    serve = Proc(
+        ["serve", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0", "--broker-port", "0",
+         "--grpc-port", "-1"],
+        tmp_path / "serve.log",
+        {"name server", "broker"},
+    )  # fmt: skip
+    proxy: Proc | None = None
+    try:
+        with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+            broker = serve.found["broker"]
+            admin.create_topic("CNormal", 4, 4, 6, broker_addr=broker, attributes="+message.type=NORMAL")
+            admin.create_topic("CFifo", 4, 4, 6, broker_addr=broker, attributes="+message.type=FIFO")
+            admin.create_topic("CTx", 2, 2, 6, broker_addr=broker, attributes="+message.type=TRANSACTION")
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while time.monotonic() < deadline:  # the broker registers new topics with the name server
+                try:
+                    admin.topic_route("CTx")
+                    break
+                except Exception:
+                    time.sleep(0.1)
+        proxy = Proc(
+            ["proxy", "--namesrv", serve.found["name server"], "--grpc-port", "0"],
+            tmp_path / "proxy.log",
+            {"gRPC (v5)"},
+        )
+        yield serve, proxy
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        serve.stop()
+
+
+def msg(topic: str, body: bytes, msg_id: str, **sp: Any) -> pb.Message:
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=body,
+        system_properties=pb.SystemProperties(message_id=msg_id, **sp),
+    )
+
+
+def wait_for(what: str, probe: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {TIMEOUT_S:g} s")
+        time.sleep(0.1)
+
+
+def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc, Proc]) -> None:
+    serve, proxy = cluster
+    proxy_addr = proxy.found["gRPC (v5)"]
+    host, port = proxy_addr.rsplit(":", 1)
+
+    async def run() -> dict[str, Any]:
+        async with grpc.aio.insecure_channel(proxy_addr) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+
+            async def send(m: pb.Message) -> Any:
+                return await stub.SendMessage(
+                    spb.SendMessageRequest(messages=[m]), timeout=TIMEOUT_S, metadata=META
+                )
+
+            out: dict[str, Any] = {}
+            out["route"] = await stub.QueryRoute(
+                spb.QueryRouteRequest(topic=pb.Resource(name="CFifo")), timeout=TIMEOUT_S, metadata=META
+            )
+            out["no_route"] = await stub.QueryRoute(
+                spb.QueryRouteRequest(topic=pb.Resource(name="Missing")), timeout=TIMEOUT_S, metadata=META
+            )
+            out["normal"] = await send(msg("CNormal", b"via proxy", "P-1", keys=["proxy-key-1"], tag="T"))
+            out["fifo"] = [
+                await send(
+                    msg(
+                        "CFifo",
+                        f"f{i}".encode(),
+                        f"F-{i}",
+                        message_type=pb.FIFO,
+                        message_group="grp",
+                        keys=[f"fk{i}"],
+                    )
+                )
+                for i in range(3)
+            ]
+            out["wrong_type"] = await send(
+                msg("CNormal", b"x", "W-1", message_type=pb.FIFO, message_group="g")
+            )
+            out["unknown"] = await send(msg("Missing", b"x", "U-1"))
+            halves = {}
+            for name, resolution in (("commit", pb.COMMIT), ("rollback", pb.ROLLBACK)):
+                sent = await send(
+                    msg("CTx", name.encode(), f"TX-{name}", message_type=pb.TRANSACTION, keys=[f"tx-{name}"])
+                )
+                halves[name] = sent
+                out[f"end_{name}"] = await stub.EndTransaction(
+                    spb.EndTransactionRequest(
+                        topic=pb.Resource(name="CTx"),
+                        message_id=f"TX-{name}",
+                        transaction_id=sent.entries[0].transaction_id,
+                        resolution=resolution,
+                        source=pb.SOURCE_CLIENT,
+                    ),
+                    timeout=TIMEOUT_S,
+                    metadata=META,
+                )
+            out["halves"] = halves
+            out["bad_end"] = await stub.EndTransaction(
+                spb.EndTransactionRequest(
+                    topic=pb.Resource(name="CTx"),
+                    message_id="X",
+                    transaction_id="nonsense",
+                    resolution=pb.COMMIT,
+                ),
+                timeout=TIMEOUT_S,
+            )
+            out["receive"] = [
+                x
+                async for x in stub.ReceiveMessage(
+                    spb.ReceiveMessageRequest(
+                        group=pb.Resource(name="G"),
+                        message_queue=out["route"].message_queues[0],
+                        batch_size=1,
+                    ),
+                    timeout=TIMEOUT_S,
+                )
+            ]
+            return out
+
+    out = asyncio.run(run())
+    route = out["route"]
+    assert route.status.code == pb.OK and len(route.message_queues) == 4
+    for q in route.message_queues:
+        assert list(q.accept_message_types) == [pb.FIFO]
+        assert q.permission == pb.READ_WRITE and q.broker.id == 0
+        addr = q.broker.endpoints.addresses[0]
+        assert (addr.host, addr.port) == (host, int(port))  # clients come back to the proxy
+    assert out["no_route"].status.code == pb.TOPIC_NOT_FOUND
+    assert out["normal"].status.code == pb.OK and out["normal"].entries[0].message_id == "P-1"
+    assert [r.status.code for r in out["fifo"]] == [pb.OK] * 3
+    assert out["wrong_type"].status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert out["unknown"].status.code == pb.TOPIC_NOT_FOUND
+    for name in ("commit", "rollback"):
+        assert out["halves"][name].status.code == pb.OK and out["halves"][name].entries[0].transaction_id
+        assert out[f"end_{name}"].status.code == pb.OK
+    assert out["bad_end"].status.code == pb.INVALID_TRANSACTION_ID
+    statuses = [x.status for x in out["receive"] if x.WhichOneof("content") == "status"]
+    assert [s.code for s in statuses] == [pb.UNSUPPORTED] and "proxy mode" in statuses[0].message
+    assert proxy.alive() and serve.alive()
+
+    # read back through the remoting side: one store behind both protocols
+    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+        found = list(admin.query_msg_by_key("CNormal", "proxy-key-1"))
+        assert [(bytes(m.body), m.tags, m.uniq_key) for m in found] == [(b"via proxy", "T", "P-1")]
+        wait_for("the committed half", lambda: len(list(admin.query_msg_by_key("CTx", "tx-commit"))) == 1)
+        assert list(admin.query_msg_by_key("CTx", "tx-rollback")) == []
+        fifo = [m for i in range(3) for m in admin.query_msg_by_key("CFifo", f"fk{i}")]
+        assert [bytes(m.body) for m in fifo] == [b"f0", b"f1", b"f2"]
+        assert len({m.queue_id for m in fifo}) == 1  # one message group, one queue
+        assert all(m.properties.get("__SHARDINGKEY") == "grp" for m in fifo)
