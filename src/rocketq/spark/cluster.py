@@ -1,0 +1,167 @@
+"""What the Spark driver asks the cluster: queues and their offset ranges, offsets by time,
+consumer-group commits.
+
+The data source's driver-side objects live in short-lived Python workers (the planner, the
+stream-source runner, the commit worker), so each call here opens its own
+:class:`~rocketq.client.admin.AsyncAdmin` on a private event loop (``asyncio.run``) and closes it
+before returning. One call costs one route lookup per topic plus one request per broker::
+
+    queue_ranges:   GET_ROUTEINFO_BY_TOPIC (105) per topic → master address per broker
+                    GET_TOPIC_STATS_INFO (202) per master → min/max offset per queue
+    offsets_at:     SEARCH_OFFSET_BY_TIMESTAMP (29) per queue
+    commit_offsets: UPDATE_CONSUMER_OFFSET (15) per queue (answered, so failures are seen)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rocketq.client.admin import AsyncAdmin
+from rocketq.client.aio import error_for_response
+from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
+from rocketq.namesrv.bodies import MASTER_ID
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.spark.offsets import QueueRef
+from rocketq.spark.options import ReadOptions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    """One queue's offsets on its broker and the master's address."""
+
+    min_offset: int
+    max_offset: int
+    addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """An admin client and a remoting client for direct broker requests, on one event loop."""
+
+    admin: AsyncAdmin
+    client: RemotingClient
+    timeout_s: float
+
+    async def call(self, addr: str, code: int, fields: dict[str, object], what: str) -> RemotingCommand:
+        """One request to a broker; error responses raise (naming ``what``)."""
+        response = await self.client.invoke(addr, create_request(code, fields), self.timeout_s)
+        if response.code != ResponseCode.SUCCESS:
+            raise error_for_response(response, what)
+        return response
+
+
+def run(name_server: str, timeout_ms: int, work: Callable[[Session], Awaitable[T]]) -> T:
+    """Run ``work(session)`` with fresh clients on a private event loop."""
+
+    async def main() -> T:
+        client = RemotingClient()
+        try:
+            async with AsyncAdmin(name_server, timeout_ms=timeout_ms) as admin:
+                return await work(Session(admin, client, timeout_ms / 1000))
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+async def _topics(admin: AsyncAdmin, opts: ReadOptions) -> list[str]:
+    if opts.topic_pattern is None:
+        return list(opts.topics)
+    return [t for t in await admin.topic_list() if opts.matches_topic(t)]
+
+
+async def _masters(admin: AsyncAdmin, topic: str) -> dict[str, str]:
+    route = await admin.topic_route(topic)
+    return {
+        bd.broker_name: bd.broker_addrs[MASTER_ID]
+        for bd in route.broker_datas
+        if bd.broker_addrs.get(MASTER_ID)
+    }
+
+
+async def queue_ranges_async(session: Session, opts: ReadOptions) -> dict[QueueRef, QueueRange]:
+    admin = session.admin
+    out: dict[QueueRef, QueueRange] = {}
+    for topic in await _topics(admin, opts):
+        try:
+            masters = await _masters(admin, topic)
+            statuses = await admin.topic_status(topic)
+        except TopicNotExist:
+            if opts.topic_pattern is None:
+                raise
+            continue  # deleted between the topic list and the route lookup
+        for q in statuses:
+            addr = masters.get(q.broker_name)
+            if addr is not None:
+                out[QueueRef(topic, q.broker_name, q.queue_id)] = QueueRange(q.min_offset, q.max_offset, addr)
+    return dict(sorted(out.items()))
+
+
+def queue_ranges(opts: ReadOptions) -> dict[QueueRef, QueueRange]:
+    """Every queue of the option's topics with its min/max offset (sorted by topic, broker, id)."""
+    return run(opts.name_server, opts.request_timeout_ms, lambda s: queue_ranges_async(s, opts))
+
+
+def offsets_at(
+    opts: ReadOptions, queues: Mapping[QueueRef, QueueRange], timestamp_ms: int
+) -> dict[QueueRef, int]:
+    """The first offset of each queue whose store time is ``>= timestamp_ms``."""
+
+    async def work(session: Session) -> dict[QueueRef, int]:
+        out: dict[QueueRef, int] = {}
+        for ref, info in queues.items():
+            fields: dict[str, object] = {
+                "topic": ref.topic,
+                "queueId": ref.queue_id,
+                "timestamp": timestamp_ms,
+            }
+            what = f"{ref.broker}@{info.addr}"
+            response = await session.call(info.addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields, what)
+            out[ref] = int(response.ext_fields.get("offset", info.max_offset))
+        return out
+
+    return run(opts.name_server, opts.request_timeout_ms, work)
+
+
+def commit_offsets(
+    opts: ReadOptions, group: str, offsets: Mapping[QueueRef, int], queues: Mapping[QueueRef, QueueRange]
+) -> None:
+    """Store ``offsets`` as ``group``'s consumer offsets (so ``consumerProgress`` shows the lag).
+    Failures are logged, not raised: the checkpoint, not the group, is the query's position."""
+
+    async def work(session: Session) -> None:
+        for ref, offset in sorted(offsets.items()):
+            info = queues.get(ref)
+            if info is None:
+                continue
+            fields: dict[str, object] = {
+                "consumerGroup": group,
+                "topic": ref.topic,
+                "queueId": ref.queue_id,
+                "commitOffset": offset,
+            }
+            try:
+                what = f"{ref.broker}@{info.addr}"
+                await session.call(info.addr, RequestCode.UPDATE_CONSUMER_OFFSET, fields, what)
+            except RocketqError as exc:
+                log.warning("commit of offset %d of %s for group %s failed: %s", offset, ref, group, exc)
+
+    run(opts.name_server, opts.request_timeout_ms, work)
+
+
+__all__ = [
+    "QueueRange",
+    "Session",
+    "commit_offsets",
+    "offsets_at",
+    "queue_ranges",
+    "queue_ranges_async",
+    "run",
+]
