@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from rocketq.client.admin import Admin
 from rocketq.proxy.v2 import definition_pb2 as pb
@@ -199,7 +200,7 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc
                 async for x in stub.ReceiveMessage(
                     spb.ReceiveMessageRequest(
                         group=pb.Resource(name="G"),
-                        message_queue=out["route"].message_queues[0],
+                        message_queue=pb.MessageQueue(topic=pb.Resource(name="Missing")),
                         batch_size=1,
                     ),
                     timeout=TIMEOUT_S,
@@ -225,7 +226,7 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc
         assert out[f"end_{name}"].status.code == pb.OK
     assert out["bad_end"].status.code == pb.INVALID_TRANSACTION_ID
     statuses = [x.status for x in out["receive"] if x.WhichOneof("content") == "status"]
-    assert [s.code for s in statuses] == [pb.UNSUPPORTED] and "proxy mode" in statuses[0].message
+    assert [s.code for s in statuses] == [pb.TOPIC_NOT_FOUND]
     assert proxy.alive() and serve.alive()
 
     # read back through the remoting side: one store behind both protocols
@@ -238,3 +239,125 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc
         assert [bytes(m.body) for m in fifo] == [b"f0", b"f1", b"f2"]
         assert len({m.queue_id for m in fifo}) == 1  # one message group, one queue
         assert all(m.properties.get("__SHARDINGKEY") == "grp" for m in fifo)
+
+
+def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(cluster: tuple[Proc, Proc]) -> None:
+    serve, proxy = cluster
+    proxy_addr = proxy.found["gRPC (v5)"]
+    group = pb.Resource(name="CGroup")
+    topic = pb.Resource(name="CNormal")
+    count = 6
+
+    async def run() -> dict[str, Any]:
+        async with grpc.aio.insecure_channel(proxy_addr) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+
+            async def receive(
+                long_poll_s: int, invisible_s: int = 30
+            ) -> tuple[list[pb.Status], list[pb.Message]]:
+                statuses: list[pb.Status] = []
+                messages: list[pb.Message] = []
+                request = spb.ReceiveMessageRequest(
+                    group=group,
+                    message_queue=pb.MessageQueue(topic=topic),
+                    batch_size=32,
+                    invisible_duration=Duration(seconds=invisible_s),
+                    long_polling_timeout=Duration(seconds=long_poll_s),
+                )
+                async for x in stub.ReceiveMessage(request, timeout=long_poll_s + TIMEOUT_S, metadata=META):
+                    if x.WhichOneof("content") == "status":
+                        statuses.append(x.status)
+                    elif x.WhichOneof("content") == "message":
+                        messages.append(x.message)
+                return statuses, messages
+
+            async def ack(m: pb.Message, handle: str | None = None) -> Any:
+                entry = spb.AckMessageEntry(
+                    message_id=m.system_properties.message_id,
+                    receipt_handle=m.system_properties.receipt_handle if handle is None else handle,
+                )
+                return await stub.AckMessage(
+                    spb.AckMessageRequest(group=group, topic=topic, entries=[entry]),
+                    timeout=TIMEOUT_S,
+                    metadata=META,
+                )
+
+            out: dict[str, Any] = {}
+            out["assignment"] = await stub.QueryAssignment(
+                spb.QueryAssignmentRequest(topic=topic, group=group), timeout=TIMEOUT_S, metadata=META
+            )
+            for i in range(count):
+                sent = await stub.SendMessage(
+                    spb.SendMessageRequest(messages=[msg("CNormal", f"r{i}".encode(), f"R-{i}")]),
+                    timeout=TIMEOUT_S,
+                    metadata=META,
+                )
+                assert sent.status.code == pb.OK, sent.status
+            got: list[pb.Message] = []
+            deadline = time.monotonic() + 3 * TIMEOUT_S
+            while len(got) < count:
+                assert time.monotonic() < deadline, f"received {len(got)} of {count}"
+                got.extend((await receive(2))[1])
+            out["got"] = got
+            by_id = {m.system_properties.message_id: m for m in got}
+            keep = by_id.pop("R-0")
+            out["acks"] = [await ack(m) for m in by_id.values()]
+            out["ack_again"] = await ack(next(iter(by_id.values())))
+            out["ack_forged"] = await ack(keep, "1.0.0.1.0.0.0@no-such-broker@0")
+            out["change"] = await stub.ChangeInvisibleDuration(
+                spb.ChangeInvisibleDurationRequest(
+                    group=group,
+                    topic=topic,
+                    receipt_handle=keep.system_properties.receipt_handle,
+                    invisible_duration=Duration(seconds=1),
+                    message_id="R-0",
+                ),
+                timeout=TIMEOUT_S,
+                metadata=META,
+            )
+            out["again"] = await receive(8)
+            again = out["again"][1]
+            # the consumer gives up on it: forwarded to %DLQ%CGroup and acked at the broker
+            out["dlq"] = (
+                await stub.ForwardMessageToDeadLetterQueue(
+                    spb.ForwardMessageToDeadLetterQueueRequest(
+                        group=group,
+                        topic=topic,
+                        receipt_handle=again[0].system_properties.receipt_handle,
+                        message_id="R-0",
+                        delivery_attempt=2,
+                        max_delivery_attempts=2,
+                    ),
+                    timeout=TIMEOUT_S,
+                    metadata=META,
+                )
+                if again
+                else None
+            )
+            out["after"] = await receive(1)
+            return out
+
+    out = asyncio.run(run())
+    assignment = out["assignment"]
+    assert assignment.status.code == pb.OK and len(assignment.assignments) == 4
+    got = out["got"]
+    assert sorted(m.body for m in got) == [f"r{i}".encode() for i in range(count)]
+    assert all(m.system_properties.delivery_attempt == 1 for m in got)
+    assert all("@broker-a@" in m.system_properties.receipt_handle for m in got)
+    assert "POP_CK" not in got[0].user_properties
+    assert [a.status.code for a in out["acks"]] == [pb.OK] * (count - 1)
+    assert out["ack_again"].status.code == pb.INVALID_RECEIPT_HANDLE
+    assert out["ack_forged"].status.code == pb.INVALID_RECEIPT_HANDLE
+    change = out["change"]
+    assert change.status.code == pb.OK and "@broker-a@" in change.receipt_handle
+    statuses, again = out["again"]
+    assert [s.code for s in statuses] == [pb.OK]
+    # only the message whose invisible time was shortened comes back, with attempt 2
+    assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"r0", 2)]
+    assert out["dlq"].status.code == pb.OK, out["dlq"].status
+    assert [s.code for s in out["after"][0]] == [pb.MESSAGE_NOT_FOUND] and out["after"][1] == []
+    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+        wait_for("the DLQ copy", lambda: len(list(admin.query_msg_by_key("%DLQ%CGroup", "R-0"))) == 1)
+        (dead,) = admin.query_msg_by_key("%DLQ%CGroup", "R-0")
+        assert dead.body == b"r0"
+    assert proxy.alive() and serve.alive()

@@ -55,6 +55,7 @@ from rocketq.broker.long_polling import (
     PullRequestHoldService,
 )
 from rocketq.broker.pop.service import PopService
+from rocketq.broker.pop_processor import PopMessageProcessor
 from rocketq.broker.pull import PullMessageProcessor
 from rocketq.broker.query import QueryMessageProcessor
 from rocketq.broker.registration import NameServerRegistrar
@@ -263,6 +264,7 @@ class Broker:
         groups = AdminGroupProcessor(ctx)
         broker2client = ResetOffsetProcessor(ctx)
         transactions = self.transactions = TransactionService(ctx)
+        pop = PopMessageProcessor(ctx)
         rc = RequestCode
         self._handlers = {
             rc.SEND_MESSAGE: send.send_message,
@@ -272,6 +274,9 @@ class Broker:
             rc.END_TRANSACTION: transactions.end_transaction,
             rc.PULL_MESSAGE: pull.process,
             rc.LITE_PULL_MESSAGE: pull.process,
+            rc.POP_MESSAGE: pop.pop_message,
+            rc.ACK_MESSAGE: pop.ack_message,
+            rc.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
             rc.QUERY_MESSAGE: query.query_message,
             rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
             rc.HEART_BEAT: consumer.heartbeat,

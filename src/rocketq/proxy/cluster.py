@@ -15,7 +15,19 @@ brokers, like RocketMQ 5's proxy in cluster mode::
     EndTransaction            END_TRANSACTION (37, oneway) to the broker holding the half
     Heartbeat, Telemetry,     answered by the proxy (settings as in local mode)
     NotifyClientTermination
-    consumption RPCs          status UNSUPPORTED "not supported in proxy mode yet"
+    QueryAssignment           every readable queue of each master broker (as QueryRoute)
+    ReceiveMessage            POP_MESSAGE (200050, queueId -1) to the master named by the
+                              request's queue, else to the next readable master (round-robin);
+                              long poll capped at ``MAX_POLL_MS``
+    AckMessage                ACK_MESSAGE (200051) to the broker named in the receipt handle
+    ChangeInvisibleDuration   CHANGE_MESSAGE_INVISIBLETIME (200053), same broker; new handle
+    ForwardMessageTo-         CONSUMER_SEND_MSG_BACK (36, delay level -1: straight to
+    DeadLetterQueue           %DLQ%<group>) then ACK_MESSAGE, same broker
+
+Receipt handles given to gRPC clients are ``<broker's POP_CK handle>@<broker name>@<commit-log
+offset, hex>``: ack and change go to the master of that broker name in the topic's route, a
+forward to the DLQ names the message by its commit-log offset; the delivery attempt is the
+popped record's ``reconsumeTimes`` + 1.
 
 Transaction ids are ``<commit-log offset:016X><half queue offset:016X>@<broker name>``: the
 broker is found again through the topic's route. Orphaned halves are not pushed to gRPC producers
@@ -34,25 +46,30 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
-from rocketq.broker.topic_config import TopicConfig
+from rocketq.broker.pop_processor import MAX_POLL_MS, PROPERTY_POP_CK
+from rocketq.broker.topic_config import TopicConfig, is_readable
 from rocketq.client._routes import MASTER_ID, RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.errors import (
     InvalidParameter,
+    InvalidReceiptHandle,
     MessageBodyTooLarge,
     NoPermission,
     RemotingError,
     RocketqError,
+    ServiceNotAvailable,
     TopicNameInvalid,
     TopicNotExist,
 )
 from rocketq.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageExt,
     decode_offset_msg_id,
     encode_properties,
     validate_topic,
 )
 from rocketq.namesrv.bodies import TopicRouteData
 from rocketq.proxy import convert, route, status
+from rocketq.proxy.servicer import DEADLINE_MARGIN_MS, DEFAULT_INVISIBLE_MS, MAX_BATCH_SIZE, MIN_INVISIBLE_MS
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
 from rocketq.proxy.telemetry import Session, SessionRegistry
@@ -60,6 +77,8 @@ from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.store import record as rec
+from rocketq.store.commitlog import view_to_message
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +105,43 @@ def decode_transaction_id(text: str) -> tuple[int, int, str]:
         return int(offsets[:16], 16), int(offsets[16:], 16), broker_name
     except ValueError:
         raise InvalidTransactionId(f"transaction id {text[:64]!r} was not issued by this proxy") from None
+
+
+def encode_receipt_handle(broker_handle: str, broker_name: str, commit_log_offset: int) -> str:
+    """The gRPC receipt handle of a message popped from ``broker_name``: the broker's handle, the
+    broker, and the message's commit-log offset (which a forward to the DLQ sends back)."""
+    return f"{broker_handle}@{broker_name}@{commit_log_offset:x}"
+
+
+def decode_receipt_handle(text: str) -> tuple[str, str, int]:
+    """(broker's own handle, broker name, commit-log offset); InvalidReceiptHandle if this proxy
+    did not issue it."""
+    parts = text.split("@")
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        raise InvalidReceiptHandle(f"receipt handle {text[:64]!r} was not issued by this proxy")
+    try:
+        offset = int(parts[2], 16)
+    except ValueError:
+        raise InvalidReceiptHandle(f"receipt handle {text[:64]!r} was not issued by this proxy") from None
+    return parts[0], parts[1], offset
+
+
+def decode_popped(body: bytes) -> list[tuple[str, MessageExt]]:
+    """(broker receipt handle, message) of each record of a POP_MESSAGE body; ``POP_CK`` is
+    taken out of the message's properties."""
+    out: list[tuple[str, MessageExt]] = []
+    pos = 0
+    while pos < len(body):
+        view = rec.decode_record(body, pos, check_crc=True)
+        if view.kind is not rec.RecordKind.MESSAGE:
+            raise RemotingError(f"popped record at byte {pos} is not a message: {view.reason}")
+        message = view_to_message(view)
+        handle = message.properties.pop(PROPERTY_POP_CK, "")
+        if not handle:
+            raise RemotingError(f"popped message at byte {pos} has no {PROPERTY_POP_CK} property")
+        out.append((handle, message))
+        pos += view.size
+    return out
 
 
 def route_queues(
@@ -353,36 +409,235 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
             return spb.EndTransactionResponse(status=_error("EndTransaction", exc))
         return spb.EndTransactionResponse(status=status.ok())
 
-    # -- consumption: not in proxy mode -----------------------------------------------------
+    # -- consumption: remoting pop codes to the broker owning the queue --------------------
+    def _master(self, route_data: TopicRouteData, broker_name: str) -> str | None:
+        for bd in route_data.broker_datas:
+            if bd.broker_name == broker_name:
+                return bd.broker_addrs.get(MASTER_ID) or None
+        return None
+
+    def _readable_brokers(self, route_data: TopicRouteData) -> list[str]:
+        masters = {bd.broker_name for bd in route_data.broker_datas if bd.broker_addrs.get(MASTER_ID)}
+        return sorted(
+            {
+                qd.broker_name
+                for qd in route_data.queue_datas
+                if qd.broker_name in masters and qd.read_queue_nums > 0 and is_readable(qd.perm)
+            }
+        )
+
+    async def _broker_of_handle(self, topic: str, handle: str) -> tuple[str, str]:
+        """(broker address, broker's own handle) of a receipt handle this proxy gave out."""
+        broker_handle, broker_name, _ = decode_receipt_handle(handle)
+        addr = self._master(await self.routes.fetch_route(topic), broker_name)
+        if not addr:
+            raise InvalidReceiptHandle(f"broker {broker_name} of the receipt handle has no master")
+        return addr, broker_handle
+
     async def QueryAssignment(
         self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
     ) -> spb.QueryAssignmentResponse:
-        return spb.QueryAssignmentResponse(status=status.status(pb.UNSUPPORTED, NOT_IN_PROXY_MODE))
+        try:
+            topic = self._topic_name(request.topic)
+            _group_name(request.group)
+            route_data = await self.routes.fetch_route(topic)
+            queues = route_queues(
+                topic,
+                route_data,
+                await self._topic_type(topic, route_data),
+                endpoints=self._endpoints(request.endpoints),
+                namespace=request.topic.resource_namespace,
+            )
+        except Exception as exc:
+            return spb.QueryAssignmentResponse(status=_error("QueryAssignment", exc))
+        readable = [q for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
+        return spb.QueryAssignmentResponse(
+            status=status.ok(), assignments=[pb.Assignment(message_queue=q) for q in readable]
+        )
 
     async def ReceiveMessage(
         self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        yield spb.ReceiveMessageResponse(status=status.status(pb.UNSUPPORTED, NOT_IN_PROXY_MODE))
+        try:
+            topic = self._topic_name(request.message_queue.topic)
+            group = _group_name(request.group)
+            invisible_ms = (
+                convert.duration_ms(request.invisible_duration)
+                if request.HasField("invisible_duration")
+                else DEFAULT_INVISIBLE_MS
+            )
+            if invisible_ms < MIN_INVISIBLE_MS:
+                raise InvalidParameter(f"invisible duration {invisible_ms} ms is below {MIN_INVISIBLE_MS} ms")
+            poll_ms = (
+                convert.duration_ms(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else 0
+            )
+            remaining = context.time_remaining()
+            if remaining is not None:
+                poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+            poll_ms = min(poll_ms, MAX_POLL_MS)
+            route_data = await self.routes.fetch_route(topic)
+            brokers = self._readable_brokers(route_data)
+            wanted = request.message_queue.broker.name
+            if wanted in brokers:
+                broker_name = wanted
+            elif brokers:
+                broker_name = brokers[next(self._rr) % len(brokers)]
+            else:
+                raise NoPermission(f"topic {topic} has no readable queue on a master broker")
+            addr = self._master(route_data, broker_name)
+            assert addr is not None  # _readable_brokers only names brokers with a master
+            expression = request.filter_expression
+            fields: dict[str, object] = {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": -1,
+                "maxMsgNums": max(1, min(request.batch_size or 32, MAX_BATCH_SIZE)),
+                "invisibleTime": invisible_ms,
+                "pollTime": poll_ms,
+                "bornTime": time.time_ns() // 1_000_000,
+                "initMode": 0,
+                "expType": "SQL92" if expression.type == pb.SQL else "TAG",
+                "exp": expression.expression or "*",
+                "order": "false",
+            }
+            req = create_request(RequestCode.POP_MESSAGE, fields)
+            response = await self.remoting.invoke(addr, req, poll_ms / 1000 + self.timeout_s)
+            if response.code not in (0, _PULL_NOT_FOUND):
+                raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
+            popped = decode_popped(response.body or b"") if response.code == 0 else []
+        except Exception as exc:
+            yield spb.ReceiveMessageResponse(status=_error("ReceiveMessage", exc))
+            yield spb.ReceiveMessageResponse(
+                delivery_timestamp=convert.ms_timestamp(time.time_ns() // 1_000_000)
+            )
+            return
+        if not popped:
+            yield spb.ReceiveMessageResponse(status=status.status(pb.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield spb.ReceiveMessageResponse(status=status.ok())
+            namespace = request.message_queue.topic.resource_namespace
+            for handle, message in popped:
+                yield spb.ReceiveMessageResponse(
+                    message=convert.to_grpc_message(
+                        message,
+                        topic=topic,
+                        namespace=namespace,
+                        receipt_handle=encode_receipt_handle(handle, broker_name, message.commit_log_offset),
+                        delivery_attempt=message.reconsume_times + 1,
+                        invisible_ms=invisible_ms,
+                    )
+                )
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.ms_timestamp(time.time_ns() // 1_000_000))
 
     async def AckMessage(
         self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
     ) -> spb.AckMessageResponse:
-        return spb.AckMessageResponse(status=status.status(pb.UNSUPPORTED, NOT_IN_PROXY_MODE))
+        try:
+            topic = self._topic_name(request.topic)
+            group = _group_name(request.group)
+        except Exception as exc:
+            return spb.AckMessageResponse(status=_error("AckMessage", exc))
+        results: list[spb.AckMessageResultEntry] = []
+        for entry in request.entries:
+            try:
+                addr, handle = await self._broker_of_handle(topic, entry.receipt_handle)
+                fields = {"consumerGroup": group, "topic": topic, "extraInfo": handle}
+                response = await self.remoting.invoke(
+                    addr, create_request(RequestCode.ACK_MESSAGE, fields), self.timeout_s
+                )
+                if response.code != 0:
+                    raise _handle_error(response.code, response.remark or "")
+                st = status.ok()
+            except Exception as exc:
+                st = _error("AckMessage", exc)
+            results.append(
+                spb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
+                )
+            )
+        failed = [r.status for r in results if r.status.code != pb.OK]
+        if not results:
+            top = status.status(pb.BAD_REQUEST, "no entry to ack")
+        elif not failed:
+            top = status.ok()
+        elif len(failed) == len(results):
+            top = failed[0]
+        else:
+            top = status.status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} entries failed")
+        return spb.AckMessageResponse(status=top, entries=results)
 
     async def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> spb.ChangeInvisibleDurationResponse:
+        try:
+            topic = self._topic_name(request.topic)
+            group = _group_name(request.group)
+            invisible_ms = convert.duration_ms(request.invisible_duration)
+            if invisible_ms < 0:
+                raise InvalidParameter(f"invisible duration {invisible_ms} ms is negative")
+            addr, handle = await self._broker_of_handle(topic, request.receipt_handle)
+            _, broker_name, commit_log_offset = decode_receipt_handle(request.receipt_handle)
+            fields = {
+                "consumerGroup": group,
+                "topic": topic,
+                "extraInfo": handle,
+                "invisibleTime": invisible_ms,
+            }
+            response = await self.remoting.invoke(
+                addr, create_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields), self.timeout_s
+            )
+            if response.code != 0:
+                raise _handle_error(response.code, response.remark or "")
+            new_handle = response.ext_fields.get("extraInfo", "")
+            if not new_handle:
+                raise RocketqError(f"broker {broker_name} returned no receipt handle")
+        except Exception as exc:
+            # the SDK stores the handle before it looks at the status: always give one back
+            return spb.ChangeInvisibleDurationResponse(
+                status=_error("ChangeInvisibleDuration", exc), receipt_handle=request.receipt_handle
+            )
         return spb.ChangeInvisibleDurationResponse(
-            status=status.status(pb.UNSUPPORTED, NOT_IN_PROXY_MODE), receipt_handle=request.receipt_handle
+            status=status.ok(),
+            receipt_handle=encode_receipt_handle(new_handle, broker_name, commit_log_offset),
         )
 
     async def ForwardMessageToDeadLetterQueue(
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        return spb.ForwardMessageToDeadLetterQueueResponse(
-            status=status.status(pb.UNSUPPORTED, NOT_IN_PROXY_MODE)
-        )
+        """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to ``%DLQ%<group>``) to the
+        broker that popped the message, then ACK_MESSAGE of its handle there."""
+        try:
+            topic = self._topic_name(request.topic)
+            group = _group_name(request.group)
+            addr, handle = await self._broker_of_handle(topic, request.receipt_handle)
+            _, broker_name, commit_log_offset = decode_receipt_handle(request.receipt_handle)
+            back = create_request(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": commit_log_offset,
+                    "group": group,
+                    "delayLevel": -1,
+                    "originMsgId": request.message_id,
+                    "originTopic": topic,
+                    "unitMode": "false",
+                },
+            )
+            response = await self.remoting.invoke(addr, back, self.timeout_s)
+            if response.code != 0:
+                raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
+            ack = create_request(
+                RequestCode.ACK_MESSAGE, {"consumerGroup": group, "topic": topic, "extraInfo": handle}
+            )
+            response = await self.remoting.invoke(addr, ack, self.timeout_s)
+            if response.code != 0:
+                raise _handle_error(response.code, response.remark or "")
+        except Exception as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=_error("ForwardMessageToDeadLetterQueue", exc)
+            )
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status.ok())
 
 
 #: Remoting response codes of a refused send → the error the gRPC status is made from.
@@ -401,6 +656,33 @@ def _send_error(code: int, text: str) -> RocketqError:
     return RocketqError(text)
 
 
+_PULL_NOT_FOUND = 19
+_INVALID_PARAMETER = 29
+_SERVICE_NOT_AVAILABLE = 14
+
+
+def _remoting_error(code: int, text: str) -> RocketqError:
+    """The error of a refused pop request."""
+    if code == _INVALID_PARAMETER:
+        return InvalidParameter(text)
+    if code == _SERVICE_NOT_AVAILABLE:
+        return ServiceNotAvailable(text)
+    return _send_error(code, text)
+
+
+def _handle_error(code: int, text: str) -> RocketqError:
+    """The error of a refused ack / change: 29 means the handle is bad, stale or expired."""
+    if code == _INVALID_PARAMETER:
+        return InvalidReceiptHandle(text)
+    return _remoting_error(code, text)
+
+
+def _group_name(resource: pb.Resource) -> str:
+    if not resource.name:
+        raise InvalidParameter("consumer group is empty")
+    return resource.name
+
+
 def _error(what: str, exc: BaseException) -> pb.Status:
     if isinstance(exc, RocketqError):
         log.info("%s refused: %s", what, exc)
@@ -412,7 +694,10 @@ def _error(what: str, exc: BaseException) -> pb.Status:
 __all__ = [
     "NOT_IN_PROXY_MODE",
     "ClusterServicer",
+    "decode_popped",
+    "decode_receipt_handle",
     "decode_transaction_id",
+    "encode_receipt_handle",
     "encode_transaction_id",
     "route_queues",
 ]
