@@ -731,3 +731,37 @@ def test_queries_run_while_the_writer_rolls(tmp_path: pathlib.Path) -> None:
     assert errors == []
     assert svc.query_offset("T", "k", 3, 0, 2**62).phy_offsets == [total, total - 1, total - 2]
     svc.shutdown()
+
+
+def test_putting_again_after_a_batch_cut_off_before_its_header_matches_a_clean_file(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A crash can leave a batch's entries and slot values on disk while the header still has
+    the old ``indexCount``; putting the batch again (re-dispatch after recovery) must give the
+    same bytes as a file that never crashed, not slots that point at the entry being written."""
+    keys = [f"T#k{i}" for i in range(6)]
+    hashes = [index_key_hash(k) for k in keys]
+    offsets = [1000 + 100 * i for i in range(6)]
+    times = [T0 + i for i in range(6)]
+
+    clean = IndexFile(str(tmp_path / "clean"), SLOTS, ENTRIES)
+    assert clean.put_keys(hashes, offsets, times) == 6
+    clean.shutdown()
+
+    torn_path = tmp_path / "torn"
+    torn = IndexFile(str(torn_path), SLOTS, ENTRIES)
+    assert torn.put_keys(hashes[:2], offsets[:2], times[:2]) == 2
+    header_after_two = torn_path.read_bytes()[:INDEX_HEADER_SIZE]
+    assert torn.put_keys(hashes[2:], offsets[2:], times[2:]) == 4
+    torn.shutdown()
+    # the crash: the last batch's entries and slots are there, its header is not
+    data = bytearray(torn_path.read_bytes())
+    data[:INDEX_HEADER_SIZE] = header_after_two
+    torn_path.write_bytes(bytes(data))
+
+    again = IndexFile(str(torn_path), SLOTS, ENTRIES)
+    again.load()
+    assert again.index_count == 3
+    assert again.put_keys(hashes[2:], offsets[2:], times[2:]) == 4
+    again.shutdown()
+    assert torn_path.read_bytes() == (tmp_path / "clean").read_bytes()

@@ -337,7 +337,9 @@ class IndexFile:
             key_hash = index_key_hash(key)
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         slot_value: int = _I32.unpack_from(mm, slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > count:
+        # a slot may only name an entry below the one being written: a value >= count was left
+        # by a batch that a crash cut off before its header (that entry is being written again)
+        if slot_value <= INVALID_INDEX or slot_value >= count:
             slot_value = INVALID_INDEX
         begin = self._begin_timestamp
         # Seconds since the file's first message; 0 while the file has no begin time yet.
@@ -380,7 +382,7 @@ class IndexFile:
             ts = timestamps[i]
             slot_pos = INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
             slot_value = unpack_slot(mm, slot_pos)[0]
-            if slot_value <= INVALID_INDEX or slot_value > count:
+            if slot_value <= INVALID_INDEX or slot_value >= count:  # see put_key
                 slot_value = INVALID_INDEX
                 slot_count += 1
             time_diff = 0 if begin <= 0 else min(max((ts - begin) // 1000, 0), INT_MAX)
