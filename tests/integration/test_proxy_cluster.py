@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import pathlib
 import re
 import subprocess
@@ -18,10 +19,15 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from rocketq.client._routes import RouteCache
 from rocketq.client.admin import Admin
+from rocketq.errors import ResponseCode
+from rocketq.proxy.cluster_checks import OrphanChecks, check_command, heartbeat_body
+from rocketq.proxy.telemetry import SessionRegistry
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
+from rocketq.remoting import Connection, RemotingClient, RequestCode, create_request
 
 TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
@@ -81,9 +87,24 @@ class Proc:
 
 @pytest.fixture
 def cluster(tmp_path: pathlib.Path) -> Iterator[tuple[Proc, Proc]]:
+    yield from _cluster(tmp_path, {})
+
+
+@pytest.fixture
+def checking_cluster(tmp_path: pathlib.Path) -> Iterator[tuple[Proc, Proc]]:
+    """A broker that checks halves older than 1 s every second."""
+    yield from _cluster(tmp_path, {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"})
+
+
+def _cluster(tmp_path: pathlib.Path, broker_conf: dict[str, str]) -> Iterator[tuple[Proc, Proc]]:
+    conf: list[str] = []
+    if broker_conf:
+        path = tmp_path / "broker.conf"
+        path.write_text("".join(f"{k}={v}\n" for k, v in broker_conf.items()), encoding="utf-8")
+        conf = ["-c", str(path)]
     serve = Proc(
         ["serve", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0", "--broker-port", "0",
-         "--grpc-port", "-1"],
+         "--grpc-port", "-1", *conf],
         tmp_path / "serve.log",
         {"name server", "broker"},
     )  # fmt: skip
@@ -361,3 +382,122 @@ def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(cluster: 
         (dead,) = admin.query_msg_by_key("%DLQ%CGroup", "R-0")
         assert dead.body == b"r0"
     assert proxy.alive() and serve.alive()
+
+
+def test_proxy_relays_orphaned_transaction_checks_to_the_grpc_producer(
+    checking_cluster: tuple[Proc, Proc],
+) -> None:
+    serve, proxy = checking_cluster
+    proxy_addr = proxy.found["gRPC (v5)"]
+    meta = (("x-mq-client-id", "cluster-tx-producer@1"),)
+
+    async def run() -> dict[str, Any]:
+        async with grpc.aio.insecure_channel(proxy_addr) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            outbound: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+
+            async def commands() -> Any:
+                while (command := await outbound.get()) is not None:
+                    yield command
+
+            stream = stub.Telemetry(commands(), metadata=meta, timeout=4 * TIMEOUT_S)
+            settings = pb.Settings(
+                client_type=pb.PRODUCER,
+                publishing=pb.Publishing(topics=[pb.Resource(name="CTx")]),
+            )
+            await outbound.put(spb.TelemetryCommand(settings=settings))
+            out: dict[str, Any] = {}
+            out["settings_reply"] = await asyncio.wait_for(stream.read(), TIMEOUT_S)
+            sent = await stub.SendMessage(
+                spb.SendMessageRequest(
+                    messages=[
+                        msg("CTx", b"orphan", "TX-orphan", message_type=pb.TRANSACTION, keys=["tx-orphan"])
+                    ]
+                ),
+                timeout=TIMEOUT_S,
+                metadata=meta,
+            )
+            out["sent"] = sent
+            # no EndTransaction: the broker's check reaches us through the proxy
+            check = await asyncio.wait_for(stream.read(), 3 * TIMEOUT_S)
+            out["check"] = check
+            recover = check.recover_orphaned_transaction_command
+            out["end"] = await stub.EndTransaction(
+                spb.EndTransactionRequest(
+                    topic=pb.Resource(name="CTx"),
+                    message_id=recover.message.system_properties.message_id,
+                    transaction_id=recover.transaction_id,
+                    resolution=pb.COMMIT,
+                    source=pb.SOURCE_SERVER_CHECK,
+                ),
+                timeout=TIMEOUT_S,
+                metadata=meta,
+            )
+            await outbound.put(None)
+            stream.cancel()
+            return out
+
+    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+        out = asyncio.run(run())
+        assert out["settings_reply"].status.code == pb.OK
+        assert out["sent"].status.code == pb.OK
+        sent_tx = out["sent"].entries[0].transaction_id
+        check = out["check"]
+        assert check.WhichOneof("command") == "recover_orphaned_transaction_command"
+        recover = check.recover_orphaned_transaction_command
+        assert recover.message.topic.name == "CTx"
+        assert bytes(recover.message.body) == b"orphan"
+        assert recover.message.system_properties.message_id == "TX-orphan"
+        # the check is about the broker's renewed copy of the half, on the same broker
+        assert recover.transaction_id.endswith("@" + sent_tx.split("@", 1)[1])
+        assert out["end"].status.code == pb.OK
+        wait_for(
+            "the half committed on check", lambda: len(list(admin.query_msg_by_key("CTx", "tx-orphan"))) == 1
+        )
+        [found] = admin.query_msg_by_key("CTx", "tx-orphan")
+        assert bytes(found.body) == b"orphan" and found.uniq_key == "TX-orphan"
+    assert proxy.alive() and serve.alive()
+
+
+def test_malformed_transaction_checks_are_dropped_without_a_push() -> None:
+    async def run() -> tuple[Any, ...]:
+        sessions = SessionRegistry()
+        session = sessions.open("p@1")
+        sessions.update_settings(
+            session,
+            pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T")])),
+        )
+        checks = OrphanChecks(RouteCache(RemotingClient(), ["127.0.0.1:1"], 1.0), sessions)
+        try:
+            conn = Connection(None)  # never connected: the handler only reads its address
+            no_fields = create_request(RequestCode.CHECK_TRANSACTION_STATE, {}, b"", oneway=True)
+            no_body = create_request(
+                RequestCode.CHECK_TRANSACTION_STATE,
+                {"tranStateTableOffset": "1", "commitLogOffset": "2", "brokerName": "b", "topic": "T"},
+                b"",
+                oneway=True,
+            )
+            garbage = create_request(
+                RequestCode.CHECK_TRANSACTION_STATE,
+                {"tranStateTableOffset": "x", "commitLogOffset": "2", "brokerName": "b"},
+                b"\x00" * 40,
+                oneway=True,
+            )
+            answers = [await checks.on_request(conn, r) for r in (no_fields, no_body, garbage)]
+            other = await checks.on_request(conn, create_request(RequestCode.HEART_BEAT, {}))
+            return answers, other, session.outbound.qsize(), sessions.pushed
+        finally:
+            await checks.close()
+
+    answers, other, queued, pushed = asyncio.run(run())
+    assert answers == [None, None, None]
+    assert other is not None and other.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert (queued, pushed) == (0, 0)
+    with pytest.raises(KeyError):
+        check_command(create_request(RequestCode.CHECK_TRANSACTION_STATE, {}, b""), "b")
+    body = json.loads(heartbeat_body("proxy@1", ["A", "B"]))
+    assert body == {
+        "clientID": "proxy@1",
+        "producerDataSet": [{"groupName": "A"}, {"groupName": "B"}],
+        "consumerDataSet": [],
+    }

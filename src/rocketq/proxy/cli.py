@@ -72,6 +72,7 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
         finally:
             servicer.sessions.close_all()
             await server.stop(SHUTDOWN_GRACE_S)
+            await servicer.close()
 
 
 def _bind(server: grpc.aio.Server, target: str, cert_path: str | None, key_path: str | None) -> int:

@@ -30,8 +30,11 @@ forward to the DLQ names the message by its commit-log offset; the delivery atte
 popped record's ``reconsumeTimes`` + 1.
 
 Transaction ids are ``<commit-log offset:016X><half queue offset:016X>@<broker name>``: the
-broker is found again through the topic's route. Orphaned halves are not pushed to gRPC producers
-in this mode (the brokers' checks find no remoting producer and keep the half until their limit).
+broker is found again through the topic's route. For orphaned halves the proxy heartbeats every
+master of a topic some live gRPC producer publishes as a producer of group = topic, and pushes the
+brokers' CHECK_TRANSACTION_STATE (39) to such a producer as ``recover_orphaned_transaction_command``
+(:mod:`rocketq.proxy.cluster_checks`); its EndTransaction(SOURCE_SERVER_CHECK) goes out as
+END_TRANSACTION with ``fromTransactionCheck=true``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -69,6 +73,7 @@ from rocketq.message import (
 )
 from rocketq.namesrv.bodies import TopicRouteData
 from rocketq.proxy import convert, route, status
+from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import DEADLINE_MARGIN_MS, DEFAULT_INVISIBLE_MS, MAX_BATCH_SIZE, MIN_INVISIBLE_MS
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
@@ -90,10 +95,6 @@ SYS_FLAG_TRANSACTION_PREPARED = 0x4
 END_COMMIT, END_ROLLBACK = 8, 12
 CLIENT_ID_HEADER = "x-mq-client-id"
 NOT_IN_PROXY_MODE = "not supported in proxy mode yet; connect to the broker's own gRPC endpoint"
-
-
-def encode_transaction_id(commit_log_offset: int, queue_offset: int, broker_name: str) -> str:
-    return f"{commit_log_offset:016X}{queue_offset:016X}@{broker_name}"
 
 
 def decode_transaction_id(text: str) -> tuple[int, int, str]:
@@ -198,6 +199,12 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
         self.sessions = SessionRegistry()
         self._rr = itertools.count(random.randrange(1 << 16))
         self._types: dict[str, tuple[float, str]] = {}
+        client_id = f"{advertised_host}@rocketq-proxy-{os.getpid()}"
+        self.checks = OrphanChecks(self.routes, self.sessions, client_id=client_id, timeout_s=timeout_s)
+
+    async def close(self) -> None:
+        """Stop the producer heartbeats and close their broker connections."""
+        await self.checks.close()
 
     # -- helpers ----------------------------------------------------------------------------
     def _endpoints(self, requested: pb.Endpoints | None) -> pb.Endpoints:
@@ -294,6 +301,8 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
             async for command in request_iterator:
                 if command.HasField("settings"):
                     self.sessions.update_settings(session, command.settings)
+                    if session.is_producer and session.topics:
+                        self.checks.watch(session.topics)
                     reply = reply_settings(command.settings, self.settings)
                     session.outbound.put_nowait(spb.TelemetryCommand(status=status.ok(), settings=reply))
         except asyncio.CancelledError:
