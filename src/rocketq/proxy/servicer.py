@@ -452,15 +452,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
                 )
             )
-        failed = [r.status for r in results if r.status.code != pb.OK]
-        if not results:
-            top = status.status(pb.BAD_REQUEST, "no entry to ack")
-        elif not failed:
-            top = status.ok()
-        elif len(failed) == len(results):
-            top = failed[0]
-        else:
-            top = status.status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} entries failed")
+        top = status.of_entries([r.status for r in results], "entry to ack")
         return spb.AckMessageResponse(status=top, entries=results)
 
     async def ChangeInvisibleDuration(

@@ -94,3 +94,16 @@ def of_error(exc: BaseException) -> pb.Status:
 
 
 __all__ = ["InvalidTransactionId", "NotSupported", "code_of", "of_error", "ok", "status"]
+
+
+def of_entries(statuses: list[pb.Status], what: str = "entry") -> pb.Status:
+    """The top-level status of a request made of entries (AckMessage): OK when every entry is,
+    the entry's own status when all failed, MULTIPLE_RESULTS when some did."""
+    failed = [s for s in statuses if s.code != pb.OK]
+    if not statuses:
+        return status(pb.BAD_REQUEST, f"no {what}")
+    if not failed:
+        return ok()
+    if len(failed) == len(statuses):
+        return failed[0]
+    return status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} entries failed")

@@ -53,25 +53,11 @@ import pyarrow.compute as pc
 
 from rocketq.errors import StoreError
 from rocketq.message import create_offset_msg_id, unpack_socket_addr
+from rocketq.spark.arrow import COLUMNS
 from rocketq.store import record as rec
 
 #: Column names of the export (and of every Arrow batch :func:`decode_chunk` returns).
-EXPORT_COLUMNS: Final = (
-    "topic",
-    "brokerName",
-    "queueId",
-    "queueOffset",
-    "msgId",
-    "keys",
-    "tags",
-    "body",
-    "properties",
-    "bornTimestamp",
-    "storeTimestamp",
-    "bornHost",
-    "storeHost",
-    "reconsumeTimes",
-)
+EXPORT_COLUMNS: Final = COLUMNS
 
 _TS = pa.timestamp("us", tz="UTC")
 EXPORT_SCHEMA: Final = pa.schema(
