@@ -39,7 +39,6 @@ END_TRANSACTION with ``fromTransactionCheck=true``.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
@@ -77,7 +76,13 @@ from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import DEADLINE_MARGIN_MS, DEFAULT_INVISIBLE_MS, MAX_BATCH_SIZE, MIN_INVISIBLE_MS
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
-from rocketq.proxy.telemetry import Session, SessionRegistry
+from rocketq.proxy.telemetry import (
+    CLIENT_ID_HEADER,
+    Session,
+    SessionRegistry,
+    metadata_value,
+    telemetry_stream,
+)
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
@@ -93,7 +98,6 @@ TOPIC_TYPE_TTL_S = 10.0
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
 #: ``commitOrRollback`` of END_TRANSACTION.
 END_COMMIT, END_ROLLBACK = 8, 12
-CLIENT_ID_HEADER = "x-mq-client-id"
 NOT_IN_PROXY_MODE = "not supported in proxy mode yet; connect to the broker's own gRPC endpoint"
 
 
@@ -168,13 +172,6 @@ def route_queues(
             )
         )
     return out
-
-
-def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
-    for k, v in context.invocation_metadata() or ():
-        if k == key:
-            return str(v)
-    return ""
 
 
 class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
@@ -276,40 +273,19 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> spb.NotifyClientTerminationResponse:
-        self.sessions.terminate(_metadata(context, CLIENT_ID_HEADER))
+        self.sessions.terminate(metadata_value(context, CLIENT_ID_HEADER))
         return spb.NotifyClientTerminationResponse(status=status.ok())
 
     async def Telemetry(
         self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[spb.TelemetryCommand]:
-        session = self.sessions.open(_metadata(context, CLIENT_ID_HEADER))
-        reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, session))
-        try:
-            while True:
-                command = await session.outbound.get()
-                if command is None:
-                    return
-                yield command
-        finally:
-            reader.cancel()
-            self.sessions.close(session)
+        async for command in telemetry_stream(self.sessions, request_iterator, context, self._on_settings):
+            yield command
 
-    async def _read_telemetry(
-        self, request_iterator: AsyncIterator[spb.TelemetryCommand], session: Session
-    ) -> None:
-        try:
-            async for command in request_iterator:
-                if command.HasField("settings"):
-                    self.sessions.update_settings(session, command.settings)
-                    if session.is_producer and session.topics:
-                        self.checks.watch(session.topics)
-                    reply = reply_settings(command.settings, self.settings)
-                    session.outbound.put_nowait(spb.TelemetryCommand(status=status.ok(), settings=reply))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.info("telemetry stream of %s ended: %s", session.client_id, exc)
-        session.close()
+    def _on_settings(self, session: Session, client: pb.Settings) -> pb.Settings:
+        if session.is_producer and session.topics:
+            self.checks.watch(session.topics)
+        return reply_settings(client, self.settings)
 
     # -- SendMessage / EndTransaction -------------------------------------------------------
     async def SendMessage(

@@ -23,7 +23,6 @@ do not call them).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import random
@@ -60,7 +59,12 @@ from rocketq.message import (
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId, NotSupported
-from rocketq.proxy.telemetry import Session, SessionRegistry
+from rocketq.proxy.telemetry import (
+    CLIENT_ID_HEADER,
+    SessionRegistry,
+    metadata_value,
+    telemetry_stream,
+)
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
@@ -68,7 +72,6 @@ from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 #: Long polling ends this long before the call's deadline so the answer arrives in time.
 DEADLINE_MARGIN_MS = 1_500
 #: Invisible time of a receive that names none (PushConsumer), as RocketMQ 5's proxy default.
@@ -95,13 +98,6 @@ def decode_transaction_id(text: str) -> tuple[int, int]:
 def fifo_queue(message_group: str, queue_count: int) -> int:
     """Queue of a FIFO message: a stable hash of its group (all of a group lands in one queue)."""
     return abs(java_string_hash(message_group)) % queue_count
-
-
-def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
-    for k, v in context.invocation_metadata() or ():
-        if k == key:
-            return str(v)
-    return ""
 
 
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
@@ -195,7 +191,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
     ) -> spb.NotifyClientTerminationResponse:
-        self.sessions.terminate(_metadata(context, CLIENT_ID_HEADER))
+        self.sessions.terminate(metadata_value(context, CLIENT_ID_HEADER))
         return spb.NotifyClientTerminationResponse(status=status.ok())
 
     async def QueryAssignment(
@@ -221,36 +217,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(
         self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[spb.TelemetryCommand]:
-        client_id = _metadata(context, CLIENT_ID_HEADER)
-        session = self.sessions.open(client_id)
-        reader = asyncio.get_running_loop().create_task(self._read_telemetry(request_iterator, session))
-        try:
-            while True:
-                command = await session.outbound.get()
-                if command is None:
-                    return
-                yield command
-        finally:
-            reader.cancel()
-            self.sessions.close(session)
-
-    async def _read_telemetry(
-        self, request_iterator: AsyncIterator[spb.TelemetryCommand], session: Session
-    ) -> None:
-        try:
-            async for command in request_iterator:
-                if command.HasField("settings"):
-                    self.sessions.update_settings(session, command.settings)
-                    session.outbound.put_nowait(
-                        spb.TelemetryCommand(
-                            status=status.ok(), settings=self._reply_settings(command.settings)
-                        )
-                    )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.info("telemetry stream of %s ended: %s", session.client_id, exc)
-        session.close()
+        async for command in telemetry_stream(
+            self.sessions, request_iterator, context, lambda _session, client: self._reply_settings(client)
+        ):
+            yield command
 
     def _reply_settings(self, client: pb.Settings) -> pb.Settings:
         fifo = False
@@ -286,7 +256,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     ) -> spb.SendMessageResponse:
         if len(request.messages) == 0:
             return spb.SendMessageResponse(status=status.status(pb.BAD_REQUEST, "no message to send"))
-        client_id = _metadata(context, CLIENT_ID_HEADER)
+        client_id = metadata_value(context, CLIENT_ID_HEADER)
         entries: list[spb.SendResultEntry] = []
         try:
             for message in request.messages:

@@ -21,8 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import grpc
+
+from rocketq.proxy import status
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 
@@ -115,3 +119,51 @@ class SessionRegistry:
 
 
 __all__ = ["Session", "SessionRegistry"]
+
+
+#: The metadata key that names a client session (every SDK sends it).
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+
+def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str:
+    """The value of invocation metadata ``key``, or ``""``."""
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return str(v)
+    return ""
+
+
+async def telemetry_stream(
+    sessions: SessionRegistry,
+    request_iterator: AsyncIterator[spb.TelemetryCommand],
+    context: grpc.aio.ServicerContext,
+    on_settings: Callable[[Session, pb.Settings], pb.Settings],
+) -> AsyncIterator[spb.TelemetryCommand]:
+    """One Telemetry stream: a reader task answers every Settings with ``{status OK,
+    settings=on_settings(...)}`` (called after the session took the client's settings); the
+    stream yields whatever the session's outbound queue holds until the session ends."""
+    session = sessions.open(metadata_value(context, CLIENT_ID_HEADER))
+
+    async def read() -> None:
+        try:
+            async for command in request_iterator:
+                if command.HasField("settings"):
+                    sessions.update_settings(session, command.settings)
+                    reply = on_settings(session, command.settings)
+                    session.outbound.put_nowait(spb.TelemetryCommand(status=status.ok(), settings=reply))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("telemetry stream of %s ended: %s", session.client_id, exc)
+        session.close()
+
+    reader = asyncio.get_running_loop().create_task(read())
+    try:
+        while True:
+            command = await session.outbound.get()
+            if command is None:
+                return
+            yield command
+    finally:
+        reader.cancel()
+        sessions.close(session)
