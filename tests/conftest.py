@@ -1,10 +1,36 @@
 from __future__ import annotations
 
 import pathlib
+import shutil
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
 from rocketq.config import StoreConfig
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+
+
+@pytest.fixture(autouse=True)
+def _free_tmp_path_of_passed_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's tmp_path goes once the test passed: every broker process a test starts reserves a
+    full 1 GiB CommitLog segment (RocketMQ's default size), and a whole run would otherwise keep
+    tens of GiB until pytest's next runs rotate them out. Failed tests keep theirs to look at.
+    (Autouse fixtures are set up first and torn down last, after the test's processes stopped.)"""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    report = request.node.stash.get(_CALL_REPORT, None)
+    if path is not None and report is not None and report.passed:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
