@@ -73,7 +73,7 @@ from rocketq.message import (
 from rocketq.namesrv.bodies import TopicRouteData
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
-from rocketq.proxy.servicer import DEADLINE_MARGIN_MS, DEFAULT_INVISIBLE_MS, MAX_BATCH_SIZE, MIN_INVISIBLE_MS
+from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
 from rocketq.proxy.telemetry import (
@@ -446,21 +446,7 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             topic = self._topic_name(request.message_queue.topic)
             group = _group_name(request.group)
-            invisible_ms = (
-                convert.duration_ms(request.invisible_duration)
-                if request.HasField("invisible_duration")
-                else DEFAULT_INVISIBLE_MS
-            )
-            if invisible_ms < MIN_INVISIBLE_MS:
-                raise InvalidParameter(f"invisible duration {invisible_ms} ms is below {MIN_INVISIBLE_MS} ms")
-            poll_ms = (
-                convert.duration_ms(request.long_polling_timeout)
-                if request.HasField("long_polling_timeout")
-                else 0
-            )
-            remaining = context.time_remaining()
-            if remaining is not None:
-                poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+            invisible_ms, poll_ms = receive_timing_ms(request, context)
             poll_ms = min(poll_ms, MAX_POLL_MS)
             route_data = await self.routes.fetch_route(topic)
             brokers = self._readable_brokers(route_data)

@@ -100,6 +100,28 @@ def fifo_queue(message_group: str, queue_count: int) -> int:
     return abs(java_string_hash(message_group)) % queue_count
 
 
+def receive_timing_ms(
+    request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+) -> tuple[int, int]:
+    """(invisible ms, long-poll ms) of a ReceiveMessage: the invisible duration defaults to
+    :data:`DEFAULT_INVISIBLE_MS` and may not be below :data:`MIN_INVISIBLE_MS`; the long poll
+    ends :data:`DEADLINE_MARGIN_MS` before the call's deadline."""
+    invisible_ms = (
+        convert.duration_ms(request.invisible_duration)
+        if request.HasField("invisible_duration")
+        else DEFAULT_INVISIBLE_MS
+    )
+    if invisible_ms < MIN_INVISIBLE_MS:
+        raise InvalidParameter(f"invisible duration {invisible_ms} ms is below {MIN_INVISIBLE_MS} ms")
+    poll_ms = (
+        convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+    )
+    remaining = context.time_remaining()
+    if remaining is not None:
+        poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+    return invisible_ms, poll_ms
+
+
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     """The gRPC service of one broker (see the module docstring)."""
 
@@ -349,21 +371,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             expression = request.filter_expression
             kind = "SQL92" if expression.type == pb.SQL else "TAG"
             compiled = compile_filter(kind, expression.expression or "*")
-            invisible_ms = (
-                convert.duration_ms(request.invisible_duration)
-                if request.HasField("invisible_duration")
-                else DEFAULT_INVISIBLE_MS
-            )
-            if invisible_ms < MIN_INVISIBLE_MS:
-                raise InvalidParameter(f"invisible duration {invisible_ms} ms is below {MIN_INVISIBLE_MS} ms")
-            long_poll_ms = (
-                convert.duration_ms(request.long_polling_timeout)
-                if request.HasField("long_polling_timeout")
-                else 0
-            )
-            remaining = context.time_remaining()
-            if remaining is not None:
-                long_poll_ms = max(0, min(long_poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
+            invisible_ms, long_poll_ms = receive_timing_ms(request, context)
             batch = max(1, min(request.batch_size or 32, MAX_BATCH_SIZE))
             cfg = self.ctx.groups.find(group)
             fifo = bool(cfg is not None and cfg.consume_message_orderly)
