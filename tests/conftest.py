@@ -22,10 +22,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(autouse=True)
 def _free_tmp_path_of_passed_tests(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test's tmp_path goes once the test passed: every broker process a test starts reserves a
-    full 1 GiB CommitLog segment (RocketMQ's default size), and a whole run would otherwise keep
-    tens of GiB until pytest's next runs rotate them out. Failed tests keep theirs to look at.
-    (Autouse fixtures are set up first and torn down last, after the test's processes stopped.)"""
+    """A test's tmp_path goes once the test passed: even with the small stores the harness gives
+    brokers (``_support/procs.py``: 16 MiB CommitLog segments, reserved up front, plus the next one
+    ahead of time) a whole run would otherwise keep GiBs until pytest's next runs rotate them out.
+    Failed tests keep theirs to look at. (Autouse fixtures are set up first and torn down last,
+    after the test's processes stopped.)"""
     path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
     report = request.node.stash.get(_CALL_REPORT, None)

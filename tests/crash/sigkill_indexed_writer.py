@@ -18,13 +18,14 @@ The parent imports this module for :func:`make_message`, :func:`store_config` an
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import sys
 
+from ack_writer import write_until_killed
+
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
-from rocketq.store import MessageStore
+from rocketq.store import PutMessageResult
 
 SEGMENT_SIZE = 64 * 1024
 #: 100 units of 20 bytes per ConsumeQueue file.
@@ -34,8 +35,6 @@ HASH_SLOTS = 64
 INDEX_NUM = 128
 TOPICS = ("IdxA", "IdxB", "%RETRY%idx|g")
 QUEUES = 3
-#: Safety stop, far above what a round writes before it is killed.
-MAX_MESSAGES_PER_RUN = 200_000
 
 
 def store_config(root: str) -> StoreConfig:
@@ -80,26 +79,12 @@ def digest(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
-def main(argv: list[str]) -> int:
-    root, seed, round_no = argv[1], int(argv[2]), int(argv[3])
-    with MessageStore(store_config(root)) as store:
-        for seq in range(MAX_MESSAGES_PER_RUN):
-            msg, queue_id = make_message(seed, round_no, seq)
-            result = store.put_message(msg, queue_id)
-            if not result.ok:
-                sys.stderr.write(f"put {seq} returned {result!r}\n")
-                return 2
-            line = (
-                f"{seq} {msg.topic} {queue_id} {result.queue_offset} {result.physical_offset} "
-                f"{result.size} {result.msg_id} {message_key(round_no, seq)} {digest(msg.body)}\n"
-            )
-            try:
-                os.write(1, line.encode("ascii"))
-            except BrokenPipeError:
-                return 3  # the parent is gone: stop writing
-    sys.stderr.write(f"reached {MAX_MESSAGES_PER_RUN} messages without being killed\n")
-    return 4
+def ack_line(round_no: int, seq: int, msg: Message, queue_id: int, result: PutMessageResult) -> str:
+    return (
+        f"{seq} {msg.topic} {queue_id} {result.queue_offset} {result.physical_offset} "
+        f"{result.size} {result.msg_id} {message_key(round_no, seq)} {digest(msg.body)}"
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(write_until_killed(sys.argv, store_config, make_message, ack_line))

@@ -35,27 +35,19 @@ Rounds run on the same directory, so data accumulates. The seed is printed; set
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import pathlib
 import random
 import shutil
-import signal
 import struct
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from types import ModuleType
-from typing import IO
 
 import pytest
+from kill_loop import crash_rounds, load_script, random_kill_point, run_and_kill
 
-import rocketq
 from rocketq.config import StoreConfig
-from rocketq.errors import StoreLocked
 from rocketq.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -71,23 +63,13 @@ WRITER_PATH = HERE / "sigkill_indexed_writer.py"
 ROUNDS = 22
 #: The round after which the ConsumeQueues and the index are rebuilt and compared.
 REBUILD_AFTER = (3, 6)
-ACK_DEADLINE_S = 30.0
-EXIT_DEADLINE_S = 10.0
 DISPATCH_DEADLINE_S = 30.0
 GROUP = "crash-cq-group"
 INDEX_HEADER = struct.Struct(">qqqqii")
 INDEX_ENTRY = struct.Struct(">iqii")
 
 
-def _load_writer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocketq_crash_sigkill_indexed_writer", WRITER_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-writer = _load_writer()
+writer = load_script(WRITER_PATH)
 
 
 @dataclass(frozen=True)
@@ -125,101 +107,13 @@ def _parse_ack(line: bytes) -> Ack:
     return Ack(int(seq), topic, int(qid), int(qoff), int(off), int(size), msg_id, key, dig)
 
 
-class AckLines:
-    """Reads the writer's acknowledgement lines on a thread until EOF."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.lines: list[bytes] = []
-        self.torn = b""
-        self.closed = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._pump, name="ack-lines", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        try:
-            for raw in self._stream:
-                with self._cond:
-                    if raw.endswith(b"\n"):
-                        self.lines.append(raw)
-                    else:
-                        self.torn = raw
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self.closed = True
-                self._cond.notify_all()
-
-    def wait_for(self, count: int, timeout: float) -> bool:
-        """True once ``count`` lines arrived; False at EOF or when ``timeout`` passed first."""
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.lines) >= count or self.closed, timeout)
-            return len(self.lines) >= count
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "writer stdout did not reach EOF after the kill"
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def _kill_point(rng: random.Random) -> tuple[int, float]:
-    """How many acks to wait for, then how long to let the writer run on before SIGKILL."""
-    pick = rng.random()
-    if pick < 0.25:
-        acks = rng.randint(1, 15)
-    elif pick < 0.8:
-        acks = rng.randint(16, 180)
-    else:
-        acks = rng.randint(181, 400)
-    return acks, rng.uniform(0.0, 0.02)
-
-
 def _run_and_kill(
     root: pathlib.Path, seed: int, round_no: int, rng: random.Random, stderr_path: pathlib.Path
 ) -> list[Ack]:
-    want, extra_s = _kill_point(rng)
-    cmd = [sys.executable, str(WRITER_PATH), str(root), str(seed), str(round_no)]
-    with (
-        open(stderr_path, "wb") as err,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_child_env()) as proc,
-    ):
-        assert proc.stdout is not None
-        acks = AckLines(proc.stdout)
-        killed = False
-        try:
-            if not acks.wait_for(1, ACK_DEADLINE_S):
-                pytest.fail(f"round {round_no}: no ack from the writer; stderr:\n{stderr_path.read_text()}")
-            with pytest.raises(StoreLocked):
-                MessageStore(writer.store_config(str(root))).start()
-            if not acks.wait_for(want, ACK_DEADLINE_S):
-                pytest.fail(
-                    f"round {round_no}: {len(acks.lines)} of {want} acks before the deadline or exit; "
-                    f"stderr:\n{stderr_path.read_text()}"
-                )
-            time.sleep(extra_s)  # a random kill moment, not a synchronisation
-            os.kill(proc.pid, signal.SIGKILL)
-            killed = True
-            proc.wait(EXIT_DEADLINE_S)
-        finally:
-            if not killed:
-                proc.kill()
-                proc.wait(EXIT_DEADLINE_S)
-            acks.join(EXIT_DEADLINE_S)
-    assert proc.returncode == -signal.SIGKILL, (
-        f"round {round_no}: writer exited with {proc.returncode} before the kill; "
-        f"stderr:\n{stderr_path.read_text()}"
-    )
-    assert acks.torn == b"", f"round {round_no}: torn ack line {acks.torn!r}"
-    parsed = [_parse_ack(line) for line in acks.lines]
-    assert [a.seq for a in parsed] == list(range(len(parsed))), f"round {round_no}: acks out of order"
-    return parsed
+    held = writer.store_config(str(root))
+    kill_at = random_kill_point(rng, few=15, many=180, most=400, few_share=0.25)
+    lines = run_and_kill(WRITER_PATH, root, seed, round_no, kill_at, stderr_path, held)
+    return [_parse_ack(line) for line in lines]
 
 
 def _rec_from_ack(seed: int, round_no: int, ack: Ack, store_host: bytes) -> Rec:
@@ -528,34 +422,21 @@ def test_sigkill_consume_queue_and_index(tmp_path: pathlib.Path) -> None:
     store_host = pack_socket_addr(config.store_host)
     log: list[Rec] = []
     started = time.monotonic()
-    total_acks = 0
-    in_writer = in_restart = in_checks = 0.0
     queues = wide_lookups = 0
     # Differences between the files the crash rounds left and rebuilt ones, and index entries
     # written twice, are reported at the end, so that the remaining crash rounds still run.
     rebuild_problems: list[str] | None = None
     repeated_before = 0
     repeated_by_round: dict[int, int] = {}
-    for round_no in range(ROUNDS):
-        t0 = time.monotonic()
-        acks = _run_and_kill(root, seed, round_no, rng, tmp_path / f"writer-{round_no}.stderr")
-        total_acks += len(acks)
-        t1 = time.monotonic()
-        store = MessageStore(config)
-        store.start()
-        try:
-            _wait_dispatched(store)
-            t2 = time.monotonic()
-            assert not store.last_exit_ok, "the writer was killed, the abort file must be there"
-            try:
-                log = _check_log(store, seed, round_no, log, acks, store_host)
-                queues, wide = _check_reachable(store, log)
-                wide_lookups += wide
-            except AssertionError as exc:
-                raise AssertionError(f"seed {seed}, round {round_no}: {exc}") from exc
-        finally:
-            store.shutdown()
-        t3 = time.monotonic()
+
+    def check(store: MessageStore, round_no: int, acks: list[Ack]) -> None:
+        nonlocal log, queues, wide_lookups
+        log = _check_log(store, seed, round_no, log, acks, store_host)
+        queues, wide = _check_reachable(store, log)
+        wide_lookups += wide
+
+    def after(round_no: int) -> None:
+        nonlocal repeated_before, rebuild_problems
         repeated = _repeated_index_entries(root)
         if repeated > repeated_before:
             repeated_by_round[round_no] = repeated - repeated_before
@@ -566,9 +447,16 @@ def test_sigkill_consume_queue_and_index(tmp_path: pathlib.Path) -> None:
             except AssertionError as exc:
                 raise AssertionError(f"seed {seed}, rebuild after round {round_no}: {exc}") from exc
             repeated_before = _repeated_index_entries(root)
-        in_writer += t1 - t0
-        in_restart += t2 - t1
-        in_checks += t3 - t2
+
+    stats = crash_rounds(
+        rounds=ROUNDS,
+        seed=seed,
+        config=config,
+        run_round=lambda n: _run_and_kill(root, seed, n, rng, tmp_path / f"writer-{n}.stderr"),
+        settle=_wait_dispatched,
+        check=check,
+        after=after,
+    )
     with MessageStore(config) as store:
         assert store.last_exit_ok
         _wait_dispatched(store)
@@ -577,10 +465,11 @@ def test_sigkill_consume_queue_and_index(tmp_path: pathlib.Path) -> None:
     index_files = len(_index_files(root))
     elapsed = time.monotonic() - started
     print(
-        f"{ROUNDS} rounds, {total_acks} acks, {len(log)} records in {queues} queues, "
+        f"{ROUNDS} rounds, {stats.acks} acks, {len(log)} records in {queues} queues, "
         f"{cq_files} ConsumeQueue files, {index_files} index files, rebuild after round {rebuild_round}, "
         f"{wide_lookups} key lookups needed the unbounded window, "
-        f"{elapsed:.1f} s (writers {in_writer:.1f} s, restarts {in_restart:.1f} s, checks {in_checks:.1f} s)"
+        f"{elapsed:.1f} s (writers {stats.writers_s:.1f} s, restarts {stats.restarts_s:.1f} s, "
+        f"checks {stats.checks_s:.1f} s)"
     )
     # The rounds must have rolled ConsumeQueue and index files, not just filled one of each.
     assert cq_files > 2 * queues

@@ -17,21 +17,18 @@ The seed is printed; set ``ROCKETQ_CRASH_SEED`` to replay a run.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from types import ModuleType
-from typing import IO
 
 import pytest
+from kill_loop import LineReader, load_script
 
-import rocketq
+from _support.procs import child_env
 from rocketq.broker.pop.journal import PopJournal
 from rocketq.message import Message
 from rocketq.store import MessageStore
@@ -44,61 +41,11 @@ LINE_DEADLINE_S = 60.0
 EXIT_DEADLINE_S = 20.0
 
 
-def _load_child() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocketq_crash_sigkill_pop_consumer", CHILD_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+child = load_script(CHILD_PATH)
 
 
-child = _load_child()
-
-
-class LineReader:
-    """Collects complete lines from the child's stdout on a thread."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.lines: list[str] = []
-        self.partial = b""
-        self.eof = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="pop-line-reader", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for raw in self._stream:
-                with self._cond:
-                    if raw.endswith(b"\n"):
-                        self.lines.append(raw.decode().rstrip("\n"))
-                    else:
-                        self.partial = raw
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self.eof = True
-                self._cond.notify_all()
-
-    def acks(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("A "))
-
-    def wait_for_acks(self, count: int, timeout: float) -> bool:
-        with self._cond:
-            self._cond.wait_for(lambda: self.acks() >= count or self.eof, timeout)
-            return self.acks() >= count
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "child stdout did not reach EOF"
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+def _is_ack(line: bytes) -> bool:
+    return line.startswith(b"A ")
 
 
 def _run_child(root: pathlib.Path, seed: int, round_no: int, mode: str, rng: random.Random) -> list[str]:
@@ -106,19 +53,20 @@ def _run_child(root: pathlib.Path, seed: int, round_no: int, mode: str, rng: ran
     cmd = [sys.executable, str(CHILD_PATH), str(root), str(seed), str(round_no), mode]
     with (
         open(err_path, "wb") as err,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_child_env()) as proc,
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=child_env()) as proc,
     ):
         assert proc.stdout is not None
-        reader = LineReader(proc.stdout)
+        reader = LineReader(proc.stdout, "pop-line-reader")
         try:
             if mode == "kill":
                 want = rng.randint(5, 60)
-                if reader.wait_for_acks(want, LINE_DEADLINE_S):
+                if reader.wait_for(want, LINE_DEADLINE_S, _is_ack):
                     time.sleep(rng.uniform(0.0, 0.05))  # a random kill moment, not a synchronisation
                     os.kill(proc.pid, signal.SIGKILL)
                 elif not reader.eof:
                     pytest.fail(
-                        f"round {round_no}: {reader.acks()} of {want} acks; stderr:\n{err_path.read_text()}"
+                        f"round {round_no}: {reader.count(_is_ack)} of {want} acks; "
+                        f"stderr:\n{err_path.read_text()}"
                     )
             proc.wait(LINE_DEADLINE_S if mode == "drain" else EXIT_DEADLINE_S)
         finally:
@@ -126,13 +74,14 @@ def _run_child(root: pathlib.Path, seed: int, round_no: int, mode: str, rng: ran
                 proc.kill()
                 proc.wait(EXIT_DEADLINE_S)
             reader.join(EXIT_DEADLINE_S)
+    lines = [raw.decode().rstrip("\n") for raw in reader.lines]
     # a kill-mode child that ran out of work before the kill finishes like a drain
-    done = reader.lines[-1:] == ["DONE"]
+    done = lines[-1:] == ["DONE"]
     expected = {0, -signal.SIGKILL} if done else {-signal.SIGKILL if mode == "kill" else 0}
     assert proc.returncode in expected, (
         f"round {round_no}: exit {proc.returncode}; stderr:\n{err_path.read_text()}"
     )
-    return reader.lines
+    return lines
 
 
 @pytest.mark.slow

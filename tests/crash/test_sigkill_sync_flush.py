@@ -20,23 +20,15 @@ Rounds run on the same directory, so data accumulates. The seed is printed; set
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import pathlib
 import random
-import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
-from types import ModuleType
-from typing import IO
 
 import pytest
+from kill_loop import crash_rounds, load_script, random_kill_point, run_and_kill
 
-import rocketq
-from rocketq.errors import StoreLocked
 from rocketq.message import Message
 from rocketq.store import MessageStore
 from rocketq.store.mapped_file import offset_to_file_name
@@ -44,19 +36,9 @@ from rocketq.store.mapped_file import offset_to_file_name
 HERE = pathlib.Path(__file__).resolve().parent
 WRITER_PATH = HERE / "sigkill_writer.py"
 ROUNDS = 24
-ACK_DEADLINE_S = 30.0
-EXIT_DEADLINE_S = 10.0
 
 
-def _load_writer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocketq_crash_sigkill_writer", WRITER_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-writer = _load_writer()
+writer = load_script(WRITER_PATH)
 SEG: int = writer.SEGMENT_SIZE
 
 
@@ -90,103 +72,13 @@ def _parse_ack(line: bytes) -> Ack:
     return Ack(int(seq), int(off), int(size), topic, int(qid), int(qoff), dig)
 
 
-class AckReader:
-    """Collects complete acknowledgement lines from the writer's stdout on a thread."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.lines: list[bytes] = []
-        self.partial = b""
-        self.eof = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="ack-reader", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for raw in self._stream:
-                with self._cond:
-                    if raw.endswith(b"\n"):
-                        self.lines.append(raw)
-                    else:
-                        self.partial = raw
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self.eof = True
-                self._cond.notify_all()
-
-    def wait_for(self, count: int, timeout: float) -> bool:
-        """True once ``count`` lines arrived; False at EOF or after ``timeout`` seconds."""
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.lines) >= count or self.eof, timeout)
-            return len(self.lines) >= count
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "writer stdout did not reach EOF after the kill"
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def _pick_kill_point(rng: random.Random) -> tuple[int, float]:
-    """How many acks to wait for, then how long to let the writer run on before SIGKILL."""
-    pick = rng.random()
-    if pick < 0.3:
-        acks = rng.randint(1, 10)
-    elif pick < 0.8:
-        acks = rng.randint(11, 250)
-    else:
-        acks = rng.randint(251, 600)
-    return acks, rng.uniform(0.0, 0.02)
-
-
 def _run_and_kill(
     root: pathlib.Path, seed: int, round_no: int, rng: random.Random, stderr_path: pathlib.Path
 ) -> list[Ack]:
-    want, extra_s = _pick_kill_point(rng)
-    cmd = [sys.executable, str(WRITER_PATH), str(root), str(seed), str(round_no)]
-    with (
-        open(stderr_path, "wb") as err,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_child_env()) as proc,
-    ):
-        assert proc.stdout is not None
-        reader = AckReader(proc.stdout)
-        killed = False
-        try:
-            if not reader.wait_for(1, ACK_DEADLINE_S):
-                pytest.fail(f"round {round_no}: no ack from the writer; stderr:\n{stderr_path.read_text()}")
-            # The writer holds the directory: a second opener, even in another process, is refused.
-            with pytest.raises(StoreLocked):
-                MessageStore(writer.store_config(str(root))).start()
-            if not reader.wait_for(want, ACK_DEADLINE_S):
-                pytest.fail(
-                    f"round {round_no}: {len(reader.lines)} of {want} acks before the deadline or exit; "
-                    f"stderr:\n{stderr_path.read_text()}"
-                )
-            time.sleep(extra_s)  # a random kill moment, not a synchronisation
-            os.kill(proc.pid, signal.SIGKILL)
-            killed = True
-            proc.wait(EXIT_DEADLINE_S)
-        finally:
-            if not killed:
-                proc.kill()
-                proc.wait(EXIT_DEADLINE_S)
-            # Drain the pipe to EOF before the Popen context closes it under the reader.
-            reader.join(EXIT_DEADLINE_S)
-    assert proc.returncode == -signal.SIGKILL, (
-        f"round {round_no}: writer exited with {proc.returncode} before the kill; "
-        f"stderr:\n{stderr_path.read_text()}"
-    )
-    assert reader.partial == b"", f"round {round_no}: torn ack line {reader.partial!r}"
-    acks = [_parse_ack(line) for line in reader.lines]
-    assert [a.seq for a in acks] == list(range(len(acks))), f"round {round_no}: acks out of order"
-    return acks
+    held = writer.store_config(str(root))
+    kill_at = random_kill_point(rng, few=10, many=250, most=600, few_share=0.3)
+    lines = run_and_kill(WRITER_PATH, root, seed, round_no, kill_at, stderr_path, held)
+    return [_parse_ack(line) for line in lines]
 
 
 def _expected_from_ack(seed: int, round_no: int, ack: Ack) -> Rec:
@@ -365,41 +257,32 @@ def test_sigkill_sync_flush(tmp_path: pathlib.Path) -> None:
     config = writer.store_config(str(root))
     log: list[Rec] = []
     started = time.monotonic()
-    total_acks = 0
     segments_seen = 0
-    in_writer = in_recovery = in_checks = 0.0
-    for round_no in range(ROUNDS):
-        t0 = time.monotonic()
-        acks = _run_and_kill(root, seed, round_no, rng, tmp_path / f"writer-{round_no}.stderr")
-        total_acks += len(acks)
-        t1 = time.monotonic()
-        store = MessageStore(config)
-        store.start()
-        t2 = time.monotonic()
-        in_writer += t1 - t0
-        in_recovery += t2 - t1
-        try:
-            assert not store.last_exit_ok, "the writer was killed, the abort file must be there"
-            try:
-                log = _check_log(store, seed, round_no, log, acks)
-                _check_nothing_past_end(store, round_no)
-                _check_acked_readable(store, log)
-                next_offsets = _check_queue_offsets(store, round_no, log)
-                log.append(_parent_put(store, rng, round_no, log, next_offsets))
-                segments_seen = len(store.commitlog.queue.files)
-            except AssertionError as exc:
-                raise AssertionError(f"seed {seed}, round {round_no}: {exc}") from exc
-        finally:
-            store.shutdown()
-        in_checks += time.monotonic() - t2
+
+    def check(store: MessageStore, round_no: int, acks: list[Ack]) -> None:
+        nonlocal log, segments_seen
+        log = _check_log(store, seed, round_no, log, acks)
+        _check_nothing_past_end(store, round_no)
+        _check_acked_readable(store, log)
+        next_offsets = _check_queue_offsets(store, round_no, log)
+        log.append(_parent_put(store, rng, round_no, log, next_offsets))
+        segments_seen = len(store.commitlog.queue.files)
+
+    stats = crash_rounds(
+        rounds=ROUNDS,
+        seed=seed,
+        config=config,
+        run_round=lambda n: _run_and_kill(root, seed, n, rng, tmp_path / f"writer-{n}.stderr"),
+        check=check,
+    )
     with MessageStore(config) as store:
         assert store.last_exit_ok
         assert store.recovery is not None and store.recovery.process_offset == log[-1].offset + log[-1].size
         _check_acked_readable(store, log)
     elapsed = time.monotonic() - started
     print(
-        f"{ROUNDS} rounds, {total_acks} acks, {len(log)} records, {segments_seen} segments, {elapsed:.1f} s "
-        f"(writers {in_writer:.1f} s, restarts {in_recovery:.1f} s, checks {in_checks:.1f} s)"
+        f"{ROUNDS} rounds, {stats.acks} acks, {len(log)} records, {segments_seen} segments, {elapsed:.1f} s "
+        f"(writers {stats.writers_s:.1f} s, restarts {stats.restarts_s:.1f} s, checks {stats.checks_s:.1f} s)"
     )
     # The rounds must have exercised segment rolls, not just one segment.
     assert segments_seen >= 5

@@ -15,20 +15,15 @@ Rounds run on the same directory. The seed is printed; set ``ROCKETQ_CRASH_SEED`
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from types import ModuleType
-from typing import IO
 
-import rocketq
+from kill_loop import load_script, run_and_kill
+
 from rocketq.message import MessageExt
 from rocketq.store import MessageStore
 from rocketq.store.timer import TIMER_TOPIC
@@ -36,90 +31,20 @@ from rocketq.store.timer import TIMER_TOPIC
 HERE = pathlib.Path(__file__).resolve().parent
 WRITER_PATH = HERE / "sigkill_timer_writer.py"
 ROUNDS = 3
-ACK_DEADLINE_S = 30.0
-EXIT_DEADLINE_S = 10.0
 DRAIN_DEADLINE_S = 30.0
 
 
-def _load_writer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rocketq_crash_sigkill_timer_writer", WRITER_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-writer = _load_writer()
-
-
-class LineReader:
-    """Complete lines from the writer's stdout, collected on a thread."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.lines: list[bytes] = []
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="timer-ack-reader", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        for raw in self._stream:
-            if raw.endswith(b"\n"):
-                with self._cond:
-                    self.lines.append(raw)
-                    self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait_for(self, count: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while len(self.lines) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive():
-                    return len(self.lines) >= count
-                self._cond.wait(min(remaining, 0.2))
-        return True
-
-    def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "writer stdout did not reach EOF after the kill"
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+writer = load_script(WRITER_PATH)
 
 
 def _run_and_kill(
     root: pathlib.Path, seed: int, round_no: int, want: int, extra_s: float, err_path: pathlib.Path
 ) -> dict[str, int]:
-    """Run the writer to ``want`` acks and ``extra_s`` on, SIGKILL it; {key: deliver_ms} of acked puts."""
-    cmd = [sys.executable, str(WRITER_PATH), str(root), str(seed), str(round_no)]
-    with (
-        err_path.open("wb") as err,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_child_env()) as proc,
-    ):
-        assert proc.stdout is not None
-        reader = LineReader(proc.stdout)
-        try:
-            reached = reader.wait_for(want, ACK_DEADLINE_S)
-            time.sleep(extra_s)  # a random kill moment (deliveries under way), not a synchronisation
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(EXIT_DEADLINE_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(EXIT_DEADLINE_S)
-            reader.join(EXIT_DEADLINE_S)
-    assert reached, f"round {round_no}: only {len(reader.lines)} acks; stderr:\n{err_path.read_text()}"
-    assert proc.returncode == -signal.SIGKILL, (
-        f"writer exited with {proc.returncode}:\n{err_path.read_text()}"
-    )
+    """Run the writer to ``want`` acks and ``extra_s`` on (deliveries under way), SIGKILL it;
+    {key: deliver_ms} of acked puts."""
+    lines = run_and_kill(WRITER_PATH, root, seed, round_no, (want, extra_s), err_path)
     acked: dict[str, int] = {}
-    for line in reader.lines:
+    for line in lines:
         _seq, deliver_ms, key = line.decode("ascii").split()
         acked[key] = int(deliver_ms)
     return acked

@@ -7,7 +7,6 @@ tests run ``python -m rocketq.cli admin ...`` against a ``rocketq serve`` subpro
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
+from procs import ServeProcess, child_env
 from test_client_producer import HOST, Cluster, free_port
 
 from rocketq.client import Message, Producer
@@ -166,51 +166,22 @@ def test_status_progress_and_queries(cluster: Cluster, admin: Admin) -> None:
 # -- CLI ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("serve")
-    ns_port, broker_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rocketq.cli",
-            "serve",
-            "--data-dir",
-            str(data),
-            "--namesrv-port",
-            str(ns_port),
-            "--broker-port",
-            str(broker_port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = ServeProcess(tmp_path_factory.mktemp("serve"))
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("rocketq ready"), line
-        yield f"{HOST}:{ns_port}"
+        server.start()
+        yield server.namesrv_addr
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        server.stop()
 
 
 def run_admin(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("NAMESRV_ADDR", None)
     return subprocess.run(
         [sys.executable, "-m", "rocketq.cli", "admin", *args, "-n", namesrv],
         check=False,
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
+        env=child_env(),
     )
 
 

@@ -31,10 +31,6 @@ import hashlib
 import os
 import pathlib
 import random
-import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -43,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
+from procs import ServeProcess, small_store_config
 
-import rocketq
 from rocketq import fastjson
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
@@ -53,7 +49,7 @@ from rocketq.broker.headers import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from rocketq.config import FlushDiskType, StoreConfig
+from rocketq.config import FlushDiskType
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import create_offset_msg_id, decode_properties, encode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
@@ -65,9 +61,7 @@ BROKER_NAME = "broker-a"
 QUEUES = 4
 SENDERS = 8
 KILL_ROUNDS = 4
-READY_DEADLINE_S = 20.0
 WAIT_S = 15.0  # bound for anything that should happen promptly
-EXIT_DEADLINE_S = 15.0
 CALL_TIMEOUT_S = 10.0
 POLL_S = 0.01
 
@@ -97,108 +91,9 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = WAI
 # -- the server process ---------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-class ServeProcess:
-    """``rocketq serve`` on 127.0.0.1 (ports chosen by the OS) over one data directory."""
-
-    def __init__(self, root: pathlib.Path, flush: str = "SYNC_FLUSH") -> None:
-        self.data_dir = root / "data"
-        self.log_dir = root / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.flush = flush
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.addr = ""
-        self.starts = 0
-        self.log_path = self.log_dir / "serve-0.log"
-
-    @property
-    def store_dir(self) -> pathlib.Path:
-        return self.data_dir / BROKER_NAME
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    async def start(self) -> str:
-        assert self.proc is None, "already running"
-        self.log_path = self.log_dir / f"serve-{self.starts}.log"
-        self.starts += 1
-        cmd = [
-            sys.executable,
-            "-m",
-            "rocketq.cli",
-            "serve",
-            "--data-dir",
-            str(self.data_dir),
-            "--namesrv-port",
-            "0",
-            "--broker-port",
-            "0",
-            "--broker-name",
-            BROKER_NAME,
-            "--flush",
-            self.flush,
-        ]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
-        proc = self.proc
-        deadline = time.monotonic() + READY_DEADLINE_S
-        pattern = re.compile(r"rocketq ready in .*\n(?:.*\n)*?\s*broker\s+(\S+)\s")
-        while True:
-            match = pattern.search(self.log_text())
-            if match:
-                self.addr = match.group(1)
-                return self.addr
-            if proc.poll() is not None:
-                raise AssertionError(f"rocketq serve exited with {proc.returncode}:\n{self.log_text()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"rocketq serve not ready in {READY_DEADLINE_S:g} s:\n{self.log_text()}")
-            await asyncio.sleep(POLL_S)
-
-    def kill(self) -> None:
-        """SIGKILL and reap: nothing of the process's shutdown path runs."""
-        proc = self.proc
-        assert proc is not None
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(EXIT_DEADLINE_S)
-        self.proc = None
-        assert proc.returncode == -signal.SIGKILL, (
-            f"rocketq serve exited with {proc.returncode} before the kill:\n{self.log_text()}"
-        )
-
-    async def terminate(self) -> int:
-        """SIGTERM and wait for the process to exit; returns its exit code."""
-        proc = self.proc
-        assert proc is not None
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + EXIT_DEADLINE_S
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise AssertionError(f"rocketq serve ignored SIGTERM:\n{self.log_text()}")
-            await asyncio.sleep(POLL_S)
-        self.proc = None
-        return proc.returncode
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
 @pytest.fixture
 def serve(tmp_path: pathlib.Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(tmp_path)
+    server = ServeProcess(tmp_path, flush="SYNC_FLUSH", broker_name=BROKER_NAME)
     try:
         yield server
     finally:
@@ -440,7 +335,7 @@ def test_acknowledged_sends_survive_sigkill_under_load(serve: ServeProcess, seed
         all_acked: list[Acked] = []
         attempted: dict[str, str] = {}
         stored_before = 0
-        addr = await serve.start()
+        addr = serve.start()
         for round_no in range(KILL_ROUNDS):
             load = Load(round_no, rng.randint(50, 1500), [], attempted, [], asyncio.Event())
             senders = [
@@ -461,7 +356,7 @@ def test_acknowledged_sends_survive_sigkill_under_load(serve: ServeProcess, seed
             assert not load.unexpected, f"round {round_no}: {load.unexpected[:5]}"
             all_acked.extend(load.acked)
 
-            addr = await serve.start()
+            addr = serve.start()
             async with RemotingClient() as client:
                 queues = await verify_topic(
                     client, addr, topic, all_acked, attempted, f"round {round_no} (seed {seed})"
@@ -476,9 +371,9 @@ def test_acknowledged_sends_survive_sigkill_under_load(serve: ServeProcess, seed
             stored_before = stored
             print(f"round {round_no}: killed after {len(load.acked)} acks; {extra} in flight stored")
 
-        assert await serve.terminate() == 0, serve.log_text()
+        assert serve.terminate() == 0, serve.log_text()
         assert not (serve.store_dir / "abort").exists(), "clean shutdown left the abort file"
-        addr = await serve.start()
+        addr = serve.start()
         async with RemotingClient() as client:
             queues = await verify_topic(client, addr, topic, all_acked, attempted, "after a clean stop")
         assert sum(len(v) for v in queues.values()) == stored_before
@@ -492,7 +387,7 @@ def test_send_that_creates_its_topic_survives_sigkill(serve: ServeProcess) -> No
     lose the topic (and with it the message) on restart."""
 
     async def main() -> None:
-        addr = await serve.start()
+        addr = serve.start()
         sent: list[tuple[str, bytes, int]] = []
         for round_no in range(3):
             topic = f"NewTopic{round_no}"
@@ -501,7 +396,7 @@ def test_send_that_creates_its_topic_survives_sigkill(serve: ServeProcess) -> No
                 r = await call_ok(client, addr, send_v2(topic, 2, body, uuid.uuid4().hex.upper(), topic))
                 serve.kill()  # right after the ack
             sent.append((topic, body, int(r.ext_fields["queueOffset"])))
-            addr = await serve.start()
+            addr = serve.start()
             async with RemotingClient() as client:
                 for t, b, offset in sent:
                     await until_max_offset(client, addr, t, 2, offset + 1)
@@ -531,9 +426,7 @@ def test_new_topic_is_on_disk_before_the_send_is_answered(
         real_persist(path, text)
 
     monkeypatch.setattr(fastjson, "persist", slow_persist)
-    store_config = StoreConfig(
-        store_path_root_dir=str(tmp_path / "store"), flush_disk_type=FlushDiskType.SYNC_FLUSH
-    )
+    store_config = small_store_config(tmp_path / "store", flush_disk_type=FlushDiskType.SYNC_FLUSH)
     broker_config = BrokerConfig(
         broker_name=BROKER_NAME,
         broker_ip1="127.0.0.1",
@@ -654,7 +547,7 @@ def test_consumer_offsets_resume_without_skipping(serve: ServeProcess, seed: int
     per_queue = 600
 
     async def main() -> None:
-        addr = await serve.start()
+        addr = serve.start()
         async with RemotingClient() as client:
             await call_ok(
                 client,
@@ -693,7 +586,7 @@ def test_consumer_offsets_resume_without_skipping(serve: ServeProcess, seed: int
             highest = list(consumer.committed)
         assert all(h >= f for h, f in zip(highest, first, strict=True))
 
-        addr = await serve.start()
+        addr = serve.start()
         async with RemotingClient() as client:
             resumed = await query_offsets(client, addr)
             print(
@@ -710,13 +603,13 @@ def test_consumer_offsets_resume_without_skipping(serve: ServeProcess, seed: int
             for _ in range(rng.randint(10, 60)):
                 await consumer.step(rng.randrange(QUEUES), rng)
             final = list(consumer.committed)
-        assert await serve.terminate() == 0, serve.log_text()
+        assert serve.terminate() == 0, serve.log_text()
         assert not (serve.store_dir / "abort").exists(), "clean shutdown left the abort file"
         assert persisted_offsets(serve) == dict(enumerate(final))
 
-        addr = await serve.start()
+        addr = serve.start()
         async with RemotingClient() as client:
             assert await query_offsets(client, addr) == final
-        assert await serve.terminate() == 0
+        assert serve.terminate() == 0
 
     run(main())

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from procs import ServeProcess
 
 from rocketq.client import Admin, LitePullConsumer, Message, Producer
 from rocketq.client._routes import MessageQueue
@@ -18,45 +16,13 @@ from rocketq.client._routes import MessageQueue
 
 @pytest.fixture
 def serve(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "rocketq.cli", "serve", "--data-dir", str(tmp_path / "data")),
-            *("--namesrv-port", "0", "--broker-port", "0"),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    found: dict[str, str] = {}
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.match(r"\s*(name server|broker)\s+(\S+:\d+)", line)
-            if m:
-                found[m.group(1)] = m.group(2)
-                if len(found) == 2:
-                    ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    server = ServeProcess(tmp_path)
     try:
-        assert ready.wait(30) and len(found) == 2, "rocketq serve did not print its endpoints"
-        yield found["name server"], found["broker"]
+        server.start()
+        yield server.namesrv_addr, server.broker_addr
+        assert server.terminate() == 0  # clean shutdown on SIGTERM
     finally:
-        proc.terminate()
-        try:
-            assert proc.wait(20) == 0  # clean shutdown on SIGTERM
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-            reader.join(10)
-            assert proc.stdout is not None
-            proc.stdout.close()
+        server.close()
 
 
 def test_sharding_key_order_across_10000_messages_and_4_queues(serve: tuple[str, str]) -> None:

@@ -29,26 +29,24 @@ TOPIC = "FailoverT"
 QUEUES = 4
 
 
-@pytest.fixture
-def two_brokers(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path, ("broker-a", "broker-b"), cluster="FailoverCluster")
+def _cluster_with_topic(root: pathlib.Path, brokers: tuple[str, ...], name: str) -> Iterator[ProcessCluster]:
+    cluster = ProcessCluster(root, brokers, cluster=name)
     try:
         cluster.start()
         cluster.create_topic(TOPIC, QUEUES)
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def two_brokers(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
+    yield from _cluster_with_topic(tmp_path, ("broker-a", "broker-b"), "FailoverCluster")
 
 
 @pytest.fixture
 def one_broker(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
-    cluster = ProcessCluster(tmp_path, ("broker-a",), cluster="NsDownCluster")
-    try:
-        cluster.start()
-        cluster.create_topic(TOPIC, QUEUES)
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _cluster_with_topic(tmp_path, ("broker-a",), "NsDownCluster")
 
 
 def stored_bodies(admin: Admin, broker_name: str) -> list[bytes]:

@@ -20,21 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import pathlib
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from procs import ProcessCluster
 
-import rocketq
 from rocketq import fastjson
 from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, SendMessageRequestHeader
 from rocketq.errors import RemotingError, ResponseCode
@@ -44,7 +40,6 @@ from rocketq.store import record as rec
 
 T = TypeVar("T")
 
-HOST = "127.0.0.1"
 CLUSTER = "MultiCluster"
 BROKERS = ("broker-a", "broker-b")
 TOPIC = "MultiBrokerTopic"
@@ -52,7 +47,6 @@ QUEUES = 4
 PER_QUEUE = 5
 WAIT_S = 20.0
 CALL_TIMEOUT_S = 5.0
-EXIT_DEADLINE_S = 15.0
 POLL_S = 0.02
 
 
@@ -63,149 +57,9 @@ def run(coro: Coroutine[Any, Any, T], limit_s: float = 50.0) -> T:
     return asyncio.run(bounded())
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("NAMESRV_ADDR", None)
-    src = str(pathlib.Path(rocketq.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-class Process:
-    """One ``rocketq`` command line process, its output in a log file."""
-
-    def __init__(self, name: str, args: list[str], log_dir: pathlib.Path) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-m", "rocketq.cli", "-v", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=child_env(),
-            )
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except FileNotFoundError:
-            return ""
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()}")
-
-    def kill(self) -> None:
-        proc = self.proc
-        assert proc is not None
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(EXIT_DEADLINE_S)
-        self.proc = None
-        assert proc.returncode == -signal.SIGKILL, f"{self.name} exited on its own:\n{self.log_text()}"
-
-    async def terminate(self) -> int:
-        proc = self.proc
-        assert proc is not None
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + EXIT_DEADLINE_S
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise AssertionError(f"{self.name} ignored SIGTERM:\n{self.log_text()}")
-            await asyncio.sleep(POLL_S)
-        self.proc = None
-        return proc.returncode
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-class Cluster:
-    """The name server and the brokers of one test, with their config files and data."""
-
-    def __init__(self, root: pathlib.Path) -> None:
-        self.root = root
-        self.log_dir = root / "logs"
-        self.log_dir.mkdir(parents=True)
-        self.namesrv_port = free_port()
-        self.namesrv_addr = f"{HOST}:{self.namesrv_port}"
-        self.broker_ports = {name: free_port() for name in BROKERS}
-        self.processes: dict[str, Process] = {}
-
-    def broker_addr(self, name: str) -> str:
-        return f"{HOST}:{self.broker_ports[name]}"
-
-    def store_dir(self, name: str) -> pathlib.Path:
-        return self.root / "store" / name
-
-    def write_namesrv_conf(self) -> pathlib.Path:
-        path = self.root / "namesrv.conf"
-        path.write_text(
-            "# name server of the multi-broker test\n"
-            "listenPort=9876\n"  # replaced by --port
-            f"bindAddress={HOST}\n"
-            "scanNotActiveBrokerInterval=1000\n"
-            "brokerHeartbeatTimeout=10000\n"
-        )
-        return path
-
-    def write_broker_conf(self, name: str) -> pathlib.Path:
-        path = self.root / f"{name}.conf"
-        path.write_text(
-            f"brokerClusterName={CLUSTER}\n"
-            f"brokerName={name}\n"
-            "brokerId=0\n"
-            f"namesrvAddr={self.namesrv_addr}\n"
-            f"brokerIP1={HOST}\n"
-            f"bindAddress={HOST}\n"
-            f"listenPort={self.broker_ports[name]}\n"
-            "fastListenPortEnable=false\n"
-            "registerNameServerPeriod=1000\n"
-            f"storePathRootDir={self.store_dir(name)}\n"
-            "flushDiskType=SYNC_FLUSH\n"
-            "autoCreateTopicEnable=false\n"
-            "mappedFileSizeCommitLog=1048576\n"
-            "mappedFileSizeConsumeQueue=6000\n"
-            "maxHashSlotNum=1000\n"
-            "maxIndexNum=4000\n"
-        )
-        return path
-
-    def start_namesrv(self) -> None:
-        conf = self.write_namesrv_conf()
-        self.processes["namesrv"] = Process(
-            "namesrv", ["namesrv", "-c", str(conf), "--port", str(self.namesrv_port)], self.log_dir
-        )
-
-    def start_broker(self, name: str) -> None:
-        conf = self.write_broker_conf(name)
-        self.processes[name] = Process(name, ["broker", "-c", str(conf)], self.log_dir)
-
-    def check_alive(self) -> None:
-        for process in self.processes.values():
-            process.check_alive()
-
-    def diagnostics(self) -> str:
-        return "\n".join(f"--- {n} ---\n{p.log_text()}" for n, p in self.processes.items())
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            process.close()
-
-
 @pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
+    c = ProcessCluster(tmp_path, BROKERS, cluster=CLUSTER)
     try:
         yield c
     finally:
@@ -213,7 +67,7 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[Cluster]:
 
 
 async def until(
-    cluster: Cluster, condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = WAIT_S
+    cluster: ProcessCluster, condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = WAIT_S
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -362,7 +216,7 @@ async def check_queues(
 # -- the test ---------------------------------------------------------------------------------
 
 
-def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(cluster: Cluster) -> None:
+def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(cluster: ProcessCluster) -> None:
     async def scenario() -> None:
         cluster.start_namesrv()
         ns = cluster.namesrv_addr
@@ -377,7 +231,7 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
 
             await until(cluster, namesrv_up, "the name server to listen")
             for name in BROKERS:
-                cluster.start_broker(name)
+                cluster.start_broker(name, autoCreateTopicEnable="false")
 
             async def both_registered() -> bool:
                 info = await cluster_info(client, ns)
@@ -444,9 +298,9 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
             assert data is not None and [q["brokerName"] for q in data["queueDatas"]] == [alive]
 
         # clean stop of the survivor, then of the name server
-        assert await cluster.processes[alive].terminate() == 0, cluster.diagnostics()
+        assert cluster.processes[alive].terminate() == 0, cluster.diagnostics()
         assert not (cluster.store_dir(alive) / "abort").exists()
         assert (cluster.store_dir(dead) / "abort").exists()  # a crash leaves it for recovery
-        assert await cluster.processes["namesrv"].terminate() == 0, cluster.diagnostics()
+        assert cluster.processes["namesrv"].terminate() == 0, cluster.diagnostics()
 
     run(scenario())

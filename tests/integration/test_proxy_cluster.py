@@ -4,13 +4,8 @@ our stubs send through the proxy, the messages are read back through the remotin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import pathlib
-import re
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from procs import RocketqProcess, ServeProcess
 
 from rocketq.client._routes import RouteCache
 from rocketq.client.admin import Admin
@@ -32,86 +28,29 @@ from rocketq.remoting import Connection, RemotingClient, RequestCode, create_req
 TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
 META = (("x-mq-client-id", "cluster-test@1"),)
-
-
-class Proc:
-    """A ``rocketq`` process whose stdout lines are matched against ``pattern`` until all
-    ``names`` were seen (bounded)."""
-
-    def __init__(self, args: list[str], log: pathlib.Path, names: set[str]) -> None:
-        self.log = log
-        with open(log, "w", encoding="utf-8") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rocketq.cli", "-v", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-        self.found: dict[str, str] = {}
-        self.lines: list[str] = []
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.lines.append(line.rstrip())
-                m = re.match(r"\s*(name server|broker|gRPC \(v5\))\s+(\S+:\d+)", line)
-                if m:
-                    self.found[m.group(1)] = m.group(2)
-                    if names <= set(self.found):
-                        ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        ready.wait(START_TIMEOUT_S)
-        if not names <= set(self.found):
-            self.stop()
-            raise AssertionError(f"{args[0]} did not start: {self.lines}\n{log.read_text()[-3000:]}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(20)
-        if self.proc.stdout is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdout.close()
+#: ``rocketq serve`` and the ``rocketq proxy`` in front of it
+Servers = tuple[ServeProcess, RocketqProcess]
 
 
 @pytest.fixture
-def cluster(tmp_path: pathlib.Path) -> Iterator[tuple[Proc, Proc]]:
+def cluster(tmp_path: pathlib.Path) -> Iterator[Servers]:
     yield from _cluster(tmp_path, {})
 
 
 @pytest.fixture
-def checking_cluster(tmp_path: pathlib.Path) -> Iterator[tuple[Proc, Proc]]:
+def checking_cluster(tmp_path: pathlib.Path) -> Iterator[Servers]:
     """A broker that checks halves older than 1 s every second."""
     yield from _cluster(tmp_path, {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"})
 
 
-def _cluster(tmp_path: pathlib.Path, broker_conf: dict[str, str]) -> Iterator[tuple[Proc, Proc]]:
-    conf: list[str] = []
-    if broker_conf:
-        path = tmp_path / "broker.conf"
-        path.write_text("".join(f"{k}={v}\n" for k, v in broker_conf.items()), encoding="utf-8")
-        conf = ["-c", str(path)]
-    serve = Proc(
-        ["serve", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0", "--broker-port", "0",
-         "--grpc-port", "-1", *conf],
-        tmp_path / "serve.log",
-        {"name server", "broker"},
-    )  # fmt: skip
-    proxy: Proc | None = None
+def _cluster(tmp_path: pathlib.Path, broker_conf: dict[str, str]) -> Iterator[Servers]:
+    """``rocketq serve`` (remoting only) with three typed topics, and ``rocketq proxy`` in front."""
+    serve = ServeProcess(tmp_path, broker_conf=broker_conf)
+    proxy: RocketqProcess | None = None
     try:
-        with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
-            broker = serve.found["broker"]
+        serve.start(START_TIMEOUT_S)
+        with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
+            broker = serve.broker_addr
             admin.create_topic("CNormal", 4, 4, 6, broker_addr=broker, attributes="+message.type=NORMAL")
             admin.create_topic("CFifo", 4, 4, 6, broker_addr=broker, attributes="+message.type=FIFO")
             admin.create_topic("CTx", 2, 2, 6, broker_addr=broker, attributes="+message.type=TRANSACTION")
@@ -122,11 +61,10 @@ def _cluster(tmp_path: pathlib.Path, broker_conf: dict[str, str]) -> Iterator[tu
                     break
                 except Exception:
                     time.sleep(0.1)
-        proxy = Proc(
-            ["proxy", "--namesrv", serve.found["name server"], "--grpc-port", "0"],
-            tmp_path / "proxy.log",
-            {"gRPC (v5)"},
+        proxy = RocketqProcess(
+            "proxy", ["proxy", "--namesrv", serve.namesrv_addr, "--grpc-port", "0"], tmp_path / "logs"
         )
+        proxy.wait_banner({"gRPC (v5)"}, START_TIMEOUT_S)
         yield serve, proxy
     finally:
         if proxy is not None:
@@ -150,9 +88,11 @@ def wait_for(what: str, probe: Callable[[], bool]) -> None:
         time.sleep(0.1)
 
 
-def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc, Proc]) -> None:
+def test_proxy_routes_and_sends_through_the_remoting_cluster(
+    cluster: Servers,
+) -> None:
     serve, proxy = cluster
-    proxy_addr = proxy.found["gRPC (v5)"]
+    proxy_addr = proxy.endpoints["gRPC (v5)"]
     host, port = proxy_addr.rsplit(":", 1)
 
     async def run() -> dict[str, Any]:
@@ -248,10 +188,10 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc
     assert out["bad_end"].status.code == pb.INVALID_TRANSACTION_ID
     statuses = [x.status for x in out["receive"] if x.WhichOneof("content") == "status"]
     assert [s.code for s in statuses] == [pb.TOPIC_NOT_FOUND]
-    assert proxy.alive() and serve.alive()
+    assert proxy.running and serve.running
 
     # read back through the remoting side: one store behind both protocols
-    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+    with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
         found = list(admin.query_msg_by_key("CNormal", "proxy-key-1"))
         assert [(bytes(m.body), m.tags, m.uniq_key) for m in found] == [(b"via proxy", "T", "P-1")]
         wait_for("the committed half", lambda: len(list(admin.query_msg_by_key("CTx", "tx-commit"))) == 1)
@@ -262,9 +202,11 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(cluster: tuple[Proc
         assert all(m.properties.get("__SHARDINGKEY") == "grp" for m in fifo)
 
 
-def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(cluster: tuple[Proc, Proc]) -> None:
+def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(
+    cluster: Servers,
+) -> None:
     serve, proxy = cluster
-    proxy_addr = proxy.found["gRPC (v5)"]
+    proxy_addr = proxy.endpoints["gRPC (v5)"]
     group = pb.Resource(name="CGroup")
     topic = pb.Resource(name="CNormal")
     count = 6
@@ -377,18 +319,18 @@ def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(cluster: 
     assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"r0", 2)]
     assert out["dlq"].status.code == pb.OK, out["dlq"].status
     assert [s.code for s in out["after"][0]] == [pb.MESSAGE_NOT_FOUND] and out["after"][1] == []
-    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+    with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
         wait_for("the DLQ copy", lambda: len(list(admin.query_msg_by_key("%DLQ%CGroup", "R-0"))) == 1)
         (dead,) = admin.query_msg_by_key("%DLQ%CGroup", "R-0")
         assert dead.body == b"r0"
-    assert proxy.alive() and serve.alive()
+    assert proxy.running and serve.running
 
 
 def test_proxy_relays_orphaned_transaction_checks_to_the_grpc_producer(
-    checking_cluster: tuple[Proc, Proc],
+    checking_cluster: Servers,
 ) -> None:
     serve, proxy = checking_cluster
-    proxy_addr = proxy.found["gRPC (v5)"]
+    proxy_addr = proxy.endpoints["gRPC (v5)"]
     meta = (("x-mq-client-id", "cluster-tx-producer@1"),)
 
     async def run() -> dict[str, Any]:
@@ -437,7 +379,7 @@ def test_proxy_relays_orphaned_transaction_checks_to_the_grpc_producer(
             stream.cancel()
             return out
 
-    with Admin(serve.found["name server"], timeout_ms=10_000) as admin:
+    with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
         out = asyncio.run(run())
         assert out["settings_reply"].status.code == pb.OK
         assert out["sent"].status.code == pb.OK
@@ -456,7 +398,7 @@ def test_proxy_relays_orphaned_transaction_checks_to_the_grpc_producer(
         )
         [found] = admin.query_msg_by_key("CTx", "tx-orphan")
         assert bytes(found.body) == b"orphan" and found.uniq_key == "TX-orphan"
-    assert proxy.alive() and serve.alive()
+    assert proxy.running and serve.running
 
 
 def test_malformed_transaction_checks_are_dropped_without_a_push() -> None:

@@ -11,11 +11,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
+from procs import small_store_config
 
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.subscription_group import SubscriptionGroupConfig
 from rocketq.broker.topic_config import TopicConfig
-from rocketq.config import StoreConfig
 from rocketq.proxy.server import GrpcConfig, GrpcEndpoint
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
@@ -35,7 +35,7 @@ async def endpoint(tmp_path: pathlib.Path, **broker_kwargs: Any) -> AsyncIterato
         "namesrv_addr": None,
     }
     base.update(broker_kwargs)
-    broker = Broker(BrokerConfig(**base), StoreConfig(store_path_root_dir=str(tmp_path / "store")))
+    broker = Broker(BrokerConfig(**base), small_store_config(tmp_path / "store"))
     await broker.start()
     ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
     await ep.start()

@@ -13,10 +13,10 @@ import time
 
 import grpc
 import pytest
+from procs import small_store_config, write_broker_conf
 
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.topic_config import TopicConfig
-from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError
 from rocketq.proxy.server import GrpcConfig, GrpcEndpoint, check_key_pair
 from rocketq.proxy.v2 import definition_pb2 as pb
@@ -52,7 +52,7 @@ def new_broker(tmp_path: pathlib.Path) -> Broker:
         listen_port=0,
         namesrv_addr=None,
     )
-    return Broker(config, StoreConfig(store_path_root_dir=str(tmp_path / "store")))
+    return Broker(config, small_store_config(tmp_path / "store"))
 
 
 def test_query_route_and_send_over_tls(tmp_path: pathlib.Path) -> None:
@@ -159,11 +159,12 @@ def test_serve_refuses_to_start_with_an_invalid_certificate(tmp_path: pathlib.Pa
     _cert, key = make_cert(tmp_path)
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
+    conf = write_broker_conf(tmp_path / "broker.conf")
     done = subprocess.run(
         [
             sys.executable, "-m", "rocketq.cli", "serve", "--data-dir", str(tmp_path / "data"),
-            "--namesrv-port", "0", "--broker-port", "0",
-            "--grpc-tls-cert", str(garbage), "--grpc-tls-key", str(key),
+            "--namesrv-port", "0", "--broker-port", "0", "-c", str(conf),
+            "--grpc-port", "0", "--grpc-tls-cert", str(garbage), "--grpc-tls-key", str(key),
         ],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
     )  # fmt: skip

@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import pathlib
-import re
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
+from npm_install import npm_install
 
+from _support.procs import ServeProcess
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 ALI_ONS_VERSION = "3.12.0"
@@ -56,45 +53,10 @@ def _npm_dir() -> pathlib.Path:
     return pathlib.Path(tempfile.gettempdir()) / "rocketq-interop-npm" / f"ali-ons-{ALI_ONS_VERSION}"
 
 
-def _installed_version(module_dir: pathlib.Path) -> str | None:
-    try:
-        return str(json.loads((module_dir / "package.json").read_text(encoding="utf-8"))["version"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def install_ali_ons(npm: str) -> str:
     """``npm install`` ali-ons unless a complete install is already there; returns the path of
     the ``node_modules/ali-ons`` directory."""
-    target = _npm_dir()
-    module_dir = target / "node_modules" / "ali-ons"
-    done_marker = target / ".install-complete"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done_marker.exists() and _installed_version(module_dir) == ALI_ONS_VERSION:
-            return str(module_dir)
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        # a package.json of its own keeps npm from installing into some parent folder's project
-        (target / "package.json").write_text(
-            json.dumps({"name": "rocketq-interop-ali-ons", "version": "0.0.0", "private": True}) + "\n",
-            encoding="utf-8",
-        )
-        cmd = [npm, "install", "--no-audit", "--no-fund", f"ali-ons@{ALI_ONS_VERSION}"]
-        try:
-            done = subprocess.run(
-                cmd, cwd=target, capture_output=True, text=True, timeout=NPM_INSTALL_TIMEOUT_S, check=False
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(cmd)}` in {target} took longer than {NPM_INSTALL_TIMEOUT_S:g} s")
-        if done.returncode != 0 or _installed_version(module_dir) != ALI_ONS_VERSION:
-            pytest.fail(
-                f"`{' '.join(cmd)}` in {target} failed (exit {done.returncode}):\n"
-                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            )
-        done_marker.write_text(f"ali-ons@{ALI_ONS_VERSION}\n", encoding="utf-8")
-        return str(module_dir)
+    return npm_install(npm, "ali-ons", ALI_ONS_VERSION, _npm_dir(), NPM_INSTALL_TIMEOUT_S)
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -249,56 +211,9 @@ class Interop:
         self.ali_ons_module = ali_ons_module
         self.workdir = workdir
         self.scripts: list[NodeScript] = []
-        self.server_stderr = workdir / "rocketq-serve.stderr.log"
-        self._server_err = open(self.server_stderr, "w", encoding="utf-8")  # noqa: SIM115
-        self.server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rocketq.cli",
-                "-v",
-                "serve",
-                "--data-dir",
-                str(workdir / "data"),
-                "--namesrv-port",
-                "0",  # the OS picks free ports; the real ones are read from the banner
-                "--broker-port",
-                "0",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._server_err,
-            text=True,
-        )
-        self.namesrv_addr, self.broker_addr = self._read_banner()
-
-    def _read_banner(self) -> tuple[str, str]:
-        lines: list[str] = []
-        found: dict[str, str] = {}
-        banner = threading.Event()
-
-        def read() -> None:
-            # keeps draining stdout after the banner so the server can never block on it
-            assert self.server.stdout is not None
-            for line in self.server.stdout:
-                lines.append(line.rstrip())
-                m = re.match(r"\s*(name server|broker)\s+(\S+:\d+)", line)
-                if m:
-                    found[m.group(1)] = m.group(2)
-                    if len(found) == 2:
-                        banner.set()
-            banner.set()
-
-        self._server_reader = threading.Thread(target=read, name="rocketq-serve-stdout", daemon=True)
-        self._server_reader.start()
-        banner.wait(SERVER_START_TIMEOUT_S)
-        if len(found) != 2:
-            self.close()
-            raise AssertionError(
-                "rocketq serve did not print its endpoints within "
-                f"{SERVER_START_TIMEOUT_S:g} s: {lines}\n{_tail(self.server_stderr)}"
-            )
-        return found["name server"], found["broker"]
+        self.serve = ServeProcess(workdir)
+        self.serve.start(SERVER_START_TIMEOUT_S)
+        self.namesrv_addr, self.broker_addr = self.serve.namesrv_addr, self.serve.broker_addr
 
     # -- admin through rocketq's own remoting client (what `mqadmin updateTopic` does) -------
     def _call(self, addr: str, code: int, fields: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
@@ -414,13 +329,9 @@ class Interop:
         return consumer
 
     def server_log(self) -> str:
-        return f"--- rocketq serve stderr (tail):\n{_tail(self.server_stderr)}"
+        return f"--- rocketq serve log (tail):\n{self.serve.log_text()}"
 
     def close(self) -> None:
         for script in self.scripts:
             script.stop()
-        _stop(self.server, 15.0)
-        self._server_reader.join(5.0)
-        if self.server.stdout is not None:
-            self.server.stdout.close()
-        self._server_err.close()
+        self.serve.stop()

@@ -17,22 +17,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import json
 import os
 import pathlib
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
 import pytest
+from npm_install import npm_install
 
+from _support.procs import ServeProcess
 from rocketq.client.admin import Admin
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
@@ -44,7 +42,6 @@ CLIENT_SCRIPT = HERE / "grpc_py_client.py"
 NODE_CLIENT_SCRIPT = HERE / "grpc_node_client.js"
 INSTALL_TIMEOUT_S = 600.0
 SERVER_START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
 
 Event = dict[str, Any]
 
@@ -101,53 +98,10 @@ def _node_dir() -> pathlib.Path:
     return base / f"{NODE_CLIENT_PACKAGE}-{NODE_CLIENT_VERSION}"
 
 
-def _package_version(module_dir: pathlib.Path) -> str | None:
-    try:
-        return str(json.loads((module_dir / "package.json").read_text(encoding="utf-8"))["version"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def install_node_client(npm: str) -> str:
     """``npm install rocketmq-client-nodejs`` unless a complete install is there; the directory
     of the installed package (what the Node script ``require``s)."""
-    target = _node_dir()
-    module_dir = target / "node_modules" / NODE_CLIENT_PACKAGE
-    marker = target / ".install-complete"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and _package_version(module_dir) == NODE_CLIENT_VERSION:
-            return str(module_dir)
-        if _package_version(module_dir) != NODE_CLIENT_VERSION:
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir(parents=True)
-            # a package.json of its own keeps npm from installing into a parent folder's project
-            (target / "package.json").write_text(
-                json.dumps({"name": "rocketq-interop-grpc-node", "version": "0.0.0", "private": True}) + "\n",
-                encoding="utf-8",
-            )
-            cmd = [npm, "install", "--no-audit", "--no-fund", f"{NODE_CLIENT_PACKAGE}@{NODE_CLIENT_VERSION}"]
-            try:
-                done = subprocess.run(
-                    cmd, cwd=target, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
-                )
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"`{' '.join(cmd)}` in {target} took longer than {INSTALL_TIMEOUT_S:g} s")
-            if done.returncode != 0 or _package_version(module_dir) != NODE_CLIENT_VERSION:
-                pytest.fail(
-                    f"`{' '.join(cmd)}` in {target} failed (exit {done.returncode}):\n"
-                    f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-                )
-        marker.write_text(f"{NODE_CLIENT_PACKAGE}@{NODE_CLIENT_VERSION}\n", encoding="utf-8")
-        return str(module_dir)
-
-
-def _tail(path: pathlib.Path, limit: int = 4000) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")[-limit:]
-    except OSError:
-        return ""
+    return npm_install(npm, NODE_CLIENT_PACKAGE, NODE_CLIENT_VERSION, _node_dir(), INSTALL_TIMEOUT_S)
 
 
 class GrpcInterop:
@@ -166,82 +120,27 @@ class GrpcInterop:
         self.client_python = client_python
         self.node = node
         self.workdir = workdir
-        self.broker_conf: pathlib.Path | None = None
-        if broker_conf:
-            self.broker_conf = workdir / "broker.conf"
-            self.broker_conf.write_text(
-                "".join(f"{k}={v}\n" for k, v in broker_conf.items()), encoding="utf-8"
-            )
         self.home = workdir / "home"
         self.home.mkdir(exist_ok=True)
-        self.server: subprocess.Popen[str] | None = None
-        self.starts = 0
+        self.serve = ServeProcess(workdir, broker_conf=broker_conf, grpc=True)
         self.start()
 
     # -- the server ---------------------------------------------------------------------------
     def start(self) -> None:
-        self.starts += 1
-        self.server_stderr = self.workdir / f"rocketq-serve-{self.starts}.stderr.log"
-        err = open(self.server_stderr, "w", encoding="utf-8")  # noqa: SIM115
-        self.server = subprocess.Popen(
-            [
-                sys.executable, "-m", "rocketq.cli", "-v", "serve",
-                "--data-dir", str(self.workdir / "data"),
-                "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
-                *(["-c", str(self.broker_conf)] if self.broker_conf else []),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )  # fmt: skip
-        err.close()
-        found: dict[str, str] = {}
-        lines: list[str] = []
-        ready = threading.Event()
-        proc = self.server
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line.rstrip())
-                m = re.match(r"\s*(name server|broker|gRPC \(v5\))\s+(\S+:\d+)", line)
-                if m:
-                    found[m.group(1)] = m.group(2)
-                    if len(found) == 3:
-                        ready.set()
-            ready.set()
-
-        threading.Thread(target=read, name="rocketq-serve-stdout", daemon=True).start()
-        ready.wait(SERVER_START_TIMEOUT_S)
-        if len(found) != 3:
-            self.stop()
-            raise AssertionError(f"rocketq serve did not start: {lines}\n{_tail(self.server_stderr)}")
-        self.namesrv_addr = found["name server"]
-        self.broker_addr = found["broker"]
-        self.grpc_addr = found["gRPC (v5)"]
+        self.serve.start(SERVER_START_TIMEOUT_S)
+        self.namesrv_addr = self.serve.namesrv_addr
+        self.broker_addr = self.serve.broker_addr
+        self.grpc_addr = self.serve.grpc_addr
 
     def stop(self) -> None:
-        proc, self.server = self.server, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_TIMEOUT_S)
-        if proc.stdout is not None:
-            with contextlib.suppress(OSError):
-                proc.stdout.close()
+        self.serve.stop()
 
     def restart(self) -> None:
         self.stop()
         self.start()
 
     def alive(self) -> bool:
-        return self.server is not None and self.server.poll() is None
+        return self.serve.running
 
     # -- metadata -----------------------------------------------------------------------------
     def create_topic(self, topic: str, message_type: str | None = None, queues: int = 4) -> None:

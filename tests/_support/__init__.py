@@ -1,0 +1,1 @@
+"""Helpers shared by the test directories: real ``rocketq`` processes (:mod:`_support.procs`)."""
