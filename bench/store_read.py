@@ -4,8 +4,11 @@
     python bench/store_read.py --quick          # smaller sizes (2 GiB store, 256 MiB tail)
 
 Figures:
-* dispatch: records/s of the dispatcher alone (CommitLog → ConsumeQueue + index), and the lag while
-  a writer puts messages as fast as it can (async flush) with dispatch running beside it;
+* dispatch: records/s of the dispatcher alone (CommitLog → ConsumeQueue + index) against the
+  single-writer async put rate of the same messages, measured in alternating rounds of the same
+  run (put, dispatch, put, dispatch, ...) by thread CPU time and by wall clock, and their ratio;
+  then the put rate and the lag while a writer puts as fast as it can (async flush) with dispatch
+  running beside it;
 * get_message: messages/s reading batches of 32 by queue offset;
 * query by key: lookups/s of ``query_messages_by_key`` for random keys;
 * recovery: start-up time after a SIGKILL with an un-checkpointed tail of the given size, and
@@ -19,12 +22,14 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
 import time
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
@@ -56,28 +61,58 @@ def cfg(root: str, **kw: object) -> StoreConfig:
     return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * MiB, **kw)  # type: ignore[arg-type]
 
 
-def bench_dispatch(base: str, n: int) -> tuple[float, float, int, int]:
-    """(dispatch alone records/s, concurrent put msgs/s, max lag bytes, lag at end of writes)."""
-    root = os.path.join(base, "dispatch")
+@dataclass
+class DispatchFigures:
+    """Same-run figures: the single-writer put rate and the dispatch rate over the same records."""
+
+    put_cpu: list[float]  # msgs/s by the writing thread's CPU time, dispatch stopped
+    put_wall: list[float]
+    dispatch_cpu: list[float]  # records/s by the dispatching thread's CPU time
+    dispatch_wall: list[float]
+    concurrent: float  # put msgs/s with dispatch running beside the writer
+    max_lag: int
+    end_lag: int
+
+
+def _put_then_dispatch(root: str, msgs: list[BrokerMessage]) -> tuple[float, float, float, float]:
+    """One round: put every message with the dispatch thread stopped (the async single-writer put
+    rate), then dispatch them all in this thread. Rates by thread CPU time and by wall clock."""
     shutil.rmtree(root, ignore_errors=True)
-    msgs = make_messages(n, 128)
     store = MessageStore(cfg(root))
     store.start()
     reput = store.reput
     assert reput is not None
-    # Alone: stop the dispatch thread, write everything, then dispatch it in this thread.
     reput._stopped.set()
     reput.wakeup()
     reput._thread.join()
+    put = store.commitlog.put_message  # dispatch is stopped: no back-pressure here
+    n = len(msgs)
+    w0, c0 = time.perf_counter(), time.thread_time()
     for m in msgs:
-        store.commitlog.put_message(m)  # dispatch is stopped: no back-pressure here
-    t0 = time.perf_counter()
-    reput.do_reput()
-    alone = n / (time.perf_counter() - t0)
+        put(m)
+    put_cpu, put_wall = n / (time.thread_time() - c0), n / (time.perf_counter() - w0)
+    w0, c0 = time.perf_counter(), time.thread_time()
+    done = reput.do_reput()
+    dispatch_cpu, dispatch_wall = n / (time.thread_time() - c0), n / (time.perf_counter() - w0)
+    assert done == n, (done, n)
     store.shutdown()
     shutil.rmtree(root, ignore_errors=True)
+    return put_cpu, put_wall, dispatch_cpu, dispatch_wall
+
+
+def bench_dispatch(base: str, n: int, rounds: int = 3) -> DispatchFigures:
+    root = os.path.join(base, "dispatch")
+    msgs = make_messages(n, 128)
+    figures = DispatchFigures([], [], [], [], 0.0, 0, 0)
+    for _ in range(rounds):  # put and dispatch alternate: both see the same machine load
+        put_cpu, put_wall, dispatch_cpu, dispatch_wall = _put_then_dispatch(root, msgs)
+        figures.put_cpu.append(put_cpu)
+        figures.put_wall.append(put_wall)
+        figures.dispatch_cpu.append(dispatch_cpu)
+        figures.dispatch_wall.append(dispatch_wall)
 
     # Concurrent: a writer at full speed, the dispatcher beside it.
+    shutil.rmtree(root, ignore_errors=True)
     store = MessageStore(cfg(root))
     store.start()
     max_lag = 0
@@ -101,7 +136,10 @@ def bench_dispatch(base: str, n: int) -> tuple[float, float, int, int]:
     watcher.join()
     store.shutdown()
     shutil.rmtree(root, ignore_errors=True)
-    return alone, n / elapsed, max_lag, end_lag
+    figures.concurrent = n / elapsed
+    figures.max_lag = max(max_lag, end_lag)
+    figures.end_lag = end_lag
+    return figures
 
 
 def bench_reads(base: str, n: int) -> tuple[float, float]:
@@ -210,28 +248,57 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dir", default=None, help="directory for the test stores (default: a temp dir)")
     ap.add_argument("--big-gib", type=int, default=None, help="size of the store for the clean restart")
+    ap.add_argument("--dispatch-only", action="store_true", help="only the dispatch figures")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="rocketq-bench-")
     n = 50_000 if args.quick else 200_000
     big = (args.big_gib or (2 if args.quick else 10)) * GiB
     tail = (256 if args.quick else 1024) * MiB
     print(f"# rocketq store read benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
-    alone, put_rate, max_lag, end_lag = bench_dispatch(base, n)
-    gets, keys = bench_reads(base, n)
-    crash_s, scanned = bench_crash_recovery(base, tail)
-    write_s, start_s = bench_clean_restart(base, big)
+    disp = bench_dispatch(base, n)
+    put_cpu, put_wall = statistics.median(disp.put_cpu), statistics.median(disp.put_wall)
+    dsp_cpu, dsp_wall = statistics.median(disp.dispatch_cpu), statistics.median(disp.dispatch_wall)
+    ratios_cpu = " ".join(f"{d / p:.2f}" for d, p in zip(disp.dispatch_cpu, disp.put_cpu, strict=True))
+    ratios_wall = " ".join(f"{d / p:.2f}" for d, p in zip(disp.dispatch_wall, disp.put_wall, strict=True))
+    share = disp.concurrent / put_wall
+    rows = [
+        (
+            "async single-writer put, dispatch stopped (CPU / wall)",
+            f"{put_cpu:,.0f} / {put_wall:,.0f} msgs/s",
+        ),
+        (
+            "dispatch alone (CQ + index, 128 B, UNIQ_KEY + 1 key; CPU / wall)",
+            f"{dsp_cpu:,.0f} / {dsp_wall:,.0f} records/s",
+        ),
+        ("dispatch ÷ put, per round (CPU)", ratios_cpu),
+        ("dispatch ÷ put, per round (wall)", ratios_wall),
+        (
+            "async put with dispatch running",
+            f"{disp.concurrent:,.0f} msgs/s ({share:.2f} of put alone, wall)",
+        ),
+        (
+            "dispatch lag while writing: max / at end",
+            f"{disp.max_lag / MiB:.1f} MiB / {disp.end_lag / MiB:.1f} MiB",
+        ),
+    ]
+    if not args.dispatch_only:
+        gets, keys = bench_reads(base, n)
+        crash_s, scanned = bench_crash_recovery(base, tail)
+        write_s, start_s = bench_clean_restart(base, big)
+        rows += [
+            ("get_message, batches of 32", f"{gets:,.0f} msgs/s"),
+            ("query by key", f"{keys:,.0f} lookups/s"),
+            (
+                f"start after SIGKILL, {tail // MiB} MiB un-checkpointed tail",
+                f"{crash_s:.2f} s ({scanned:,} records)",
+            ),
+            (f"clean restart of a {big // GiB} GiB store", f"{start_s:.3f} s (written in {write_s:.0f} s)"),
+        ]
     print()
     print("| measure | figure |")
     print("|---|---:|")
-    print(f"| dispatch alone (CQ + index, 128 B, UNIQ_KEY + 1 key) | {alone:,.0f} records/s |")
-    print(f"| async put with dispatch running | {put_rate:,.0f} msgs/s |")
-    print(f"| dispatch lag while writing: max / at end | {max_lag / MiB:.1f} MiB / {end_lag / MiB:.1f} MiB |")
-    print(f"| get_message, batches of 32 | {gets:,.0f} msgs/s |")
-    print(f"| query by key | {keys:,.0f} lookups/s |")
-    tail_mib = tail // MiB
-    crash = f"{crash_s:.2f} s ({scanned:,} records)"
-    print(f"| start after SIGKILL, {tail_mib} MiB un-checkpointed tail | {crash} |")
-    print(f"| clean restart of a {big // GiB} GiB store | {start_s:.3f} s (written in {write_s:.0f} s) |")
+    for name, figure in rows:
+        print(f"| {name} | {figure} |")
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -211,9 +211,8 @@ def _by_key(store: MessageStore, r: Rec, key: str, far_future_ms: int) -> bool:
 
     The index keeps times at second precision relative to a file's first entry, so an entry reads
     back in ``(store time - 1 s, store time]``, and a query in that window around the store time
-    looks at the few index files of that moment only. One exception (a RocketMQ quirk, kept on
-    purpose): the first entry of a rolled file reads back moved forward by the gap to the previous
-    file's end. So a miss in the narrow window is retried from 0 to far in the future.
+    looks at the few index files of that moment only. A miss in the narrow window is retried from
+    0 to far in the future, and the caller counts how often that was needed.
     """
     wide = False
     ts = r.store_timestamp
@@ -474,6 +473,9 @@ def test_sigkill_consume_queue_and_index(tmp_path: pathlib.Path) -> None:
     # The rounds must have rolled ConsumeQueue and index files, not just filled one of each.
     assert cq_files > 2 * queues
     assert index_files >= 5
+    # Every entry, including the first one of each rolled index file, reads back at its store
+    # time (to the second), so the narrow window around it always finds it.
+    assert wide_lookups == 0
     assert rebuild_problems is not None, "the rebuild did not run"
     problems = [f"rebuild after round {rebuild_round}: {p}" for p in rebuild_problems]
     if repeated_by_round:

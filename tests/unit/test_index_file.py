@@ -236,9 +236,10 @@ def test_first_entry_of_rolled_file_uses_old_begin_timestamp(tmp_path: pathlib.P
     # ... and only then the header's begin values became this message's.
     assert (f.begin_timestamp, f.begin_phy_offset) == (first_ts, 6_000)
     assert read_header(f.path)[:4] == (first_ts, first_ts, 6_000, 6_000)
-    # So the entry reads back 7 s late: found at first_ts + 7000, not at first_ts.
-    assert f.select_phy_offsets("T#k", 10, first_ts, first_ts) == []
-    assert f.select_phy_offsets("T#k", 10, first_ts + 7_000, first_ts + 7_000) == [6_000]
+    # RocketMQ would read that entry back 7 s late (first_ts + 7000); we read the first entry's
+    # time from the header's beginTimestamp, which is its store time.
+    assert f.select_phy_offsets("T#k", 10, first_ts, first_ts) == [6_000]
+    assert f.select_phy_offsets("T#k", 10, first_ts + 7_000, first_ts + 7_000) == []
     # The second entry is relative to the new begin.
     assert f.put_key("T#k", 6_100, first_ts + 2_000)
     assert read_entry(f.path, 2)[2] == 2
@@ -566,9 +567,10 @@ def test_query_walks_files_newest_first(tmp_path: pathlib.Path) -> None:
     # that begins before the window.
     assert svc.query_offset("T", "k", 64, T0 + 2_000, T0 + 4_000).phy_offsets == [104, 103, 102]
     assert svc.query_offset("T", "k", 64, T0 + 7_500, 2**62).phy_offsets == [108]
-    # 106 is the first entry of the third file: stored at 6 s, it reads back at 7 s, because its
-    # timeDiff was taken against the previous file's end (5 s) before the header's begin moved.
-    assert svc.query_offset("T", "k", 64, T0 + 7_000, 2**62).phy_offsets == [108, 107, 106]
+    # 106 is the first entry of the third file: its timeDiff was taken against the previous
+    # file's end (5 s) before the header's begin moved, but it reads back at its store time (6 s).
+    assert svc.query_offset("T", "k", 64, T0 + 7_000, 2**62).phy_offsets == [108, 107]
+    assert svc.query_offset("T", "k", 64, T0 + 6_000, 2**62).phy_offsets == [108, 107, 106]
     assert svc.query_offset("T", "missing", 64, 0, 2**62).phy_offsets == []
     svc.shutdown()
 

@@ -64,6 +64,7 @@ Where this goes beyond RocketMQ (each is marked ``Beyond RocketMQ`` where it hap
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import struct
@@ -75,6 +76,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketq.errors import StoreError
+from rocketq.store.dispatch import DispatchBatch
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
 
 if TYPE_CHECKING:
@@ -367,6 +369,87 @@ class ConsumeQueue:
             self._max_physic_offset = max_physic
             ok = last.append(bytes(buf[: count * CQ_UNIT_SIZE])) and ok
             i += count
+        return ok
+
+    def put_unit_arrays(
+        self,
+        offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        tags: npt.NDArray[np.int64],
+        cq_offsets: npt.NDArray[np.int64],
+    ) -> bool:
+        """:meth:`put_units` for units given as arrays (one dispatch window of this queue).
+
+        Units already built (``offset + size <= max_physic_offset``, rule 1, which comes before
+        every other rule) are skipped in bulk. Then the longest run that lands exactly at the write
+        position, after ``max_physic_offset``, inside the current file, with no queue-offset 0
+        unit, is checked in bulk and appended as one ``tobytes()`` copy. Whatever breaks a run
+        (the first unit of a queue, a file end, a duplicate or a hole) takes the one-by-one path
+        with its full rules; after a few of those the rest goes to :meth:`put_units`.
+        """
+        ok = True
+        n = len(offsets)
+        ends = offsets + sizes
+        built = int(np.searchsorted(np.maximum.accumulate(ends) > self._max_physic_offset, True))
+        if built:
+            log.debug(
+                "%s-%d: %d units up to physical offset %d already built (max %d)",
+                self.topic,
+                self.queue_id,
+                built,
+                int(offsets[built - 1]),
+                self._max_physic_offset,
+            )
+        i = built
+        scalar_steps = 0
+        while i < n:
+            last = self.queue.last()
+            if last is not None and not last.is_full():
+                current = last.file_from_offset + last.wrote_position
+                room = (last.file_size - last.wrote_position) // CQ_UNIT_SIZE
+                j = min(n, i + room)
+                run_ends = ends[i:j]
+                prior = np.empty(j - i, dtype=np.int64)
+                prior[0] = self._max_physic_offset
+                if j - i > 1:
+                    np.maximum.accumulate(run_ends[:-1], out=prior[1:])
+                    np.maximum(prior, self._max_physic_offset, out=prior)
+                cq = cq_offsets[i:j]
+                fits = (
+                    (cq * CQ_UNIT_SIZE == current + np.arange(j - i, dtype=np.int64) * CQ_UNIT_SIZE)
+                    & (run_ends > prior)
+                    & (offsets[i:j] >= 0)
+                    & (sizes[i:j] > 0)
+                    & (cq != 0)
+                )
+                bad = np.flatnonzero(~fits)
+                count = int(bad[0]) if bad.size else j - i
+                if count:
+                    units = np.empty(count, dtype=CQ_DISK_DTYPE)
+                    units["offset"] = offsets[i : i + count]
+                    units["size"] = sizes[i : i + count]
+                    units["tags"] = tags[i : i + count]
+                    self._max_physic_offset = int(run_ends[count - 1])
+                    ok = last.append(units.tobytes()) and ok
+                    i += count
+                    continue
+            if scalar_steps >= 8:  # many irregular units: the list path handles them in one pass
+                rest = zip(
+                    offsets[i:].tolist(),
+                    sizes[i:].tolist(),
+                    tags[i:].tolist(),
+                    cq_offsets[i:].tolist(),
+                    strict=True,
+                )
+                return self.put_units(list(rest)) and ok
+            ok = (
+                self.put_message_position_info(
+                    int(offsets[i]), int(sizes[i]), int(tags[i]), int(cq_offsets[i])
+                )
+                and ok
+            )
+            i += 1
+            scalar_steps += 1
         return ok
 
     # -- read ---------------------------------------------------------------------------------
@@ -684,6 +767,8 @@ class ConsumeQueueStore:
     def put_batch(self, requests: list[DispatchRequest]) -> bool:
         """Dispatcher entry point for the requests of one read window (CommitLog order): the
         units are grouped per queue and each queue appends its run in one copy."""
+        if isinstance(requests, DispatchBatch):
+            return self._put_columns(requests)
         groups: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
         last_ts = 0
         for r in requests:
@@ -698,6 +783,38 @@ class ConsumeQueueStore:
         ok = True
         for (topic, queue_id), units in groups.items():
             ok = self.find_or_create(topic, queue_id).put_units(units) and ok
+        if ok and last_ts and self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = last_ts
+        return ok
+
+    def _put_columns(self, batch: DispatchBatch) -> bool:
+        """:meth:`put_batch` on the columns of a window: NOT_TYPE and COMMIT records (sysflag bit
+        0x4 clear) are grouped per (topic, queue) with one stable sort, and each group goes to
+        :meth:`ConsumeQueue.put_unit_arrays` in CommitLog order."""
+        cols = batch.columns
+        rows = np.flatnonzero((cols.sys_flag & 0x4) == 0)
+        if not rows.size:
+            return True
+        key = (batch.topic_index[rows] << 32) | (cols.queue_id[rows] & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        rows = rows[order]
+        cuts = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), len(rows)]
+        ok = True
+        for a, b in itertools.pairwise(cuts):
+            group = rows[a:b]
+            first = int(group[0])
+            cq = self.find_or_create(batch.topics[int(batch.topic_index[first])], int(cols.queue_id[first]))
+            ok = (
+                cq.put_unit_arrays(
+                    batch.commit_log_offset[group],
+                    cols.size[group],
+                    batch.tags_code[group],
+                    cols.queue_offset[group],
+                )
+                and ok
+            )
+        last_ts = int(cols.store_ts[int(rows.max())])
         if ok and last_ts and self.checkpoint is not None:
             self.checkpoint.logics_msg_timestamp = last_ts
         return ok

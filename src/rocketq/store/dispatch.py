@@ -18,6 +18,17 @@
   as RocketMQ does, otherwise dispatch stops there until new data arrives.
 * After a restart dispatch resumes from the recovered high-water mark; re-dispatching a record
   that is already in a ConsumeQueue or the index is harmless (both skip it).
+
+Window parsing (:func:`parse_window`): a window of V1/IPv4 records (every record our writer makes)
+is parsed in columns by :mod:`rocketq.store.record_scan` into a :class:`DispatchBatch`; the
+ConsumeQueue and index dispatchers read those columns (units grouped per queue and appended as
+one copy per queue, index entries hashed and chained in bulk), and no per-record Python object
+is made unless a listener iterates the batch. Any other layout (V2 topics, IPv6 hosts), small
+windows and what follows the first irregular record are parsed record by record; both parsers
+give the same requests, and the files written from them are byte-identical (tested).
+Listeners registered for one topic (:meth:`ReputMessageService.add_arrival_listener`) are only
+called with that topic's requests, so the delay and timer services do not make every record's
+object just to look for their topic.
 """
 
 from __future__ import annotations
@@ -26,9 +37,14 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from rocketq.message import (
+    KEY_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -37,6 +53,7 @@ from rocketq.message import (
     java_string_hash,
 )
 from rocketq.store import record as rec
+from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
@@ -213,22 +230,18 @@ def _topic_of(raw: bytes) -> str:
     return topic
 
 
-def parse_window(
-    data: bytes, base: int, delay_levels: dict[int, int] | None = None
+def _parse_records(
+    data: bytes, base: int, delay_levels: dict[int, int] | None, p: int = 0
 ) -> tuple[list[DispatchRequest], int, rec.RecordKind | None]:
-    """Parse consecutive MESSAGE records at the start of ``data`` (which begins at CommitLog
-    offset ``base``) into dispatch requests.
+    """The record-by-record parser (see :func:`parse_window`), from window position ``p``.
 
-    Returns (requests, bytes consumed, what stopped the parse: BLANK, END, CORRUPT, or None
-    when the window ended, possibly inside a record). The common layout (V1, IPv4 hosts) is
-    parsed with one ``unpack_from`` and a few ``find`` calls on the properties; anything else
-    goes through :func:`rec.decode_record`.
+    The common layout (V1, IPv4 hosts) is parsed with one ``unpack_from`` and a few ``find``
+    calls on the properties; anything else goes through :func:`rec.decode_record`.
     """
     out: list[DispatchRequest] = []
     append = out.append
     head = _V1_HEAD.unpack_from
     n = len(data)
-    p = 0
     while p + 8 <= n:
         if p + 91 <= n:
             (size, magic, _crc, qid, _flag, qoff, _phys, sys_flag, _born, _bh, store_ts, _sh, _re,
@@ -303,6 +316,301 @@ def _BLANK_HEAD(data: bytes, p: int) -> tuple[int, int]:
     return size, magic
 
 
+#: Windows with fewer records than this are parsed record by record: the columnar scan has a
+#: fixed cost of a few dozen NumPy calls, more than a handful of records cost the scalar way.
+MIN_COLUMNAR_RECORDS = 16
+
+_NAMES = (b"TAGS\x01", b"KEYS\x01", b"UNIQ_KEY\x01")
+_KEY_SPACE = ord(KEY_SEPARATOR)
+
+
+class DispatchBatch(list[DispatchRequest]):
+    """The requests of one window, held as columns (:mod:`rocketq.store.record_scan`).
+
+    The ConsumeQueue and index dispatchers read the columns directly (:attr:`columns` and
+    friends); anything that uses the batch as a list (arrival listeners, tools) gets real
+    :class:`DispatchRequest` objects, built on first element access and kept. ``len`` does not
+    build them.
+    """
+
+    def __init__(
+        self,
+        data: bytes,
+        buf: npt.NDArray[np.uint8],
+        base: int,
+        columns: record_scan.WindowColumns,
+        topics: list[str],
+        topic_index: npt.NDArray[np.int64],
+        tags_code: npt.NDArray[np.int64],
+        keys: record_scan.PropertyColumn,
+        uniq: record_scan.PropertyColumn,
+    ) -> None:
+        super().__init__()
+        self.data = data
+        self.buf = buf
+        self.columns = columns
+        #: distinct topics of the window; ``topics[topic_index[i]]`` is record i's topic
+        self.topics = topics
+        self.topic_index = topic_index
+        self.commit_log_offset = columns.starts + base
+        self.tags_code = tags_code
+        self.keys = keys
+        self.uniq = uniq
+        self._count = len(columns)
+        self._built = False
+
+    # -- columns for the dispatchers --------------------------------------------------------
+    def index_entries(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(record number, index key hash) of every index entry, in the order the index writes
+        them: per record ``topic#UNIQ_KEY`` first, then ``topic#key`` for each key of KEYS.
+
+        ``hash(topic#value) = hash(topic#) * 31**len(value) + hash(value)`` (mod 2**32), so only
+        the value bytes are hashed per record, in bulk; values the bulk hash cannot take
+        (non-ASCII, long, or KEYS with several keys) are hashed one by one.
+        """
+        buf = self.buf
+        prefix = np.array([java_string_hash(f"{t}#") & 0xFFFFFFFF for t in self.topics], dtype=np.uint64)[
+            self.topic_index
+        ]
+        records: list[npt.NDArray[np.int64]] = []
+        orders: list[npt.NDArray[np.int64]] = []
+        hashes: list[npt.NDArray[np.int64]] = []
+        slow: set[int] = set()
+        for order, column in enumerate((self.uniq, self.keys)):
+            wanted = column.present & (column.length > 0)
+            rows = np.flatnonzero(wanted)
+            if not len(rows):
+                continue
+            start = column.start[rows]
+            length = column.length[rows]
+            # several keys in one KEYS value (a space) are split the scalar way
+            value_hash, ok = record_scan.hash_ranges(buf, start, length, _KEY_SPACE if order else None)
+            both = (prefix[rows] * record_scan.POW31[np.where(ok, length, 0)]).astype(np.uint64)
+            full = (both + value_hash.astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+            slow.update(rows[~ok].tolist())
+            records.append(rows[ok])
+            orders.append(np.full(int(ok.sum()), order, dtype=np.int64))
+            hashes.append(record_scan.to_int32(full[ok].astype(np.int64)))
+        if slow:
+            # scalar entries replace every bulk entry of those records (their order is per record)
+            slow_rows = np.array(sorted(slow), dtype=np.int64)
+            for i in range(len(records)):
+                keep = ~np.isin(records[i], slow_rows)
+                records[i], orders[i], hashes[i] = records[i][keep], orders[i][keep], hashes[i][keep]
+            r_list: list[int] = []
+            o_list: list[int] = []
+            h_list: list[int] = []
+            for row in slow_rows.tolist():
+                topic = self.topics[int(self.topic_index[row])]
+                uniq = self._value(self.uniq, row)
+                keys = self._value(self.keys, row)
+                texts = [] if not uniq else [f"{topic}#{uniq}"]
+                texts.extend(f"{topic}#{k}" for k in keys.split(KEY_SEPARATOR) if k)
+                for sub, text in enumerate(texts):
+                    r_list.append(row)
+                    o_list.append(sub)
+                    h_list.append(java_string_hash(text))
+            records.append(np.array(r_list, dtype=np.int64))
+            orders.append(np.array(o_list, dtype=np.int64))
+            hashes.append(np.array(h_list, dtype=np.int64))
+        if not records:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        if not slow:
+            # at most one entry per column and record: lay them out as (record, column) cells
+            cells = np.zeros((self._count, 2), dtype=np.int64)
+            filled = np.zeros((self._count, 2), dtype=np.bool_)
+            for cell_rows, cell_orders, cell_hashes in zip(records, orders, hashes, strict=True):
+                cell = int(cell_orders[0]) if len(cell_orders) else 0
+                cells[cell_rows, cell] = cell_hashes
+                filled[cell_rows, cell] = True
+            at = np.flatnonzero(filled.reshape(-1))
+            hash_all = cells.reshape(-1)[at]
+            hash_all = np.where(hash_all == -(1 << 31), 0, np.abs(hash_all))
+            return at >> 1, hash_all
+        rec_all = np.concatenate(records)
+        order_all = np.concatenate(orders)
+        hash_all = np.concatenate(hashes)
+        sort = np.lexsort((order_all, rec_all))
+        hash_all = hash_all[sort]
+        # IndexFile.indexKeyHashMethod: abs(hashCode), Integer.MIN_VALUE -> 0
+        hash_all = np.where(hash_all == -(1 << 31), 0, np.abs(hash_all))
+        return rec_all[sort], hash_all
+
+    def _value(self, column: record_scan.PropertyColumn, row: int) -> str:
+        if not column.present[row]:
+            return ""
+        start = int(column.start[row])
+        return self.data[start : start + int(column.length[row])].decode("utf-8", "replace")
+
+    def _requests(self, rows: npt.NDArray[np.int64] | None = None) -> list[DispatchRequest]:
+        """Requests for ``rows`` (all when None); columns go through ``tolist`` once each, as
+        indexing NumPy arrays one element at a time costs more than building the request."""
+
+        def pick(column: npt.NDArray[np.int64]) -> list[int]:
+            return (column if rows is None else column[rows]).tolist()  # type: ignore[no-any-return]
+
+        cols = self.columns
+        data = self.data
+        names = self.topics
+        out: list[DispatchRequest] = []
+        append = out.append
+        for topic, qid, phys, size, tags, ts, cq, sys_flag, prepared, ps, pe, kp, ks, kl, up, us, ul in zip(
+            pick(self.topic_index),
+            pick(cols.queue_id),
+            pick(self.commit_log_offset),
+            pick(cols.size),
+            pick(self.tags_code),
+            pick(cols.store_ts),
+            pick(cols.queue_offset),
+            pick(cols.sys_flag),
+            pick(cols.prepared),
+            pick(cols.props_start),
+            pick(cols.props_end),
+            pick(self.keys.present),  # type: ignore[arg-type]
+            pick(self.keys.start),
+            pick(self.keys.length),
+            pick(self.uniq.present),  # type: ignore[arg-type]
+            pick(self.uniq.start),
+            pick(self.uniq.length),
+            strict=True,
+        ):
+            keys = data[ks : ks + kl].decode("utf-8", "replace") if kp else ""
+            uniq = data[us : us + ul].decode("utf-8", "replace") if up and ul else None
+            req = DispatchRequest(names[topic], qid, phys, size, tags, ts, cq, keys, uniq, sys_flag, prepared)
+            req.properties_raw = data[ps:pe]
+            append(req)
+        return out
+
+    def of_topic(self, topic: str) -> list[DispatchRequest]:
+        """The requests of one topic (built for those records only)."""
+        if topic not in self.topics:
+            return []
+        if self._built:
+            return [r for r in self if r.topic == topic]
+        return self._requests(np.flatnonzero(self.topic_index == self.topics.index(topic)))
+
+    def _build(self) -> None:
+        if not self._built:
+            self._built = True
+            list.extend(self, self._requests())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[DispatchRequest]:
+        self._build()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Iterator[DispatchRequest]:
+        self._build()
+        return list.__reversed__(self)
+
+    def __getitem__(self, index: Any) -> Any:
+        self._build()
+        return list.__getitem__(self, index)
+
+    def __contains__(self, item: object) -> bool:
+        self._build()
+        return list.__contains__(self, item)
+
+    def __eq__(self, other: object) -> bool:
+        self._build()
+        return list.__eq__(self, other)
+
+    __hash__ = None  # a list: unhashable
+
+    def __repr__(self) -> str:
+        return f"DispatchBatch({self._count} records, topics={self.topics!r})"
+
+
+def _columnar(
+    data: bytes, base: int, delay_levels: dict[int, int] | None, starts: list[int]
+) -> tuple[DispatchBatch | None, int, bool]:
+    """The leading fast records of ``starts`` as a batch (None when the first is not fast),
+    how many, and whether the record after them is CORRUPT."""
+    buf = record_scan.pad(data)
+    n = len(data)
+    cols, k, corrupt = record_scan.scan(buf, n, starts)
+    if k == 0:
+        return None, 0, corrupt
+    # topics: one name for the whole window is the common case, checked in bulk
+    tl = cols.topic_len
+    ts0 = int(cols.topic_start[0])
+    first = data[ts0 : ts0 + int(tl[0])]
+    same = bool((tl == tl[0]).all())
+    if same:
+        names = record_scan.rows(buf, len(first))[cols.topic_start]
+        same = bool((names == np.frombuffer(first, dtype=np.uint8)).all())
+    if same:
+        topics = [_topic_of(first)]
+        topic_index = np.zeros(k, dtype=np.int64)
+    else:
+        ids: dict[str, int] = {}
+        topic_ids: list[int] = []
+        for a, length in zip(cols.topic_start.tolist(), tl.tolist(), strict=True):
+            name = _topic_of(data[a : a + length])
+            topic_ids.append(ids.setdefault(name, len(ids)))
+        topics = list(ids)
+        topic_index = np.array(topic_ids, dtype=np.int64)
+    tags_col, keys_col, uniq_col = record_scan.find_properties(buf, n, cols, _NAMES)
+    tags_code = np.zeros(k, dtype=np.int64)
+    has_tags = tags_col.present & (tags_col.length > 0)
+    schedule = -1
+    if delay_levels is not None and SCHEDULE_TOPIC in topics:
+        schedule = topics.index(SCHEDULE_TOPIC)
+        has_tags &= topic_index != schedule
+    rows = np.flatnonzero(has_tags)
+    if len(rows):
+        hashes, ok = record_scan.hash_ranges(buf, tags_col.start[rows], tags_col.length[rows])
+        tags_code[rows[ok]] = record_scan.to_int32(hashes[ok])
+        for row in rows[~ok].tolist():
+            a = int(tags_col.start[row])
+            tags_code[row] = _tags_code_of(data[a : a + int(tags_col.length[row])])
+    if schedule >= 0:
+        assert delay_levels is not None
+        for row in np.flatnonzero(topic_index == schedule).tolist():
+            props = data[int(cols.props_start[row]) : int(cols.props_end[row])]
+            level = _prop(props, b"DELAY\x01")
+            if level is not None and level.isdigit() and int(level) > 0:
+                tags_code[row] = compute_deliver_timestamp(delay_levels, int(level), int(cols.store_ts[row]))
+    batch = DispatchBatch(data, buf, base, cols, topics, topic_index, tags_code, keys_col, uniq_col)
+    return batch, k, corrupt
+
+
+def parse_window(
+    data: bytes, base: int, delay_levels: dict[int, int] | None = None
+) -> tuple[list[DispatchRequest], int, rec.RecordKind | None]:
+    """Parse consecutive MESSAGE records at the start of ``data`` (which begins at CommitLog
+    offset ``base``) into dispatch requests.
+
+    Returns (requests, bytes consumed, what stopped the parse: BLANK, END, CORRUPT, or None
+    when the window ended, possibly inside a record, or when records of another layout follow:
+    call again from there). A window of V1/IPv4 records comes back as a :class:`DispatchBatch`
+    (columns); other layouts, and small windows, are parsed record by record.
+    """
+    starts, stop_at = record_scan.walk(data)
+    if len(starts) >= MIN_COLUMNAR_RECORDS:
+        batch, k, corrupt = _columnar(data, base, delay_levels, starts)
+        if batch is not None:
+            if k < len(starts):
+                at = starts[k]
+                magic = _BLANK_HEAD(data, at)[1]
+                if corrupt or magic not in (
+                    rec.MESSAGE_MAGIC_CODE,
+                    rec.MESSAGE_MAGIC_CODE_V2,
+                    rec.BLANK_MAGIC_CODE,
+                ):
+                    return batch, at, rec.RecordKind.CORRUPT
+                return batch, at, rec.RecordKind.BLANK if magic == rec.BLANK_MAGIC_CODE else None
+            # every walked record was taken: the scalar rules say what stops at ``stop_at``
+            more, used, stop = _parse_records(data, base, delay_levels, stop_at)
+            if more:  # cannot happen (the walk stops only where no whole record is); be safe
+                return batch, stop_at, None
+            return batch, used, stop
+    return _parse_records(data, base, delay_levels)
+
+
 class ReputMessageService:
     """Builds ConsumeQueue units and index entries from the CommitLog, in CommitLog order."""
 
@@ -320,6 +628,8 @@ class ReputMessageService:
         self._commitlog = commitlog
         self.dispatchers = dispatchers
         self.arrival_listeners: list[Dispatcher] = []
+        #: listeners that only care about one topic: called with that topic's requests, if any
+        self.topic_listeners: list[tuple[str, Dispatcher]] = []
         self._limit = limit
         self._roll_next_file = roll_next_file
         self._min_offset = min_offset
@@ -327,7 +637,10 @@ class ReputMessageService:
         self._idle_wait_s = idle_wait_s
         self.reput_from_offset = 0
         self.dispatched_records = 0
-        self.window_bytes = 1 << 20
+        #: bytes read per window; a window is parsed and dispatched as one batch, so a larger one
+        #: spreads the per-window NumPy call overhead over more records (4 MiB: ~13k records of
+        #: 300 B; measured ~7% less CPU per record than 1 MiB)
+        self.window_bytes = 4 << 20
         self._stopped_hard = False
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
@@ -338,6 +651,15 @@ class ReputMessageService:
     # -- control ----------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+
+    def add_arrival_listener(self, listener: Dispatcher, *, topic: str | None = None) -> None:
+        """Call ``listener`` after each dispatched window with its requests, or, with ``topic``,
+        with the requests of that topic only (and not at all for windows without it: a window
+        dispatched in columns then never builds request objects for the other topics)."""
+        if topic is None:
+            self.arrival_listeners.append(listener)
+        else:
+            self.topic_listeners.append((topic, listener))
 
     def wakeup(self) -> None:
         if not self._wakeup.is_set():
@@ -427,6 +749,13 @@ class ReputMessageService:
                     dispatcher(reqs)
                 for listener in self.arrival_listeners:
                     listener(reqs)
+                for topic, listener in self.topic_listeners:
+                    if isinstance(reqs, DispatchBatch):
+                        mine = reqs.of_topic(topic)
+                    else:
+                        mine = [r for r in reqs if r.topic == topic]
+                    if mine:
+                        listener(mine)
                 count += len(reqs)
                 self.reput_from_offset = start + used
                 self._notify_progress()

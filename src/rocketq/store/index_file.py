@@ -40,7 +40,10 @@ RocketMQ quirks kept on purpose, because they are visible in the bytes or in que
 * The first put computes its ``timeDiff`` against the *old* ``beginTimestamp`` (0 in the first
   file, so 0; the previous file's end time in a rolled file) and only then sets the header's
   begin values to this message's. The first entry of a rolled file therefore reads back as
-  ``storeTimestamp + (storeTimestamp - previousEnd)`` rounded down to a second.
+  ``storeTimestamp + (storeTimestamp - previousEnd)`` rounded down to a second. The bytes are
+  kept, but unlike RocketMQ our query reads that entry's time from the header's
+  ``beginTimestamp`` (which is exactly its store time): otherwise a query ending "now" misses the
+  first message of a file that rolled a second or more after its predecessor's last entry.
 * Times read back are ``beginTimestamp + timeDiff*1000``: second precision relative to the file's
   first message.
 * ``hashSlotCount`` only grows when a put lands in a slot that was empty (or invalid).
@@ -80,10 +83,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
-from rocketq.store.dispatch import DispatchRequest
+from rocketq.store.dispatch import DispatchBatch, DispatchRequest
 from rocketq.store.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 
 log = logging.getLogger(__name__)
@@ -107,6 +113,8 @@ _INDEX_COUNT_POS: Final = 36
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
+#: An entry as a NumPy record (the same 20 bytes as ``_ENTRY``).
+_ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -402,6 +410,79 @@ class IndexFile:
         self._dirty = True
         return n
 
+    def put_key_arrays(
+        self,
+        key_hashes: npt.NDArray[np.int64],
+        phy_offsets: npt.NDArray[np.int64],
+        timestamps: npt.NDArray[np.int64],
+    ) -> int:
+        """:meth:`put_keys` for arrays, with the chain pointers computed in bulk; same bytes.
+
+        Entries ``count, count+1, ...`` are written as one block. Sorting the entries by slot
+        (stably) puts each slot's entries in write order: an entry's ``prevIndex`` is the entry
+        before it in its slot's run, and the first of a run takes the slot's value in the file
+        (0 when it is not below that entry's own number, as :meth:`put_key` rules). The slot ends
+        up naming the last entry of its run, and ``hashSlotCount`` grows once per run that found
+        its slot empty. Returns how many entries fit.
+        """
+        count = self._index_count
+        n = min(self.index_num - count, len(key_hashes))
+        if n <= 0:
+            return 0
+        key_hashes = key_hashes[:n]
+        phys = phy_offsets[:n]
+        stamps = timestamps[:n]
+        numbers = np.arange(count, count + n, dtype=np.int64)
+        slot = key_hashes % self.hash_slot_num
+        order = np.argsort(slot, kind="stable")
+        slot_sorted = slot[order]
+        numbers_sorted = numbers[order]
+        run_start = np.ones(n, dtype=np.bool_)
+        run_start[1:] = slot_sorted[1:] != slot_sorted[:-1]
+        run_end = np.ones(n, dtype=np.bool_)
+        run_end[:-1] = run_start[1:]
+        slots = np.frombuffer(self._mm, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
+        try:
+            old = slots[slot_sorted[run_start]].astype(np.int64)
+            fresh = (old <= INVALID_INDEX) | (old >= numbers_sorted[run_start])
+            prev_sorted = np.empty(n, dtype=np.int64)
+            prev_sorted[1:] = numbers_sorted[:-1]
+            prev_sorted[run_start] = np.where(fresh, INVALID_INDEX, old)
+            prev = np.empty(n, dtype=np.int64)
+            prev[order] = prev_sorted
+            begin = first_begin = self._begin_timestamp
+            if count <= FIRST_INDEX:
+                # the first entry is measured against the old begin time, then the file begins at it
+                begin = int(stamps[0])
+                self._begin_phy_offset = int(phys[0])
+                self._begin_timestamp = begin
+            if begin <= 0:
+                diffs = np.zeros(n, dtype=np.int64)
+            else:
+                diffs = np.clip((stamps - begin) // 1000, 0, INT_MAX)
+            if count <= FIRST_INDEX:
+                diffs[0] = (
+                    0 if first_begin <= 0 else min(max((int(stamps[0]) - first_begin) // 1000, 0), INT_MAX)
+                )
+            entries = np.empty(n, dtype=_ENTRY_DTYPE)
+            entries["hash"] = key_hashes
+            entries["phy"] = phys
+            entries["diff"] = diffs
+            entries["prev"] = prev
+            pos = self._entries_pos + count * INDEX_ENTRY_SIZE
+            self._mm[pos : pos + n * INDEX_ENTRY_SIZE] = entries.tobytes()
+            # entries are in place before any slot names them (readers follow slots)
+            slots[slot_sorted[run_end]] = numbers_sorted[run_end]
+        finally:
+            del slots  # an exported view would keep the mapping from closing
+        self._hash_slot_count += int(fresh.sum())
+        self._index_count = count + n
+        self._end_phy_offset = int(phys[n - 1])
+        self._end_timestamp = int(stamps[n - 1])
+        self._write_header()
+        self._dirty = True
+        return n
+
     def has_entry(self, key_hash: int, phy_offset: int) -> bool:
         """Whether the chain of ``key_hash``'s slot holds an entry for ``phy_offset``."""
         count = self._index_count
@@ -449,7 +530,9 @@ class IndexFile:
                 )
                 if time_diff < 0:
                     break
-                time_read = begin_timestamp + time_diff * 1000
+                # Entry 1 is the file's first put; its timeDiff is relative to the previous
+                # file's end (see the module docstring), its real time is beginTimestamp.
+                time_read = begin_timestamp if current == FIRST_INDEX else begin_timestamp + time_diff * 1000
                 if key_hash_read == key_hash and begin_ms <= time_read <= end_ms:
                     found.append(phy_offset)
                 if prev <= INVALID_INDEX or prev > count or prev == current or time_read < begin_ms:
@@ -690,6 +773,9 @@ class IndexService:
 
     def build_index_batch(self, reqs: list[DispatchRequest]) -> None:
         """:meth:`build_index` for the requests of one dispatch window, hashing all keys at once."""
+        if isinstance(reqs, DispatchBatch):
+            self._build_index_columns(reqs)
+            return
         with self._lock:
             f = self._writable_file()
             floor = f.end_phy_offset
@@ -729,6 +815,40 @@ class IndexService:
             while done < len(hashes):
                 done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
                 if done < len(hashes):
+                    f = self._writable_file()
+
+    def _build_index_columns(self, batch: DispatchBatch) -> None:
+        """:meth:`build_index_batch` on the columns of a window: key hashes come from
+        :meth:`DispatchBatch.index_entries` and entries are written by
+        :meth:`IndexFile.put_key_arrays`; the same entries in the same order."""
+        with self._lock:
+            f = self._writable_file()
+            floor = f.end_phy_offset
+            rows, hashes = batch.index_entries()
+            if not len(rows):
+                return
+            record_phys = batch.commit_log_offset
+            wanted = (record_phys >= floor) & (
+                (batch.columns.sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
+            )
+            keep = wanted[rows]
+            rows = rows[keep]
+            hashes = hashes[keep]
+            if not len(rows):
+                return
+            phys = record_phys[rows]
+            stamps = batch.columns.store_ts[rows]
+            if floor > 0 and int(phys[0]) == floor:
+                # see build_index_batch: keys of the message at the end offset may be indexed
+                redo = np.ones(len(rows), dtype=np.bool_)
+                for i in np.flatnonzero(phys == floor).tolist():
+                    redo[i] = not self._already_indexed(int(hashes[i]), floor)
+                hashes, phys, stamps = hashes[redo], phys[redo], stamps[redo]
+            done = 0
+            total = len(hashes)
+            while done < total:
+                done += f.put_key_arrays(hashes[done:], phys[done:], stamps[done:])
+                if done < total:
                     f = self._writable_file()
 
     def _already_indexed(self, key_hash: int, phy_offset: int) -> bool:

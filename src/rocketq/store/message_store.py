@@ -48,6 +48,7 @@ from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recove
 from rocketq.store.retention import RetentionService
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 from rocketq.store.timer import (
+    TIMER_TOPIC,
     TimerMessageService,
     TimerPolicy,
     TimerServiceConfig,
@@ -374,7 +375,7 @@ class MessageStore:
             self, self.delay_levels, self.config_dir, born_host=self._born_host
         )
         self.schedule.load()
-        self.reput.arrival_listeners.append(self.schedule.on_dispatch)
+        self.reput.add_arrival_listener(self.schedule.on_dispatch, topic=SCHEDULE_TOPIC)
         self.schedule.start()
         self.timer = TimerMessageService(
             self,
@@ -386,7 +387,7 @@ class MessageStore:
             ),
         )
         self.timer.load()
-        self.reput.arrival_listeners.append(self.timer.on_dispatch)
+        self.reput.add_arrival_listener(self.timer.on_dispatch, topic=TIMER_TOPIC)
         self.timer.start()
         self.retention = RetentionService(
             self.config,
