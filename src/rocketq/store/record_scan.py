@@ -113,7 +113,7 @@ def rows(buf: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
     return as_strided(buf, shape=(len(buf) - width + 1, width), strides=(1, 1), writeable=False)
 
 
-def walk(data: bytes, start: int = 0) -> tuple[list[int], int]:
+def walk(data: bytes | memoryview, start: int = 0) -> tuple[list[int], int]:
     """Record starts from ``start`` along the TOTALSIZE chain, and where the walk stopped.
 
     The walk stops at a size below 8 (END or damage) or a record that runs past the window;
