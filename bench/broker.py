@@ -16,10 +16,10 @@ process, the server is ``python -m rocketq.cli serve`` in a child process):
   puller (one request in flight, queues in turn) and four (one per queue); the client counts
   messages by nextBeginOffset and does not decode the records;
 * end-to-end latency under ASYNC_FLUSH at a fixed 5,000 msgs/s (and 1,000 msgs/s for
-  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2) and one long-polling
-  puller per queue; latency = receive time - send time carried in the body (one process, one
-  monotonic clock); also the send → acknowledgement time, to tell a slow send path from a slow
-  delivery;
+  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2) and, in a child process,
+  one long-polling puller per queue; latency = receive time - send time carried in the body
+  (CLOCK_MONOTONIC, the same clock in both processes); also the send → acknowledgement time, to
+  tell a slow send path from a slow delivery;
 * start-up: from spawning ``rocketq serve`` to the "rocketq ready" line and to the first request
   answered with code 0 (interpreter start and imports included), on an empty data directory and
   on the directory the ASYNC cases filled (after a clean stop);
@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shutil
 import signal
@@ -469,24 +470,21 @@ class LatencyResult:
     ack_p99_ms: float
 
 
-async def latency_case(server: Server, rate: float, seconds: float, warmup_s: float = 0.5) -> LatencyResult:
-    addr = server.addr
-    topic = "LatencyBench"
-    ids = Ids()
-    pad = os.urandom(120)
+async def pull_child_main(addr: str, topic: str, starts: list[int], total: int, measure_from: int) -> None:
+    """The pullers of the latency case, in their own process (``--pull-child``): one long-polling
+    pull loop per queue until ``total`` messages arrived; prints one JSON line with the
+    latencies (ms) of the messages numbered ``measure_from`` and up."""
     latencies: list[float] = []
-    async with RemotingClient() as sender, RemotingClient() as puller:
-        await create_topic(sender, addr, topic)
-        starts = await max_offsets(sender, addr, topic)
-        received = 0
-        measure_from = 0
+    received = 0
+    done = asyncio.Event()
+    async with RemotingClient() as puller:
 
         async def pull_loop(q: int) -> None:
             nonlocal received
             offset = starts[q]
             while True:
                 r = await puller.invoke(addr, pull_request(topic, q, offset, suspend=True), CALL_TIMEOUT_S)
-                now = time.perf_counter_ns()
+                now = time.monotonic_ns()
                 if r.code == ResponseCode.SUCCESS:
                     pos = 0
                     body = r.body
@@ -498,59 +496,99 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
                             latencies.append((now - sent_ns) / 1e6)
                         received += 1
                         pos += view.size
+                    if received >= total:
+                        done.set()
                 elif r.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
                     raise RuntimeError(f"pull answered {r.code}: {r.remark}")
                 offset = int(r.ext_fields["nextBeginOffset"])
 
+        await puller.connection(addr)
         pullers = [asyncio.create_task(pull_loop(q)) for q in range(QUEUES)]
-        in_flight: set[asyncio.Task[RemotingCommand]] = set()
-        failures: list[str] = []
-
-        acks: list[float] = []
-
-        def sent_done(task: asyncio.Task[RemotingCommand], sent_ns: int, seq: int) -> None:
-            in_flight.discard(task)
-            if task.exception() is not None:
-                failures.append(repr(task.exception()))
-            elif task.result().code != ResponseCode.SUCCESS:
-                failures.append(f"code {task.result().code}")
-            elif seq >= measure_from:
-                acks.append((time.perf_counter_ns() - sent_ns) / 1e6)
-
-        loop = asyncio.get_running_loop()
-        total = int(rate * (seconds + warmup_s))
-        measure_from = int(rate * warmup_s)
-        t0 = loop.time()
-        sent = 0
-        max_lag = 0.0
-        while sent < total:
-            now = loop.time()
-            due = min(total, int((now - t0) * rate) + 1)
-            if due - sent > 1:
-                max_lag = max(max_lag, (due - sent - 1) / rate)
-            while sent < due:
-                sent_ns = time.perf_counter_ns()
-                body = struct.pack(">qq", sent_ns, sent) + pad
-                task = loop.create_task(sender.invoke(addr, single_request(ids, topic, sent % QUEUES, body)))
-                in_flight.add(task)
-                task.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
-                sent += 1
-            next_at = t0 + sent / rate
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-        elapsed = loop.time() - t0
-        deadline = time.monotonic() + 30
-        while (received < total or in_flight) and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+        print("ready", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 120)
         for pull_task in pullers:
             pull_task.cancel()
         for pull_task in pullers:
             with contextlib.suppress(asyncio.CancelledError, RemotingError):
                 await pull_task
-    if failures:
-        raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
+    print(json.dumps({"received": received, "latencies": latencies}), flush=True)
+
+
+async def latency_case(server: Server, rate: float, seconds: float, warmup_s: float = 0.5) -> LatencyResult:
+    """Sender here, pullers in a child process (so decoding what arrives does not delay the
+    sender's loop); both stamp CLOCK_MONOTONIC (``time.monotonic_ns``), one clock for the
+    machine, so latency = receive time in the child - send time in the body."""
+    addr = server.addr
+    topic = "LatencyBench"
+    ids = Ids()
+    pad = os.urandom(120)
+    total = int(rate * (seconds + warmup_s))
+    measure_from = int(rate * warmup_s)
+    async with RemotingClient() as sender:
+        await create_topic(sender, addr, topic)
+        starts = await max_offsets(sender, addr, topic)
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            os.path.abspath(__file__),
+            "--pull-child",
+            json.dumps([addr, topic, starts, total, measure_from]),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert child.stdout is not None
+            if (await child.stdout.readline()).strip() != b"ready":
+                raise RuntimeError("the pulling child process did not start")
+            in_flight: set[asyncio.Task[RemotingCommand]] = set()
+            failures: list[str] = []
+            acks: list[float] = []
+
+            def sent_done(task: asyncio.Task[RemotingCommand], sent_ns: int, seq: int) -> None:
+                in_flight.discard(task)
+                if task.exception() is not None:
+                    failures.append(repr(task.exception()))
+                elif task.result().code != ResponseCode.SUCCESS:
+                    failures.append(f"code {task.result().code}")
+                elif seq >= measure_from:
+                    acks.append((time.monotonic_ns() - sent_ns) / 1e6)
+
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            sent = 0
+            max_lag = 0.0
+            while sent < total:
+                now = loop.time()
+                due = min(total, int((now - t0) * rate) + 1)
+                if due - sent > 1:
+                    max_lag = max(max_lag, (due - sent - 1) / rate)
+                while sent < due:
+                    sent_ns = time.monotonic_ns()
+                    body = struct.pack(">qq", sent_ns, sent) + pad
+                    task = loop.create_task(
+                        sender.invoke(addr, single_request(ids, topic, sent % QUEUES, body))
+                    )
+                    in_flight.add(task)
+                    task.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
+                    sent += 1
+                next_at = t0 + sent / rate
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+            elapsed = loop.time() - t0
+            deadline = time.monotonic() + 30
+            while in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            if failures:
+                raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
+            report = json.loads(await asyncio.wait_for(child.stdout.read(), 60))
+        finally:
+            try:  # it exits by itself once everything arrived
+                await asyncio.wait_for(child.wait(), 5)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+    received = int(report["received"])
     if received < total:
         raise RuntimeError(f"only {received} of {total} messages arrived")
-    lat = sorted(latencies)
+    lat = sorted(float(x) for x in report["latencies"])
     acks.sort()
     return LatencyResult(
         rate,
@@ -762,7 +800,7 @@ async def run(args: argparse.Namespace, root: str) -> None:
     if latencies:
         print(
             f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
-            f"warm-up, one pipelining sender, {QUEUES} long-polling pullers)"
+            f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process)"
         )
         print()
         print(
@@ -806,6 +844,10 @@ async def run(args: argparse.Namespace, root: str) -> None:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--pull-child":
+        addr, topic, starts, total, measure_from = json.loads(sys.argv[2])
+        asyncio.run(pull_child_main(addr, topic, starts, total, measure_from))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter cases and less data")
     ap.add_argument(

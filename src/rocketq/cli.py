@@ -27,6 +27,7 @@ from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
 from rocketq.proxy.server import DEFAULT_GRPC_PORT, GrpcConfig, GrpcEndpoint
+from rocketq.remoting import eventloop
 from rocketq.store import MessageStore
 
 
@@ -166,7 +167,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    asyncio.run(_serve_async(args))
+    eventloop.run(_serve_async(args))
     return 0
 
 

@@ -18,6 +18,7 @@ start); else 22 QUERY_NOT_FOUND. A stored negative offset (ali-ons commits -1 fo
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO_PERCENT = 40
 
 
+@functools.cache
 def _physical_memory_bytes() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))

@@ -88,7 +88,7 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
-from rocketq.remoting.codes import RequestCode, Version
+from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
@@ -187,15 +187,25 @@ class SendMessageProcessor:
             return True
         return False
 
+    def _must_wait(self) -> bool:
+        """The put must run in a worker thread: SYNC_FLUSH waits for its group commit, and far
+        behind dispatch the store's back-pressure may make it wait."""
+        store = self.ctx.store
+        return self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2
+
+    def _topics_pending(self) -> bool:
+        persister = self.ctx.topics_persister
+        return persister is not None and persister.pending
+
     async def _put(self, msg: BrokerMessage) -> PutMessageResult:
         store = self.ctx.store
-        if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
+        if self._must_wait():
             return await self.ctx.blocking(store.put_message, msg)
         return store.put_message(msg)
 
     async def _put_batch(self, msgs: list[BrokerMessage]) -> PutMessageResult:
         store = self.ctx.store
-        if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
+        if self._must_wait():
             return await self.ctx.blocking(store.put_messages, msgs)
         return store.put_messages(msgs)
 
@@ -212,13 +222,55 @@ class SendMessageProcessor:
                 f"message stored but not flushed to disk within {timeout} ms",
                 ext_fields=fields,
             )
-        return create_response(request, ResponseCode.SUCCESS, ext_fields=fields)
+        # every value is already a str: build the response directly rather than through
+        # create_response, which copies and coerces the fields (one dict copy per message)
+        return RemotingCommand(
+            ResponseCode.SUCCESS, opaque=request.opaque, flag=FLAG_RESPONSE, ext_fields=fields
+        )
 
-    # -- SEND_MESSAGE / SEND_MESSAGE_V2 -----------------------------------------------------
+    # -- SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE -----------------------------------
+    def send_message_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer to a send computed without awaiting anything, or None when the send has
+        to wait (see :meth:`_must_wait`, or a topic change not yet in topics.json) and
+        :meth:`send_message` must take it.
+
+        Under ASYNC_FLUSH a put is a memory copy, so the whole send runs inside the transport's
+        ``data_received``: no task, no loop iteration, no thread hand-off per message. When this
+        send itself creates its topic, the checks and the record are redone by
+        :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
+        """
+        if self._must_wait() or self._topics_pending():
+            return None
+        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        store = self.ctx.store
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
+            if self._topics_pending():
+                return None
+            result = store.put_messages(msgs)
+        else:
+            msg, queue_id, transaction_id = self._prepare(conn, request, header)
+            if self._topics_pending():
+                return None
+            result = store.put_message(msg)
+        return self._response(request, result, queue_id, transaction_id)
+
     async def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
         if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
-            return await self._send_batch(conn, request, header)
+            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
+            await self.ctx.topics_durable()
+            result = await self._put_batch(msgs)
+            return self._response(request, result, queue_id, transaction_id)
+        msg, queue_id, transaction_id = self._prepare(conn, request, header)
+        await self.ctx.topics_durable()
+        result = await self._put(msg)
+        return self._response(request, result, queue_id, transaction_id)
+
+    def _prepare(
+        self, conn: Connection, request: RemotingCommand, header: SendMessageRequestHeader
+    ) -> tuple[BrokerMessage, int, str | None]:
+        """Checks and the record of a single send: (message, queue id, transaction id)."""
         tc = self.msg_check(conn, header)
         queue_id = self._pick_queue(tc, header.queue_id)
         props = self._base_properties(header.properties)
@@ -241,9 +293,7 @@ class SendMessageProcessor:
         if half:
             ensure_half_topics(self.ctx)
             msg = to_half_message(msg, props)
-        await self.ctx.topics_durable()
-        result = await self._put(msg)
-        return self._response(request, result, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+        return msg, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     def _retry_or_dlq(
         self,
@@ -276,9 +326,10 @@ class SendMessageProcessor:
         return dlq, random.randrange(max(1, tc.write_queue_nums))
 
     # -- SEND_BATCH_MESSAGE -----------------------------------------------------------------
-    async def _send_batch(
+    def _prepare_batch(
         self, conn: Connection, request: RemotingCommand, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
+    ) -> tuple[list[BrokerMessage], int, str | None]:
+        """Checks and the records of a batch send: (messages, queue id, transaction id)."""
         topic = header.topic
         if len(topic) > TOPIC_MAX_LENGTH:
             raise MessageIllegal(f"batch topic of {len(topic)} chars exceeds max {TOPIC_MAX_LENGTH} chars")
@@ -318,11 +369,7 @@ class SendMessageProcessor:
                     born_host=born_host,
                 )
             )
-        await self.ctx.topics_durable()
-        result = await self._put_batch(msgs)
-        return self._response(
-            request, result, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        )
+        return msgs, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
     async def consumer_send_msg_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

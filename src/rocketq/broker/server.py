@@ -22,7 +22,10 @@ and every held pop receive (the pop state is made durable) and wait for in-fligh
 close the servers → wait for worker-thread store calls → persist offsets, topics, groups → shut
 the store down cleanly (flush, checkpoint, abort file removed) in a worker thread.
 
-Request dispatch is a table ``code → processor method``; an unknown code answers 3 with the remark
+Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
+are answered by a second table of plain functions right where the transport decodes them (no task
+per message); the others, and every request before start finishes, go through the first table.
+An unknown code answers 3 with the remark
 ``" request type <code> not supported"``. A processor error that is a
 :class:`~rocketq.errors.RocketqError` becomes its wire code with the message as remark (the
 transport does that); anything else becomes SYSTEM_ERROR (1).
@@ -43,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from rocketq.broker.admin import AdminBrokerProcessor
 from rocketq.broker.admin_groups import AdminGroupProcessor
 from rocketq.broker.admin_stats import AdminStatsProcessor
+from rocketq.broker.client_config import ClientConfigProcessor
 from rocketq.broker.client_manager import Channel, ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import PersistScheduler
@@ -66,6 +70,7 @@ from rocketq.broker.topic_config import TopicConfig, TopicConfigManager
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode
+from rocketq.remoting import eventloop
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.transport import Connection, RemotingClient, RemotingServer
@@ -74,6 +79,7 @@ from rocketq.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
+ImmediateHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | None"]
 
 #: How often client channels are checked for expiry (RocketMQ ``ClientHousekeepingService``).
 CHANNEL_SCAN_INTERVAL_S = 10.0
@@ -98,6 +104,8 @@ class Broker:
         self._client: RemotingClient | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._handlers: dict[int, Handler] = {}
+        #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
+        self._immediate_handlers: dict[int, ImmediateHandler] = {}
         self._periodic: list[asyncio.Task[None]] = []
         self._persisters: list[PersistScheduler] = []
         self._offsets_persister: PersistScheduler | None = None
@@ -153,12 +161,20 @@ class Broker:
 
     async def _start(self, cfg: BrokerConfig) -> None:
         self._server = RemotingServer(
-            cfg.bind_address, cfg.listen_port, self._handle, on_connection=self._on_connection
+            cfg.bind_address,
+            cfg.listen_port,
+            self._handle,
+            on_connection=self._on_connection,
+            immediate=self._handle_now,
         )
         await self._server.start()
         if cfg.fast_listen_port_enable and cfg.listen_port > 2:
             fast = RemotingServer(
-                cfg.bind_address, cfg.listen_port - 2, self._handle, on_connection=self._on_connection
+                cfg.bind_address,
+                cfg.listen_port - 2,
+                self._handle,
+                on_connection=self._on_connection,
+                immediate=self._handle_now,
             )
             try:
                 await fast.start()
@@ -265,6 +281,7 @@ class Broker:
         broker2client = ResetOffsetProcessor(ctx)
         transactions = self.transactions = TransactionService(ctx)
         pop = PopMessageProcessor(ctx)
+        client_config = ClientConfigProcessor(ctx)
         rc = RequestCode
         self._handlers = {
             rc.SEND_MESSAGE: send.send_message,
@@ -281,6 +298,7 @@ class Broker:
             rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
             rc.HEART_BEAT: consumer.heartbeat,
             rc.UNREGISTER_CLIENT: consumer.unregister_client,
+            rc.CHECK_CLIENT_CONFIG: client_config.check_client_config,
             rc.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
             rc.GET_CONSUMER_CONNECTION_LIST: consumer.get_consumer_connection_list,
             rc.GET_PRODUCER_CONNECTION_LIST: consumer.get_producer_connection_list,
@@ -305,6 +323,11 @@ class Broker:
             rc.DELETE_TOPIC_IN_BROKER: groups.delete_topic_in_broker,
             rc.INVOKE_BROKER_TO_RESET_OFFSET: broker2client.reset_offset,
             rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: broker2client.get_consumer_status,
+        }
+        self._immediate_handlers = {
+            rc.SEND_MESSAGE: send.send_message_now,
+            rc.SEND_MESSAGE_V2: send.send_message_now,
+            rc.SEND_BATCH_MESSAGE: send.send_message_now,
         }
 
     async def shutdown(self) -> None:
@@ -412,6 +435,15 @@ class Broker:
             if self._in_flight == 0:
                 self._idle.set()
 
+    def _handle_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer when ``request`` needs no waiting (see the transport's immediate handler);
+        None sends it down :meth:`_handle`, which also answers every request while starting or
+        shutting down."""
+        if not self._ready:
+            return None
+        handler = self._immediate_handlers.get(request.code)
+        return handler(conn, request) if handler is not None else None
+
     def _on_connection(self, conn: Connection) -> None:
         conn.add_close_callback(self._on_channel_close)
 
@@ -490,7 +522,7 @@ def run_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> None:
                 loop.add_signal_handler(sig, stop.set)
         await serve_broker(broker_config, store_config, stop)
 
-    asyncio.run(main())
+    eventloop.run(main())
 
 
 __all__ = ["Broker", "run_broker", "serve_broker"]

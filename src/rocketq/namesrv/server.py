@@ -69,7 +69,14 @@ from rocketq.namesrv.bodies import (
 )
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS, RemovedBroker, RouteTable
 from rocketq.properties import parse_properties
-from rocketq.remoting import Connection, RemotingCommand, RemotingServer, RequestCode, create_response
+from rocketq.remoting import (
+    Connection,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    create_response,
+    eventloop,
+)
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, REQUEST_CODE_NOT_SUPPORTED_REMARK
 
 log = logging.getLogger(__name__)
@@ -584,7 +591,7 @@ async def serve_namesrv(config: NamesrvConfig, stop: asyncio.Event | None = None
 
 def run_namesrv(config: NamesrvConfig | None = None) -> int:
     """Run a name server in this process until SIGINT or SIGTERM; returns the exit status (0)."""
-    asyncio.run(serve_namesrv(config or NamesrvConfig()))
+    eventloop.run(serve_namesrv(config or NamesrvConfig()))
     return 0
 
 

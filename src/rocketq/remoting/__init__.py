@@ -6,6 +6,7 @@ Layering (each module imports only the ones above it)::
     command.py    RemotingCommand + JSON / ROCKETMQ header encode and tolerant decode (pure)
     codec.py      frames: FrameDecoder.feed(bytes) -> [RemotingCommand], encode(cmd) -> bytes (pure)
     transport.py  asyncio.Protocol connection, RemotingServer, RemotingClient
+    eventloop.py  which loop the server commands run on (asyncio, or uvloop on request)
 """
 
 from __future__ import annotations

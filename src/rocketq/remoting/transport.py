@@ -10,6 +10,9 @@ GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Conn
   (unmatched responses are dropped), any other frame is a request and runs the handler as its own
   task, so a held request (a long-polling pull) never delays the others on the socket and
   responses leave in completion order;
+* an optional immediate handler is asked first, inside ``data_received``: a request it can
+  answer without awaiting (a send under ASYNC_FLUSH) costs no task and no extra loop iteration;
+  it returns None for anything else, which then takes the task path;
 * a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
   anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
   remark; oneway requests (flag bit1) never get a response;
@@ -43,7 +46,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, cast
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -67,6 +70,10 @@ log = logging.getLogger(__name__)
 
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 """``handler(connection, request)``: the response to send, or None to send nothing."""
+
+ImmediateHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+"""``immediate(connection, request)``: the response when the request can be answered at once,
+without awaiting anything, or None to hand the request to the RequestHandler as usual."""
 
 CloseCallback = Callable[["Connection"], None]
 
@@ -121,9 +128,11 @@ class Connection(asyncio.Protocol):
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         serving: bool = False,
         on_made: Callable[[Connection], None] | None = None,
+        immediate: ImmediateHandler | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._handler = handler
+        self._immediate = immediate
         self._max_frame_size = max_frame_size
         self._max_pending_requests = max(1, max_pending_requests)
         self._serving = serving
@@ -273,8 +282,8 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport; uvloop's is not a subclass of asyncio.Transport, hence no isinstance.
+        self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES, low=WRITE_BUFFER_LOW_BYTES)
         self.remote_address = format_address(transport.get_extra_info("peername"))
         self.local_address = format_address(transport.get_extra_info("sockname"))
@@ -434,6 +443,16 @@ class Connection(asyncio.Protocol):
                     ),
                 )
             return
+        immediate = self._immediate
+        if immediate is not None and not self._backlog:
+            try:
+                response = immediate(self, cmd)
+            except Exception as exc:
+                response = self._error_response(cmd, exc)
+            if response is not None:
+                if not cmd.flag & FLAG_ONEWAY:
+                    self._respond(cmd, response)
+                return
         if self._backlog or len(self._tasks) >= self._max_pending_requests:
             # At the cap: park the (already decoded) request and stop reading more.
             self._backlog.append(cmd)
@@ -450,15 +469,7 @@ class Connection(asyncio.Protocol):
             try:
                 response = await handler(self, cmd)
             except Exception as exc:
-                if isinstance(exc, RocketqError):
-                    code = int(exc.code)
-                    log.debug("request %r from %s failed: %s", cmd, self.remote_address, exc)
-                else:
-                    code = ResponseCode.SYSTEM_ERROR
-                    log.warning("handler failed for %r from %s", cmd, self.remote_address, exc_info=True)
-                if cmd.flag & FLAG_ONEWAY:
-                    return
-                response = RemotingCommand.create_response(cmd, code, str(exc) or type(exc).__name__)
+                response = self._error_response(cmd, exc)
             if response is not None and not cmd.flag & FLAG_ONEWAY:
                 self._respond(cmd, response)
         finally:
@@ -466,6 +477,17 @@ class Connection(asyncio.Protocol):
             tasks.pop(seq, None)
             if self._read_paused & _PAUSED_BY_REQUESTS:
                 self._request_slot_freed(handler)
+
+    def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """The answer to a request whose handler raised ``exc``: its wire code (SYSTEM_ERROR for
+        anything that is not a RocketqError) with the message as remark."""
+        if isinstance(exc, RocketqError):
+            code = int(exc.code)
+            log.debug("request %r from %s failed: %s", cmd, self.remote_address, exc)
+        else:
+            code = ResponseCode.SYSTEM_ERROR
+            log.warning("handler failed for %r from %s", cmd, self.remote_address, exc_info=True)
+        return RemotingCommand.create_response(cmd, code, str(exc) or type(exc).__name__)
 
     def _request_slot_freed(self, handler: RequestHandler) -> None:
         tasks = self._tasks
@@ -502,7 +524,9 @@ class RemotingServer:
     """Accepts remoting connections on ``host:port`` and runs ``handler`` for every request.
 
     ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
-    back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection."""
+    back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection.
+    ``immediate(conn, request)`` (optional) is asked first for every request and answers the
+    ones it can without awaiting (see the module docstring)."""
 
     def __init__(
         self,
@@ -514,8 +538,10 @@ class RemotingServer:
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         on_connection: Callable[[Connection], None] | None = None,
         backlog: int = DEFAULT_BACKLOG,
+        immediate: ImmediateHandler | None = None,
     ) -> None:
         self.host = host
+        self._immediate = immediate
         self._port = port
         self._handler = handler
         self._max_frame_size = max_frame_size
@@ -587,6 +613,7 @@ class RemotingServer:
             max_pending_requests=self._max_pending_requests,
             serving=True,
             on_made=self._register,
+            immediate=self._immediate,
         )
 
     def _register(self, conn: Connection) -> None:

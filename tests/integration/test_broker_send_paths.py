@@ -1,0 +1,162 @@
+"""Sends answered at once (ASYNC_FLUSH) and sends that wait (a new topic, SYNC_FLUSH), and pulls
+of fresh data read on the event loop: same answers, same records, durability kept."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+from test_broker_server import WAIT_S, decode_records, dispatched, run, running_broker, send_request
+
+from rocketq.broker import Broker
+from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.config import StoreConfig
+from rocketq.errors import ResponseCode
+from rocketq.message import decode_properties
+from rocketq.remoting import RequestCode, create_request
+from rocketq.remoting.command import RemotingCommand
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The broker's worker threads, counting the calls handed to them."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=4, thread_name_prefix="counting")
+        self.submitted = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def count_worker_calls(broker: Broker) -> CountingExecutor:
+    assert broker.ctx is not None
+    executor = CountingExecutor()
+    broker.ctx.executor = executor
+    return executor
+
+
+def pull(topic: str, queue_id: int, offset: int) -> RemotingCommand:
+    header = PullMessageRequestHeader(
+        consumer_group="CG",
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=32,
+        sys_flag=PULL_FLAG_SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=1000,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    )
+    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+
+
+async def send_and_read_back(
+    store_config: StoreConfig, topic: str, n: int
+) -> tuple[list[RemotingCommand], list[Any], int]:
+    """Create ``topic``, send ``n`` pipelined messages to queue 0, pull them back; also returns
+    how many calls went to worker threads during the sends and the pull."""
+    async with running_broker(store_config) as (broker, client, addr):
+        created = await client.invoke(
+            addr,
+            create_request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6},
+            ),
+        )
+        assert created.code == ResponseCode.SUCCESS
+        executor = count_worker_calls(broker)
+        answers = await asyncio.gather(
+            *(
+                client.invoke(addr, send_request(topic, b"body-%d" % i, properties={"KEYS": f"k{i}"}))
+                for i in range(n)
+            )
+        )
+        await dispatched(broker)
+        pulled = await client.invoke(addr, pull(topic, 0, 0))
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+        return answers, decode_records(pulled.body), executor.submitted
+
+
+def test_async_and_sync_flush_sends_answer_and_store_alike(
+    tmp_path: pathlib.Path, store_config: StoreConfig
+) -> None:
+    n = 30  # one pull returns them all (max 32)
+    results = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        cfg = dataclasses.replace(
+            store_config, store_path_root_dir=str(tmp_path / flush), flush_disk_type=flush
+        )
+        results[flush] = run(send_and_read_back(cfg, "PathT", n))
+    (fast, fast_records, fast_workers), (slow, slow_records, slow_workers) = (
+        results["ASYNC_FLUSH"],
+        results["SYNC_FLUSH"],
+    )
+    # ASYNC_FLUSH: every send and the pull of fresh data ran on the event loop
+    assert fast_workers == 0
+    # SYNC_FLUSH: each put waited for its group commit in a worker thread
+    assert slow_workers >= n
+    for answers in (fast, slow):
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * n
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(n))
+        assert {frozenset(a.ext_fields) for a in answers} == {
+            frozenset({"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON", "transactionId"})
+        }
+        assert all(a.flag & 1 and a.remark is None for a in answers)
+    for records in (fast_records, slow_records):
+        assert len(records) == n
+        for view in records:
+            props = decode_properties(view.properties)
+            assert view.body == b"body-%d" % int(props["KEYS"][1:])
+            assert props["CLUSTER"] and props["UNIQ_KEY"]
+    # the same answers, field by field, apart from ids and offsets
+    assert {a.ext_fields["MSG_REGION"] for a in fast} == {a.ext_fields["MSG_REGION"] for a in slow}
+
+
+def test_send_that_creates_its_topic_is_answered_after_topics_json_has_it(store_config: StoreConfig) -> None:
+    async def main() -> None:
+        async with running_broker(store_config) as (_broker, client, addr):
+            topics_json = pathlib.Path(store_config.store_path_root_dir) / "config" / "topics.json"
+            answers = await asyncio.gather(
+                *(client.invoke(addr, send_request("AutoT", b"m%d" % i, queue_id=i % 4)) for i in range(20))
+            )
+            # read at once, before any background write could have caught up
+            table = json.loads(topics_json.read_text())["topicConfigTable"]
+            assert "AutoT" in table
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 20
+            by_queue: dict[str, list[int]] = {}
+            for a in answers:
+                by_queue.setdefault(a.ext_fields["queueId"], []).append(int(a.ext_fields["queueOffset"]))
+            for offsets in by_queue.values():
+                assert sorted(offsets) == list(range(len(offsets)))
+
+    run(main())
+
+
+def test_refused_send_on_the_immediate_path_keeps_the_connection(store_config: StoreConfig) -> None:
+    async def main() -> None:
+        async with running_broker(store_config, auto_create_topic_enable=False) as (_broker, client, addr):
+            bad = await client.invoke(addr, send_request("NoSuchTopic", b"x"))
+            assert bad.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in (bad.remark or "")
+            bad_header = await client.invoke(
+                addr, create_request(RequestCode.SEND_MESSAGE_V2, {"b": "T", "e": "1_0"}, body=b"x")
+            )
+            assert bad_header.code == ResponseCode.INVALID_PARAMETER and "queueId" in (
+                bad_header.remark or ""
+            )
+            ok = await asyncio.wait_for(
+                client.invoke(
+                    addr, create_request(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": 0})
+                ),
+                WAIT_S,
+            )
+            assert ok.code == ResponseCode.SUCCESS
+
+    run(main())

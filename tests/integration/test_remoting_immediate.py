@@ -1,0 +1,155 @@
+"""The transport's immediate handler (answers inside data_received) over real sockets, on both
+event loops the servers can run on."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+from test_remoting_transport import RawPeer
+
+from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
+from rocketq.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    create_request,
+    create_response,
+    encode,
+    eventloop,
+)
+
+T = TypeVar("T")
+WAIT_S = 10.0
+
+LOOPS = [
+    "asyncio",
+    pytest.param(
+        "uvloop",
+        marks=pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed"),
+    ),
+]
+
+NOW, LATER, REFUSED, BROKEN = 1, 2, 3, 4
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, 60)
+
+    return eventloop.run(bounded(), choice=loop)
+
+
+class Handlers:
+    """An immediate handler for codes NOW/REFUSED/BROKEN, the task handler for the rest."""
+
+    def __init__(self) -> None:
+        self.immediate_calls: list[int] = []
+        self.task_calls: list[int] = []
+        self.in_task: list[bool] = []
+
+    def immediate(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        self.immediate_calls.append(request.code)
+        if request.code == NOW:
+            return create_response(request, 0, remark="now", body=request.body)
+        if request.code == REFUSED:
+            raise TopicNotExist("topic[T] not exist")
+        if request.code == BROKEN:
+            raise ValueError("handler bug")
+        return None
+
+    async def handler(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.task_calls.append(request.code)
+        self.in_task.append(asyncio.current_task() is not None)
+        await asyncio.sleep(0)
+        return create_response(request, 0, remark="later")
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_immediate_answers_and_falls_back_to_the_task_handler(loop: str) -> None:
+    async def main() -> str:
+        handlers = Handlers()
+        server = RemotingServer("127.0.0.1", 0, handlers.handler, immediate=handlers.immediate)
+        await server.start()
+        client = RemotingClient()
+        try:
+            answers = await asyncio.gather(
+                *(
+                    client.invoke(server.address, create_request(code, body=b"x" * code))
+                    for code in (1, 2, 3, 4)
+                )
+            )
+            now, later, refused, broken = answers
+            assert (now.code, now.remark, now.body) == (0, "now", b"x")
+            assert (later.code, later.remark) == (0, "later")
+            assert (refused.code, refused.remark) == (ResponseCode.TOPIC_NOT_EXIST, "topic[T] not exist")
+            assert (broken.code, broken.remark) == (ResponseCode.SYSTEM_ERROR, "handler bug")
+            assert sorted(handlers.immediate_calls) == [1, 2, 3, 4]
+            assert handlers.task_calls == [LATER] and handlers.in_task == [True]
+
+            # a oneway request answered immediately gets no response: the next frame back on
+            # the socket answers the request that follows it
+            peer = await RawPeer.connect(server)
+            oneway = create_request(NOW, oneway=True)
+            second = create_request(LATER)
+            await peer.send(encode(oneway) + encode(second))
+            reply = await asyncio.wait_for(peer.next_command(), WAIT_S)
+            assert reply.opaque == second.opaque and reply.remark == "later"
+            await peer.close()
+            return eventloop.loop_name(asyncio.get_running_loop())
+        finally:
+            await client.close()
+            await server.close()
+
+    assert run_on(loop, main()) == loop
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_pipelined_immediate_answers_keep_their_opaques(loop: str) -> None:
+    async def main() -> None:
+        handlers = Handlers()
+        server = RemotingServer("127.0.0.1", 0, handlers.handler, immediate=handlers.immediate)
+        await server.start()
+        try:
+            peer = await RawPeer.connect(server)
+            requests = [create_request(NOW if i % 3 else LATER, body=str(i).encode()) for i in range(300)]
+            await peer.send(b"".join(encode(r) for r in requests))
+            replies = [await asyncio.wait_for(peer.next_command(), WAIT_S) for _ in requests]
+            assert sorted(r.opaque for r in replies) == sorted(r.opaque for r in requests)
+            by_opaque = {r.opaque: r for r in replies}
+            for request in requests:
+                assert by_opaque[request.opaque].remark == ("now" if request.code == NOW else "later")
+            await peer.close()
+        finally:
+            await server.close()
+
+    run_on(loop, main())
+
+
+def test_event_loop_choice() -> None:
+    assert eventloop.loop_factory("asyncio") is None
+    assert eventloop.loop_factory(" ASYNCIO ") is None
+    with pytest.raises(
+        Exception, match=r"ROCKETQ_EVENT_LOOP='tokio' is not an event loop choice; use one of"
+    ):
+        eventloop.loop_factory("tokio")
+
+
+def test_event_loop_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def name() -> str:
+        return eventloop.loop_name(asyncio.get_running_loop())
+
+    monkeypatch.delenv(eventloop.EVENT_LOOP_ENV, raising=False)
+    assert eventloop.run(name()) == "asyncio"
+    monkeypatch.setenv(eventloop.EVENT_LOOP_ENV, "bogus")
+    coro = name()
+    with pytest.raises(RocketqError, match="bogus"):
+        eventloop.run(coro)
+    assert coro.cr_frame is None  # closed, never left dangling
+    if importlib.util.find_spec("uvloop") is not None:
+        monkeypatch.setenv(eventloop.EVENT_LOOP_ENV, "auto")
+        assert eventloop.run(name()) == "uvloop"
