@@ -6,7 +6,8 @@ Write path (``put_message`` / ``put_messages``)::
     ── put lock ──────────────────────────────────────────────────────────────────────────────
     last segment (roll if full) → does length + 8 fit?  no → 8-byte BLANK, roll, write in next
     stamp STORETIMESTAMP and PHYSICALOFFSET, assign QUEUEOFFSET from the topic-queue table
-    pack the record with TOTALSIZE = 0, then write TOTALSIZE        (commit point of the record)
+    pack the first record with TOTALSIZE = 0, every further record of a batch whole,
+    then write the first record's TOTALSIZE                 (commit point of the put)
     ── unlock ────────────────────────────────────────────────────────────────────────────────
     SYNC_FLUSH: wait for group commit (bounded: FLUSH_DISK_TIMEOUT)   ASYNC_FLUSH: return
 
@@ -14,8 +15,10 @@ Invariants:
 
 * records are contiguous inside a segment; a segment ends with a BLANK marker or never-written
   zeros; a record never ends within the last 8 bytes of a segment;
-* TOTALSIZE is written last, so a process killed mid-append leaves a record that reads as
-  zero-sized or corrupt, never as a valid message with missing bytes;
+* the first TOTALSIZE of a put is written last, so a process killed mid-append leaves a zero
+  TOTALSIZE where the put starts, where the recovery scan ends (a torn record): a killed put
+  (one message or a whole batch) is recovered entirely or not at all, never as a valid message
+  with missing bytes;
 * queue offsets are consecutive per (topic, queue id), assigned under the put lock, and only to
   normal and COMMIT records (PREPARED/ROLLBACK records carry queue offset 0, as in RocketMQ);
 * a rejected message (too large, bad topic) writes nothing and consumes no queue offset.
@@ -31,8 +34,9 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from enum import StrEnum
+from itertools import accumulate
 from operator import itemgetter
 
 from rocketq.config import FlushDiskType, StoreConfig
@@ -67,6 +71,7 @@ from rocketq.store.transient_pool import TransientStorePool
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_size_into = _SIZE.pack_into  # bound once: saves the put an attribute lookup
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
 _BLANK = struct.Struct(">ii")
@@ -86,11 +91,17 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
     batch, ``physical_offsets``. ``msg_id``/``msg_ids`` (offset message ids) are computed on access.
 
     A tuple underneath: a put creates one per call, and tuples are the cheapest objects to make.
+    Built from the 8-tuple of those fields, ``PutMessageResult((status, physical_offset, size,
+    queue_offset, store_timestamp, store_host, msg_num, physical_offsets))``, or with
+    :meth:`of`. The class defines no ``__new__`` of its own on purpose: calling the type then
+    goes straight to tuple's constructor, which costs a put about a third less than a Python
+    ``__new__`` or ``tuple.__new__(cls, ...)`` (an unbound slot wrapper call).
     """
 
     __slots__ = ()
 
-    def __new__(
+    @classmethod
+    def of(
         cls,
         status: PutMessageStatus,
         physical_offset: int,
@@ -101,8 +112,7 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
         msg_num: int = 1,
         physical_offsets: list[int] | None = None,
     ) -> PutMessageResult:
-        return _new_tuple(
-            cls,
+        return cls(
             (
                 status,
                 physical_offset,
@@ -112,7 +122,7 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
                 store_host,
                 msg_num,
                 physical_offsets,
-            ),
+            )
         )
 
     status = property(itemgetter(0))
@@ -124,7 +134,7 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
     physical_offsets = property(itemgetter(7))
 
     def with_status(self, status: PutMessageStatus) -> PutMessageResult:
-        return _new_tuple(PutMessageResult, (status, *self[1:]))
+        return PutMessageResult((status, *self[1:]))
 
     @property
     def ok(self) -> bool:
@@ -152,12 +162,79 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
         )
 
 
-_new_tuple = tuple.__new__
+_second = itemgetter(1)
 _PUT_OK = PutMessageStatus.PUT_OK
 
 
 # (message, layout, record length, body CRC, sys flag, in ConsumeQueue?, topic bytes, properties, magic)
 _Encoded = tuple[BrokerMessage, struct.Struct, int, int, int, bool, bytes, bytes, int]
+
+#: Per topic: UTF-8 bytes, needs V2, compiled V1/IPv4 layouts keyed ``body_len << 16 | props_len``
+#: (only shapes within every limit), and the topic's next queue offsets (queue id → offset).
+_TopicInfo = tuple[bytes, bool, dict[int, tuple[struct.Struct, int]], dict[int, int]]
+
+
+class QueueOffsetTable(MutableMapping[tuple[str, int], int]):
+    """The next queue offset of every (topic, queue id): RocketMQ's ``topicQueueTable``.
+
+    A mapping keyed ``(topic, queue_id)`` for everyone else; underneath, one small dict per topic
+    keyed by queue id, which the put path reaches through its per-topic cache. That saves the
+    put a key tuple, its hash and a probe of a table of every queue on the broker. The per-topic
+    dicts are never replaced, only emptied (:meth:`clear`), so references the cache holds stay
+    valid.
+    """
+
+    __slots__ = ("_topics",)
+
+    def __init__(self) -> None:
+        self._topics: dict[str, dict[int, int]] = {}
+
+    def of_topic(self, topic: str) -> dict[int, int]:
+        """The live queue id → next offset dict of ``topic`` (created empty). ``setdefault`` is
+        atomic, so writers meeting a new topic at once all get the same dict."""
+        d = self._topics.get(topic)
+        if d is None:
+            d = self._topics.setdefault(topic, {})
+        return d
+
+    def __getitem__(self, key: tuple[str, int]) -> int:
+        d = self._topics.get(key[0])
+        if d is None:
+            raise KeyError(key)
+        try:
+            return d[key[1]]
+        except KeyError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key: tuple[str, int], value: int) -> None:
+        self.of_topic(key[0])[key[1]] = value
+
+    def __delitem__(self, key: tuple[str, int]) -> None:
+        d = self._topics.get(key[0])
+        if d is None or key[1] not in d:
+            raise KeyError(key)
+        del d[key[1]]
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for topic, d in list(self._topics.items()):
+            for qid in list(d):
+                yield (topic, qid)
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._topics.values())
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        d = self._topics.get(key[0])
+        return d is not None and key[1] in d
+
+    def clear(self) -> None:
+        for d in self._topics.values():
+            d.clear()
+
+    def __repr__(self) -> str:
+        return f"QueueOffsetTable({dict(self.items())!r})"
 
 
 class CommitLog:
@@ -180,9 +257,8 @@ class CommitLog:
         )
         self.queue = MappedFileQueue(config.commit_log_dir, self.file_size, allocator=self.allocator)
         self._put_lock = threading.Lock()
-        self.topic_queue_table: dict[tuple[str, int], int] = {}
-        # topic → (UTF-8 bytes, needs V2, {body_len << 16 | props_len: (V1/IPv4 layout, record length)})
-        self._topic_cache: dict[str, tuple[bytes, bool, dict[int, tuple[struct.Struct, int]]]] = {}
+        self.topic_queue_table = QueueOffsetTable()
+        self._topic_cache: dict[str, _TopicInfo] = {}
         self._max_body = config.max_message_size
         self._max_record = config.max_message_size + _RECORD_SLACK
         self._max_props = config.max_properties_size
@@ -240,7 +316,7 @@ class CommitLog:
 
     def _update_after_put(self) -> None:
         listener = self._append_listener
-        commit = self.commit_service.wakeup if self._wake_commit and self.commit_service is not None else None
+        commit = self._commit_waker() if self._wake_commit else None
         if listener is not None and commit is not None:
             wake_commit, wake_listener = commit, listener
 
@@ -251,6 +327,31 @@ class CommitLog:
             self._after_put = both
         else:
             self._after_put = listener or commit
+
+    def _commit_waker(self) -> Callable[[], None] | None:
+        """With the write-buffer pool: what a put calls to wake the commit service.
+
+        The service commits only when at least ``commit_commit_log_least_pages`` pages of the
+        current segment are uncommitted or a thorough commit is due; woken otherwise it finds
+        nothing to do. So a put wakes it only then: two comparisons instead of an ``Event.set``
+        (a condition variable under a lock) and a spurious round of the service per put.
+        """
+        svc = self.commit_service
+        if svc is None:
+            return None
+        least = svc.least_pages
+        wakeup = svc.wakeup
+
+        def wake_commit_if_due() -> None:
+            mf = self._cur
+            if (
+                mf is None
+                or (mf.wrote_position >> 12) - (mf.committed_position >> 12) >= least
+                or mf.store_timestamp >= svc.thorough_due_ms
+            ):
+                wakeup()
+
+        return wake_commit_if_due
 
     # -- lifecycle --------------------------------------------------------------------------
     def load(self) -> None:
@@ -336,11 +437,16 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     # -- write path -------------------------------------------------------------------------
-    def _topic_info(self, topic: str) -> tuple[bytes, bool, dict[int, tuple[struct.Struct, int]]]:
+    def _topic_info(self, topic: str) -> _TopicInfo:
         info = self._topic_cache.get(topic)
         if info is None:
             validate_topic(topic)
-            info = (topic.encode("utf-8"), len(topic) > rec.MAX_TOPIC_LENGTH_V1, {})
+            info = (
+                topic.encode("utf-8"),
+                len(topic) > rec.MAX_TOPIC_LENGTH_V1,
+                {},
+                self.topic_queue_table.of_topic(topic),
+            )
             if len(self._topic_cache) > 100_000:
                 self._topic_cache.clear()
             self._topic_cache[topic] = info
@@ -352,7 +458,7 @@ class CommitLog:
         info = self._topic_cache.get(topic)
         if info is None:
             info = self._topic_info(topic)
-        topic_b, v2, shapes = info
+        topic_b, v2, shapes, _ = info
         body = m.body
         bl = len(body)
         props = m.properties
@@ -443,17 +549,29 @@ class CommitLog:
         # Fast path: a topic seen before, a (body, properties) length pair whose layout was already
         # compiled (only shapes within every limit are cached), an IPv4 born host, no transaction
         # bits. Everything else, including every error, goes through the batch path.
+        #
+        # This is the hottest code of the broker; per put it costs little more than the one
+        # struct pack a bare writer needs (bench/store_write.py). What it saves, and how:
+        # * the queue offset lives in the topic's own small dict (QueueOffsetTable), reached
+        #   through the topic cache: no (topic, queue) key tuple to build and hash;
+        # * acquire()/release() in try/finally instead of ``with``: the context-manager protocol
+        #   costs two special-method lookups and a three-argument __exit__ call per put;
+        # * everything read more than once is a local.
         body = m.body
         props = m.properties
         info = self._topic_cache.get(m.topic)
-        shape = None if info is None else info[2].get(len(body) << 16 | len(props))
-        if shape is None or len(m.born_host) != 8 or m.sys_flag & 0x3C:
+        if info is None:
+            return self.put_messages((m,))
+        shape = info[2].get(len(body) << 16 | len(props))
+        if shape is None or m.sys_flag & 0x3C or len(m.born_host) != 8:
             return self.put_messages((m,))
         fmt, length = shape
         crc = _crc32(body) & 0x7FFFFFFF
-        key = (m.topic, m.queue_id)
-        table = self.topic_queue_table
-        with self._put_lock:
+        qid = m.queue_id
+        qoffs = info[3]
+        lock = self._put_lock
+        lock.acquire()
+        try:
             if not self._accepting:
                 self._check_writable()
             mf = self._cur
@@ -462,24 +580,24 @@ class CommitLog:
             pos = mf.wrote_position
             target = self._cur_target
             now = _time_ns() // 1_000_000
-            qoff = table.get(key, 0)
+            qoff = qoffs.get(qid, 0)
             physical = self._cur_from + pos
-            topic_b = info[0]  # type: ignore[index]
+            topic_b = info[0]
             fmt.pack_into(
-                target, pos, 0, -626843481, crc, m.queue_id, m.flag, qoff, physical,
+                target, pos, 0, -626843481, crc, qid, m.flag, qoff, physical,
                 m.sys_flag | self._store_v6, m.born_timestamp, m.born_host, now, self._store_host,
                 m.reconsume_times, m.prepared_transaction_offset, len(body), body, len(topic_b), topic_b,
                 len(props), props,
             )  # fmt: skip
-            _SIZE.pack_into(target, pos, length)  # commit point: TOTALSIZE last
+            _size_into(target, pos, length)  # commit point: TOTALSIZE last
             mf.wrote_position = pos + length
             mf.store_timestamp = now
-            table[key] = qoff + 1
+            qoffs[qid] = qoff + 1
+        finally:
+            lock.release()
         if self._after_put is not None:
             self._after_put()
-        result: PutMessageResult = _new_tuple(
-            PutMessageResult, (_PUT_OK, physical, length, qoff, now, self._store_host, 1, None)
-        )
+        result = PutMessageResult((_PUT_OK, physical, length, qoff, now, self._store_host, 1, None))
         if self._sync:
             return self._await_flush(result)
         return result
@@ -510,7 +628,7 @@ class CommitLog:
         that does not fit the current segment is written whole in the next one)."""
         if not msgs:
             raise MessageIllegal("batch is empty")
-        fast = self._put_batch_one_queue(msgs)
+        fast = self._put_batch_fast(msgs)
         if fast is not None:
             return fast
         encoded = [self._encode(m) for m in msgs]
@@ -526,98 +644,106 @@ class CommitLog:
         first_qoff = -1
         with self._put_lock:
             mf, pos, target, base, now = self._begin_append(total)
+            start = pos
             for m, fmt, length, crc, sys_flag, in_queue, topic_b, props, magic in encoded:
-                key = (m.topic, m.queue_id)
-                qoff = table.get(key, 0) if in_queue else 0
+                qoffs = table.of_topic(m.topic)
+                qoff = qoffs.get(m.queue_id, 0) if in_queue else 0
                 if first_qoff < 0:
                     first_qoff = qoff
+                # Every record whole, but the first one with TOTALSIZE 0 (see _put_batch_fast).
                 fmt.pack_into(
-                    target, pos, 0, magic, crc, m.queue_id, m.flag, qoff, base + pos, sys_flag,
-                    m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
+                    target, pos, length if pos != start else 0, magic, crc, m.queue_id, m.flag, qoff,
+                    base + pos, sys_flag, m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
                     m.prepared_transaction_offset, len(m.body), m.body, len(topic_b), topic_b,
                     len(props), props,
                 )  # fmt: skip
                 if prop_crc:
                     rec.stamp_prop_crc(target, pos, length)
-                _SIZE.pack_into(target, pos, length)  # commit point: TOTALSIZE last
                 offsets.append(base + pos)
                 pos += length
                 if in_queue:
-                    table[key] = qoff + 1
+                    qoffs[m.queue_id] = qoff + 1
+            _SIZE.pack_into(target, start, encoded[0][2])  # commit point of the batch
             mf.wrote_position = pos
             mf.store_timestamp = now
         return self._finish_batch(offsets, total, first_qoff, now, len(msgs))
 
-    def _put_batch_one_queue(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult | None:
-        """The common batch (RocketMQ's MessageBatch): one topic and queue, V1 layout, IPv4 born
-        hosts, no transaction flags, shapes already compiled. None when the batch is not that;
-        the general path then handles it (and every error)."""
-        first = msgs[0]
-        topic = first.topic
-        queue_id = first.queue_id
+    def _put_batch_fast(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult | None:
+        """The common batch (RocketMQ's MessageBatch): one topic seen before, any queues, V1
+        layouts already compiled, IPv4 born hosts, no transaction flags. None when the batch is
+        not that; the general path then handles it (and every error).
+
+        Two passes. The first, outside the lock, checks every message against the compiled
+        shapes; nothing is written unless all pass. The second, under the lock, packs each
+        record whole (TOTALSIZE included) straight into the segment, except that the first
+        record is packed with TOTALSIZE 0 and gets its size last. That one 4-byte write is the
+        commit point of the whole batch: a process killed before it leaves a zero TOTALSIZE where
+        the batch starts, a torn record at which the recovery scan ends, so the records behind
+        it are never seen (they are beyond the write position too). Compared with writing every
+        TOTALSIZE last this saves a second pack per record; the offsets list of the result is
+        built after the lock in C (``accumulate`` over the record lengths).
+        """
+        topic = msgs[0].topic
         info = self._topic_cache.get(topic)
-        if info is None or info[1] or self._prop_crc:
+        if info is None:
             return None
-        topic_b = info[0]
         shapes = info[2]
-        tl = len(topic_b)
-        max_body = self._max_body
-        max_props = self._max_props
-        base_len = self._v1_base_len + tl
-        fmts = []
-        lengths = []
-        crcs = []
+        plan: list[tuple[struct.Struct, int]] = []
+        add = plan.append
         total = 0
         for m in msgs:
-            body = m.body
-            props = m.properties
-            bl = len(body)
-            pl = len(props)
+            shape = shapes.get(len(m.body) << 16 | len(m.properties))
             if (
-                m.topic != topic
-                or m.queue_id != queue_id
+                shape is None
+                or (m.topic is not topic and m.topic != topic)
                 or m.sys_flag & 0x3C
                 or len(m.born_host) != 8
-                or bl > max_body
-                or pl > max_props
             ):
                 return None
-            shape = shapes.get(bl << 16 | pl)
-            if shape is None:
-                return None
-            fmts.append(shape[0])
-            length = base_len + bl + pl
-            lengths.append(length)
-            total += length
-            crcs.append(_crc32(body) & 0x7FFFFFFF)
+            total += shape[1]
+            add(shape)
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return None
         store_host = self._store_host
         sys_v6 = self._store_v6
-        table = self.topic_queue_table
-        key = (topic, queue_id)
-        offsets: list[int] = []
-        append_offset = offsets.append
-        size_into = _SIZE.pack_into
-        with self._put_lock:
+        topic_b = info[0]
+        tl = len(topic_b)
+        qoffs = info[3]
+        crc32 = _crc32
+        lock = self._put_lock
+        lock.acquire()
+        try:
             mf, pos, target, base, now = self._begin_append(total)
-            first_qoff = qoff = table.get(key, 0)
-            for i, m in enumerate(msgs):
+            start = pos
+            first_qoff = qoffs.get(msgs[0].queue_id, 0)
+            for m, (fmt, length) in zip(msgs, plan, strict=True):
                 body = m.body
                 props = m.properties
-                fmts[i].pack_into(
-                    target, pos, 0, -626843481, crcs[i], queue_id, m.flag, qoff, base + pos,
-                    m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now, store_host, m.reconsume_times,
-                    m.prepared_transaction_offset, len(body), body, tl, topic_b, len(props), props,
+                qid = m.queue_id
+                qoff = qoffs.get(qid, 0)
+                fmt.pack_into(
+                    target, pos, length if pos != start else 0, -626843481, crc32(body) & 0x7FFFFFFF, qid,
+                    m.flag, qoff, base + pos, m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now,
+                    store_host, m.reconsume_times, m.prepared_transaction_offset, len(body), body, tl,
+                    topic_b, len(props), props,
                 )  # fmt: skip
-                size_into(target, pos, lengths[i])  # commit point: TOTALSIZE last
-                append_offset(base + pos)
-                pos += lengths[i]
-                qoff += 1
-            table[key] = qoff
+                qoffs[qid] = qoff + 1
+                pos += length
+            _SIZE.pack_into(target, start, plan[0][1])  # commit point of the batch
             mf.wrote_position = pos
             mf.store_timestamp = now
-        return self._finish_batch(offsets, total, first_qoff, now, len(msgs))
+        finally:
+            lock.release()
+        offsets = list(accumulate(map(_second, plan), initial=base + start))
+        offsets.pop()  # the end of the last record
+        if self._after_put is not None:
+            self._after_put()
+        result = PutMessageResult(
+            (_PUT_OK, base + start, total, first_qoff, now, store_host, len(msgs), offsets)
+        )
+        if self._sync:
+            return self._await_flush(result)
+        return result
 
     def _begin_append(self, total: int) -> tuple[MappedFile, int, mmap.mmap, int, int]:
         """Under the put lock: the segment, position, write target and segment start where
@@ -635,7 +761,7 @@ class CommitLog:
         if self._after_put is not None:
             self._after_put()
         result = PutMessageResult(
-            PutMessageStatus.PUT_OK, offsets[0], total, first_qoff, now, self._store_host, count, offsets
+            (_PUT_OK, offsets[0], total, first_qoff, now, self._store_host, count, offsets)
         )
         if self._sync:
             return self._await_flush(result)

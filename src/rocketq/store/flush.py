@@ -1,14 +1,19 @@
 """Flush and commit services of the CommitLog (RocketMQ ``CommitLog`` inner services).
 
-SYNC_FLUSH: :class:`GroupCommitService` (group commit)::
+SYNC_FLUSH: :class:`GroupCommitService` (group commit, leader/follower)::
 
-    writer: append under the put lock → submit(next_offset) → Future ──► wait (bounded)
-    service: wake → swap the request list → fdatasync until flushed ≥ max(next_offset)
-             → complete every request in the batch (PUT_OK) → next batch
+    writer: append under the put lock → wait(next_offset, timeout)
+      no round running and every recently active writer queued → lead:
+          fdatasync until flushed ≥ everything appended → wake the covered writers
+          → hand the next round to the first writer not covered (if any)
+      otherwise → queue and sleep on an own lock (the first one queued leads after ≤ 1 ms)
+    broker (event loop): submit(next_offset) → Future, completed by the round that covers it
 
   One ``fdatasync`` serves every writer whose record was appended before it started, so eight
-  writers cost about one sync per round instead of eight. A request not completed by its
-  deadline (``sync_flush_timeout_ms``) reports FLUSH_DISK_TIMEOUT; the record stays stored.
+  writers cost about one sync per round instead of eight. Invariants: a writer returns True
+  only once ``flushed_where`` passes its record; at most one round syncs at a time; a writer
+  not covered by its deadline (``sync_flush_timeout_ms``) leaves the queue and reports
+  FLUSH_DISK_TIMEOUT, and the record stays stored.
 
 ASYNC_FLUSH: :class:`FlushRealTimeService` flushes every ``flush_interval_commit_log_ms`` when at
 least ``flush_commit_log_least_pages`` dirty pages accumulated, and everything every
@@ -99,16 +104,23 @@ class _Waiter:
 class GroupCommitService(_Service):
     """Group commit for SYNC_FLUSH, leader/follower style.
 
-    A writer that needs its record durable calls :meth:`wait`. With no round running it becomes
-    the leader: it syncs everything appended so far (its own record and every record appended by
-    writers queued behind it). Otherwise it queues and sleeps on its own lock. When a round ends
-    the leader wakes the writers it covered and hands leadership to the first writer it did not
-    cover. A lone writer pays one ``fdatasync`` and no thread hand-off; N writers share one sync
-    per round. Each waiter is woken individually, so waking N writers is not a convoy on one lock.
+    A writer that needs its record durable calls :meth:`wait`. The writer that finds no round
+    running and every active writer queued becomes the leader: it syncs everything appended so
+    far (its own record and those of the writers queued before it), then wakes the writers it
+    covered. A lone writer therefore pays one ``fdatasync`` and no thread hand-off; N writers
+    share one sync per round. Each waiter sleeps on its own lock, so waking N writers is not a
+    convoy on one lock.
 
-    Gathering: the writers a round releases come straight back with their next record. A new
-    leader waits briefly (at most ``max_gather_s``) until as many writers queue as were active in
-    the last rounds, so rounds stay full instead of settling at half the writers.
+    Gathering: the writers a round releases come straight back with their next record, one at
+    a time (each needs the GIL for its put). The leader of the next round is the writer whose
+    arrival completes the set of recently active writers: it is running already, so starting
+    the sync costs no wake-up. If the set does not complete (a writer went away), the first
+    writer that queued leads after at most ``max_gather_s``. Rounds stay full instead of
+    settling at half the writers (which is what syncing whoever is queued at once gives: the
+    writers a round releases always miss the round that starts as they are released).
+
+    A writer that arrives while a sync runs waits for it; the leader then hands the next round
+    to the first writer it did not cover.
 
     Event-loop callers (the broker) use :meth:`submit`, which returns a future; the service
     thread waits for them like a writer, and every round completes the futures it covers.
@@ -121,9 +133,9 @@ class GroupCommitService(_Service):
         self._queue = queue
         self._on_flushed = on_flushed
         self._lock = threading.Lock()
-        self._leading = False
+        self._leading = False  # a leader is syncing (or about to)
         self._waiters: list[_Waiter] = []
-        self._gather_event = threading.Event()
+        self._gathering: _Waiter | None = None  # the first writer queued while no round runs
         self._gather_target = 0
         self._recent_writers: dict[int, int] = {}  # thread id → round in which it last waited
         self.max_gather_s = 0.001
@@ -147,33 +159,51 @@ class GroupCommitService(_Service):
             ident = threading.get_ident()
             if ident != self._service_ident:  # the service thread is no writer to gather
                 self._recent_writers[ident] = self.rounds
-            waiter: _Waiter | None = None
-            if self._leading:
+            gather = False
+            if not self._leading and len(self._waiters) + 1 >= self._gather_target:
+                # Everyone expected is here: lead now, covering every queued writer.
+                self._leading = True
+                self._gathering = None
+                waiter = None
+            else:
                 waiter = _Waiter(next_offset)
                 self._waiters.append(waiter)
-                if len(self._waiters) + 1 >= self._gather_target:
-                    self._gather_event.set()
-            else:
-                self._leading = True
+                gather = not self._leading and self._gathering is None
+                if gather:
+                    self._gathering = waiter
         if waiter is not None:
-            if not waiter.signal.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                with self._lock:
-                    if waiter in self._waiters:
-                        self._waiters.remove(waiter)
-                        return False
-                waiter.signal.acquire()  # woken concurrently with the timeout: take the signal
+            if not self._sleep(waiter, deadline, gather):
+                return False
             if not waiter.lead:
                 return queue.flushed_where >= next_offset
-        self._gather(deadline)
         self._round()
         return queue.flushed_where >= next_offset
 
-    def _gather(self, deadline: float) -> None:
+    def _sleep(self, waiter: _Waiter, deadline: float, gather: bool) -> bool:
+        """Wait to be covered by a round or handed the lead. False on timeout (the waiter has
+        then left the queue). The gathering writer leads itself after ``max_gather_s``."""
+        if gather:
+            limit = min(self.max_gather_s, deadline - time.monotonic())
+            if waiter.signal.acquire(timeout=max(0.0, limit)):
+                return True
+            with self._lock:
+                if self._gathering is waiter and not self._leading:
+                    # The set did not complete in time: sync whoever is here.
+                    self._gathering = None
+                    self._leading = True
+                    self._waiters.remove(waiter)
+                    waiter.lead = True
+                    return True
+        if waiter.signal.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return True
         with self._lock:
-            if len(self._waiters) + 1 >= self._gather_target:
-                return
-            self._gather_event.clear()
-        self._gather_event.wait(max(0.0, min(self.max_gather_s, deadline - time.monotonic())))
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                if self._gathering is waiter:
+                    self._gathering = None
+                return False
+        waiter.signal.acquire()  # woken concurrently with the timeout: take the signal
+        return True
 
     def _round(self) -> None:
         """Sync everything appended so far, then wake the covered writers and hand over."""
@@ -191,10 +221,19 @@ class GroupCommitService(_Service):
             with self._lock:
                 self.rounds += 1
                 covered = [w for w in self._waiters if w.offset <= flushed]
-                self._waiters = [w for w in self._waiters if w.offset > flushed]
+                if len(covered) == len(self._waiters):
+                    self._waiters = []
+                else:
+                    self._waiters = [w for w in self._waiters if w.offset > flushed]
+                if self._gathering is not None and self._gathering.offset <= flushed:
+                    self._gathering = None
                 if self._waiters:
-                    self._waiters[0].lead = True
-                    next_leader: _Waiter | None = self._waiters.pop(0)
+                    # Writers that queued during the sync: the first leads the next round now.
+                    handed = self._waiters.pop(0)
+                    handed.lead = True
+                    if self._gathering is handed:
+                        self._gathering = None
+                    next_leader: _Waiter | None = handed
                 else:
                     next_leader = None
                     self._leading = False
@@ -264,16 +303,23 @@ class _PeriodicService(_Service):
         super().__init__()
         self._queue = queue
         self._interval = interval_ms / 1000
-        self._least_pages = least_pages
+        self.least_pages = least_pages
         self._thorough = thorough_interval_ms / 1000
         self._last_thorough = time.monotonic()
+        #: Wall-clock ms (as store timestamps) from which the next act is thorough: lets the put
+        #: path tell, without a call, whether waking the service would get anything done.
+        self.thorough_due_ms = time.time_ns() // 1_000_000 + thorough_interval_ms
+
+    def _mark_thorough(self, now: float) -> None:
+        self._last_thorough = now
+        self.thorough_due_ms = time.time_ns() // 1_000_000 + int(self._thorough * 1000)
 
     def _pages_due(self) -> int:
         now = time.monotonic()
         if now >= self._last_thorough + self._thorough:
-            self._last_thorough = now
+            self._mark_thorough(now)
             return 0
-        return self._least_pages
+        return self.least_pages
 
 
 class FlushRealTimeService(_PeriodicService):
@@ -330,7 +376,7 @@ class CommitRealTimeService(_PeriodicService):
 
     def run_once(self) -> None:
         if not self._queue.commit(self._pages_due()):
-            self._last_thorough = time.monotonic()
+            self._mark_thorough(time.monotonic())
             self._flush_service.wakeup()
         self._wait(self._interval)
 
