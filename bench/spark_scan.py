@@ -12,6 +12,8 @@
    warm-up run (Python worker start-up).
 
 Reports rows/s and the per-core ratio ``spark rate / (raw rate × cores)``; the target is ≥ 50 %.
+For each Spark run it also reports where the CPU went: the JVM's and the Python workers' CPU
+seconds during the best run (``/proc/<pid>/stat``, Linux only), to compare with the raw scan's.
 """
 
 from __future__ import annotations
@@ -74,8 +76,55 @@ def raw_scan(root: str) -> tuple[int, float, float]:
     return rows, time.perf_counter() - began, time.process_time() - cpu
 
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, str, float, float]]:
+    """pid → (parent pid, name, own CPU s, CPU s of reaped children), from ``/proc/*/stat``."""
+    table: dict[int, tuple[int, str, float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name_end = stat.rindex(")")
+        fields = stat[name_end + 2 :].split()
+        utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+        table[int(entry)] = (
+            int(fields[1]),
+            stat[stat.index("(") + 1 : name_end],
+            (utime + stime) / _TICKS_PER_S,
+            (cutime + cstime) / _TICKS_PER_S,
+        )
+    return table
+
+
+def cpu_split() -> tuple[float, float]:
+    """CPU seconds so far of this process's JVM and of the Python workers under it (the
+    ``pyspark.daemon`` and its forked workers, live or reaped)."""
+    table = _proc_table()
+    jvm = next(
+        (pid for pid, (ppid, name, _, _) in table.items() if ppid == os.getpid() and name == "java"), None
+    )
+    if jvm is None:
+        return 0.0, 0.0
+    under: set[int] = set()
+    frontier = [jvm]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, row in table.items() if row[0] == parent]
+        under.update(kids)
+        frontier.extend(kids)
+    python = sum(table[pid][2] + table[pid][3] for pid in under)
+    return table[jvm][2], python
+
+
 def spark_scan(root: str, master: str, runs: int) -> dict[str, float]:
-    """Runs in a child process: best rows/s of ``runs`` noop scans after one warm-up."""
+    """Runs in a child process: best rows/s of ``runs`` noop scans after one warm-up, with the
+    CPU seconds of the JVM and of the Python workers during that run."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession  # noqa: PLC0415 - only the child process needs Spark
@@ -90,12 +139,17 @@ def spark_scan(root: str, master: str, runs: int) -> dict[str, float]:
     spark.sparkContext.setLogLevel("ERROR")
     rows = read_commitlog(spark, root).count()  # warm-up: starts the Python workers
     best = float("inf")
+    jvm_cpu = python_cpu = 0.0
     for _ in range(runs):
+        jvm0, py0 = cpu_split()
         began = time.perf_counter()
         read_commitlog(spark, root).write.format("noop").mode("overwrite").save()
-        best = min(best, time.perf_counter() - began)
+        elapsed = time.perf_counter() - began
+        jvm1, py1 = cpu_split()
+        if elapsed < best:
+            best, jvm_cpu, python_cpu = elapsed, jvm1 - jvm0, py1 - py0
     spark.stop()
-    return {"rows": rows, "seconds": best}
+    return {"rows": rows, "seconds": best, "jvm_cpu_s": jvm_cpu, "python_cpu_s": python_cpu}
 
 
 def main() -> None:
@@ -138,7 +192,8 @@ def main() -> None:
             rate = res["rows"] / res["seconds"]
             print(
                 f"spark {master}: {int(res['rows'])} rows in {res['seconds']:.2f} s = {rate:,.0f} rows/s; "
-                f"per core {rate / cores:,.0f} rows/s = {rate / cores / best_raw:.0%} of the raw rate"
+                f"per core {rate / cores:,.0f} rows/s = {rate / cores / best_raw:.0%} of the raw rate; "
+                f"CPU: JVM {res['jvm_cpu_s']:.2f} s, Python workers {res['python_cpu_s']:.2f} s"
             )
     finally:
         if tmp is not None:

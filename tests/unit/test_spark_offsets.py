@@ -119,7 +119,9 @@ def test_split_range_and_pieces() -> None:
 
 def test_data_loss_fails_or_skips_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     assert check_data_loss(A0, 10, 5, fail_on_data_loss=True).start == 10
-    with pytest.raises(DataLossError, match=r"T/broker-a/0: offsets \[3, 8\).*min offset is 8"):
+    with pytest.raises(
+        DataLossError, match=r"topic T, broker broker-a, queue 0 .*offsets \[3, 8\).*min offset is 8"
+    ):
         check_data_loss(A0, 3, 8, fail_on_data_loss=True)
     with caplog.at_level(logging.WARNING):
         decision = check_data_loss(A0, 3, 8, fail_on_data_loss=False)

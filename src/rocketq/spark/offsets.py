@@ -148,8 +148,9 @@ def check_data_loss(
     upto = min_offset if end is None else min(min_offset, end)
     lost = max(0, upto - needed)
     message = (
-        f"queue {ref}: offsets [{needed}, {upto}) are no longer on the broker (its min offset is "
-        f"{min_offset}); retention deleted messages the query had not read"
+        f"topic {ref.topic}, broker {ref.broker}, queue {ref.queue_id} ({ref}): offsets "
+        f"[{needed}, {upto}) are no longer on the broker (its min offset is {min_offset}); "
+        f"retention deleted {lost} messages the query had not read"
     )
     if fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them with a warning")

@@ -26,6 +26,8 @@ pullBatchSize           32         messages per pull request
 requestTimeoutMs        10000      timeout of one broker / name-server request
 writeTimeoutMs          600000     write: staged rows must be committed within this time
 sendTimeoutMs           3000       write: timeout of one send
+commitRetryMs           60000      write: how long the driver retries the commit on a broker
+                                   that fails (e.g. restarts) before naming the rows in doubt
 ======================  =========  ===========================================================
 """
 
@@ -43,6 +45,7 @@ MAX_PULL_BATCH_SIZE = 1024
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 DEFAULT_WRITE_TIMEOUT_MS = 600_000
 DEFAULT_SEND_TIMEOUT_MS = 3_000
+DEFAULT_COMMIT_RETRY_MS = 60_000
 
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
@@ -204,6 +207,11 @@ class WriteOptions:
     send_timeout_ms: int
     request_timeout_ms: int
     checkpoint_location: str | None
+    commit_retry_ms: int = DEFAULT_COMMIT_RETRY_MS
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOptions:
@@ -226,6 +234,7 @@ def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOpti
         request_timeout_ms=opts.integer("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS, low=1)
         or DEFAULT_REQUEST_TIMEOUT_MS,
         checkpoint_location=checkpoint,
+        commit_retry_ms=_or_default(opts.integer("commitRetryMs", None, low=0), DEFAULT_COMMIT_RETRY_MS),
     )
     opts.raise_problems("streaming write" if streaming else "write")
     return options

@@ -6,7 +6,10 @@ A write is a two-phase commit on the brokers' transaction machinery::
                       row order, same shardingKey → same queue; returns a StagedBatch naming
                       every half (broker address, half queue offset, commit-log offset, msg id)
                       task fails → it rolls back what it staged, then re-raises
-    driver commit()   END_TRANSACTION COMMIT (37, answered) for every half → visible in topics
+    driver commit()   END_TRANSACTION COMMIT (37, answered) for every half → visible in topics;
+                      a broker that fails midway is retried for ``commitRetryMs`` without
+                      committing a half twice, then the error names the queues in doubt
+                      (rules in :mod:`rocketq.spark.commit`)
     driver abort()    END_TRANSACTION ROLLBACK for every half of the job: those the tasks
                       reported, and those of tasks killed before reporting, found by pulling
                       the half queue of every master from where it stood when the job was
@@ -27,9 +30,11 @@ committable for ``writeTimeoutMs`` (default 10 min), which must stay below the b
 Streaming sink: ``commit(messages, batchId)`` records the batch in
 ``<checkpointLocation>/rocketq-sink/<batchId>.json`` — ``committing`` (with the halves) before
 ending the transactions, ``committed`` after. A replayed batch whose marker says ``committed``
-rolls its new halves back; one that says ``committing`` (the driver died mid-commit) commits
-the recorded halves again (the broker ignores halves already ended) and rolls the new ones back.
-So a batch is published once. The marker lives on the driver's local file system.
+rolls its new halves back; one that says ``committing`` (the driver or a broker died
+mid-commit) commits the recorded halves again and rolls the new ones back. The marker also
+records each broker's op mark, written before the first END_TRANSACTION goes to that broker, so
+the replay skips halves a restarted broker had already ended. So a batch is published once. The
+marker lives on the driver's local file system.
 
 Order: rows of one task keep their order within each queue; across tasks order follows
 partitions only as far as Spark runs them (no order between tasks).
@@ -43,10 +48,9 @@ import json
 import logging
 import os
 import pathlib
-import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -54,7 +58,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from rocketq.broker.topic_config import TRANS_HALF_TOPIC
 from rocketq.client.aio import SendStatus
 from rocketq.client.transaction import AsyncTransactionProducer, LocalTransactionState
-from rocketq.errors import ConfigError, ResponseCode, RocketqError
+from rocketq.errors import ConfigError, RocketqError
 from rocketq.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
@@ -64,47 +68,27 @@ from rocketq.message import (
     decode_offset_msg_id,
 )
 from rocketq.namesrv.bodies import MASTER_ID
-from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.remoting import RemotingClient, RequestCode
 from rocketq.spark import cluster
+from rocketq.spark.commit import CommitIncomplete, CommitReport, commit_halves, end_each
 from rocketq.spark.options import WriteOptions
 from rocketq.spark.pull import pull_once
+from rocketq.spark.staged import (
+    COMMIT,
+    ROLLBACK,
+    StagedBatch,
+    StagedMessage,
+    StagedWriteError,
+    now_ms,
+)
 
 log = logging.getLogger(__name__)
 
 #: Columns the writer uses; other columns are ignored.
 WRITE_COLUMNS = ("body", "topic", "tags", "keys", "properties", "shardingKey")
-#: commitOrRollback values of END_TRANSACTION.
-COMMIT = 8
-ROLLBACK = 12
 #: The driver commits only halves younger than writeTimeoutMs minus this share of it.
 COMMIT_MARGIN_FRACTION = 0.1
-#: END_TRANSACTION requests in flight per commit.
-END_CONCURRENCY = 64
 MARKER_DIR = "rocketq-sink"
-
-
-class StagedWriteError(RocketqError):
-    """Staged rows could not be committed (too old, or a broker refused the commit)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StagedMessage:
-    """One half message: where it is and how END_TRANSACTION names it."""
-
-    addr: str
-    topic: str
-    tran_state_offset: int
-    commit_log_offset: int
-    msg_id: str
-
-
-@dataclass
-class StagedBatch(WriterCommitMessage):
-    """What one write task staged (its commit message to the driver)."""
-
-    partition_id: int
-    staged_at_ms: int
-    messages: list[StagedMessage]
 
 
 def check_write_schema(field_types: Mapping[str, str], default_topic: str | None) -> None:
@@ -156,10 +140,6 @@ def row_to_message(row: Mapping[str, Any], default_topic: str | None) -> tuple[M
     return msg, row.get("shardingKey")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # -- staging (executors) -----------------------------------------------------------------------
 async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_id: int) -> StagedBatch:
     timeout_ms = opts.write_timeout_ms
@@ -192,6 +172,8 @@ async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_
                     sent.queue_offset,
                     where.offset,
                     sent.transaction_id or sent.msg_id,
+                    sent.message_queue.broker_name,
+                    sent.message_queue.queue_id,
                 )
             )
     except BaseException:
@@ -221,46 +203,18 @@ def stage_rows(opts: WriteOptions, group: str, rows: Iterator[Any]) -> StagedBat
 
 
 # -- ending (driver) ---------------------------------------------------------------------------
-async def _end_all(group: str, staged: Sequence[StagedMessage], kind: int, timeout_ms: int) -> int:
+async def end_transactions(group: str, staged: Sequence[StagedMessage], kind: int, timeout_ms: int) -> int:
+    """END_TRANSACTION ``kind`` for every half, once; StagedWriteError names the failures."""
     client = RemotingClient()
-    limit = asyncio.Semaphore(END_CONCURRENCY)
-    failures: list[str] = []
-
-    async def end(m: StagedMessage) -> None:
-        fields = {
-            "producerGroup": group,
-            "tranStateTableOffset": str(m.tran_state_offset),
-            "commitLogOffset": str(m.commit_log_offset),
-            "commitOrRollback": str(kind),
-            "fromTransactionCheck": "false",
-            "msgId": m.msg_id,
-            "transactionId": m.msg_id,
-            "topic": m.topic,
-        }
-        async with limit:
-            try:
-                request = create_request(RequestCode.END_TRANSACTION, fields)
-                response = await client.invoke(m.addr, request, timeout_ms / 1000)
-            except RocketqError as exc:
-                failures.append(f"{m.msg_id}@{m.addr}: {exc}")
-                return
-        if response.code != ResponseCode.SUCCESS:
-            failures.append(f"{m.msg_id}@{m.addr}: code {response.code} {response.remark or ''}".strip())
-
     try:
-        await asyncio.gather(*(end(m) for m in staged))
+        failures = await end_each(client, group, staged, kind, timeout_ms / 1000)
     finally:
         await client.close()
     if failures:
         what = "commit" if kind == COMMIT else "rollback"
-        raise StagedWriteError(
-            f"{what} of {len(failures)} of {len(staged)} staged messages failed: " + "; ".join(failures[:5])
-        )
+        detail = "; ".join(f"{m.msg_id}@{m.addr}: {why}" for m, why in list(failures.items())[:5])
+        raise StagedWriteError(f"{what} of {len(failures)} of {len(staged)} staged messages failed: {detail}")
     return len(staged)
-
-
-async def end_transactions(group: str, staged: Sequence[StagedMessage], kind: int, timeout_ms: int) -> int:
-    return await _end_all(group, staged, kind, timeout_ms)
 
 
 def _flatten(messages: Iterable[WriterCommitMessage | None]) -> tuple[list[StagedMessage], int | None]:
@@ -281,18 +235,48 @@ def _commit_deadline_ok(opts: WriteOptions, oldest_ms: int | None) -> bool:
     return now_ms() - oldest_ms <= allowed
 
 
+def _commit_deadline_ms(opts: WriteOptions, oldest_ms: int | None) -> int | None:
+    if oldest_ms is None:
+        return None
+    return oldest_ms + int(opts.write_timeout_ms * (1 - COMMIT_MARGIN_FRACTION))
+
+
 def commit_staged(
-    opts: WriteOptions, group: str, staged: Sequence[StagedMessage], oldest_ms: int | None
-) -> None:
-    """End every staged half COMMIT, or roll all back when they are too old to commit safely."""
+    opts: WriteOptions,
+    group: str,
+    staged: Sequence[StagedMessage],
+    oldest_ms: int | None,
+    *,
+    marks: Mapping[str, int] | None = None,
+    on_marks: Callable[[dict[str, int]], None] | None = None,
+) -> CommitReport:
+    """End every staged half COMMIT (retrying brokers that fail, see :mod:`rocketq.spark.commit`),
+    or roll all back when they are too old to commit safely."""
     if not _commit_deadline_ok(opts, oldest_ms):
         rollback_staged(opts, group, staged)
         raise StagedWriteError(
             f"rows were staged {now_ms() - (oldest_ms or 0)} ms ago, beyond writeTimeoutMs="
             f"{opts.write_timeout_ms} less the safety margin; rolled back instead of committing"
         )
-    count = asyncio.run(end_transactions(group, staged, COMMIT, opts.request_timeout_ms))
-    log.info("rocketq write committed %d messages (producer group %s)", count, group)
+    report = asyncio.run(
+        commit_halves(
+            group,
+            staged,
+            timeout_ms=opts.request_timeout_ms,
+            retry_ms=opts.commit_retry_ms,
+            deadline_ms=_commit_deadline_ms(opts, oldest_ms),
+            marks=marks,
+            on_marks=on_marks,
+        )
+    )
+    log.info(
+        "rocketq write committed %d messages (producer group %s, %d rounds, %d found already ended)",
+        report.committed,
+        group,
+        report.rounds,
+        report.found_ended,
+    )
+    return report
 
 
 def rollback_staged(opts: WriteOptions, group: str, staged: Sequence[StagedMessage]) -> None:
@@ -502,15 +486,33 @@ class StreamWriter(DataSourceStreamWriter):
             )
             rollback_staged(self.opts, self.group, staged)
             if marker.get("state") != "committed":
-                asyncio.run(end_transactions(group, previous, COMMIT, self.opts.request_timeout_ms))
-                self.markers.write(batchId, {**marker, "state": "committed"})
+                self._commit(batchId, marker, group, previous, None)
             return
         if not _commit_deadline_ok(self.opts, oldest):
             commit_staged(self.opts, self.group, staged, oldest)  # rolls back and raises
         doc = {"state": "committing", "group": self.group, "messages": [asdict(m) for m in staged]}
         self.markers.write(batchId, doc)
-        commit_staged(self.opts, self.group, staged, oldest)
-        self.markers.write(batchId, {**doc, "state": "committed"})
+        self._commit(batchId, doc, self.group, staged, oldest)
+
+    def _commit(
+        self,
+        batch_id: int,
+        doc: dict[str, Any],
+        group: str,
+        staged: list[StagedMessage],
+        oldest: int | None,
+    ) -> None:
+        """Commit ``staged`` with the op marks of an earlier attempt (if the marker has them),
+        recording new marks in the marker before any END_TRANSACTION goes to their broker."""
+        marks = {str(k): int(v) for k, v in dict(doc.get("opMarks") or {}).items()}
+
+        def record(new_marks: dict[str, int]) -> None:
+            nonlocal doc
+            doc = {**doc, "opMarks": {**marks, **new_marks}}
+            self.markers.write(batch_id, doc)
+
+        commit_staged(self.opts, group, staged, oldest, marks=marks, on_marks=record)
+        self.markers.write(batch_id, {**doc, "state": "committed"})
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged, _ = _flatten(messages)
@@ -520,6 +522,7 @@ class StreamWriter(DataSourceStreamWriter):
 
 __all__ = [
     "BatchWriter",
+    "CommitIncomplete",
     "SinkMarkers",
     "StagedBatch",
     "StagedMessage",
