@@ -2,6 +2,7 @@
 
     python bench/broker.py            # the full run (about two minutes)
     python bench/broker.py --quick    # shorter cases, less data (about a minute)
+    python bench/broker.py --latency-only --quick --rates 5000,1000   # just the latency case
 
 What is measured (all on 127.0.0.1, clients are rocketq's asyncio RemotingClient in this
 process, the server is ``python -m rocketq.cli serve`` in a child process):
@@ -19,7 +20,8 @@ process, the server is ``python -m rocketq.cli serve`` in a child process):
   reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2) and, in a child process,
   one long-polling puller per queue; latency = receive time - send time carried in the body
   (CLOCK_MONOTONIC, the same clock in both processes); also the send → acknowledgement time, to
-  tell a slow send path from a slow delivery;
+  tell a slow send path from a slow delivery, and the server's CPU per message in its event-loop
+  (main) thread and in its other threads (dispatch, flush), from ``/proc/PID/task/*/stat``;
 * start-up: from spawning ``rocketq serve`` to the "rocketq ready" line and to the first request
   answered with code 0 (interpreter start and imports included), on an empty data directory and
   on the directory the ASYNC cases filled (after a clean stop);
@@ -468,6 +470,25 @@ class LatencyResult:
     max_lag_ms: float
     ack_p50_ms: float
     ack_p99_ms: float
+    loop_cpu_us: float  # server CPU per message sent, event-loop (main) thread
+    other_cpu_us: float  # ... all its other threads (dispatch, flush, workers)
+
+
+def thread_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (utime + stime) of a process's main thread and of all its other threads."""
+    main = other = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        if int(tid) == pid:
+            main += cpu
+        else:
+            other += cpu
+    return main, other
 
 
 async def pull_child_main(addr: str, topic: str, starts: list[int], total: int, measure_from: int) -> None:
@@ -553,6 +574,7 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
                     acks.append((time.monotonic_ns() - sent_ns) / 1e6)
 
             loop = asyncio.get_running_loop()
+            cpu0 = thread_cpu_s(server.pid)
             t0 = loop.time()
             sent = 0
             max_lag = 0.0
@@ -579,6 +601,7 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
             if failures:
                 raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
             report = json.loads(await asyncio.wait_for(child.stdout.read(), 60))
+            cpu1 = thread_cpu_s(server.pid)  # everything sent has arrived: all its work is done
         finally:
             try:  # it exits by itself once everything arrived
                 await asyncio.wait_for(child.wait(), 5)
@@ -601,6 +624,8 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
         max_lag * 1000,
         percentile(acks, 50),
         percentile(acks, 99),
+        (cpu1[0] - cpu0[0]) / total * 1e6,
+        (cpu1[1] - cpu0[1]) / total * 1e6,
     )
 
 
@@ -798,23 +823,7 @@ async def run(args: argparse.Namespace, root: str) -> None:
         )
     print()
     if latencies:
-        print(
-            f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
-            f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process)"
-        )
-        print()
-        print(
-            "| rate | samples | p50 | p99 | p99.9 | max | send → ack p50 | send → ack p99 "
-            "| sender behind schedule (max) |"
-        )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for lr in latencies:
-            print(
-                f"| {lr.rate:,.0f}/s | {lr.samples:,} | {lr.p50_ms:.2f} ms | {lr.p99_ms:.2f} ms "
-                f"| {lr.p999_ms:.2f} ms | {lr.max_ms:.2f} ms | {lr.ack_p50_ms:.2f} ms "
-                f"| {lr.ack_p99_ms:.2f} ms | {lr.max_lag_ms:.1f} ms |"
-            )
-        print()
+        print_latency_table(latencies, latency_s)
     print("## Start-up of `rocketq serve` (medians)")
     print()
     print("| data directory | runs | spawn → ready printed | spawn → first request served | as printed |")
@@ -843,6 +852,51 @@ async def run(args: argparse.Namespace, root: str) -> None:
     print(f"total run time {time.perf_counter() - began:.0f} s")
 
 
+def print_latency_table(latencies: list[LatencyResult], latency_s: float) -> None:
+    print(
+        f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
+        f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process)"
+    )
+    print()
+    print(
+        "| rate | samples | p50 | p99 | p99.9 | max | send → ack p50 | send → ack p99 "
+        "| sender behind schedule (max) | server CPU µs/msg: loop thread / other threads |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for lr in latencies:
+        print(
+            f"| {lr.rate:,.0f}/s | {lr.samples:,} | {lr.p50_ms:.2f} ms | {lr.p99_ms:.2f} ms "
+            f"| {lr.p999_ms:.2f} ms | {lr.max_ms:.2f} ms | {lr.ack_p50_ms:.2f} ms "
+            f"| {lr.ack_p99_ms:.2f} ms | {lr.max_lag_ms:.1f} ms "
+            f"| {lr.loop_cpu_us:.0f} / {lr.other_cpu_us:.0f} |"
+        )
+    print()
+
+
+async def run_latency_only(args: argparse.Namespace, root: str) -> None:
+    """``--latency-only``: the floor, the latency case at each rate, the floor again."""
+    latency_s = 3.0 if args.quick else 10.0
+    rates = [float(r) for r in args.rates.split(",") if r]
+    floors = [await echo_floor(1.0)]
+    latencies: list[LatencyResult] = []
+    server = Server(os.path.join(root, "latency"), "ASYNC_FLUSH")
+    await server.start()
+    try:
+        for rate in rates:
+            latencies.append(await latency_case(server, rate, latency_s))
+    finally:
+        await server.stop()
+    floors.append(await echo_floor(1.0))
+    print(f"# rocketq broker benchmark, latency case only{' (--quick)' if args.quick else ''}")
+    print()
+    print(
+        "Floor (bare asyncio echo between two processes, one 420 B frame in flight), before / after "
+        f"the run: {floors[0]:,.0f} / {floors[1]:,.0f} round trips/s"
+    )
+    print()
+    print_latency_table(latencies, latency_s)
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--pull-child":
         addr, topic, starts, total, measure_from = json.loads(sys.argv[2])
@@ -855,12 +909,17 @@ def main() -> int:
         default="5000,1000",
         help="end-to-end latency send rates, msgs/s (the first is the headline)",
     )
+    ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the end-to-end latency case (and the floor), on one fresh ASYNC_FLUSH server",
+    )
     ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before reading memory")
     ap.add_argument("--dir", default=None, help="directory for the data directories (default: a temp dir)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rocketq-bench-broker-", dir=args.dir)
     try:
-        asyncio.run(run(args, root))
+        asyncio.run(run_latency_only(args, root) if args.latency_only else run(args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

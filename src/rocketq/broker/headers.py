@@ -117,7 +117,11 @@ def opt_bool(ext: Mapping[str, str], name: str) -> bool | None:
     return None if value is None else value.strip().lower() == "true"
 
 
-@dataclass(frozen=True, slots=True)
+# The two per-message headers below are plain (not frozen) slotted dataclasses: a frozen
+# dataclass sets each field through object.__setattr__, which made building a 14-field header
+# cost ~3.3 µs against ~0.3 µs here (measured with time.thread_time), once per send and once
+# per pull. Treat them as read-only values all the same; nothing mutates a decoded header.
+@dataclass(slots=True)
 class SendMessageRequestHeader:
     """``SendMessageRequestHeader`` (V1 field names); V2 requests are mapped onto it."""
 
@@ -239,7 +243,7 @@ def decode_send_header(ext: Mapping[str, str], *, v2: bool) -> SendMessageReques
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PullMessageRequestHeader:
     consumer_group: str
     topic: str
@@ -292,19 +296,24 @@ class PullMessageRequestHeader:
 
 
 def decode_pull_header(ext: Mapping[str, str]) -> PullMessageRequestHeader:
+    # once per pull: numbers take the plain-digits fast path of _send_int (same results and
+    # errors as get_int / get_long, which match a regex per field)
+    max_msg_bytes = ext.get("maxMsgBytes")
     return PullMessageRequestHeader(
         consumer_group=get_str(ext, "consumerGroup"),
         topic=get_str(ext, "topic"),
-        queue_id=get_int(ext, "queueId"),
-        queue_offset=get_long(ext, "queueOffset"),
-        max_msg_nums=get_int(ext, "maxMsgNums", 32),
-        sys_flag=get_int(ext, "sysFlag", 0),
-        commit_offset=get_long(ext, "commitOffset", 0),
-        suspend_timeout_millis=get_long(ext, "suspendTimeoutMillis", 15_000),
-        sub_version=get_long(ext, "subVersion", 0),
-        subscription=opt_str(ext, "subscription"),
-        expression_type=opt_str(ext, "expressionType"),
-        max_msg_bytes=opt_int(ext, "maxMsgBytes"),
+        queue_id=_send_int(ext, "queueId", "queueId", None, 9),
+        queue_offset=_send_int(ext, "queueOffset", "queueOffset", None, 18),
+        max_msg_nums=_send_int(ext, "maxMsgNums", "maxMsgNums", 32, 9),
+        sys_flag=_send_int(ext, "sysFlag", "sysFlag", 0, 9),
+        commit_offset=_send_int(ext, "commitOffset", "commitOffset", 0, 18),
+        suspend_timeout_millis=_send_int(ext, "suspendTimeoutMillis", "suspendTimeoutMillis", 15_000, 18),
+        sub_version=_send_int(ext, "subVersion", "subVersion", 0, 18),
+        subscription=ext.get("subscription"),
+        expression_type=ext.get("expressionType"),
+        max_msg_bytes=None
+        if max_msg_bytes is None
+        else _send_int(ext, "maxMsgBytes", "maxMsgBytes", None, 9),
     )
 
 

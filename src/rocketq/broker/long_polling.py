@@ -6,8 +6,8 @@ re-runs it once (no suspension, no offset commit) when the hold ends::
 
     why the hold ends                                   how it is noticed
     a message for that queue was dispatched and its     dispatcher thread → arrival listener →
-      tags code (and, for SQL92, its properties)        loop.call_soon_threadsafe → wake
-      pass the pull's filter
+      tags code (and, for SQL92, its properties)        ThreadsafeBatcher (one call_soon_threadsafe
+      pass the pull's filter                            per loop iteration, all windows) → wake
     the queue's max offset passed the pull's offset     periodic check (5 s; 1 s without long
       (also covers filtered-out arrivals)                 polling) and once right after parking
     the hold time passed                                one timer per held pull
@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from rocketq.broker.loop_coalesce import ThreadsafeBatcher
 from rocketq.filter import MessageFilter
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ LONG_POLLING_CHECK_INTERVAL_S = 5.0
 SHORT_POLLING_CHECK_INTERVAL_S = 1.0
 
 QueueKey = tuple[str, int]
+#: (queue, its new max offset, tags code, properties when a filter may need them)
+ArrivalHit = tuple[QueueKey, int, int, dict[str, str] | None]
 
 ARRIVED = "arrived"
 CHECKED = "checked"
@@ -90,6 +93,7 @@ class PullRequestHoldService:
         self.check_interval_s = check_interval_s
         self._table: dict[QueueKey, list[_Held]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrivals: ThreadsafeBatcher[ArrivalHit] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopped = False
         self.wakeups: dict[str, int] = {ARRIVED: 0, CHECKED: 0, TIMEOUT: 0, CLOSED: 0, SHUTDOWN: 0}
@@ -98,6 +102,9 @@ class PullRequestHoldService:
     def start(self) -> None:
         """Start the periodic check on the running event loop."""
         self._loop = asyncio.get_running_loop()
+        # arrivals of every window dispatched while a delivery is pending join that delivery:
+        # one loop wake-up (self-pipe write) per iteration instead of one per window
+        self._arrivals = ThreadsafeBatcher(self._loop, self.notify_arrivals)
         self._stopped = False
         if self._ticker is None:
             self._ticker = self._loop.create_task(self._tick_loop(), name="PullRequestHoldService")
@@ -181,22 +188,26 @@ class PullRequestHoldService:
         """Dispatcher hook (runs on the dispatcher thread): hand arrivals on held queues to the
         event loop. Cheap when nothing is held."""
         table = self._table
-        loop = self._loop
-        if not table or loop is None:
+        arrivals = self._arrivals
+        if not table or arrivals is None:
             return
-        hits: list[tuple[QueueKey, int, int, dict[str, str] | None]] | None = None
+        hits: list[ArrivalHit] | None = None
         for r in requests:
             key = (r.topic, r.queue_id)
-            if key in table:
+            held_list = table.get(key)
+            if held_list:
                 if hits is None:
                     hits = []
-                props: dict[str, str] | None = getattr(r, "properties", None)
+                # the properties (decoded from the record's bytes on access) only matter to a
+                # pull held with a property filter; without one, skip decoding them per record.
+                # A filtered pull parked after this check sees props None and is woken to re-run
+                # its filter in the pull itself, which is correct, just not minimal.
+                props: dict[str, str] | None = None
+                if any(h.message_filter is not None for h in held_list):
+                    props = getattr(r, "properties", None)
                 hits.append((key, r.consume_queue_offset + 1, r.tags_code, props))
         if hits:
-            try:
-                loop.call_soon_threadsafe(self.notify_arrivals, hits)
-            except RuntimeError:  # the loop is closed: nothing is held any more
-                pass
+            arrivals.post(hits)  # dropped if the loop is closed: nothing is held any more
 
     def notify_arrivals(
         self, arrivals: Sequence[tuple[QueueKey, int, int] | tuple[QueueKey, int, int, dict[str, str] | None]]

@@ -205,14 +205,35 @@ class PullMessageProcessor:
             )
         return sub
 
-    async def _process(
-        self,
-        conn: Connection,
-        request: RemotingCommand,
-        header: PullMessageRequestHeader,
-        *,
-        allow_suspend: bool,
-    ) -> RemotingCommand | None:
+    def process_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer to a pull computed inside the transport's ``data_received``, or None to
+        take :meth:`process` (a task) as before.
+
+        Only a pull whose queue already has a message at its offset is answered here (the read
+        is a memory copy: the records are within the in-memory window); a pull that finds
+        nothing may be held, and a read of older data goes through a worker thread, so both
+        keep the task path. Saves a task and its loop iterations per pull that finds messages.
+        The checks and the read are the same code as the task path's, in the same order.
+        """
+        header = decode_pull_header(request.ext_fields)
+        if self.ctx.store.get_max_offset(header.topic, header.queue_id) <= header.queue_offset:
+            return None  # nothing there yet (or an unknown queue): the task path decides
+        plan = self._plan(conn, header)
+        if check_in_disk_by_consume_offset(
+            self.ctx.store, header.topic, header.queue_id, header.queue_offset
+        ):
+            return None
+        result = self._read(header, *plan)
+        code = pull_status_to_code(result.status, header.queue_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and header.has_suspend_flag:
+            return None  # raced with a truncation: the task path reads again and may hold it
+        return self._answer(conn, request, header, result, code, allow_suspend=True)
+
+    def _plan(
+        self, conn: Connection, header: PullMessageRequestHeader
+    ) -> tuple[int, frozenset[int] | None, int, MessageFilter | None]:
+        """The checks of the module docstring, then (max count, tags codes, max bytes, property
+        filter) of the read."""
         ctx = self.ctx
         cfg = ctx.config
         group = header.consumer_group
@@ -246,31 +267,77 @@ class PullMessageProcessor:
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
         if header.max_msg_bytes is not None and header.max_msg_bytes > 0:
             max_bytes = min(max_bytes, header.max_msg_bytes)
-        if check_in_disk_by_consume_offset(ctx.store, topic, header.queue_id, header.queue_offset):
-            result = await ctx.blocking(self._read, header, max_count, codes, max_bytes, message_filter)
-        else:
-            # The records are within RocketMQ's in-memory window (the page cache), or there are
-            # none: the read is a memory copy, done here rather than through a worker thread
-            # (which costs two thread hand-offs and a GIL round trip per pull).
-            result = self._read(header, max_count, codes, max_bytes, message_filter)
-        code = pull_status_to_code(result.status, header.queue_offset)
+        return max_count, codes, max_bytes, message_filter
 
+    def _answer(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        result: GetMessageResult,
+        code: int,
+        *,
+        allow_suspend: bool,
+    ) -> RemotingCommand:
+        """The offset commit (first execution only) and the response of a pull that is not held."""
+        ctx = self.ctx
         if (
             allow_suspend
             and header.has_commit_offset_flag
             and ctx.store.config.broker_role is not BrokerRole.SLAVE
         ):
             ctx.offsets.commit_offset(
-                conn.remote_address, group, topic, header.queue_id, header.commit_offset
+                conn.remote_address,
+                header.consumer_group,
+                header.topic,
+                header.queue_id,
+                header.commit_offset,
             )
+        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
+        return create_response(
+            request,
+            code,
+            result.status.value,
+            ext_fields=pull_response_fields(result),
+            body=body,
+        )
+
+    async def _process(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        *,
+        allow_suspend: bool,
+    ) -> RemotingCommand | None:
+        ctx = self.ctx
+        cfg = ctx.config
+        plan = self._plan(conn, header)
+        _, codes, _, message_filter = plan
+        if check_in_disk_by_consume_offset(ctx.store, header.topic, header.queue_id, header.queue_offset):
+            result = await ctx.blocking(self._read, header, *plan)
+        else:
+            # The records are within RocketMQ's in-memory window (the page cache), or there are
+            # none: the read is a memory copy, done here rather than through a worker thread
+            # (which costs two thread hand-offs and a GIL round trip per pull).
+            result = self._read(header, *plan)
+        code = pull_status_to_code(result.status, header.queue_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.has_suspend_flag:
+            if header.has_commit_offset_flag and ctx.store.config.broker_role is not BrokerRole.SLAVE:
+                ctx.offsets.commit_offset(
+                    conn.remote_address,
+                    header.consumer_group,
+                    header.topic,
+                    header.queue_id,
+                    header.commit_offset,
+                )
             hold_ms = (
                 header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             )
             hold_ms = max(0, min(hold_ms, cfg.long_polling_max_hold_ms))
             reason = await ctx.hold.suspend(
-                topic,
+                header.topic,
                 header.queue_id,
                 header.queue_offset,
                 codes,
@@ -281,15 +348,7 @@ class PullMessageProcessor:
             if reason == CLOSED:
                 return None
             return await self._process(conn, request, header, allow_suspend=False)
-
-        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
-        return create_response(
-            request,
-            code,
-            result.status.value,
-            ext_fields=pull_response_fields(result),
-            body=body,
-        )
+        return self._answer(conn, request, header, result, code, allow_suspend=allow_suspend)
 
 
 __all__ = [

@@ -58,6 +58,7 @@ from rocketq.broker.long_polling import (
     SHORT_POLLING_CHECK_INTERVAL_S,
     PullRequestHoldService,
 )
+from rocketq.broker.loop_coalesce import LoopWakeup
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.pop_processor import PopMessageProcessor
 from rocketq.broker.pull import PullMessageProcessor
@@ -205,6 +206,10 @@ class Broker:
         hold.start()
         assert store.reput is not None
         store.reput.arrival_listeners.append(hold.arrival_listener)
+        if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
+            # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
+            # iteration's acknowledgements are written, instead of one per message
+            store.commitlog.append_listener = LoopWakeup(asyncio.get_running_loop(), store.reput.wakeup)
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="rocketq-broker"
@@ -328,6 +333,8 @@ class Broker:
             rc.SEND_MESSAGE: send.send_message_now,
             rc.SEND_MESSAGE_V2: send.send_message_now,
             rc.SEND_BATCH_MESSAGE: send.send_message_now,
+            rc.PULL_MESSAGE: pull.process_now,
+            rc.LITE_PULL_MESSAGE: pull.process_now,
         }
 
     async def shutdown(self) -> None:
@@ -387,6 +394,8 @@ class Broker:
         store = self.store
         if store is None:
             return
+        if store.reput is not None and isinstance(store.commitlog.append_listener, LoopWakeup):
+            store.commitlog.append_listener = store.reput.wakeup  # the loop is about to go
         if store.reput is not None and self.ctx is not None:
             with contextlib.suppress(ValueError):
                 store.reput.arrival_listeners.remove(self.ctx.hold.arrival_listener)

@@ -11,7 +11,9 @@
 * The dispatcher reads only what is safe to expose: up to the flushed offset under SYNC_FLUSH
   (a consumer never sees a message a crash could take back), up to the readable end otherwise.
 * Beyond RocketMQ: the service is woken by appends (and by flush rounds under SYNC_FLUSH) instead
-  of polling every millisecond; it waits at most ``idle_wait_s`` when nothing happens.
+  of polling every millisecond; it waits at most ``idle_wait_s`` when nothing happens. The broker
+  coalesces the append wake-ups of its event loop to one per loop iteration
+  (:mod:`rocketq.broker.loop_coalesce`), so records sent together are dispatched as one window.
 * ``dispatch_behind_bytes`` (limit − reput_from) is the dispatch lag.
 * A BLANK marker moves to the next segment; a record that does not decode inside readable data
   is a bug or damage: it is logged and skipped by its size when the size is plausible, exactly

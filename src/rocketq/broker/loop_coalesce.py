@@ -1,0 +1,114 @@
+"""Coalesced hand-offs between the event loop and the store's threads.
+
+Two directions, one rule: at most one hand-off per loop iteration, never a delay beyond it.
+
+::
+
+    loop thread                                   dispatch thread (ReputMessageService)
+    put (in data_received) ─► LoopWakeup ──┐
+    put (in data_received) ─► LoopWakeup ──┤ one call_soon per iteration
+                                           └─► wake() ─────────────► Event.set → parse window
+                                                                        │
+    notify(all pending items) ◄── one call_soon_threadsafe ◄── post() ──┤ (per window)
+                                  while none is in flight      post() ──┘
+
+* :class:`LoopWakeup` replaces a per-append ``Event.set`` made on the loop thread: the first
+  append of an iteration schedules one ``call_soon``; later appends of the same iteration only
+  see the flag. The wake-up runs after the iteration's callbacks, so the dispatch thread starts
+  after the acknowledgements of that iteration are written and finds all of its records in one
+  window (one parse, one ConsumeQueue write, one notification instead of one per message). A
+  call from any other thread (pop, transactions, worker threads) wakes at once, as before; a
+  closed loop also falls back to waking at once. No polling, no timer.
+* :class:`ThreadsafeBatcher` replaces one ``call_soon_threadsafe`` per dispatched window: items
+  posted while a delivery is already scheduled join it, so the loop is woken (self-pipe write,
+  one extra epoll return) at most once per iteration however many windows the dispatch thread
+  finished meanwhile. Items are delivered in posting order; a delivery takes everything posted
+  before it ran.
+
+Invariant of both: the "scheduled" flag is set before the callback is scheduled and cleared by
+the callback *before* it does its work, so an item (or append) racing with the callback is
+either taken by it or schedules the next one; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopWakeup:
+    """A ``wake()`` callable that, on the loop's thread, runs at most once per loop iteration."""
+
+    __slots__ = ("_loop", "_scheduled", "_thread_id", "_wake", "wakeups")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
+        self._loop = loop
+        self._wake = wake
+        self._thread_id = threading.get_ident()  # built on the loop's thread
+        self._scheduled = False
+        #: how many times ``wake`` actually ran (tests and stats)
+        self.wakeups = 0
+
+    def __call__(self) -> None:
+        if threading.get_ident() != self._thread_id:
+            self._fire_now()
+            return
+        if self._scheduled:
+            return
+        self._scheduled = True
+        try:
+            self._loop.call_soon(self._fire)
+        except RuntimeError:  # the loop is closed: nobody will run the callback
+            self._scheduled = False
+            self._fire_now()
+
+    def _fire(self) -> None:
+        self._scheduled = False
+        self._fire_now()
+
+    def _fire_now(self) -> None:
+        self.wakeups += 1
+        self._wake()
+
+
+class ThreadsafeBatcher(Generic[T]):
+    """Deliver items posted from any thread to ``deliver`` on the loop, batched: one
+    ``call_soon_threadsafe`` in flight at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[list[T]], object]) -> None:
+        self._loop = loop
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._pending: list[T] = []
+        self._scheduled = False
+        #: how many deliveries ran (tests and stats)
+        self.deliveries = 0
+
+    def post(self, items: list[T]) -> None:
+        """Queue ``items`` for the loop (any thread). Dropped if the loop is closed."""
+        with self._lock:
+            self._pending.extend(items)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._run)
+        except RuntimeError:  # the loop is closed: nothing waits for these any more
+            with self._lock:
+                self._pending.clear()
+                self._scheduled = False
+
+    def _run(self) -> None:
+        with self._lock:
+            items, self._pending = self._pending, []
+            self._scheduled = False
+        if items:
+            self.deliveries += 1
+            self._deliver(items)
+
+
+__all__ = ["LoopWakeup", "ThreadsafeBatcher"]

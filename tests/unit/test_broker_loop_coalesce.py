@@ -1,0 +1,133 @@
+"""Coalesced loop hand-offs: one dispatch wake-up per loop iteration, one arrival delivery in
+flight at a time, nothing lost, and a real store dispatching through them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from rocketq.broker.long_polling import ARRIVED, PullRequestHoldService
+from rocketq.broker.loop_coalesce import LoopWakeup, ThreadsafeBatcher
+from rocketq.config import StoreConfig
+from rocketq.message import Message
+from rocketq.store.message_store import MessageStore
+
+WAIT_S = 10.0
+
+
+async def until(condition: object, timeout_s: float = WAIT_S) -> None:
+    assert callable(condition)
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0)
+
+
+def test_loop_wakeup_runs_once_per_iteration_on_the_loop_thread() -> None:
+    async def main() -> None:
+        calls: list[int] = []
+        wake = LoopWakeup(asyncio.get_running_loop(), lambda: calls.append(1))
+        for _ in range(100):  # one iteration: a hundred appends
+            wake()
+        assert calls == []  # deferred to the end of the iteration
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(calls) == 1 and wake.wakeups == 1
+        wake()  # a later iteration wakes again
+        await until(lambda: len(calls) == 2)
+
+    asyncio.run(main())
+
+
+def test_loop_wakeup_from_another_thread_or_a_closed_loop_wakes_at_once() -> None:
+    calls: list[str] = []
+
+    async def main() -> LoopWakeup:
+        wake = LoopWakeup(asyncio.get_running_loop(), lambda: calls.append(threading.current_thread().name))
+        thread = threading.Thread(target=wake, name="putter")
+        thread.start()
+        thread.join()
+        assert calls == ["putter"]  # not deferred to the loop
+        return wake
+
+    wake = asyncio.run(main())
+    wake()  # the loop is closed now: no callback could run, so it wakes in the caller
+    assert calls == ["putter", "MainThread"]
+
+
+def test_batcher_delivers_everything_in_order_with_few_loop_wakeups() -> None:
+    async def main() -> None:
+        got: list[list[int]] = []
+        batcher: ThreadsafeBatcher[int] = ThreadsafeBatcher(asyncio.get_running_loop(), got.append)
+
+        def post_many() -> None:
+            for i in range(0, 2000, 2):
+                batcher.post([i, i + 1])
+
+        thread = threading.Thread(target=post_many)
+        thread.start()
+        await until(lambda: not thread.is_alive() and sum(map(len, got)) == 2000)
+        assert [x for batch in got for x in batch] == list(range(2000))
+        assert batcher.deliveries == len(got) <= 1000
+
+    asyncio.run(main())
+
+
+def test_batcher_coalesces_posts_made_before_the_loop_runs() -> None:
+    async def main() -> None:
+        got: list[list[str]] = []
+        batcher: ThreadsafeBatcher[str] = ThreadsafeBatcher(asyncio.get_running_loop(), got.append)
+        threads = [threading.Thread(target=batcher.post, args=([name],)) for name in "abc"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        await until(lambda: sum(map(len, got)) == 3)
+        # the loop was blocked in join() while all three posted: one delivery takes them all
+        assert len(got) == 1 and sorted(got[0]) == ["a", "b", "c"]
+
+    asyncio.run(main())
+
+
+def test_batcher_after_the_loop_closed_drops_without_error() -> None:
+    async def main() -> ThreadsafeBatcher[int]:
+        return ThreadsafeBatcher(asyncio.get_running_loop(), lambda items: None)
+
+    batcher = asyncio.run(main())
+    batcher.post([1, 2])  # nothing raises, nothing is kept
+    batcher.post([3])
+    assert batcher.deliveries == 0
+
+
+def test_store_dispatch_and_held_pulls_through_the_coalesced_hand_offs(tmp_path: Path) -> None:
+    """A real MessageStore (ASYNC_FLUSH) whose append listener is a LoopWakeup, as the broker
+    installs it: puts made in one loop iteration are dispatched with one wake-up, and held pulls
+    on every queue are woken by the batched arrival notifications."""
+    cfg = StoreConfig(
+        store_path_root_dir=str(tmp_path),
+        flush_disk_type="ASYNC_FLUSH",
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=20 * 1024,
+    )
+
+    async def main(store: MessageStore) -> None:
+        assert store.reput is not None
+        hold = PullRequestHoldService(store.get_max_offset, check_interval_s=3600)
+        hold.start()
+        store.reput.arrival_listeners.append(hold.arrival_listener)
+        wake = LoopWakeup(asyncio.get_running_loop(), store.reput.wakeup)
+        store.commitlog.append_listener = wake
+        pulls = [asyncio.ensure_future(hold.suspend("T", q, 0, None, WAIT_S)) for q in range(4)]
+        await until(lambda: hold.held_count == 4)
+        for i in range(40):  # one loop iteration
+            store.put_message(Message("T", b"m%d" % i), queue_id=i % 4)
+        assert wake.wakeups == 0
+        assert await asyncio.gather(*pulls) == [ARRIVED] * 4
+        assert wake.wakeups == 1
+        for q in range(4):
+            assert store.get_max_offset("T", q) == 10
+        await hold.stop()
+        store.commitlog.append_listener = store.reput.wakeup
+
+    with MessageStore(cfg) as store:
+        asyncio.run(main(store))
