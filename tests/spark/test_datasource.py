@@ -302,10 +302,25 @@ def test_failed_write_task_publishes_nothing(spark: Any, serve_endpoints: tuple[
     create_topic(serve, topic, 4)
     halves_before = broker_max_offset(broker, HALF_TOPIC)
     ops_before = broker_max_offset(broker, OP_TOPIC)
+    half_topic = HALF_TOPIC
 
     @udf(returnType="binary", useArrow=False)
     def body_or_fail(i: int) -> bytes:
         if i == 1900:
+            # Spark evaluates the UDF ahead of the writer; fail only once the other task has
+            # staged rows (polled with a deadline), so that there is something to roll back
+            async def halves() -> int:
+                client = RemotingClient()
+                try:
+                    ask = create_request(RequestCode.GET_MAX_OFFSET, {"topic": half_topic, "queueId": 0})
+                    response = await client.invoke(broker, ask, 10)
+                    return int(response.ext_fields.get("offset", 0)) if response.code == 0 else 0
+                finally:
+                    await client.close()
+
+            deadline = time.monotonic() + 60
+            while asyncio.run(halves()) < halves_before + 150 and time.monotonic() < deadline:
+                threading.Event().wait(0.05)
             raise ValueError("row 1900 is poisoned")
         return f"row-{i}".encode()
 
