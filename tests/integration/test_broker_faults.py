@@ -41,12 +41,11 @@ from typing import Any, TypeVar
 import pytest
 from procs import ServeProcess, small_store_config
 
+from _support.requests import pull_request
 from rocketq import fastjson
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.headers import (
-    PULL_FLAG_SUBSCRIPTION,
-    PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
 from rocketq.config import FlushDiskType
@@ -146,20 +145,9 @@ def send_batch(topic: str, queue_id: int, bodies: list[bytes]) -> RemotingComman
 
 
 def pull(topic: str, queue_id: int, offset: int, group: str, max_msgs: int = 32) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_msgs,
-        sys_flag=PULL_FLAG_SUBSCRIPTION,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        sub_version=0,
-        subscription="*",
-        expression_type="TAG",
+    return pull_request(
+        topic, offset, queue_id=queue_id, group=group, max_msgs=max_msgs, suspend_ms=0, expression_type="TAG"
     )
-    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
 
 
 def decode_records(body: bytes) -> list[rec.RecordView]:

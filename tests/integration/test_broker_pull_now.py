@@ -9,12 +9,7 @@ from typing import Any
 
 from test_broker_server import dispatched, run, running_broker, send_request
 
-from rocketq.broker.headers import (
-    PULL_FLAG_COMMIT_OFFSET,
-    PULL_FLAG_SUBSCRIPTION,
-    PULL_FLAG_SUSPEND,
-    PullMessageRequestHeader,
-)
+from _support.requests import pull_request
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.remoting import RequestCode, create_request
@@ -25,20 +20,9 @@ TOPIC = "PullNowT"
 
 
 def pull(offset: int, commit_offset: int) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group="CG",
-        topic=TOPIC,
-        queue_id=0,
-        queue_offset=offset,
-        max_msg_nums=32,
-        sys_flag=PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND | PULL_FLAG_COMMIT_OFFSET,
-        commit_offset=commit_offset,
-        suspend_timeout_millis=20_000,
-        sub_version=0,
-        subscription="*",
-        expression_type="TAG",
+    return pull_request(
+        TOPIC, offset, suspend=True, commit_offset=commit_offset, suspend_ms=20_000, expression_type="TAG"
     )
-    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
 
 
 def bodies(body: bytes) -> list[bytes]:

@@ -13,8 +13,8 @@ from typing import Any
 
 from test_broker_server import WAIT_S, decode_records, dispatched, run, running_broker, send_request
 
+from _support.requests import pull_request
 from rocketq.broker import Broker
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_properties
@@ -42,20 +42,7 @@ def count_worker_calls(broker: Broker) -> CountingExecutor:
 
 
 def pull(topic: str, queue_id: int, offset: int) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group="CG",
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=32,
-        sys_flag=PULL_FLAG_SUBSCRIPTION,
-        commit_offset=0,
-        suspend_timeout_millis=1000,
-        sub_version=0,
-        subscription="*",
-        expression_type="TAG",
-    )
-    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+    return pull_request(topic, offset, queue_id=queue_id, expression_type="TAG", suspend_ms=1000)
 
 
 async def send_and_read_back(

@@ -13,16 +13,11 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _support.requests import SUSPEND_MS, pull_request
 from rocketq import fastjson
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import (
-    PULL_FLAG_COMMIT_OFFSET,
-    PULL_FLAG_SUBSCRIPTION,
-    PULL_FLAG_SUSPEND,
-    PullMessageRequestHeader,
-    SendMessageRequestHeader,
-)
+from rocketq.broker.headers import SendMessageRequestHeader
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties, encode_properties
@@ -31,7 +26,6 @@ from rocketq.store import record as rec
 
 T = TypeVar("T")
 WAIT_S = 10.0  # bound for anything that should happen promptly
-SUSPEND_MS = 15_000  # what both clients send
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -110,40 +104,6 @@ def send_request(
     if code is None:
         code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
     return create_request(code, header.to_ext_fields(v2=v2), body)
-
-
-def pull_request(
-    topic: str,
-    offset: int,
-    *,
-    queue_id: int = 0,
-    group: str = "CG",
-    suspend: bool = False,
-    subscription: str | None = "*",
-    suspend_ms: int = SUSPEND_MS,
-    commit_offset: int | None = None,
-    max_msgs: int = 32,
-) -> RemotingCommand:
-    flag = 0
-    if suspend:
-        flag |= PULL_FLAG_SUSPEND
-    if subscription is not None:
-        flag |= PULL_FLAG_SUBSCRIPTION
-    if commit_offset is not None:
-        flag |= PULL_FLAG_COMMIT_OFFSET
-    header = PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_msgs,
-        sys_flag=flag,
-        commit_offset=commit_offset or 0,
-        suspend_timeout_millis=suspend_ms,
-        sub_version=0,
-        subscription=subscription,
-    )
-    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
 
 
 def decode_records(body: bytes) -> list[rec.RecordView]:

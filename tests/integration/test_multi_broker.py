@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 import pytest
 from procs import ProcessCluster
 
+from _support.requests import pull_request
 from rocketq import fastjson
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, SendMessageRequestHeader
+from rocketq.broker.headers import SendMessageRequestHeader
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import decode_properties, encode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
@@ -145,20 +146,9 @@ def send(broker_name: str, queue_id: int, body: bytes, key: str) -> RemotingComm
 
 
 def pull(queue_id: int, offset: int) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group="MultiBrokerConsumer",
-        topic=TOPIC,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=32,
-        sys_flag=PULL_FLAG_SUBSCRIPTION,
-        commit_offset=0,
-        suspend_timeout_millis=0,
-        sub_version=0,
-        subscription="*",
-        expression_type="TAG",
+    return pull_request(
+        TOPIC, offset, queue_id=queue_id, group="MultiBrokerConsumer", suspend_ms=0, expression_type="TAG"
     )
-    return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
 
 
 async def send_round(client: RemotingClient, broker: str, addr: str, tag: str) -> dict[int, list[bytes]]:

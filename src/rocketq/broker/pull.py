@@ -280,19 +280,8 @@ class PullMessageProcessor:
         allow_suspend: bool,
     ) -> RemotingCommand:
         """The offset commit (first execution only) and the response of a pull that is not held."""
-        ctx = self.ctx
-        if (
-            allow_suspend
-            and header.has_commit_offset_flag
-            and ctx.store.config.broker_role is not BrokerRole.SLAVE
-        ):
-            ctx.offsets.commit_offset(
-                conn.remote_address,
-                header.consumer_group,
-                header.topic,
-                header.queue_id,
-                header.commit_offset,
-            )
+        if allow_suspend:
+            self._commit_pulled_offset(conn, header)
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
         return create_response(
             request,
@@ -301,6 +290,17 @@ class PullMessageProcessor:
             ext_fields=pull_response_fields(result),
             body=body,
         )
+
+    def _commit_pulled_offset(self, conn: Connection, header: PullMessageRequestHeader) -> None:
+        """Store the offset the consumer sent along with its pull (never on a slave)."""
+        if header.has_commit_offset_flag and self.ctx.store.config.broker_role is not BrokerRole.SLAVE:
+            self.ctx.offsets.commit_offset(
+                conn.remote_address,
+                header.consumer_group,
+                header.topic,
+                header.queue_id,
+                header.commit_offset,
+            )
 
     async def _process(
         self,
@@ -324,14 +324,7 @@ class PullMessageProcessor:
         code = pull_status_to_code(result.status, header.queue_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.has_suspend_flag:
-            if header.has_commit_offset_flag and ctx.store.config.broker_role is not BrokerRole.SLAVE:
-                ctx.offsets.commit_offset(
-                    conn.remote_address,
-                    header.consumer_group,
-                    header.topic,
-                    header.queue_id,
-                    header.commit_offset,
-                )
+            self._commit_pulled_offset(conn, header)
             hold_ms = (
                 header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             )
