@@ -94,6 +94,26 @@ def broker_max_offset(broker: str, topic: str, queue_id: int = 0) -> int:
     return asyncio.run(ask())
 
 
+def wait_dispatched(broker: str) -> None:
+    """Wait until the broker's dispatch has caught up with its CommitLog (dispatchBehindBytes 0
+    in GET_BROKER_RUNTIME_INFO): an acknowledged message reaches its ConsumeQueue, and so the
+    max offset, asynchronously, as in RocketMQ."""
+
+    async def behind() -> int:
+        client = RemotingClient()
+        try:
+            response = await client.invoke(broker, create_request(RequestCode.GET_BROKER_RUNTIME_INFO), 10)
+            assert response.code == 0, response.remark
+            return int(json.loads(response.body)["table"]["dispatchBehindBytes"])
+        finally:
+            await client.close()
+
+    deadline = time.monotonic() + 30
+    while asyncio.run(behind()) > 0:
+        assert time.monotonic() < deadline, f"dispatch of {broker} did not catch up"
+        threading.Event().wait(0.02)
+
+
 def create_topic(namesrv: str, topic: str, queues: int, *, wait_queues: int | None = None) -> None:
     """Create (or resize) ``topic`` and wait until the route shows ``queues`` read queues."""
     with Admin(namesrv) as admin:
@@ -261,7 +281,10 @@ def test_stream_available_now_resumes_exactly_once_with_a_new_queue(
     assert progress.total_consumer_offset >= 40  # run 1's offsets committed as the group's
 
 
-def test_write_then_read_round_trip_keeps_sharding_key_order(spark: Any, serve: str) -> None:
+def test_write_then_read_round_trip_keeps_sharding_key_order(
+    spark: Any, serve_endpoints: tuple[str, str]
+) -> None:
+    serve, broker = serve_endpoints
     topic = "WriteRound"
     create_topic(serve, topic, 4)
     rows = [
@@ -279,6 +302,7 @@ def test_write_then_read_round_trip_keeps_sharding_key_order(spark: Any, serve: 
         )
     )
     df.write.format("rocketq").option("nameServer", serve).option("topic", topic).mode("append").save()
+    wait_dispatched(broker)
     back = reader(spark, serve, topic).load().orderBy("queueId", "queueOffset").collect()
     assert len(back) == 200
     queues_of_key: dict[str, set[int]] = defaultdict(set)
@@ -336,7 +360,10 @@ def test_failed_write_task_publishes_nothing(spark: Any, serve_endpoints: tuple[
     assert staged >= rolled_back, (staged, rolled_back)
 
 
-def test_stream_sink_publishes_a_replayed_batch_once(serve: str, tmp_path: pathlib.Path) -> None:
+def test_stream_sink_publishes_a_replayed_batch_once(
+    serve_endpoints: tuple[str, str], tmp_path: pathlib.Path
+) -> None:
+    serve, broker = serve_endpoints
     topic = "SinkOnce"
     create_topic(serve, topic, 2)
     opts = parse_write_options(
@@ -346,6 +373,7 @@ def test_stream_sink_publishes_a_replayed_batch_once(serve: str, tmp_path: pathl
     rows = [Row(body=f"m{i}".encode(), shardingKey=f"k{i % 3}") for i in range(10)]
 
     def published() -> int:
+        wait_dispatched(broker)
         return sum(max_offsets(serve, topic).values())
 
     sink.commit([sink.write(iter(rows))], 7)
