@@ -78,6 +78,9 @@ class StoreConfig:
 
     #: Writers wait while dispatch is this far behind (it resumes below half); 0 disables.
     max_dispatch_lag_bytes: int = 64 * MiB
+    #: Above this dispatch lag a put first yields the GIL (``time.sleep(0)``) so that the
+    #: dispatch thread runs; 0 disables. See ``MessageStore._throttle``.
+    dispatch_yield_lag_bytes: int = 4 * MiB
     #: Longest a put waits for dispatch to catch up before failing with SystemBusy.
     put_message_timeout_ms: int = 8000
 

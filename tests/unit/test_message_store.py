@@ -372,3 +372,24 @@ def test_clean_restart_verifies_a_bounded_tail(store_config: StoreConfig) -> Non
     seg.write_bytes(bytes(data))
     with MessageStore(cfg) as s:
         assert s.get_max_phy_offset() == victim
+
+
+@pytest.mark.parametrize(("yield_lag_bytes", "expect_yields"), [(1, True), (0, False), (1 << 40, False)])
+def test_put_yields_the_gil_to_dispatch_only_above_the_soft_lag(
+    store_config: StoreConfig, monkeypatch: pytest.MonkeyPatch, yield_lag_bytes: int, expect_yields: bool
+) -> None:
+    """A tight put loop never blocks, so it yields the GIL (``time.sleep(0)``) while dispatch is
+    more than ``dispatch_yield_lag_bytes`` behind; never when disabled (0) or below the limit."""
+    yields: list[float] = []
+    real_sleep = time.sleep
+
+    def counting_sleep(seconds: float) -> None:
+        yields.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", counting_sleep)  # the store calls time.sleep
+    cfg = dataclasses.replace(store_config, dispatch_yield_lag_bytes=yield_lag_bytes)
+    with MessageStore(cfg) as s:
+        put_n(s, 300)
+        assert s.wait_dispatched(10)
+    assert (0 in yields) is expect_yields

@@ -486,14 +486,23 @@ class MessageStore:
         return inner
 
     def _throttle(self) -> None:
-        """Back-pressure: dispatch must not fall unboundedly behind the writers. A writer that
-        finds it more than ``max_dispatch_lag_bytes`` behind waits until it is under half that."""
+        """Back-pressure: dispatch must not fall unboundedly behind the writers.
+
+        Soft: above ``dispatch_yield_lag_bytes`` a put first yields the GIL. A writer that never
+        blocks (a tight put loop in this interpreter) would otherwise hold the GIL while the
+        dispatch thread gets it only at the switch interval (5 ms) and loses it again at every
+        NumPy call that releases it, so dispatch would crawl although it is faster than the
+        writer. Hard: a writer that finds dispatch more than ``max_dispatch_lag_bytes`` behind
+        waits until it is under half that."""
         reput = self.reput
-        limit = self.config.max_dispatch_lag_bytes
-        if reput is None or limit <= 0:
+        if reput is None:
             return
         lag = self.commitlog.max_offset - reput.reput_from_offset
-        if lag <= limit:
+        soft = self.config.dispatch_yield_lag_bytes
+        if 0 < soft < lag:
+            time.sleep(0)
+        limit = self.config.max_dispatch_lag_bytes
+        if limit <= 0 or lag <= limit:
             return
         target = self.commitlog.max_offset - limit // 2
         if not reput.wait_dispatched(target, self.config.put_message_timeout_ms / 1000):
