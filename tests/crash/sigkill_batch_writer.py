@@ -14,20 +14,20 @@ The parent imports this module for :func:`make_batch`, :func:`store_config` and 
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import sys
 
+from ack_writer import write_until_killed
+
 from rocketq.config import StoreConfig
 from rocketq.message import Message
-from rocketq.store import MessageStore
+from rocketq.store import PutMessageResult
 
 SEGMENT_SIZE = 256 * 1024
 TOPIC = "BatchCrash"
 QUEUES = 4
 HEAD = struct.Struct(">iiii")  # round, batch, index in batch, batch size
-MAX_BATCHES_PER_RUN = 100_000
 
 
 def store_config(root: str) -> StoreConfig:
@@ -52,21 +52,12 @@ def make_batch(seed: int, round_no: int, batch: int) -> tuple[list[Message], int
     return msgs, batch % QUEUES
 
 
+def ack_line(round_no: int, b: int, msgs: list[Message], queue_id: int, result: PutMessageResult) -> str:
+    return f"{b} {result.physical_offset}"
+
+
 def main(argv: list[str]) -> int:
-    root, seed, round_no = argv[1], int(argv[2]), int(argv[3])
-    with MessageStore(store_config(root)) as store:
-        for b in range(MAX_BATCHES_PER_RUN):
-            msgs, queue_id = make_batch(seed, round_no, b)
-            result = store.put_messages(msgs, queue_id)
-            if not result.ok:
-                sys.stderr.write(f"batch {b} returned {result!r}\n")
-                return 2
-            try:
-                os.write(1, f"{b} {result.physical_offset}\n".encode("ascii"))
-            except BrokenPipeError:
-                return 3
-    sys.stderr.write(f"reached {MAX_BATCHES_PER_RUN} batches without being killed\n")
-    return 4
+    return write_until_killed(argv, store_config, make_batch, ack_line, batches=True)
 
 
 if __name__ == "__main__":
