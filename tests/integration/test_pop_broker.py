@@ -6,75 +6,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from rocketq.broker import Broker, BrokerConfig, objkey_json
-from rocketq.broker.headers import SendMessageRequestHeader
+from _support.pop import broker_config, consume_stats, run, send
+from rocketq.broker import Broker
 from rocketq.broker.pop.service import PoppedMessage, PopService
-from rocketq.broker.rebalance_lock import MessageQueue
 from rocketq.config import StoreConfig
 from rocketq.errors import InvalidReceiptHandle
-from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.remoting import RemotingClient
 
-T = TypeVar("T")
 TOPIC = "PopTopic"
 GROUP = "PopGroup"
 WAIT_S = 20.0
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, 120)
-
-    return asyncio.run(bounded())
-
-
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(
-        broker_name="broker-a",
-        broker_ip1="127.0.0.1",
-        bind_address="127.0.0.1",
-        listen_port=0,
-        namesrv_addr=None,
-        fast_listen_port_enable=False,
-        default_topic_queue_nums=2,
-    )
-
-
-async def send(client: RemotingClient, addr: str, body: bytes, queue_id: int) -> None:
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=2,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties="",
-    )
-    response = await client.invoke(
-        addr, create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
-    )
-    assert response.code == 0, response.remark
-
-
-async def consume_stats(client: RemotingClient, addr: str) -> dict[int, tuple[int, int]]:
-    response = await client.invoke(
-        addr, create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP, "topic": TOPIC})
-    )
-    assert response.code == 0 and response.body is not None
-    table = objkey_json.message_queue_table(objkey_json.loads(response.body)["offsetTable"])
-    return {
-        q: (
-            table[MessageQueue(TOPIC, "broker-a", q)]["brokerOffset"],
-            table[MessageQueue(TOPIC, "broker-a", q)]["consumerOffset"],
-        )
-        for q in (0, 1)
-    }
 
 
 def pop_of(broker: Broker) -> PopService:
@@ -114,7 +59,7 @@ def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> Non
         try:
             addr = f"127.0.0.1:{broker.port}"
             for i in range(10):
-                await send(client, addr, f"m{i}".encode(), i % 2)
+                await send(client, addr, TOPIC, f"m{i}".encode(), i % 2)
             pop = pop_of(broker)
             got = await receive_all(pop, 10)
             assert sorted(m.message.body for m in got) == sorted(f"m{i}".encode() for i in range(10))
@@ -122,7 +67,7 @@ def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> Non
             # ack m0, m2, m4 (queue 0 offsets 0..2) and m1 (queue 1 offset 0)
             for body in (b"m0", b"m2", b"m4", b"m1"):
                 await pop.ack(group=GROUP, topic=TOPIC, receipt_handle=by_body[body].receipt_handle)
-            assert await consume_stats(client, addr) == {0: (5, 3), 1: (5, 1)}
+            assert await consume_stats(client, addr, TOPIC, GROUP) == {0: (5, 3), 1: (5, 1)}
             short = await pop.change_invisible(
                 group=GROUP, topic=TOPIC, receipt_handle=by_body[b"m3"].receipt_handle, invisible_ms=200
             )
@@ -132,7 +77,7 @@ def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> Non
             while TOPIC not in pop._waiters:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.002)
-            await send(client, addr, b"late", 0)
+            await send(client, addr, TOPIC, b"late", 0)
             late = await asyncio.wait_for(held, WAIT_S)
             assert [m.message.body for m in late] == [b"late"]
             # the shortened one comes back with attempt 2 once its invisible time passed
@@ -149,7 +94,7 @@ def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> Non
         try:
             addr = f"127.0.0.1:{broker.port}"
             pop = pop_of(broker)
-            assert await consume_stats(client, addr) == {0: (6, 3), 1: (5, 1)}
+            assert await consume_stats(client, addr, TOPIC, GROUP) == {0: (6, 3), 1: (5, 1)}
             # a handle from before the restart is still good
             await pop.ack(group=GROUP, topic=TOPIC, receipt_handle=keep)
             assert await receive(pop, long_poll_ms=0) == []  # the rest is still invisible

@@ -4,13 +4,10 @@ bad handles refused without losing the message."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
-from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import SendMessageRequestHeader
+from _support.pop import broker_config, run, send
+from rocketq.broker import Broker
 from rocketq.broker.pop_processor import PROPERTY_POP_CK
 from rocketq.client.lite_pull import decode_messages
 from rocketq.config import StoreConfig
@@ -18,47 +15,9 @@ from rocketq.errors import ResponseCode
 from rocketq.message import MessageExt
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
-T = TypeVar("T")
 TOPIC = "PopRemoting"
 GROUP = "PopRemotingGroup"
 WAIT_S = 20.0
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, 120)
-
-    return asyncio.run(bounded())
-
-
-def broker_config() -> BrokerConfig:
-    return BrokerConfig(
-        broker_name="broker-a",
-        broker_ip1="127.0.0.1",
-        bind_address="127.0.0.1",
-        listen_port=0,
-        namesrv_addr=None,
-        fast_listen_port_enable=False,
-        default_topic_queue_nums=2,
-    )
-
-
-async def send(client: RemotingClient, addr: str, body: bytes, queue_id: int) -> None:
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=2,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties="",
-    )
-    response = await client.invoke(
-        addr, create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
-    )
-    assert response.code == 0, response.remark
 
 
 async def pop(
@@ -113,7 +72,7 @@ def test_pop_ack_and_change_invisible_over_remoting(store_config: StoreConfig) -
             # the topic does not exist before the first send
             assert (await pop(client, addr, poll_ms=100)) == (ResponseCode.TOPIC_NOT_EXIST, [])
             for i in range(6):
-                await send(client, addr, f"m{i}".encode(), i % 2)
+                await send(client, addr, TOPIC, f"m{i}".encode(), i % 2)
             got = await pop_all(client, addr, 6)
             assert sorted(m.body for m in got) == [f"m{i}".encode() for i in range(6)]
             assert all(m.reconsume_times == 0 and m.topic == TOPIC for m in got)
