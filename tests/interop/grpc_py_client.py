@@ -38,9 +38,16 @@ from rocketmq import (
     TransactionResolution,
 )
 
+_EMIT_LOCK = threading.Lock()
+
 
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    """Write one event line. Push-consumer callbacks run on several threads: one write per line,
+    under a lock, so lines never interleave."""
+    line = json.dumps({"event": event, **fields}) + "\n"
+    with _EMIT_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def config(endpoint: str) -> ClientConfiguration:
