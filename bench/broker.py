@@ -3,6 +3,7 @@
     python bench/broker.py            # the full run (about two minutes)
     python bench/broker.py --quick    # shorter cases, less data (about a minute)
     python bench/broker.py --latency-only --quick --rates 5000,1000   # just the latency case
+    python bench/broker.py --latency-only --quick --sends-only        # ... and each rate without pullers
 
 What is measured (all on 127.0.0.1, clients are rocketq's asyncio RemotingClient in this
 process, the server is ``python -m rocketq.cli serve`` in a child process):
@@ -17,11 +18,13 @@ process, the server is ``python -m rocketq.cli serve`` in a child process):
   puller (one request in flight, queues in turn) and four (one per queue); the client counts
   messages by nextBeginOffset and does not decode the records;
 * end-to-end latency under ASYNC_FLUSH at a fixed 5,000 msgs/s (and 1,000 msgs/s for
-  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2) and, in a child process,
+  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2, a future per send through
+  ``Connection.request``, the cheapest way our client has) and, in a child process,
   one long-polling puller per queue; latency = receive time - send time carried in the body
   (CLOCK_MONOTONIC, the same clock in both processes); also the send → acknowledgement time, to
   tell a slow send path from a slow delivery, and the server's CPU per message in its event-loop
-  (main) thread and in its other threads (dispatch, flush), from ``/proc/PID/task/*/stat``;
+  (main) thread and in its other threads (dispatch, flush), from ``/proc/PID/task/*/stat``, and
+  the sender's; ``--sends-only`` adds each rate without pullers (the send path alone);
 * start-up: from spawning ``rocketq serve`` to the "rocketq ready" line and to the first request
   answered with code 0 (interpreter start and imports included), on an empty data directory and
   on the directory the ASYNC cases filled (after a clean stop);
@@ -42,6 +45,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -472,6 +476,8 @@ class LatencyResult:
     ack_p99_ms: float
     loop_cpu_us: float  # server CPU per message sent, event-loop (main) thread
     other_cpu_us: float  # ... all its other threads (dispatch, flush, workers)
+    sender_cpu_us: float  # CPU of this (the sending) process per message
+    pullers: bool = True  # False: sends only, no end-to-end figures
 
 
 def thread_cpu_s(pid: int) -> tuple[float, float]:
@@ -536,10 +542,13 @@ async def pull_child_main(addr: str, topic: str, starts: list[int], total: int, 
     print(json.dumps({"received": received, "latencies": latencies}), flush=True)
 
 
-async def latency_case(server: Server, rate: float, seconds: float, warmup_s: float = 0.5) -> LatencyResult:
+async def latency_case(
+    server: Server, rate: float, seconds: float, warmup_s: float = 0.5, *, pullers: bool = True
+) -> LatencyResult:
     """Sender here, pullers in a child process (so decoding what arrives does not delay the
     sender's loop); both stamp CLOCK_MONOTONIC (``time.monotonic_ns``), one clock for the
-    machine, so latency = receive time in the child - send time in the body."""
+    machine, so latency = receive time in the child - send time in the body. Without
+    ``pullers``: the sends alone (send → ack latency, nothing consumed meanwhile)."""
     addr = server.addr
     topic = "LatencyBench"
     ids = Ids()
@@ -549,32 +558,39 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
     async with RemotingClient() as sender:
         await create_topic(sender, addr, topic)
         starts = await max_offsets(sender, addr, topic)
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            os.path.abspath(__file__),
-            "--pull-child",
-            json.dumps([addr, topic, starts, total, measure_from]),
-            stdout=asyncio.subprocess.PIPE,
-        )
+        child = None
+        if pullers:
+            child = await asyncio.create_subprocess_exec(
+                sys.executable,
+                os.path.abspath(__file__),
+                "--pull-child",
+                json.dumps([addr, topic, starts, total, measure_from]),
+                stdout=asyncio.subprocess.PIPE,
+            )
         try:
-            assert child.stdout is not None
-            if (await child.stdout.readline()).strip() != b"ready":
-                raise RuntimeError("the pulling child process did not start")
-            in_flight: set[asyncio.Task[RemotingCommand]] = set()
+            if child is not None:
+                assert child.stdout is not None
+                if (await child.stdout.readline()).strip() != b"ready":
+                    raise RuntimeError("the pulling child process did not start")
+            in_flight: set[asyncio.Future[RemotingCommand]] = set()
             failures: list[str] = []
             acks: list[float] = []
+            # A future per send and a done callback (Connection.request), no task: the sender
+            # shares the machine with the broker, so it should cost as little as it can.
+            conn = await sender.connection(addr)
 
-            def sent_done(task: asyncio.Task[RemotingCommand], sent_ns: int, seq: int) -> None:
-                in_flight.discard(task)
-                if task.exception() is not None:
-                    failures.append(repr(task.exception()))
-                elif task.result().code != ResponseCode.SUCCESS:
-                    failures.append(f"code {task.result().code}")
+            def sent_done(fut: asyncio.Future[RemotingCommand], sent_ns: int, seq: int) -> None:
+                in_flight.discard(fut)
+                if fut.exception() is not None:
+                    failures.append(repr(fut.exception()))
+                elif fut.result().code != ResponseCode.SUCCESS:
+                    failures.append(f"code {fut.result().code}")
                 elif seq >= measure_from:
                     acks.append((time.monotonic_ns() - sent_ns) / 1e6)
 
             loop = asyncio.get_running_loop()
             cpu0 = thread_cpu_s(server.pid)
+            sender_cpu0 = time.process_time()
             t0 = loop.time()
             sent = 0
             max_lag = 0.0
@@ -586,11 +602,9 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
                 while sent < due:
                     sent_ns = time.monotonic_ns()
                     body = struct.pack(">qq", sent_ns, sent) + pad
-                    task = loop.create_task(
-                        sender.invoke(addr, single_request(ids, topic, sent % QUEUES, body))
-                    )
-                    in_flight.add(task)
-                    task.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
+                    fut = conn.request(single_request(ids, topic, sent % QUEUES, body))
+                    in_flight.add(fut)
+                    fut.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
                     sent += 1
                 next_at = t0 + sent / rate
                 await asyncio.sleep(max(0.0, next_at - loop.time()))
@@ -598,16 +612,23 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
             deadline = time.monotonic() + 30
             while in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
+            sender_cpu = time.process_time() - sender_cpu0
             if failures:
                 raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
-            report = json.loads(await asyncio.wait_for(child.stdout.read(), 60))
+            if child is not None:
+                assert child.stdout is not None
+                report = json.loads(await asyncio.wait_for(child.stdout.read(), 60))
+            else:
+                await wait_dispatched(sender, addr, topic, starts, total)
+                report = {"received": total, "latencies": [math.nan]}
             cpu1 = thread_cpu_s(server.pid)  # everything sent has arrived: all its work is done
         finally:
-            try:  # it exits by itself once everything arrived
-                await asyncio.wait_for(child.wait(), 5)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            if child is not None:
+                try:  # it exits by itself once everything arrived
+                    await asyncio.wait_for(child.wait(), 5)
+                except TimeoutError:
+                    child.kill()
+                    await child.wait()
     received = int(report["received"])
     if received < total:
         raise RuntimeError(f"only {received} of {total} messages arrived")
@@ -626,7 +647,22 @@ async def latency_case(server: Server, rate: float, seconds: float, warmup_s: fl
         percentile(acks, 99),
         (cpu1[0] - cpu0[0]) / total * 1e6,
         (cpu1[1] - cpu0[1]) / total * 1e6,
+        sender_cpu / total * 1e6,
+        pullers,
     )
+
+
+async def wait_dispatched(
+    client: RemotingClient, addr: str, topic: str, starts: list[int], total: int
+) -> None:
+    """Until the ConsumeQueues hold the ``total`` messages sent (so the server's CPU figures
+    include dispatching them)."""
+    deadline = time.monotonic() + 60
+    while True:
+        ends = await max_offsets(client, addr, topic)
+        if sum(ends) - sum(starts) >= total or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.01)
 
 
 # -- the floor ------------------------------------------------------------------------------
@@ -855,20 +891,28 @@ async def run(args: argparse.Namespace, root: str) -> None:
 def print_latency_table(latencies: list[LatencyResult], latency_s: float) -> None:
     print(
         f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
-        f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process)"
+        f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process; "
+        "'sends only': no pullers)"
     )
     print()
     print(
         "| rate | samples | p50 | p99 | p99.9 | max | send → ack p50 | send → ack p99 "
-        "| sender behind schedule (max) | server CPU µs/msg: loop thread / other threads |"
+        "| sender behind schedule (max) | server CPU µs/msg: loop thread / other threads "
+        "| sender CPU µs/msg |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def ms(value: float) -> str:
+        return "—" if math.isnan(value) else f"{value:.2f} ms"
+
     for lr in latencies:
+        rate = f"{lr.rate:,.0f}/s" + ("" if lr.pullers else ", sends only")
+        samples = f"{lr.samples:,}" if lr.pullers else "—"
         print(
-            f"| {lr.rate:,.0f}/s | {lr.samples:,} | {lr.p50_ms:.2f} ms | {lr.p99_ms:.2f} ms "
-            f"| {lr.p999_ms:.2f} ms | {lr.max_ms:.2f} ms | {lr.ack_p50_ms:.2f} ms "
+            f"| {rate} | {samples} | {ms(lr.p50_ms)} | {ms(lr.p99_ms)} "
+            f"| {ms(lr.p999_ms)} | {ms(lr.max_ms)} | {lr.ack_p50_ms:.2f} ms "
             f"| {lr.ack_p99_ms:.2f} ms | {lr.max_lag_ms:.1f} ms "
-            f"| {lr.loop_cpu_us:.0f} / {lr.other_cpu_us:.0f} |"
+            f"| {lr.loop_cpu_us:.0f} / {lr.other_cpu_us:.0f} | {lr.sender_cpu_us:.0f} |"
         )
     print()
 
@@ -884,6 +928,8 @@ async def run_latency_only(args: argparse.Namespace, root: str) -> None:
     try:
         for rate in rates:
             latencies.append(await latency_case(server, rate, latency_s))
+            if args.sends_only:
+                latencies.append(await latency_case(server, rate, latency_s, pullers=False))
     finally:
         await server.stop()
     floors.append(await echo_floor(1.0))
@@ -913,6 +959,11 @@ def main() -> int:
         "--latency-only",
         action="store_true",
         help="only the end-to-end latency case (and the floor), on one fresh ASYNC_FLUSH server",
+    )
+    ap.add_argument(
+        "--sends-only",
+        action="store_true",
+        help="with --latency-only: also run each rate with no pullers (send → ack alone)",
     )
     ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before reading memory")
     ap.add_argument("--dir", default=None, help="directory for the data directories (default: a temp dir)")

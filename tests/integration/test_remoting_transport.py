@@ -609,3 +609,78 @@ def test_requests_over_the_cap_wait_in_order() -> None:
         conn.connection_lost(None)
 
     run(main())
+
+
+def test_request_futures_many_in_flight_timeout_and_cancel() -> None:
+    """``Connection.request``: a future per call, no task. Responses complete their futures and
+    leave nothing behind; a call past its deadline fails with RemotingTimeout; a cancelled call
+    is forgotten and its late answer dropped."""
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.code == RequestCode.PULL_MESSAGE:
+                await release.wait()
+            return create_response(request, 0, ext_fields={"n": request.ext_fields.get("n", "")})
+
+        server = await start(handler)
+        client = RemotingClient()
+        try:
+            conn = await client.connection(server.address)
+            futures = [
+                conn.request(create_request(RequestCode.HEART_BEAT, {"n": i}), WAIT_S) for i in range(300)
+            ]
+            responses = await asyncio.wait_for(asyncio.gather(*futures), WAIT_S)
+            assert [r.ext_fields["n"] for r in responses] == [str(i) for i in range(300)]
+            assert conn.pending_calls == 0
+            assert not any(conn._expiring.values())  # answered calls hold no deadline entry
+
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            late = conn.request(create_request(RequestCode.PULL_MESSAGE), 0.2)
+            with pytest.raises(RemotingTimeout, match="no response to code 11"):
+                await late
+            assert loop.time() - started >= 0.2
+            assert conn.pending_calls == 0
+
+            cancelled = conn.request(create_request(RequestCode.PULL_MESSAGE), WAIT_S)
+            forever = conn.request(create_request(RequestCode.PULL_MESSAGE), float("inf"))
+            assert conn.pending_calls == 2
+            cancelled.cancel()
+            forever.cancel()
+            await asyncio.sleep(0)  # done callbacks run on the next iteration
+            assert conn.pending_calls == 1  # the infinite one is forgotten at once ...
+            release.set()
+            ok = await conn.invoke(create_request(RequestCode.HEART_BEAT, {"n": "after"}), WAIT_S)
+            assert ok.ext_fields["n"] == "after"
+            # ... the other when its answer arrives (dropped: nobody waits for it)
+            deadline = loop.time() + WAIT_S
+            while conn.pending_calls and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            assert conn.pending_calls == 0
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_request_on_a_closed_connection_raises_at_once() -> None:
+    async def main() -> None:
+        server = await start()
+        client = RemotingClient()
+        try:
+            conn = await client.connection(server.address)
+            pending = conn.request(create_request(RequestCode.PULL_MESSAGE), WAIT_S)
+            conn.close()
+            with pytest.raises(ConnectionClosed):
+                conn.request(create_request(RequestCode.HEART_BEAT), WAIT_S)
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(pending, WAIT_S)
+            assert conn.pending_calls == 0
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
