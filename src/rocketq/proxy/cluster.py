@@ -74,18 +74,12 @@ from rocketq.namesrv.bodies import TopicRouteData
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
+from rocketq.proxy.session import ClientSessionServicer
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
-from rocketq.proxy.telemetry import (
-    CLIENT_ID_HEADER,
-    Session,
-    SessionRegistry,
-    metadata_value,
-    telemetry_stream,
-)
+from rocketq.proxy.telemetry import Session
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
-from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.store import record as rec
 from rocketq.store.commitlog import view_to_message
@@ -174,8 +168,9 @@ def route_queues(
     return out
 
 
-class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
-    """The gRPC service of a ``rocketq proxy`` process (see the module docstring)."""
+class ClusterServicer(ClientSessionServicer):
+    """The gRPC service of a ``rocketq proxy`` process (see the module docstring); Heartbeat,
+    NotifyClientTermination and Telemetry come from :class:`ClientSessionServicer`."""
 
     def __init__(
         self,
@@ -187,13 +182,13 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
         server_settings: ServerSettings | None = None,
         timeout_s: float = 5.0,
     ) -> None:
+        super().__init__()
         self.remoting = remoting
         self.routes = RouteCache(remoting, list(namesrv_addrs), timeout_s)
         self.timeout_s = timeout_s
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.settings = server_settings or ServerSettings()
-        self.sessions = SessionRegistry()
         self._rr = itertools.count(random.randrange(1 << 16))
         self._types: dict[str, tuple[float, str]] = {}
         client_id = f"{advertised_host}@rocketq-proxy-{os.getpid()}"
@@ -245,7 +240,7 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
                 return route.topic_message_type(TopicConfig.from_json(topic, table[topic]))
         return route.topic_message_type(TopicConfig(topic))
 
-    # -- QueryRoute / Heartbeat / NotifyClientTermination / Telemetry -----------------------
+    # -- QueryRoute / Telemetry -------------------------------------------------------------
     async def QueryRoute(
         self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> spb.QueryRouteResponse:
@@ -265,24 +260,8 @@ class ClusterServicer(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=_error("QueryRoute", exc))
         return spb.QueryRouteResponse(status=status.ok(), message_queues=queues)
 
-    async def Heartbeat(
-        self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext
-    ) -> spb.HeartbeatResponse:
-        return spb.HeartbeatResponse(status=status.ok())
-
-    async def NotifyClientTermination(
-        self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
-    ) -> spb.NotifyClientTerminationResponse:
-        self.sessions.terminate(metadata_value(context, CLIENT_ID_HEADER))
-        return spb.NotifyClientTerminationResponse(status=status.ok())
-
-    async def Telemetry(
-        self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[spb.TelemetryCommand]:
-        async for command in telemetry_stream(self.sessions, request_iterator, context, self._on_settings):
-            yield command
-
-    def _on_settings(self, session: Session, client: pb.Settings) -> pb.Settings:
+    def telemetry_settings(self, session: Session, client: pb.Settings) -> pb.Settings:
+        """Local mode's settings; a producer's topics are watched for orphaned transactions."""
         if session.is_producer and session.topics:
             self.checks.watch(session.topics)
         return reply_settings(client, self.settings)

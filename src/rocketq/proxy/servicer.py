@@ -57,17 +57,12 @@ from rocketq.message import (
     validate_topic,
 )
 from rocketq.proxy import convert, route, status
+from rocketq.proxy.session import ClientSessionServicer
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId, NotSupported
-from rocketq.proxy.telemetry import (
-    CLIENT_ID_HEADER,
-    SessionRegistry,
-    metadata_value,
-    telemetry_stream,
-)
+from rocketq.proxy.telemetry import CLIENT_ID_HEADER, Session, metadata_value
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
-from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)
@@ -122,8 +117,9 @@ def receive_timing_ms(
     return invisible_ms, poll_ms
 
 
-class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
-    """The gRPC service of one broker (see the module docstring)."""
+class MessagingServicer(ClientSessionServicer):
+    """The gRPC service of one broker (see the module docstring); Heartbeat,
+    NotifyClientTermination and Telemetry come from :class:`ClientSessionServicer`."""
 
     def __init__(
         self,
@@ -134,6 +130,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         advertised_port: Callable[[], int],
         server_settings: ServerSettings | None = None,
     ) -> None:
+        super().__init__()
         self.ctx = ctx
         self.transactions = transactions
         self.advertised_host = advertised_host
@@ -141,7 +138,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self.settings = server_settings or ServerSettings(
             max_body_size_bytes=ctx.store.config.max_message_size
         )
-        self.sessions = SessionRegistry()
         self._rr = itertools.count(random.randrange(1 << 16))
         self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         if transactions is not None:
@@ -189,7 +185,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             raise NotSupported("pop consumption is not available on this broker")
         return pop
 
-    # -- QueryRoute / Heartbeat / QueryAssignment / NotifyClientTermination -----------------
+    # -- QueryRoute / QueryAssignment -------------------------------------------------------
     async def QueryRoute(
         self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> spb.QueryRouteResponse:
@@ -204,17 +200,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         except Exception as exc:
             return spb.QueryRouteResponse(status=self._error("QueryRoute", exc))
         return spb.QueryRouteResponse(status=status.ok(), message_queues=queues)
-
-    async def Heartbeat(
-        self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext
-    ) -> spb.HeartbeatResponse:
-        return spb.HeartbeatResponse(status=status.ok())
-
-    async def NotifyClientTermination(
-        self, request: spb.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
-    ) -> spb.NotifyClientTerminationResponse:
-        self.sessions.terminate(metadata_value(context, CLIENT_ID_HEADER))
-        return spb.NotifyClientTerminationResponse(status=status.ok())
 
     async def QueryAssignment(
         self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
@@ -236,15 +221,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         )
 
     # -- Telemetry --------------------------------------------------------------------------
-    async def Telemetry(
-        self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[spb.TelemetryCommand]:
-        async for command in telemetry_stream(
-            self.sessions, request_iterator, context, lambda _session, client: self._reply_settings(client)
-        ):
-            yield command
-
-    def _reply_settings(self, client: pb.Settings) -> pb.Settings:
+    def telemetry_settings(self, session: Session, client: pb.Settings) -> pb.Settings:
+        """The group's FIFO flag and delivery attempts (PopService's when it has them)."""
         fifo = False
         attempts = 17
         if client.HasField("subscription") and client.subscription.group.name:
