@@ -119,7 +119,7 @@ def test_query_returns_the_keys_entries_in_the_window(
             svc.destroy()
 
 
-# -- one file, against a model that keeps RocketMQ's quirks --------------------------------
+# -- one file, against a model that keeps RocketMQ's quirks (but one) ----------------------
 
 
 @dataclass
@@ -145,12 +145,15 @@ class FileModel:
 
     def select(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         h = index_key_hash(key)
-        chain = [e for e in reversed(self.entries) if e[0] % SLOTS == h % SLOTS]
+        numbered = list(enumerate(self.entries, start=1))
+        chain = [(i, e) for i, e in reversed(numbered) if e[0] % SLOTS == h % SLOTS]
         found: list[int] = []
-        for eh, off, diff in chain:
+        for i, (eh, off, diff) in chain:
             if len(found) >= max_num:
                 break
-            t = self.begin_ts + diff * 1000
+            # The file's first entry has a timeDiff taken against the previous file's end; its
+            # time is the header's beginTimestamp (RocketMQ reads beginTimestamp + timeDiff).
+            t = self.begin_ts if i == 1 else self.begin_ts + diff * 1000
             if eh == h and begin <= t <= end:
                 found.append(off)
             if t < begin:
