@@ -647,6 +647,7 @@ class ReputMessageService:
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
         self._progress = threading.Condition()
+        self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
         self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
         self.error: BaseException | None = None
 
@@ -688,12 +689,16 @@ class ReputMessageService:
         """Block until everything before ``offset`` is dispatched (or the timeout passes)."""
         deadline = time.monotonic() + timeout_s
         with self._progress:
-            while self.reput_from_offset < offset:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.wakeup()
-                self._progress.wait(min(remaining, 0.1))
+            self._progress_waiters += 1
+            try:
+                while self.reput_from_offset < offset:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self.wakeup()
+                    self._progress.wait(min(remaining, 0.1))
+            finally:
+                self._progress_waiters -= 1
         return True
 
     # -- work -------------------------------------------------------------------------------
@@ -787,5 +792,9 @@ class ReputMessageService:
         return False
 
     def _notify_progress(self) -> None:
-        with self._progress:
-            self._progress.notify_all()
+        # Most passes have nobody waiting: skip the condition's lock. A waiter counts itself
+        # under that lock before it reads reput_from_offset, and reput_from_offset is written
+        # before this check, so a waiter either sees the new offset or is counted here.
+        if self._progress_waiters:
+            with self._progress:
+                self._progress.notify_all()
