@@ -94,6 +94,11 @@ class ConfigError(RocketqError, ValueError):
     """A configuration value is invalid; the message lists every bad field."""
 
 
+class ClusterStartError(RocketqError):
+    """An in-process test cluster (:mod:`rocketq.testing`) or one of its brokers did not come up;
+    the message names what and why."""
+
+
 class MessageIllegal(RocketqError, ValueError):
     """The message breaks a limit or a naming rule; nothing was written."""
 
