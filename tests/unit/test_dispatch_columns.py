@@ -88,6 +88,13 @@ def _index_entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _columnar_from_16_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The windows here are small: take the columnar path from 16 records on (the default
+    threshold is a speed setting, not part of what the two paths must agree on)."""
+    monkeypatch.setattr(d, "MIN_COLUMNAR_RECORDS", 16)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_columns_match_the_record_parser(tmp_path: pathlib.Path, seed: int) -> None:
     data = _segment(tmp_path, _messages(seed, 1500))

@@ -318,9 +318,11 @@ def _BLANK_HEAD(data: bytes, p: int) -> tuple[int, int]:
     return size, magic
 
 
-#: Windows with fewer records than this are parsed record by record: the columnar scan has a
-#: fixed cost of a few dozen NumPy calls, more than a handful of records cost the scalar way.
-MIN_COLUMNAR_RECORDS = 16
+#: Windows with fewer records than this are parsed record by record. A columnar pass costs
+#: about 1 ms per window (a few hundred NumPy calls of a few µs each) plus 3-6 µs per record; the
+#: record-by-record pass 11-12.5 µs per record, ConsumeQueue and index writes included. They break
+#: even near 160 records (``python bench/dispatch_windows.py``).
+MIN_COLUMNAR_RECORDS = 160
 
 _NAMES = (b"TAGS\x01", b"KEYS\x01", b"UNIQ_KEY\x01")
 _KEY_SPACE = ord(KEY_SEPARATOR)
