@@ -186,7 +186,17 @@ class Broker:
         store_config = dataclasses.replace(self.store_config, store_host=self.broker_addr)
         self.store_config = store_config
         store = MessageStore(store_config)
-        await asyncio.to_thread(store.start)
+        starting = asyncio.ensure_future(asyncio.to_thread(store.start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # The thread runs store.start to its end whatever happens to this task: wait for it,
+            # so that the abandoned start (see start) closes a store that did open instead of
+            # leaving its services running.
+            with contextlib.suppress(Exception):
+                await starting
+                self.store = store
+            raise
         self.store = store
 
         config_dir = store.config_dir

@@ -127,6 +127,7 @@ class InProcessCluster:
         self._brokers: dict[str, Broker] = {}
         self._broker_ports: dict[str, int] = {}
         self._grpc: GrpcEndpoint | None = None
+        self._start_task: asyncio.Task[None] | None = None  # the running start, for stop to await
         self._grpc_port = 0
         self._lock = threading.Lock()
         self._running = False
@@ -345,6 +346,7 @@ class InProcessCluster:
         return BrokerConfig(**broker_fields), StoreConfig(**store_fields)
 
     async def _start(self) -> None:
+        self._start_task = asyncio.current_task()
         assert self.data_dir is not None
         if os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
             raise ClusterStartError(f"data directory {self.data_dir} exists and is not a directory")
@@ -380,6 +382,11 @@ class InProcessCluster:
         self._grpc_port = endpoint.port
 
     async def _stop(self) -> None:
+        # A start given up on (start_timeout_s) is cancelled, but a broker part-way through its
+        # start first undoes what it opened: let that finish before the loop goes.
+        starting, self._start_task = self._start_task, None
+        if starting is not None and not starting.done():
+            await asyncio.wait([starting], timeout=self.call_timeout_s)
         if self._grpc is not None:
             endpoint, self._grpc = self._grpc, None
             await endpoint.stop()
