@@ -193,7 +193,13 @@ async def check_queues(
     client: RemotingClient, broker: str, addr: str, expected: dict[int, list[bytes]]
 ) -> None:
     for q in range(QUEUES):
+        # an acknowledged message reaches its ConsumeQueue when dispatch gets to it, a moment
+        # after the ack: read until the queue holds what was sent (bounded), then compare
+        deadline = time.monotonic() + WAIT_S
         views = await read_queue(client, addr, q)
+        while len(views) < len(expected[q]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            views = await read_queue(client, addr, q)
         assert [v.body for v in views] == expected[q], f"{broker} queue {q}"
         for view in views:
             assert view.store_host == store_host_bytes(addr), (broker, view.store_host)
