@@ -285,6 +285,7 @@ class NameServer:
 
     async def close(self) -> None:
         if not self._started:
+            await self._server.close()  # a start cancelled part-way may have left it listening
             return
         self._started = False
         task, self._scan_task = self._scan_task, None

@@ -603,11 +603,20 @@ class RemotingServer:
         if self._server is not None:
             return
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._make_connection, self.host, self._port, backlog=self._backlog, reuse_address=True
+        # Bound first, recorded, then serving: create_server's own start of serving ends in an
+        # await, and a start cancelled there would leave a listening socket nobody can close.
+        server = await loop.create_server(
+            self._make_connection,
+            self.host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+            start_serving=False,
         )
-        if self._server.sockets:
-            self._port = int(self._server.sockets[0].getsockname()[1])  # a restart reuses it
+        self._server = server
+        if server.sockets:
+            self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it
+        await server.start_serving()
         log.info("remoting server listening on %s", self.address)
 
     async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:

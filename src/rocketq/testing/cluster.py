@@ -51,6 +51,7 @@ from rocketq.message import validate_topic
 from rocketq.namesrv.server import NameServer, NamesrvConfig
 from rocketq.remoting import eventloop
 from rocketq.store.message_store import MessageStore
+from rocketq.testing.loop_thread import run_loop
 
 if TYPE_CHECKING:  # grpcio is imported only when the gRPC endpoint is asked for
     from rocketq.proxy.server import GrpcEndpoint
@@ -192,7 +193,7 @@ class InProcessCluster:
             loop = self._new_loop()
             self._loop = loop
             self._thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name="rocketq-test-cluster", daemon=True
+                target=run_loop, args=(loop,), name="rocketq-test-cluster", daemon=True
             )
             self._thread.start()
             self._running = True
@@ -305,24 +306,6 @@ class InProcessCluster:
         factory = eventloop.loop_factory()
         return factory() if factory is not None else asyncio.new_event_loop()
 
-    @staticmethod
-    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            try:
-                tasks = asyncio.all_tasks(loop)
-                for task in tasks:
-                    task.cancel()
-                if tasks:
-                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
-
     def _configs(self, name: str, port: int) -> tuple[BrokerConfig, StoreConfig]:
         assert self.data_dir is not None and self._namesrv is not None
         store_fields: dict[str, Any] = {
@@ -351,8 +334,8 @@ class InProcessCluster:
         if os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
             raise ClusterStartError(f"data directory {self.data_dir} exists and is not a directory")
         namesrv = NameServer(NamesrvConfig(bind_address=HOST, listen_port=0))
+        self._namesrv = namesrv  # before it starts: _stop closes it even after a cancelled start
         await namesrv.start()
-        self._namesrv = namesrv
         for name in self.broker_names:
             await self._start_broker(name, 0)
         if self.grpc:
@@ -361,13 +344,17 @@ class InProcessCluster:
     async def _start_broker(self, name: str, port: int) -> None:
         broker_cfg, store_cfg = self._configs(name, port)
         broker = Broker(broker_cfg, store_cfg)
+        # Known before it starts: a start given up on (start_timeout_s) may be cancelled after
+        # the broker is up, while it registers, and _stop must then shut it down. (A broker whose
+        # own start failed has undone it; its shutdown does nothing.)
+        self._brokers[name] = broker
         try:
             await broker.start()
         except Exception as exc:
+            del self._brokers[name]
             raise ClusterStartError(
                 f"broker {name} (data in {store_cfg.store_path_root_dir}) did not start: {exc}"
             ) from exc
-        self._brokers[name] = broker
         self._broker_ports[name] = broker.port
         results = broker.registrar.last_results if broker.registrar is not None else {}
         if any(result != "ok" for result in results.values()):

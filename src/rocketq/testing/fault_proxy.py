@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from rocketq.errors import RocketqError
+from rocketq.testing.loop_thread import run_loop
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +366,7 @@ class FaultProxy:
             loop = asyncio.new_event_loop()
             self._loop = loop
             self._thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name="rocketq-fault-proxy", daemon=True
+                target=run_loop, args=(loop,), name="rocketq-fault-proxy", daemon=True
             )
             self._thread.start()
         try:
@@ -432,23 +433,6 @@ class FaultProxy:
             return asyncio.run_coroutine_threadsafe(run(), loop).result(CONTROL_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             raise RocketqError(f"the fault proxy did not answer within {CONTROL_TIMEOUT_S:.0f} s") from None
-
-    @staticmethod
-    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            try:
-                tasks = asyncio.all_tasks(loop)
-                for task in tasks:
-                    task.cancel()
-                if tasks:
-                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
 
     async def _start(self) -> None:
         self.resumed = asyncio.Event()
