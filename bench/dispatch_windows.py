@@ -44,9 +44,7 @@ def main() -> int:
         store.start()
         reput = store.reput
         assert reput is not None
-        reput._stopped.set()  # dispatch runs on this thread only
-        reput.wakeup()
-        reput._thread.join()
+        reput.shutdown()  # the thread stops (nothing to dispatch yet): dispatch runs here only
         msgs = make_messages(PER_STEP, 136)
         costs: dict[tuple[int, str], list[float]] = {}
         for _ in range(args.rounds):

@@ -82,9 +82,7 @@ def _put_then_dispatch(root: str, msgs: list[BrokerMessage]) -> tuple[float, flo
     store.start()
     reput = store.reput
     assert reput is not None
-    reput._stopped.set()
-    reput.wakeup()
-    reput._thread.join()
+    reput.shutdown()  # the thread stops (nothing to dispatch yet); do_reput still works here
     put = store.commitlog.put_message  # dispatch is stopped: no back-pressure here
     n = len(msgs)
     w0, c0 = time.perf_counter(), time.thread_time()
