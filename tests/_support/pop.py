@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from _support.requests import send_request
 from rocketq.broker import BrokerConfig, objkey_json
-from rocketq.broker.headers import SendMessageRequestHeader
 from rocketq.broker.rebalance_lock import MessageQueue
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
@@ -36,19 +35,8 @@ def broker_config() -> BrokerConfig:
 
 
 async def send(client: RemotingClient, addr: str, topic: str, body: bytes, queue_id: int) -> None:
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=2,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties="",
-    )
     response = await client.invoke(
-        addr, create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
+        addr, send_request(topic, body, queue_id=queue_id, default_topic_queue_nums=2)
     )
     assert response.code == 0, response.remark
 

@@ -1,13 +1,24 @@
-"""Remoting requests the broker tests send by hand: one PULL_MESSAGE builder for all of them."""
+"""Remoting requests the broker tests send by hand, one builder per request kind.
+
+* :func:`pull_request`: PULL_MESSAGE as the Java and Node push/pull consumers send it.
+* :func:`send_request`: SEND_MESSAGE_V2 (or SEND_MESSAGE / SEND_BATCH_MESSAGE through
+  ``code``) as a producer sends it to a topic it may know only from ``TBW102``.
+* :func:`create_topic_request` / :func:`create_topic_fields`: UPDATE_AND_CREATE_TOPIC with the
+  fields ``mqadmin updateTopic`` sends (the fields alone for harnesses with their own client).
+"""
 
 from __future__ import annotations
+
+import time
 
 from rocketq.broker.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
+    SendMessageRequestHeader,
 )
+from rocketq.message import encode_properties
 from rocketq.remoting import RemotingCommand, RequestCode, create_request
 
 #: What the Java and Node clients send as the long-polling suspend time.
@@ -50,3 +61,88 @@ def pull_request(
         expression_type=expression_type,
     )
     return create_request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+
+
+def send_request(
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int = 0,
+    group: str = "PG",
+    properties: dict[str, str] | None = None,
+    sys_flag: int = 0,
+    default_topic_queue_nums: int = 4,
+    reconsume_times: int | None = None,
+    max_reconsume_times: int | None = None,
+    broker_name: str | None = None,
+    v2: bool = True,
+    code: int | None = None,
+) -> RemotingCommand:
+    """A send request as a producer builds it (born now, flag 0, default topic ``TBW102``).
+    ``code`` defaults to SEND_MESSAGE_V2 (one-letter header keys) or, with ``v2=False``,
+    SEND_MESSAGE (V1 names); ``reconsume_times``, ``max_reconsume_times`` and ``broker_name``
+    are left out of the header when None."""
+    header = SendMessageRequestHeader(
+        producer_group=group,
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=default_topic_queue_nums,
+        queue_id=queue_id,
+        sys_flag=sys_flag,
+        born_timestamp=time.time_ns() // 1_000_000,
+        flag=0,
+        properties=encode_properties(properties or {}),
+        reconsume_times=reconsume_times,
+        max_reconsume_times=max_reconsume_times,
+        broker_name=broker_name,
+    )
+    if code is None:
+        code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
+    return create_request(code, header.to_ext_fields(v2=v2), body)
+
+
+def create_topic_fields(
+    topic: str,
+    *,
+    queues: int = 4,
+    read_queues: int | None = None,
+    write_queues: int | None = None,
+    perm: int = 6,
+    default_topic: str = "TBW102",
+) -> dict[str, object]:
+    """The extFields of UPDATE_AND_CREATE_TOPIC as ``mqadmin updateTopic`` sends them:
+    ``queues`` read and write queues unless ``read_queues`` / ``write_queues`` say otherwise,
+    ``perm`` 6 (read + write), SINGLE_TAG filtering, system flag 0, not ordered."""
+    return {
+        "topic": topic,
+        "defaultTopic": default_topic,
+        "readQueueNums": queues if read_queues is None else read_queues,
+        "writeQueueNums": queues if write_queues is None else write_queues,
+        "perm": perm,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+    }
+
+
+def create_topic_request(
+    topic: str,
+    *,
+    queues: int = 4,
+    read_queues: int | None = None,
+    write_queues: int | None = None,
+    perm: int = 6,
+    default_topic: str = "TBW102",
+) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC with :func:`create_topic_fields`."""
+    return create_request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        create_topic_fields(
+            topic,
+            queues=queues,
+            read_queues=read_queues,
+            write_queues=write_queues,
+            perm=perm,
+            default_topic=default_topic,
+        ),
+    )

@@ -7,8 +7,9 @@ import json
 import pathlib
 import time
 
-from test_broker_server import dispatched, heartbeat_body, run, running_broker, send_request
+from test_broker_server import dispatched, heartbeat_body, run, running_broker
 
+from _support.requests import send_request
 from rocketq import fastjson
 from rocketq.broker import objkey_json
 from rocketq.broker.rebalance_lock import MessageQueue

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import pytest
 from procs import ServeProcess, small_store_config
 
-from _support.requests import pull_request
+from _support.requests import create_topic_request, pull_request, send_request
 from rocketq import fastjson
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
@@ -104,22 +104,16 @@ def serve(tmp_path: pathlib.Path) -> Iterator[ServeProcess]:
 
 def send_v2(topic: str, queue_id: int, body: bytes, uniq_key: str, keys: str) -> RemotingCommand:
     """SEND_MESSAGE_V2 as DefaultMQProducer sends it to a topic it knows only from TBW102."""
-    header = SendMessageRequestHeader(
-        producer_group="FaultProducerGroup",
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=QUEUES,
+    return send_request(
+        topic,
+        body,
         queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties=encode_properties({"KEYS": keys, "TAGS": "TagA", "UNIQ_KEY": uniq_key, "WAIT": "true"}),
+        group="FaultProducerGroup",
+        properties={"KEYS": keys, "TAGS": "TagA", "UNIQ_KEY": uniq_key, "WAIT": "true"},
+        default_topic_queue_nums=QUEUES,
         reconsume_times=0,
-        unit_mode=False,
-        batch=False,
         broker_name=BROKER_NAME,
     )
-    return create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
 
 
 def send_batch(topic: str, queue_id: int, bodies: list[bytes]) -> RemotingCommand:
@@ -442,14 +436,7 @@ def test_new_topic_is_on_disk_before_the_send_is_answered(
         async with running() as (client, addr):
             await call_ok(client, addr, send_v2("AutoCreated", 0, b"x", uuid.uuid4().hex.upper(), "k"))
             assert "AutoCreated" in on_disk()
-            await call_ok(
-                client,
-                addr,
-                create_request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": "AdminCreated", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
-                ),
-            )
+            await call_ok(client, addr, create_topic_request("AdminCreated", queues=4))
             assert "AdminCreated" in on_disk()
             await call_ok(client, addr, send_batch("BatchCreated", 1, [b"a", b"b"]))
             assert "BatchCreated" in on_disk()
@@ -537,14 +524,7 @@ def test_consumer_offsets_resume_without_skipping(serve: ServeProcess, seed: int
     async def main() -> None:
         addr = serve.start()
         async with RemotingClient() as client:
-            await call_ok(
-                client,
-                addr,
-                create_request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": OFFSET_TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6},
-                ),
-            )
+            await call_ok(client, addr, create_topic_request(OFFSET_TOPIC, queues=QUEUES))
             for q in range(QUEUES):
                 for begin in range(0, per_queue, 32):
                     bodies = [offset_body(q, o) for o in range(begin, min(per_queue, begin + 32))]

@@ -7,12 +7,11 @@ import asyncio
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-from test_broker_server import dispatched, run, running_broker, send_request
+from test_broker_server import dispatched, run, running_broker
 
-from _support.requests import pull_request
+from _support.requests import create_topic_request, pull_request, send_request
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
-from rocketq.remoting import RequestCode, create_request
 from rocketq.remoting.command import RemotingCommand
 from rocketq.store import record as rec
 
@@ -63,13 +62,7 @@ def test_pull_with_messages_is_answered_without_a_task_and_empty_pull_is_held(
 ) -> None:
     async def main() -> None:
         async with running_broker(store_config) as (broker, client, addr):
-            created = await client.invoke(
-                addr,
-                create_request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": TOPIC, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6},
-                ),
-            )
+            created = await client.invoke(addr, create_topic_request(TOPIC, queues=1))
             assert created.code == ResponseCode.SUCCESS
             for i in range(5):
                 answer = await client.invoke(addr, send_request(TOPIC, b"m%d" % i))
@@ -103,13 +96,7 @@ def test_pull_with_messages_is_answered_without_a_task_and_empty_pull_is_held(
 
             # a pull the checks refuse (the topic made write-only) gets the same answer whether
             # its offset has data (answered at once) or not (the task path)
-            updated = await client.invoke(
-                addr,
-                create_request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": TOPIC, "readQueueNums": 1, "writeQueueNums": 1, "perm": 2},
-                ),
-            )
+            updated = await client.invoke(addr, create_topic_request(TOPIC, queues=1, perm=2))
             assert updated.code == ResponseCode.SUCCESS
             refused = [await client.invoke(addr, pull(offset, commit_offset=0)) for offset in (0, 6)]
             assert refused[0].code == refused[1].code == ResponseCode.NO_PERMISSION

@@ -11,9 +11,9 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from test_broker_server import WAIT_S, decode_records, dispatched, run, running_broker, send_request
+from test_broker_server import WAIT_S, decode_records, dispatched, run, running_broker
 
-from _support.requests import pull_request
+from _support.requests import create_topic_request, pull_request, send_request
 from rocketq.broker import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
@@ -51,13 +51,7 @@ async def send_and_read_back(
     """Create ``topic``, send ``n`` pipelined messages to queue 0, pull them back; also returns
     how many calls went to worker threads during the sends and the pull."""
     async with running_broker(store_config) as (broker, client, addr):
-        created = await client.invoke(
-            addr,
-            create_request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6},
-            ),
-        )
+        created = await client.invoke(addr, create_topic_request(topic, queues=1))
         assert created.code == ResponseCode.SUCCESS
         executor = count_worker_calls(broker)
         answers = await asyncio.gather(

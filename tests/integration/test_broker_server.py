@@ -13,11 +13,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _support.requests import SUSPEND_MS, pull_request
+from _support.requests import SUSPEND_MS, create_topic_request, pull_request, send_request
 from rocketq import fastjson
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import SendMessageRequestHeader
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties, encode_properties
@@ -74,36 +73,6 @@ async def dispatched(broker: Broker) -> None:
     """Wait until everything stored is in its consume queue (dispatch runs on its own thread)."""
     assert broker.store is not None
     assert await asyncio.to_thread(broker.store.wait_dispatched, WAIT_S)
-
-
-def send_request(
-    topic: str,
-    body: bytes,
-    *,
-    queue_id: int = 0,
-    properties: dict[str, str] | None = None,
-    v2: bool = True,
-    code: int | None = None,
-    default_topic_queue_nums: int = 4,
-    reconsume_times: int | None = None,
-    max_reconsume_times: int | None = None,
-) -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=default_topic_queue_nums,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties=encode_properties(properties or {}),
-        reconsume_times=reconsume_times,
-        max_reconsume_times=max_reconsume_times,
-    )
-    if code is None:
-        code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
-    return create_request(code, header.to_ext_fields(v2=v2), body)
 
 
 def decode_records(body: bytes) -> list[rec.RecordView]:
@@ -236,19 +205,7 @@ def test_held_pull_answers_as_soon_as_a_message_arrives(store_config: StoreConfi
     async def main() -> None:
         async with running_broker(store_config) as (broker, client, addr):
             assert broker.ctx is not None
-            create = await client.invoke(
-                addr,
-                create_request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {
-                        "topic": "Held",
-                        "readQueueNums": 2,
-                        "writeQueueNums": 2,
-                        "perm": 6,
-                        "defaultTopic": "TBW102",
-                    },
-                ),
-            )
+            create = await client.invoke(addr, create_topic_request("Held", queues=2))
             assert create.code == 0, create.remark
             loop = asyncio.get_running_loop()
             began = loop.time()
@@ -739,19 +696,7 @@ def test_registers_with_the_name_server(store_config: StoreConfig) -> None:
         try:
             ns_addr = f"127.0.0.1:{namesrv.port}"
             async with running_broker(store_config, namesrv_addr=ns_addr) as (broker, client, addr):
-                created = await client.invoke(
-                    addr,
-                    create_request(
-                        RequestCode.UPDATE_AND_CREATE_TOPIC,
-                        {
-                            "topic": "Routed",
-                            "readQueueNums": 3,
-                            "writeQueueNums": 3,
-                            "perm": 6,
-                            "defaultTopic": "TBW102",
-                        },
-                    ),
-                )
+                created = await client.invoke(addr, create_topic_request("Routed", queues=3))
                 assert created.code == 0
 
                 async def route() -> RemotingCommand:

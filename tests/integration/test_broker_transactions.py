@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from _support.requests import send_request
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, SendMessageRequestHeader
+from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.broker.topic_config import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
-from rocketq.message import decode_offset_msg_id, decode_properties, encode_properties
+from rocketq.message import decode_offset_msg_id, decode_properties
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 
@@ -87,18 +87,14 @@ async def running(
 
 async def send_half(producer: Producer, addr: str, body: bytes) -> tuple[int, int, str]:
     """Send a half message; returns (commit-log offset, half queue offset, UNIQ_KEY)."""
-    header = SendMessageRequestHeader(
-        producer_group=GROUP,
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
+    request = send_request(
+        TOPIC,
+        body,
         queue_id=1,
+        group=GROUP,
         sys_flag=rec.TRANSACTION_PREPARED_TYPE,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties=encode_properties({"TRAN_MSG": "true", "PGROUP": GROUP, "TAGS": "t"}),
+        properties={"TRAN_MSG": "true", "PGROUP": GROUP, "TAGS": "t"},
     )
-    request = create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
     response = await producer.client.invoke(addr, request)
     assert response.code == ResponseCode.SUCCESS, response.remark
     ext = response.ext_fields

@@ -11,10 +11,10 @@ from test_broker_server import (
     dispatched,
     run,
     running_broker,
-    send_request,
     until,
 )
 
+from _support.requests import send_request
 from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, PullMessageRequestHeader
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode

@@ -31,11 +31,10 @@ from typing import Any, TypeVar
 import pytest
 from procs import ProcessCluster
 
-from _support.requests import pull_request
+from _support.requests import create_topic_request, pull_request, send_request
 from rocketq import fastjson
-from rocketq.broker.headers import SendMessageRequestHeader
 from rocketq.errors import RemotingError, ResponseCode
-from rocketq.message import decode_properties, encode_properties
+from rocketq.message import decode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 
@@ -107,42 +106,17 @@ async def route(client: RemotingClient, namesrv: str, topic: str) -> dict[str, A
     return data
 
 
-def create_topic(topic: str, queues: int) -> RemotingCommand:
-    """UPDATE_AND_CREATE_TOPIC as ``mqadmin updateTopic -b <broker>`` sends it."""
-    return create_request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": queues,
-            "writeQueueNums": queues,
-            "perm": 6,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": False,
-        },
-    )
-
-
 def send(broker_name: str, queue_id: int, body: bytes, key: str) -> RemotingCommand:
-    header = SendMessageRequestHeader(
-        producer_group="MultiBrokerProducer",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=QUEUES,
+    return send_request(
+        TOPIC,
+        body,
         queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=0,
-        properties=encode_properties(
-            {"KEYS": key, "TAGS": "TagA", "UNIQ_KEY": uuid.uuid4().hex.upper(), "WAIT": "true"}
-        ),
+        group="MultiBrokerProducer",
+        properties={"KEYS": key, "TAGS": "TagA", "UNIQ_KEY": uuid.uuid4().hex.upper(), "WAIT": "true"},
+        default_topic_queue_nums=QUEUES,
         reconsume_times=0,
-        unit_mode=False,
-        batch=False,
         broker_name=broker_name,
     )
-    return create_request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(v2=True), body)
 
 
 def pull(queue_id: int, offset: int) -> RemotingCommand:
@@ -243,7 +217,7 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
 
             # the same topic on both brokers, as `mqadmin updateTopic -c` does broker by broker
             for name in BROKERS:
-                await call_ok(client, cluster.broker_addr(name), create_topic(TOPIC, QUEUES))
+                await call_ok(client, cluster.broker_addr(name), create_topic_request(TOPIC, queues=QUEUES))
 
             async def routed_to(names: tuple[str, ...]) -> bool:
                 data = await route(client, ns, TOPIC)

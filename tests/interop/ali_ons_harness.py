@@ -29,6 +29,7 @@ from typing import Any
 from npm_install import npm_install
 
 from _support.procs import ServeProcess
+from _support.requests import create_topic_fields
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 ALI_ONS_VERSION = "3.12.0"
@@ -227,18 +228,7 @@ class Interop:
     def create_topic(self, topic: str, queues: int = 4) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker, then wait for the name server to route it."""
         code, _, _ = self._call(
-            self.broker_addr,
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": queues,
-                "writeQueueNums": queues,
-                "perm": 6,
-                "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0,
-                "order": False,
-            },
+            self.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields(topic, queues=queues)
         )
         assert code == 0, f"creating topic {topic} failed with code {code}"
         deadline = time.monotonic() + ROUTE_TIMEOUT_S
