@@ -14,7 +14,9 @@ Start (``await Broker.start()``)::
     accept requests, register with every name server
 
 Until start finishes and from the moment shutdown begins, requests are answered with
-SERVICE_NOT_AVAILABLE (14) rather than left waiting.
+SERVICE_NOT_AVAILABLE (14) rather than left waiting. A start that fails or is cancelled undoes
+what it did; the steps in worker threads (store open, pop state load) run to their end even
+when the start is cancelled, and what they opened is closed before the cancellation propagates.
 
 Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
 unregister from the name servers → end every held pull (each answers with what the store has)
@@ -78,6 +80,24 @@ from rocketq.remoting.transport import Connection, RemotingClient, RemotingServe
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+async def _run_to_end(fn: Callable[[], None], done: Callable[[], None]) -> None:
+    """Run ``fn`` (a start step that opens files or threads) in a worker thread, then ``done``
+    on the loop. A thread cannot be stopped: when the calling task is cancelled meanwhile, wait
+    for ``fn`` to finish all the same and call ``done`` if it succeeded before the cancellation
+    propagates, so that the abandoned start (see :meth:`Broker.start`) closes what ``fn`` opened
+    instead of leaving it open."""
+    running = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await running
+            done()
+        raise
+    done()
+
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
 ImmediateHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | None"]
@@ -186,18 +206,11 @@ class Broker:
         store_config = dataclasses.replace(self.store_config, store_host=self.broker_addr)
         self.store_config = store_config
         store = MessageStore(store_config)
-        starting = asyncio.ensure_future(asyncio.to_thread(store.start))
-        try:
-            await asyncio.shield(starting)
-        except asyncio.CancelledError:
-            # The thread runs store.start to its end whatever happens to this task: wait for it,
-            # so that the abandoned start (see start) closes a store that did open instead of
-            # leaving its services running.
-            with contextlib.suppress(Exception):
-                await starting
-                self.store = store
-            raise
-        self.store = store
+
+        def store_opened() -> None:
+            self.store = store
+
+        await _run_to_end(store.start, store_opened)
 
         config_dir = store.config_dir
         topics = TopicConfigManager(cfg, os.path.join(config_dir, "topics.json"))
@@ -262,8 +275,11 @@ class Broker:
         groups.on_change = groups_persister.request
 
         pop = PopService(ctx)
-        await asyncio.to_thread(pop.start)
-        ctx.pop = pop
+
+        def pop_loaded() -> None:
+            ctx.pop = pop
+
+        await _run_to_end(pop.start, pop_loaded)
         store.reput.arrival_listeners.append(pop.arrival_listener)
 
         self._install_handlers(ctx)
@@ -390,6 +406,8 @@ class Broker:
         self._started = False
         if self.ctx is not None:
             await self.ctx.hold.stop()
+            if self.ctx.pop is not None:
+                await self.ctx.pop.shutdown()  # closes the pop journal
         await self._stop_periodic()
         for server in (self._fast_server, self._server):
             if server is not None:
