@@ -109,18 +109,25 @@ def decode_properties(text: str) -> dict[str, str]:
 
 
 # -- tags hash -----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
-def java_string_hash(text: str) -> int:
-    """Java ``String.hashCode`` as a signed 32-bit int (UTF-16 code units)."""
+def java_string_hash_once(text: str) -> int:
+    """Java ``String.hashCode`` as a signed 32-bit int (UTF-16 code units), not cached: for
+    strings seen once (index keys carry a unique id), where a cache only costs."""
     h = 0
     if text.isascii():
+        # h stays exact (unbounded int) and is reduced once: cheaper than a mask per step
         for ch in text.encode("ascii"):
-            h = (31 * h + ch) & 0xFFFFFFFF
+            h = 31 * h + ch
+        h &= 0xFFFFFFFF
     else:
         data = text.encode("utf-16-be", "surrogatepass")
         for i in range(0, len(data), 2):
             h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+#: :func:`java_string_hash_once` behind a cache, for strings seen again and again (tags, topics,
+#: sharding keys).
+java_string_hash = functools.lru_cache(maxsize=4096)(java_string_hash_once)
 
 
 _POW31: list[int] = [1]
@@ -139,11 +146,11 @@ def java_string_hashes(texts: list[str]) -> list[int]:
     to one length and hashed as one matrix product modulo 2**32.
     """
     if len(texts) < 8:
-        return [java_string_hash(t) for t in texts]
+        return [java_string_hash_once(t) for t in texts]
     encoded = [t.encode("ascii", "surrogateescape") if t.isascii() else b"" for t in texts]
     width = max((len(b) for b in encoded), default=0)
     if width == 0:
-        return [java_string_hash(t) for t in texts]
+        return [java_string_hash_once(t) for t in texts]
     matrix = np.frombuffer(b"".join(b.rjust(width, b"\0") for b in encoded), dtype=np.uint8)
     hashes = (matrix.reshape(len(texts), width).astype(np.uint64) @ _powers(width)) & np.uint64(0xFFFFFFFF)
     out = hashes.astype(np.int64)
@@ -151,7 +158,7 @@ def java_string_hashes(texts: list[str]) -> list[int]:
     result: list[int] = out.tolist()
     for i, t in enumerate(texts):
         if not t.isascii():
-            result[i] = java_string_hash(t)
+            result[i] = java_string_hash_once(t)
     return result
 
 

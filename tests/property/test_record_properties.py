@@ -10,7 +10,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketq.message import decode_properties, encode_properties
+from rocketq.message import (
+    decode_properties,
+    encode_properties,
+    java_string_hash,
+    java_string_hash_once,
+    java_string_hashes,
+)
 from rocketq.store.record import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
@@ -283,3 +289,20 @@ def test_prop_crc_catches_every_single_byte_flip(msg: Msg) -> None:
         bad[index] ^= 0x5A
         view = decode_record(bytes(bad), check_crc=False, verify_prop_crc=True)
         assert view.kind is not RecordKind.MESSAGE, index
+
+
+def _reference_java_hash(text: str) -> int:
+    units = text.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+@given(st.text(max_size=300) | st.text(alphabet="0123456789ABCDEF#%_-", max_size=300))
+def test_java_string_hash_forms_agree_with_string_hashcode(text: str) -> None:
+    """Tags, index keys and sharding keys hash as Java's String.hashCode, cached or not."""
+    expected = _reference_java_hash(text)
+    assert java_string_hash_once(text) == expected
+    assert java_string_hash(text) == expected
+    assert java_string_hashes([text] * 9) == [expected] * 9  # the vectorised form

@@ -30,6 +30,7 @@ from rocketq.message import (
     decode_properties,
     encode_properties,
     java_string_hash,
+    java_string_hash_once,
     pack_socket_addr,
     split_host_port,
     tags_code,
@@ -60,6 +61,7 @@ def reference_java_hash(text: str) -> int:
 )
 def test_java_string_hash_check_vectors(text: str, expected: int) -> None:
     assert java_string_hash(text) == expected
+    assert java_string_hash_once(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -70,6 +72,7 @@ def test_java_string_hash_matches_reference(text: str) -> None:
     value = java_string_hash(text)
     assert value == reference_java_hash(text)
     assert -(2**31) <= value < 2**31
+    assert java_string_hash_once(text) == value  # the uncached form (index keys)
 
 
 def test_java_string_hash_counts_surrogate_pairs_as_two_units() -> None:

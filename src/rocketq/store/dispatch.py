@@ -53,6 +53,7 @@ from rocketq.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     decode_properties,
     java_string_hash,
+    java_string_hash_once,
 )
 from rocketq.store import record as rec
 from rocketq.store import record_scan
@@ -413,7 +414,7 @@ class DispatchBatch(list[DispatchRequest]):
                 for sub, text in enumerate(texts):
                     r_list.append(row)
                     o_list.append(sub)
-                    h_list.append(java_string_hash(text))
+                    h_list.append(java_string_hash_once(text))
             records.append(np.array(r_list, dtype=np.int64))
             orders.append(np.array(o_list, dtype=np.int64))
             hashes.append(np.array(h_list, dtype=np.int64))
