@@ -18,8 +18,11 @@ process, the server is ``python -m rocketq.cli serve`` in a child process):
   puller (one request in flight, queues in turn) and four (one per queue); the client counts
   messages by nextBeginOffset and does not decode the records;
 * end-to-end latency under ASYNC_FLUSH at a fixed 5,000 msgs/s (and 1,000 msgs/s for
-  reference; ``--rates``): a paced sender (pipelined SEND_MESSAGE_V2, a future per send through
-  ``Connection.request``, the cheapest way our client has) and, in a child process,
+  reference; ``--rates``): a paced sender of pipelined SEND_MESSAGE_V2 requests (by default
+  frames encoded before the clock starts, only the send time written into each as it goes out,
+  answers read with the client's frame decoder: the load generator should take as little of the
+  two CPUs from the broker as it can; ``--sender client`` builds each request and waits for it
+  through ``RemotingClient``/``Connection.request`` instead) and, in a child process,
   one long-polling puller per queue; latency = receive time - send time carried in the body
   (CLOCK_MONOTONIC, the same clock in both processes); also the send → acknowledgement time, to
   tell a slow send path from a slow delivery, and the server's CPU per message in its event-loop
@@ -66,6 +69,7 @@ from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import encode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.command import next_opaque
 from rocketq.store import record as rec
 
@@ -478,6 +482,7 @@ class LatencyResult:
     other_cpu_us: float  # ... all its other threads (dispatch, flush, workers)
     sender_cpu_us: float  # CPU of this (the sending) process per message
     pullers: bool = True  # False: sends only, no end-to-end figures
+    sender: str = "frames"  # "frames": FrameSender; "client": RemotingClient
 
 
 def thread_cpu_s(pid: int) -> tuple[float, float]:
@@ -542,8 +547,53 @@ async def pull_child_main(addr: str, topic: str, starts: list[int], total: int, 
     print(json.dumps({"received": received, "latencies": latencies}), flush=True)
 
 
+class FrameSender(asyncio.Protocol):
+    """The latency case's load generator at its cheapest: requests encoded before the clock
+    starts (only the send time is written into each body as it goes out), responses parsed by
+    the client's own frame decoder. On this two-vCPU machine every microsecond the sender spends
+    is taken from the broker; a producer on another host would cost the broker nothing."""
+
+    def __init__(self, on_response: Callable[[RemotingCommand], None]) -> None:
+        self.decoder = FrameDecoder()
+        self.on_response = on_response
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        for cmd in self.decoder.feed(data):
+            self.on_response(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def encode_latency_frames(
+    ids: Ids, topic: str, pad: bytes, total: int
+) -> tuple[list[bytearray], int, dict[int, int]]:
+    """SEND_MESSAGE_V2 frames for the latency case, the body's first 8 bytes left for the send
+    time: (frames, offset of the body from a frame's end, opaque → sequence number)."""
+    frames: list[bytearray] = []
+    seq_of: dict[int, int] = {}
+    body_len = 16 + len(pad)
+    for seq in range(total):
+        request = single_request(ids, topic, seq % QUEUES, struct.pack(">qq", 0, seq) + pad)
+        frames.append(bytearray(encode(request)))
+        seq_of[request.opaque] = seq
+    return frames, body_len, seq_of
+
+
 async def latency_case(
-    server: Server, rate: float, seconds: float, warmup_s: float = 0.5, *, pullers: bool = True
+    server: Server,
+    rate: float,
+    seconds: float,
+    warmup_s: float = 0.5,
+    *,
+    pullers: bool = True,
+    sender_kind: str = "frames",
 ) -> LatencyResult:
     """Sender here, pullers in a child process (so decoding what arrives does not delay the
     sender's loop); both stamp CLOCK_MONOTONIC (``time.monotonic_ns``), one clock for the
@@ -572,47 +622,16 @@ async def latency_case(
                 assert child.stdout is not None
                 if (await child.stdout.readline()).strip() != b"ready":
                     raise RuntimeError("the pulling child process did not start")
-            in_flight: set[asyncio.Future[RemotingCommand]] = set()
             failures: list[str] = []
             acks: list[float] = []
-            # A future per send and a done callback (Connection.request), no task: the sender
-            # shares the machine with the broker, so it should cost as little as it can.
-            conn = await sender.connection(addr)
-
-            def sent_done(fut: asyncio.Future[RemotingCommand], sent_ns: int, seq: int) -> None:
-                in_flight.discard(fut)
-                if fut.exception() is not None:
-                    failures.append(repr(fut.exception()))
-                elif fut.result().code != ResponseCode.SUCCESS:
-                    failures.append(f"code {fut.result().code}")
-                elif seq >= measure_from:
-                    acks.append((time.monotonic_ns() - sent_ns) / 1e6)
-
-            loop = asyncio.get_running_loop()
-            cpu0 = thread_cpu_s(server.pid)
-            sender_cpu0 = time.process_time()
-            t0 = loop.time()
-            sent = 0
-            max_lag = 0.0
-            while sent < total:
-                now = loop.time()
-                due = min(total, int((now - t0) * rate) + 1)
-                if due - sent > 1:
-                    max_lag = max(max_lag, (due - sent - 1) / rate)
-                while sent < due:
-                    sent_ns = time.monotonic_ns()
-                    body = struct.pack(">qq", sent_ns, sent) + pad
-                    fut = conn.request(single_request(ids, topic, sent % QUEUES, body))
-                    in_flight.add(fut)
-                    fut.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
-                    sent += 1
-                next_at = t0 + sent / rate
-                await asyncio.sleep(max(0.0, next_at - loop.time()))
-            elapsed = loop.time() - t0
-            deadline = time.monotonic() + 30
-            while in_flight and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-            sender_cpu = time.process_time() - sender_cpu0
+            if sender_kind == "frames":
+                elapsed, max_lag, sender_cpu, cpu0 = await _send_frames(
+                    server, addr, ids, topic, pad, rate, total, measure_from, acks, failures
+                )
+            else:
+                elapsed, max_lag, sender_cpu, cpu0 = await _send_with_client(
+                    server, sender, addr, ids, topic, pad, rate, total, measure_from, acks, failures
+                )
             if failures:
                 raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
             if child is not None:
@@ -649,7 +668,129 @@ async def latency_case(
         (cpu1[1] - cpu0[1]) / total * 1e6,
         sender_cpu / total * 1e6,
         pullers,
+        sender_kind,
     )
+
+
+async def _send_frames(
+    server: Server,
+    addr: str,
+    ids: Ids,
+    topic: str,
+    pad: bytes,
+    rate: float,
+    total: int,
+    measure_from: int,
+    acks: list[float],
+    failures: list[str],
+) -> tuple[float, float, float, tuple[float, float]]:
+    """Paced sends of pre-encoded frames on a connection of their own: (elapsed s, max lag s,
+    sender CPU s, server thread CPU at the start)."""
+    frames, body_from_end, seq_of = encode_latency_frames(ids, topic, pad, total)
+    sent_at = [0] * total
+    outstanding = [total]
+
+    def on_response(cmd: RemotingCommand) -> None:
+        seq = seq_of.pop(cmd.opaque, None)
+        if seq is None:
+            return
+        outstanding[0] -= 1
+        if cmd.code != ResponseCode.SUCCESS:
+            failures.append(f"code {cmd.code}: {cmd.remark}")
+        elif seq >= measure_from:
+            acks.append((time.monotonic_ns() - sent_at[seq]) / 1e6)
+
+    loop = asyncio.get_running_loop()
+    host, port = addr.rsplit(":", 1)
+    transport, proto = await loop.create_connection(lambda: FrameSender(on_response), host, int(port))
+    try:
+        pack_ns = struct.Struct(">q").pack_into
+        write = transport.write
+        cpu0 = thread_cpu_s(server.pid)
+        sender_cpu0 = time.process_time()
+        t0 = loop.time()
+        sent = 0
+        max_lag = 0.0
+        while sent < total:
+            now = loop.time()
+            due = min(total, int((now - t0) * rate) + 1)
+            if due - sent > 1:
+                max_lag = max(max_lag, (due - sent - 1) / rate)
+            while sent < due:
+                frame = frames[sent]
+                sent_ns = time.monotonic_ns()
+                pack_ns(frame, len(frame) - body_from_end, sent_ns)
+                sent_at[sent] = sent_ns
+                write(frame)
+                sent += 1
+            await asyncio.sleep(max(0.0, t0 + sent / rate - loop.time()))
+        elapsed = loop.time() - t0
+        deadline = time.monotonic() + 30
+        while outstanding[0] > 0 and not proto.closed.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        sender_cpu = time.process_time() - sender_cpu0
+        if outstanding[0] > 0:
+            failures.append(f"{outstanding[0]} sends unanswered")
+    finally:
+        transport.close()
+    return elapsed, max_lag, sender_cpu, cpu0
+
+
+async def _send_with_client(
+    server: Server,
+    sender: RemotingClient,
+    addr: str,
+    ids: Ids,
+    topic: str,
+    pad: bytes,
+    rate: float,
+    total: int,
+    measure_from: int,
+    acks: list[float],
+    failures: list[str],
+) -> tuple[float, float, float, tuple[float, float]]:
+    """Paced sends through rocketq's RemotingClient, a request built per message."""
+    in_flight: set[asyncio.Future[RemotingCommand]] = set()
+    # A future per send and a done callback (Connection.request), no task: the cheapest way the
+    # client has.
+    conn = await sender.connection(addr)
+
+    def sent_done(fut: asyncio.Future[RemotingCommand], sent_ns: int, seq: int) -> None:
+        in_flight.discard(fut)
+        if fut.exception() is not None:
+            failures.append(repr(fut.exception()))
+        elif fut.result().code != ResponseCode.SUCCESS:
+            failures.append(f"code {fut.result().code}")
+        elif seq >= measure_from:
+            acks.append((time.monotonic_ns() - sent_ns) / 1e6)
+
+    loop = asyncio.get_running_loop()
+    cpu0 = thread_cpu_s(server.pid)
+    sender_cpu0 = time.process_time()
+    t0 = loop.time()
+    sent = 0
+    max_lag = 0.0
+    while sent < total:
+        now = loop.time()
+        due = min(total, int((now - t0) * rate) + 1)
+        if due - sent > 1:
+            max_lag = max(max_lag, (due - sent - 1) / rate)
+        while sent < due:
+            sent_ns = time.monotonic_ns()
+            body = struct.pack(">qq", sent_ns, sent) + pad
+            fut = conn.request(single_request(ids, topic, sent % QUEUES, body))
+            in_flight.add(fut)
+            fut.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
+            sent += 1
+        await asyncio.sleep(max(0.0, t0 + sent / rate - loop.time()))
+    elapsed = loop.time() - t0
+    deadline = time.monotonic() + 30
+    while in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    sender_cpu = time.process_time() - sender_cpu0
+    if in_flight:
+        failures.append(f"{len(in_flight)} sends unanswered")
+    return elapsed, max_lag, sender_cpu, cpu0
 
 
 async def wait_dispatched(
@@ -797,7 +938,7 @@ async def run(args: argparse.Namespace, root: str) -> None:
                         pulls.append(p)
                         print(f"  pull {body} B {pullers} pullers: {p.rate:,.0f} msgs/s", file=sys.stderr)
                 for rate in rates:
-                    lr = await latency_case(server, rate, latency_s)
+                    lr = await latency_case(server, rate, latency_s, sender_kind=args.sender)
                     latencies.append(lr)
                     print(
                         f"  latency at {rate:,.0f}/s: p50 {lr.p50_ms:.2f} ms p99 {lr.p99_ms:.2f} ms",
@@ -889,10 +1030,12 @@ async def run(args: argparse.Namespace, root: str) -> None:
 
 
 def print_latency_table(latencies: list[LatencyResult], latency_s: float) -> None:
+    sender = latencies[0].sender if latencies else "frames"
+    how = "pre-encoded frames" if sender == "frames" else "rocketq's RemotingClient"
     print(
         f"## End-to-end latency (ASYNC_FLUSH, 136 B bodies, {latency_s:g} s per rate after a 0.5 s "
-        f"warm-up, one pipelining sender, {QUEUES} long-polling pullers in a second process; "
-        "'sends only': no pullers)"
+        f"warm-up, one pipelining sender ({how}), {QUEUES} long-polling pullers in a second "
+        "process; 'sends only': no pullers)"
     )
     print()
     print(
@@ -927,9 +1070,11 @@ async def run_latency_only(args: argparse.Namespace, root: str) -> None:
     await server.start()
     try:
         for rate in rates:
-            latencies.append(await latency_case(server, rate, latency_s))
+            latencies.append(await latency_case(server, rate, latency_s, sender_kind=args.sender))
             if args.sends_only:
-                latencies.append(await latency_case(server, rate, latency_s, pullers=False))
+                latencies.append(
+                    await latency_case(server, rate, latency_s, pullers=False, sender_kind=args.sender)
+                )
     finally:
         await server.stop()
     floors.append(await echo_floor(1.0))
@@ -964,6 +1109,12 @@ def main() -> int:
         "--sends-only",
         action="store_true",
         help="with --latency-only: also run each rate with no pullers (send → ack alone)",
+    )
+    ap.add_argument(
+        "--sender",
+        choices=("frames", "client"),
+        default="frames",
+        help="latency case load generator: pre-encoded frames (cheapest) or rocketq's RemotingClient",
     )
     ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before reading memory")
     ap.add_argument("--dir", default=None, help="directory for the data directories (default: a temp dir)")
