@@ -4,6 +4,7 @@
     python bench/broker.py --quick    # shorter cases, less data (about a minute)
     python bench/broker.py --latency-only --quick --rates 5000,1000   # just the latency case
     python bench/broker.py --latency-only --quick --sends-only        # ... and each rate without pullers
+    taskset -c 1 python bench/broker.py --latency-only --quick --server-cpus 0   # server on CPU 0 only
 
 What is measured (all on 127.0.0.1, clients are rocketq's asyncio RemotingClient in this
 process, the server is ``python -m rocketq.cli serve`` in a child process):
@@ -100,9 +101,10 @@ class StartTimes:
 
 
 class Server:
-    def __init__(self, data_dir: str, flush: str) -> None:
+    def __init__(self, data_dir: str, flush: str, cpus: set[int] | None = None) -> None:
         self.data_dir = data_dir
         self.flush = flush
+        self.cpus = cpus  # run the server on these CPUs only (sched_setaffinity); None: any
         self.proc: subprocess.Popen[bytes] | None = None
         self.addr = ""
         self.output: list[str] = []
@@ -137,6 +139,9 @@ class Server:
         ready_at = [0.0]
         t0 = time.perf_counter()
         self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        if self.cpus is not None:
+            # before the interpreter is up: the threads it starts later inherit the mask
+            os.sched_setaffinity(proc.pid, self.cpus)
 
         def drain() -> None:
             assert proc.stdout is not None
@@ -1066,7 +1071,7 @@ async def run_latency_only(args: argparse.Namespace, root: str) -> None:
     rates = [float(r) for r in args.rates.split(",") if r]
     floors = [await echo_floor(1.0)]
     latencies: list[LatencyResult] = []
-    server = Server(os.path.join(root, "latency"), "ASYNC_FLUSH")
+    server = Server(os.path.join(root, "latency"), "ASYNC_FLUSH", cpus=args.server_cpus)
     await server.start()
     try:
         for rate in rates:
@@ -1115,6 +1120,13 @@ def main() -> int:
         choices=("frames", "client"),
         default="frames",
         help="latency case load generator: pre-encoded frames (cheapest) or rocketq's RemotingClient",
+    )
+    ap.add_argument(
+        "--server-cpus",
+        type=lambda text: {int(c) for c in text.split(",")},
+        default=None,
+        help="with --latency-only: run the server on these CPUs only, e.g. 0 (comma-separated); "
+        "run the benchmark itself under taskset to keep it off them",
     )
     ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before reading memory")
     ap.add_argument("--dir", default=None, help="directory for the data directories (default: a temp dir)")
