@@ -10,6 +10,7 @@ kept by the broker. It lives in a file (RocketMQ ``LocalFileOffsetStore``), by d
 Writes are atomic: the table goes to ``offsets.json.tmp``, is fsync'd and renamed over
 ``offsets.json``, and the directory is fsync'd; the previous file is kept as
 ``offsets.json.bak``. A reader therefore sees the old table or the new one, never a mix.
+Writes from several threads of the process (periodic commit, shutdown) go one at a time.
 Loading a file that does not parse falls back to the ``.bak`` copy; when that is bad too the
 store refuses to start with :class:`~rocketq.errors.BodyFormatError` naming the file (it does
 not silently restart every queue from ``consume_from_where``).
@@ -69,7 +70,8 @@ class LocalOffsetStore:
     def __init__(self, path: str) -> None:
         self.path = path
         self._table: dict[MessageQueue, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the table
+        self._write_lock = threading.Lock()  # one write of the file at a time
         self._dirty = False
 
     def load(self) -> None:
@@ -110,18 +112,25 @@ class LocalOffsetStore:
             return dict(self._table)
 
     def persist(self) -> None:
-        """Write the table atomically when it changed since the last write."""
-        with self._lock:
-            if not self._dirty:
-                return
-            data = encode_offsets(self._table)
-            self._dirty = False
-        try:
-            self._write(data)
-        except OSError:
+        """Write the table atomically when it changed since the last write.
+
+        Writes are serialised: a consumer persists from its periodic commit and from shutdown,
+        each in a worker thread, and two writes interleaved through the one temporary file (each
+        moving the live file to ``.bak`` before renaming its own copy in) could leave no
+        ``offsets.json`` at all. Under the write lock the table is taken last, so the final
+        file holds every update made before the last call began."""
+        with self._write_lock:
             with self._lock:
-                self._dirty = True
-            raise
+                if not self._dirty:
+                    return
+                data = encode_offsets(self._table)
+                self._dirty = False
+            try:
+                self._write(data)
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
 
     def _write(self, data: bytes) -> None:
         directory = os.path.dirname(self.path) or "."
