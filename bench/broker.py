@@ -62,7 +62,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
@@ -561,19 +561,10 @@ class FrameSender(asyncio.Protocol):
     def __init__(self, on_response: Callable[[RemotingCommand], None]) -> None:
         self.decoder = FrameDecoder()
         self.on_response = on_response
-        self.transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         for cmd in self.decoder.feed(data):
             self.on_response(cmd)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
 
 
 def encode_latency_frames(
@@ -606,8 +597,6 @@ async def latency_case(
     ``pullers``: the sends alone (send → ack latency, nothing consumed meanwhile)."""
     addr = server.addr
     topic = "LatencyBench"
-    ids = Ids()
-    pad = os.urandom(120)
     total = int(rate * (seconds + warmup_s))
     measure_from = int(rate * warmup_s)
     async with RemotingClient() as sender:
@@ -627,16 +616,12 @@ async def latency_case(
                 assert child.stdout is not None
                 if (await child.stdout.readline()).strip() != b"ready":
                     raise RuntimeError("the pulling child process did not start")
-            failures: list[str] = []
-            acks: list[float] = []
+            run = LatencyRun(server, topic, rate, total, measure_from)
+            failures, acks = run.failures, run.acks
             if sender_kind == "frames":
-                elapsed, max_lag, sender_cpu, cpu0 = await _send_frames(
-                    server, addr, ids, topic, pad, rate, total, measure_from, acks, failures
-                )
+                elapsed, max_lag, sender_cpu, cpu0 = await _send_frames(run)
             else:
-                elapsed, max_lag, sender_cpu, cpu0 = await _send_with_client(
-                    server, sender, addr, ids, topic, pad, rate, total, measure_from, acks, failures
-                )
+                elapsed, max_lag, sender_cpu, cpu0 = await _send_with_client(run, sender)
             if failures:
                 raise RuntimeError(f"{len(failures)} sends failed, e.g. {failures[0]}")
             if child is not None:
@@ -677,21 +662,26 @@ async def latency_case(
     )
 
 
-async def _send_frames(
-    server: Server,
-    addr: str,
-    ids: Ids,
-    topic: str,
-    pad: bytes,
-    rate: float,
-    total: int,
-    measure_from: int,
-    acks: list[float],
-    failures: list[str],
-) -> tuple[float, float, float, tuple[float, float]]:
+@dataclass
+class LatencyRun:
+    """One latency case's sends: what to send, and what the answers said."""
+
+    server: Server
+    topic: str
+    rate: float
+    total: int
+    measure_from: int  # sequence numbers below this are warm-up, not measured
+    ids: Ids = field(default_factory=Ids)
+    pad: bytes = field(default_factory=lambda: os.urandom(120))
+    acks: list[float] = field(default_factory=list)  # send → ack, ms
+    failures: list[str] = field(default_factory=list)
+
+
+async def _send_frames(run: LatencyRun) -> tuple[float, float, float, tuple[float, float]]:
     """Paced sends of pre-encoded frames on a connection of their own: (elapsed s, max lag s,
     sender CPU s, server thread CPU at the start)."""
-    frames, body_from_end, seq_of = encode_latency_frames(ids, topic, pad, total)
+    total, measure_from, acks, failures = run.total, run.measure_from, run.acks, run.failures
+    frames, body_from_end, seq_of = encode_latency_frames(run.ids, run.topic, run.pad, total)
     sent_at = [0] * total
     outstanding = [total]
 
@@ -706,59 +696,32 @@ async def _send_frames(
             acks.append((time.monotonic_ns() - sent_at[seq]) / 1e6)
 
     loop = asyncio.get_running_loop()
-    host, port = addr.rsplit(":", 1)
-    transport, proto = await loop.create_connection(lambda: FrameSender(on_response), host, int(port))
+    host, port = run.server.addr.rsplit(":", 1)
+    transport, _ = await loop.create_connection(lambda: FrameSender(on_response), host, int(port))
+    pack_ns = struct.Struct(">q").pack_into
+    write = transport.write
+
+    def send_one(seq: int) -> None:
+        frame = frames[seq]
+        sent_at[seq] = sent_ns = time.monotonic_ns()
+        pack_ns(frame, len(frame) - body_from_end, sent_ns)
+        write(frame)
+
     try:
-        pack_ns = struct.Struct(">q").pack_into
-        write = transport.write
-        cpu0 = thread_cpu_s(server.pid)
-        sender_cpu0 = time.process_time()
-        t0 = loop.time()
-        sent = 0
-        max_lag = 0.0
-        while sent < total:
-            now = loop.time()
-            due = min(total, int((now - t0) * rate) + 1)
-            if due - sent > 1:
-                max_lag = max(max_lag, (due - sent - 1) / rate)
-            while sent < due:
-                frame = frames[sent]
-                sent_ns = time.monotonic_ns()
-                pack_ns(frame, len(frame) - body_from_end, sent_ns)
-                sent_at[sent] = sent_ns
-                write(frame)
-                sent += 1
-            await asyncio.sleep(max(0.0, t0 + sent / rate - loop.time()))
-        elapsed = loop.time() - t0
-        deadline = time.monotonic() + 30
-        while outstanding[0] > 0 and not proto.closed.done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-        sender_cpu = time.process_time() - sender_cpu0
-        if outstanding[0] > 0:
-            failures.append(f"{outstanding[0]} sends unanswered")
+        return await paced_sends(run, send_one, lambda: outstanding[0])
     finally:
         transport.close()
-    return elapsed, max_lag, sender_cpu, cpu0
 
 
 async def _send_with_client(
-    server: Server,
-    sender: RemotingClient,
-    addr: str,
-    ids: Ids,
-    topic: str,
-    pad: bytes,
-    rate: float,
-    total: int,
-    measure_from: int,
-    acks: list[float],
-    failures: list[str],
+    run: LatencyRun, sender: RemotingClient
 ) -> tuple[float, float, float, tuple[float, float]]:
     """Paced sends through rocketq's RemotingClient, a request built per message."""
+    acks, failures, measure_from = run.acks, run.failures, run.measure_from
     in_flight: set[asyncio.Future[RemotingCommand]] = set()
     # A future per send and a done callback (Connection.request), no task: the cheapest way the
     # client has.
-    conn = await sender.connection(addr)
+    conn = await sender.connection(run.server.addr)
 
     def sent_done(fut: asyncio.Future[RemotingCommand], sent_ns: int, seq: int) -> None:
         in_flight.discard(fut)
@@ -769,32 +732,45 @@ async def _send_with_client(
         elif seq >= measure_from:
             acks.append((time.monotonic_ns() - sent_ns) / 1e6)
 
+    def send_one(seq: int) -> None:
+        sent_ns = time.monotonic_ns()
+        body = struct.pack(">qq", sent_ns, seq) + run.pad
+        fut = conn.request(single_request(run.ids, run.topic, seq % QUEUES, body))
+        in_flight.add(fut)
+        fut.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=seq))
+
+    return await paced_sends(run, send_one, lambda: len(in_flight))
+
+
+async def paced_sends(
+    run: LatencyRun, send_one: Callable[[int], None], unanswered: Callable[[], int]
+) -> tuple[float, float, float, tuple[float, float]]:
+    """Call ``send_one(seq)`` for seq 0 .. total-1 at ``run.rate`` per second (those fallen due are
+    sent together when the loop wakes late), then wait up to 30 s until ``unanswered()`` is 0.
+    Returns (elapsed s, max lag behind the schedule s, this process's CPU s, the server's
+    thread CPU at the start)."""
+    rate, total = run.rate, run.total
     loop = asyncio.get_running_loop()
-    cpu0 = thread_cpu_s(server.pid)
+    cpu0 = thread_cpu_s(run.server.pid)
     sender_cpu0 = time.process_time()
     t0 = loop.time()
     sent = 0
     max_lag = 0.0
     while sent < total:
-        now = loop.time()
-        due = min(total, int((now - t0) * rate) + 1)
+        due = min(total, int((loop.time() - t0) * rate) + 1)
         if due - sent > 1:
             max_lag = max(max_lag, (due - sent - 1) / rate)
         while sent < due:
-            sent_ns = time.monotonic_ns()
-            body = struct.pack(">qq", sent_ns, sent) + pad
-            fut = conn.request(single_request(ids, topic, sent % QUEUES, body))
-            in_flight.add(fut)
-            fut.add_done_callback(functools.partial(sent_done, sent_ns=sent_ns, seq=sent))
+            send_one(sent)
             sent += 1
         await asyncio.sleep(max(0.0, t0 + sent / rate - loop.time()))
     elapsed = loop.time() - t0
     deadline = time.monotonic() + 30
-    while in_flight and time.monotonic() < deadline:
+    while unanswered() > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
     sender_cpu = time.process_time() - sender_cpu0
-    if in_flight:
-        failures.append(f"{len(in_flight)} sends unanswered")
+    if unanswered() > 0:
+        run.failures.append(f"{unanswered()} sends unanswered")
     return elapsed, max_lag, sender_cpu, cpu0
 
 

@@ -101,23 +101,15 @@ def send_request(
     return create_request(code, header.to_ext_fields(v2=v2), body)
 
 
-def create_topic_fields(
-    topic: str,
-    *,
-    queues: int = 4,
-    read_queues: int | None = None,
-    write_queues: int | None = None,
-    perm: int = 6,
-    default_topic: str = "TBW102",
-) -> dict[str, object]:
-    """The extFields of UPDATE_AND_CREATE_TOPIC as ``mqadmin updateTopic`` sends them:
-    ``queues`` read and write queues unless ``read_queues`` / ``write_queues`` say otherwise,
-    ``perm`` 6 (read + write), SINGLE_TAG filtering, system flag 0, not ordered."""
+def create_topic_fields(topic: str, *, queues: int = 4, perm: int = 6) -> dict[str, object]:
+    """The extFields of UPDATE_AND_CREATE_TOPIC as ``mqadmin updateTopic`` sends them: ``queues``
+    read and write queues, ``perm`` 6 (read + write), default topic TBW102, SINGLE_TAG
+    filtering, system flag 0, not ordered."""
     return {
         "topic": topic,
-        "defaultTopic": default_topic,
-        "readQueueNums": queues if read_queues is None else read_queues,
-        "writeQueueNums": queues if write_queues is None else write_queues,
+        "defaultTopic": "TBW102",
+        "readQueueNums": queues,
+        "writeQueueNums": queues,
         "perm": perm,
         "topicFilterType": "SINGLE_TAG",
         "topicSysFlag": 0,
@@ -125,24 +117,8 @@ def create_topic_fields(
     }
 
 
-def create_topic_request(
-    topic: str,
-    *,
-    queues: int = 4,
-    read_queues: int | None = None,
-    write_queues: int | None = None,
-    perm: int = 6,
-    default_topic: str = "TBW102",
-) -> RemotingCommand:
+def create_topic_request(topic: str, *, queues: int = 4, perm: int = 6) -> RemotingCommand:
     """UPDATE_AND_CREATE_TOPIC with :func:`create_topic_fields`."""
     return create_request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        create_topic_fields(
-            topic,
-            queues=queues,
-            read_queues=read_queues,
-            write_queues=write_queues,
-            perm=perm,
-            default_topic=default_topic,
-        ),
+        RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields(topic, queues=queues, perm=perm)
     )

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.java_hash import reference_java_hash
 from rocketq.message import (
     decode_properties,
     encode_properties,
@@ -291,18 +292,10 @@ def test_prop_crc_catches_every_single_byte_flip(msg: Msg) -> None:
         assert view.kind is not RecordKind.MESSAGE, index
 
 
-def _reference_java_hash(text: str) -> int:
-    units = text.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) % 2**32
-    return h - 2**32 if h >= 2**31 else h
-
-
 @given(st.text(max_size=300) | st.text(alphabet="0123456789ABCDEF#%_-", max_size=300))
 def test_java_string_hash_forms_agree_with_string_hashcode(text: str) -> None:
     """Tags, index keys and sharding keys hash as Java's String.hashCode, cached or not."""
-    expected = _reference_java_hash(text)
+    expected = reference_java_hash(text)
     assert java_string_hash_once(text) == expected
     assert java_string_hash(text) == expected
     assert java_string_hashes([text] * 9) == [expected] * 9  # the vectorised form

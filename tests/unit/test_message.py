@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from _support.java_hash import reference_java_hash
 from rocketq.errors import MessageIllegal, ResponseCode, TopicNameInvalid
 from rocketq.message import (
     KEY_SEPARATOR,
@@ -37,15 +38,6 @@ from rocketq.message import (
     unpack_socket_addr,
     validate_topic,
 )
-
-
-def reference_java_hash(text: str) -> int:
-    """String.hashCode spelled out over UTF-16 code units (spec §4)."""
-    units = text.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) % 2**32
-    return h - 2**32 if h >= 2**31 else h
 
 
 # -- Java String.hashCode / tags code -----------------------------------------------------
