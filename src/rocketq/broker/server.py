@@ -100,7 +100,7 @@ async def _run_to_end(fn: Callable[[], None], done: Callable[[], None]) -> None:
 
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
-ImmediateHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | None"]
+ImmediateHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | bytes | None"]
 
 #: How often client channels are checked for expiry (RocketMQ ``ClientHousekeepingService``).
 CHANNEL_SCAN_INTERVAL_S = 10.0
@@ -472,7 +472,7 @@ class Broker:
             if self._in_flight == 0:
                 self._idle.set()
 
-    def _handle_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+    def _handle_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
         """The answer when ``request`` needs no waiting (see the transport's immediate handler);
         None sends it down :meth:`_handle`, which also answers every request while starting or
         shutting down."""

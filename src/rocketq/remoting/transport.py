@@ -12,7 +12,8 @@ GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Conn
   responses leave in completion order;
 * an optional immediate handler is asked first, inside ``data_received``: a request it can
   answer without awaiting (a send under ASYNC_FLUSH) costs no task and no extra loop iteration;
-  it returns None for anything else, which then takes the task path;
+  it returns None for anything else, which then takes the task path, and may answer with the
+  response frame already encoded (see :func:`~rocketq.remoting.codec.success_frame`);
 * a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
   anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
   remark; oneway requests (flag bit1) never get a response;
@@ -71,7 +72,9 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 """``handler(connection, request)``: the response to send, or None to send nothing."""
 
-ImmediateHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+#: Answers a request at once, or None to send it to the RequestHandler. The answer is a response
+#: command, or the response frame already encoded (opaque and response flag in it).
+ImmediateHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | bytes | None"]
 """``immediate(connection, request)``: the response when the request can be answered at once,
 without awaiting anything, or None to hand the request to the RequestHandler as usual."""
 
@@ -484,8 +487,12 @@ class Connection(asyncio.Protocol):
             except Exception as exc:
                 response = self._error_response(cmd, exc)
             if response is not None:
-                if not cmd.flag & FLAG_ONEWAY:
+                if cmd.flag & FLAG_ONEWAY:
+                    return
+                if isinstance(response, RemotingCommand):
                     self._respond(cmd, response)
+                elif not (self._closing or self._lost):
+                    self._enqueue(response)  # a frame the handler encoded itself
                 return
         if self._backlog or len(self._tasks) >= self._max_pending_requests:
             # At the cap: park the (already decoded) request and stop reading more.
