@@ -1,0 +1,127 @@
+"""The broker's send path by CPU time: what one SEND_MESSAGE_V2 costs the event-loop thread.
+
+    python bench/send_path.py                 # 5 rounds of 20,000 sends
+    python bench/send_path.py --rounds 9 --count 40000
+
+A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
+serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
+sends it SEND_MESSAGE_V2 requests as a Java producer fills them (UNIQ_KEY, WAIT, TAGS; 136 B
+bodies; the topic's four queues in turn), encoded before the clock starts, pipelined in
+bursts of ``--burst`` frames, and reads every answer. What is measured is the CPU time of the
+broker's loop thread (``pthread_getcpuclockid``) per message: decoding, checks, the put, the
+answer, and the share of ``recv``/``send`` a burst leaves to each message. Wall-clock latency
+on this machine swings with its neighbours (see docs/benchmarks.md); the CPU a thread spent on
+its own work moves much less, so this is the figure to compare before and after a change to the
+send path (run both in one sitting, interleaved). The dispatch thread is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from rocketq.errors import ResponseCode
+from rocketq.message import encode_properties
+from rocketq.remoting import RemotingCommand, RequestCode
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.testing import InProcessCluster
+
+TOPIC = "SendPathBench"
+QUEUES = 4
+
+
+def frames(count: int, start: int) -> list[bytes]:
+    """``count`` SEND_MESSAGE_V2 frames (opaques from ``start``), as DefaultMQProducer sends."""
+    prefix = os.urandom(12).hex().upper()
+    pad = os.urandom(120)
+    out = []
+    for i in range(start, start + count):
+        props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": f"{prefix}{i:08X}", "WAIT": "true"})
+        fields = {
+            "a": "BenchProducerGroup",
+            "b": TOPIC,
+            "c": "TBW102",
+            "d": str(QUEUES),
+            "e": str(i % QUEUES),
+            "f": "0",
+            "g": str(time.time_ns() // 1_000_000),
+            "h": "0",
+            "i": props,
+            "j": "0",
+            "k": "false",
+            "m": "false",
+        }
+        body = i.to_bytes(16, "big") + pad
+        out.append(
+            encode(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=i, ext_fields=fields, body=body))
+        )
+    return out
+
+
+def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
+    """Send ``batch`` in bursts, reading every answer of a burst before the next; each must be
+    SUCCESS."""
+    decoder = FrameDecoder()
+    for at in range(0, len(batch), burst):
+        chunk = batch[at : at + burst]
+        sock.sendall(b"".join(chunk))
+        answered = 0
+        while answered < len(chunk):
+            data = sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("the broker closed the connection")
+            for cmd in decoder.feed(data):
+                if cmd.code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"send failed: code {cmd.code} {cmd.remark}")
+                answered += 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="measured rounds (after one warm-up round)")
+    ap.add_argument("--count", type=int, default=20_000, help="sends per round")
+    ap.add_argument(
+        "--burst", type=int, default=32, help="frames written together, answers read before the next"
+    )
+    args = ap.parse_args()
+
+    with InProcessCluster() as cluster:
+        cluster.create_topic(TOPIC, QUEUES)
+
+        async def loop_thread_ident() -> int:
+            return threading.get_ident()
+
+        clock = time.pthread_getcpuclockid(cluster.call(loop_thread_ident()))
+        host, port = cluster.broker_addrs[cluster.broker_names[0]].rsplit(":", 1)
+        per_msg: list[float] = []
+        with socket.create_connection((host, int(port))) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            send_all(sock, frames(args.count, 1), args.burst)  # warm-up: topic caches, layouts
+            for r in range(args.rounds):
+                batch = frames(args.count, (r + 1) * args.count + 1)
+                cluster.wait_dispatched()
+                cpu0 = time.clock_gettime(clock)
+                send_all(sock, batch, args.burst)
+                per_msg.append((time.clock_gettime(clock) - cpu0) / args.count * 1e6)
+        cluster.wait_dispatched()
+        stored = sum(cluster.store().get_max_offset(TOPIC, q) for q in range(QUEUES))
+    expected = args.count * (args.rounds + 1)
+    if stored != expected:
+        raise RuntimeError(f"{stored} messages in the queues, expected {expected}")
+    print(
+        f"SEND_MESSAGE_V2, bursts of {args.burst}: broker loop-thread CPU per message "
+        f"{' / '.join(f'{x:.1f}' for x in per_msg)} µs "
+        f"(median {statistics.median(per_msg):.1f}, least {min(per_msg):.1f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
