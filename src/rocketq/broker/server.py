@@ -76,7 +76,13 @@ from rocketq.errors import ConnectionClosed, ResponseCode
 from rocketq.remoting import eventloop
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import Connection, RemotingClient, RemotingServer
+from rocketq.remoting.transport import (
+    Connection,
+    ImmediateHandler,
+    RemotingClient,
+    RemotingServer,
+    RequestHandler,
+)
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -98,9 +104,6 @@ async def _run_to_end(fn: Callable[[], None], done: Callable[[], None]) -> None:
         raise
     done()
 
-
-Handler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
-ImmediateHandler = Callable[[Connection, RemotingCommand], "RemotingCommand | bytes | None"]
 
 #: How often client channels are checked for expiry (RocketMQ ``ClientHousekeepingService``).
 CHANNEL_SCAN_INTERVAL_S = 10.0
@@ -124,7 +127,7 @@ class Broker:
         self._fast_server: RemotingServer | None = None
         self._client: RemotingClient | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._handlers: dict[int, Handler] = {}
+        self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
         self._immediate_handlers: dict[int, ImmediateHandler] = {}
         self._periodic: list[asyncio.Task[None]] = []
