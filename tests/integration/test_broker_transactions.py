@@ -196,6 +196,34 @@ def test_commit_makes_the_message_visible_exactly_once(store_config: StoreConfig
     run(main())
 
 
+def test_commit_appends_the_message_and_its_op_record_together(store_config: StoreConfig) -> None:
+    """One append, one commit point: a broker killed mid-commit keeps both records or neither
+    (the batch append's all-or-nothing recovery is tested by tests/crash/test_sigkill_batch.py),
+    so a commit retried after the restart can tell from the op queue whether it happened."""
+
+    async def main() -> None:
+        async with running(store_config) as (broker, _service, producer, addr):
+            offset, queue_offset, _ = await send_half(producer, addr, b"paired")
+            store = broker.store
+            assert store is not None
+            appends: list[list[str]] = []
+            put_messages = store.commitlog.put_messages
+
+            def recording(msgs: Any) -> Any:
+                appends.append([m.topic for m in msgs])
+                return put_messages(msgs)
+
+            store.commitlog.put_messages = recording  # type: ignore[method-assign]
+            await end_transaction(producer, addr, offset, queue_offset, rec.TRANSACTION_COMMIT_TYPE)
+            await until(lambda: store.get_max_offset(TRANS_OP_HALF_TOPIC, 0) == 1, "the op record")
+            assert appends == [[TOPIC, TRANS_OP_HALF_TOPIC]]
+            (committed,) = await pull(producer, addr, TOPIC, 1)
+            (op,) = await pull(producer, addr, TRANS_OP_HALF_TOPIC, 0)
+            assert committed.physical_offset + committed.size == op.physical_offset
+
+    run(main())
+
+
 def test_rollback_never_makes_the_message_visible(store_config: StoreConfig) -> None:
     async def main() -> None:
         async with running(store_config) as (broker, service, producer, addr):

@@ -16,7 +16,10 @@ END_TRANSACTION (``EndTransactionProcessor``), sent oneway by Java clients::
       sysFlag COMMIT, PREPARED TRANSACTION OFFSET = the half's commit-log offset
     rollback (12): nothing becomes visible
     both: an "op" message in RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body = the half's
-      queue offset as text, so the check service never asks about the half again
+      queue offset as text, so the check service never asks about the half again; a commit
+      appends the committed message and its op in one CommitLog append (one commit point), so
+      after a crash both are there or neither (RocketMQ appends them separately, and a broker
+      killed between the two has published a message its op queue does not know about)
 
 A half resolved once is not resolved a second time while the broker runs (a duplicate commit
 from a retried END_TRANSACTION or a late answer to a check is ignored).
@@ -149,11 +152,12 @@ class TransactionService:
         #: Asks producers of other protocols (gRPC) about a renewed half; True when one was asked.
         self.external_checker: Callable[[str, MessageExt], bool] | None = None
 
-    async def _put(self, msg: BrokerMessage) -> PutMessageResult:
+    async def _put(self, *msgs: BrokerMessage) -> PutMessageResult:
+        """Store ``msgs`` in one append: after a crash all of them are there or none is."""
         store = self.ctx.store
         if self._sync or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2:
-            return await self.ctx.blocking(store.put_message, msg)
-        return store.put_message(msg)
+            return await self.ctx.blocking(store.put_messages, msgs)
+        return store.put_messages(msgs)
 
     # -- END_TRANSACTION --------------------------------------------------------------------
     async def end_transaction(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
@@ -210,14 +214,21 @@ class TransactionService:
             return ""
         self._resolved.add(half.queue_offset)
         self._resolved.add(origin)
-        if commit:
-            try:
-                await self._put(self._end_message(half, tran_state_offset, commit_log_offset))
-            except Exception:
-                self._resolved.discard(half.queue_offset)
-                self._resolved.discard(origin)
-                raise
-        await self._put_op(half)
+        if not commit:
+            await self._put(self._op_message(half))
+            return ""
+        # The committed message and its op record go in one append (one commit point in the
+        # CommitLog): a broker killed between two separate appends would have published the
+        # message with no record that the half was resolved, and a commit retried after the
+        # restart would publish it a second time (a window RocketMQ has).
+        try:
+            await self._put(
+                self._end_message(half, tran_state_offset, commit_log_offset), self._op_message(half)
+            )
+        except Exception:
+            self._resolved.discard(half.queue_offset)
+            self._resolved.discard(origin)
+            raise
         return ""
 
     @staticmethod
@@ -250,10 +261,10 @@ class TransactionService:
             prepared_transaction_offset=commit_log_offset,
         )
 
-    async def _put_op(self, half: MessageExt) -> None:
-        """``deletePrepareMessage``: record the half's resolution in the op topic."""
+    def _op_message(self, half: MessageExt) -> BrokerMessage:
+        """``deletePrepareMessage``: the record of the half's resolution in the op topic."""
         ensure_half_topics(self.ctx)
-        op = BrokerMessage(
+        return BrokerMessage(
             topic=TRANS_OP_HALF_TOPIC,
             body=str(half.queue_offset).encode("ascii"),
             properties=encode_properties({PROPERTY_TAGS: OP_REMOVE_TAG}).encode("utf-8"),
@@ -261,7 +272,6 @@ class TransactionService:
             born_timestamp=time.time_ns() // 1_000_000,
             born_host=born_host_of(self.ctx.broker_addr),
         )
-        await self._put(op)
 
     # -- check service ----------------------------------------------------------------------
     async def check(self) -> None:
