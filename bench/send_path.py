@@ -27,42 +27,18 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from broker import QUEUES, Ids, encode_latency_frames
 from rocketq.errors import ResponseCode
-from rocketq.message import encode_properties
-from rocketq.remoting import RemotingCommand, RequestCode
-from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codec import FrameDecoder
 from rocketq.testing import InProcessCluster
 
 TOPIC = "SendPathBench"
-QUEUES = 4
 
 
-def frames(count: int, start: int) -> list[bytes]:
-    """``count`` SEND_MESSAGE_V2 frames (opaques from ``start``), as DefaultMQProducer sends."""
-    prefix = os.urandom(12).hex().upper()
-    pad = os.urandom(120)
-    out = []
-    for i in range(start, start + count):
-        props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": f"{prefix}{i:08X}", "WAIT": "true"})
-        fields = {
-            "a": "BenchProducerGroup",
-            "b": TOPIC,
-            "c": "TBW102",
-            "d": str(QUEUES),
-            "e": str(i % QUEUES),
-            "f": "0",
-            "g": str(time.time_ns() // 1_000_000),
-            "h": "0",
-            "i": props,
-            "j": "0",
-            "k": "false",
-            "m": "false",
-        }
-        body = i.to_bytes(16, "big") + pad
-        out.append(
-            encode(RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=i, ext_fields=fields, body=body))
-        )
-    return out
+def frames(count: int) -> list[bytes]:
+    """``count`` SEND_MESSAGE_V2 frames as DefaultMQProducer sends them (the latency case's)."""
+    encoded, _, _ = encode_latency_frames(Ids(), TOPIC, os.urandom(120), count)
+    return [bytes(frame) for frame in encoded]
 
 
 def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
@@ -103,9 +79,9 @@ def main() -> int:
         per_msg: list[float] = []
         with socket.create_connection((host, int(port))) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            send_all(sock, frames(args.count, 1), args.burst)  # warm-up: topic caches, layouts
-            for r in range(args.rounds):
-                batch = frames(args.count, (r + 1) * args.count + 1)
+            send_all(sock, frames(args.count), args.burst)  # warm-up: topic caches, layouts
+            for _ in range(args.rounds):
+                batch = frames(args.count)
                 cluster.wait_dispatched()
                 cpu0 = time.clock_gettime(clock)
                 send_all(sock, batch, args.burst)
