@@ -29,14 +29,8 @@ import struct
 from typing import Final, NoReturn
 
 from rocketq.errors import FrameError
-from rocketq.remoting.codes import (
-    CURRENT_VERSION,
-    DEFAULT_LANGUAGE,
-    DEFAULT_MAX_FRAME_SIZE,
-    FLAG_RESPONSE,
-    MAX_HEADER_LENGTH,
-)
-from rocketq.remoting.command import RemotingCommand, decode_header, encode_header
+from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, MAX_HEADER_LENGTH
+from rocketq.remoting.command import RemotingCommand, decode_header, encode_header, encode_json_success_header
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +62,12 @@ def encode(cmd: RemotingCommand) -> bytes:
     return prefix + header
 
 
-# The JSON header of a SUCCESS response around its extFields, as encode_json_header writes it
-# for RemotingCommand(0, opaque=..., flag=FLAG_RESPONSE, ext_fields=...) (keys in order, no remark).
-_SUCCESS_HEAD: Final = '{"code":0,"extFields":'
-_SUCCESS_TAIL: Final = (
-    f',"flag":{FLAG_RESPONSE},"language":"{DEFAULT_LANGUAGE.name}","opaque":%d,'
-    f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}'
-)
-
-
 def success_frame(opaque: int, ext_json: str) -> bytes:
     """The whole frame of a SUCCESS response to request ``opaque`` whose extFields are
-    ``ext_json``, a JSON object already written (non-empty, string values, no whitespace): the
-    bytes :func:`encode` makes of the same response as a :class:`RemotingCommand`, for the
-    answers a server sends most (a send's), without building one."""
-    header = (_SUCCESS_HEAD + ext_json + _SUCCESS_TAIL % opaque).encode()
+    ``ext_json``, a JSON object already written: the bytes :func:`encode` makes of the same
+    response as a :class:`RemotingCommand`, for the answers a server sends most (a send's),
+    without building one."""
+    header = encode_json_success_header(opaque, ext_json)
     hlen = len(header)
     return _PREFIX.pack(4 + hlen, hlen) + header
 

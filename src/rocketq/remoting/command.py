@@ -220,6 +220,16 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     return text.encode()
 
 
+def encode_json_success_header(opaque: int, ext_json: str) -> bytes:
+    """:func:`encode_json_header` of ``RemotingCommand(0, opaque=opaque, flag=FLAG_RESPONSE,
+    ext_fields=...)`` whose extFields are already written as ``ext_json`` (a non-empty JSON
+    object): the common answer without building the command."""
+    return (
+        _JSON_TEMPLATE
+        % (0, ',"extFields":' + ext_json, FLAG_RESPONSE, DEFAULT_LANGUAGE.name, opaque, "", CURRENT_VERSION)
+    ).encode()
+
+
 def _int_field(name: str, value: Any) -> int:
     if type(value) is int:
         return value
