@@ -16,6 +16,8 @@ explicitly (``small_store=False``).
   directory.
 * :class:`ProcessCluster`: ``rocketq namesrv`` and ``rocketq broker`` processes of one cluster,
   one ``broker.conf`` per broker, ports chosen up front.
+* :func:`run_captured`: ``subprocess.run`` with its output captured and a deadline that ends
+  the command's children too (npm, pip): the whole process group is killed.
 * :func:`wait_until`: the bounded poll; an AssertionError with the processes' logs on timeout, or
   at once when a watched process died.
 
@@ -24,6 +26,7 @@ Every wait has a deadline; nothing sleeps for synchronisation.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -407,6 +410,36 @@ class ProcessCluster:
             process.close()
 
 
+def run_captured(
+    cmd: Sequence[str],
+    timeout_s: float,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` in a session of its own with stdout and stderr captured; on the deadline kill
+    the session's whole process group and raise ``subprocess.TimeoutExpired`` (with the output
+    so far). ``subprocess.run(timeout=...)`` kills only the command itself: the processes it
+    started (npm's and pip's workers) run on, writing into a directory the next attempt wipes."""
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=EXIT_DEADLINE_S)
+        raise subprocess.TimeoutExpired(list(cmd), timeout_s, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
 def wait_until(
     condition: Callable[[], bool],
     what: str,
@@ -440,6 +473,7 @@ __all__ = [
     "ServeProcess",
     "child_env",
     "free_port",
+    "run_captured",
     "small_store_config",
     "wait_until",
     "write_broker_conf",

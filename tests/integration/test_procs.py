@@ -5,10 +5,11 @@ brokers get the same small store through their ``broker.conf``."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import time
 
 import pytest
-from procs import SMALL_STORE, ProcessCluster, ServeProcess
+from procs import EXIT_DEADLINE_S, SMALL_STORE, ProcessCluster, ServeProcess, run_captured, wait_until
 
 from rocketq.client.admin import Admin, wait_for_route
 
@@ -56,3 +57,31 @@ def test_process_cluster_brokers_get_the_small_store(tmp_path: pathlib.Path) -> 
         assert segment_sizes(cluster.store_dir("broker-a")) == {int(SMALL_STORE["mappedFileSizeCommitLog"])}
     finally:
         cluster.close()
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie left for init to reap."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_run_captured_kills_a_grandchild_that_holds_the_pipes() -> None:
+    """On the deadline the command's own children are killed too (``subprocess.run`` kills only
+    the command), and the grandchild's open end of stdout does not hold the caller up."""
+    script = "sleep 300 & echo $!; wait"
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        run_captured(["sh", "-c", script], 1.0)
+    assert time.monotonic() - started < EXIT_DEADLINE_S
+    out = caught.value.stdout
+    assert isinstance(out, str)
+    grandchild = int(out.split()[0])
+    wait_until(lambda: _gone(grandchild), f"the grandchild {grandchild} ends", 10.0)
+
+
+def test_run_captured_returns_the_output_and_exit_code() -> None:
+    done = run_captured(["sh", "-c", "echo out; echo err >&2; exit 3"], 30.0)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from npm_install import npm_install
 
-from _support.procs import ServeProcess
+from _support.procs import ServeProcess, run_captured
 from rocketq.client.admin import Admin
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
@@ -65,12 +65,8 @@ def install_python_client() -> str:
         if marker.exists() and python.exists():
             return str(python)
         probe = (
-            subprocess.run(
-                [str(python), "-c", "import rocketmq.v5.util.version as v; print(v.SDK_VERSION)"],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=60,
+            run_captured(
+                [str(python), "-c", "import rocketmq.v5.util.version as v; print(v.SDK_VERSION)"], 60.0
             )
             if python.exists()
             else None
@@ -83,7 +79,10 @@ def install_python_client() -> str:
             [str(python), "-m", "pip", "install", "-q", f"rocketmq-python-client=={PY_CLIENT_VERSION}"],
         ]
         for cmd in steps:
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=INSTALL_TIMEOUT_S)
+            try:
+                done = run_captured(cmd, INSTALL_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"`{' '.join(cmd)}` took longer than {INSTALL_TIMEOUT_S:g} s")
             if done.returncode != 0:
                 pytest.fail(f"cannot install rocketmq-python-client: {done.stderr[-2000:]}")
         marker.touch()
@@ -181,9 +180,7 @@ class GrpcInterop:
     def _run(self, cmd: list[str], env: dict[str, str], timeout_s: float) -> list[Event]:
         args = cmd[2:]
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=self.workdir, check=False
-            )
+            done = run_captured(cmd, timeout_s, env=env, cwd=self.workdir)
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"{args[0]} did not finish in {timeout_s:g} s: {exc.stdout!r}") from None
         events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

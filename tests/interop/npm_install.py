@@ -17,6 +17,8 @@ import subprocess
 
 import pytest
 
+from _support.procs import run_captured
+
 
 def installed_version(module_dir: pathlib.Path) -> str | None:
     try:
@@ -41,9 +43,7 @@ def npm_install(npm: str, package: str, version: str, target: pathlib.Path, time
         (target / "package.json").write_text(json.dumps(project) + "\n", encoding="utf-8")
         cmd = [npm, "install", "--no-audit", "--no-fund", f"{package}@{version}"]
         try:
-            done = subprocess.run(
-                cmd, cwd=target, capture_output=True, text=True, timeout=timeout_s, check=False
-            )
+            done = run_captured(cmd, timeout_s, cwd=target)
         except subprocess.TimeoutExpired:
             pytest.fail(f"`{' '.join(cmd)}` in {target} took longer than {timeout_s:g} s")
         if done.returncode != 0 or installed_version(module_dir) != version:
