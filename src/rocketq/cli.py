@@ -15,12 +15,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
-from rocketq.client import bench as client_bench
-from rocketq.client.admin import Admin, MessageView, parse_reset_timestamp
-from rocketq.client.progress import Progress
 from rocketq.config import StoreConfig
 from rocketq.errors import RocketqError
 from rocketq.message import Message
@@ -29,6 +27,9 @@ from rocketq.properties import parse_properties
 from rocketq.proxy.server import DEFAULT_GRPC_PORT, GrpcConfig, GrpcEndpoint
 from rocketq.remoting import eventloop
 from rocketq.store import MessageStore
+
+if TYPE_CHECKING:  # the client SDK is imported by the commands that use it, not by the servers
+    from rocketq.client.admin import Admin, MessageView
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -412,6 +413,8 @@ def _admin_send_message(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def _admin_consume_message(admin: Admin, args: argparse.Namespace) -> None:
+    from rocketq.client.progress import Progress  # noqa: PLC0415 - loaded with the client by _admin
+
     with Progress(args.count, "messages read", enabled=not args.json) as progress:
         found = admin.consume_message(
             args.topic,
@@ -436,6 +439,9 @@ def _admin_get_consumer_status(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def _admin_reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
+    from rocketq.client.admin import parse_reset_timestamp  # noqa: PLC0415 - see _admin
+    from rocketq.client.progress import Progress  # noqa: PLC0415
+
     timestamp = parse_reset_timestamp(args.timestamp)
     force = args.force.lower() != "false"
     with Progress(None, "brokers reset", enabled=not args.json) as progress:
@@ -463,10 +469,12 @@ def _admin_reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
     )
 
 
-AdminCommand = Callable[[Admin, argparse.Namespace], None]
+AdminCommand = Callable[["Admin", argparse.Namespace], None]
 
 
 def _admin(args: argparse.Namespace) -> int:
+    from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
+
     command: AdminCommand = args.admin_func
     try:
         with Admin(args.namesrv_addr, timeout_ms=args.timeout_ms) as admin:
@@ -586,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
     serve.set_defaults(func=_serve)
     _add_admin_parser(sub)
-    client_bench.add_parser(sub)
+    add_bench_parser(sub)
     from rocketq.spark.jobs.cli import add_parser as add_spark_parser  # noqa: PLC0415 - lazy: no PySpark
 
     add_spark_parser(sub)

@@ -21,7 +21,8 @@ wall-clock milliseconds; meaningful when producer and consumer run on one machin
 consumer is a push consumer (concurrent listener, clustering) that starts at the first offset
 when its group is new. A run stops after ``-n`` messages or ``-d`` seconds, whichever is first.
 The topic is created (``--queues``, 4, on every broker of the only cluster) unless
-``--no-create``. ``--json`` prints the summary as JSON and no per-second lines.
+``--no-create``. ``--json`` prints the summary as JSON and no per-second lines. The arguments are
+defined in :mod:`rocketq.bench_cli`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -38,15 +38,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+from rocketq.bench_cli import DEFAULT_NAMESRV_ADDR, MODES
 from rocketq.client.admin import Admin
 from rocketq.client.aio import AsyncProducer
 from rocketq.client.push import AsyncPushConsumer, ConsumeStatus
 from rocketq.client.sync import Producer
 from rocketq.errors import ConfigError, RocketqError
 from rocketq.message import Message, MessageExt
-
-DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
-MODES = ("sync", "async", "batch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +315,11 @@ def _config(args: argparse.Namespace) -> BenchConfig:
     )
 
 
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``rocketq bench produce|consume`` as parsed by :mod:`rocketq.bench_cli`."""
+    return _run(run_produce if args.bench_command == "produce" else run_consume, args)
+
+
 def _run(runner: Callable[[BenchConfig, TextIO | None], Any], args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
@@ -331,33 +334,4 @@ def _run(runner: Callable[[BenchConfig, TextIO | None], Any], args: argparse.Nam
     return 0 if summary.errors == 0 else 2
 
 
-def add_parser(sub: Any) -> None:
-    """Add ``bench produce`` and ``bench consume`` to the ``rocketq`` command's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--namesrv-addr",
-        default=os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV_ADDR,
-        help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
-    )
-    common.add_argument("-t", "--topic", default="RocketqBench")
-    common.add_argument("-s", "--size", type=int, default=128, help="message body bytes")
-    common.add_argument("-w", "--threads", type=int, default=16, help="concurrent senders / consume threads")
-    common.add_argument("-n", "--count", type=int, default=100_000, help="stop after this many messages")
-    common.add_argument("-d", "--duration-s", type=float, default=60.0, help="stop after this many seconds")
-    common.add_argument(
-        "-b", "--batch-size", type=int, default=32, help="messages per batch send / listener call"
-    )
-    common.add_argument("--queues", type=int, default=4, help="queues per broker when creating the topic")
-    common.add_argument("--json", action="store_true", help="print only the summary, as JSON")
-    bench = sub.add_parser("bench", help="measure producer and consumer throughput and latency")
-    cmds = bench.add_subparsers(dest="bench_command", required=True, metavar="COMMAND")
-    produce = cmds.add_parser("produce", parents=[common], help="send messages as fast as possible")
-    produce.add_argument("--mode", choices=MODES, default="async")
-    produce.add_argument("--no-create", action="store_true", help="do not create the topic first")
-    produce.set_defaults(func=lambda args: _run(run_produce, args))
-    consume = cmds.add_parser("consume", parents=[common], help="consume messages with a push consumer")
-    consume.add_argument("-g", "--group", default="BenchmarkConsumer")
-    consume.set_defaults(func=lambda args: _run(run_consume, args), no_create=True)
-
-
-__all__ = ["BenchConfig", "Meter", "Summary", "add_parser", "percentile", "run_consume", "run_produce"]
+__all__ = ["BenchConfig", "Meter", "Summary", "percentile", "run_command", "run_consume", "run_produce"]

@@ -18,9 +18,7 @@ from typing import Any
 
 import grpc
 
-from rocketq.client.aio import parse_namesrv_addrs
 from rocketq.errors import ConfigError
-from rocketq.proxy.cluster import ClusterServicer
 from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import RemotingClient
@@ -32,6 +30,11 @@ SHUTDOWN_GRACE_S = 2.0
 
 
 async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None) -> None:
+    # the cluster servicer routes through the client SDK: imported here, not when ``rocketq``
+    # builds its parser (the server commands do not load the client)
+    from rocketq.client.aio import parse_namesrv_addrs  # noqa: PLC0415
+    from rocketq.proxy.cluster import ClusterServicer  # noqa: PLC0415
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
