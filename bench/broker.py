@@ -28,7 +28,11 @@ process, the server is ``python -m rocketq.cli serve`` in a child process):
   (CLOCK_MONOTONIC, the same clock in both processes); also the send → acknowledgement time, to
   tell a slow send path from a slow delivery, and the server's CPU per message in its event-loop
   (main) thread and in its other threads (dispatch, flush), from ``/proc/PID/task/*/stat``, and
-  the sender's; ``--sends-only`` adds each rate without pullers (the send path alone);
+  the sender's; ``--sends-only`` adds each rate without pullers (the send path alone). The
+  sender reads the host's steal counter every 50 ms: the table gives the steal of the run (time
+  the hypervisor kept the vCPUs from running) and the send → ack p99 of the sends made in
+  steal-free time (their 50 ms window and the two around it without steal), with the share of
+  sends that is (bench/host_stalls.py shows what the host does to a process doing nothing);
 * start-up: from spawning ``rocketq serve`` to the "rocketq ready" line and to the first request
   answered with code 0 (interpreter start and imports included), on an empty data directory and
   on the directory the ASYNC cases filled (after a clean stop);
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import functools
 import json
@@ -488,6 +493,49 @@ class LatencyResult:
     sender_cpu_us: float  # CPU of this (the sending) process per message
     pullers: bool = True  # False: sends only, no end-to-end figures
     sender: str = "frames"  # "frames": FrameSender; "client": RemotingClient
+    steal_pct: float = math.nan  # host steal during the sends, % of all vCPUs' time
+    clean_ack_p99_ms: float = math.nan  # send → ack p99 of sends in steal-free windows
+    clean_share: float = math.nan  # ... and the share of measured sends they are
+
+
+STEAL_SAMPLE_S = 0.05  # how often the sender reads the host's steal counter
+
+
+def host_steal_ticks() -> int:
+    """Time the hypervisor kept this machine's vCPUs from running (``steal`` of /proc/stat's
+    ``cpu`` line), in clock ticks summed over all vCPUs; 0 where the kernel does not count it."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
+def steal_figures(run: LatencyRun) -> tuple[float, float, float]:
+    """(host steal during the sends as % of all vCPUs' time, send → ack p99 of the sends made in
+    steal-free windows, the share of measured sends those are). A window is the time between two
+    samples of the steal counter (``STEAL_SAMPLE_S``); a send counts as steal-free when its
+    window, the one before (no backlog left by a stall) and the one after (its answer came in
+    steal-free time too) saw no steal."""
+    samples = run.steal
+    if len(samples) < 2:
+        return math.nan, math.nan, math.nan
+    ticks = samples[-1][1] - samples[0][1]
+    span_s = (samples[-1][0] - samples[0][0]) / 1e9
+    pct = 100 * ticks / (os.sysconf("SC_CLK_TCK") * span_s * (os.cpu_count() or 1)) if span_s else math.nan
+    # Window i is [samples[i], samples[i + 1]); it is clean when windows i - 1 .. i + 1 saw no steal.
+    clean: list[tuple[int, int]] = []
+    for i in range(1, len(samples) - 2):
+        if samples[i + 2][1] == samples[i - 1][1]:
+            clean.append((samples[i][0], samples[i + 1][0]))
+    starts = [a for a, _ in clean]
+
+    def in_clean(sent: int) -> bool:
+        i = bisect.bisect_right(starts, sent) - 1
+        return i >= 0 and sent < clean[i][1]
+
+    picked = sorted(ms for ms, sent in zip(run.acks, run.acks_sent_ns, strict=True) if in_clean(sent))
+    if not picked or not run.acks:
+        return pct, math.nan, 0.0
+    return pct, percentile(picked, 99), len(picked) / len(run.acks)
 
 
 def thread_cpu_s(pid: int) -> tuple[float, float]:
@@ -642,6 +690,7 @@ async def latency_case(
     if received < total:
         raise RuntimeError(f"only {received} of {total} messages arrived")
     lat = sorted(float(x) for x in report["latencies"])
+    steal_pct, clean_p99, clean_share = steal_figures(run)
     acks.sort()
     return LatencyResult(
         rate,
@@ -659,6 +708,9 @@ async def latency_case(
         sender_cpu / total * 1e6,
         pullers,
         sender_kind,
+        steal_pct,
+        clean_p99,
+        clean_share,
     )
 
 
@@ -674,6 +726,8 @@ class LatencyRun:
     ids: Ids = field(default_factory=Ids)
     pad: bytes = field(default_factory=lambda: os.urandom(120))
     acks: list[float] = field(default_factory=list)  # send → ack, ms
+    acks_sent_ns: list[int] = field(default_factory=list)  # send time of each of ``acks``
+    steal: list[tuple[int, int]] = field(default_factory=list)  # (monotonic ns, steal ticks)
     failures: list[str] = field(default_factory=list)
 
 
@@ -681,6 +735,7 @@ async def _send_frames(run: LatencyRun) -> tuple[float, float, float, tuple[floa
     """Paced sends of pre-encoded frames on a connection of their own: (elapsed s, max lag s,
     sender CPU s, server thread CPU at the start)."""
     total, measure_from, acks, failures = run.total, run.measure_from, run.acks, run.failures
+    acks_sent = run.acks_sent_ns
     frames, body_from_end, seq_of = encode_latency_frames(run.ids, run.topic, run.pad, total)
     sent_at = [0] * total
     outstanding = [total]
@@ -694,6 +749,7 @@ async def _send_frames(run: LatencyRun) -> tuple[float, float, float, tuple[floa
             failures.append(f"code {cmd.code}: {cmd.remark}")
         elif seq >= measure_from:
             acks.append((time.monotonic_ns() - sent_at[seq]) / 1e6)
+            acks_sent.append(sent_at[seq])
 
     loop = asyncio.get_running_loop()
     host, port = run.server.addr.rsplit(":", 1)
@@ -731,6 +787,7 @@ async def _send_with_client(
             failures.append(f"code {fut.result().code}")
         elif seq >= measure_from:
             acks.append((time.monotonic_ns() - sent_ns) / 1e6)
+            run.acks_sent_ns.append(sent_ns)
 
     def send_one(seq: int) -> None:
         sent_ns = time.monotonic_ns()
@@ -756,8 +813,15 @@ async def paced_sends(
     t0 = loop.time()
     sent = 0
     max_lag = 0.0
+    steal = run.steal
+    steal.append((time.monotonic_ns(), host_steal_ticks()))
+    next_sample = t0 + STEAL_SAMPLE_S
     while sent < total:
-        due = min(total, int((loop.time() - t0) * rate) + 1)
+        now = loop.time()
+        if now >= next_sample:
+            steal.append((time.monotonic_ns(), host_steal_ticks()))
+            next_sample = now + STEAL_SAMPLE_S
+        due = min(total, int((now - t0) * rate) + 1)
         if due - sent > 1:
             max_lag = max(max_lag, (due - sent - 1) / rate)
         while sent < due:
@@ -768,6 +832,7 @@ async def paced_sends(
     deadline = time.monotonic() + 30
     while unanswered() > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
+    steal.append((time.monotonic_ns(), host_steal_ticks()))
     sender_cpu = time.process_time() - sender_cpu0
     if unanswered() > 0:
         run.failures.append(f"{unanswered()} sends unanswered")
@@ -1022,9 +1087,9 @@ def print_latency_table(latencies: list[LatencyResult], latency_s: float) -> Non
     print(
         "| rate | samples | p50 | p99 | p99.9 | max | send → ack p50 | send → ack p99 "
         "| sender behind schedule (max) | server CPU µs/msg: loop thread / other threads "
-        "| sender CPU µs/msg |"
+        "| sender CPU µs/msg | host steal | send → ack p99, steal-free windows (share of sends) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def ms(value: float) -> str:
         return "—" if math.isnan(value) else f"{value:.2f} ms"
@@ -1036,7 +1101,8 @@ def print_latency_table(latencies: list[LatencyResult], latency_s: float) -> Non
             f"| {rate} | {samples} | {ms(lr.p50_ms)} | {ms(lr.p99_ms)} "
             f"| {ms(lr.p999_ms)} | {ms(lr.max_ms)} | {lr.ack_p50_ms:.2f} ms "
             f"| {lr.ack_p99_ms:.2f} ms | {lr.max_lag_ms:.1f} ms "
-            f"| {lr.loop_cpu_us:.0f} / {lr.other_cpu_us:.0f} | {lr.sender_cpu_us:.0f} |"
+            f"| {lr.loop_cpu_us:.0f} / {lr.other_cpu_us:.0f} | {lr.sender_cpu_us:.0f} "
+            f"| {lr.steal_pct:.1f} % | {ms(lr.clean_ack_p99_ms)} ({lr.clean_share:.0%}) |"
         )
     print()
 
