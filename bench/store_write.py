@@ -113,6 +113,18 @@ def ceiling(msgs: list[BrokerMessage], path: str, file_size: int) -> tuple[float
     return len(msgs) / elapsed, len(msgs) / cpu
 
 
+def put_all(log: CommitLog, msgs: list[BrokerMessage], batch: int) -> None:
+    """Put ``msgs`` one by one (``batch`` 1) or in batches of ``batch``."""
+    if batch == 1:
+        put = log.put_message
+        for m in msgs:
+            put(m)
+    else:
+        put_batch = log.put_messages
+        for i in range(0, len(msgs), batch):
+            put_batch(msgs[i : i + batch])
+
+
 def cpu_turns(
     base: str, cfg: StoreConfig, body: int, batch: int, turns: int, per_turn: int
 ) -> tuple[float, float]:
@@ -128,17 +140,10 @@ def cpu_turns(
     log.start()
     best_ceiling = best_store = math.inf
     try:
-        put = log.put_message
-        put_batch = log.put_messages
         for _ in range(turns):
             best_ceiling = min(best_ceiling, writer.write(msgs)[1])
             c0 = time.thread_time()
-            if batch == 1:
-                for m in msgs:
-                    put(m)
-            else:
-                for i in range(0, len(msgs), batch):
-                    put_batch(msgs[i : i + batch])
+            put_all(log, msgs, batch)
             best_store = min(best_store, time.thread_time() - c0)
     finally:
         log.shutdown()
@@ -181,16 +186,9 @@ def run_store(
     log.load()
     log.start()
     try:
-        put = log.put_message
-        put_batch = log.put_messages
 
         def work(chunk: list[BrokerMessage]) -> None:
-            if batch == 1:
-                for m in chunk:
-                    put(m)
-            else:
-                for i in range(0, len(chunk), batch):
-                    put_batch(chunk[i : i + batch])
+            put_all(log, chunk, batch)
 
         chunks = [msgs[i::threads] for i in range(threads)]
         rounds0 = log.group_commit.rounds if log.group_commit is not None else 0
