@@ -70,7 +70,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other bench scripts
 
+from host_stalls import steal_pct, steal_ticks  # bench/host_stalls.py
 from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import encode_properties
@@ -501,14 +503,6 @@ class LatencyResult:
 STEAL_SAMPLE_S = 0.05  # how often the sender reads the host's steal counter
 
 
-def host_steal_ticks() -> int:
-    """Time the hypervisor kept this machine's vCPUs from running (``steal`` of /proc/stat's
-    ``cpu`` line), in clock ticks summed over all vCPUs; 0 where the kernel does not count it."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return int(fields[8]) if len(fields) > 8 else 0
-
-
 def steal_figures(run: LatencyRun) -> tuple[float, float, float]:
     """(host steal during the sends as % of all vCPUs' time, send → ack p99 of the sends made in
     steal-free windows, the share of measured sends those are). A window is the time between two
@@ -518,9 +512,8 @@ def steal_figures(run: LatencyRun) -> tuple[float, float, float]:
     samples = run.steal
     if len(samples) < 2:
         return math.nan, math.nan, math.nan
-    ticks = samples[-1][1] - samples[0][1]
     span_s = (samples[-1][0] - samples[0][0]) / 1e9
-    pct = 100 * ticks / (os.sysconf("SC_CLK_TCK") * span_s * (os.cpu_count() or 1)) if span_s else math.nan
+    pct = steal_pct(samples[-1][1] - samples[0][1], span_s) if span_s else math.nan
     # Window i is [samples[i], samples[i + 1]); it is clean when windows i - 1 .. i + 1 saw no steal.
     clean: list[tuple[int, int]] = []
     for i in range(1, len(samples) - 2):
@@ -533,7 +526,7 @@ def steal_figures(run: LatencyRun) -> tuple[float, float, float]:
         return i >= 0 and sent < clean[i][1]
 
     picked = sorted(ms for ms, sent in zip(run.acks, run.acks_sent_ns, strict=True) if in_clean(sent))
-    if not picked or not run.acks:
+    if not picked:
         return pct, math.nan, 0.0
     return pct, percentile(picked, 99), len(picked) / len(run.acks)
 
@@ -814,12 +807,12 @@ async def paced_sends(
     sent = 0
     max_lag = 0.0
     steal = run.steal
-    steal.append((time.monotonic_ns(), host_steal_ticks()))
+    steal.append((time.monotonic_ns(), steal_ticks()))
     next_sample = t0 + STEAL_SAMPLE_S
     while sent < total:
         now = loop.time()
         if now >= next_sample:
-            steal.append((time.monotonic_ns(), host_steal_ticks()))
+            steal.append((time.monotonic_ns(), steal_ticks()))
             next_sample = now + STEAL_SAMPLE_S
         due = min(total, int((now - t0) * rate) + 1)
         if due - sent > 1:
@@ -832,7 +825,7 @@ async def paced_sends(
     deadline = time.monotonic() + 30
     while unanswered() > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
-    steal.append((time.monotonic_ns(), host_steal_ticks()))
+    steal.append((time.monotonic_ns(), steal_ticks()))
     sender_cpu = time.process_time() - sender_cpu0
     if unanswered() > 0:
         run.failures.append(f"{unanswered()} sends unanswered")

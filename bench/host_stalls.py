@@ -27,9 +27,16 @@ STALL_S = 0.005
 
 
 def steal_ticks() -> int:
+    """Time the hypervisor kept this machine's vCPUs from running (``steal`` of /proc/stat's
+    ``cpu`` line), in clock ticks summed over all vCPUs; 0 where the kernel does not count it."""
     with open("/proc/stat") as f:
         fields = f.readline().split()
     return int(fields[8]) if len(fields) > 8 else 0
+
+
+def steal_pct(ticks: int, span_s: float) -> float:
+    """``ticks`` of steal over ``span_s`` seconds as a share of all vCPUs' time, in %."""
+    return 100 * ticks / (os.sysconf("SC_CLK_TCK") * span_s * (os.cpu_count() or 1))
 
 
 def probe(seconds: float) -> dict[str, float]:
@@ -55,7 +62,7 @@ def probe(seconds: float) -> dict[str, float]:
         "stalls": len(stalls),
         "stalls_10ms": sum(1 for g in stalls if g > 0.010),
         "stalled_s": sum(stalls),
-        "steal_pct": 100 * steal / (os.sysconf("SC_CLK_TCK") * span * (os.cpu_count() or 1)),
+        "steal_pct": steal_pct(steal, span),
     }
 
 
