@@ -11,7 +11,9 @@ Offset message id (``MessageDecoder.createMessageId``): ``store ip (4|16) ‖ po
 as uppercase hex, 32 chars for IPv4 and 56 for IPv6.
 
 Client unique id (``UNIQ_KEY``, ``MessageClientIDSetter``): ``ip (4|16) ‖ pid i16 ‖ classloader
-hash i32 ‖ ms since start of month i32 ‖ counter i16`` as uppercase hex.
+hash i32 ‖ ms since start of month i32 ‖ counter i16`` as uppercase hex. The time field is
+Java's ``(int) (now - monthStart)``: from about 20:31 on the 25th of a month (local time) it passes
+2^31 - 1 and wraps negative, so it is written as 32 bits and read back unsigned.
 
 Tags code: Java ``String.hashCode`` of the whole ``TAGS`` value, sign-extended to 64 bits.
 """
@@ -29,7 +31,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -249,10 +251,19 @@ def _local_ip_bytes() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
-class UniqueIdGenerator:
-    """Generates ``UNIQ_KEY`` client ids with RocketMQ's layout (thread-safe)."""
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
-    def __init__(self, ip: bytes | None = None) -> None:
+
+class UniqueIdGenerator:
+    """Generates ``UNIQ_KEY`` client ids with RocketMQ's layout (thread-safe).
+
+    ``clock_ms`` (epoch milliseconds) is the wall clock unless a test fixes it; the month the
+    time field counts from is the local-time month of that clock.
+    """
+
+    def __init__(self, ip: bytes | None = None, clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self._clock_ms = clock_ms
         ip = ip if ip is not None else _local_ip_bytes()
         fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
         self._prefix = fixed.hex().upper()
@@ -269,7 +280,7 @@ class UniqueIdGenerator:
         self._next_month_ms = int(nxt.timestamp() * 1000)
 
     def next_id(self) -> str:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self._clock_ms()
         with self._lock:
             if not self._month_start_ms <= now_ms < self._next_month_ms:
                 self._roll_month(now_ms)

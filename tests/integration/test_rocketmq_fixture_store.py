@@ -15,7 +15,8 @@ import time
 import zlib
 
 import pytest
-from rocketmq_fixture import (
+
+from _support.rocketmq_fixture import (
     BLANK_MAGIC_CODE,
     CHECKPOINT_SIZE,
     INDEX_ENTRY_SIZE,
@@ -34,7 +35,6 @@ from rocketmq_fixture import (
     pack_host,
     tags_code,
 )
-
 from rocketq.message import Message, MessageExt
 from rocketq.store import MessageStore, StoreConfig
 from rocketq.store.message_store import GetMessageStatus

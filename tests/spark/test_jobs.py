@@ -28,7 +28,7 @@ from rocketq.store import MessageStore
 from rocketq.store import record as rec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "integration"))
-from rocketmq_fixture import build_standard_fixture
+from _support.rocketmq_fixture import build_standard_fixture
 
 SEGMENT = 128 * 1024
 CQ_FILE = 20 * 200

@@ -103,7 +103,10 @@ def client_unique_id(ip: bytes, pid: int, loader_hash: int, born_ms: int, counte
     born = dt.datetime.fromtimestamp(born_ms / 1000).astimezone()
     month_start = born.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     since_month = born_ms - int(month_start.timestamp() * 1000)
-    raw = ip + struct.pack(">hiih", pid, loader_hash, since_month, counter & 0xFFFF)
+    # Java's ``(int) (current - startTime)``: from about 20:31 on the 25th the milliseconds since
+    # the month's start pass 2^31 - 1 and the field wraps to a negative int
+    as_java_int = (since_month + 2**31) % 2**32 - 2**31
+    raw = ip + struct.pack(">hiih", pid, loader_hash, as_java_int, counter & 0xFFFF)
     return raw.hex().upper()
 
 
