@@ -20,7 +20,6 @@ Tags code: Java ``String.hashCode`` of the whole ``TAGS`` value, sign-extended t
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import ipaddress
 import itertools
@@ -38,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rocketq.errors import MessageIllegal, TopicNameInvalid
+from rocketq.wallclock import local_month_bounds_ms, wall_clock_ms
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -251,18 +251,16 @@ def _local_ip_bytes() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class UniqueIdGenerator:
     """Generates ``UNIQ_KEY`` client ids with RocketMQ's layout (thread-safe).
 
     ``clock_ms`` (epoch milliseconds) is the wall clock unless a test fixes it; the month the
-    time field counts from is the local-time month of that clock.
+    time field counts from is the local-time month of that clock, from its first midnight as
+    ``Calendar`` places it (with that day's UTC offset, not today's: in a month whose daylight-saving
+    change has passed, the field counts the hour the clocks skipped or repeated as Java does).
     """
 
-    def __init__(self, ip: bytes | None = None, clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+    def __init__(self, ip: bytes | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._clock_ms = clock_ms
         ip = ip if ip is not None else _local_ip_bytes()
         fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
@@ -273,11 +271,7 @@ class UniqueIdGenerator:
         self._next_month_ms = 0
 
     def _roll_month(self, now_ms: int) -> None:
-        now = _dt.datetime.fromtimestamp(now_ms / 1000).astimezone()
-        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        nxt = (start + _dt.timedelta(days=32)).replace(day=1)
-        self._month_start_ms = int(start.timestamp() * 1000)
-        self._next_month_ms = int(nxt.timestamp() * 1000)
+        self._month_start_ms, self._next_month_ms = local_month_bounds_ms(now_ms)
 
     def next_id(self) -> str:
         now_ms = self._clock_ms()

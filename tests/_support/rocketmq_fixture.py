@@ -15,7 +15,7 @@ The builder mimics the Java writer step by step: :meth:`RocketMQFixture.put` app
 
 from __future__ import annotations
 
-import datetime as dt
+import calendar
 import ipaddress
 import os
 import random
@@ -97,12 +97,23 @@ def offset_msg_id(store_host: bytes, physical_offset: int) -> str:
     return (store_host + struct.pack(">q", physical_offset)).hex().upper()
 
 
+def java_calendar_local_ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    """Epoch ms of a local wall-clock time as ``java.util.Calendar`` resolves it: of two instants
+    (the hour repeated when clocks go back) the later one, standard time; in the hour skipped when
+    they go forward, the instant the offset in force before the change gives."""
+    as_utc = calendar.timegm((year, month, day, hour, minute, 0))
+    before = time.localtime(as_utc - 86_400).tm_gmtoff
+    after = time.localtime(as_utc + 86_400).tm_gmtoff
+    wall = (year, month, day, hour, minute)
+    valid = [t for t in (as_utc - before, as_utc - after) if tuple(time.localtime(t)[:5]) == wall]
+    return (max(valid) if valid else as_utc - before) * 1000
+
+
 def client_unique_id(ip: bytes, pid: int, loader_hash: int, born_ms: int, counter: int) -> str:
     """§3.2 ``MessageClientIDSetter``: ip ‖ short pid ‖ int classloader hash ‖ int ms since the
     start of the month (local time) ‖ short counter, uppercase hex."""
-    born = dt.datetime.fromtimestamp(born_ms / 1000).astimezone()
-    month_start = born.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    since_month = born_ms - int(month_start.timestamp() * 1000)
+    born = time.localtime(born_ms // 1000)
+    since_month = born_ms - java_calendar_local_ms(born.tm_year, born.tm_mon, 1)
     # Java's ``(int) (current - startTime)``: from about 20:31 on the 25th the milliseconds since
     # the month's start pass 2^31 - 1 and the field wraps to a negative int
     as_java_int = (since_month + 2**31) % 2**32 - 2**31

@@ -53,6 +53,7 @@ from rocketq.message import (
 from rocketq.namesrv.bodies import ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store.record import RecordKind, decode_record
+from rocketq.wallclock import local_to_epoch_ms
 
 T = TypeVar("T")
 
@@ -715,19 +716,27 @@ class AsyncAdmin:
 
 def parse_reset_timestamp(text: str, *, now_ms: int | None = None) -> int:
     """mqadmin's ``-s`` of resetOffsetByTime: ``now``, epoch milliseconds, or local time as
-    ``yyyy-MM-dd#HH:mm:ss:SSS``; InvalidParameter otherwise."""
+    ``yyyy-MM-dd#HH:mm:ss:SSS``; InvalidParameter otherwise.
+
+    As in mqadmin, ``SSS`` is a number of milliseconds (``:5`` is 5 ms, not half a second), and a
+    local time that occurs twice (the hour repeated when the clocks go back) is the second one,
+    in standard time; one that does not occur (the hour skipped) is read with the offset before
+    the change (:func:`rocketq.wallclock.local_to_epoch_ms`)."""
     value = text.strip()
     if value.lower() == "now":
         return now_ms if now_ms is not None else time.time_ns() // 1_000_000
     if value.lstrip("-").isdigit():
         return int(value)
+    head, _, millis = value.rpartition(":")
     try:
-        parsed = datetime.datetime.strptime(value, "%Y-%m-%d#%H:%M:%S:%f")
+        if not (millis.isdigit() and millis.isascii() and len(millis) <= 3):
+            raise ValueError(millis)
+        parsed = datetime.datetime.strptime(head, "%Y-%m-%d#%H:%M:%S")
     except ValueError:
         raise InvalidParameter(
             f"timestamp {text!r} is not 'now', epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
         ) from None
-    return int(parsed.timestamp() * 1000)
+    return local_to_epoch_ms(parsed) + int(millis)
 
 
 # -- the blocking facade -----------------------------------------------------------------------
