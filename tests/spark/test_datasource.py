@@ -173,8 +173,9 @@ def test_batch_read_equals_what_was_sent(spark: Any, serve: str) -> None:
         assert row.properties["UNIQ_KEY"] == r.msg_id
         assert row.reconsumeTimes == 0
         assert row.storeHost and row.bornHost
-        born = row.bornTimestamp.replace(tzinfo=UTC)
-        stored = row.storeTimestamp.replace(tzinfo=UTC)
+        # PySpark hands TIMESTAMP values over as naive local times (whatever the session zone)
+        born = row.bornTimestamp.astimezone(UTC)
+        stored = row.storeTimestamp.astimezone(UTC)
         assert abs((stored - born).total_seconds()) < 60
         assert abs((datetime.now(UTC) - stored).total_seconds()) < 600
     for queue_id, offsets in by_queue.items():

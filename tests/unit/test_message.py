@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import struct
 import threading
@@ -11,6 +10,7 @@ import time
 import pytest
 
 from _support.java_hash import reference_java_hash
+from _support.rocketmq_fixture import java_calendar_local_ms
 from rocketq.errors import MessageIllegal, ResponseCode, TopicNameInvalid
 from rocketq.message import (
     KEY_SEPARATOR,
@@ -292,15 +292,19 @@ def test_unique_id_counter_increments() -> None:
 
 
 def test_unique_id_time_field_is_ms_since_month_start() -> None:
+    """With the default clock, the field is the wall clock's ms since the local month's start (the
+    edges of the calendar, with fixed clocks, are in test_unique_id_calendar.py and
+    test_calendar_boundaries.py)."""
     gen = UniqueIdGenerator(bytes([10, 0, 0, 1]))
-    before = time.time_ns() // 1_000_000
-    uid = gen.next_id()
-    field = int.from_bytes(bytes.fromhex(uid)[10:14], "big")
-    now = dt.datetime.fromtimestamp(before / 1000).astimezone()
-    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    expected = before - int(month_start.timestamp() * 1000)
-    assert 0 <= field < 32 * 86_400_000
-    assert abs(field - expected) < 60_000
+    for _ in range(3):  # read again if a month turned between the readings
+        before = time.time_ns() // 1_000_000
+        field = int.from_bytes(bytes.fromhex(gen.next_id())[10:14], "big")
+        after = time.time_ns() // 1_000_000
+        local = time.localtime(before // 1000)
+        if time.localtime(after // 1000)[:2] == local[:2]:
+            break
+    start = java_calendar_local_ms(local.tm_year, local.tm_mon, 1)
+    assert before - start <= field <= after - start
 
 
 def test_unique_ids_are_unique_across_threads() -> None:
