@@ -33,6 +33,7 @@ from rocketq.message import UniqueIdGenerator
 from rocketq.spark.jobs.cli import _time_ms
 from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.index_file import IndexService, time_millis_to_file_name
+from rocketq.store.retention import is_delete_hour
 from rocketq.wallclock import local_month_bounds_ms, local_to_epoch_ms
 
 UTC = dt.UTC
@@ -139,6 +140,9 @@ DST_MONTHS = [
     ("America/New_York", (2026, 11, 30, 12, 0)),
     ("Australia/Sydney", (2026, 4, 30, 0, 0)),
     ("Australia/Sydney", (2026, 10, 31, 0, 0)),
+    # Asuncion sprang forward at midnight on 1 October 2017: the month began at 01:00 summer time
+    ("America/Asuncion", (2017, 10, 1, 4, 0)),
+    ("America/Asuncion", (2017, 10, 15, 15, 0)),
 ]
 
 
@@ -151,7 +155,8 @@ def test_unique_id_time_field_counts_real_ms_since_the_local_month_start(
     local = dt.datetime.fromtimestamp(now / 1000, ZoneInfo(zone))
     expected = now - zone_month_start_ms(zone, local.year, local.month)
     wall_reading = (local.day - 1) * DAY_MS + (local.hour * 60 + local.minute) * 60_000 + local.second * 1000
-    assert abs(expected - (wall_reading + now % 1000)) == HOUR_MS  # the case really crosses a change
+    if expected:  # the case really crosses a change
+        assert abs(expected - (wall_reading + now % 1000)) == HOUR_MS
     uid = UniqueIdGenerator(IP, clock_ms=lambda: now).next_id()
     assert uid_time_field(uid) == expected
     fixture_uid = client_unique_id(IP, pid=1, loader_hash=2, born_ms=now, counter=3)
@@ -290,6 +295,29 @@ def test_index_file_name_bump_crosses_the_year(
     index_one(svc, 2, clock[0])  # same ms: the name moves on by one
     assert [f.name for f in svc.files] == ["20261231235959999", "20270101000000000"]
     svc.shutdown()
+
+
+# -- retention's deleteWhen hours ---------------------------------------------------------------------
+
+
+def test_delete_hours_are_local_clock_hours_through_daylight_saving_nights(
+    set_zone: Callable[[str], None],
+) -> None:
+    """As RocketMQ's ``isItTimeToDo``: the hour of the local clock, so "02" comes twice on the
+    fall-back night and not at all on the spring-forward night."""
+    set_zone("Europe/Berlin")
+
+    def delete_minutes(delete_when: str, first_utc: tuple[int, ...]) -> int:
+        start = utc_ms(*first_utc)
+        return sum(
+            is_delete_hour(delete_when, dt.datetime.fromtimestamp((start + m * 60_000) / 1000))
+            for m in range(6 * 60)
+        )
+
+    assert delete_minutes("02", (2026, 10, 24, 22, 0)) == 120  # 02:00-02:59 CEST, then CET
+    assert delete_minutes("03", (2026, 10, 24, 22, 0)) == 60
+    assert delete_minutes("02", (2026, 3, 28, 22, 0)) == 0
+    assert delete_minutes("01;03", (2026, 3, 28, 22, 0)) == 120
 
 
 # -- broker daily counters, Spark job times -------------------------------------------------------
