@@ -446,6 +446,12 @@ class TransactionProducer(Producer):
         return self._tx.client_id
 
     @property
+    def producer(self) -> TransactionProducer:
+        """The producer of ordinary messages: this object (it keeps :class:`Producer`'s sends),
+        as :attr:`AsyncTransactionProducer.producer` is the asyncio one."""
+        return self
+
+    @property
     def transaction_core(self) -> AsyncTransactionProducer:
         """The asyncio transactional producer this facade drives (only on the facade's loop)."""
         return self._tx
