@@ -18,6 +18,7 @@ from rocketq.client import (
     ClientConfig,
     ConsumeFromWhere,
     LitePullConsumer,
+    LocalTransactionState,
     MessageModel,
     Producer,
     PushConsumer,
@@ -72,7 +73,8 @@ def test_client_id_is_ip_at_instance_name() -> None:
     cfg = ClientConfig(namesrv_addr=NS, client_ip="10.1.2.3", instance_name="billing")
     assert PushConsumer("G", config=cfg).client_id == "10.1.2.3@billing"
     assert LitePullConsumer("G", config=cfg).client_id == "10.1.2.3@billing"
-    assert AsyncTransactionProducer("G", config=cfg, check_listener=print).client_id == "10.1.2.3@billing"
+    tx = AsyncTransactionProducer("G", config=cfg, check_listener=lambda m: LocalTransactionState.UNKNOW)
+    assert tx.client_id == "10.1.2.3@billing"
     # keywords override the config
     assert PushConsumer("G", config=cfg, instance_name="shop").client_id == "10.1.2.3@shop"
 
