@@ -17,7 +17,7 @@ import pytest
 from test_client_producer import Cluster
 
 from rocketq.client import Admin, ConsumeStatus, Message, MessageQueue, Producer, PushConsumer
-from rocketq.client.lite_pull import _local_ip
+from rocketq.client.config import local_ip
 from rocketq.client.offset_store import LocalOffsetStore, decode_offsets, default_offset_path
 from rocketq.errors import BodyFormatError
 from rocketq.message import MessageExt
@@ -76,7 +76,7 @@ def broadcaster(cluster: Cluster, group: str, inbox: Inbox, offsets_dir: pathlib
 
 
 def offsets_file(root: pathlib.Path, group: str) -> pathlib.Path:
-    return pathlib.Path(default_offset_path(str(root), _local_ip(), group))
+    return pathlib.Path(default_offset_path(str(root), f"{local_ip()}@DEFAULT", group))
 
 
 def broker_offset(cluster: Cluster, group: str, queue_id: int) -> int:

@@ -30,7 +30,8 @@ from rocketq.broker import objkey_json
 from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MASTER_ID, MessageQueue
-from rocketq.client.aio import AsyncProducer, SendResult, error_for_response, parse_namesrv_addrs
+from rocketq.client.aio import AsyncProducer, SendResult, error_for_response
+from rocketq.client.config import ClientConfig, resolve_config
 from rocketq.errors import (
     BodyFormatError,
     ClientStateError,
@@ -242,14 +243,25 @@ class AsyncAdmin:
     """Admin operations on the running asyncio event loop.
 
     ``namesrv_addr`` is ``"host:port"`` or several separated by ``;``; ``timeout_ms`` bounds
-    every request. Call :meth:`start` first and :meth:`shutdown` at the end (or ``async with``).
+    every request. Both override ``config`` (:class:`~rocketq.client.config.ClientConfig`, whose
+    ``request_timeout_ms`` is the timeout; without a config the timeout is 5 s). Call
+    :meth:`start` first and :meth:`shutdown` at the end (or ``async with``).
     """
 
-    def __init__(self, namesrv_addr: str | Sequence[str], *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-        if timeout_ms <= 0:
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        if timeout_ms is None and config is None:
+            timeout_ms = DEFAULT_TIMEOUT_MS
+        if timeout_ms is not None and timeout_ms <= 0:
             raise ConfigError(f"invalid admin config: timeout_ms={timeout_ms} must be > 0")
-        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
-        self.timeout_s = timeout_ms / 1000
+        self.config = resolve_config(config, namesrv_addr=namesrv_addr, request_timeout_ms=timeout_ms)
+        self.namesrv_addrs = self.config.namesrv_addrs()
+        self.timeout_s = self.config.request_timeout_ms / 1000
         self._remoting: RemotingClient | None = None
         self._producer: AsyncProducer | None = None
         self._state = "created"
@@ -748,13 +760,23 @@ class Admin(BlockingFacade):
     ...     print(admin.topic_status("T"))
     """
 
-    def __init__(self, namesrv_addr: str | Sequence[str], *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-        self._core = AsyncAdmin(namesrv_addr, timeout_ms=timeout_ms)
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._core = AsyncAdmin(namesrv_addr, config=config, timeout_ms=timeout_ms)
         BlockingFacade.__init__(self, "rocketq-admin", "admin")
 
     @property
     def core(self) -> AsyncAdmin:
         return self._core
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._core.config
 
     def _core_start(self) -> Coroutine[Any, Any, None]:
         return self._core.start()

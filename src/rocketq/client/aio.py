@@ -41,6 +41,7 @@ from rocketq.client._routes import (
     RouteCache,
     hash_queue_index,
 )
+from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.errors import (
     BrokerResponseError,
     ClientStateError,
@@ -163,19 +164,6 @@ def validate_message(msg: Message, max_body_bytes: int) -> None:
         raise MessageBodyTooLarge(f"message body {len(msg.body)} B exceeds max {max_body_bytes} B")
 
 
-def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
-    """``"a:9876;b:9876"`` (RocketMQ's separator), a comma list, or a sequence of addresses."""
-    raw = re.split(r"[;,]", namesrv_addr) if isinstance(namesrv_addr, str) else list(namesrv_addr)
-    addrs = [a.strip() for a in raw if a and a.strip()]
-    if not addrs:
-        raise ConfigError("namesrv_addr is empty: give at least one host:port")
-    for addr in addrs:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"name server address {addr!r} is not host:port")
-    return addrs
-
-
 def error_for_response(response: RemotingCommand, broker: str) -> RocketqError:
     """The exception for a broker's error response (code and remark kept in the message)."""
     text = f"broker {broker} answered code {response.code}: {response.remark or ''}".rstrip(": ")
@@ -215,7 +203,9 @@ class _Prepared:
 class AsyncProducer:
     """A RocketMQ producer on the running asyncio event loop.
 
-    ``namesrv_addr`` is ``"host:port"`` or several separated by ``;``. All timeouts are
+    ``namesrv_addr`` is ``"host:port"`` or several separated by ``;``; it and
+    ``route_refresh_interval_ms`` (the config's ``poll_name_server_interval_ms``) override
+    ``config`` (:class:`~rocketq.client.config.ClientConfig`) when given. All timeouts are
     milliseconds. Call :meth:`start` before sending and :meth:`shutdown` at the end (or use
     ``async with``)."""
 
@@ -223,13 +213,14 @@ class AsyncProducer:
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
         send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
         retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
         compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
         compress_level: int = DEFAULT_COMPRESS_LEVEL,
         max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
-        route_refresh_interval_ms: int = DEFAULT_ROUTE_REFRESH_INTERVAL_MS,
+        route_refresh_interval_ms: int | None = None,
         fault_avoidance: bool = True,
         request_handler: RequestHandler | None = None,
     ) -> None:
@@ -245,18 +236,21 @@ class AsyncProducer:
             problems.append(f"compress_level={compress_level} must be in [0, 9]")
         if max_message_size_bytes <= 0:
             problems.append(f"max_message_size_bytes={max_message_size_bytes} must be > 0")
-        if route_refresh_interval_ms <= 0:
+        if route_refresh_interval_ms is not None and route_refresh_interval_ms <= 0:
             problems.append(f"route_refresh_interval_ms={route_refresh_interval_ms} must be > 0")
         if problems:
             raise ConfigError("invalid producer config: " + "; ".join(problems))
+        self.config = resolve_config(
+            config, namesrv_addr=namesrv_addr, poll_name_server_interval_ms=route_refresh_interval_ms
+        )
         self.group = group
-        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
+        self.namesrv_addrs = self.config.namesrv_addrs()
         self.send_timeout_ms = send_timeout_ms
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.compress_threshold_bytes = compress_threshold_bytes
         self.compress_level = compress_level
         self.max_message_size_bytes = max_message_size_bytes
-        self.route_refresh_interval_ms = route_refresh_interval_ms
+        self.route_refresh_interval_ms = self.config.poll_name_server_interval_ms
         self.faults: LatencyFaultTolerance | None = LatencyFaultTolerance() if fault_avoidance else None
         #: Answers the requests brokers send on this producer's connections (transaction checks).
         self.request_handler = request_handler

@@ -2,7 +2,8 @@
 
 In broadcasting mode every consumer reads every queue, so its progress is its own and is not
 kept by the broker. It lives in a file (RocketMQ ``LocalFileOffsetStore``), by default
-``~/.rocketmq_offsets/<ip>@DEFAULT/<group>/offsets.json``, in RocketMQ's format (an
+``~/.rocketmq_offsets/<client id>/<group>/offsets.json`` — with the default instance name of a
+broadcasting consumer ``~/.rocketmq_offsets/<ip>@DEFAULT/<group>/offsets.json`` — in RocketMQ's format (an
 ``OffsetSerializeWrapper`` as fastjson writes it, with queue objects as map keys)::
 
     {"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:42, ...}}
@@ -37,9 +38,9 @@ log = logging.getLogger(__name__)
 DEFAULT_OFFSET_STORE_DIR = os.path.join(os.path.expanduser("~"), ".rocketmq_offsets")
 
 
-def default_offset_path(root_dir: str, client_ip: str, group: str) -> str:
-    """``<root_dir>/<ip>@DEFAULT/<group>/offsets.json``."""
-    return os.path.join(root_dir, f"{client_ip}@DEFAULT", group, "offsets.json")
+def default_offset_path(root_dir: str, client_id: str, group: str) -> str:
+    """``<root_dir>/<client_id>/<group>/offsets.json`` (the client id is ``<ip>@<instance name>``)."""
+    return os.path.join(root_dir, client_id, group, "offsets.json")
 
 
 def encode_offsets(table: dict[MessageQueue, int]) -> bytes:

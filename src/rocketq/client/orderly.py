@@ -45,11 +45,11 @@ from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import error_for_response
 from rocketq.errors import RocketqError
 from rocketq.message import MessageExt
-from rocketq.remoting import RemotingCommand, RequestCode, create_request
+from rocketq.remoting import RemotingCommand, RequestCode
 
 if TYPE_CHECKING:
-    from rocketq.client.lite_pull import AsyncLitePullConsumer
-    from rocketq.client.push import ProcessQueue
+    from rocketq.client.consumer_core import ConsumerCore
+    from rocketq.client.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class OrderlyConsumeService:
 
     def __init__(
         self,
-        core: AsyncLitePullConsumer,
+        core: ConsumerCore,
         run_listener: RunListener,
         store_offset: StoreOffset,
         *,
@@ -129,7 +129,7 @@ class OrderlyConsumeService:
         self.batch_max_size = batch_max_size
         self.suspend_ms = suspend_ms
         self.lock_interval_ms = lock_interval_ms
-        self.clustering = core.message_model == "CLUSTERING"
+        self.clustering = core.clustering
         self._queues: dict[MessageQueue, _OrderlyQueue] = {}
         self._locks: dict[MessageQueue, int] = {}  # queue -> last successful lock (monotonic ms)
 
@@ -171,10 +171,7 @@ class OrderlyConsumeService:
 
     async def _invoke(self, code: int, mqs: list[MessageQueue]) -> RemotingCommand:
         core = self.core
-        remoting = core._running_or_stopping()
-        addr = await core._broker_addr(mqs[0])
-        request = create_request(code, {}, lock_body(core.group, core.client_id, mqs))
-        return await remoting.invoke(addr, request, core.request_timeout_ms / 1000)
+        return await core.invoke(code, mqs[0], {}, lock_body(core.group, core.client_id, mqs))
 
     def lock_valid(self, mq: MessageQueue) -> bool:
         if not self.clustering:
@@ -232,7 +229,7 @@ class OrderlyConsumeService:
             except asyncio.CancelledError:
                 oq.task.cancel()
                 raise
-        state = self.core._queues.get(pq.mq)
+        state = self.core.queue_state(pq.mq)
         if state is not None:
             state.offset = pq.committable()
         if not self.clustering:
@@ -247,16 +244,8 @@ class OrderlyConsumeService:
         await asyncio.gather(*(self.release(oq.pq) for oq in list(self._queues.values())))
 
     async def _commit(self, mq: MessageQueue, offset: int) -> None:
-        fields = {
-            "consumerGroup": self.core.group,
-            "topic": mq.topic,
-            "queueId": mq.queue_id,
-            "commitOffset": offset,
-        }
         try:
-            response = await self.core._invoke(RequestCode.UPDATE_CONSUMER_OFFSET, mq, fields)
-            if response.code != 0:
-                raise error_for_response(response, mq.broker_name)
+            await self.core.update_broker_offset(mq, offset)
         except RocketqError as exc:
             log.warning("commit of offset %d of %s failed: %s", offset, mq, exc)
 

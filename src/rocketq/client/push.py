@@ -1,7 +1,7 @@
 """The push consumer: the client pulls in the background and calls the application's listener.
 
-:class:`AsyncPushConsumer` drives an :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer`
-core for group membership (HEART_BEAT with ``consumeType`` CONSUME_PASSIVELY, rebalance with
+:class:`AsyncPushConsumer` composes a :class:`~rocketq.client.consumer_core.ConsumerCore`
+for group membership (HEART_BEAT with ``consumeType`` CONSUME_PASSIVELY, rebalance with
 the ``allocate_strategy``, NOTIFY_CONSUMER_IDS_CHANGED), pulls, offset queries and commits; on top
 of it, in clustering mode:
 
@@ -49,23 +49,27 @@ from rocketq.broker.topic_config import retry_topic
 from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import error_for_response
-from rocketq.client.lite_pull import (
-    DEFAULT_AUTO_COMMIT_INTERVAL_MS,
+from rocketq.client.allocate import AllocateStrategy
+from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
+    DEFAULT_REBALANCE_INTERVAL_MS,
     ERROR_BACKOFF_S,
     MAX_SUSPEND_MS,
-    AsyncLitePullConsumer,
-    _QueueState,
+    ConsumerCore,
+    QueueState,
 )
+from rocketq.client.offset_store import DEFAULT_OFFSET_STORE_DIR
 from rocketq.client.orderly import (
     DEFAULT_LOCK_INTERVAL_MS,
     DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
     ConsumeOrderlyStatus,
     OrderlyConsumeService,
 )
+from rocketq.client.process_queue import ProcessQueue
 from rocketq.errors import ClientStateError, ConfigError, RocketqError
 from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
-from rocketq.remoting import RequestCode, create_request
+from rocketq.remoting import RequestCode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,67 +96,41 @@ ListenerResult = ConsumeStatus | ConsumeOrderlyStatus | None
 AsyncListener = Callable[[list[MessageExt]], "Awaitable[ListenerResult] | ListenerResult"]
 
 
-class ProcessQueue:
-    """The pulled, not yet consumed messages of one owned queue, by queue offset."""
-
-    def __init__(self, mq: MessageQueue, pull_offset: int) -> None:
-        self.mq = mq
-        self.pull_offset = pull_offset
-        self.messages: dict[int, MessageExt] = {}
-        self.size = 0
-        self.dropped = False
-        self.freed = asyncio.Event()
-
-    def add(self, messages: Sequence[MessageExt], next_offset: int) -> list[MessageExt]:
-        """Cache ``messages`` and move the pull offset; the messages that were new."""
-        added = []
-        for m in messages:
-            if m.queue_offset not in self.messages:
-                self.messages[m.queue_offset] = m
-                self.size += len(m.body)
-                added.append(m)
-        self.pull_offset = next_offset
-        return added
-
-    def remove(self, messages: Sequence[MessageExt]) -> int:
-        """Forget consumed ``messages``; the offset that may be committed now."""
-        for m in messages:
-            if self.messages.pop(m.queue_offset, None) is not None:
-                self.size -= len(m.body)
-        self.freed.set()
-        return self.committable()
-
-    def committable(self) -> int:
-        return min(self.messages) if self.messages else self.pull_offset
-
-    def over_threshold(self, max_count: int, max_bytes: int) -> bool:
-        return len(self.messages) > max_count or self.size > max_bytes
-
-
 class AsyncPushConsumer:
     """A RocketMQ push consumer (clustering, concurrent listener) on the running event loop.
 
     ``register_listener(fn)`` takes ``fn(list[MessageExt])`` returning a :class:`ConsumeStatus`
-    (or ``None``, meaning success), or an awaitable of one. Other keyword options go to the
-    :class:`~rocketq.client.lite_pull.AsyncLitePullConsumer` core (``heartbeat_interval_ms``,
-    ``rebalance_interval_ms``, ``request_timeout_ms``, ``consume_timestamp_ms``)."""
+    (or ``None``, meaning success), or an awaitable of one. Settings shared with the other
+    clients come from ``config`` (:class:`~rocketq.client.config.ClientConfig`); the keyword
+    arguments of the same meaning override it when given (``auto_commit_interval_ms`` is the
+    config's ``persist_consumer_offset_interval_ms``). The membership, rebalance and offset
+    keywords are those of :class:`~rocketq.client.consumer_core.ConsumerCore`."""
 
     def __init__(
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
-        consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
+        instance_name: str | None = None,
+        client_ip: str | None = None,
+        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
         consume_thread_nums: int = DEFAULT_CONSUME_THREAD_NUMS,
         consume_message_batch_max_size: int = DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
         max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
         pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
         pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
         pull_threshold_size_for_queue_mib: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
-        auto_commit_interval_ms: int = DEFAULT_AUTO_COMMIT_INTERVAL_MS,
+        auto_commit_interval_ms: int | None = None,
         suspend_current_queue_time_ms: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
         lock_interval_ms: int = DEFAULT_LOCK_INTERVAL_MS,
-        **options: Any,
+        heartbeat_interval_ms: int | None = None,
+        rebalance_interval_ms: int = DEFAULT_REBALANCE_INTERVAL_MS,
+        request_timeout_ms: int | None = None,
+        allocate_strategy: str | AllocateStrategy = "AVG",
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        offset_store_dir: str = DEFAULT_OFFSET_STORE_DIR,
     ) -> None:
         problems = []
         for name, value in (
@@ -170,16 +148,28 @@ class AsyncPushConsumer:
             problems.append(f"max_reconsume_times={max_reconsume_times} must be >= 0")
         if problems:
             raise ConfigError("invalid push consumer config: " + "; ".join(problems))
-        self._core = AsyncLitePullConsumer(
-            group,
+        cfg = resolve_config(
+            config,
             namesrv_addr=namesrv_addr,
+            instance_name=instance_name,
+            client_ip=client_ip,
+            request_timeout_ms=request_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            persist_consumer_offset_interval_ms=auto_commit_interval_ms,
+        )
+        self._core = ConsumerCore(
+            group,
+            cfg,
+            consume_type="CONSUME_PASSIVELY",
             pull_batch_size=pull_batch_size,
             auto_commit=True,
-            auto_commit_interval_ms=auto_commit_interval_ms,
             consume_from_where=consume_from_where,
-            **options,
+            consume_timestamp_ms=consume_timestamp_ms,
+            rebalance_interval_ms=rebalance_interval_ms,
+            allocate_strategy=allocate_strategy,
+            message_model=message_model,
+            offset_store_dir=offset_store_dir,
         )
-        self._core.consume_type = "CONSUME_PASSIVELY"
         self.consume_thread_nums = consume_thread_nums
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.max_reconsume_times = max_reconsume_times
@@ -207,9 +197,13 @@ class AsyncPushConsumer:
         return self._core.client_id
 
     @property
-    def core(self) -> AsyncLitePullConsumer:
-        """The lite pull core used for membership, pulls and offsets."""
+    def core(self) -> ConsumerCore:
+        """The consumer core used for membership, pulls and offsets."""
         return self._core
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._core.config
 
     def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
         """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``), or
@@ -220,8 +214,12 @@ class AsyncPushConsumer:
         self._core.unsubscribe(topic)
 
     @property
-    def message_model(self) -> str:
+    def message_model(self) -> MessageModel:
         return self._core.message_model
+
+    @property
+    def consume_from_where(self) -> ConsumeFromWhere:
+        return self._core.consume_from_where
 
     def register_listener(self, listener: AsyncListener, *, orderly: bool = False) -> None:
         """Set the function called with each batch of messages (before :meth:`start`).
@@ -246,7 +244,7 @@ class AsyncPushConsumer:
             raise ClientStateError(f"consumer {self.group} was shut down and cannot be restarted")
         if self._listener is None:
             raise ClientStateError("register_listener() must be called before start()")
-        if self.message_model == "CLUSTERING":
+        if self._core.clustering:
             self._core.subscribe(retry_topic(self.group), "*")
         self._core.reset_listener = self._on_reset_offset
         self._work = asyncio.Queue()
@@ -322,8 +320,7 @@ class AsyncPushConsumer:
 
     # -- queues ------------------------------------------------------------------------------
     async def _assignment_loop(self) -> None:
-        event = self._core._assignment_changed
-        assert event is not None
+        event = self._core.assignment_changed
         while True:
             await event.wait()
             event.clear()
@@ -349,8 +346,8 @@ class AsyncPushConsumer:
         for mq in sorted(owned - set(self._pull_tasks)):
             self._pull_tasks[mq] = loop.create_task(self._pull_loop(mq), name=f"rocketq-push-pull-{mq}")
 
-    def _core_state(self, mq: MessageQueue) -> _QueueState | None:
-        return self._core._queues.get(mq)
+    def _core_state(self, mq: MessageQueue) -> QueueState | None:
+        return self._core.queue_state(mq)
 
     async def _pull_loop(self, mq: MessageQueue) -> None:
         pq: ProcessQueue | None = None
@@ -362,7 +359,7 @@ class AsyncPushConsumer:
             if not await self._lock_for_orderly(mq, state):
                 return
             try:
-                offset = state.offset if state.offset is not None else await self._core._initial_offset(mq)
+                offset = state.offset if state.offset is not None else await self._core.initial_offset(mq)
             except RocketqError as exc:
                 log.warning("start offset of %s unavailable: %s", mq, exc)
                 await asyncio.sleep(ERROR_BACKOFF_S)
@@ -381,7 +378,7 @@ class AsyncPushConsumer:
                     await asyncio.wait_for(pq.freed.wait(), FLOW_CONTROL_WAIT_S)
                 continue
             try:
-                pulled = await self._core._pull(mq, _QueueState(offset=pq.pull_offset), MAX_SUSPEND_MS)
+                pulled = await self._core.pull(mq, pq.pull_offset, MAX_SUSPEND_MS)
             except RocketqError as exc:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await asyncio.sleep(ERROR_BACKOFF_S)
@@ -393,7 +390,7 @@ class AsyncPushConsumer:
                 self._store_offset(pq, pq.committable())
             self._dispatch(pq, added)
 
-    async def _lock_for_orderly(self, mq: MessageQueue, state: _QueueState) -> bool:
+    async def _lock_for_orderly(self, mq: MessageQueue, state: QueueState) -> bool:
         orderly = self._orderly
         if orderly is None or not orderly.clustering:
             return True
@@ -451,7 +448,7 @@ class AsyncPushConsumer:
         if await self._call_listener(pq.mq, batch):
             self._store_offset(pq, pq.remove(batch))
             return
-        if self.message_model == "BROADCASTING":
+        if not self._core.clustering:
             # as RocketMQ: a broadcast message that failed is not retried
             log.warning(
                 "broadcast consumer %s drops %d failed message(s) of %s", self.client_id, len(batch), pq.mq
@@ -482,8 +479,7 @@ class AsyncPushConsumer:
                 pq.dropped = True
                 if self._orderly is not None:
                     await self._orderly.release(pq, unlock=False)
-            state.offset = offset
-            state.version += 1
+            state.move_to(offset)
             log.info("push consumer %s: %s reset to offset %d", self.client_id, mq, offset)
         self._reconcile()
 
@@ -502,13 +498,7 @@ class AsyncPushConsumer:
             "maxReconsumeTimes": self.max_reconsume_times,
         }
         try:
-            remoting = self._core._running_or_stopping()
-            addr = await self._core._broker_addr(mq)
-            response = await remoting.invoke(
-                addr,
-                create_request(RequestCode.CONSUMER_SEND_MSG_BACK, fields),
-                self._core.request_timeout_ms / 1000,
-            )
+            response = await self._core.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, mq, fields)
             if response.code != 0:
                 raise error_for_response(response, mq.broker_name)
         except RocketqError as exc:
@@ -536,17 +526,51 @@ class PushConsumer(BlockingFacade):
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
-        consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
+        instance_name: str | None = None,
+        client_ip: str | None = None,
+        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
         consume_thread_nums: int = DEFAULT_CONSUME_THREAD_NUMS,
-        **options: Any,
+        consume_message_batch_max_size: int = DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
+        pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
+        pull_threshold_size_for_queue_mib: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+        auto_commit_interval_ms: int | None = None,
+        suspend_current_queue_time_ms: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
+        lock_interval_ms: int = DEFAULT_LOCK_INTERVAL_MS,
+        heartbeat_interval_ms: int | None = None,
+        rebalance_interval_ms: int = DEFAULT_REBALANCE_INTERVAL_MS,
+        request_timeout_ms: int | None = None,
+        allocate_strategy: str | AllocateStrategy = "AVG",
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        offset_store_dir: str = DEFAULT_OFFSET_STORE_DIR,
     ) -> None:
         self._core = AsyncPushConsumer(
             group,
+            config=config,
             namesrv_addr=namesrv_addr,
+            instance_name=instance_name,
+            client_ip=client_ip,
             consume_from_where=consume_from_where,
+            consume_timestamp_ms=consume_timestamp_ms,
             consume_thread_nums=consume_thread_nums,
-            **options,
+            consume_message_batch_max_size=consume_message_batch_max_size,
+            max_reconsume_times=max_reconsume_times,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            suspend_current_queue_time_ms=suspend_current_queue_time_ms,
+            lock_interval_ms=lock_interval_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_interval_ms=rebalance_interval_ms,
+            request_timeout_ms=request_timeout_ms,
+            allocate_strategy=allocate_strategy,
+            message_model=message_model,
+            offset_store_dir=offset_store_dir,
         )
         self._listener: Listener | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -563,6 +587,18 @@ class PushConsumer(BlockingFacade):
     @property
     def client_id(self) -> str:
         return self._core.client_id
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._core.config
+
+    @property
+    def message_model(self) -> MessageModel:
+        return self._core.message_model
+
+    @property
+    def consume_from_where(self) -> ConsumeFromWhere:
+        return self._core.consume_from_where
 
     def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
         self._sync(self._core.subscribe, topic, expression, expression_type)

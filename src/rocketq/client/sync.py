@@ -15,14 +15,18 @@ from typing import Any, TypeVar
 from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import (
+    DEFAULT_COMPRESS_LEVEL,
     DEFAULT_COMPRESS_THRESHOLD_BYTES,
+    DEFAULT_MAX_MESSAGE_SIZE_BYTES,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_TIMEOUT_MS,
     AsyncProducer,
     QueueSelector,
     SendResult,
 )
+from rocketq.client.config import ClientConfig
 from rocketq.message import Message
+from rocketq.remoting import RequestHandler
 
 T = TypeVar("T")
 
@@ -39,19 +43,29 @@ class Producer(BlockingFacade):
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
         send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
         retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
         compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
-        **options: Any,
+        compress_level: int = DEFAULT_COMPRESS_LEVEL,
+        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+        route_refresh_interval_ms: int | None = None,
+        fault_avoidance: bool = True,
+        request_handler: RequestHandler | None = None,
     ) -> None:
         self._core = AsyncProducer(
             group,
+            config=config,
             namesrv_addr=namesrv_addr,
             send_timeout_ms=send_timeout_ms,
             retry_times_when_send_failed=retry_times_when_send_failed,
             compress_threshold_bytes=compress_threshold_bytes,
-            **options,
+            compress_level=compress_level,
+            max_message_size_bytes=max_message_size_bytes,
+            route_refresh_interval_ms=route_refresh_interval_ms,
+            fault_avoidance=fault_avoidance,
+            request_handler=request_handler,
         )
         BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
 
@@ -63,6 +77,10 @@ class Producer(BlockingFacade):
     @property
     def group(self) -> str:
         return self._core.group
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._core.config
 
     def _core_start(self) -> Coroutine[Any, Any, None]:
         return self._core.start()

@@ -29,16 +29,26 @@ import contextlib
 import dataclasses
 import enum
 import inspect
-import itertools
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocketq.client.aio import AsyncProducer, SendResult, SendStatus, validate_message
-from rocketq.client.lite_pull import _local_ip, decode_messages
+from rocketq.client._facade import BlockingFacade
+from rocketq.client.aio import (
+    DEFAULT_COMPRESS_LEVEL,
+    DEFAULT_COMPRESS_THRESHOLD_BYTES,
+    DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+    DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
+    DEFAULT_SEND_TIMEOUT_MS,
+    AsyncProducer,
+    SendResult,
+    SendStatus,
+    validate_message,
+)
+from rocketq.client.config import ClientConfig, resolve_config
+from rocketq.client.consumer_core import decode_messages
 from rocketq.client.sync import Producer
 from rocketq.errors import MessageIllegal, ResponseCode, RocketqError
 from rocketq.message import (
@@ -55,11 +65,9 @@ from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_re
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
 #: sysFlag of a half message (``MessageSysFlag.TRANSACTION_PREPARED_TYPE``).
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
 _SUCCESS = 0
-_instance_ids = itertools.count(1)
 
 
 class LocalTransactionState(enum.Enum):
@@ -102,26 +110,51 @@ class AsyncTransactionProducer:
     """A transactional RocketMQ producer on the running asyncio event loop.
 
     ``check_listener(message_ext)`` answers the brokers' questions about unresolved halves.
-    Other keyword arguments are those of :class:`AsyncProducer`; :attr:`producer` is that producer
-    (it sends ordinary messages too)."""
+    ``config``, ``namesrv_addr``, ``instance_name``, ``client_ip`` and
+    ``heartbeat_interval_ms`` are as for the consumers (the client id is ``<ip>@<instance
+    name>``); the other keyword arguments are those of :class:`AsyncProducer`;
+    :attr:`producer` is that producer (it sends ordinary messages too)."""
 
     def __init__(
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
         check_listener: CheckListener,
-        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-        **options: Any,
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
+        instance_name: str | None = None,
+        client_ip: str | None = None,
+        heartbeat_interval_ms: int | None = None,
+        send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
+        retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
+        compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
+        compress_level: int = DEFAULT_COMPRESS_LEVEL,
+        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+        route_refresh_interval_ms: int | None = None,
+        fault_avoidance: bool = True,
     ) -> None:
-        if heartbeat_interval_ms <= 0:
-            raise ValueError(f"heartbeat_interval_ms={heartbeat_interval_ms} must be > 0")
+        cfg = resolve_config(
+            config,
+            namesrv_addr=namesrv_addr,
+            instance_name=instance_name,
+            client_ip=client_ip,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+        )
         self._producer = AsyncProducer(
-            group, namesrv_addr=namesrv_addr, request_handler=self._on_request, **options
+            group,
+            config=cfg,
+            request_handler=self._on_request,
+            send_timeout_ms=send_timeout_ms,
+            retry_times_when_send_failed=retry_times_when_send_failed,
+            compress_threshold_bytes=compress_threshold_bytes,
+            compress_level=compress_level,
+            max_message_size_bytes=max_message_size_bytes,
+            route_refresh_interval_ms=route_refresh_interval_ms,
+            fault_avoidance=fault_avoidance,
         )
         self.check_listener = check_listener
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.client_id = f"{_local_ip()}@{os.getpid()}#tx{next(_instance_ids)}"
+        self.heartbeat_interval_ms = cfg.heartbeat_interval_ms
+        self.client_id = cfg.client_id()
         self._heartbeated: set[str] = set()
         self._heartbeater: asyncio.Task[None] | None = None
         self._checks: set[asyncio.Task[None]] = set()
@@ -129,6 +162,10 @@ class AsyncTransactionProducer:
     @property
     def producer(self) -> AsyncProducer:
         return self._producer
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._producer.config
 
     @property
     def group(self) -> str:
@@ -366,12 +403,20 @@ class TransactionProducer(Producer):
         self,
         group: str,
         *,
-        namesrv_addr: str | Sequence[str],
         check_listener: Callable[[MessageExt], LocalTransactionState],
-        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-        **options: Any,
+        config: ClientConfig | None = None,
+        namesrv_addr: str | Sequence[str] | None = None,
+        instance_name: str | None = None,
+        client_ip: str | None = None,
+        heartbeat_interval_ms: int | None = None,
+        send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
+        retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
+        compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
+        compress_level: int = DEFAULT_COMPRESS_LEVEL,
+        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+        route_refresh_interval_ms: int | None = None,
+        fault_avoidance: bool = True,
     ) -> None:
-        super().__init__(group, namesrv_addr=namesrv_addr, **options)
         self.check_listener = check_listener
 
         async def check_in_thread(message: MessageExt) -> LocalTransactionState:
@@ -379,12 +424,32 @@ class TransactionProducer(Producer):
 
         self._tx = AsyncTransactionProducer(
             group,
-            namesrv_addr=namesrv_addr,
             check_listener=check_in_thread,
+            config=config,
+            namesrv_addr=namesrv_addr,
+            instance_name=instance_name,
+            client_ip=client_ip,
             heartbeat_interval_ms=heartbeat_interval_ms,
-            **options,
+            send_timeout_ms=send_timeout_ms,
+            retry_times_when_send_failed=retry_times_when_send_failed,
+            compress_threshold_bytes=compress_threshold_bytes,
+            compress_level=compress_level,
+            max_message_size_bytes=max_message_size_bytes,
+            route_refresh_interval_ms=route_refresh_interval_ms,
+            fault_avoidance=fault_avoidance,
         )
         self._core = self._tx.producer
+        BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
+
+    @property
+    def client_id(self) -> str:
+        return self._tx.client_id
+
+    @property
+    def producer(self) -> TransactionProducer:
+        """The producer of ordinary messages: this object (it keeps :class:`Producer`'s sends),
+        as :attr:`AsyncTransactionProducer.producer` is the asyncio one."""
+        return self
 
     @property
     def transaction_core(self) -> AsyncTransactionProducer:
@@ -418,6 +483,8 @@ class TransactionProducer(Producer):
         msg: Message,
         local_transaction: Callable[[Message, Any], LocalTransactionState],
         arg: Any = None,
+        *,
+        sharding_key: str | None = None,
     ) -> TransactionSendResult:
         """Send a half message, run ``local_transaction(msg, arg)`` in a worker thread and end
         the transaction (see :meth:`AsyncTransactionProducer.send_message_in_transaction`)."""
@@ -425,7 +492,9 @@ class TransactionProducer(Producer):
         async def in_thread(half: Message, argument: Any) -> LocalTransactionState:
             return await asyncio.to_thread(local_transaction, half, argument)
 
-        return self._call(self._tx.send_message_in_transaction(msg, in_thread, arg))
+        return self._call(
+            self._tx.send_message_in_transaction(msg, in_thread, arg, sharding_key=sharding_key)
+        )
 
 
 __all__ = [
