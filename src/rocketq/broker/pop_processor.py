@@ -34,12 +34,12 @@ import time
 from collections.abc import Mapping
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_int, get_long, get_str, opt_str
 from rocketq.broker.pop.receipt import decode_receipt
 from rocketq.broker.pop.service import PoppedMessage, PopService
 from rocketq.errors import InvalidReceiptHandle, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.filter import compile_filter
 from rocketq.message import encode_properties, pack_socket_addr
+from rocketq.protocol.headers import get_bool, get_int, get_long, get_str, opt_str
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.record import encode_record

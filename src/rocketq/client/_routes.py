@@ -27,9 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.errors import NameServerUnavailable, RemotingError, TopicNotExist
+from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, TopicNotExist
 from rocketq.message import java_string_hash
-from rocketq.namesrv.bodies import PERM_WRITE, TopicRouteData
+from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.route import MASTER_ID, TopicRouteData
+from rocketq.protocol.topic import PERM_WRITE
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 log = logging.getLogger(__name__)
@@ -38,18 +40,6 @@ log = logging.getLogger(__name__)
 AUTO_CREATE_TOPIC = "TBW102"
 #: Queues per broker a producer uses for a topic published through TBW102 (Java: 4).
 DEFAULT_TOPIC_QUEUE_NUMS = 4
-MASTER_ID = 0
-#: RESPONSE code TOPIC_NOT_EXIST.
-_TOPIC_NOT_EXIST = 17
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    """One queue of a topic on one broker."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
 
 
 def hash_queue_index(key: str, queue_count: int) -> int:
@@ -149,9 +139,9 @@ class RouteCache:
             except RemotingError as exc:
                 errors.append(f"{addr}: {exc}")
                 continue
-            if response.code == 0:
+            if response.code == ResponseCode.SUCCESS:
                 return TopicRouteData.decode(response.body)
-            if response.code == _TOPIC_NOT_EXIST:
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise TopicNotExist(f"name server {addr} has no route for topic {topic!r}")
             errors.append(f"{addr}: response code {response.code} ({response.remark})")
         raise NameServerUnavailable(
@@ -210,7 +200,6 @@ class RouteCache:
 __all__ = [
     "AUTO_CREATE_TOPIC",
     "DEFAULT_TOPIC_QUEUE_NUMS",
-    "MessageQueue",
     "RouteCache",
     "TopicPublishInfo",
     "hash_queue_index",

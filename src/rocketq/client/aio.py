@@ -32,15 +32,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import (
-    AUTO_CREATE_TOPIC,
-    DEFAULT_TOPIC_QUEUE_NUMS,
-    MessageQueue,
-    RouteCache,
-    hash_queue_index,
-)
+from rocketq.client._routes import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
 from rocketq.errors import (
     BrokerResponseError,
     ClientStateError,
@@ -65,6 +58,8 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
+from rocketq.protocol.batch import BatchEntry, encode_batch
+from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
 
 log = logging.getLogger(__name__)

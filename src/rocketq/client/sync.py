@@ -13,7 +13,6 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade
-from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import (
     DEFAULT_COMPRESS_THRESHOLD_BYTES,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
@@ -23,6 +22,7 @@ from rocketq.client.aio import (
     SendResult,
 )
 from rocketq.message import Message
+from rocketq.protocol.queue import MessageQueue
 
 T = TypeVar("T")
 

@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
 #: sysFlag of a half message (``MessageSysFlag.TRANSACTION_PREPARED_TYPE``).
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
-_SUCCESS = 0
 _instance_ids = itertools.count(1)
 
 
@@ -329,7 +328,7 @@ class AsyncTransactionProducer:
         except RocketqError as exc:
             log.warning("heartbeat of producer group %s to %s failed: %s", self.group, addr, exc)
             return
-        if response.code != _SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
             log.warning("broker %s refused the heartbeat: %s %s", addr, response.code, response.remark)
             return
         self._heartbeated.add(addr)

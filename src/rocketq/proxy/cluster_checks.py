@@ -33,10 +33,11 @@ import json
 import logging
 import os
 
-from rocketq.client._routes import MASTER_ID, RouteCache
+from rocketq.client._routes import RouteCache
 from rocketq.client.lite_pull import decode_messages
 from rocketq.errors import ResponseCode, RocketqError
 from rocketq.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from rocketq.protocol.route import MASTER_ID
 from rocketq.proxy import convert
 from rocketq.proxy.telemetry import SessionRegistry
 from rocketq.proxy.v2 import service_pb2 as spb
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 
 #: How often every broker is told again which producer groups the proxy stands for.
 DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
-_SUCCESS = 0
 
 
 def encode_transaction_id(commit_log_offset: int, queue_offset: int, broker_name: str) -> str:
@@ -182,7 +182,7 @@ class OrphanChecks:
             except RocketqError as exc:
                 log.warning("producer heartbeat to %s failed: %s", addr, exc)
                 continue
-            if response.code != _SUCCESS:
+            if response.code != ResponseCode.SUCCESS:
                 log.warning("broker %s refused the heartbeat: %s %s", addr, response.code, response.remark)
                 continue
             self._beaten[addr] = frozenset(groups)

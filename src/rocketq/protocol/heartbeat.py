@@ -27,11 +27,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq import fastjson
-from rocketq.broker.jsonutil import as_bool, as_enum_name, as_int, as_str
 from rocketq.errors import SubscriptionParseFailed
 from rocketq.filter import compile_filter, parse_tags
 from rocketq.message import java_string_hash
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import as_bool, as_enum_name, as_int, as_str
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"
