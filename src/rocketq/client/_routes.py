@@ -31,13 +31,11 @@ from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, T
 from rocketq.message import java_string_hash
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
-from rocketq.protocol.topic import PERM_WRITE
+from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_WRITE
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 log = logging.getLogger(__name__)
 
-#: The auto-create template topic (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
-AUTO_CREATE_TOPIC = "TBW102"
 #: Queues per broker a producer uses for a topic published through TBW102 (Java: 4).
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
@@ -154,7 +152,7 @@ class RouteCache:
             route = await self.fetch_route(topic)
             info = TopicPublishInfo.from_route(topic, route)
         except TopicNotExist:
-            template = await self.fetch_route(AUTO_CREATE_TOPIC)
+            template = await self.fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             info = TopicPublishInfo.from_route(topic, template, from_template=True)
         old = self._infos.get(topic)
         if old is not None and old.queues == info.queues and old.broker_addrs == info.broker_addrs:
@@ -198,7 +196,6 @@ class RouteCache:
 
 
 __all__ = [
-    "AUTO_CREATE_TOPIC",
     "DEFAULT_TOPIC_QUEUE_NUMS",
     "RouteCache",
     "TopicPublishInfo",

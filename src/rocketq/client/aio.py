@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
+from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
 from rocketq.errors import (
     BrokerResponseError,
     ClientStateError,
@@ -60,6 +60,7 @@ from rocketq.message import (
 )
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
 
 log = logging.getLogger(__name__)
@@ -408,7 +409,7 @@ class AsyncProducer:
         fields: dict[str, object] = {
             "a": self.group,
             "b": p.topic,
-            "c": AUTO_CREATE_TOPIC,
+            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
             "d": DEFAULT_TOPIC_QUEUE_NUMS,
             "e": mq.queue_id,
             "f": p.sys_flag,

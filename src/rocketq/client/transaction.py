@@ -30,7 +30,6 @@ import dataclasses
 import enum
 import inspect
 import itertools
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,6 +50,7 @@ from rocketq.message import (
     MessageExt,
     decode_offset_msg_id,
 )
+from rocketq.protocol.heartbeat import encode_producer_heartbeat
 from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request, create_response
 
 log = logging.getLogger(__name__)
@@ -316,12 +316,7 @@ class AsyncTransactionProducer:
 
     async def _heartbeat(self, addr: str) -> None:
         remoting, _ = self._producer._running()
-        data = {
-            "clientID": self.client_id,
-            "producerDataSet": [{"groupName": self.group}],
-            "consumerDataSet": [],
-        }
-        body = json.dumps(data, separators=(",", ":")).encode()
+        body = encode_producer_heartbeat(self.client_id, [self.group])
         request = create_request(RequestCode.HEART_BEAT, {}, body)
         try:
             response = await remoting.invoke(addr, request, self._producer.send_timeout_ms / 1000)

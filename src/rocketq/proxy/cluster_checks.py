@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 
@@ -37,6 +36,7 @@ from rocketq.client._routes import RouteCache
 from rocketq.client.lite_pull import decode_messages
 from rocketq.errors import ResponseCode, RocketqError
 from rocketq.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from rocketq.protocol.heartbeat import encode_producer_heartbeat
 from rocketq.protocol.route import MASTER_ID
 from rocketq.proxy import convert
 from rocketq.proxy.telemetry import SessionRegistry
@@ -59,16 +59,6 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
 def encode_transaction_id(commit_log_offset: int, queue_offset: int, broker_name: str) -> str:
     """The gRPC transaction id of a half: ``<commit-log offset:016X><half queue offset:016X>@<broker>``."""
     return f"{commit_log_offset:016X}{queue_offset:016X}@{broker_name}"
-
-
-def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
-    """The HEART_BEAT body of a producer-only client."""
-    data = {
-        "clientID": client_id,
-        "producerDataSet": [{"groupName": g} for g in producer_groups],
-        "consumerDataSet": [],
-    }
-    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def check_command(request: RemotingCommand, broker_name: str) -> tuple[str, spb.TelemetryCommand]:
@@ -175,7 +165,7 @@ class OrphanChecks:
             if self._beaten.get(addr) == frozenset(groups):
                 continue
             request = create_request(
-                RequestCode.HEART_BEAT, {}, heartbeat_body(self.client_id, sorted(groups))
+                RequestCode.HEART_BEAT, {}, encode_producer_heartbeat(self.client_id, sorted(groups))
             )
             try:
                 response = await self.remoting.invoke(addr, request, self.timeout_s)
@@ -211,5 +201,4 @@ __all__ = [
     "OrphanChecks",
     "check_command",
     "encode_transaction_id",
-    "heartbeat_body",
 ]
