@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rocketq.broker.pop.service import PoppedMessage
-from rocketq.broker.pop_processor import PROPERTY_POP_CK, encode_popped
+from rocketq.broker.pop_processor import encode_popped
 from rocketq.errors import InvalidReceiptHandle, RemotingError
-from rocketq.message import MessageExt
+from rocketq.message import PROPERTY_POP_CK, MessageExt
 from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 from rocketq.proxy import route
 from rocketq.proxy.cluster import (

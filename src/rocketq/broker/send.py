@@ -55,6 +55,7 @@ from rocketq.errors import (
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_POP_CK,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -98,7 +99,6 @@ from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_POP_CK = "POP_CK"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC

@@ -49,7 +49,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
-from rocketq.broker.pop_processor import MAX_POLL_MS, PROPERTY_POP_CK
 from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.errors import (
     InvalidParameter,
@@ -64,12 +63,14 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import (
+    PROPERTY_POP_CK,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
     decode_offset_msg_id,
     encode_properties,
     validate_topic,
 )
+from rocketq.protocol.headers import MAX_POLL_MS
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
 from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
