@@ -456,7 +456,7 @@ class ClusterServicer(ClientSessionServicer):
             }
             req = create_request(RequestCode.POP_MESSAGE, fields)
             response = await self.remoting.invoke(addr, req, poll_ms / 1000 + self.timeout_s)
-            if response.code not in (0, ResponseCode.PULL_NOT_FOUND):
+            if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
                 raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
             popped = decode_popped(response.body or b"") if response.code == ResponseCode.SUCCESS else []
         except Exception as exc:
