@@ -73,9 +73,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other bench scripts
 
 from host_stalls import steal_pct, steal_ticks  # bench/host_stalls.py
-from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import encode_properties
+from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.command import next_opaque

@@ -8,8 +8,9 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from _support.requests import send_request
-from rocketq.broker import BrokerConfig, objkey_json
-from rocketq.broker.rebalance_lock import MessageQueue
+from rocketq.broker import BrokerConfig
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 T = TypeVar("T")
@@ -49,7 +50,7 @@ async def consume_stats(
         addr, create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
     )
     assert response.code == 0 and response.body is not None
-    table = objkey_json.message_queue_table(objkey_json.loads(response.body)["offsetTable"])
+    table = message_queue_table(OBJECT_KEYS.loads(response.body)["offsetTable"])
     return {
         q: (
             table[MessageQueue(topic, "broker-a", q)]["brokerOffset"],

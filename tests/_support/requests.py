@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 
-from rocketq.broker.headers import (
+from rocketq.message import encode_properties
+from rocketq.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from rocketq.message import encode_properties
 from rocketq.remoting import RemotingCommand, RequestCode, create_request
 
 #: What the Java and Node clients send as the long-polling suspend time.

@@ -10,11 +10,11 @@ import time
 from test_broker_server import dispatched, heartbeat_body, run, running_broker
 
 from _support.requests import send_request
-from rocketq import fastjson
-from rocketq.broker import objkey_json
-from rocketq.broker.rebalance_lock import MessageQueue
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 
 TOPIC = "AdminTopic"
@@ -57,9 +57,9 @@ def test_consume_and_topic_stats(store_config: StoreConfig) -> None:
             assert stats.code == 0, stats.remark
             assert stats.body is not None
             assert b'{"brokerName":"broker-a","queueId":0,"topic":"AdminTopic"}:{' in stats.body
-            parsed = objkey_json.loads(stats.body)
+            parsed = OBJECT_KEYS.loads(stats.body)
             assert parsed["consumeTps"] == 0.0
-            table = objkey_json.message_queue_table(parsed["offsetTable"])
+            table = message_queue_table(parsed["offsetTable"])
             mq0, mq1 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1)
             assert set(table) == {mq0, mq1}
             assert (table[mq0]["brokerOffset"], table[mq0]["consumerOffset"]) == (3, 1)
@@ -74,9 +74,7 @@ def test_consume_and_topic_stats(store_config: StoreConfig) -> None:
                 addr, create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP})
             )
             assert all_topics.body is not None
-            assert set(
-                objkey_json.message_queue_table(objkey_json.loads(all_topics.body)["offsetTable"])
-            ) == {
+            assert set(message_queue_table(OBJECT_KEYS.loads(all_topics.body)["offsetTable"])) == {
                 mq0,
                 mq1,
             }
@@ -84,7 +82,7 @@ def test_consume_and_topic_stats(store_config: StoreConfig) -> None:
                 addr, create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "NoSuchGroup"})
             )
             assert nobody.code == 0 and nobody.body is not None
-            assert objkey_json.loads(nobody.body)["offsetTable"] == {}
+            assert OBJECT_KEYS.loads(nobody.body)["offsetTable"] == {}
 
             topic_stats = await client.invoke(
                 addr, create_request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC})
@@ -92,7 +90,7 @@ def test_consume_and_topic_stats(store_config: StoreConfig) -> None:
             assert topic_stats.code == 0, topic_stats.remark
             assert topic_stats.body is not None
             assert b'{"brokerName":"broker-a","queueId":1,"topic":"AdminTopic"}:{' in topic_stats.body
-            offsets = objkey_json.message_queue_table(objkey_json.loads(topic_stats.body)["offsetTable"])
+            offsets = message_queue_table(OBJECT_KEYS.loads(topic_stats.body)["offsetTable"])
             assert {mq: (v["minOffset"], v["maxOffset"]) for mq, v in offsets.items()} == {
                 mq0: (0, 3),
                 mq1: (0, 2),
@@ -119,7 +117,7 @@ def test_consume_and_topic_stats(store_config: StoreConfig) -> None:
                 create_request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP, "topic": TOPIC}),
             )
             assert skipped.body is not None
-            assert objkey_json.loads(skipped.body)["offsetTable"] == {}
+            assert OBJECT_KEYS.loads(skipped.body)["offsetTable"] == {}
 
     run(main())
 

@@ -42,15 +42,13 @@ import pytest
 from procs import ServeProcess, small_store_config
 
 from _support.requests import create_topic_request, pull_request, send_request
-from rocketq import fastjson
-from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import (
-    SendMessageRequestHeader,
-)
 from rocketq.config import FlushDiskType
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import create_offset_msg_id, decode_properties, encode_properties
+from rocketq.protocol import fastjson
+from rocketq.protocol.batch import BatchEntry, encode_batch
+from rocketq.protocol.headers import SendMessageRequestHeader
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 import pytest
 
 from _support.requests import SUSPEND_MS, create_topic_request, pull_request, send_request
-from rocketq import fastjson
-from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties, encode_properties
+from rocketq.protocol import fastjson
+from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 

@@ -10,12 +10,12 @@ from typing import Any, TypeVar
 
 from _support.requests import send_request
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
-from rocketq.broker.topic_config import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties
+from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 

@@ -11,7 +11,7 @@ import pytest
 from procs import ServeProcess
 
 from rocketq.client import Admin, LitePullConsumer, Message, Producer
-from rocketq.client._routes import MessageQueue
+from rocketq.protocol.queue import MessageQueue
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 import pytest
 from test_client_producer import Cluster
 
-from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
 from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.client.orderly import ConsumeOrderlyStatus
 from rocketq.message import MessageExt
+from rocketq.protocol.queue import MessageQueue as WireQueue
 
 TOPIC = "OrderT"
 QUEUES = 8

@@ -20,8 +20,6 @@ from typing import Any, TypeVar
 import pytest
 
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
-from rocketq.broker.topic_config import TopicConfig
 from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
 from rocketq.client._routes import hash_queue_index
 from rocketq.client.aio import AsyncProducer
@@ -35,6 +33,8 @@ from rocketq.errors import (
 )
 from rocketq.message import decode_properties
 from rocketq.namesrv import NameServer, NamesrvConfig
+from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.store import record as rec
 

@@ -19,7 +19,6 @@ import test_client_producer
 from test_client_producer import Cluster
 
 from rocketq.broker import BrokerConfig
-from rocketq.broker.topic_config import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.broker.transaction import TransactionService
 from rocketq.client import (
     AsyncTransactionProducer,
@@ -31,6 +30,7 @@ from rocketq.client import (
 )
 from rocketq.errors import ClientStateError, MessageIllegal
 from rocketq.message import MessageExt, decode_properties
+from rocketq.protocol.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.store import record as rec
 
 TOPIC = "TxT"

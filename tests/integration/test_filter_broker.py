@@ -15,10 +15,10 @@ from test_broker_server import (
 )
 
 from _support.requests import send_request
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, PullMessageRequestHeader
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_properties
+from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, PullMessageRequestHeader
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.remoting.command import RemotingCommand
 

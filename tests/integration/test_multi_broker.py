@@ -32,9 +32,9 @@ import pytest
 from procs import ProcessCluster
 
 from _support.requests import create_topic_request, pull_request, send_request
-from rocketq import fastjson
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import decode_properties
+from rocketq.protocol import fastjson
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 

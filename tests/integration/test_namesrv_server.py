@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from rocketq import fastjson
 from rocketq.errors import ConfigError
 from rocketq.namesrv import NameServer, NamesrvConfig
 from rocketq.namesrv.server import parse_properties
+from rocketq.protocol import fastjson
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
 
 T = TypeVar("T")

@@ -8,11 +8,10 @@ import time
 
 from _support.pop import broker_config, run, send
 from rocketq.broker import Broker
-from rocketq.broker.pop_processor import PROPERTY_POP_CK
 from rocketq.client.lite_pull import decode_messages
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
-from rocketq.message import MessageExt
+from rocketq.message import PROPERTY_POP_CK, MessageExt
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 TOPIC = "PopRemoting"

@@ -18,7 +18,8 @@ from procs import RocketqProcess, ServeProcess
 from rocketq.client._routes import RouteCache
 from rocketq.client.admin import Admin
 from rocketq.errors import ResponseCode
-from rocketq.proxy.cluster_checks import OrphanChecks, check_command, heartbeat_body
+from rocketq.protocol.heartbeat import encode_producer_heartbeat as heartbeat_body
+from rocketq.proxy.cluster_checks import OrphanChecks, check_command
 from rocketq.proxy.telemetry import SessionRegistry
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb

@@ -15,7 +15,7 @@ from procs import small_store_config
 
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.subscription_group import SubscriptionGroupConfig
-from rocketq.broker.topic_config import TopicConfig
+from rocketq.protocol.topic import TopicConfig
 from rocketq.proxy.server import GrpcConfig, GrpcEndpoint
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb

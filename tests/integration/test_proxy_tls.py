@@ -16,8 +16,8 @@ import pytest
 from procs import small_store_config, write_broker_conf
 
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.topic_config import TopicConfig
 from rocketq.errors import ConfigError
+from rocketq.protocol.topic import TopicConfig
 from rocketq.proxy.server import GrpcConfig, GrpcEndpoint, check_key_pair
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb

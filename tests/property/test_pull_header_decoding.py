@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_send_header_decoding import numbers, texts
 
-from rocketq.broker.headers import (
+from rocketq.errors import InvalidParameter
+from rocketq.protocol.headers import (
     PullMessageRequestHeader,
     decode_pull_header,
     get_int,
@@ -17,7 +18,6 @@ from rocketq.broker.headers import (
     opt_int,
     opt_str,
 )
-from rocketq.errors import InvalidParameter
 
 
 def reference(ext: Mapping[str, str]) -> PullMessageRequestHeader:

@@ -10,7 +10,8 @@ from typing import Protocol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketq.broker.headers import (
+from rocketq.errors import InvalidParameter
+from rocketq.protocol.headers import (
     SEND_V2_TO_V1,
     SendMessageRequestHeader,
     decode_send_header,
@@ -22,7 +23,6 @@ from rocketq.broker.headers import (
     opt_str,
     v2_to_v1,
 )
-from rocketq.errors import InvalidParameter
 
 NOW_MS = 1_800_000_000_000
 

@@ -10,14 +10,14 @@ from rocketq.broker.client_manager import (
     ConsumerManager,
     ProducerManager,
 )
-from rocketq.broker.heartbeat import build_subscription
 from rocketq.broker.rebalance_lock import (
     LockBatchRequest,
-    MessageQueue,
     RebalanceLockManager,
     encode_lock_response,
     parse_lock_body,
 )
+from rocketq.protocol.heartbeat import build_subscription
+from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.command import RemotingCommand
 
 

@@ -6,7 +6,6 @@ import json
 import pathlib
 import re
 
-from rocketq import fastjson
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.consumer_offset import ConsumerOffsetManager
 from rocketq.broker.subscription_group import (
@@ -14,14 +13,15 @@ from rocketq.broker.subscription_group import (
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
-from rocketq.broker.topic_config import (
+from rocketq.broker.topic_config import TopicConfigManager
+from rocketq.protocol import fastjson
+from rocketq.protocol.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
     SCHEDULE_TOPIC,
     TopicConfig,
-    TopicConfigManager,
     perm_to_string,
 )
 

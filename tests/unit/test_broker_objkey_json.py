@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rocketq.broker import objkey_json
-from rocketq.broker.objkey_json import ObjectKey, message_queue_table
-from rocketq.broker.rebalance_lock import MessageQueue
+from rocketq.protocol.fastjson import OBJECT_KEYS as objkey_json
+from rocketq.protocol.fastjson import ObjectKey
+from rocketq.protocol.queue import MessageQueue, message_queue_table
 
 
 def test_message_queue_keys_are_written_as_objects_with_sorted_fields() -> None:

@@ -10,10 +10,16 @@ import zlib
 
 import pytest
 
-from rocketq.batch_body import BatchEntry, decode_batch, encode_batch
 from rocketq.broker.admin import parse_attributes
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.headers import (
+from rocketq.broker.pull import pull_response_fields, pull_status_to_code
+from rocketq.broker.registration import body_crc32, register_broker_body, register_broker_fields
+from rocketq.broker.send import born_host_of
+from rocketq.broker.stats import TpsSampler
+from rocketq.errors import InvalidParameter, MessageIllegal, ResponseCode, SubscriptionParseFailed
+from rocketq.message import java_string_hash, pack_socket_addr
+from rocketq.protocol.batch import BatchEntry, decode_batch, encode_batch
+from rocketq.protocol.headers import (
     SEND_V2_TO_V1,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
@@ -21,13 +27,7 @@ from rocketq.broker.headers import (
     decode_send_header,
     v2_to_v1,
 )
-from rocketq.broker.heartbeat import SUB_ALL, build_subscription, parse_heartbeat
-from rocketq.broker.pull import pull_response_fields, pull_status_to_code
-from rocketq.broker.registration import body_crc32, register_broker_body, register_broker_fields
-from rocketq.broker.send import born_host_of
-from rocketq.broker.stats import TpsSampler
-from rocketq.errors import InvalidParameter, MessageIllegal, ResponseCode, SubscriptionParseFailed
-from rocketq.message import java_string_hash, pack_socket_addr
+from rocketq.protocol.heartbeat import SUB_ALL, build_subscription, parse_heartbeat
 from rocketq.remoting.command import decode_json_header
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
 

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketq.client._routes import MessageQueue
 from rocketq.client.allocate import (
     STRATEGIES,
     AllocateStrategy,
@@ -22,6 +21,7 @@ from rocketq.client.allocate import (
 )
 from rocketq.client.lite_pull import allocate_averagely as reexported
 from rocketq.errors import ConfigError
+from rocketq.protocol.queue import MessageQueue
 
 
 def queues(n: int, brokers: tuple[str, ...] = ("broker-a",)) -> list[MessageQueue]:

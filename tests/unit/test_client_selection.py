@@ -10,7 +10,7 @@ from rocketq.client._fault import (
     LatencyFaultTolerance,
     not_available_duration_ms,
 )
-from rocketq.client._routes import MessageQueue, TopicPublishInfo, hash_queue_index
+from rocketq.client._routes import TopicPublishInfo, hash_queue_index
 from rocketq.client.aio import _retriable, encode_batch_body, parse_namesrv_addrs
 from rocketq.errors import (
     BrokerResponseError,
@@ -23,7 +23,8 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import java_string_hash
-from rocketq.namesrv.bodies import BrokerData, QueueData, TopicRouteData
+from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 
 
 class Clock:

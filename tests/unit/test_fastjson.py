@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from rocketq import fastjson
+from rocketq.protocol import fastjson
 
 ROCKETMQ_OFFSETS = (
     '{\n\t"offsetTable":{\n\t\t"TopicTest@please_rename_unique_group_name_4":'

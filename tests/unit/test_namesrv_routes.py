@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from rocketq import fastjson
 from rocketq.errors import BodyFormatError
-from rocketq.namesrv import (
+from rocketq.namesrv import RouteTable
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import dumps_sorted as dumps
+from rocketq.protocol.route import (
     MASTER_ID,
     NAMESPACE_ORDER_TOPIC_CONFIG,
     BrokerData,
@@ -20,12 +22,10 @@ from rocketq.namesrv import (
     KVTable,
     QueueData,
     RegisterBrokerBody,
-    RouteTable,
-    TopicConfig,
     TopicList,
     TopicRouteData,
 )
-from rocketq.namesrv.bodies import dumps
+from rocketq.protocol.topic import TopicConfig
 
 CLUSTER = "DefaultCluster"
 A_MASTER = "192.168.1.10:10911"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rocketq.broker.pop.service import PoppedMessage
-from rocketq.broker.pop_processor import PROPERTY_POP_CK, encode_popped
+from rocketq.broker.pop_processor import encode_popped
 from rocketq.errors import InvalidReceiptHandle, RemotingError
-from rocketq.message import MessageExt
-from rocketq.namesrv.bodies import BrokerData, QueueData, TopicRouteData
+from rocketq.message import PROPERTY_POP_CK, MessageExt
+from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 from rocketq.proxy import route
 from rocketq.proxy.cluster import (
     decode_popped,

@@ -8,9 +8,9 @@ import zlib
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rocketq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from rocketq.errors import InvalidReceiptHandle, MessageBodyTooLarge, TopicNotExist
 from rocketq.message import MessageExt
+from rocketq.protocol.topic import PERM_READ, PERM_WRITE, TopicConfig
 from rocketq.proxy import convert, route, settings, status
 from rocketq.proxy.servicer import decode_transaction_id, encode_transaction_id, fifo_queue
 from rocketq.proxy.status import InvalidTransactionId

@@ -1,25 +1,53 @@
 """The broker core: RocketMQ's remoting protocol over the embedded store.
 
-Modules (each named after what it is)::
+Request headers, heartbeat and subscription data, topic configs and the other wire values the
+broker shares with clients are in :mod:`rocketq.protocol`. Modules (each named after what it is)::
 
     config.py            BrokerConfig, load_broker_conf (RocketMQ broker.conf)
-    topic_config.py      topics, permissions, system topics, auto-create, topics.json
+    topic_config.py      the topic table: system topics, auto-create, topics.json
     subscription_group.py  consumer-group settings, subscriptionGroup.json
     consumer_offset.py   committed offsets, consumerOffset.json
-    heartbeat.py         HeartbeatData / SubscriptionData parsing, tag filters
     client_manager.py    producer and consumer registries (channels, expiry, ids-changed)
     long_polling.py      PullRequestHoldService: held pulls woken by dispatch
     rebalance_lock.py    queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)
-    headers.py, batch.py request headers and the batch body (pure codecs)
     send.py pull.py query.py consumer_manage.py admin.py   request processors
     registration.py      REGISTER_BROKER / UNREGISTER_BROKER with the name servers
     context.py           BrokerContext: what the processors share; worker-thread store calls
     config_file.py       config/*.json persistence off the event loop
-    data_version.py, jsonutil.py, stats.py   DataVersion, tolerant JSON readers, put/get rates
+    data_version.py, stats.py   DataVersion, put/get rates
     server.py            Broker: lifecycle, dispatch table, periodic work; run_broker
 """
 
-from rocketq.broker.config import BrokerConfig, load_broker_conf
-from rocketq.broker.server import Broker, run_broker, serve_broker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rocketq.broker.config import BrokerConfig, load_broker_conf
+    from rocketq.broker.server import Broker, run_broker, serve_broker
+
+# Imported from their modules on first use (PEP 562): ``import rocketq.broker.config`` does not
+# load the server.
+_EXPORTS: dict[str, str] = {
+    "Broker": "rocketq.broker.server",
+    "BrokerConfig": "rocketq.broker.config",
+    "load_broker_conf": "rocketq.broker.config",
+    "run_broker": "rocketq.broker.server",
+    "serve_broker": "rocketq.broker.server",
+}
 
 __all__ = ["Broker", "BrokerConfig", "load_broker_conf", "run_broker", "serve_broker"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

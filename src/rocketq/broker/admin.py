@@ -20,15 +20,10 @@ import shutil
 import time
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_int, get_long, get_str
-from rocketq.broker.topic_config import (
-    SINGLE_TAG,
-    TOPIC_FILTER_TYPES,
-    TopicConfig,
-    topic_max_length,
-)
 from rocketq.errors import InvalidParameter, ResponseCode, RocketqError, TopicNameInvalid
 from rocketq.message import validate_topic
+from rocketq.protocol.headers import get_bool, get_int, get_long, get_str
+from rocketq.protocol.topic import SINGLE_TAG, TOPIC_FILTER_TYPES, TopicConfig, topic_max_length
 from rocketq.remoting.codes import CURRENT_VERSION, Version
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from rocketq import fastjson
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_str
 from rocketq.broker.subscription_group import SubscriptionGroupConfig, group_name_problem
 from rocketq.errors import InvalidParameter, ResponseCode
+from rocketq.protocol import fastjson
+from rocketq.protocol.headers import get_bool, get_str
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 

@@ -2,7 +2,7 @@
 GET_CONSUME_STATS (208), QUERY_TOPIC_CONSUME_BY_WHO (300).
 
 ``ConsumeStats`` and ``TopicStatsTable`` are keyed by MessageQueue objects, written in fastjson's
-object-key form (:mod:`rocketq.broker.objkey_json`) as Java admin tools expect::
+object-key form (:data:`rocketq.protocol.fastjson.OBJECT_KEYS`) as Java admin tools expect::
 
     {"consumeTps":0.0,"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:
         {"brokerOffset":5,"consumerOffset":3,"lastTimestamp":1700000000000,"pullOffset":3}}}
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocketq.broker import objkey_json
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_str, opt_str
-from rocketq.broker.rebalance_lock import MessageQueue
 from rocketq.errors import ResponseCode
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.headers import get_str, opt_str
+from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import MessageStore
@@ -78,7 +78,7 @@ class AdminStatsProcessor:
         table = await ctx.blocking(
             _topic_stats, ctx.store, ctx.config.broker_name, topic, tc.write_queue_nums
         )
-        body = objkey_json.dumps({"offsetTable": table, "topicPutTps": 0.0})
+        body = OBJECT_KEYS.dumps({"offsetTable": table, "topicPutTps": 0.0})
         return create_response(request, ResponseCode.SUCCESS, body=body.encode())
 
     async def get_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -98,14 +98,14 @@ class AdminStatsProcessor:
             queues[name] = ctx.offsets.query_offsets(group, name)
             read_nums[name] = tc.read_queue_nums
         table = await ctx.blocking(_consume_stats, ctx.store, ctx.config.broker_name, queues, read_nums)
-        body = objkey_json.dumps({"consumeTps": 0.0, "offsetTable": table})
+        body = OBJECT_KEYS.dumps({"consumeTps": 0.0, "offsetTable": table})
         return create_response(request, ResponseCode.SUCCESS, body=body.encode())
 
     async def query_topic_consume_by_who(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
         topic = get_str(request.ext_fields, "topic")
         groups = set(ctx.consumers.groups_of_topic(topic)) | ctx.offsets.groups_of_topic(topic)
-        body = objkey_json.dumps({"groupList": sorted(groups)})
+        body = OBJECT_KEYS.dumps({"groupList": sorted(groups)})
         return create_response(request, ResponseCode.SUCCESS, body=body.encode())
 
 

@@ -32,12 +32,12 @@ import json
 import logging
 from typing import Any
 
-from rocketq import fastjson
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.heartbeat import EXPRESSION_TAG, SubscriptionData
-from rocketq.broker.jsonutil import as_str
 from rocketq.errors import BodyFormatError, ResponseCode, SubscriptionParseFailed
 from rocketq.filter import compile_filter
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import as_str
+from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 

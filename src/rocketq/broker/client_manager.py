@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rocketq.broker.heartbeat import SubscriptionData
+from rocketq.protocol.heartbeat import SubscriptionData
 from rocketq.remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rocketq import fastjson
+from rocketq.protocol import fastjson
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,7 @@ import os
 
 from rocketq.broker.client_manager import ClientChannelInfo
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_int, get_long, get_str, opt_bool
-from rocketq.broker.heartbeat import parse_heartbeat
 from rocketq.broker.rebalance_lock import encode_lock_response, parse_lock_body
-from rocketq.broker.topic_config import PERM_READ, PERM_WRITE, retry_topic
 from rocketq.errors import (
     ResponseCode,
     RocketqError,
@@ -36,6 +33,9 @@ from rocketq.errors import (
     SubscriptionParseFailed,
     TopicNotExist,
 )
+from rocketq.protocol.headers import get_int, get_long, get_str, opt_bool
+from rocketq.protocol.heartbeat import parse_heartbeat
+from rocketq.protocol.topic import PERM_READ, PERM_WRITE, retry_topic
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection

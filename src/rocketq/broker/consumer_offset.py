@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rocketq import fastjson
 from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
-from rocketq.broker.jsonutil import as_int
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import as_int
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq.broker.jsonutil import as_int
+from rocketq.protocol.fastjson import as_int
 
 
 def _now_ms() -> int:

@@ -34,22 +34,17 @@ import time
 from collections.abc import Mapping
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_int, get_long, get_str, opt_str
 from rocketq.broker.pop.receipt import decode_receipt
 from rocketq.broker.pop.service import PoppedMessage, PopService
 from rocketq.errors import InvalidReceiptHandle, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.filter import compile_filter
-from rocketq.message import encode_properties, pack_socket_addr
+from rocketq.message import PROPERTY_POP_CK, encode_properties, pack_socket_addr
+from rocketq.protocol.headers import MAX_POLL_MS, get_bool, get_int, get_long, get_str, opt_str
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.record import encode_record
 
 log = logging.getLogger(__name__)
-
-#: Message property holding the receipt handle of a popped message.
-PROPERTY_POP_CK = "POP_CK"
-#: Longest ``pollTime`` honoured (the proxy's remoting timeout must exceed it).
-MAX_POLL_MS = 20_000
 
 
 def encode_popped(items: list[PoppedMessage]) -> bytes:
@@ -185,4 +180,4 @@ class PopMessageProcessor:
         return create_response(request, ResponseCode.SUCCESS, None, fields)
 
 
-__all__ = ["MAX_POLL_MS", "PROPERTY_POP_CK", "PopMessageProcessor", "encode_popped"]
+__all__ = ["PopMessageProcessor", "encode_popped"]

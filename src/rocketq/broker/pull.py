@@ -45,10 +45,7 @@ import logging
 
 from rocketq.broker.consumer_manage import check_in_disk_by_consume_offset
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import PullMessageRequestHeader, decode_pull_header
-from rocketq.broker.heartbeat import EXPRESSION_TAG, SubscriptionData, build_subscription
 from rocketq.broker.long_polling import CLOSED
-from rocketq.broker.topic_config import is_readable
 from rocketq.config import BrokerRole
 from rocketq.errors import (
     InvalidParameter,
@@ -62,6 +59,10 @@ from rocketq.errors import (
 )
 from rocketq.filter import MessageFilter, compile_filter
 from rocketq.message import decode_properties
+from rocketq.protocol.headers import PullMessageRequestHeader, decode_pull_header
+from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData, build_subscription
+from rocketq.protocol.route import MASTER_ID
+from rocketq.protocol.topic import is_readable
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
@@ -69,7 +70,6 @@ from rocketq.store.record import RecordKind, decode_record
 
 log = logging.getLogger(__name__)
 
-MASTER_ID = 0
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 #: Compiled SQL92 filters kept per (group, topic, type, expression, subVersion).
 FILTER_CACHE_SIZE = 1024
@@ -345,7 +345,6 @@ class PullMessageProcessor:
 
 
 __all__ = [
-    "MASTER_ID",
     "PullMessageProcessor",
     "filter_pulled",
     "pull_response_fields",

@@ -15,8 +15,8 @@ Both read the CommitLog in a worker thread.
 from __future__ import annotations
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_int, get_long, get_str
 from rocketq.errors import ResponseCode, RocketqError
+from rocketq.protocol.headers import get_bool, get_int, get_long, get_str
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import MessageStore

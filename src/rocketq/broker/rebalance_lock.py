@@ -19,28 +19,12 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from rocketq.broker.jsonutil import as_bool, as_int, as_str
+from rocketq.protocol.fastjson import as_bool, as_str
+from rocketq.protocol.queue import MessageQueue
 
 #: A lock not renewed for this long is free (RocketMQ's default, in ms).
 LOCK_MAX_LIVE_TIME_MS = 60_000
-
-
-@dataclass(frozen=True, slots=True)
-class MessageQueue:
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> MessageQueue:
-        return cls(
-            as_str(obj.get("topic"), ""), as_str(obj.get("brokerName"), ""), as_int(obj.get("queueId"), -1)
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +109,6 @@ class RebalanceLockManager:
 __all__ = [
     "LOCK_MAX_LIVE_TIME_MS",
     "LockBatchRequest",
-    "MessageQueue",
     "RebalanceLockManager",
     "encode_lock_response",
     "parse_lock_body",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rocketq.broker.config import BrokerConfig
-from rocketq.errors import RocketqError
+from rocketq.errors import ResponseCode, RocketqError
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request
 from rocketq.remoting.transport import RemotingClient
@@ -99,7 +99,7 @@ class NameServerRegistrar:
         except (RocketqError, OSError) as exc:
             log.warning("registering with name server %s failed: %s", addr, exc)
             return f"error: {exc}"
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             log.warning(
                 "name server %s refused the registration: code %d %s", addr, response.code, response.remark
             )
@@ -157,7 +157,7 @@ class NameServerRegistrar:
                 response = await self.client.invoke(
                     addr, create_request(RequestCode.UNREGISTER_BROKER, fields), timeout
                 )
-                if response.code != 0:
+                if response.code != ResponseCode.SUCCESS:
                     log.warning("name server %s refused the unregistration: %s", addr, response.remark)
             except (RocketqError, OSError) as exc:
                 log.warning("unregistering from name server %s failed: %s", addr, exc)

@@ -41,10 +41,7 @@ from __future__ import annotations
 
 import logging
 
-from rocketq.broker import objkey_json
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_long, get_str
-from rocketq.broker.rebalance_lock import MessageQueue
 from rocketq.errors import (
     ConnectionClosed,
     RemotingError,
@@ -52,6 +49,9 @@ from rocketq.errors import (
     SubscriptionGroupNotExist,
     TopicNotExist,
 )
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.headers import get_bool, get_long, get_str
+from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.transport import Connection
@@ -72,7 +72,7 @@ def choose_offset(committed: int, time_offset: int, *, force: bool) -> int:
 
 
 def encode_reset_body(table: dict[MessageQueue, int]) -> bytes:
-    return objkey_json.dumps(
+    return OBJECT_KEYS.dumps(
         {"offsetTable": dict(sorted(table.items(), key=lambda kv: kv[0].queue_id))}
     ).encode()
 
@@ -150,15 +150,13 @@ class ResetOffsetProcessor:
                 answer = await channel.invoke(ask, CONSUMER_STATUS_TIMEOUT_S)
                 if answer.code != ResponseCode.SUCCESS:
                     raise ValueError(f"answered code {answer.code}: {answer.remark}")
-                doc = objkey_json.loads(answer.body) if answer.body else {}
-                queues = objkey_json.message_queue_table(
-                    doc.get("messageQueueTable") if isinstance(doc, dict) else {}
-                )
+                doc = OBJECT_KEYS.loads(answer.body) if answer.body else {}
+                queues = message_queue_table(doc.get("messageQueueTable") if isinstance(doc, dict) else {})
             except (RemotingError, ValueError) as exc:
                 log.warning("consumer %s of group %s gave no status: %s", member.client_id, group, exc)
                 continue
             table[member.client_id] = {mq: int(off) for mq, off in queues.items() if isinstance(off, int)}
-        body = objkey_json.dumps({"consumerTable": table, "messageQueueTable": {}}).encode()
+        body = OBJECT_KEYS.dumps({"consumerTable": table, "messageQueueTable": {}}).encode()
         return create_response(request, ResponseCode.SUCCESS, body=body)
 
     def _notify_clients(self, topic: str, group: str, timestamp: int, force: bool, body: bytes) -> int:

@@ -39,30 +39,7 @@ import json
 import logging
 import random
 
-from rocketq.batch_body import decode_batch
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import (
-    SendMessageRequestHeader,
-    decode_send_header,
-    get_int,
-    get_long,
-    get_str,
-    opt_int,
-)
-from rocketq.broker.topic_config import (
-    DLQ_NUMS_PER_GROUP,
-    NOT_ALLOWED_SEND_TOPICS,
-    PERM_READ,
-    PERM_WRITE,
-    RETRY_GROUP_TOPIC_PREFIX,
-    TOPIC_MAX_LENGTH,
-    TopicConfig,
-    dlq_topic,
-    is_retry_topic,
-    is_writeable,
-    retry_topic,
-    topic_max_length,
-)
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -78,6 +55,7 @@ from rocketq.errors import (
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_POP_CK,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -89,6 +67,29 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
+from rocketq.protocol.batch import decode_batch
+from rocketq.protocol.headers import (
+    SendMessageRequestHeader,
+    decode_send_header,
+    get_int,
+    get_long,
+    get_str,
+    opt_int,
+)
+from rocketq.protocol.topic import (
+    DLQ_NUMS_PER_GROUP,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    TopicConfig,
+    dlq_topic,
+    is_retry_topic,
+    is_writeable,
+    retry_topic,
+    topic_max_length,
+)
 from rocketq.remoting.codec import success_frame
 from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
@@ -98,7 +99,6 @@ from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_POP_CK = "POP_CK"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC

@@ -69,10 +69,11 @@ from rocketq.broker.registration import NameServerRegistrar
 from rocketq.broker.reset_offset import ResetOffsetProcessor
 from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
-from rocketq.broker.topic_config import TopicConfig, TopicConfigManager
+from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode
+from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response

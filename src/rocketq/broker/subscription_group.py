@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq import fastjson
 from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
-from rocketq.broker.jsonutil import as_bool, as_int, as_str
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import as_bool, as_int, as_str
 
 log = logging.getLogger(__name__)
 

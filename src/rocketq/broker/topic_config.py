@@ -1,4 +1,7 @@
-"""Topic configs: queue counts, permissions, system topics, auto-creation, ``config/topics.json``.
+"""The broker's topic table: system topics, auto-creation, ``config/topics.json``.
+
+:class:`~rocketq.protocol.topic.TopicConfig`, permissions and reserved names are wire vocabulary
+(:mod:`rocketq.protocol.topic`); this module keeps the table and its file.
 
 ``topics.json`` as RocketMQ writes it (fastjson pretty format, keys alphabetical)::
 
@@ -10,9 +13,6 @@
                          "topicSysFlag":0,"writeQueueNums":4}
         }
     }
-
-Permissions (``PermName``): READ=4, WRITE=2, INHERIT=1 (a template: topics may be created from
-it), PRIORITY=8. A normal topic is 6, the auto-create template ``TBW102`` is 7.
 
 Auto-creation on send (``createTopicInSendMessageMethod``): a send to an unknown topic names a
 template (header ``defaultTopic``, ``TBW102``). If the template exists and inherits — ``TBW102``
@@ -31,197 +31,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from rocketq import fastjson
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
-from rocketq.broker.jsonutil import as_bool, as_int, as_str
+from rocketq.protocol import fastjson
+from rocketq.protocol.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    OFFSET_MOVED_EVENT,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    REPLY_TOPIC_POSTFIX,
+    SCHEDULE_TOPIC,
+    SCHEDULE_TOPIC_QUEUE_NUMS,
+    SELF_TEST_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TopicConfig,
+    is_inherited,
+    is_system_topic,
+    perm_to_string,
+)
 
 log = logging.getLogger(__name__)
-
-# PermName
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-
-def is_readable(perm: int) -> bool:
-    return bool(perm & PERM_READ)
-
-
-def is_writeable(perm: int) -> bool:
-    return bool(perm & PERM_WRITE)
-
-
-def is_inherited(perm: int) -> bool:
-    return bool(perm & PERM_INHERIT)
-
-
-def perm_to_string(perm: int) -> str:
-    """``PermName.perm2String``: ``RWX`` with ``-`` for missing bits."""
-    return (
-        ("R" if perm & PERM_READ else "-")
-        + ("W" if perm & PERM_WRITE else "-")
-        + ("X" if perm & PERM_INHERIT else "-")
-    )
-
-
-SINGLE_TAG = "SINGLE_TAG"
-MULTI_TAG = "MULTI_TAG"
-TOPIC_FILTER_TYPES = (SINGLE_TAG, MULTI_TAG)
-
-# TopicValidator / MixAll names
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SCHEDULE_TOPIC_V2 = "SCHEDULE_TOPIC_XXXX_V2"
-BENCHMARK_TOPIC = "BenchmarkTest"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-#: Timed delivery's system topic (``TimerMessageStore.TIMER_TOPIC``; see ``store/timer.py``).
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-#: Queue count of ``SCHEDULE_TOPIC_XXXX`` (one per delay level).
-SCHEDULE_TOPIC_QUEUE_NUMS = 18
-#: Queues of a group's dead-letter topic (``MixAll.DLQ_NUMS_PER_GROUP``).
-DLQ_NUMS_PER_GROUP = 1
-
-TOPIC_MAX_LENGTH = 127
-#: Retry and DLQ topic names may be longer (the group name is up to 120 chars plus the prefix).
-RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255
-
-SYSTEM_TOPICS = frozenset(
-    {
-        AUTO_CREATE_TOPIC_KEY_TOPIC,
-        SCHEDULE_TOPIC,
-        SCHEDULE_TOPIC_V2,
-        BENCHMARK_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRACE_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-#: Topics clients may not send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        SCHEDULE_TOPIC_V2,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
-
-
-def is_retry_topic(topic: str) -> bool:
-    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-
-
-def is_dlq_topic(topic: str) -> bool:
-    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
-
-
-def topic_max_length(topic: str) -> int:
-    return RETRY_OR_DLQ_TOPIC_MAX_LENGTH if is_retry_topic(topic) or is_dlq_topic(topic) else TOPIC_MAX_LENGTH
-
-
-_TOPIC_JSON_KEYS = frozenset(
-    {
-        "attributes",
-        "order",
-        "perm",
-        "readQueueNums",
-        "topicFilterType",
-        "topicName",
-        "topicSysFlag",
-        "writeQueueNums",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """One topic (RocketMQ ``TopicConfig``); defaults are RocketMQ's constructor defaults."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = SINGLE_TAG
-    topic_sys_flag: int = 0
-    order: bool = False
-    attributes: dict[str, str] = field(default_factory=dict)
-    #: Fields of the file this version does not know, written back unchanged.
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def readable(self) -> bool:
-        return is_readable(self.perm)
-
-    @property
-    def writeable(self) -> bool:
-        return is_writeable(self.perm)
-
-    def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = dict(self.extra)
-        obj.update(
-            {
-                "attributes": dict(self.attributes),
-                "order": self.order,
-                "perm": self.perm,
-                "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type,
-                "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag,
-                "writeQueueNums": self.write_queue_nums,
-            }
-        )
-        return dict(sorted(obj.items()))
-
-    @classmethod
-    def from_json(cls, name: str, obj: dict[str, Any]) -> TopicConfig:
-        """Tolerant decode: missing or malformed fields take RocketMQ's defaults."""
-        default = cls(name)
-        attrs = obj.get("attributes")
-        filter_type = as_str(obj.get("topicFilterType"), SINGLE_TAG)
-        return cls(
-            topic_name=as_str(obj.get("topicName"), name) or name,
-            read_queue_nums=as_int(obj.get("readQueueNums"), default.read_queue_nums),
-            write_queue_nums=as_int(obj.get("writeQueueNums"), default.write_queue_nums),
-            perm=as_int(obj.get("perm"), default.perm),
-            topic_filter_type=filter_type if filter_type in TOPIC_FILTER_TYPES else SINGLE_TAG,
-            topic_sys_flag=as_int(obj.get("topicSysFlag"), 0),
-            order=as_bool(obj.get("order"), False),
-            attributes={str(k): as_str(v, "") for k, v in attrs.items()} if isinstance(attrs, dict) else {},
-            extra={k: v for k, v in obj.items() if k not in _TOPIC_JSON_KEYS},
-        )
 
 
 def system_topics(cfg: BrokerConfig) -> list[TopicConfig]:
@@ -398,31 +234,4 @@ class TopicConfigManager(JsonConfigFile):
         return old
 
 
-__all__ = [
-    "AUTO_CREATE_TOPIC_KEY_TOPIC",
-    "DLQ_GROUP_TOPIC_PREFIX",
-    "DLQ_NUMS_PER_GROUP",
-    "MULTI_TAG",
-    "NOT_ALLOWED_SEND_TOPICS",
-    "PERM_INHERIT",
-    "PERM_PRIORITY",
-    "PERM_READ",
-    "PERM_WRITE",
-    "RETRY_GROUP_TOPIC_PREFIX",
-    "SCHEDULE_TOPIC",
-    "SINGLE_TAG",
-    "SYSTEM_TOPICS",
-    "TopicConfig",
-    "TopicConfigManager",
-    "dlq_topic",
-    "is_dlq_topic",
-    "is_inherited",
-    "is_readable",
-    "is_retry_topic",
-    "is_system_topic",
-    "is_writeable",
-    "perm_to_string",
-    "retry_topic",
-    "system_topics",
-    "topic_max_length",
-]
+__all__ = ["TopicConfigManager", "system_topics"]

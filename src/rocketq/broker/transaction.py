@@ -47,14 +47,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.headers import get_bool, get_int, get_long, get_str, opt_str
-from rocketq.broker.topic_config import (
-    PERM_READ,
-    PERM_WRITE,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-)
 from rocketq.config import FlushDiskType
 from rocketq.errors import ConnectionClosed, ResponseCode
 from rocketq.message import (
@@ -69,6 +61,14 @@ from rocketq.message import (
     MessageExt,
     born_host_of,
     encode_properties,
+)
+from rocketq.protocol.headers import get_bool, get_int, get_long, get_str, opt_str
+from rocketq.protocol.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
 )
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response

@@ -26,47 +26,88 @@ Settings shared by every client are a :class:`ClientConfig` (``config=``); the c
 
 from __future__ import annotations
 
-from rocketq.client._routes import MessageQueue
-from rocketq.client.aio import AsyncProducer, QueueSelector, SendResult, SendStatus
-from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel
-from rocketq.client.lite_pull import AsyncLitePullConsumer, LitePullConsumer
-from rocketq.client.sync import Producer
-from rocketq.message import Message
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rocketq.client.admin import Admin, AsyncAdmin
+    from rocketq.client.aio import AsyncProducer, QueueSelector, SendResult, SendStatus
+    from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel
+    from rocketq.client.lite_pull import AsyncLitePullConsumer, LitePullConsumer
+    from rocketq.client.orderly import ConsumeOrderlyStatus
+    from rocketq.client.push import AsyncPushConsumer, ConsumeStatus, PushConsumer
+    from rocketq.client.sync import Producer
+    from rocketq.client.transaction import (
+        AsyncTransactionProducer,
+        LocalTransactionState,
+        TransactionProducer,
+        TransactionSendResult,
+    )
+    from rocketq.message import Message
+    from rocketq.protocol.queue import MessageQueue
+
+# Each name is imported from its module on first use (PEP 562): ``import rocketq.client`` costs
+# nothing until a class is asked for, and ``from rocketq.client import Producer`` loads the
+# producer without the consumers.
+_EXPORTS: dict[str, str] = {
+    "Admin": "rocketq.client.admin",
+    "AsyncAdmin": "rocketq.client.admin",
+    "AsyncLitePullConsumer": "rocketq.client.lite_pull",
+    "AsyncProducer": "rocketq.client.aio",
+    "AsyncPushConsumer": "rocketq.client.push",
+    "AsyncTransactionProducer": "rocketq.client.transaction",
+    "ClientConfig": "rocketq.client.config",
+    "ConsumeFromWhere": "rocketq.client.config",
+    "ConsumeOrderlyStatus": "rocketq.client.orderly",
+    "ConsumeStatus": "rocketq.client.push",
+    "LitePullConsumer": "rocketq.client.lite_pull",
+    "LocalTransactionState": "rocketq.client.transaction",
+    "Message": "rocketq.message",
+    "MessageModel": "rocketq.client.config",
+    "MessageQueue": "rocketq.protocol.queue",
+    "Producer": "rocketq.client.sync",
+    "PushConsumer": "rocketq.client.push",
+    "QueueSelector": "rocketq.client.aio",
+    "SendResult": "rocketq.client.aio",
+    "SendStatus": "rocketq.client.aio",
+    "TransactionProducer": "rocketq.client.transaction",
+    "TransactionSendResult": "rocketq.client.transaction",
+}
 
 __all__ = [
+    "Admin",
+    "AsyncAdmin",
     "AsyncLitePullConsumer",
     "AsyncProducer",
+    "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "ClientConfig",
     "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
     "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageModel",
     "MessageQueue",
     "Producer",
+    "PushConsumer",
     "QueueSelector",
     "SendResult",
     "SendStatus",
-]
-
-from rocketq.client.admin import Admin, AsyncAdmin
-
-__all__ += ["Admin", "AsyncAdmin"]
-
-from rocketq.client.orderly import ConsumeOrderlyStatus  # noqa: E402
-from rocketq.client.push import AsyncPushConsumer, ConsumeStatus, PushConsumer  # noqa: E402
-
-__all__ += ["AsyncPushConsumer", "ConsumeOrderlyStatus", "ConsumeStatus", "PushConsumer"]
-
-from rocketq.client.transaction import (  # noqa: E402
-    AsyncTransactionProducer,
-    LocalTransactionState,
-    TransactionProducer,
-    TransactionSendResult,
-)
-
-__all__ += [
-    "AsyncTransactionProducer",
-    "LocalTransactionState",
     "TransactionProducer",
     "TransactionSendResult",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -27,29 +27,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.errors import NameServerUnavailable, RemotingError, TopicNotExist
+from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, TopicNotExist
 from rocketq.message import java_string_hash
-from rocketq.namesrv.bodies import PERM_WRITE, TopicRouteData
+from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.route import MASTER_ID, TopicRouteData
+from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_WRITE
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 log = logging.getLogger(__name__)
 
-#: The auto-create template topic (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
-AUTO_CREATE_TOPIC = "TBW102"
 #: Queues per broker a producer uses for a topic published through TBW102 (Java: 4).
 DEFAULT_TOPIC_QUEUE_NUMS = 4
-MASTER_ID = 0
-#: RESPONSE code TOPIC_NOT_EXIST.
-_TOPIC_NOT_EXIST = 17
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    """One queue of a topic on one broker."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
 
 
 def hash_queue_index(key: str, queue_count: int) -> int:
@@ -149,9 +137,9 @@ class RouteCache:
             except RemotingError as exc:
                 errors.append(f"{addr}: {exc}")
                 continue
-            if response.code == 0:
+            if response.code == ResponseCode.SUCCESS:
                 return TopicRouteData.decode(response.body)
-            if response.code == _TOPIC_NOT_EXIST:
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise TopicNotExist(f"name server {addr} has no route for topic {topic!r}")
             errors.append(f"{addr}: response code {response.code} ({response.remark})")
         raise NameServerUnavailable(
@@ -164,7 +152,7 @@ class RouteCache:
             route = await self.fetch_route(topic)
             info = TopicPublishInfo.from_route(topic, route)
         except TopicNotExist:
-            template = await self.fetch_route(AUTO_CREATE_TOPIC)
+            template = await self.fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             info = TopicPublishInfo.from_route(topic, template, from_template=True)
         old = self._infos.get(topic)
         if old is not None and old.queues == info.queues and old.broker_addrs == info.broker_addrs:
@@ -208,9 +196,7 @@ class RouteCache:
 
 
 __all__ = [
-    "AUTO_CREATE_TOPIC",
     "DEFAULT_TOPIC_QUEUE_NUMS",
-    "MessageQueue",
     "RouteCache",
     "TopicPublishInfo",
     "hash_queue_index",

@@ -26,10 +26,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rocketq.broker import objkey_json
-from rocketq.broker.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.client._facade import BlockingFacade
-from rocketq.client._routes import MASTER_ID, MessageQueue
 from rocketq.client.aio import AsyncProducer, SendResult, error_for_response
 from rocketq.client.config import ClientConfig, resolve_config
 from rocketq.errors import (
@@ -51,7 +48,10 @@ from rocketq.message import (
     decode_properties,
     unpack_socket_addr,
 )
-from rocketq.namesrv.bodies import ClusterInfo, TopicList, TopicRouteData
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
+from rocketq.protocol.queue import MessageQueue, message_queue_table
+from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store.record import RecordKind, decode_record
 from rocketq.wallclock import local_to_epoch_ms
@@ -364,20 +364,20 @@ class AsyncAdmin:
         addr, response = await self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicNotExist(f"topic {topic!r} has no route on name server {addr}")
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, f"name server {addr}")
         return TopicRouteData.decode(response.body)
 
     async def topic_list(self) -> list[str]:
         """Every topic the name server knows, sorted."""
         addr, response = await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, f"name server {addr}")
         return sorted(TopicList.decode(response.body).topic_list)
 
     async def cluster_info(self) -> ClusterInfo:
         addr, response = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, f"name server {addr}")
         return ClusterInfo.decode(response.body)
 
@@ -455,7 +455,7 @@ class AsyncAdmin:
                 raise NameServerUnavailable(
                     f"name server {addr} did not delete topic {topic!r}: {exc}"
                 ) from exc
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 raise error_for_response(response, f"name server {addr}")
         return addrs
 
@@ -481,15 +481,12 @@ class AsyncAdmin:
     @staticmethod
     def _offset_table(body: bytes, what: str) -> dict[MessageQueue, Any]:
         try:
-            doc = objkey_json.loads(body)
+            doc = OBJECT_KEYS.loads(body)
         except ValueError as exc:
             raise BodyFormatError(f"{what}: {exc}") from None
         if not isinstance(doc, dict):
             raise BodyFormatError(f"{what}: not a JSON object")
-        return {
-            MessageQueue(mq.topic, mq.broker_name, mq.queue_id): value
-            for mq, value in objkey_json.message_queue_table(doc.get("offsetTable")).items()
-        }
+        return message_queue_table(doc.get("offsetTable"))
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
         """Broker offset, committed offset and lag of every queue ``group`` consumes (of
@@ -502,7 +499,7 @@ class AsyncAdmin:
             response = await self._broker(addr, RequestCode.GET_CONSUME_STATS, fields)
             what = f"consume stats of group {group!r} from {addr}"
             try:
-                doc = objkey_json.loads(response.body)
+                doc = OBJECT_KEYS.loads(response.body)
             except ValueError as exc:
                 raise BodyFormatError(f"{what}: {exc}") from None
             if isinstance(doc, dict) and isinstance(doc.get("consumeTps"), int | float):
@@ -534,7 +531,7 @@ class AsyncAdmin:
             create_request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": parsed.offset}),
             self.timeout_s,
         )
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             raise MessageNotFound(
                 f"broker {parsed.address} has no message at commit-log offset {parsed.offset} "
                 f"(id {msg_id}): {response.remark or f'code {response.code}'}"
@@ -561,7 +558,7 @@ class AsyncAdmin:
             response = await self._broker(
                 addr, RequestCode.QUERY_MESSAGE, fields, ok=(0, ResponseCode.QUERY_NOT_FOUND)
             )
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 continue
             for m in decode_messages(response.body, f"query of key {key!r} on {addr}"):
                 if m.topic == topic and (key in m.keys or m.uniq_key == key):
@@ -595,7 +592,7 @@ class AsyncAdmin:
         )
         if response.code not in ok:
             raise error_for_response(response, addr)
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             return -1, [], response.remark or f"code {response.code}"
         messages = decode_messages(response.body, f"pull of {topic}/{queue_id} at {offset} from {addr}")
         return _int(response.ext_fields.get("nextBeginOffset"), offset + len(messages)), messages, ""
@@ -715,14 +712,14 @@ class AsyncAdmin:
             response = await self._broker(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
             what = f"consumer status of group {group!r} from {addr}"
             try:
-                doc = objkey_json.loads(response.body)
+                doc = OBJECT_KEYS.loads(response.body)
             except ValueError as exc:
                 raise BodyFormatError(f"{what}: {exc}") from None
             members = doc.get("consumerTable") if isinstance(doc, dict) else None
             for cid, table in (members or {}).items():
                 queues = out.setdefault(str(cid), {})
-                for mq, value in objkey_json.message_queue_table(table).items():
-                    queues[MessageQueue(mq.topic, mq.broker_name, mq.queue_id)] = _int(value)
+                for mq, value in message_queue_table(table).items():
+                    queues[mq] = _int(value)
         return {cid: dict(sorted(q.items())) for cid, q in sorted(out.items())}
 
 

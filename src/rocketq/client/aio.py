@@ -32,15 +32,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rocketq.batch_body import BatchEntry, encode_batch
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import (
-    AUTO_CREATE_TOPIC,
-    DEFAULT_TOPIC_QUEUE_NUMS,
-    MessageQueue,
-    RouteCache,
-    hash_queue_index,
-)
+from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.errors import (
     BrokerResponseError,
@@ -66,6 +59,9 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
+from rocketq.protocol.batch import BatchEntry, encode_batch
+from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
 
 log = logging.getLogger(__name__)
@@ -407,7 +403,7 @@ class AsyncProducer:
         fields: dict[str, object] = {
             "a": self.group,
             "b": p.topic,
-            "c": AUTO_CREATE_TOPIC,
+            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
             "d": DEFAULT_TOPIC_QUEUE_NUMS,
             "e": mq.queue_id,
             "f": p.sys_flag,

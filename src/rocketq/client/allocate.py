@@ -32,8 +32,8 @@ import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 
-from rocketq.client._routes import MessageQueue
 from rocketq.errors import ConfigError
+from rocketq.protocol.queue import MessageQueue
 
 #: ``(queues, consumer_ids, me) -> me's queues``
 AllocateStrategy = Callable[[Sequence[MessageQueue], Sequence[str], str], list[MessageQueue]]

@@ -60,11 +60,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rocketq.broker import objkey_json
-from rocketq.broker.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from rocketq.broker.heartbeat import SubscriptionData, build_subscription
-from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
-from rocketq.client._routes import MASTER_ID, MessageQueue, RouteCache
+from rocketq.client._routes import RouteCache
 from rocketq.client.aio import (
     _GROUP_PATTERN,
     GROUP_MAX_LENGTH,
@@ -88,7 +84,12 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import MessageExt
-from rocketq.namesrv.bodies import PERM_READ, TopicRouteData
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
+from rocketq.protocol.heartbeat import SubscriptionData, build_subscription
+from rocketq.protocol.queue import MessageQueue, message_queue_table
+from rocketq.protocol.route import MASTER_ID, TopicRouteData
+from rocketq.protocol.topic import PERM_READ
 from rocketq.remoting import (
     Connection,
     RemotingClient,
@@ -98,8 +99,6 @@ from rocketq.remoting import (
     create_response,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
-from rocketq.store import record as rec
-from rocketq.store.commitlog import view_to_message
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +112,6 @@ SUSPEND_MARGIN_S = 5.0
 ERROR_BACKOFF_S = 1.0
 MAX_PULL_BATCH_SIZE = 1024
 
-_SUCCESS = 0
-_PULL_NOT_FOUND = 19
-_NO_MATCHED_MSG = 20
-_OFFSET_MOVED = 21
-_QUERY_NOT_FOUND = 22
 
 #: ``handler(request) -> response`` (None: no answer) for a request code brokers send.
 BrokerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -125,6 +119,11 @@ BrokerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | N
 
 def decode_messages(body: bytes) -> list[MessageExt]:
     """The messages of a pull body (concatenated records), zlib bodies inflated."""
+    # Imported here, not at the top: the record decoder still lives in the store package (its
+    # commitlog module loads the whole engine), which importing the client must not load.
+    from rocketq.store import record as rec  # noqa: PLC0415
+    from rocketq.store.commitlog import view_to_message  # noqa: PLC0415
+
     out: list[MessageExt] = []
     pos = 0
     while pos < len(body):
@@ -144,14 +143,14 @@ def decode_messages(body: bytes) -> list[MessageExt]:
 def reset_offset_table(body: bytes) -> dict[MessageQueue, int]:
     """The ``offsetTable`` of a ResetOffsetBody (fastjson, queue objects as keys)."""
     try:
-        doc = objkey_json.loads(body)
+        doc = OBJECT_KEYS.loads(body)
     except ValueError as exc:
         raise BodyFormatError(f"reset offset body does not parse: {exc}") from None
     if not isinstance(doc, dict):
         raise BodyFormatError("reset offset body is not a JSON object")
     return {
         MessageQueue(mq.topic, mq.broker_name, mq.queue_id): int(value)
-        for mq, value in objkey_json.message_queue_table(doc.get("offsetTable")).items()
+        for mq, value in message_queue_table(doc.get("offsetTable")).items()
         if isinstance(value, int) and not isinstance(value, bool)
     }
 
@@ -225,7 +224,7 @@ class PullResult:
 
     @property
     def offset_moved(self) -> bool:
-        return self.code == _OFFSET_MOVED
+        return self.code == ResponseCode.PULL_OFFSET_MOVED
 
 
 class ConsumerCore:
@@ -489,11 +488,16 @@ class ConsumerCore:
             addr, create_request(RequestCode.LITE_PULL_MESSAGE, fields), timeout_s
         )
         code = response.code
-        if code not in (_SUCCESS, _PULL_NOT_FOUND, _NO_MATCHED_MSG, _OFFSET_MOVED):
+        if code not in (
+            ResponseCode.SUCCESS,
+            ResponseCode.PULL_NOT_FOUND,
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED,
+        ):
             raise error_for_response(response, f"{mq.broker_name}@{addr}")
         next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
         messages: list[MessageExt] = []
-        if code == _SUCCESS:
+        if code == ResponseCode.SUCCESS:
             messages = decode_messages(response.body)
             if sub is not None and sub.tags_set:
                 messages = [m for m in messages if m.tags is not None and m.tags in sub.tags_set]
@@ -531,7 +535,7 @@ class ConsumerCore:
             "setZeroIfNotFound": "false",
         }
         response = await self.invoke(RequestCode.QUERY_CONSUMER_OFFSET, mq, fields)
-        if response.code == _QUERY_NOT_FOUND:
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         return self._offset_of(response, mq)
 
@@ -581,7 +585,7 @@ class ConsumerCore:
             "commitOffset": offset,
         }
         response = await self.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, mq, fields)
-        if response.code != _SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, mq.broker_name)
 
     async def _commit_local(self, *, raise_errors: bool, queues: Iterable[MessageQueue] | None) -> None:
@@ -600,13 +604,13 @@ class ConsumerCore:
 
     async def _offset_request(self, code: int, mq: MessageQueue, fields: dict[str, object]) -> int:
         response = await self.invoke(code, mq, fields)
-        if response.code != _SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, mq.broker_name)
         return self._offset_of(response, mq)
 
     @staticmethod
     def _offset_of(response: RemotingCommand, mq: MessageQueue) -> int:
-        if response.code != _SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
             raise error_for_response(response, mq.broker_name)
         try:
             return int(response.ext_fields["offset"])
@@ -689,7 +693,7 @@ class ConsumerCore:
             request = create_request(RequestCode.HEART_BEAT, {}, body)
             try:
                 response = await remoting.invoke(addr, request, self.request_timeout_ms / 1000)
-                if response.code != _SUCCESS:
+                if response.code != ResponseCode.SUCCESS:
                     raise error_for_response(response, addr)
             except RocketqError as exc:
                 log.warning("heartbeat to broker %s failed: %s", addr, exc)
@@ -714,7 +718,7 @@ class ConsumerCore:
             except RocketqError as exc:
                 log.warning("consumer list of group %s from %s failed: %s", self.group, addr, exc)
                 continue
-            if response.code == _SUCCESS and response.body:
+            if response.code == ResponseCode.SUCCESS and response.body:
                 ids = json.loads(response.body).get("consumerIdList") or []
                 return [str(i) for i in ids]
         return []
@@ -832,12 +836,12 @@ class ConsumerCore:
     def _status_body(self, request: RemotingCommand) -> bytes:
         """GetConsumerStatusBody: the positions of the owned queues of the asked topic."""
         ext = request.ext_fields
-        table: dict[WireQueue, int] = {}
+        table: dict[MessageQueue, int] = {}
         if ext.get("group") == self.group:
             for mq, state in self._queues.items():
                 if mq.topic == ext.get("topic") and state.offset is not None:
-                    table[WireQueue(mq.topic, mq.broker_name, mq.queue_id)] = state.offset
-        return objkey_json.dumps({"consumerTable": {}, "messageQueueTable": table}).encode()
+                    table[MessageQueue(mq.topic, mq.broker_name, mq.queue_id)] = state.offset
+        return OBJECT_KEYS.dumps({"consumerTable": {}, "messageQueueTable": table}).encode()
 
 
 __all__ = [

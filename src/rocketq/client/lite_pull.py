@@ -41,7 +41,6 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade
-from rocketq.client._routes import MessageQueue
 from rocketq.client.allocate import AllocateStrategy, allocate_averagely
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
 from rocketq.client.consumer_core import (
@@ -57,6 +56,7 @@ from rocketq.client.consumer_core import (
 from rocketq.client.offset_store import DEFAULT_OFFSET_STORE_DIR
 from rocketq.errors import ConfigError, RocketqError
 from rocketq.message import MessageExt
+from rocketq.protocol.queue import MessageQueue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -27,10 +27,9 @@ import logging
 import os
 import threading
 
-from rocketq.broker import objkey_json
-from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
-from rocketq.client._routes import MessageQueue
 from rocketq.errors import BodyFormatError
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.queue import MessageQueue, message_queue_table
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +43,21 @@ def default_offset_path(root_dir: str, client_id: str, group: str) -> str:
 
 
 def encode_offsets(table: dict[MessageQueue, int]) -> bytes:
-    wire = {WireQueue(mq.topic, mq.broker_name, mq.queue_id): off for mq, off in sorted(table.items())}
-    return objkey_json.dumps({"offsetTable": wire}).encode()
+    return OBJECT_KEYS.dumps({"offsetTable": dict(sorted(table.items()))}).encode()
 
 
 def decode_offsets(data: bytes, what: str) -> dict[MessageQueue, int]:
     """The offset table of an ``offsets.json``; BodyFormatError naming ``what`` when bad."""
     try:
-        doc = objkey_json.loads(data)
+        doc = OBJECT_KEYS.loads(data)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
-        table = objkey_json.message_queue_table(doc.get("offsetTable") or {})
+        table = message_queue_table(doc.get("offsetTable") or {})
         out: dict[MessageQueue, int] = {}
         for mq, value in table.items():
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"offset of {mq} is {value!r}, not an integer")
-            out[MessageQueue(mq.topic, mq.broker_name, mq.queue_id)] = value
+            out[mq] = value
     except ValueError as exc:
         raise BodyFormatError(f"offset file {what} is not valid: {exc}") from None
     return out

@@ -41,10 +41,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import error_for_response
-from rocketq.errors import RocketqError
+from rocketq.errors import ResponseCode, RocketqError
 from rocketq.message import MessageExt
+from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RemotingCommand, RequestCode
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class OrderlyConsumeService:
         for broker_name, group in sorted(by_broker.items()):
             try:
                 response = await self._invoke(RequestCode.LOCK_BATCH_MQ, group)
-                if response.code != 0:
+                if response.code != ResponseCode.SUCCESS:
                     raise error_for_response(response, broker_name)
                 got = parse_locked(response.body)
             except (RocketqError, ValueError) as exc:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from rocketq.client._routes import MessageQueue
 from rocketq.message import MessageExt
+from rocketq.protocol.queue import MessageQueue
 
 
 class ProcessQueue:

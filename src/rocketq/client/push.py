@@ -45,9 +45,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from rocketq.broker.topic_config import retry_topic
 from rocketq.client._facade import BlockingFacade
-from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import error_for_response
 from rocketq.client.allocate import AllocateStrategy
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
@@ -67,8 +65,10 @@ from rocketq.client.orderly import (
     OrderlyConsumeService,
 )
 from rocketq.client.process_queue import ProcessQueue
-from rocketq.errors import ClientStateError, ConfigError, RocketqError
+from rocketq.errors import ClientStateError, ConfigError, ResponseCode, RocketqError
 from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
+from rocketq.protocol.queue import MessageQueue
+from rocketq.protocol.topic import retry_topic
 from rocketq.remoting import RequestCode
 
 log = logging.getLogger(__name__)
@@ -499,7 +499,7 @@ class AsyncPushConsumer:
         }
         try:
             response = await self._core.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, mq, fields)
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 raise error_for_response(response, mq.broker_name)
         except RocketqError as exc:
             log.warning("send back of message %s of %s failed: %s", m.msg_id, mq, exc)

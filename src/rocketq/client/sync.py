@@ -13,7 +13,6 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade
-from rocketq.client._routes import MessageQueue
 from rocketq.client.aio import (
     DEFAULT_COMPRESS_LEVEL,
     DEFAULT_COMPRESS_THRESHOLD_BYTES,
@@ -26,6 +25,7 @@ from rocketq.client.aio import (
 )
 from rocketq.client.config import ClientConfig
 from rocketq.message import Message
+from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RequestHandler
 
 T = TypeVar("T")

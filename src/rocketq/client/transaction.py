@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import enum
 import inspect
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -61,13 +60,13 @@ from rocketq.message import (
     MessageExt,
     decode_offset_msg_id,
 )
+from rocketq.protocol.heartbeat import encode_producer_heartbeat
 from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request, create_response
 
 log = logging.getLogger(__name__)
 
 #: sysFlag of a half message (``MessageSysFlag.TRANSACTION_PREPARED_TYPE``).
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
-_SUCCESS = 0
 
 
 class LocalTransactionState(enum.Enum):
@@ -354,19 +353,14 @@ class AsyncTransactionProducer:
 
     async def _heartbeat(self, addr: str) -> None:
         remoting, _ = self._producer._running()
-        data = {
-            "clientID": self.client_id,
-            "producerDataSet": [{"groupName": self.group}],
-            "consumerDataSet": [],
-        }
-        body = json.dumps(data, separators=(",", ":")).encode()
+        body = encode_producer_heartbeat(self.client_id, [self.group])
         request = create_request(RequestCode.HEART_BEAT, {}, body)
         try:
             response = await remoting.invoke(addr, request, self._producer.send_timeout_ms / 1000)
         except RocketqError as exc:
             log.warning("heartbeat of producer group %s to %s failed: %s", self.group, addr, exc)
             return
-        if response.code != _SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
             log.warning("broker %s refused the heartbeat: %s %s", addr, response.code, response.remark)
             return
         self._heartbeated.add(addr)

@@ -1,63 +1,61 @@
 """The RocketMQ name server: a pure route table and its asyncio server.
 
-Modules::
+The bodies it reads and writes (routes, cluster info, registrations) are wire values shared with
+brokers and clients: :mod:`rocketq.protocol.route`. Modules::
 
-    bodies.py   the JSON (and compressed) bodies of spec/remoting.md §3.1–§3.4, as values (pure)
     routes.py   RouteTable: brokers, topics' queue data, clusters, liveness, KV config (pure)
     server.py   NamesrvConfig, NameServer (request processors on a RemotingServer), run_namesrv
 """
 
 from __future__ import annotations
 
-from rocketq.namesrv.bodies import (
-    MASTER_ID,
-    NAMESPACE_ORDER_TOPIC_CONFIG,
-    PERM_INHERIT,
-    PERM_PRIORITY,
-    PERM_READ,
-    PERM_WRITE,
-    BrokerData,
-    ClusterInfo,
-    DataVersion,
-    KVTable,
-    QueueData,
-    RegisterBrokerBody,
-    TopicConfig,
-    TopicList,
-    TopicRouteData,
-)
-from rocketq.namesrv.routes import (
-    DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS,
-    BrokerLiveInfo,
-    RegisterBrokerResult,
-    RemovedBroker,
-    RouteTable,
-)
-from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv, serve_namesrv
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rocketq.namesrv.routes import (
+        DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS,
+        BrokerLiveInfo,
+        RegisterBrokerResult,
+        RemovedBroker,
+        RouteTable,
+    )
+    from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv, serve_namesrv
+
+# Imported from their modules on first use (PEP 562).
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS": "rocketq.namesrv.routes",
+    "BrokerLiveInfo": "rocketq.namesrv.routes",
+    "NameServer": "rocketq.namesrv.server",
+    "NamesrvConfig": "rocketq.namesrv.server",
+    "RegisterBrokerResult": "rocketq.namesrv.routes",
+    "RemovedBroker": "rocketq.namesrv.routes",
+    "RouteTable": "rocketq.namesrv.routes",
+    "run_namesrv": "rocketq.namesrv.server",
+    "serve_namesrv": "rocketq.namesrv.server",
+}
 
 __all__ = [
     "DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS",
-    "MASTER_ID",
-    "NAMESPACE_ORDER_TOPIC_CONFIG",
-    "PERM_INHERIT",
-    "PERM_PRIORITY",
-    "PERM_READ",
-    "PERM_WRITE",
-    "BrokerData",
     "BrokerLiveInfo",
-    "ClusterInfo",
-    "DataVersion",
-    "KVTable",
     "NameServer",
     "NamesrvConfig",
-    "QueueData",
-    "RegisterBrokerBody",
     "RegisterBrokerResult",
     "RemovedBroker",
     "RouteTable",
-    "TopicConfig",
-    "TopicList",
-    "TopicRouteData",
     "run_namesrv",
     "serve_namesrv",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

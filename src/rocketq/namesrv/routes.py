@@ -37,7 +37,7 @@ either), and a first registration carrying exactly one topic is accepted (5.x re
 broker id is known, which would strand a small broker whose only topic is its first).
 
 The values returned (TopicRouteData, ClusterInfo, TopicList, …) and their exact JSON are in
-:mod:`rocketq.namesrv.bodies`.
+:mod:`rocketq.protocol.route`.
 """
 
 from __future__ import annotations
@@ -47,20 +47,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rocketq.namesrv.bodies import (
+from rocketq.protocol.route import (
     MASTER_ID,
     NAMESPACE_ORDER_TOPIC_CONFIG,
-    PERM_READ,
-    PERM_WRITE,
-    TOPIC_SYS_FLAG_UNIT,
-    TOPIC_SYS_FLAG_UNIT_SUB,
     BrokerData,
     ClusterInfo,
     DataVersion,
     QueueData,
-    TopicConfig,
     TopicList,
     TopicRouteData,
+)
+from rocketq.protocol.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    TOPIC_SYS_FLAG_UNIT,
+    TOPIC_SYS_FLAG_UNIT_SUB,
+    TopicConfig,
 )
 
 log = logging.getLogger(__name__)

@@ -55,20 +55,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketq import fastjson
 from rocketq.config import field_for_rocketmq_key, from_rocketmq_properties
 from rocketq.errors import ConfigError, RequestHeaderError, ResponseCode
-from rocketq.namesrv.bodies import (
+from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS, RemovedBroker, RouteTable
+from rocketq.properties import parse_properties
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import dumps_sorted as dumps
+from rocketq.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     KVTable,
     RegisterBrokerBody,
     TopicList,
     TopicRouteData,
-    dumps,
 )
-from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS, RemovedBroker, RouteTable
-from rocketq.properties import parse_properties
 from rocketq.remoting import (
     Connection,
     RemotingCommand,

@@ -49,28 +49,30 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
-from rocketq.broker.pop_processor import MAX_POLL_MS, PROPERTY_POP_CK
-from rocketq.broker.topic_config import TopicConfig, is_readable
-from rocketq.client._routes import MASTER_ID, RouteCache, TopicPublishInfo, hash_queue_index
+from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
     MessageBodyTooLarge,
     NoPermission,
     RemotingError,
+    ResponseCode,
     RocketqError,
     ServiceNotAvailable,
     TopicNameInvalid,
     TopicNotExist,
 )
 from rocketq.message import (
+    PROPERTY_POP_CK,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
     decode_offset_msg_id,
     encode_properties,
     validate_topic,
 )
-from rocketq.namesrv.bodies import TopicRouteData
+from rocketq.protocol.headers import MAX_POLL_MS
+from rocketq.protocol.route import MASTER_ID, TopicRouteData
+from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
@@ -236,7 +238,7 @@ class ClusterServicer(ClientSessionServicer):
             except (RemotingError, ValueError, AttributeError) as exc:
                 log.info("topic configs of %s unavailable: %s", addr, exc)
                 continue
-            if response.code == 0 and topic in table:
+            if response.code == ResponseCode.SUCCESS and topic in table:
                 return route.topic_message_type(TopicConfig.from_json(topic, table[topic]))
         return route.topic_message_type(TopicConfig(topic))
 
@@ -319,7 +321,7 @@ class ClusterServicer(ClientSessionServicer):
         }
         req = create_request(RequestCode.SEND_MESSAGE_V2, fields, body)
         response = await self.remoting.invoke(addr, req, self.timeout_s)
-        if response.code != 0:
+        if response.code != ResponseCode.SUCCESS:
             raise _send_error(
                 response.code, f"broker {mq.broker_name} refused the message: {response.remark}"
             )
@@ -454,9 +456,9 @@ class ClusterServicer(ClientSessionServicer):
             }
             req = create_request(RequestCode.POP_MESSAGE, fields)
             response = await self.remoting.invoke(addr, req, poll_ms / 1000 + self.timeout_s)
-            if response.code not in (0, _PULL_NOT_FOUND):
+            if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
                 raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
-            popped = decode_popped(response.body or b"") if response.code == 0 else []
+            popped = decode_popped(response.body or b"") if response.code == ResponseCode.SUCCESS else []
         except Exception as exc:
             yield spb.ReceiveMessageResponse(status=_error("ReceiveMessage", exc))
             yield spb.ReceiveMessageResponse(
@@ -497,7 +499,7 @@ class ClusterServicer(ClientSessionServicer):
                 response = await self.remoting.invoke(
                     addr, create_request(RequestCode.ACK_MESSAGE, fields), self.timeout_s
                 )
-                if response.code != 0:
+                if response.code != ResponseCode.SUCCESS:
                     raise _handle_error(response.code, response.remark or "")
                 st = status.ok()
             except Exception as exc:
@@ -530,7 +532,7 @@ class ClusterServicer(ClientSessionServicer):
             response = await self.remoting.invoke(
                 addr, create_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields), self.timeout_s
             )
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 raise _handle_error(response.code, response.remark or "")
             new_handle = response.ext_fields.get("extraInfo", "")
             if not new_handle:
@@ -567,13 +569,13 @@ class ClusterServicer(ClientSessionServicer):
                 },
             )
             response = await self.remoting.invoke(addr, back, self.timeout_s)
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
             ack = create_request(
                 RequestCode.ACK_MESSAGE, {"consumerGroup": group, "topic": topic, "extraInfo": handle}
             )
             response = await self.remoting.invoke(addr, ack, self.timeout_s)
-            if response.code != 0:
+            if response.code != ResponseCode.SUCCESS:
                 raise _handle_error(response.code, response.remark or "")
         except Exception as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(
@@ -582,39 +584,28 @@ class ClusterServicer(ClientSessionServicer):
         return spb.ForwardMessageToDeadLetterQueueResponse(status=status.ok())
 
 
-#: Remoting response codes of a refused send → the error the gRPC status is made from.
-_TOPIC_NOT_EXIST = 17
-_MESSAGE_ILLEGAL = 13
-_NO_PERMISSION = 16
-
-
 def _send_error(code: int, text: str) -> RocketqError:
-    if code == _TOPIC_NOT_EXIST:
+    if code == ResponseCode.TOPIC_NOT_EXIST:
         return TopicNotExist(text)
-    if code == _MESSAGE_ILLEGAL:
+    if code == ResponseCode.MESSAGE_ILLEGAL:
         return InvalidParameter(text)
-    if code == _NO_PERMISSION:
+    if code == ResponseCode.NO_PERMISSION:
         return NoPermission(text)
     return RocketqError(text)
 
 
-_PULL_NOT_FOUND = 19
-_INVALID_PARAMETER = 29
-_SERVICE_NOT_AVAILABLE = 14
-
-
 def _remoting_error(code: int, text: str) -> RocketqError:
     """The error of a refused pop request."""
-    if code == _INVALID_PARAMETER:
+    if code == ResponseCode.INVALID_PARAMETER:
         return InvalidParameter(text)
-    if code == _SERVICE_NOT_AVAILABLE:
+    if code == ResponseCode.SERVICE_NOT_AVAILABLE:
         return ServiceNotAvailable(text)
     return _send_error(code, text)
 
 
 def _handle_error(code: int, text: str) -> RocketqError:
     """The error of a refused ack / change: 29 means the handle is bad, stale or expired."""
-    if code == _INVALID_PARAMETER:
+    if code == ResponseCode.INVALID_PARAMETER:
         return InvalidReceiptHandle(text)
     return _remoting_error(code, text)
 

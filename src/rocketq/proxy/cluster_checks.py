@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 
-from rocketq.client._routes import MASTER_ID, RouteCache
+from rocketq.client._routes import RouteCache
 from rocketq.client.lite_pull import decode_messages
 from rocketq.errors import ResponseCode, RocketqError
 from rocketq.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from rocketq.protocol.heartbeat import encode_producer_heartbeat
+from rocketq.protocol.route import MASTER_ID
 from rocketq.proxy import convert
 from rocketq.proxy.telemetry import SessionRegistry
 from rocketq.proxy.v2 import service_pb2 as spb
@@ -53,22 +54,11 @@ log = logging.getLogger(__name__)
 
 #: How often every broker is told again which producer groups the proxy stands for.
 DEFAULT_HEARTBEAT_INTERVAL_S = 30.0
-_SUCCESS = 0
 
 
 def encode_transaction_id(commit_log_offset: int, queue_offset: int, broker_name: str) -> str:
     """The gRPC transaction id of a half: ``<commit-log offset:016X><half queue offset:016X>@<broker>``."""
     return f"{commit_log_offset:016X}{queue_offset:016X}@{broker_name}"
-
-
-def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
-    """The HEART_BEAT body of a producer-only client."""
-    data = {
-        "clientID": client_id,
-        "producerDataSet": [{"groupName": g} for g in producer_groups],
-        "consumerDataSet": [],
-    }
-    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def check_command(request: RemotingCommand, broker_name: str) -> tuple[str, spb.TelemetryCommand]:
@@ -175,14 +165,14 @@ class OrphanChecks:
             if self._beaten.get(addr) == frozenset(groups):
                 continue
             request = create_request(
-                RequestCode.HEART_BEAT, {}, heartbeat_body(self.client_id, sorted(groups))
+                RequestCode.HEART_BEAT, {}, encode_producer_heartbeat(self.client_id, sorted(groups))
             )
             try:
                 response = await self.remoting.invoke(addr, request, self.timeout_s)
             except RocketqError as exc:
                 log.warning("producer heartbeat to %s failed: %s", addr, exc)
                 continue
-            if response.code != _SUCCESS:
+            if response.code != ResponseCode.SUCCESS:
                 log.warning("broker %s refused the heartbeat: %s %s", addr, response.code, response.remark)
                 continue
             self._beaten[addr] = frozenset(groups)
@@ -211,5 +201,4 @@ __all__ = [
     "OrphanChecks",
     "check_command",
     "encode_transaction_id",
-    "heartbeat_body",
 ]

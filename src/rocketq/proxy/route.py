@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from rocketq.broker.topic_config import TopicConfig, is_readable, is_writeable
 from rocketq.errors import InvalidParameter
+from rocketq.protocol.topic import TopicConfig, is_readable, is_writeable
 from rocketq.proxy.convert import MessageTypeError
 from rocketq.proxy.v2 import definition_pb2 as pb
 

@@ -33,7 +33,6 @@ import grpc
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.pop.service import PopService
-from rocketq.broker.topic_config import TopicConfig, is_readable
 from rocketq.broker.transaction import TransactionService, ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -56,6 +55,7 @@ from rocketq.message import (
     java_string_hash,
     validate_topic,
 )
+from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.session import ClientSessionServicer
 from rocketq.proxy.settings import ServerSettings, reply_settings

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rocketq import fastjson
 from rocketq.errors import FrameError
+from rocketq.protocol import fastjson
 from rocketq.remoting.codes import (
     CURRENT_VERSION,
     DEFAULT_LANGUAGE,

@@ -23,7 +23,7 @@ from typing import TypeVar
 from rocketq.client.admin import AsyncAdmin
 from rocketq.client.aio import error_for_response
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
-from rocketq.namesrv.bodies import MASTER_ID
+from rocketq.protocol.route import MASTER_ID
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.spark.offsets import QueueRef
 from rocketq.spark.options import ReadOptions

@@ -41,8 +41,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rocketq.broker.topic_config import TRANS_OP_HALF_TOPIC
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
+from rocketq.protocol.topic import TRANS_OP_HALF_TOPIC
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.spark.pull import pull_once
 from rocketq.spark.staged import COMMIT, StagedMessage, StagedWriteError, now_ms

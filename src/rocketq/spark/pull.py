@@ -25,10 +25,11 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from rocketq.broker.headers import PULL_FLAG_LITE_PULL
 from rocketq.client.aio import error_for_response
 from rocketq.client.lite_pull import decode_messages
+from rocketq.errors import ResponseCode
 from rocketq.message import MessageExt
+from rocketq.protocol.headers import PULL_FLAG_LITE_PULL
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,12 @@ DEFAULT_PIPELINE_DEPTH = 8
 #: The reader's consumer group on the broker (pulls never commit offsets).
 READER_GROUP = "SPARK_ROCKETQ_READER"
 
-_SUCCESS = 0
-_PULL_NOT_FOUND = 19
-_NO_MATCHED_MSG = 20
-_OFFSET_MOVED = 21
-_OK_CODES = (_SUCCESS, _PULL_NOT_FOUND, _NO_MATCHED_MSG, _OFFSET_MOVED)
+_OK_CODES = (
+    ResponseCode.SUCCESS,
+    ResponseCode.PULL_NOT_FOUND,
+    ResponseCode.PULL_RETRY_IMMEDIATELY,
+    ResponseCode.PULL_OFFSET_MOVED,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,7 @@ async def pull_once(
     if response.code not in _OK_CODES:
         raise error_for_response(response, addr)
     next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
-    messages = decode_messages(response.body) if response.code == _SUCCESS else []
+    messages = decode_messages(response.body) if response.code == ResponseCode.SUCCESS else []
     return Pulled(response.code, next_offset, messages)
 
 
@@ -122,7 +124,7 @@ async def read_range(
                 before = position
                 got = [m for m in pulled.messages if position <= m.queue_offset < window_end]
                 first = got[0].queue_offset if got else None
-                if pulled.code == _OFFSET_MOVED or (first is not None and first > position):
+                if pulled.code == ResponseCode.PULL_OFFSET_MOVED or (first is not None and first > position):
                     resume = min(first if first is not None else pulled.next_offset, end)
                     if resume > position:
                         on_loss(position, resume)

@@ -55,7 +55,6 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from rocketq.broker.topic_config import TRANS_HALF_TOPIC
 from rocketq.client.aio import SendStatus
 from rocketq.client.transaction import AsyncTransactionProducer, LocalTransactionState
 from rocketq.errors import ConfigError, RocketqError
@@ -67,7 +66,8 @@ from rocketq.message import (
     MessageExt,
     decode_offset_msg_id,
 )
-from rocketq.namesrv.bodies import MASTER_ID
+from rocketq.protocol.route import MASTER_ID
+from rocketq.protocol.topic import TRANS_HALF_TOPIC
 from rocketq.remoting import RemotingClient, RequestCode
 from rocketq.spark import cluster
 from rocketq.spark.commit import CommitIncomplete, CommitReport, commit_halves, end_each

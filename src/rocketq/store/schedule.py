@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from rocketq import fastjson
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -38,6 +37,7 @@ from rocketq.message import (
     decode_properties,
     encode_properties,
 )
+from rocketq.protocol import fastjson
 from rocketq.store import record as rec
 from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
 

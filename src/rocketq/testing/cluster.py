@@ -44,11 +44,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.broker.topic_config import TopicConfig
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ClusterStartError, RocketqError
 from rocketq.message import validate_topic
 from rocketq.namesrv.server import NameServer, NamesrvConfig
+from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
 from rocketq.store.message_store import MessageStore
 from rocketq.testing.loop_thread import run_loop

@@ -68,7 +68,6 @@ from rocketq.broker.pop.journal import (
 )
 from rocketq.broker.pop.receipt import Receipt, decode_receipt, encode_receipt
 from rocketq.broker.pop.state import InFlight, Key, PopTable, QueueState
-from rocketq.broker.topic_config import DLQ_NUMS_PER_GROUP, PERM_READ, PERM_WRITE, dlq_topic
 from rocketq.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
@@ -83,6 +82,7 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
 )
+from rocketq.protocol.topic import DLQ_NUMS_PER_GROUP, PERM_READ, PERM_WRITE, dlq_topic
 from rocketq.store import record as rec
 from rocketq.store.commitlog import PutMessageStatus, view_to_message
 from rocketq.store.message_store import GetMessageStatus

@@ -26,7 +26,8 @@ from rocketq.broker.context import BrokerContext
 from rocketq.broker.long_polling import PullRequestHoldService
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.subscription_group import SubscriptionGroupManager
-from rocketq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
+from rocketq.broker.topic_config import TopicConfigManager
+from rocketq.protocol.topic import PERM_READ, PERM_WRITE, TopicConfig
 from rocketq.store.message_store import MessageStore
 
 

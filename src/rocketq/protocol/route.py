@@ -1,4 +1,6 @@
-"""Name-server bodies: values with the exact JSON RocketMQ writes and a tolerant reader (pure).
+"""Route and registration bodies (name server, brokers, clients): values with the exact JSON
+RocketMQ writes and a tolerant reader (pure). ``TopicConfig`` is in :mod:`rocketq.protocol.topic`;
+the JSON writer and readers in :mod:`rocketq.protocol.fastjson`.
 
 The documents (spec/remoting.md §3.1–§3.4), keys in the order fastjson writes bean properties
 (alphabetical), ``null`` properties left out::
@@ -44,189 +46,34 @@ The compact topic form carries neither ``topicSysFlag`` nor ``order``; they read
 
 from __future__ import annotations
 
-import json
-import math
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rocketq import fastjson
 from rocketq.errors import BodyFormatError
+from rocketq.protocol.fastjson import (
+    dumps_sorted,
+    field_bool,
+    field_int,
+    field_object,
+    field_str,
+    field_str_list,
+    loads_body,
+    require_object,
+)
+from rocketq.protocol.topic import TopicConfig
 
-# PermName (M/constant/PermName.java).
-PERM_PRIORITY: Final = 8
-PERM_READ: Final = 4
-PERM_WRITE: Final = 2
-PERM_INHERIT: Final = 1
-# TopicSysFlag.
-TOPIC_SYS_FLAG_UNIT: Final = 1
-TOPIC_SYS_FLAG_UNIT_SUB: Final = 2
 #: brokerId of a master (MixAll.MASTER_ID).
 MASTER_ID: Final = 0
 #: KV namespace whose entries are ``orderTopicConf`` strings per topic (NamesrvUtil).
 NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
-DEFAULT_READ_QUEUE_NUMS: Final = 16
-DEFAULT_WRITE_QUEUE_NUMS: Final = 16
-TOPIC_FILTER_TYPES: Final = ("SINGLE_TAG", "MULTI_TAG")
 
 #: Largest inflated size accepted from a compressed REGISTER_BROKER body.
 MAX_INFLATED_REGISTER_BODY_BYTES: Final = 64 * 1024 * 1024
 
-_JS_SAFE_INT: Final = (1 << 53) - 1
 _I32: Final = struct.Struct(">i")
-
-
-def is_readable(perm: int) -> bool:
-    return bool(perm & PERM_READ)
-
-
-def is_writeable(perm: int) -> bool:
-    return bool(perm & PERM_WRITE)
-
-
-def is_inherited(perm: int) -> bool:
-    return bool(perm & PERM_INHERIT)
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON writing: compact, keys sorted, optional unquoted int keys
-
-
-def dumps(value: Any, *, quote_int_keys: bool = True, browser_compatible: bool = False) -> str:
-    """Compact JSON as fastjson writes it: object keys sorted, no spaces.
-
-    ``quote_int_keys=False`` writes int keys bare (``{0:"a"}``, fastjson's default for non-string
-    map keys). ``browser_compatible`` escapes non-ASCII as ``\\uXXXX`` and writes integers beyond
-    ±(2^53 − 1) as strings (fastjson's ``BrowserCompatible``)."""
-    out: list[str] = []
-    _write(value, out, quote_int_keys, browser_compatible)
-    return "".join(out)
-
-
-def _write(value: Any, out: list[str], quote_int_keys: bool, browser: bool) -> None:
-    if isinstance(value, Mapping):
-        if not value:
-            out.append("{}")
-            return
-        out.append("{")
-        first = True
-        for key in sorted(value):
-            if not first:
-                out.append(",")
-            first = False
-            if isinstance(key, int) and not isinstance(key, bool) and not quote_int_keys:
-                out.append(str(key))
-            else:
-                out.append(json.dumps(str(key), ensure_ascii=browser))
-            out.append(":")
-            _write(value[key], out, quote_int_keys, browser)
-        out.append("}")
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        items = sorted(value) if isinstance(value, (set, frozenset)) else value
-        out.append("[")
-        for n, item in enumerate(items):
-            if n:
-                out.append(",")
-            _write(item, out, quote_int_keys, browser)
-        out.append("]")
-    elif value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, int):
-        if browser and abs(value) > _JS_SAFE_INT:
-            out.append(f'"{value}"')
-        else:
-            out.append(str(int(value)))
-    elif isinstance(value, float):
-        out.append(repr(value) if math.isfinite(value) else "null")
-    else:
-        out.append(json.dumps(str(value), ensure_ascii=browser))
-
-
-# ---------------------------------------------------------------------------------------------
-# Lenient reading
-
-
-def loads(data: bytes | str, what: str) -> Any:
-    """Parse a body (standard JSON or fastjson with bare int keys); BodyFormatError if it is not."""
-    try:
-        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-        return fastjson.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise BodyFormatError(f"{what} body ({len(data)} B) is not JSON: {exc}") from None
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BodyFormatError(f"{what} is a {type(value).__name__}, not a JSON object")
-    return value
-
-
-def _get_int(obj: Mapping[str, Any], key: str, default: int, what: str) -> int:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise BodyFormatError(f"{what}: {key!r} is not an integer: {value!r:.80}")
-
-
-def _get_bool(obj: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return value.strip().lower() == "true"
-    return bool(value)
-
-
-def _get_str(obj: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
-    value = obj.get(key)
-    if value is None:
-        return default
-    return value if isinstance(value, str) else str(value)
-
-
-def _get_str_list(obj: Mapping[str, Any], key: str, what: str) -> tuple[str, ...]:
-    value = obj.get(key)
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise BodyFormatError(f"{what}: {key!r} is a {type(value).__name__}, not a list")
-    return tuple(str(item) for item in value if item is not None)
-
-
-def _get_object(obj: Mapping[str, Any], key: str, what: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    return _object(value, f"{what}.{key}")
-
-
-def _filter_type(value: Any, what: str) -> str:
-    if value is None:
-        return TOPIC_FILTER_TYPES[0]
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(TOPIC_FILTER_TYPES):
-        return TOPIC_FILTER_TYPES[value]
-    if isinstance(value, str) and value in TOPIC_FILTER_TYPES:
-        return value
-    raise BodyFormatError(
-        f"{what}: topicFilterType {value!r:.40} is not one of {', '.join(TOPIC_FILTER_TYPES)}"
-    )
 
 
 def _broker_id(key: Any, what: str) -> int:
@@ -260,95 +107,19 @@ class DataVersion:
     def from_json_obj(cls, obj: Any, what: str = "DataVersion") -> DataVersion:
         if obj is None:
             return cls()
-        o = _object(obj, what)
+        o = require_object(obj, what)
         return cls(
-            counter=_get_int(o, "counter", 0, what),
-            timestamp_ms=_get_int(o, "timestamp", 0, what),
-            state_version=_get_int(o, "stateVersion", 0, what),
+            counter=field_int(o, "counter", 0, what),
+            timestamp_ms=field_int(o, "timestamp", 0, what),
+            state_version=field_int(o, "stateVersion", 0, what),
         )
 
     def encode(self) -> bytes:
-        return dumps(self.to_json_obj()).encode()
+        return dumps_sorted(self.to_json_obj()).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> DataVersion:
-        return cls.from_json_obj(loads(data, "DataVersion"))
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """A broker's topic (``TopicConfig.java``) as carried in REGISTER_BROKER bodies."""
-
-    topic_name: str
-    read_queue_nums: int = DEFAULT_READ_QUEUE_NUMS
-    write_queue_nums: int = DEFAULT_WRITE_QUEUE_NUMS
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    def to_json_obj(self) -> dict[str, Any]:
-        return {
-            "attributes": dict(self.attributes),
-            "order": self.order,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicFilterType": self.topic_filter_type,
-            "topicName": self.topic_name,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
-
-    @classmethod
-    def from_json_obj(cls, obj: Any, topic_name: str | None = None, what: str = "TopicConfig") -> TopicConfig:
-        o = _object(obj, what)
-        name = _get_str(o, "topicName", topic_name)
-        if not name:
-            raise BodyFormatError(f"{what}: no topicName")
-        attributes = {str(k): str(v) for k, v in _get_object(o, "attributes", what).items() if v is not None}
-        return cls(
-            topic_name=name,
-            read_queue_nums=_get_int(o, "readQueueNums", DEFAULT_READ_QUEUE_NUMS, what),
-            write_queue_nums=_get_int(o, "writeQueueNums", DEFAULT_WRITE_QUEUE_NUMS, what),
-            perm=_get_int(o, "perm", PERM_READ | PERM_WRITE, what),
-            topic_filter_type=_filter_type(o.get("topicFilterType"), what),
-            topic_sys_flag=_get_int(o, "topicSysFlag", 0, what),
-            order=_get_bool(o, "order", False),
-            attributes=attributes,
-        )
-
-    def encode_compact(self) -> str:
-        """``TopicConfig.encode()``: ``name read write perm filterType attributesJson``."""
-        return (
-            f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} "
-            f"{self.topic_filter_type} {dumps(dict(self.attributes))}"
-        )
-
-    @classmethod
-    def decode_compact(cls, text: str) -> TopicConfig:
-        """Read :meth:`encode_compact`'s form (attributes that do not parse are dropped, as Java does)."""
-        parts = text.split(" ")
-        while parts and parts[-1] == "":
-            parts.pop()
-        if len(parts) < 5:
-            raise BodyFormatError(
-                f"compact topic config {text!r:.80} has {len(parts)} fields, expected 5 or 6"
-            )
-        what = f"compact topic config {parts[0]!r}"
-        try:
-            read, write, perm = int(parts[1]), int(parts[2]), int(parts[3])
-        except ValueError:
-            raise BodyFormatError(f"{what}: queue numbers/perm are not integers: {text!r:.80}") from None
-        attributes: dict[str, str] = {}
-        if len(parts) >= 6:
-            try:
-                parsed = json.loads(parts[5])
-                if isinstance(parsed, dict):
-                    attributes = {str(k): str(v) for k, v in parsed.items() if v is not None}
-            except ValueError:
-                pass
-        return cls(parts[0], read, write, perm, _filter_type(parts[4], what), attributes=attributes)
+        return cls.from_json_obj(loads_body(data, "DataVersion"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,17 +143,17 @@ class QueueData:
 
     @classmethod
     def from_json_obj(cls, obj: Any, what: str = "QueueData") -> QueueData:
-        o = _object(obj, what)
-        name = _get_str(o, "brokerName")
+        o = require_object(obj, what)
+        name = field_str(o, "brokerName")
         if not name:
             raise BodyFormatError(f"{what}: no brokerName")
         flag_key = "topicSysFlag" if "topicSysFlag" in o else "topicSynFlag"
         return cls(
             broker_name=name,
-            read_queue_nums=_get_int(o, "readQueueNums", 0, what),
-            write_queue_nums=_get_int(o, "writeQueueNums", 0, what),
-            perm=_get_int(o, "perm", 0, what),
-            topic_sys_flag=_get_int(o, flag_key, 0, what),
+            read_queue_nums=field_int(o, "readQueueNums", 0, what),
+            write_queue_nums=field_int(o, "writeQueueNums", 0, what),
+            perm=field_int(o, "perm", 0, what),
+            topic_sys_flag=field_int(o, flag_key, 0, what),
         )
 
 
@@ -414,18 +185,18 @@ class BrokerData:
 
     @classmethod
     def from_json_obj(cls, obj: Any, what: str = "BrokerData") -> BrokerData:
-        o = _object(obj, what)
+        o = require_object(obj, what)
         addrs = {
             _broker_id(k, what): str(v)
-            for k, v in _get_object(o, "brokerAddrs", what).items()
+            for k, v in field_object(o, "brokerAddrs", what).items()
             if v is not None
         }
         return cls(
-            cluster=_get_str(o, "cluster", "") or "",
-            broker_name=_get_str(o, "brokerName", "") or "",
+            cluster=field_str(o, "cluster", "") or "",
+            broker_name=field_str(o, "brokerName", "") or "",
             broker_addrs=addrs,
-            zone_name=_get_str(o, "zoneName"),
-            enable_acting_master=_get_bool(o, "enableActingMaster", False),
+            zone_name=field_str(o, "zoneName"),
+            enable_acting_master=field_bool(o, "enableActingMaster", False),
         )
 
 
@@ -456,12 +227,14 @@ class TopicRouteData:
         """The route body. ``standard_json`` (default) is the Java name server's answer to
         clients ≥ V4_9_4: quoted ``brokerAddrs`` keys, ASCII-only; False gives fastjson's default
         (bare keys, UTF-8), what it answers older clients."""
-        text = dumps(self.to_json_obj(), quote_int_keys=standard_json, browser_compatible=standard_json)
+        text = dumps_sorted(
+            self.to_json_obj(), quote_int_keys=standard_json, browser_compatible=standard_json
+        )
         return text.encode()
 
     @classmethod
     def from_json_obj(cls, obj: Any, what: str = "TopicRouteData") -> TopicRouteData:
-        o = _object(obj, what)
+        o = require_object(obj, what)
         queue_datas = o.get("queueDatas")
         broker_datas = o.get("brokerDatas")
         queue_datas = [] if queue_datas is None else queue_datas
@@ -470,7 +243,7 @@ class TopicRouteData:
             raise BodyFormatError(f"{what}: queueDatas/brokerDatas are not lists")
         filters = {
             str(addr): tuple(str(s) for s in servers)
-            for addr, servers in _get_object(o, "filterServerTable", what).items()
+            for addr, servers in field_object(o, "filterServerTable", what).items()
             if isinstance(servers, list)
         }
         mapping = o.get("topicQueueMappingByBroker")
@@ -478,13 +251,13 @@ class TopicRouteData:
             queue_datas=tuple(QueueData.from_json_obj(q, f"{what}.queueDatas[]") for q in queue_datas),
             broker_datas=tuple(BrokerData.from_json_obj(b, f"{what}.brokerDatas[]") for b in broker_datas),
             filter_server_table=filters,
-            order_topic_conf=_get_str(o, "orderTopicConf"),
-            topic_queue_mapping_by_broker=_object(mapping, what) if mapping is not None else None,
+            order_topic_conf=field_str(o, "orderTopicConf"),
+            topic_queue_mapping_by_broker=require_object(mapping, what) if mapping is not None else None,
         )
 
     @classmethod
     def decode(cls, data: bytes) -> TopicRouteData:
-        return cls.from_json_obj(loads(data, "TopicRouteData"))
+        return cls.from_json_obj(loads_body(data, "TopicRouteData"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,18 +276,18 @@ class ClusterInfo:
     def encode(self, *, standard_json: bool = False) -> bytes:
         """fastjson's default form (bare ``brokerAddrs`` keys), as the Java name server always
         writes it; ``standard_json=True`` quotes them."""
-        return dumps(self.to_json_obj(), quote_int_keys=standard_json).encode()
+        return dumps_sorted(self.to_json_obj(), quote_int_keys=standard_json).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> ClusterInfo:
         what = "ClusterInfo"
-        o = _object(loads(data, what), what)
+        o = require_object(loads_body(data, what), what)
         brokers = {
             str(name): BrokerData.from_json_obj(b, f"{what}.brokerAddrTable[{name!r}]")
-            for name, b in _get_object(o, "brokerAddrTable", what).items()
+            for name, b in field_object(o, "brokerAddrTable", what).items()
         }
         clusters: dict[str, tuple[str, ...]] = {}
-        for cluster, names in _get_object(o, "clusterAddrTable", what).items():
+        for cluster, names in field_object(o, "clusterAddrTable", what).items():
             if not isinstance(names, list):
                 raise BodyFormatError(f"{what}.clusterAddrTable[{cluster!r}] is not a list")
             clusters[str(cluster)] = tuple(str(n) for n in names)
@@ -535,13 +308,13 @@ class TopicList:
         return obj
 
     def encode(self) -> bytes:
-        return dumps(self.to_json_obj()).encode()
+        return dumps_sorted(self.to_json_obj()).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> TopicList:
         what = "TopicList"
-        o = _object(loads(data, what), what)
-        return cls(_get_str_list(o, "topicList", what), _get_str(o, "brokerAddr"))
+        o = require_object(loads_body(data, what), what)
+        return cls(field_str_list(o, "topicList", what), field_str(o, "brokerAddr"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,13 +324,13 @@ class KVTable:
     table: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def encode(self) -> bytes:
-        return dumps({"table": dict(self.table)}).encode()
+        return dumps_sorted({"table": dict(self.table)}).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> KVTable:
         what = "KVTable"
-        o = _object(loads(data, what), what)
-        return cls({str(k): str(v) for k, v in _get_object(o, "table", what).items() if v is not None})
+        o = require_object(loads_body(data, what), what)
+        return cls({str(k): str(v) for k, v in field_object(o, "table", what).items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,7 +357,7 @@ class RegisterBrokerBody:
             "topicConfigSerializeWrapper": {
                 "dataVersion": self.data_version.to_json_obj(),
                 "mappingDataVersion": self.mapping_data_version.to_json_obj(),
-                "topicConfigTable": {name: tc.to_json_obj() for name, tc in self.topic_config_table.items()},
+                "topicConfigTable": {name: tc.to_json() for name, tc in self.topic_config_table.items()},
                 "topicQueueMappingDetailMap": dict(self.topic_queue_mapping_detail_map),
                 "topicQueueMappingInfoMap": dict(self.topic_queue_mapping_info_map),
             },
@@ -594,7 +367,7 @@ class RegisterBrokerBody:
         """The JSON body a 5.x broker sends, or with ``compressed`` the zlib form of
         ``compressedRegister=true`` (mapping section included, as brokers ≥ V5_0_0 write it)."""
         if not compressed:
-            return dumps(self.to_json_obj()).encode()
+            return dumps_sorted(self.to_json_obj()).encode()
         parts: list[bytes] = []
 
         def put(chunk: bytes) -> None:
@@ -605,10 +378,10 @@ class RegisterBrokerBody:
         parts.append(_I32.pack(len(self.topic_config_table)))
         for tc in self.topic_config_table.values():
             put(tc.encode_compact().encode())
-        put(dumps(list(self.filter_server_list)).encode())
+        put(dumps_sorted(list(self.filter_server_list)).encode())
         parts.append(_I32.pack(len(self.topic_queue_mapping_info_map)))
         for info in self.topic_queue_mapping_info_map.values():
-            put(dumps(info).encode())
+            put(dumps_sorted(info).encode())
         return zlib.compress(b"".join(parts), 9)
 
     @classmethod
@@ -620,26 +393,26 @@ class RegisterBrokerBody:
         if data[:1] == b"x":  # a zlib stream; JSON starts with '{' or whitespace
             return cls._decode_compressed(data)
         what = "RegisterBrokerBody"
-        o = _object(loads(data, what), what)
+        o = require_object(loads_body(data, what), what)
         if "topicConfigSerializeWrapper" in o:
-            wrapper = _get_object(o, "topicConfigSerializeWrapper", what)
-            filters = _get_str_list(o, "filterServerList", what)
+            wrapper = field_object(o, "topicConfigSerializeWrapper", what)
+            filters = field_str_list(o, "filterServerList", what)
         elif "topicConfigTable" in o or "dataVersion" in o:
             wrapper, filters = o, ()
         else:
-            wrapper, filters = {}, _get_str_list(o, "filterServerList", what)
+            wrapper, filters = {}, field_str_list(o, "filterServerList", what)
         wwhat = f"{what}.topicConfigSerializeWrapper"
         table = {
             str(name): TopicConfig.from_json_obj(tc, str(name), f"{wwhat}.topicConfigTable[{name!r}]")
-            for name, tc in _get_object(wrapper, "topicConfigTable", wwhat).items()
+            for name, tc in field_object(wrapper, "topicConfigTable", wwhat).items()
             if tc is not None
         }
         return cls(
             topic_config_table=table,
             data_version=DataVersion.from_json_obj(wrapper.get("dataVersion"), f"{wwhat}.dataVersion"),
             filter_server_list=filters,
-            topic_queue_mapping_info_map=_get_object(wrapper, "topicQueueMappingInfoMap", wwhat),
-            topic_queue_mapping_detail_map=_get_object(wrapper, "topicQueueMappingDetailMap", wwhat),
+            topic_queue_mapping_info_map=field_object(wrapper, "topicQueueMappingInfoMap", wwhat),
+            topic_queue_mapping_detail_map=field_object(wrapper, "topicQueueMappingDetailMap", wwhat),
             mapping_data_version=DataVersion.from_json_obj(
                 wrapper.get("mappingDataVersion"), f"{wwhat}.mappingDataVersion"
             ),
@@ -681,41 +454,26 @@ class RegisterBrokerBody:
         for _ in range(read_int()):
             tc = TopicConfig.decode_compact(read_chunk().decode("utf-8", "replace"))
             table[tc.topic_name] = tc
-        filters_json = loads(read_chunk(), f"{what} filterServerList")
+        filters_json = loads_body(read_chunk(), f"{what} filterServerList")
         filters = tuple(str(f) for f in filters_json) if isinstance(filters_json, list) else ()
         mapping: dict[str, Any] = {}
         if pos < len(raw):  # brokers >= V5_0_0 append the static-topic mappings
             for _ in range(read_int()):
-                info = _object(loads(read_chunk(), f"{what} TopicQueueMappingInfo"), what)
+                info = require_object(loads_body(read_chunk(), f"{what} TopicQueueMappingInfo"), what)
                 mapping[str(info.get("topic"))] = info
         return cls(table, data_version, filters, mapping)
 
 
 __all__ = [
-    "DEFAULT_READ_QUEUE_NUMS",
-    "DEFAULT_WRITE_QUEUE_NUMS",
     "MASTER_ID",
     "MAX_INFLATED_REGISTER_BODY_BYTES",
     "NAMESPACE_ORDER_TOPIC_CONFIG",
-    "PERM_INHERIT",
-    "PERM_PRIORITY",
-    "PERM_READ",
-    "PERM_WRITE",
-    "TOPIC_FILTER_TYPES",
-    "TOPIC_SYS_FLAG_UNIT",
-    "TOPIC_SYS_FLAG_UNIT_SUB",
     "BrokerData",
     "ClusterInfo",
     "DataVersion",
     "KVTable",
     "QueueData",
     "RegisterBrokerBody",
-    "TopicConfig",
     "TopicList",
     "TopicRouteData",
-    "dumps",
-    "is_inherited",
-    "is_readable",
-    "is_writeable",
-    "loads",
 ]

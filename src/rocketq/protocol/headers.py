@@ -50,6 +50,9 @@ PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
 
+#: Longest POP_MESSAGE ``pollTime`` a broker honours (the proxy's remoting timeout must exceed it).
+MAX_POLL_MS = 20_000
+
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -335,6 +338,7 @@ def decode_pull_header(ext: Mapping[str, str]) -> PullMessageRequestHeader:
 
 
 __all__ = [
+    "MAX_POLL_MS",
     "PULL_FLAG_CLASS_FILTER",
     "PULL_FLAG_COMMIT_OFFSET",
     "PULL_FLAG_LITE_PULL",

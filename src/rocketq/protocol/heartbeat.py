@@ -24,18 +24,15 @@ reject bad expressions early; heartbeats are checked the same way.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq import fastjson
-from rocketq.broker.jsonutil import as_bool, as_enum_name, as_int, as_str
 from rocketq.errors import SubscriptionParseFailed
-from rocketq.filter import compile_filter, parse_tags
+from rocketq.filter import EXPRESSION_SQL92, EXPRESSION_TAG, SUB_ALL, compile_filter, parse_tags
 from rocketq.message import java_string_hash
-
-SUB_ALL = "*"
-EXPRESSION_TAG = "TAG"
-EXPRESSION_SQL92 = "SQL92"
+from rocketq.protocol import fastjson
+from rocketq.protocol.fastjson import as_bool, as_enum_name, as_int, as_str
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
@@ -162,6 +159,16 @@ def _loads(body: bytes) -> Any:
         return fastjson.loads(text)
 
 
+def encode_producer_heartbeat(client_id: str, producer_groups: Iterable[str]) -> bytes:
+    """The HEART_BEAT body of a client that only produces (compact JSON, as Java sends it)."""
+    data = {
+        "clientID": client_id,
+        "producerDataSet": [{"groupName": g} for g in producer_groups],
+        "consumerDataSet": [],
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
 def parse_heartbeat(body: bytes) -> HeartbeatData:
     """Decode a HEART_BEAT body; raises ValueError when it is not a JSON object, and
     :class:`SubscriptionParseFailed` (a ValueError) when a SQL92 subscription does not compile."""
@@ -223,5 +230,6 @@ __all__ = [
     "HeartbeatData",
     "SubscriptionData",
     "build_subscription",
+    "encode_producer_heartbeat",
     "parse_heartbeat",
 ]
