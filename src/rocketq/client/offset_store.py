@@ -21,7 +21,6 @@ False (a seek or an offset reset).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -30,6 +29,7 @@ from rocketq.broker import objkey_json
 from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
 from rocketq.client._routes import MessageQueue
 from rocketq.errors import BodyFormatError
+from rocketq.fileio import durable_replace
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +133,7 @@ class LocalOffsetStore:
                 raise
 
     def _write(self, data: bytes) -> None:
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        durable_replace(self.path, data, keep_backup=True)
 
 
 __all__ = [

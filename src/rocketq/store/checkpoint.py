@@ -46,6 +46,7 @@ import zlib
 from typing import Final
 
 from rocketq.errors import CorruptFileError
+from rocketq.fileio import durable_replace
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +73,7 @@ def _check_int64(name: str, value: int) -> int:
 
 def _create(path: str) -> None:
     """Create a zeroed 4096-byte checkpoint atomically (temporary file, fsync, rename)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, bytes(CHECKPOINT_FILE_SIZE))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    durable_replace(path, bytes(CHECKPOINT_FILE_SIZE), mode=0o644)
     log.info("created checkpoint %s", path)
 
 

@@ -87,6 +87,7 @@ from typing import Protocol
 import numpy as np
 
 from rocketq.errors import TimerMessageIllegal
+from rocketq.fileio import durable_replace
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -381,21 +382,7 @@ class TimerMessageService:
         with self._io_lock:
             data = encode_snapshot(self.cq_offset, list(self._heap))
             self._dirty = False
-            directory = os.path.dirname(self.path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            if os.path.exists(self.path):
-                os.replace(self.path, self.path + ".bak")
-            os.replace(tmp, self.path)
-            dfd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            durable_replace(self.path, data, keep_backup=True)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
