@@ -173,6 +173,19 @@ def test_new_file_size_and_empty_header(index_file: IndexFile) -> None:
     assert index_file.select_phy_offsets("T#a", 10, 0, 2**62) == []
 
 
+def test_new_file_is_sparse(tmp_path: pathlib.Path) -> None:
+    """Like RocketMQ's, a new index file takes no blocks for its empty slots and entries."""
+    path = tmp_path / "20260101000000000"
+    f = IndexFile(str(path), 100_000, 400_000)
+    try:
+        size = index_file_size(100_000, 400_000)
+        assert os.path.getsize(path) == size
+        assert os.stat(path).st_blocks * 512 < size // 2
+    finally:
+        f.shutdown()
+    assert read_header(str(path)) == (0, 0, 0, 0, 0, 1)
+
+
 def test_byte_exact_layout_after_puts(index_file: IndexFile) -> None:
     a = "T#a"
     b = key_in_other_slot(a, "T#b")

@@ -279,3 +279,35 @@ def test_warm_up_touches_every_page(tmp_path: pathlib.Path) -> None:
     assert os.stat(mf.file_name).st_blocks * 512 >= SIZE  # every page now allocated
     assert mf.mm[0:SIZE] == bytes(SIZE)
     mf.destroy(0)
+
+
+def test_non_segment_file_sparse_with_given_offset(tmp_path: pathlib.Path) -> None:
+    """The index files and the checkpoint map through MappedFile: any name, optionally sparse."""
+    path = tmp_path / "checkpoint"
+    big = 8 << 20
+    mf = MappedFile(str(path), big, file_from_offset=0, preallocate=False)
+    try:
+        assert mf.file_from_offset == 0
+        assert os.path.getsize(path) == big
+        assert os.stat(path).st_blocks * 512 < big  # sparse: no blocks reserved
+        mf.mm[100:104] = b"abcd"
+        assert mf.sync()
+        assert mf.sync(full=True)
+    finally:
+        mf.shutdown()
+    assert not mf.sync()  # unavailable after shutdown
+    with open(path, "rb") as f:
+        f.seek(100)
+        assert f.read(4) == b"abcd"
+    with pytest.raises(CorruptFileError, match="not a decimal offset"):
+        MappedFile(str(path), big)
+
+
+def test_sync_waits_for_no_reader_but_skips_a_destroyed_file(tmp_path: pathlib.Path) -> None:
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    assert mf.hold()
+    mf.shutdown()  # the reader still holds the mapping
+    assert not mf.sync()
+    assert mf.mm[0:1] == b"\0"
+    mf.release()
+    assert mf.mm.closed

@@ -22,12 +22,12 @@ False (a seek or an offset reset).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 
 from rocketq.errors import BodyFormatError
+from rocketq.fileio import durable_replace
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 
@@ -132,22 +132,7 @@ class LocalOffsetStore:
                 raise
 
     def _write(self, data: bytes) -> None:
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        durable_replace(self.path, data, keep_backup=True)
 
 
 __all__ = [

@@ -40,13 +40,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from rocketq.errors import BodyFormatError
+from rocketq.fileio import durable_replace
 
 log = logging.getLogger(__name__)
 
@@ -147,21 +147,7 @@ def dumps(obj: Any) -> str:
 
 def persist(path: str, text: str) -> None:
     """Replace ``path`` atomically, keeping the previous version as ``path.bak``."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    if os.path.exists(path):
-        os.replace(path, path + ".bak")
-    os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    durable_replace(path, text.encode("utf-8"), keep_backup=True)
 
 
 def load_file(path: str) -> Any | None:

@@ -46,7 +46,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import pathlib
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -58,6 +57,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from rocketq.client.aio import SendStatus
 from rocketq.client.transaction import AsyncTransactionProducer, LocalTransactionState
 from rocketq.errors import ConfigError, RocketqError
+from rocketq.fileio import durable_replace
 from rocketq.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
@@ -443,14 +443,8 @@ class SinkMarkers:
         return doc if isinstance(doc, dict) else None
 
     def write(self, batch_id: int, doc: dict[str, Any]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{batch_id}.json"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        durable_replace(str(path), json.dumps(doc).encode())
         for old in self.dir.glob("*.json"):
             stem = old.stem
             if stem.isdigit() and int(stem) < batch_id - self.KEEP:

@@ -35,6 +35,7 @@ from rocketq.errors import (
     WriteBufferPoolExhausted,
 )
 from rocketq.store.mapped_file import MappedFile
+from rocketq.store.service import ServiceThread
 from rocketq.store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,14 @@ def _request(path: str, file_size: int) -> AllocateRequest:
     return AllocateRequest((-file_size, int(os.path.basename(path))), path, file_size)
 
 
-class AllocateMappedFileService:
+class AllocateMappedFileService(ServiceThread):
+    """Creates requested segments (and the one after) ahead of need, largest first.
+
+    Its thread sleeps until a request arrives (no interval); each step creates one segment."""
+
+    name = "AllocateMappedFileService"
+    join_timeout_s = 5.0
+
     def __init__(
         self,
         *,
@@ -75,6 +83,7 @@ class AllocateMappedFileService:
         wait_timeout_ms: int = 5000,
         retry_interval_ms: int = 100,
     ) -> None:
+        super().__init__(None)  # idle until a request arrives
         self.transient_pool = transient_pool
         self.fast_fail_if_no_buffer = fast_fail_if_no_buffer
         self.warm_mapped_file = warm_mapped_file
@@ -85,21 +94,12 @@ class AllocateMappedFileService:
         self.retry_interval_ms = retry_interval_ms
         self._table: dict[str, AllocateRequest] = {}
         self._queue: list[AllocateRequest] = []
-        self._cond = threading.Condition()
-        self._stopped = False
+        self._lock = threading.Lock()  # _table and _queue
         self.has_exception = False
         self.last_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="AllocateMappedFileService", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def shutdown(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        super().shutdown()
         # Pre-created segments nobody asked for yet are deleted, as RocketMQ does.
         for req in list(self._table.values()):
             if req.mapped_file is not None:
@@ -116,7 +116,7 @@ class AllocateMappedFileService:
         pool = self.transient_pool
         if pool is not None and self.fast_fail_if_no_buffer:
             can_submit = pool.available_buffer_count() - len(self._queue)
-        with self._cond:
+        with self._lock:
             if next_path not in self._table:
                 if can_submit <= 0:
                     raise WriteBufferPoolExhausted(
@@ -138,7 +138,7 @@ class AllocateMappedFileService:
                 + (f" ({req.error})" if req.error else ""),
                 req.error,
             )
-        with self._cond:
+        with self._lock:
             self._table.pop(next_path, None)
         if req.mapped_file is None:
             raise _failure(f"could not create segment {next_path}: {req.error}", req.error)
@@ -147,21 +147,20 @@ class AllocateMappedFileService:
     def _enqueue(self, req: AllocateRequest) -> None:
         self._table[req.path] = req
         heapq.heappush(self._queue, req)
-        self._cond.notify_all()
+        self.wakeup()
 
     # -- service side -----------------------------------------------------------------------
-    def _run(self) -> None:
-        log.info("AllocateMappedFileService started")
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                req = heapq.heappop(self._queue)
-                if self._table.get(req.path) is not req:
-                    continue  # withdrawn
+    def step(self) -> bool:
+        """Create the first queued segment; True while more are queued."""
+        with self._lock:
+            if not self._queue:
+                return False
+            req = heapq.heappop(self._queue)
+            withdrawn = self._table.get(req.path) is not req
+        if not withdrawn:
             self._create(req)
+        with self._lock:
+            return bool(self._queue)
 
     def _create(self, req: AllocateRequest) -> None:
         if req.mapped_file is not None:
@@ -177,9 +176,8 @@ class AllocateMappedFileService:
             self.has_exception = True
             self.last_error = exc
             req.error = exc
-            with self._cond:
-                if not self._stopped:
-                    self._cond.wait(self.retry_interval_ms / 1000)
+            if not self._stopped.wait(self.retry_interval_ms / 1000):
+                with self._lock:
                     heapq.heappush(self._queue, req)
             return
         self.has_exception = False

@@ -19,7 +19,8 @@ are big-endian (spec/store-format.md §7.1)::
     84..4095 zero
 
 Field values live in memory; :meth:`StoreCheckpoint.flush` writes all of them into the mapping
-and makes the page durable (``msync`` + ``fsync``), as RocketMQ's ``StoreCheckpoint.flush`` does.
+(a :class:`~rocketq.store.mapped_file.MappedFile`) and makes the page durable (``msync`` +
+``fsync``), as RocketMQ's ``StoreCheckpoint.flush`` does.
 
 Invariants and rules:
 
@@ -38,7 +39,6 @@ Invariants and rules:
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -46,6 +46,8 @@ import zlib
 from typing import Final
 
 from rocketq.errors import CorruptFileError
+from rocketq.fileio import durable_replace
+from rocketq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +74,7 @@ def _check_int64(name: str, value: int) -> int:
 
 def _create(path: str) -> None:
     """Create a zeroed 4096-byte checkpoint atomically (temporary file, fsync, rename)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, bytes(CHECKPOINT_FILE_SIZE))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    durable_replace(path, bytes(CHECKPOINT_FILE_SIZE), mode=0o644)
     log.info("created checkpoint %s", path)
 
 
@@ -97,17 +85,11 @@ class StoreCheckpoint:
         self.path = path
         if not os.path.exists(path):
             _create(path)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            if size != CHECKPOINT_FILE_SIZE:
-                raise CorruptFileError(f"checkpoint {path} is {size} B, expected {CHECKPOINT_FILE_SIZE} B")
-            mm = mmap.mmap(fd, CHECKPOINT_FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        self._mm = mm
+        size = os.stat(path).st_size
+        if size != CHECKPOINT_FILE_SIZE:
+            raise CorruptFileError(f"checkpoint {path} is {size} B, expected {CHECKPOINT_FILE_SIZE} B")
+        self._mf = MappedFile(path, CHECKPOINT_FILE_SIZE, create=False, file_from_offset=0)
+        mm = self._mm = self._mf.mm
         self._lock = threading.Lock()
         self._closed = False
         fields = [int(v) for v in _FIELDS.unpack_from(mm, 0)]
@@ -235,8 +217,7 @@ class StoreCheckpoint:
             body = _EXT_BODY.pack(EXT_MAGIC, EXT_VERSION, self._dispatched_phy_offset)
             mm[EXT_OFFSET : EXT_OFFSET + len(body)] = body
             _EXT_CRC.pack_into(mm, EXT_OFFSET + len(body), zlib.crc32(body))
-            mm.flush()
-            os.fsync(self._fd)
+            self._mf.sync(full=True)
 
     def shutdown(self) -> None:
         """Flush, then unmap and close. Idempotent."""
@@ -245,8 +226,7 @@ class StoreCheckpoint:
             if self._closed:
                 return
             self._closed = True
-            self._mm.close()
-            os.close(self._fd)
+            self._mf.shutdown()
 
 
 __all__ = [

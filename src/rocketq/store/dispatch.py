@@ -58,6 +58,7 @@ from rocketq.message import (
 from rocketq.store import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
+from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -616,8 +617,15 @@ def parse_window(
     return _parse_records(data, base, delay_levels)
 
 
-class ReputMessageService:
-    """Builds ConsumeQueue units and index entries from the CommitLog, in CommitLog order."""
+class ReputMessageService(ServiceThread):
+    """Builds ConsumeQueue units and index entries from the CommitLog, in CommitLog order.
+
+    Its thread waits up to ``idle_wait_s`` for a wakeup (a put), then dispatches everything
+    readable (:meth:`step`)."""
+
+    name = "ReputMessageService"
+    wait_first = True
+    error_backoff_s = 0.05
 
     def __init__(
         self,
@@ -630,6 +638,7 @@ class ReputMessageService:
         delay_levels: dict[int, int] | None = None,
         idle_wait_s: float = 1.0,
     ) -> None:
+        super().__init__(idle_wait_s)
         self._commitlog = commitlog
         self.dispatchers = dispatchers
         self.arrival_listeners: list[Dispatcher] = []
@@ -639,7 +648,6 @@ class ReputMessageService:
         self._roll_next_file = roll_next_file
         self._min_offset = min_offset
         self._delay_levels = delay_levels
-        self._idle_wait_s = idle_wait_s
         self.reput_from_offset = 0
         self.dispatched_records = 0
         #: bytes read per window; a window is parsed and dispatched as one batch, so a larger one
@@ -647,17 +655,10 @@ class ReputMessageService:
         #: 300 B; measured ~7% less CPU per record than 1 MiB)
         self.window_bytes = 4 << 20
         self._stopped_hard = False
-        self._wakeup = threading.Event()
-        self._stopped = threading.Event()
         self._progress = threading.Condition()
         self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
-        self._thread = threading.Thread(target=self._run, name="ReputMessageService", daemon=True)
-        self.error: BaseException | None = None
 
     # -- control ----------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
     def add_arrival_listener(self, listener: Dispatcher, *, topic: str | None = None) -> None:
         """Call ``listener`` after each dispatched window with its requests, or, with ``topic``,
         with the requests of that topic only (and not at all for windows without it: a window
@@ -667,20 +668,13 @@ class ReputMessageService:
         else:
             self.topic_listeners.append((topic, listener))
 
-    def wakeup(self) -> None:
-        if not self._wakeup.is_set():
-            self._wakeup.set()
-
     def shutdown(self) -> None:
         """Stop after dispatching what is available (RocketMQ waits up to 5 s the same way)."""
         deadline = time.monotonic() + 5
         while self.behind() > 0 and time.monotonic() < deadline and self._thread.is_alive():
             self.wakeup()
             self.wait_dispatched(self._limit(), 0.05)
-        self._stopped.set()
-        self._wakeup.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        super().shutdown()
         if self.behind() > 0:
             self.do_reput()  # the thread is gone: finish in the caller
 
@@ -705,18 +699,19 @@ class ReputMessageService:
         return True
 
     # -- work -------------------------------------------------------------------------------
-    def _run(self) -> None:
+    def on_start(self) -> None:
         log.info("ReputMessageService started at offset %d", self.reput_from_offset)
-        while not self._stopped.is_set():
-            self._wakeup.wait(self._idle_wait_s)
-            self._wakeup.clear()
-            try:
-                self.do_reput()
-            except Exception as exc:  # keep the service alive; the error is visible
-                self.error = exc
-                log.exception("dispatch failed at offset %d", self.reput_from_offset)
-                self._stopped.wait(0.05)
+
+    def on_stopped(self) -> None:
         log.info("ReputMessageService stopped at offset %d", self.reput_from_offset)
+
+    def on_error(self, exc: Exception) -> None:
+        self.error = exc
+        log.exception("dispatch failed at offset %d", self.reput_from_offset)
+        self._stopped.wait(self.error_backoff_s)
+
+    def step(self) -> None:
+        self.do_reput()
 
     def do_reput(self) -> int:
         """Dispatch every record between ``reput_from_offset`` and the limit; returns the count."""

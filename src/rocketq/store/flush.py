@@ -35,58 +35,11 @@ import time
 from collections.abc import Callable
 
 from rocketq.store.mapped_file import MappedFileQueue
+from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
 
 FlushListener = Callable[[int], None]  # receives the store timestamp of the last flushed message
-
-
-class _Service:
-    name = "service"
-
-    def __init__(self) -> None:
-        self._wakeup = threading.Event()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wakeup(self) -> None:
-        if not self._wakeup.is_set():
-            self._wakeup.set()
-
-    def shutdown(self) -> None:
-        self._stopped.set()
-        self._wakeup.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
-
-    def _loop(self) -> None:
-        log.info("%s started", self.name)
-        while not self._stopped.is_set():
-            try:
-                self.run_once()
-            except Exception as exc:  # keep serving; the error is visible to callers
-                self.error = exc
-                log.exception("%s failed", self.name)
-                self._stopped.wait(0.01)
-        try:
-            self.on_shutdown()
-        except Exception:
-            log.exception("%s failed during shutdown", self.name)
-        log.info("%s stopped", self.name)
-
-    def _wait(self, seconds: float) -> None:
-        self._wakeup.wait(seconds)
-        self._wakeup.clear()
-
-    def run_once(self) -> None:
-        raise NotImplementedError
-
-    def on_shutdown(self) -> None:
-        pass
 
 
 class _Waiter:
@@ -101,7 +54,7 @@ class _Waiter:
         self.signal.acquire()
 
 
-class GroupCommitService(_Service):
+class GroupCommitService(ServiceThread):
     """Group commit for SYNC_FLUSH, leader/follower style.
 
     A writer that needs its record durable calls :meth:`wait`. The writer that finds no round
@@ -127,9 +80,10 @@ class GroupCommitService(_Service):
     """
 
     name = "GroupCommitService"
+    wait_first = True
 
     def __init__(self, queue: MappedFileQueue, on_flushed: FlushListener | None = None) -> None:
-        super().__init__()
+        super().__init__(0.01)
         self._queue = queue
         self._on_flushed = on_flushed
         self._lock = threading.Lock()
@@ -272,9 +226,9 @@ class GroupCommitService(_Service):
         self.wakeup()
         return fut
 
-    def run_once(self) -> None:
+    def step(self) -> None:
+        """Make durable what event-loop callers submitted (else everything appended)."""
         self._service_ident = threading.get_ident()
-        self._wait(0.01)
         with self._lock:
             target = max((off for off, _ in self._futures), default=-1)
         if target < 0:
@@ -293,16 +247,15 @@ class GroupCommitService(_Service):
                 fut.set_result(flushed >= off)
 
 
-class _PeriodicService(_Service):
+class _PeriodicService(ServiceThread):
     """A service that acts every ``interval_ms`` on at least ``least_pages`` dirty pages, and on
     everything once ``thorough_interval_ms`` has passed since it last did."""
 
     def __init__(
         self, queue: MappedFileQueue, *, interval_ms: int, least_pages: int, thorough_interval_ms: int
     ) -> None:
-        super().__init__()
+        super().__init__(interval_ms / 1000)
         self._queue = queue
-        self._interval = interval_ms / 1000
         self.least_pages = least_pages
         self._thorough = thorough_interval_ms / 1000
         self._last_thorough = time.monotonic()
@@ -324,6 +277,7 @@ class _PeriodicService(_Service):
 
 class FlushRealTimeService(_PeriodicService):
     name = "FlushRealTimeService"
+    wait_first = True
 
     def __init__(
         self,
@@ -341,13 +295,14 @@ class FlushRealTimeService(_PeriodicService):
         self._timed = timed
         self._on_flushed = on_flushed
 
-    def run_once(self) -> None:
-        least = self._pages_due()
-        if self._timed:
-            self._stopped.wait(self._interval)
+    def idle(self) -> None:
+        if self._timed:  # flushCommitLogTimed: a plain sleep, wake-ups do not shorten it
+            self._stopped.wait(self.interval_s)
         else:
-            self._wait(self._interval)
-        self._queue.flush(least)
+            self.wait_for_running(self.interval_s)
+
+    def step(self) -> None:
+        self._queue.flush(self._pages_due())
         if self._on_flushed is not None and self._queue.store_timestamp > 0:
             self._on_flushed(self._queue.store_timestamp)
 
@@ -367,18 +322,17 @@ class CommitRealTimeService(_PeriodicService):
         interval_ms: int,
         least_pages: int,
         thorough_interval_ms: int,
-        flush_service: _Service,
+        flush_service: ServiceThread,
     ) -> None:
         super().__init__(
             queue, interval_ms=interval_ms, least_pages=least_pages, thorough_interval_ms=thorough_interval_ms
         )
         self._flush_service = flush_service
 
-    def run_once(self) -> None:
+    def step(self) -> None:
         if not self._queue.commit(self._pages_due()):
             self._mark_thorough(time.monotonic())
             self._flush_service.wakeup()
-        self._wait(self._interval)
 
     def on_shutdown(self) -> None:
         for _ in range(10):

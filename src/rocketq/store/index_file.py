@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -90,6 +89,7 @@ from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.store.dispatch import DispatchBatch, DispatchRequest
+from rocketq.store.mapped_file import MappedFile
 from rocketq.store.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 
 log = logging.getLogger(__name__)
@@ -174,26 +174,19 @@ class IndexFile:
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._entries_pos = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            size = os.fstat(fd).st_size
-            created = size == 0
-            if created:
-                os.ftruncate(fd, self.file_size)
-            elif size != self.file_size:
-                raise CorruptFileError(
-                    f"index file {path} is {size} B, expected {self.file_size} B "
-                    f"for {hash_slot_num} slots and {index_num} entries (length not matched)"
-                )
-            self._mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        self._lock = threading.Lock()
-        self._refs = 1
-        self._available = True
-        self._closed = False
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        created = size == 0
+        if not created and size != self.file_size:
+            raise CorruptFileError(
+                f"index file {path} is {size} B, expected {self.file_size} B "
+                f"for {hash_slot_num} slots and {index_num} entries (length not matched)"
+            )
+        # A sparse file, as RocketMQ's: untouched slots and entries take no blocks.
+        self._mf = MappedFile(path, self.file_size, file_from_offset=0, preallocate=False)
+        self._mm = self._mf.mm
         self._dirty = created
         self._begin_timestamp = 0
         self._end_timestamp = 0
@@ -303,34 +296,12 @@ class IndexFile:
         first, last = self._begin_timestamp, self._end_timestamp
         return (begin < first and end > last) or first <= begin <= last or first <= end <= last
 
-    # -- reference counting -----------------------------------------------------------------
+    # -- reference counting (the MappedFile's) ---------------------------------------------
     def hold(self) -> bool:
-        with self._lock:
-            if not self._available:
-                return False
-            self._refs += 1
-            return True
+        return self._mf.hold()
 
     def release(self) -> None:
-        with self._lock:
-            self._refs -= 1
-            close = self._refs <= 0 and not self._closed
-            if close:
-                self._closed = True
-        if close:
-            try:
-                self._mm.close()
-            except BufferError:
-                log.warning("index file %s still has exported views at close", self.path)
-            os.close(self._fd)
-
-    def _retire(self) -> bool:
-        """Make the file unavailable; True if this call did it (and must drop the owner's reference)."""
-        with self._lock:
-            if not self._available:
-                return False
-            self._available = False
-            return True
+        self._mf.release()
 
     # -- write ------------------------------------------------------------------------------
     def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
@@ -555,25 +526,19 @@ class IndexFile:
 
         Returns whether there was anything to flush.
         """
-        if not self._dirty or not self.hold():
+        if not self._dirty or not self._mf.available:
             return False
-        try:
-            self._dirty = False
-            os.fdatasync(self._fd)
-        finally:
-            self.release()
-        return True
+        self._dirty = False
+        return self._mf.sync()
 
     def shutdown(self) -> None:
         """Flush, then unmap once no reader holds the file."""
         self.flush()
-        if self._retire():
-            self.release()
+        self._mf.shutdown()
 
     def destroy(self) -> bool:
         """Delete the file; the mapping is closed when the last reader lets go."""
-        if self._retire():
-            self.release()
+        self._mf.shutdown()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -24,8 +24,13 @@ ConsumeQueue). Segment *i* starts at ``first.file_from_offset + i * file_size``,
 an offset is found by arithmetic, not search. The list is replaced, never mutated in place
 (copy on write), so readers take a snapshot without locking.
 
+A MappedFile also serves files that are no log segment: the index files and the checkpoint
+map themselves through it (``file_from_offset`` given instead of read from the name, and, for
+the sparse index files, ``preallocate=False``) and make themselves durable with
+:meth:`MappedFile.sync`.
+
 This module and ``allocate.py``/``transient_pool.py`` are the only code in ``store/`` that
-touches files and mappings.
+touches mappings; whole small files are replaced through :func:`rocketq.fileio.durable_replace`.
 """
 
 from __future__ import annotations
@@ -111,14 +116,22 @@ class MappedFile:
         *,
         transient_pool: TransientStorePool | None = None,
         create: bool = True,
+        file_from_offset: int | None = None,
+        preallocate: bool = True,
     ) -> None:
+        """Map ``path`` (created at ``file_size`` when missing or empty and ``create``).
+
+        ``file_from_offset`` defaults to the file's name read as a decimal offset.
+        ``preallocate=False`` creates a sparse file (``ftruncate``) instead of reserving blocks."""
         self.file_name = path
         self.file_size = file_size
-        base = os.path.basename(path)
-        try:
-            self.file_from_offset = int(base)
-        except ValueError:
-            raise CorruptFileError(f"segment name {base!r} is not a decimal offset") from None
+        if file_from_offset is None:
+            base = os.path.basename(path)
+            try:
+                file_from_offset = int(base)
+            except ValueError:
+                raise CorruptFileError(f"segment name {base!r} is not a decimal offset") from None
+        self.file_from_offset = file_from_offset
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         self._fd = os.open(path, flags, 0o644)
         try:
@@ -128,7 +141,10 @@ class MappedFile:
                     raise CorruptFileError(
                         f"segment {path} is {st.st_size} B, expected {file_size} B (length not matched)"
                     )
-                _preallocate(self._fd, path, file_size)
+                if preallocate:
+                    _preallocate(self._fd, path, file_size)
+                else:
+                    os.ftruncate(self._fd, file_size)
             self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self._fd)
@@ -293,6 +309,22 @@ class MappedFile:
             finally:
                 self.release()
         return self.flushed_position
+
+    def sync(self, *, full: bool = False) -> bool:
+        """Make every page of the file durable, whatever the positions say: ``fdatasync``, or
+        with ``full`` an ``msync`` of the mapping and an ``fsync`` (metadata too). False when
+        the file is no longer available."""
+        if not self.hold():
+            return False
+        try:
+            if full:
+                self.mm.flush()
+                os.fsync(self._fd)
+            else:
+                os.fdatasync(self._fd)
+        finally:
+            self.release()
+        return True
 
     def warm_up(self, sync_flush: bool, flush_least_pages: int) -> None:
         """Touch every page so later appends do not fault; flush every N pages under SYNC_FLUSH."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketq.config import StoreConfig
+from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,13 @@ def decide(config: StoreConfig, usage: float, delete_hour: bool) -> CleanDecisio
     return CleanDecision(delete_hour or space_to_delete or forcibly, forcibly, disk_full, usage)
 
 
-class RetentionService:
+class RetentionService(ServiceThread):
+    """Every ``interval_ms`` (first after one interval): the disk-full flag and expired files."""
+
+    name = "RetentionService"
+    wait_first = True
+    error_backoff_s = 0.0  # the next run is an interval away anyway
+
     def __init__(
         self,
         config: StoreConfig,
@@ -81,33 +87,23 @@ class RetentionService:
         interval_ms: int = 10_000,
         now: Callable[[], _dt.datetime] = _dt.datetime.now,
     ) -> None:
+        super().__init__(interval_ms / 1000)
         self.config = config
         self._delete_commitlog = delete_commitlog
         self._delete_logics = delete_logics
         self._set_disk_full = set_disk_full
         self._usage = usage or (lambda: disk_usage_ratio(config.commit_log_dir))
-        self._interval_s = interval_ms / 1000
         self._now = now
         self.disk_full = False
         self.last_decision: CleanDecision | None = None
         self.deleted_segments = 0
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="RetentionService", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+    def on_error(self, exc: Exception) -> None:
+        self.error = exc
+        log.exception("retention run failed")
 
-    def shutdown(self) -> None:
-        self._stopped.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("retention run failed")
+    def step(self) -> None:
+        self.run_once()
 
     def run_once(self) -> CleanDecision:
         usage = self._usage()

@@ -40,6 +40,7 @@ from rocketq.message import (
 from rocketq.protocol import fastjson
 from rocketq.store import record as rec
 from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
+from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,11 @@ class ScheduleStore(Protocol):
     def put_redelivered(self, msg: BrokerMessage) -> bool: ...
 
 
-class ScheduleMessageService:
+class ScheduleMessageService(ServiceThread):
+    """Delivers delayed messages when due; persists the level offsets every ``persist_interval_s``."""
+
+    name = "ScheduleMessageService"
+
     def __init__(
         self,
         store: ScheduleStore,
@@ -120,6 +125,7 @@ class ScheduleMessageService:
         persist_interval_s: float = 10.0,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        super().__init__(persist_interval_s)
         self._store = store
         self.delay_levels = delay_levels
         self.max_level = max(delay_levels) if delay_levels else 0
@@ -128,12 +134,11 @@ class ScheduleMessageService:
         self._persist_interval_s = persist_interval_s
         self._clock_ms = clock_ms
         self.offset_table: dict[int, int] = {}
-        self._wakeup = threading.Event()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)
         self._lock = threading.Lock()
         self.delivered = 0
         self._dirty = False
+        self._last_persist = time.monotonic()
+        self._next_wait_ms = 0
 
     # -- persistence ------------------------------------------------------------------------
     def load(self) -> None:
@@ -154,14 +159,8 @@ class ScheduleMessageService:
         fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
     def shutdown(self) -> None:
-        self._stopped.set()
-        self._wakeup.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        super().shutdown()
         self.persist()
 
     def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
@@ -170,20 +169,24 @@ class ScheduleMessageService:
             self._wakeup.set()
 
     # -- delivery ---------------------------------------------------------------------------
-    def _run(self) -> None:
+    def on_start(self) -> None:
         log.info("ScheduleMessageService started with %d levels", self.max_level)
-        last_persist = time.monotonic()
-        while not self._stopped.is_set():
-            try:
-                wait_ms = self.deliver_due()
-            except Exception:
-                log.exception("delayed delivery failed")
-                wait_ms = 1000
-            if self._dirty and time.monotonic() - last_persist >= self._persist_interval_s:
-                self.persist()
-                last_persist = time.monotonic()
-            self._wakeup.wait(max(0.001, min(wait_ms, self._persist_interval_s * 1000) / 1000))
-            self._wakeup.clear()
+        self._last_persist = time.monotonic()
+
+    def on_error(self, exc: Exception) -> None:
+        self.error = exc
+        log.exception("delayed delivery failed")
+        self._next_wait_ms = 1000
+
+    def step(self) -> None:
+        """Deliver what is due; persist the offsets when changed and the interval has passed."""
+        self._next_wait_ms = self.deliver_due()
+        if self._dirty and time.monotonic() - self._last_persist >= self._persist_interval_s:
+            self.persist()
+            self._last_persist = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        return max(0.001, min(self._next_wait_ms, self._persist_interval_s * 1000) / 1000)
 
     def deliver_due(self) -> int:
         """Deliver every due message of every level; returns ms until the next one is due."""

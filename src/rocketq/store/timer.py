@@ -87,6 +87,7 @@ from typing import Protocol
 import numpy as np
 
 from rocketq.errors import TimerMessageIllegal
+from rocketq.fileio import durable_replace
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -100,6 +101,7 @@ from rocketq.store import record as rec
 from rocketq.store.commitlog import view_to_message
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue
 from rocketq.store.dispatch import DispatchRequest
+from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -307,8 +309,10 @@ class TimerServiceConfig:
     snapshot_interval_ms: int = 5000
 
 
-class TimerMessageService:
+class TimerMessageService(ServiceThread):
     """Holds timer messages and re-puts them to their topics when due (see the module docstring)."""
+
+    name = "TimerMessageService"
 
     def __init__(
         self,
@@ -318,8 +322,9 @@ class TimerMessageService:
         *,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        self._store = store
         self.config = config or TimerServiceConfig()
+        super().__init__(self.config.snapshot_interval_ms / 1000)
+        self._store = store
         self.path = os.path.join(directory, "pending")
         self._clock_ms = clock_ms
         self._heap: list[int] = []
@@ -329,10 +334,9 @@ class TimerMessageService:
         self.skipped = 0
         self._dirty = False
         self._loaded = False
-        self._wakeup = threading.Event()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
         self._io_lock = threading.Lock()
+        self._last_persist = time.monotonic()
+        self._next_wait_s = 0.0
 
     @property
     def pending(self) -> int:
@@ -381,31 +385,11 @@ class TimerMessageService:
         with self._io_lock:
             data = encode_snapshot(self.cq_offset, list(self._heap))
             self._dirty = False
-            directory = os.path.dirname(self.path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            if os.path.exists(self.path):
-                os.replace(self.path, self.path + ".bak")
-            os.replace(tmp, self.path)
-            dfd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            durable_replace(self.path, data, keep_backup=True)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
     def shutdown(self) -> None:
-        self._stopped.set()
-        self._wakeup.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        super().shutdown()
         if self._loaded:  # never overwrite a snapshot this instance did not read
             self.persist()
 
@@ -414,34 +398,41 @@ class TimerMessageService:
         if not self._wakeup.is_set() and any(r.topic == TIMER_TOPIC for r in reqs):
             self._wakeup.set()
 
-    def wakeup(self) -> None:
-        self._wakeup.set()
-
-    def _run(self) -> None:
+    def on_start(self) -> None:
         log.info("TimerMessageService started: %d pending, queue offset %d", len(self._heap), self.cq_offset)
-        interval_s = self.config.snapshot_interval_ms / 1000
-        last_persist = time.monotonic()
-        while not self._stopped.is_set():
-            try:
-                self.enqueue()
-                wait_ms = self.deliver_due()
-            except Exception:
-                log.exception("timer delivery failed")
-                wait_ms = 1000
-            since = time.monotonic() - last_persist
-            if self._dirty and since >= interval_s:
-                try:
-                    self.persist()
-                except OSError:
-                    log.exception("writing %s failed", self.path)
-                last_persist = time.monotonic()
-                since = 0.0
-            wait_s = wait_ms / 1000
-            if self._dirty:
-                wait_s = min(wait_s, interval_s - since)
-            self._wakeup.wait(max(0.001, wait_s))
-            self._wakeup.clear()
+        self._last_persist = time.monotonic()
+
+    def on_stopped(self) -> None:
         log.info("TimerMessageService stopped: %d pending", len(self._heap))
+
+    def on_error(self, exc: Exception) -> None:
+        self.error = exc
+        log.exception("timer delivery failed")
+        self._after_delivery(1000)
+
+    def step(self) -> None:
+        """Take new timers from the queue, deliver the due ones, write the snapshot when due."""
+        self.enqueue()
+        self._after_delivery(self.deliver_due())
+
+    def _after_delivery(self, wait_ms: int) -> None:
+        """The snapshot when dirty for an interval, and the next wait (``wait_ms`` at most)."""
+        interval_s = self.config.snapshot_interval_ms / 1000
+        since = time.monotonic() - self._last_persist
+        if self._dirty and since >= interval_s:
+            try:
+                self.persist()
+            except OSError:
+                log.exception("writing %s failed", self.path)
+            self._last_persist = time.monotonic()
+            since = 0.0
+        wait_s = wait_ms / 1000
+        if self._dirty:
+            wait_s = min(wait_s, interval_s - since)
+        self._next_wait_s = max(0.001, wait_s)
+
+    def idle_seconds(self) -> float:
+        return self._next_wait_s
 
     # -- work -------------------------------------------------------------------------------
     def enqueue(self) -> int:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from rocketq.broker.pop.state import PopTable
 from rocketq.errors import CorruptFileError
+from rocketq.fileio import durable_replace, write_all
 
 log = logging.getLogger(__name__)
 
@@ -200,29 +201,6 @@ def encode_snapshot(table: PopTable, generation: int) -> bytes:
 
 
 # -- files ----------------------------------------------------------------------------------
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: tmp file, fsync, rename, directory fsync."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
 class PopJournal:
     """The two files of the pop state. Not thread-safe: one caller at a time (the service runs
     every write, fsync and compaction from a single task)."""
@@ -272,7 +250,7 @@ class PopJournal:
                 )
         self.generation = generation
         if self._fd is None:
-            _write_durably(self.journal_path, header_record(generation))
+            durable_replace(self.journal_path, header_record(generation), mode=0o644)
             self._open(None)
         log.info(
             "pop state loaded: %d queues, %d in flight, %d journal records replayed (generation %d)",
@@ -296,17 +274,15 @@ class PopJournal:
         fd = self._fd
         if fd is None:
             raise RuntimeError("pop journal is closed")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
         self.size_bytes += len(data)
 
     def compact(self, snapshot: bytes, generation: int) -> None:
         """Replace snapshot and journal by ``snapshot`` (of ``generation``) and an empty journal."""
-        _write_durably(self.snapshot_path, snapshot)
+        durable_replace(self.snapshot_path, snapshot, mode=0o644)
         self.close()
-        _write_durably(self.journal_path, header_record(generation))
+        durable_replace(self.journal_path, header_record(generation), mode=0o644)
         self.generation = generation
         self._open(None)
 
