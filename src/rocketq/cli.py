@@ -494,7 +494,9 @@ def _add_admin_parser(sub: Any) -> None:
         help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    common.add_argument("--timeout-ms", type=int, default=5000, help="timeout of each request")
+    common.add_argument(
+        "--timeout-ms", type=int, default=5000, help="timeout of each request (default %(default)s)"
+    )
     admin = sub.add_parser("admin", help="administer a cluster (mqadmin's commands)")
     cmds = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
@@ -504,70 +506,82 @@ def _add_admin_parser(sub: Any) -> None:
         return p
 
     p = cmd("updateTopic", _admin_update_topic, "create or update a topic")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-c", "--cluster", help="create on every broker of this cluster")
     where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
-    p.add_argument("-r", "--read-queue-nums", type=int, default=8)
-    p.add_argument("-w", "--write-queue-nums", type=int, default=8)
-    p.add_argument("-p", "--perm", type=int, default=6)
+    p.add_argument("-r", "--read-queue-nums", type=int, default=8, help="read queues (default %(default)s)")
+    p.add_argument("-w", "--write-queue-nums", type=int, default=8, help="write queues (default %(default)s)")
+    p.add_argument(
+        "-p", "--perm", type=int, default=6, help="permission: 2 write, 4 read, 6 both (default %(default)s)"
+    )
     p.add_argument("-a", "--attributes", help="topic attributes, e.g. +message.type=FIFO")
     p = cmd("deleteTopic", _admin_delete_topic, "delete a topic from a cluster and the name servers")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-c", "--cluster", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-c", "--cluster", required=True, help="cluster to delete it from")
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p = cmd("topicStatus", _admin_topic_status, "show a topic's queue offsets")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
     p = cmd("consumerProgress", _admin_consumer_progress, "show a group's offsets and lag")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", help="only this topic (default: every topic of the group)")
     p = cmd("queryMsgById", _admin_query_msg_by_id, "show a message by offset message id")
-    p.add_argument("-i", "--msg-id", required=True)
+    p.add_argument("-i", "--msg-id", required=True, help="offset message id (OffsetID)")
     p = cmd("queryMsgByKey", _admin_query_msg_by_key, "find messages by key")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-k", "--key", required=True)
-    p.add_argument("-m", "--max-num", type=int, default=32)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-k", "--key", required=True, help="message key")
+    p.add_argument(
+        "-m", "--max-num", type=int, default=32, help="at most this many messages (default %(default)s)"
+    )
     p = cmd("queryMsgByOffset", _admin_query_msg_by_offset, "show the message at a queue offset")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-b", "--broker-name", required=True)
-    p.add_argument("-i", "--queue-id", type=int, required=True)
-    p.add_argument("-o", "--offset", type=int, required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-b", "--broker-name", required=True, help="broker name")
+    p.add_argument("-i", "--queue-id", type=int, required=True, help="queue id")
+    p.add_argument("-o", "--offset", type=int, required=True, help="queue offset")
     p = cmd("sendMessage", _admin_send_message, "send one message")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-p", "--body", required=True)
-    p.add_argument("--tags")
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-p", "--body", required=True, help="message body (UTF-8)")
+    p.add_argument("--tags", help="message tag")
     p.add_argument("--keys", help="space-separated keys")
     p = cmd("consumeMessage", _admin_consume_message, "read messages of one queue from an offset")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-b", "--broker-name")
-    p.add_argument("-i", "--queue-id", type=int, required=True)
-    p.add_argument("-o", "--offset", type=int, default=0)
-    p.add_argument("-c", "--count", type=int, default=32)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-b", "--broker-name", help="broker of the queue (default: the first broker of the topic)")
+    p.add_argument("-i", "--queue-id", type=int, required=True, help="queue id")
+    p.add_argument("-o", "--offset", type=int, default=0, help="first queue offset (default %(default)s)")
+    p.add_argument("-c", "--count", type=int, default=32, help="messages to read (default %(default)s)")
     p = cmd("getConsumerStatus", _admin_get_consumer_status, "ask a group's online members for their offsets")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-i", "--client-id", default=None, help="only this member (client id)")
     p = cmd("resetOffsetByTime", _admin_reset_offset_by_time, "reset a group's offsets on a topic to a time")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-s", "--timestamp", required=True, help="now | epoch ms | yyyy-MM-dd#HH:mm:ss:SSS")
     p.add_argument(
         "-f", "--force", default="true", help="true: also move forward (default); false: only rewind"
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rocketq`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="write, flush, reopen and read back an embedded store")
-    demo.add_argument("--data-dir", default="demo-data")
-    demo.add_argument("--count", type=int, default=10_000)
-    demo.add_argument("--flush", default="SYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
-    demo.add_argument("--segment-mib", type=int, default=1)
+    demo.add_argument("--data-dir", default="demo-data", help="store directory (default %(default)s)")
+    demo.add_argument("--count", type=int, default=10_000, help="messages to write (default %(default)s)")
+    demo.add_argument(
+        "--flush",
+        default="SYNC_FLUSH",
+        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+        help="flushDiskType (default %(default)s)",
+    )
+    demo.add_argument(
+        "--segment-mib", type=int, default=1, help="CommitLog segment size in MiB (default %(default)s)"
+    )
     demo.add_argument("--keep", action="store_true", help="keep existing data in the directory")
     demo.set_defaults(func=_demo)
     namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
@@ -580,12 +594,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
     broker.set_defaults(func=_broker)
     serve = sub.add_parser("serve", help="name server and broker in one process")
-    serve.add_argument("--data-dir", default="rocketq-data")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
-    serve.add_argument("--namesrv-port", type=int, default=9876)
-    serve.add_argument("--broker-port", type=int, default=10911)
-    serve.add_argument("--broker-name", default="broker-a")
-    serve.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    serve.add_argument(
+        "--data-dir",
+        default="rocketq-data",
+        help="data directory; the store is in DIR/<broker name> (default %(default)s)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on and to advertise (default %(default)s)"
+    )
+    serve.add_argument(
+        "--namesrv-port",
+        type=int,
+        default=9876,
+        help="name server port, 0 = a free one (default %(default)s)",
+    )
+    serve.add_argument(
+        "--broker-port", type=int, default=10911, help="broker port, 0 = a free one (default %(default)s)"
+    )
+    serve.add_argument("--broker-name", default="broker-a", help="brokerName (default %(default)s)")
+    serve.add_argument(
+        "--flush",
+        default="ASYNC_FLUSH",
+        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+        help="flushDiskType of the store (default %(default)s)",
+    )
     serve.add_argument("-c", "--config", help="broker.conf (key=value) for the broker's other settings")
     serve.add_argument(
         "--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081; 0 free, -1 off)"
@@ -601,7 +633,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rocketq.proxy.cli import add_parser as add_proxy_parser  # noqa: PLC0415
 
     add_proxy_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

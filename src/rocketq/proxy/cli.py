@@ -100,8 +100,15 @@ def add_parser(sub: Any) -> None:
     """Add the ``proxy`` subcommand to the ``rocketq`` argument parser's subparsers."""
     p = sub.add_parser("proxy", help="RocketMQ 5 gRPC endpoint in front of a cluster (port 8081)")
     p.add_argument("-n", "--namesrv", required=True, help="name servers, host:port;host:port")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
-    p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="gRPC port (0 = a free one)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on and to advertise (default %(default)s)"
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=DEFAULT_GRPC_PORT,
+        help="gRPC port, 0 = a free one (default %(default)s)",
+    )
     p.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
     p.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
     p.set_defaults(func=_proxy)
