@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import errno
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.config import StoreConfig
-from rocketq.errors import RocketqError
+from rocketq.errors import ConfigError, RocketqError
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
@@ -85,10 +86,40 @@ def _read_properties(path: str | None) -> dict[str, str]:
         return parse_properties(f.read())
 
 
+def _port_taken(exc: OSError, what: str, host: str, port: int, change: str) -> ConfigError | None:
+    """The one-line error for a listener whose port another process holds, naming the port and
+    the flag (or config key) that changes it; None for any other ``OSError``."""
+    if exc.errno != errno.EADDRINUSE:
+        return None
+    return ConfigError(
+        f"cannot listen on {host}:{port} for the {what}: port {port} is already in use "
+        f"(another process listens there); choose another with {change}"
+    )
+
+
+def _fail(command: str, exc: RocketqError) -> int:
+    print(f"rocketq {command}: error: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
 def _namesrv(args: argparse.Namespace) -> int:
     overrides = {"listen_port": args.port} if args.port is not None else {}
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
-    return run_namesrv(config)
+    try:
+        return run_namesrv(config)
+    except OSError as exc:
+        taken = _port_taken(
+            exc,
+            "name server",
+            config.bind_address,
+            config.listen_port,
+            "--port (or listenPort in namesrv.conf)",
+        )
+        if taken is None:
+            raise
+        return _fail("namesrv", taken)
+    except RocketqError as exc:
+        return _fail("namesrv", exc)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -103,7 +134,21 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    run_broker(broker_cfg, store_cfg)
+    try:
+        run_broker(broker_cfg, store_cfg)
+    except OSError as exc:
+        taken = _port_taken(
+            exc,
+            "broker",
+            broker_cfg.bind_address,
+            broker_cfg.listen_port,
+            "--port (or listenPort in broker.conf)",
+        )
+        if taken is None:
+            raise
+        return _fail("broker", taken)
+    except RocketqError as exc:
+        return _fail("broker", exc)
     return 0
 
 
@@ -115,7 +160,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
-    await namesrv.start()
+    try:
+        await namesrv.start()
+    except OSError as exc:
+        taken = _port_taken(exc, "name server", args.host, args.namesrv_port, "--namesrv-port")
+        if taken is None:
+            raise
+        raise taken from None
     namesrv_addr = f"{args.host}:{namesrv.port}"
     # a broker.conf (-c) gives the defaults; the serve flags below always win
     base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
@@ -136,7 +187,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
     broker = Broker(broker_cfg, store_cfg)
     grpc_endpoint = None
     try:
-        await broker.start()
+        try:
+            await broker.start()
+        except OSError as exc:
+            taken = _port_taken(exc, "broker", args.host, args.broker_port, "--broker-port")
+            if taken is None:
+                raise
+            raise taken from None
         grpc_line = ""
         if args.grpc_port is None or args.grpc_port >= 0:
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
@@ -149,9 +206,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 grpc_line = f"\n  gRPC (v5)    {endpoint.address}"
             except RocketqError as exc:
                 if args.grpc_port is not None or args.grpc_tls_cert or args.grpc_tls_key:
-                    raise
+                    raise ConfigError(f"{exc}; choose another port with --grpc-port (-1: no gRPC)") from None
                 # the default port is taken (another broker): serve remoting only
-                print(f"gRPC endpoint not started: {exc}", file=sys.stderr, flush=True)
+                print(
+                    f"gRPC endpoint not started: {exc} (--grpc-port chooses another port)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         print(
             f"rocketq ready in {time.monotonic() - began:.2f} s\n"
             f"  name server  {namesrv_addr}\n"
@@ -168,7 +229,10 @@ async def _serve_async(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    eventloop.run(_serve_async(args))
+    try:
+        eventloop.run(_serve_async(args))
+    except RocketqError as exc:
+        return _fail("serve", exc)
     return 0
 
 

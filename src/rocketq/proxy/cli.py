@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from typing import Any
 
 import grpc
 
-from rocketq.errors import ConfigError
-from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair
+from rocketq.errors import ConfigError, RocketqError
+from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair, check_port_free
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import RemotingClient
 
@@ -50,12 +51,18 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
         ]
     )
     target = f"{args.host}:{args.grpc_port}"
+    change = "; choose another port with --grpc-port"
     try:
+        if args.grpc_port != 0:
+            # gRPC's core logs a bind failure on stderr by itself; find a taken port first
+            check_port_free(args.host, args.grpc_port)
         port = _bind(server, target, args.grpc_tls_cert, args.grpc_tls_key)
     except RuntimeError as exc:
-        raise ConfigError(f"cannot listen for gRPC on {target}: {exc}") from None
+        raise ConfigError(f"cannot listen for gRPC on {target}: {exc}{change}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}{change}") from None
     if port == 0:
-        raise ConfigError(f"cannot listen for gRPC on {target}")
+        raise ConfigError(f"cannot listen for gRPC on {target}{change}")
     port_box[0] = port
     async with RemotingClient() as remoting:
         servicer = ClusterServicer(
@@ -92,7 +99,11 @@ def _bind(server: grpc.aio.Server, target: str, cert_path: str | None, key_path:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    asyncio.run(run_proxy(args))
+    try:
+        asyncio.run(run_proxy(args))
+    except RocketqError as exc:
+        print(f"rocketq proxy: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
