@@ -313,6 +313,47 @@ def _admin_delete_topic(admin: Admin, args: argparse.Namespace) -> None:
     )
 
 
+_GROUP_SETTINGS = {  # updateSubGroup's flags: (argparse dest, SubscriptionGroupConfig JSON key)
+    "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "consume_broadcast_enable": "consumeBroadcastEnable",
+    "consume_message_orderly": "consumeMessageOrderly",
+    "retry_queue_nums": "retryQueueNums",
+    "retry_max_times": "retryMaxTimes",
+    "broker_id": "brokerId",
+    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+}
+
+
+def _admin_update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    settings = {dest: getattr(args, dest) for dest in _GROUP_SETTINGS}
+    addrs = admin.create_subscription_group(
+        args.group, cluster=args.cluster, broker_addr=args.broker_addr, **settings
+    )
+    doc = {"groupName": args.group, "brokers": addrs} | {_GROUP_SETTINGS[k]: v for k, v in settings.items()}
+    _out(
+        args,
+        doc,
+        lambda: print(
+            "\n".join(f"create subscription group to {a} success." for a in addrs)
+            + "\n"
+            + " ".join(f"{key}={doc[key]}" for key in ("groupName", *_GROUP_SETTINGS.values()))
+        ),
+    )
+
+
+def _admin_delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    addrs = admin.delete_subscription_group(
+        args.group, cluster=args.cluster, broker_addr=args.broker_addr, clean_offset=args.remove_offset
+    )
+    _out(
+        args,
+        {"groupName": args.group, "brokers": addrs, "removeOffset": args.remove_offset},
+        lambda: print("\n".join(f"delete subscription group {args.group} from {a} success." for a in addrs)),
+    )
+
+
 def _admin_topic_list(admin: Admin, args: argparse.Namespace) -> None:
     topics = admin.topic_list()
     _out(args, {"topicList": topics}, lambda: print("\n".join(topics)))
@@ -536,6 +577,14 @@ def _admin_reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
 AdminCommand = Callable[["Admin", argparse.Namespace], None]
 
 
+def _bool_arg(text: str) -> bool:
+    """mqadmin's boolean flag values: ``true`` or ``false`` (any case)."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value == "true"
+
+
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
 
@@ -583,6 +632,84 @@ def _add_admin_parser(sub: Any) -> None:
     p = cmd("deleteTopic", _admin_delete_topic, "delete a topic from a cluster and the name servers")
     p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-c", "--cluster", required=True, help="cluster to delete it from")
+    p = cmd("updateSubGroup", _admin_update_sub_group, "create or update a subscription (consumer) group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "-c", "--cluster", help="create on every master of this cluster (default: the only cluster)"
+    )
+    where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument(
+        "-s",
+        "--consume-enable",
+        type=_bool_arg,
+        default=True,
+        metavar="BOOL",
+        help="consumeEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-m",
+        "--consume-from-min-enable",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeFromMinEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-d",
+        "--consume-broadcast-enable",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeBroadcastEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-o",
+        "--consume-message-orderly",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group (default %(default)s)",
+    )
+    p.add_argument(
+        "-q", "--retry-queue-nums", type=int, default=1, help="retryQueueNums (default %(default)s)"
+    )
+    p.add_argument(
+        "-r", "--retry-max-times", type=int, default=16, help="retryMaxTimes (default %(default)s)"
+    )
+    p.add_argument(
+        "-i", "--broker-id", type=int, default=0, help="brokerId to consume from (default %(default)s)"
+    )
+    p.add_argument(
+        "-w",
+        "--which-broker-when-consume-slowly",
+        type=int,
+        default=1,
+        help="whichBrokerWhenConsumeSlowly (default %(default)s)",
+    )
+    p.add_argument(
+        "-a",
+        "--notify-consumer-ids-changed-enable",
+        type=_bool_arg,
+        default=True,
+        metavar="BOOL",
+        help="notifyConsumerIdsChangedEnable (default %(default)s)",
+    )
+    p = cmd("deleteSubGroup", _admin_delete_sub_group, "delete a subscription (consumer) group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "-c", "--cluster", help="delete from every master of this cluster (default: the only cluster)"
+    )
+    where.add_argument("-b", "--broker-addr", help="delete from this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument(
+        "-r",
+        "--remove-offset",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="also remove the group's committed offsets (default %(default)s)",
+    )
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
     p.add_argument("-t", "--topic", required=True, help="topic")
