@@ -65,6 +65,7 @@ from rocketq.broker import objkey_json
 from rocketq.broker.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from rocketq.broker.heartbeat import SubscriptionData, build_subscription
 from rocketq.broker.rebalance_lock import MessageQueue as WireQueue
+from rocketq.broker.topic_config import is_retry_topic
 from rocketq.client._facade import BlockingFacade
 from rocketq.client._routes import MASTER_ID, MessageQueue, RouteCache
 from rocketq.client.aio import (
@@ -150,6 +151,13 @@ def decode_messages(body: bytes) -> list[MessageExt]:
         out.append(msg)
         pos += view.size
     return out
+
+
+def _route_miss_level(topic: str) -> int:
+    """How loudly to log a topic without a route: a group's ``%RETRY%`` topic has none until the
+    group's first heartbeat makes the broker create it and register it with the name servers, so
+    a fresh group misses it at start (DEBUG, as RocketMQ's client); any other topic: WARNING."""
+    return logging.DEBUG if is_retry_topic(topic) else logging.WARNING
 
 
 @dataclass(slots=True)
@@ -703,7 +711,7 @@ class AsyncLitePullConsumer:
             try:
                 self._read_queues(topic, await self._routes.fetch_route(topic))
             except RocketqError as exc:
-                log.warning("route of topic %s unavailable: %s", topic, exc)
+                log.log(_route_miss_level(topic), "route of topic %s unavailable: %s", topic, exc)
         return sorted(set(self._broker_addrs.values()))
 
     async def _heartbeat_all(self) -> None:
@@ -754,7 +762,7 @@ class AsyncLitePullConsumer:
             try:
                 queues = self._read_queues(topic, await self._routes.fetch_route(topic))
             except RocketqError as exc:
-                log.warning("rebalance of topic %s skipped, no route: %s", topic, exc)
+                log.log(_route_miss_level(topic), "rebalance of topic %s skipped, no route: %s", topic, exc)
                 keep_topics.add(topic)
                 continue
             if self.message_model == "BROADCASTING":
