@@ -206,6 +206,8 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 grpc_line = f"\n  gRPC (v5)    {endpoint.address}"
             except RocketqError as exc:
                 if args.grpc_port is not None or args.grpc_tls_cert or args.grpc_tls_key:
+                    if not str(exc).startswith("cannot listen for gRPC"):
+                        raise  # TLS files and the like: the error says what to change
                     raise ConfigError(f"{exc}; choose another port with --grpc-port (-1: no gRPC)") from None
                 # the default port is taken (another broker): serve remoting only
                 print(

@@ -75,3 +75,24 @@ def test_a_taken_port_is_one_line_naming_port_and_flag(
     assert f"rocketq {args[0]}: error: " in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "ready" not in r.stdout
+
+
+@pytest.mark.parametrize("command", ["serve", "proxy"])
+def test_a_tls_mistake_is_one_line_without_the_port_hint(command: str, tmp_path: pathlib.Path) -> None:
+    args = ["--grpc-port", "0", "--grpc-tls-cert", str(tmp_path / "missing.pem")]
+    if command == "serve":
+        args = [
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            *args,
+        ]
+    else:
+        args = ["proxy", "-n", f"127.0.0.1:{free_port()}", *args]
+    r = run_captured([sys.executable, "-m", "rocketq.cli", *args], DEADLINE_S, env=child_env())
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"rocketq {command}: error: TLS needs both" in r.stderr and "choose another port" not in r.stderr

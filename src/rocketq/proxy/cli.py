@@ -52,15 +52,16 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
     )
     target = f"{args.host}:{args.grpc_port}"
     change = "; choose another port with --grpc-port"
-    try:
-        if args.grpc_port != 0:
-            # gRPC's core logs a bind failure on stderr by itself; find a taken port first
+    if args.grpc_port != 0:
+        # gRPC's core logs a bind failure on stderr by itself; find a taken port first
+        try:
             check_port_free(args.host, args.grpc_port)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{change}") from None
+    try:
         port = _bind(server, target, args.grpc_tls_cert, args.grpc_tls_key)
     except RuntimeError as exc:
         raise ConfigError(f"cannot listen for gRPC on {target}: {exc}{change}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{exc}{change}") from None
     if port == 0:
         raise ConfigError(f"cannot listen for gRPC on {target}{change}")
     port_box[0] = port
