@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import errno
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.config import StoreConfig
-from rocketq.errors import RocketqError
+from rocketq.errors import ConfigError, RocketqError
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
@@ -85,10 +86,40 @@ def _read_properties(path: str | None) -> dict[str, str]:
         return parse_properties(f.read())
 
 
+def _port_taken(exc: OSError, what: str, host: str, port: int, change: str) -> ConfigError | None:
+    """The one-line error for a listener whose port another process holds, naming the port and
+    the flag (or config key) that changes it; None for any other ``OSError``."""
+    if exc.errno != errno.EADDRINUSE:
+        return None
+    return ConfigError(
+        f"cannot listen on {host}:{port} for the {what}: port {port} is already in use "
+        f"(another process listens there); choose another with {change}"
+    )
+
+
+def _fail(command: str, exc: RocketqError) -> int:
+    print(f"rocketq {command}: error: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
 def _namesrv(args: argparse.Namespace) -> int:
     overrides = {"listen_port": args.port} if args.port is not None else {}
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
-    return run_namesrv(config)
+    try:
+        return run_namesrv(config)
+    except OSError as exc:
+        taken = _port_taken(
+            exc,
+            "name server",
+            config.bind_address,
+            config.listen_port,
+            "--port (or listenPort in namesrv.conf)",
+        )
+        if taken is None:
+            raise
+        return _fail("namesrv", taken)
+    except RocketqError as exc:
+        return _fail("namesrv", exc)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -103,7 +134,21 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    run_broker(broker_cfg, store_cfg)
+    try:
+        run_broker(broker_cfg, store_cfg)
+    except OSError as exc:
+        taken = _port_taken(
+            exc,
+            "broker",
+            broker_cfg.bind_address,
+            broker_cfg.listen_port,
+            "--port (or listenPort in broker.conf)",
+        )
+        if taken is None:
+            raise
+        return _fail("broker", taken)
+    except RocketqError as exc:
+        return _fail("broker", exc)
     return 0
 
 
@@ -115,7 +160,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
-    await namesrv.start()
+    try:
+        await namesrv.start()
+    except OSError as exc:
+        taken = _port_taken(exc, "name server", args.host, args.namesrv_port, "--namesrv-port")
+        if taken is None:
+            raise
+        raise taken from None
     namesrv_addr = f"{args.host}:{namesrv.port}"
     # a broker.conf (-c) gives the defaults; the serve flags below always win
     base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
@@ -136,7 +187,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
     broker = Broker(broker_cfg, store_cfg)
     grpc_endpoint = None
     try:
-        await broker.start()
+        try:
+            await broker.start()
+        except OSError as exc:
+            taken = _port_taken(exc, "broker", args.host, args.broker_port, "--broker-port")
+            if taken is None:
+                raise
+            raise taken from None
         grpc_line = ""
         if args.grpc_port is None or args.grpc_port >= 0:
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
@@ -149,9 +206,15 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 grpc_line = f"\n  gRPC (v5)    {endpoint.address}"
             except RocketqError as exc:
                 if args.grpc_port is not None or args.grpc_tls_cert or args.grpc_tls_key:
-                    raise
+                    if not str(exc).startswith("cannot listen for gRPC"):
+                        raise  # TLS files and the like: the error says what to change
+                    raise ConfigError(f"{exc}; choose another port with --grpc-port (-1: no gRPC)") from None
                 # the default port is taken (another broker): serve remoting only
-                print(f"gRPC endpoint not started: {exc}", file=sys.stderr, flush=True)
+                print(
+                    f"gRPC endpoint not started: {exc} (--grpc-port chooses another port)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         print(
             f"rocketq ready in {time.monotonic() - began:.2f} s\n"
             f"  name server  {namesrv_addr}\n"
@@ -168,7 +231,10 @@ async def _serve_async(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    eventloop.run(_serve_async(args))
+    try:
+        eventloop.run(_serve_async(args))
+    except RocketqError as exc:
+        return _fail("serve", exc)
     return 0
 
 
@@ -246,6 +312,47 @@ def _admin_delete_topic(admin: Admin, args: argparse.Namespace) -> None:
         args,
         {"topic": args.topic, "cluster": args.cluster, "brokers": addrs},
         lambda: print(f"delete topic {args.topic} from cluster {args.cluster} ({', '.join(addrs)}) success."),
+    )
+
+
+_GROUP_SETTINGS = {  # updateSubGroup's flags: (argparse dest, SubscriptionGroupConfig JSON key)
+    "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "consume_broadcast_enable": "consumeBroadcastEnable",
+    "consume_message_orderly": "consumeMessageOrderly",
+    "retry_queue_nums": "retryQueueNums",
+    "retry_max_times": "retryMaxTimes",
+    "broker_id": "brokerId",
+    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+}
+
+
+def _admin_update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    settings = {dest: getattr(args, dest) for dest in _GROUP_SETTINGS}
+    addrs = admin.create_subscription_group(
+        args.group, cluster=args.cluster, broker_addr=args.broker_addr, **settings
+    )
+    doc = {"groupName": args.group, "brokers": addrs} | {_GROUP_SETTINGS[k]: v for k, v in settings.items()}
+    _out(
+        args,
+        doc,
+        lambda: print(
+            "\n".join(f"create subscription group to {a} success." for a in addrs)
+            + "\n"
+            + " ".join(f"{key}={doc[key]}" for key in ("groupName", *_GROUP_SETTINGS.values()))
+        ),
+    )
+
+
+def _admin_delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    addrs = admin.delete_subscription_group(
+        args.group, cluster=args.cluster, broker_addr=args.broker_addr, clean_offset=args.remove_offset
+    )
+    _out(
+        args,
+        {"groupName": args.group, "brokers": addrs, "removeOffset": args.remove_offset},
+        lambda: print("\n".join(f"delete subscription group {args.group} from {a} success." for a in addrs)),
     )
 
 
@@ -472,6 +579,14 @@ def _admin_reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
 AdminCommand = Callable[["Admin", argparse.Namespace], None]
 
 
+def _bool_arg(text: str) -> bool:
+    """mqadmin's boolean flag values: ``true`` or ``false`` (any case)."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value == "true"
+
+
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
 
@@ -494,7 +609,9 @@ def _add_admin_parser(sub: Any) -> None:
         help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    common.add_argument("--timeout-ms", type=int, default=5000, help="timeout of each request")
+    common.add_argument(
+        "--timeout-ms", type=int, default=5000, help="timeout of each request (default %(default)s)"
+    )
     admin = sub.add_parser("admin", help="administer a cluster (mqadmin's commands)")
     cmds = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
@@ -504,70 +621,160 @@ def _add_admin_parser(sub: Any) -> None:
         return p
 
     p = cmd("updateTopic", _admin_update_topic, "create or update a topic")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-c", "--cluster", help="create on every broker of this cluster")
     where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
-    p.add_argument("-r", "--read-queue-nums", type=int, default=8)
-    p.add_argument("-w", "--write-queue-nums", type=int, default=8)
-    p.add_argument("-p", "--perm", type=int, default=6)
+    p.add_argument("-r", "--read-queue-nums", type=int, default=8, help="read queues (default %(default)s)")
+    p.add_argument("-w", "--write-queue-nums", type=int, default=8, help="write queues (default %(default)s)")
+    p.add_argument(
+        "-p", "--perm", type=int, default=6, help="permission: 2 write, 4 read, 6 both (default %(default)s)"
+    )
     p.add_argument("-a", "--attributes", help="topic attributes, e.g. +message.type=FIFO")
     p = cmd("deleteTopic", _admin_delete_topic, "delete a topic from a cluster and the name servers")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-c", "--cluster", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-c", "--cluster", required=True, help="cluster to delete it from")
+    p = cmd("updateSubGroup", _admin_update_sub_group, "create or update a subscription (consumer) group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "-c", "--cluster", help="create on every master of this cluster (default: the only cluster)"
+    )
+    where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument(
+        "-s",
+        "--consume-enable",
+        type=_bool_arg,
+        default=True,
+        metavar="BOOL",
+        help="consumeEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-m",
+        "--consume-from-min-enable",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeFromMinEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-d",
+        "--consume-broadcast-enable",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeBroadcastEnable (default %(default)s)",
+    )
+    p.add_argument(
+        "-o",
+        "--consume-message-orderly",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group (default %(default)s)",
+    )
+    p.add_argument(
+        "-q", "--retry-queue-nums", type=int, default=1, help="retryQueueNums (default %(default)s)"
+    )
+    p.add_argument(
+        "-r", "--retry-max-times", type=int, default=16, help="retryMaxTimes (default %(default)s)"
+    )
+    p.add_argument(
+        "-i", "--broker-id", type=int, default=0, help="brokerId to consume from (default %(default)s)"
+    )
+    p.add_argument(
+        "-w",
+        "--which-broker-when-consume-slowly",
+        type=int,
+        default=1,
+        help="whichBrokerWhenConsumeSlowly (default %(default)s)",
+    )
+    p.add_argument(
+        "-a",
+        "--notify-consumer-ids-changed-enable",
+        type=_bool_arg,
+        default=True,
+        metavar="BOOL",
+        help="notifyConsumerIdsChangedEnable (default %(default)s)",
+    )
+    p = cmd("deleteSubGroup", _admin_delete_sub_group, "delete a subscription (consumer) group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "-c", "--cluster", help="delete from every master of this cluster (default: the only cluster)"
+    )
+    where.add_argument("-b", "--broker-addr", help="delete from this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument(
+        "-r",
+        "--remove-offset",
+        type=_bool_arg,
+        default=False,
+        metavar="BOOL",
+        help="also remove the group's committed offsets (default %(default)s)",
+    )
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p = cmd("topicStatus", _admin_topic_status, "show a topic's queue offsets")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
     cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
     p = cmd("consumerProgress", _admin_consumer_progress, "show a group's offsets and lag")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", help="only this topic (default: every topic of the group)")
     p = cmd("queryMsgById", _admin_query_msg_by_id, "show a message by offset message id")
-    p.add_argument("-i", "--msg-id", required=True)
+    p.add_argument("-i", "--msg-id", required=True, help="offset message id (OffsetID)")
     p = cmd("queryMsgByKey", _admin_query_msg_by_key, "find messages by key")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-k", "--key", required=True)
-    p.add_argument("-m", "--max-num", type=int, default=32)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-k", "--key", required=True, help="message key")
+    p.add_argument(
+        "-m", "--max-num", type=int, default=32, help="at most this many messages (default %(default)s)"
+    )
     p = cmd("queryMsgByOffset", _admin_query_msg_by_offset, "show the message at a queue offset")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-b", "--broker-name", required=True)
-    p.add_argument("-i", "--queue-id", type=int, required=True)
-    p.add_argument("-o", "--offset", type=int, required=True)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-b", "--broker-name", required=True, help="broker name")
+    p.add_argument("-i", "--queue-id", type=int, required=True, help="queue id")
+    p.add_argument("-o", "--offset", type=int, required=True, help="queue offset")
     p = cmd("sendMessage", _admin_send_message, "send one message")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-p", "--body", required=True)
-    p.add_argument("--tags")
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-p", "--body", required=True, help="message body (UTF-8)")
+    p.add_argument("--tags", help="message tag")
     p.add_argument("--keys", help="space-separated keys")
     p = cmd("consumeMessage", _admin_consume_message, "read messages of one queue from an offset")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-b", "--broker-name")
-    p.add_argument("-i", "--queue-id", type=int, required=True)
-    p.add_argument("-o", "--offset", type=int, default=0)
-    p.add_argument("-c", "--count", type=int, default=32)
+    p.add_argument("-t", "--topic", required=True, help="topic")
+    p.add_argument("-b", "--broker-name", help="broker of the queue (default: the first broker of the topic)")
+    p.add_argument("-i", "--queue-id", type=int, required=True, help="queue id")
+    p.add_argument("-o", "--offset", type=int, default=0, help="first queue offset (default %(default)s)")
+    p.add_argument("-c", "--count", type=int, default=32, help="messages to read (default %(default)s)")
     p = cmd("getConsumerStatus", _admin_get_consumer_status, "ask a group's online members for their offsets")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-i", "--client-id", default=None, help="only this member (client id)")
     p = cmd("resetOffsetByTime", _admin_reset_offset_by_time, "reset a group's offsets on a topic to a time")
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-s", "--timestamp", required=True, help="now | epoch ms | yyyy-MM-dd#HH:mm:ss:SSS")
     p.add_argument(
         "-f", "--force", default="true", help="true: also move forward (default); false: only rewind"
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rocketq`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="write, flush, reopen and read back an embedded store")
-    demo.add_argument("--data-dir", default="demo-data")
-    demo.add_argument("--count", type=int, default=10_000)
-    demo.add_argument("--flush", default="SYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
-    demo.add_argument("--segment-mib", type=int, default=1)
+    demo.add_argument("--data-dir", default="demo-data", help="store directory (default %(default)s)")
+    demo.add_argument("--count", type=int, default=10_000, help="messages to write (default %(default)s)")
+    demo.add_argument(
+        "--flush",
+        default="SYNC_FLUSH",
+        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+        help="flushDiskType (default %(default)s)",
+    )
+    demo.add_argument(
+        "--segment-mib", type=int, default=1, help="CommitLog segment size in MiB (default %(default)s)"
+    )
     demo.add_argument("--keep", action="store_true", help="keep existing data in the directory")
     demo.set_defaults(func=_demo)
     namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
@@ -580,12 +787,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
     broker.set_defaults(func=_broker)
     serve = sub.add_parser("serve", help="name server and broker in one process")
-    serve.add_argument("--data-dir", default="rocketq-data")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
-    serve.add_argument("--namesrv-port", type=int, default=9876)
-    serve.add_argument("--broker-port", type=int, default=10911)
-    serve.add_argument("--broker-name", default="broker-a")
-    serve.add_argument("--flush", default="ASYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    serve.add_argument(
+        "--data-dir",
+        default="rocketq-data",
+        help="data directory; the store is in DIR/<broker name> (default %(default)s)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on and to advertise (default %(default)s)"
+    )
+    serve.add_argument(
+        "--namesrv-port",
+        type=int,
+        default=9876,
+        help="name server port, 0 = a free one (default %(default)s)",
+    )
+    serve.add_argument(
+        "--broker-port", type=int, default=10911, help="broker port, 0 = a free one (default %(default)s)"
+    )
+    serve.add_argument("--broker-name", default="broker-a", help="brokerName (default %(default)s)")
+    serve.add_argument(
+        "--flush",
+        default="ASYNC_FLUSH",
+        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+        help="flushDiskType of the store (default %(default)s)",
+    )
     serve.add_argument("-c", "--config", help="broker.conf (key=value) for the broker's other settings")
     serve.add_argument(
         "--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081; 0 free, -1 off)"
@@ -601,7 +826,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rocketq.proxy.cli import add_parser as add_proxy_parser  # noqa: PLC0415
 
     add_proxy_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
 import time
 import zlib
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -48,6 +49,7 @@ from rocketq.message import (
     decode_properties,
     unpack_socket_addr,
 )
+from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.queue import MessageQueue, message_queue_table
@@ -410,19 +412,7 @@ class AsyncAdmin:
         ``cluster`` (the only cluster when neither is given); returns the addresses used.
         ``attributes`` is mqadmin's ``-a`` (``+message.type=FIFO``, ``-key``).
         The brokers register the topic with the name servers shortly after."""
-        if cluster is not None and broker_addr is not None:
-            raise ConfigError("give either a cluster or a broker address, not both")
-        if broker_addr is not None:
-            addrs = [broker_addr]
-        else:
-            if cluster is None:
-                clusters = sorted((await self.cluster_info()).cluster_addr_table)
-                if len(clusters) != 1:
-                    raise ConfigError(f"name the cluster to create topic {topic!r} in (clusters: {clusters})")
-                cluster = clusters[0]
-            addrs = list((await self._masters(cluster)).values())
-            if not addrs:
-                raise ConfigError(f"cluster {cluster!r} has no master broker")
+        addrs = await self._target_brokers(f"create topic {topic!r} in", cluster, broker_addr)
         fields: dict[str, object] = {
             "topic": topic,
             "defaultTopic": "TBW102",
@@ -437,6 +427,23 @@ class AsyncAdmin:
             fields["attributes"] = attributes
         for addr in addrs:
             await self._broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+        return addrs
+
+    async def _target_brokers(self, doing: str, cluster: str | None, broker_addr: str | None) -> list[str]:
+        """``[broker_addr]``, or the master of every broker of ``cluster`` (of the only cluster
+        when neither is given)."""
+        if cluster is not None and broker_addr is not None:
+            raise ConfigError("give either a cluster or a broker address, not both")
+        if broker_addr is not None:
+            return [broker_addr]
+        if cluster is None:
+            clusters = sorted((await self.cluster_info()).cluster_addr_table)
+            if len(clusters) != 1:
+                raise ConfigError(f"name the cluster to {doing} (clusters: {clusters})")
+            cluster = clusters[0]
+        addrs = list((await self._masters(cluster)).values())
+        if not addrs:
+            raise ConfigError(f"cluster {cluster!r} has no master broker")
         return addrs
 
     async def delete_topic(self, topic: str, cluster: str) -> list[str]:
@@ -458,6 +465,79 @@ class AsyncAdmin:
             if response.code != ResponseCode.SUCCESS:
                 raise error_for_response(response, f"name server {addr}")
         return addrs
+
+    # -- subscription groups ---------------------------------------------------------------------
+    async def create_subscription_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        consume_enable: bool = True,
+        consume_from_min_enable: bool = False,
+        consume_broadcast_enable: bool = False,
+        consume_message_orderly: bool = False,
+        retry_queue_nums: int = 1,
+        retry_max_times: int = 16,
+        broker_id: int = 0,
+        which_broker_when_consume_slowly: int = 1,
+        notify_consumer_ids_changed_enable: bool = True,
+    ) -> list[str]:
+        """Create or replace the subscription group ``group`` (mqadmin ``updateSubGroup``) on
+        ``broker_addr`` or on the master of every broker of ``cluster`` (the only cluster when
+        neither is given); returns the addresses used. The defaults are mqadmin's: settings
+        left out are reset to them, not kept. ``consume_message_orderly=True`` is what a
+        RocketMQ 5 FIFO consumer group needs."""
+        addrs = await self._target_brokers(f"create subscription group {group!r} in", cluster, broker_addr)
+        config = {
+            "groupName": group,
+            "consumeEnable": consume_enable,
+            "consumeFromMinEnable": consume_from_min_enable,
+            "consumeBroadcastEnable": consume_broadcast_enable,
+            "consumeMessageOrderly": consume_message_orderly,
+            "retryQueueNums": retry_queue_nums,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": broker_id,
+            "whichBrokerWhenConsumeSlowly": which_broker_when_consume_slowly,
+            "notifyConsumerIdsChangedEnable": notify_consumer_ids_changed_enable,
+            "groupSysFlag": 0,
+        }
+        body = json.dumps(config, separators=(",", ":")).encode()
+        for addr in addrs:
+            request = create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+            response = await self._client().invoke(addr, request, self.timeout_s)
+            if response.code != 0:
+                raise error_for_response(response, addr)
+        return addrs
+
+    async def delete_subscription_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        clean_offset: bool = False,
+    ) -> list[str]:
+        """Delete the subscription group ``group`` (mqadmin ``deleteSubGroup``) from
+        ``broker_addr`` or every master of ``cluster``; ``clean_offset`` also removes its
+        committed offsets. A group that does not exist is no error (as in RocketMQ)."""
+        addrs = await self._target_brokers(f"delete subscription group {group!r} from", cluster, broker_addr)
+        fields = {"groupName": group, "cleanOffset": clean_offset}
+        for addr in addrs:
+            await self._broker(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, fields)
+        return addrs
+
+    async def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every subscription group a broker has, name → its config as RocketMQ's JSON keys
+        (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+        response = await self._broker(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        try:
+            table = fastjson.loads((response.body or b"").decode("utf-8")).get("subscriptionGroupTable")
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise BodyFormatError(f"broker {broker_addr}: subscription groups do not parse: {exc}") from None
+        if not isinstance(table, dict):
+            raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue of ``topic``."""
@@ -806,6 +886,56 @@ class Admin(BlockingFacade):
 
     def delete_topic(self, topic: str, cluster: str) -> list[str]:
         return self._call(self._core.delete_topic(topic, cluster))
+
+    def create_subscription_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        consume_enable: bool = True,
+        consume_from_min_enable: bool = False,
+        consume_broadcast_enable: bool = False,
+        consume_message_orderly: bool = False,
+        retry_queue_nums: int = 1,
+        retry_max_times: int = 16,
+        broker_id: int = 0,
+        which_broker_when_consume_slowly: int = 1,
+        notify_consumer_ids_changed_enable: bool = True,
+    ) -> list[str]:
+        return self._call(
+            self._core.create_subscription_group(
+                group,
+                cluster=cluster,
+                broker_addr=broker_addr,
+                consume_enable=consume_enable,
+                consume_from_min_enable=consume_from_min_enable,
+                consume_broadcast_enable=consume_broadcast_enable,
+                consume_message_orderly=consume_message_orderly,
+                retry_queue_nums=retry_queue_nums,
+                retry_max_times=retry_max_times,
+                broker_id=broker_id,
+                which_broker_when_consume_slowly=which_broker_when_consume_slowly,
+                notify_consumer_ids_changed_enable=notify_consumer_ids_changed_enable,
+            )
+        )
+
+    def delete_subscription_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        clean_offset: bool = False,
+    ) -> list[str]:
+        return self._call(
+            self._core.delete_subscription_group(
+                group, cluster=cluster, broker_addr=broker_addr, clean_offset=clean_offset
+            )
+        )
+
+    def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        return self._call(self._core.subscription_groups(broker_addr))
 
     def topic_list(self) -> list[str]:
         return self._call(self._core.topic_list())

@@ -89,7 +89,7 @@ from rocketq.protocol.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION
 from rocketq.protocol.heartbeat import SubscriptionData, build_subscription
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
-from rocketq.protocol.topic import PERM_READ
+from rocketq.protocol.topic import PERM_READ, is_retry_topic
 from rocketq.remoting import (
     Connection,
     RemotingClient,
@@ -115,6 +115,13 @@ MAX_PULL_BATCH_SIZE = 1024
 
 #: ``handler(request) -> response`` (None: no answer) for a request code brokers send.
 BrokerRequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def _route_miss_level(topic: str) -> int:
+    """How loudly to log a topic without a route: a group's ``%RETRY%`` topic has none until the
+    group's first heartbeat makes the broker create it and register it with the name servers, so
+    a fresh group misses it at start (DEBUG, as RocketMQ's client); any other topic: WARNING."""
+    return logging.DEBUG if is_retry_topic(topic) else logging.WARNING
 
 
 def decode_messages(body: bytes) -> list[MessageExt]:
@@ -683,7 +690,7 @@ class ConsumerCore:
             try:
                 self._read_queues(topic, await self._routes.fetch_route(topic))
             except RocketqError as exc:
-                log.warning("route of topic %s unavailable: %s", topic, exc)
+                log.log(_route_miss_level(topic), "route of topic %s unavailable: %s", topic, exc)
         return sorted(set(self._broker_addrs.values()))
 
     async def _heartbeat_all(self) -> None:
@@ -734,7 +741,7 @@ class ConsumerCore:
             try:
                 queues = self._read_queues(topic, await self._routes.fetch_route(topic))
             except RocketqError as exc:
-                log.warning("rebalance of topic %s skipped, no route: %s", topic, exc)
+                log.log(_route_miss_level(topic), "rebalance of topic %s skipped, no route: %s", topic, exc)
                 wanted.update(owned)
                 continue
             ids: list[str] = []

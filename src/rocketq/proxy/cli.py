@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from typing import Any
 
 import grpc
 
-from rocketq.errors import ConfigError
-from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair
+from rocketq.errors import ConfigError, RocketqError
+from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair, check_port_free
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import RemotingClient
 
@@ -50,12 +51,19 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
         ]
     )
     target = f"{args.host}:{args.grpc_port}"
+    change = "; choose another port with --grpc-port"
+    if args.grpc_port != 0:
+        # gRPC's core logs a bind failure on stderr by itself; find a taken port first
+        try:
+            check_port_free(args.host, args.grpc_port)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{change}") from None
     try:
         port = _bind(server, target, args.grpc_tls_cert, args.grpc_tls_key)
     except RuntimeError as exc:
-        raise ConfigError(f"cannot listen for gRPC on {target}: {exc}") from None
+        raise ConfigError(f"cannot listen for gRPC on {target}: {exc}{change}") from None
     if port == 0:
-        raise ConfigError(f"cannot listen for gRPC on {target}")
+        raise ConfigError(f"cannot listen for gRPC on {target}{change}")
     port_box[0] = port
     async with RemotingClient() as remoting:
         servicer = ClusterServicer(
@@ -92,7 +100,11 @@ def _bind(server: grpc.aio.Server, target: str, cert_path: str | None, key_path:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    asyncio.run(run_proxy(args))
+    try:
+        asyncio.run(run_proxy(args))
+    except RocketqError as exc:
+        print(f"rocketq proxy: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -100,8 +112,15 @@ def add_parser(sub: Any) -> None:
     """Add the ``proxy`` subcommand to the ``rocketq`` argument parser's subparsers."""
     p = sub.add_parser("proxy", help="RocketMQ 5 gRPC endpoint in front of a cluster (port 8081)")
     p.add_argument("-n", "--namesrv", required=True, help="name servers, host:port;host:port")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on and to advertise")
-    p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="gRPC port (0 = a free one)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on and to advertise (default %(default)s)"
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=DEFAULT_GRPC_PORT,
+        help="gRPC port, 0 = a free one (default %(default)s)",
+    )
     p.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
     p.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
     p.set_defaults(func=_proxy)

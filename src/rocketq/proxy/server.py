@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GRPC_PORT = 8081
 
 
-def _check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int) -> None:
     """Raise ConfigError when ``host:port`` cannot be bound now (as gRPC binds: SO_REUSEADDR)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -110,7 +110,7 @@ class GrpcEndpoint:
         target = f"{cfg.host}:{cfg.port}"
         if cfg.port != 0:
             # gRPC's core logs a bind failure on stderr by itself; find a taken port first
-            _check_port_free(cfg.host, cfg.port)
+            check_port_free(cfg.host, cfg.port)
         try:
             port = self._bind(server, target)
         except RuntimeError as exc:
@@ -148,4 +148,4 @@ class GrpcEndpoint:
             await server.stop(self.config.shutdown_grace_s)
 
 
-__all__ = ["DEFAULT_GRPC_PORT", "GrpcConfig", "GrpcEndpoint", "check_key_pair"]
+__all__ = ["DEFAULT_GRPC_PORT", "GrpcConfig", "GrpcEndpoint", "check_key_pair", "check_port_free"]

@@ -73,7 +73,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--end", type=_time_ms, help="store time until (epoch ms or ISO-8601, exclusive)")
     p.add_argument("--broker-name", help="value of the brokerName column")
     p.add_argument(
-        "--mode", default="errorifexists", choices=["errorifexists", "overwrite", "append", "ignore"]
+        "--mode",
+        default="errorifexists",
+        choices=["errorifexists", "overwrite", "append", "ignore"],
+        help="Spark save mode when --out exists (default %(default)s)",
     )
     p = jobs.add_parser("stats", help="messages and bytes per topic, queue and hour")
     common(p)
