@@ -31,7 +31,7 @@ from rocketq.client import (
 )
 from rocketq.errors import ClientStateError, MessageIllegal
 from rocketq.message import MessageExt, decode_properties
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 
 TOPIC = "TxT"
 GROUP = "TxPG"

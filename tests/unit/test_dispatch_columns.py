@@ -13,9 +13,9 @@ import pytest
 
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
+from rocketq.protocol import record as rec
 from rocketq.store import MessageStore
 from rocketq.store import dispatch as d
-from rocketq.store import record as rec
 from rocketq.store.consume_queue import ConsumeQueue
 from rocketq.store.dispatch import DispatchBatch, DispatchRequest, ReputMessageService
 from rocketq.store.index_file import IndexFile

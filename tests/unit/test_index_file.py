@@ -12,6 +12,11 @@ import pytest
 
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError
+from rocketq.protocol.record import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.index_file import (
     INDEX_ENTRY_SIZE,
@@ -23,11 +28,6 @@ from rocketq.store.index_file import (
     index_file_size,
     index_key_hash,
     time_millis_to_file_name,
-)
-from rocketq.store.record import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
 )
 
 SLOTS = 8

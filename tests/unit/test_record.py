@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from rocketq.message import decode_properties
-from rocketq.store import record as rec
-from rocketq.store.record import (
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,

@@ -22,11 +22,11 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.errors import StoreError, StoreLocked
 from rocketq.message import Message, create_offset_msg_id, decode_properties, unpack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.spark.jobs import scan
 from rocketq.spark.jobs.api import check_stopped
 from rocketq.spark.jobs.rebuild import IndexRebuilder, dispatch_rows
 from rocketq.store import MessageStore
-from rocketq.store import record as rec
 
 SEGMENT = 64 * 1024
 V4_HOST = b"\x0a\x00\x00\x05\x00\x00\x2a\x9f"  # 10.0.0.5:10911

@@ -40,9 +40,9 @@ from rocketq.broker.pop.service import PoppedMessage, PopService
 from rocketq.errors import InvalidReceiptHandle, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.filter import compile_filter
 from rocketq.message import encode_properties, pack_socket_addr
+from rocketq.protocol.record import encode_record
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
-from rocketq.store.record import encode_record
 
 log = logging.getLogger(__name__)
 

@@ -62,10 +62,10 @@ from rocketq.errors import (
 )
 from rocketq.filter import MessageFilter, compile_filter
 from rocketq.message import decode_properties
+from rocketq.protocol.record import RecordKind, decode_record
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
-from rocketq.store.record import RecordKind, decode_record
 
 log = logging.getLogger(__name__)
 

@@ -70,17 +70,17 @@ from rocketq.message import (
     born_host_of,
     encode_properties,
 )
-from rocketq.remoting.codes import RequestCode
-from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import Connection
-from rocketq.store.commitlog import PutMessageResult
-from rocketq.store.record import (
+from rocketq.protocol.record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from rocketq.remoting.codes import RequestCode
+from rocketq.remoting.command import RemotingCommand, create_request, create_response
+from rocketq.remoting.transport import Connection
+from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ from rocketq.message import (
     unpack_socket_addr,
 )
 from rocketq.namesrv.bodies import ClusterInfo, TopicList, TopicRouteData
+from rocketq.protocol.record import RecordKind, decode_record
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store.record import RecordKind, decode_record
 
 T = TypeVar("T")
 

@@ -86,6 +86,8 @@ from rocketq.errors import (
 )
 from rocketq.message import MessageExt
 from rocketq.namesrv.bodies import PERM_READ, TopicRouteData
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.remoting import (
     Connection,
     RemotingClient,
@@ -95,8 +97,6 @@ from rocketq.remoting import (
     create_response,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
-from rocketq.store import record as rec
-from rocketq.store.commitlog import view_to_message
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

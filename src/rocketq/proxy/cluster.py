@@ -71,6 +71,8 @@ from rocketq.message import (
     validate_topic,
 )
 from rocketq.namesrv.bodies import TopicRouteData
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
@@ -81,8 +83,6 @@ from rocketq.proxy.telemetry import Session
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.remoting import RemotingClient, RequestCode, create_request
-from rocketq.store import record as rec
-from rocketq.store.commitlog import view_to_message
 
 log = logging.getLogger(__name__)
 

@@ -52,12 +52,10 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
     create_offset_msg_id,
-    decode_properties,
     pack_socket_addr,
-    unpack_socket_addr,
     validate_topic,
 )
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import (
     CommitRealTimeService,
@@ -818,7 +816,7 @@ class CommitLog:
             view = rec.decode_record(data, 0, check_crc=False) if data is not None else None
         if view is None or view.kind is not rec.RecordKind.MESSAGE:
             return None
-        return view_to_message(view)
+        return rec.view_to_message(view)
 
     def iter_records(
         self,
@@ -880,26 +878,3 @@ class CommitLog:
 
     def disk_dir(self) -> str:
         return os.path.abspath(self.queue.directory)
-
-
-def view_to_message(view: rec.RecordView) -> MessageExt:
-    store_host = unpack_socket_addr(view.store_host) if view.store_host else ""
-    return MessageExt(
-        topic=view.topic,
-        body=view.body or b"",
-        properties=decode_properties(view.properties),
-        flag=view.flag,
-        queue_id=view.queue_id,
-        store_size=view.size,
-        queue_offset=view.queue_offset,
-        sys_flag=view.sys_flag,
-        born_timestamp=view.born_timestamp,
-        born_host=unpack_socket_addr(view.born_host) if view.born_host else "",
-        store_timestamp=view.store_timestamp,
-        store_host=store_host,
-        commit_log_offset=view.physical_offset,
-        body_crc=view.body_crc,
-        reconsume_times=view.reconsume_times,
-        prepared_transaction_offset=view.prepared_transaction_offset,
-        msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
-    )

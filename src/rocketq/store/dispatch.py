@@ -55,7 +55,7 @@ from rocketq.message import (
     java_string_hash,
     java_string_hash_once,
 )
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 

@@ -89,8 +89,8 @@ import numpy.typing as npt
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
+from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.dispatch import DispatchBatch, DispatchRequest
-from rocketq.store.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 
 log = logging.getLogger(__name__)
 

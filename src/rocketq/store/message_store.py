@@ -38,9 +38,10 @@ from types import TracebackType
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, StoreLocked, SystemBusy
 from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
-from rocketq.store.commitlog import CommitLog, PutMessageResult, view_to_message
+from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
 from rocketq.store.dispatch import SCHEDULE_TOPIC, Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService

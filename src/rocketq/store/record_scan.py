@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 
 I64s = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]

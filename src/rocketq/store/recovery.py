@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 

@@ -38,7 +38,7 @@ from rocketq.message import (
     decode_properties,
     encode_properties,
 )
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
 
 log = logging.getLogger(__name__)

@@ -83,8 +83,9 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
 )
-from rocketq.store import record as rec
-from rocketq.store.commitlog import PutMessageStatus, view_to_message
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
+from rocketq.store.commitlog import PutMessageStatus
 from rocketq.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from rocketq.config import StoreConfig
 from rocketq.errors import StoreError
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store.consume_queue import ConsumeQueueStore
 from rocketq.store.dispatch import DispatchRequest, parse_window
 from rocketq.store.index_file import IndexService

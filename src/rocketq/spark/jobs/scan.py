@@ -26,7 +26,7 @@ fields of the common layout (V1 magic, IPv4 hosts) are gathered with NumPy for a
 once, structure is checked vectorised (``TOTALSIZE == calMsgLength`` and ``PHYSICALOFFSET`` equal
 to the record's own offset), and the variable fields (topic, body, properties) become Arrow
 binary arrays. Other layouts (V2 topic length, IPv6 hosts) go through the store's
-:func:`rocketq.store.record.decode_record`, one record at a time, and join the same columns.
+:func:`rocketq.protocol.record.decode_record`, one record at a time, and join the same columns.
 
 Damage (:class:`Damage`): a record whose body CRC or physical offset is wrong still has a
 trustworthy size, so the walk goes on after it; a record with a wrong structure, an illegal
@@ -53,8 +53,8 @@ import pyarrow.compute as pc
 
 from rocketq.errors import StoreError
 from rocketq.message import create_offset_msg_id, unpack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.spark.arrow import COLUMNS
-from rocketq.store import record as rec
 
 #: Column names of the export (and of every Arrow batch :func:`decode_chunk` returns).
 EXPORT_COLUMNS: Final = COLUMNS

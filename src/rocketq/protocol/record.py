@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
+from rocketq.message import MessageExt, create_offset_msg_id, decode_properties, unpack_socket_addr
+
 MESSAGE_MAGIC_CODE: Final = -626843481  # DA A3 20 A7
 MESSAGE_MAGIC_CODE_V2: Final = -626843477  # DA A3 20 AB
 BLANK_MAGIC_CODE: Final = -875286124  # CB D4 31 94
@@ -377,3 +379,27 @@ def _check_prop_crc(buf: bytes | bytearray | memoryview, pos: int, total: int, p
     if stored != actual:
         return f"whole-record CRC mismatch: stored {stored}, computed {actual}"
     return ""
+
+
+def view_to_message(view: RecordView) -> MessageExt:
+    """A decoded MESSAGE record as the message clients see (pull responses, lookups)."""
+    store_host = unpack_socket_addr(view.store_host) if view.store_host else ""
+    return MessageExt(
+        topic=view.topic,
+        body=view.body or b"",
+        properties=decode_properties(view.properties),
+        flag=view.flag,
+        queue_id=view.queue_id,
+        store_size=view.size,
+        queue_offset=view.queue_offset,
+        sys_flag=view.sys_flag,
+        born_timestamp=view.born_timestamp,
+        born_host=unpack_socket_addr(view.born_host) if view.born_host else "",
+        store_timestamp=view.store_timestamp,
+        store_host=store_host,
+        commit_log_offset=view.physical_offset,
+        body_crc=view.body_crc,
+        reconsume_times=view.reconsume_times,
+        prepared_transaction_offset=view.prepared_transaction_offset,
+        msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
+    )

@@ -1,0 +1,1 @@
+"""Wire formats shared by the broker, the store and the client."""
