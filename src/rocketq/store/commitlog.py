@@ -56,6 +56,7 @@ from rocketq.message import (
     validate_topic,
 )
 from rocketq.protocol import record as rec
+from rocketq.protocol.record import MESSAGE_MAGIC_CODE
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import (
     CommitRealTimeService,
@@ -475,18 +476,17 @@ class CommitLog:
         ):
             # Only shapes that passed every limit are cached: the put fast path trusts them.
             shape = shapes.get(bl << 16 | pl)
-            fmt = shape[0] if shape is not None else None
-            if fmt is None:
-                fmt = rec._record_struct(8, self._store_host_len, False, bl, tl, pl)
-                if fmt is not None:
-                    if len(shapes) >= 4096:
-                        shapes.clear()
-                    shapes[bl << 16 | pl] = (fmt, length)
-            if fmt is not None:
-                sys_flag = (m.sys_flag & ~0x30) | self._store_v6
-                tx = sys_flag & 0xC
-                return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
-                        topic_b, props, rec.MESSAGE_MAGIC_CODE)  # fmt: skip
+            if shape is not None:
+                fmt = shape[0]
+            else:
+                fmt = rec.record_layout(8, self._store_host_len, False, bl, tl, pl)
+                if len(shapes) >= 4096:
+                    shapes.clear()
+                shapes[bl << 16 | pl] = (fmt, length)
+            sys_flag = (m.sys_flag & ~0x30) | self._store_v6
+            tx = sys_flag & 0xC
+            return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
+                    topic_b, props, MESSAGE_MAGIC_CODE)  # fmt: skip
         if bl > self._max_body:
             raise MessageBodyTooLarge(f"message body {bl} B exceeds max {self._max_body} B")
         if self._prop_crc:
@@ -502,13 +502,9 @@ class CommitLog:
             raise MessageIllegal(
                 f"record of {length} B exceeds the limit of {min(self._max_record, self.file_size - 8)} B"
             )
-        fmt = rec._record_struct(len(born), self._store_host_len, v2, bl, tl, pl)
-        if fmt is None:
-            fmt = struct.Struct(
-                f">iiiiiqqiq{len(born)}sq{self._store_host_len}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s"
-            )
+        fmt = rec.record_layout(len(born), self._store_host_len, v2, bl, tl, pl)
         tx = sys_flag & 0xC
-        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else rec.MESSAGE_MAGIC_CODE
+        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE
         return (
             m,
             fmt,
@@ -582,7 +578,7 @@ class CommitLog:
             physical = self._cur_from + pos
             topic_b = info[0]
             fmt.pack_into(
-                target, pos, 0, -626843481, crc, qid, m.flag, qoff, physical,
+                target, pos, 0, MESSAGE_MAGIC_CODE, crc, qid, m.flag, qoff, physical,
                 m.sys_flag | self._store_v6, m.born_timestamp, m.born_host, now, self._store_host,
                 m.reconsume_times, m.prepared_transaction_offset, len(body), body, len(topic_b), topic_b,
                 len(props), props,
@@ -720,8 +716,8 @@ class CommitLog:
                 qid = m.queue_id
                 qoff = qoffs.get(qid, 0)
                 fmt.pack_into(
-                    target, pos, length if pos != start else 0, -626843481, crc32(body) & 0x7FFFFFFF, qid,
-                    m.flag, qoff, base + pos, m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now,
+                    target, pos, length if pos != start else 0, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF,
+                    qid, m.flag, qoff, base + pos, m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now,
                     store_host, m.reconsume_times, m.prepared_transaction_offset, len(body), body, tl,
                     topic_b, len(props), props,
                 )  # fmt: skip

@@ -249,7 +249,7 @@ def _parse_records(
         if p + 91 <= n:
             (size, magic, _crc, qid, _flag, qoff, _phys, sys_flag, _born, _bh, store_ts, _sh, _re,
              prepared, body_len) = head(data, p)  # fmt: skip
-            fast = magic == -626843481 and not sys_flag & 0x30 and 91 <= size <= n - p
+            fast = magic == rec.MESSAGE_MAGIC_CODE and not sys_flag & 0x30 and 91 <= size <= n - p
         else:
             size, magic = _BLANK_HEAD(data, p)
             fast = False
