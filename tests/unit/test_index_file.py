@@ -17,7 +17,6 @@ from rocketq.protocol.record import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.index_file import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
@@ -29,6 +28,7 @@ from rocketq.store.index_file import (
     index_key_hash,
     time_millis_to_file_name,
 )
+from rocketq.store.record_scan import DispatchRequest
 
 SLOTS = 8
 ENTRIES = 16

@@ -2,7 +2,7 @@
 
 A CommitLog of mixed records (V1 and V2 topics, several body sizes, BLANK markers at segment
 ends) is damaged one byte at a time at many positions; for each damage the bulk scan
-(``recovery._scan``) and a plain ``iter_records`` walk with CRC checks must agree on where valid
+(``recovery.plan_recovery``) and a plain ``iter_records`` walk with CRC checks must agree on where valid
 data ends and how many records precede it.
 """
 
@@ -35,6 +35,13 @@ def log(store_config: StoreConfig) -> Iterator[CommitLog]:
     cl.shutdown()
 
 
+def bulk(cl: CommitLog, start: int, *, check_crc: bool = True) -> tuple[int, int]:
+    plan = recovery.plan_recovery(
+        cl.queue.files, cl.file_size, check_crc=check_crc, max_record=cl._max_record, start_offset=start
+    )
+    return plan.process_offset, plan.records_scanned
+
+
 def reference(cl: CommitLog, start: int) -> tuple[int, int]:
     process, count = start, 0
     for offset, view in cl.iter_records(start, check_crc=True):
@@ -49,8 +56,8 @@ def test_bulk_scan_matches_the_scalar_decode_on_intact_data(log: CommitLog) -> N
     start = files[0].file_from_offset
     expected = reference(log, start)
     assert expected[1] == 900
-    assert recovery._scan(log, start, check_crc=True, prop_crc=False) == expected
-    assert recovery._scan(log, start, check_crc=False, prop_crc=False) == expected
+    assert bulk(log, start) == expected
+    assert bulk(log, start, check_crc=False) == expected
 
 
 def test_bulk_scan_matches_the_scalar_decode_after_damage(log: CommitLog) -> None:
@@ -68,9 +75,7 @@ def test_bulk_scan_matches_the_scalar_decode_after_damage(log: CommitLog) -> Non
         mf.mm[pos] = old ^ (1 << rnd.randrange(8))
         try:
             expected = reference(log, start)
-            assert recovery._scan(log, start, check_crc=True, prop_crc=False) == expected, (
-                f"damage at {where}: bulk and scalar scans disagree"
-            )
+            assert bulk(log, start) == expected, f"damage at {where}: bulk and scalar scans disagree"
             cut_short += expected[1] < 900
         finally:
             mf.mm[pos] = old

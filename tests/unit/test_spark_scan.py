@@ -314,8 +314,9 @@ def test_zeroed_header_with_data_after_it_is_reported(store):
     _patch(root, offsets[i], bytes(8))
     damage = [d for r in _verify(root) for d in r.damage]
     assert len(damage) == 1 and not damage[0].recoverable
-    assert damage[0].offset == offsets[i] + 8  # the first non-zero byte after the zeros
-    assert f"after the end of data at {offsets[i] % SEGMENT}" in damage[0].reason
+    assert damage[0].offset == offsets[i]  # where valid data ends (as recovery ends there)
+    pos = offsets[i] % SEGMENT
+    assert f"position {pos + 8} after the end of data at {pos}" in damage[0].reason
 
 
 def test_physical_offset_field_mismatch_is_reported(store):

@@ -57,6 +57,7 @@ from rocketq.message import (
 )
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import MESSAGE_MAGIC_CODE
+from rocketq.store import record_scan
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import (
     CommitRealTimeService,
@@ -826,51 +827,16 @@ class CommitLog:
     ) -> Iterator[tuple[int, rec.RecordView]]:
         """(physical offset, record) from ``start`` to the end of readable data (or ``end``); BLANK
         markers are followed into the next segment. Stops at the first END or CORRUPT record."""
-        offset = start
-        while True:
-            if end is not None and offset >= end:
-                return
-            mf = self.queue.find_by_offset(offset)
-            if mf is None:
-                return
-            pos = offset - mf.file_from_offset
-            limit = mf.read_position
-            if end is not None and end - mf.file_from_offset < limit:
-                limit = max(pos, end - mf.file_from_offset)
-            if pos >= limit:
-                if limit >= mf.file_size:
-                    offset = self.roll_next_file(offset)
-                    continue
-                return
-            data = mf.read(pos, min(limit - pos, max(window, self._max_record + 8)))
-            if data is None:
-                return
-            p = 0
-            n = len(data)
-            while p < n:
-                view = rec.decode_record(
-                    data, p, check_crc=check_crc, read_body=read_body, verify_prop_crc=verify_prop_crc
-                )
-                kind = view.kind
-                if kind is rec.RecordKind.MESSAGE:
-                    yield mf.file_from_offset + pos + p, view
-                    p += view.size
-                elif kind is rec.RecordKind.BLANK:
-                    break
-                elif p > 0 and pos + n < limit and (n - p < 8 or p + view.size > n):
-                    # The record straddles the read window: read again from it. At p == 0 the
-                    # window already starts at the record and holds any legal one, so a size
-                    # beyond it is corrupt (re-reading would loop forever).
-                    break
-                else:
-                    return
-            else:
-                offset = mf.file_from_offset + pos + p
-                continue
-            if kind is rec.RecordKind.BLANK:
-                offset = self.roll_next_file(mf.file_from_offset)
-            else:
-                offset = mf.file_from_offset + pos + p
+        return record_scan.iter_records(
+            self.queue.find_by_offset,
+            self.file_size,
+            start,
+            end=end,
+            check_crc=check_crc,
+            read_body=read_body,
+            window=max(window, self._max_record + 8),
+            verify_prop_crc=verify_prop_crc,
+        )
 
     def disk_dir(self) -> str:
         return os.path.abspath(self.queue.directory)

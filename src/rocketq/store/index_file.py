@@ -90,7 +90,7 @@ from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
-from rocketq.store.dispatch import DispatchBatch, DispatchRequest
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,9 @@ from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.dispatch import SCHEDULE_TOPIC, Dispatcher, ReputMessageService, parse_delay_levels
+from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
+from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recover_commitlog
 from rocketq.store.retention import RetentionService
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
@@ -303,7 +304,9 @@ class MessageStore:
         if self.last_exit_ok:
             return None
         safe = self.config.message_index_safe
-        return choose_abnormal_start(self.commitlog, cp.min_timestamp_index() if safe else cp.min_timestamp())
+        return choose_abnormal_start(
+            self.commitlog.queue.files, cp.min_timestamp_index() if safe else cp.min_timestamp()
+        )
 
     def _record_start_before(self, phy_offset: int) -> int | None:
         if phy_offset <= 0:

@@ -39,7 +39,7 @@ from rocketq.message import (
     encode_properties,
 )
 from rocketq.protocol import record as rec
-from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
+from rocketq.store.record_scan import SCHEDULE_TOPIC, DispatchRequest
 
 log = logging.getLogger(__name__)
 

@@ -99,7 +99,7 @@ from rocketq.message import (
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue
-from rocketq.store.dispatch import DispatchRequest
+from rocketq.store.record_scan import DispatchRequest
 
 log = logging.getLogger(__name__)
 
