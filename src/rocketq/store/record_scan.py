@@ -102,6 +102,7 @@ _HEAD_DTYPE: Final = np.dtype(
     }
 )
 _HEAD8 = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
+_MESSAGE_MAGICS: Final = frozenset((rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2))
 _MASK32: Final = np.uint64(0xFFFFFFFF)
 #: Zero bytes after the window, so that a row of up to this many bytes starting anywhere in the
 #: window stays inside the buffer; properties longer than this are searched the slow way.
@@ -147,18 +148,18 @@ def walk(data: bytes | memoryview, start: int = 0) -> tuple[list[int], int, rec.
     starts: list[int] = []
     append = starts.append
     head_at = _HEAD8.unpack_from
-    v1 = rec.MESSAGE_MAGIC_CODE
-    v2 = rec.MESSAGE_MAGIC_CODE_V2
+    magics = _MESSAGE_MAGICS
+    min_size = V1_MIN_SIZE
     n = len(data)
     p = start
     while p + 8 <= n:
         size, magic = head_at(data, p)
-        if magic in (v1, v2):
-            if V1_MIN_SIZE <= size <= n - p:
-                append(p)
-                p += size
-                continue
-            return starts, p, rec.RecordKind.CORRUPT if size < V1_MIN_SIZE else None
+        if min_size <= size <= n - p and magic in magics:
+            append(p)
+            p += size
+            continue
+        if magic in magics:
+            return starts, p, rec.RecordKind.CORRUPT if size < min_size else None
         if magic == rec.BLANK_MAGIC_CODE:
             return starts, p, rec.RecordKind.BLANK
         if size == 0 and magic == 0:

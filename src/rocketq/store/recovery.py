@@ -36,6 +36,7 @@ import numpy.typing as npt
 from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
+from rocketq.store.mapped_file import MappedFile
 from rocketq.store.record_scan import SegmentView
 
 log = logging.getLogger(__name__)
@@ -263,10 +264,21 @@ def _bulk_prefix(
         return offset, 0
     pos = offset - seg.file_from_offset
     n = min(seg.read_position - pos, _WINDOW_BYTES)
-    data = seg.read(pos, n) if n > 0 else None
-    if data is None:
+    if n <= 0:
         return offset, 0
-    buf[:n] = np.frombuffer(data, dtype=np.uint8)
+    if isinstance(seg, MappedFile):
+        # straight from the mapping: one copy instead of two
+        if not seg.hold():
+            return offset, 0
+        try:
+            buf[:n] = np.frombuffer(seg.mm, dtype=np.uint8, count=n, offset=pos)
+        finally:
+            seg.release()
+    else:
+        data = seg.read(pos, n)
+        if data is None:
+            return offset, 0
+        buf[:n] = np.frombuffer(data, dtype=np.uint8)
     buf[n : n + record_scan.PAD_BYTES] = 0
     end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc)
     return offset + end, accepted
