@@ -203,3 +203,29 @@ def test_plan_of_no_segments_is_empty() -> None:
         (),
         None,
     )
+
+
+def test_plan_says_where_dispatch_resumes_and_whether_queues_are_cut() -> None:
+    segments, offsets = segments_of(3)
+    end = recovery.plan_recovery(segments, SEG).process_offset
+    mid = offsets[30]
+
+    def plan(queues_end: int, dispatched: int, clean: bool) -> recovery.RecoveryPlan:
+        state = recovery.DispatchState(queues_end, dispatched, clean)
+        return recovery.plan_recovery(segments, SEG, dispatch=state)
+
+    # clean shutdown: the checkpoint's dispatched offset, unless a queue ends earlier
+    assert plan(end, mid, True).redispatch_from == mid
+    assert plan(offsets[10], mid, True).redispatch_from == offsets[10]
+    # after a crash: where the queues end, or the checkpoint's offset when that is lower
+    assert plan(end, mid, False).redispatch_from == mid
+    assert plan(offsets[10], mid, False).redispatch_from == offsets[10]
+    assert plan(offsets[10], -1, False).redispatch_from == offsets[10]
+    assert not plan(end, mid, False).cut_queues
+    # queues naming data past a torn tail are cut, and dispatch resumes no later than the new end
+    torn = offsets[50]
+    segments[2].data[torn - 2 * SEG : torn - 2 * SEG + 4] = bytes(4)
+    cut = plan(end, end, False)
+    assert (cut.process_offset, cut.cut_queues, cut.redispatch_from) == (torn, True, torn)
+    # without a DispatchState nothing is redone
+    assert recovery.plan_recovery(segments, SEG).redispatch_from == torn

@@ -43,12 +43,14 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    start_offset: int
-    process_offset: int
-    records_scanned: int
-    truncated_bytes: int
-    seconds: float
+class DispatchState:
+    """What was dispatched before the restart, as the ConsumeQueues and the checkpoint say."""
+
+    #: End of the data the ConsumeQueues name (-1: none).
+    queues_end: int
+    #: The checkpoint's "dispatched (ConsumeQueues and index flushed) up to" (-1: not recorded).
+    dispatched: int
+    clean_shutdown: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +84,26 @@ class RecoveryPlan:
 
     #: The end of data before recovery (the last segment's read position).
     data_end: int
+    #: Where dispatch resumes: the earliest record a ConsumeQueue may lack (the store lowers it
+    #: further to where its index ends); ``process_offset`` when no DispatchState was given.
+    redispatch_from: int
+    #: The ConsumeQueues name data past ``process_offset``: their units from there are cut.
+    cut_queues: bool
 
     @property
     def truncated_bytes(self) -> int:
         """Bytes of data dropped: from ``process_offset`` to the old end of data."""
         return max(0, self.data_end - self.process_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    start_offset: int
+    process_offset: int
+    records_scanned: int
+    truncated_bytes: int
+    seconds: float
+    plan: RecoveryPlan
 
 
 #: Bytes read per window by the bulk scan.
@@ -102,15 +119,17 @@ def plan_recovery(
     max_record: int = 0,
     start_index: int | None = None,
     start_offset: int | None = None,
+    dispatch: DispatchState | None = None,
 ) -> RecoveryPlan:
     """The recovery scan over ``segments`` (in offset order, each ``file_size`` bytes apart).
 
     It starts at ``start_offset`` (a record boundary), or at the start of segment
     ``start_index``, or by default at the third-last segment. ``prop_crc``: verify every record
     against its ``__CRC32#`` property as well (record by record). ``max_record``: the largest
-    legal record (windows of the record-by-record step hold at least that)."""
+    legal record (windows of the record-by-record step hold at least that). ``dispatch``: what
+    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`."""
     if not segments:
-        return RecoveryPlan(0, 0, 0, (), (), None, 0, 0, 0)
+        return RecoveryPlan(0, 0, 0, (), (), None, 0, 0, 0, 0, False)
     if start_offset is not None and segments[0].file_from_offset <= start_offset:
         start = start_offset
     else:
@@ -159,7 +178,27 @@ def plan_recovery(
         cut_from,
         cut_to,
         data_end,
+        process
+        if dispatch is None
+        else redispatch_from(max(0, segments[0].file_from_offset), process, dispatch),
+        dispatch is not None and dispatch.queues_end > process,
     )
+
+
+def redispatch_from(low: int, end: int, state: DispatchState) -> int:
+    """Where dispatch resumes in a CommitLog holding ``[low, end)`` after recovery: the earliest
+    record a ConsumeQueue may lack."""
+    queues = max(state.queues_end, low)
+    dispatched = state.dispatched
+    if state.clean_shutdown and low <= dispatched <= end:
+        # Clean shutdown: queues and index were flushed up to ``dispatched``.
+        start = min(dispatched, queues)
+    else:
+        start = queues
+        if low <= dispatched < start:
+            # After a crash, queues flushed less recently than others may have lost units.
+            start = dispatched
+    return max(low, min(start, end))
 
 
 def apply_recovery(commitlog: CommitLog, plan: RecoveryPlan) -> None:
@@ -179,13 +218,12 @@ def recover_commitlog(
     check_crc: bool = True,
     start_index: int | None = None,
     start_offset: int | None = None,
+    dispatch: DispatchState | None = None,
 ) -> RecoveryReport:
     """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
     or by default from the third-last segment; cut everything after the last valid record."""
     began = time.monotonic()
     queue = commitlog.queue
-    if not queue.files:
-        return RecoveryReport(0, 0, 0, 0, 0.0)
     plan = plan_recovery(
         queue.files,
         commitlog.file_size,
@@ -195,11 +233,12 @@ def recover_commitlog(
         max_record=commitlog._max_record,
         start_index=start_index,
         start_offset=start_offset,
+        dispatch=dispatch,
     )
     apply_recovery(commitlog, plan)
     process = plan.process_offset
     report = RecoveryReport(
-        plan.start_offset, process, plan.records_scanned, plan.truncated_bytes, time.monotonic() - began
+        plan.start_offset, process, plan.records_scanned, plan.truncated_bytes, time.monotonic() - began, plan
     )
     log.info(
         "CommitLog recovered: scanned %d records from offset %d, valid data ends at %d (%.1f ms)",
