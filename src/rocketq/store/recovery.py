@@ -81,7 +81,6 @@ class RecoveryPlan:
     cut_segment: int | None
     cut_from: int
     cut_to: int
-
     #: The end of data before recovery (the last segment's read position).
     data_end: int
     #: Where dispatch resumes: the earliest record a ConsumeQueue may lack (the store lowers it
@@ -152,7 +151,7 @@ def plan_recovery(
             process = offset + view.size
             count += 1
         if count:
-            ends[prev - prev % file_size] = process
+            ends[prev] = process
     last = segments[-1]
     data_end = last.file_from_offset + last.read_position
     holder = find(process)
