@@ -75,11 +75,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benc
 from host_stalls import steal_pct, steal_ticks  # bench/host_stalls.py
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import encode_properties
+from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.command import next_opaque
-from rocketq.store import record as rec
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 BROKER_NAME = "broker-a"

@@ -8,7 +8,7 @@ UNIQ_KEY, WAIT, TAGS, 4 queues) and then runs one dispatch pass over exactly tho
 this thread (``ReputMessageService.do_reput``: parse, ConsumeQueue units, index entries), once
 with every window parsed record by record and once with every window in columns. The figure is
 the thread CPU of the dispatch pass per record, the median over the rounds (the machine is
-noisy). ``MIN_COLUMNAR_RECORDS`` in ``store/dispatch.py`` is where the two lines cross.
+noisy). ``MIN_COLUMNAR_RECORDS`` in ``store/record_scan.py`` is where the two lines cross.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from rocketq.config import StoreConfig
-from rocketq.store import dispatch
+from rocketq.store import record_scan
 from rocketq.store.message_store import MessageStore
 from store_write import make_messages
 
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rocketq-bench-dispatch-")
-    default = dispatch.MIN_COLUMNAR_RECORDS
+    default = record_scan.MIN_COLUMNAR_RECORDS
     try:
         store = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 30))
         store.start()
@@ -50,7 +50,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for n in SIZES:
                 for path, threshold in (("records", 1 << 30), ("columns", 1)):
-                    dispatch.MIN_COLUMNAR_RECORDS = threshold
+                    record_scan.MIN_COLUMNAR_RECORDS = threshold
                     cpu = 0.0
                     for i in range(0, PER_STEP, n):
                         store.put_messages(msgs[i : i + n])
@@ -60,7 +60,7 @@ def main() -> int:
                     costs.setdefault((n, path), []).append(cpu / PER_STEP * 1e6)
         store.shutdown()
     finally:
-        dispatch.MIN_COLUMNAR_RECORDS = default
+        record_scan.MIN_COLUMNAR_RECORDS = default
         shutil.rmtree(root, ignore_errors=True)
     print(f"# dispatch CPU per record by window size ({args.rounds} rounds, median; µs)")
     print()

@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, UniqueIdGenerator, encode_properties
+from rocketq.protocol.record import MESSAGE_MAGIC_CODE, record_layout
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.message_store import MessageStore
 
@@ -84,12 +85,12 @@ class CeilingWriter:
             pl = len(props)
             st = cache.get((bl, pl))
             if st is None:
-                st = cache[(bl, pl)] = struct.Struct(f">iiiiiqqiq8sq8siqi{bl}sb{len(topic)}sh{pl}s")
+                st = cache[(bl, pl)] = record_layout(8, 8, False, bl, len(topic), pl)
             n = 91 + bl + len(topic) + pl
             if pos + n + 8 > file_size:
                 pos = 0
             st.pack_into(
-                mm, pos, n, -626843481, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, 0, i, pos, 0,
+                mm, pos, n, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, m.queue_id, 0, i, pos, 0,
                 m.born_timestamp, host, 1_700_000_000_001, host, 0, 0, bl, body, len(topic), topic, pl, props,
             )  # fmt: skip
             pos += n

@@ -35,8 +35,8 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, StoreLocked
 from rocketq.message import Message
+from rocketq.protocol import record as rec
 from rocketq.store import MessageStore, PutMessageResult
-from rocketq.store import record as rec
 from rocketq.store.mapped_file import offset_to_file_name
 
 SEG = 64 * 1024

@@ -47,10 +47,10 @@ from rocketq.config import FlushDiskType
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import create_offset_msg_id, decode_properties, encode_properties
 from rocketq.protocol import fastjson
+from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.protocol.headers import SendMessageRequestHeader
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store import record as rec
 
 T = TypeVar("T")
 

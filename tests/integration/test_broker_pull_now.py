@@ -12,8 +12,8 @@ from test_broker_server import dispatched, run, running_broker
 from _support.requests import create_topic_request, pull_request, send_request
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
+from rocketq.protocol import record as rec
 from rocketq.remoting.command import RemotingCommand
-from rocketq.store import record as rec
 
 TOPIC = "PullNowT"
 

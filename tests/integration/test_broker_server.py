@@ -19,9 +19,9 @@ from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties, encode_properties
 from rocketq.protocol import fastjson
+from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store import record as rec
 
 T = TypeVar("T")
 WAIT_S = 10.0  # bound for anything that should happen promptly

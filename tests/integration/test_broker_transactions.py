@@ -14,10 +14,10 @@ from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_offset_msg_id, decode_properties
+from rocketq.protocol import record as rec
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store import record as rec
 
 T = TypeVar("T")
 WAIT_S = 10.0

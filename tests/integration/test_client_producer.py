@@ -33,10 +33,10 @@ from rocketq.errors import (
 )
 from rocketq.message import decode_properties
 from rocketq.namesrv import NameServer, NamesrvConfig
+from rocketq.protocol import record as rec
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import RemotingClient, RequestCode, create_request
-from rocketq.store import record as rec
 
 T = TypeVar("T")
 HOST = "127.0.0.1"

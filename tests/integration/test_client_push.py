@@ -21,7 +21,7 @@ from rocketq.client import ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError
 from rocketq.message import PROPERTY_RETRY_TOPIC, MessageExt
-from rocketq.store.commitlog import view_to_message
+from rocketq.protocol.record import view_to_message
 
 TOPIC = "PushT"
 FAST_DELAY_LEVELS = " ".join(["1s"] * 18)

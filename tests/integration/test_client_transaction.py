@@ -30,8 +30,8 @@ from rocketq.client import (
 )
 from rocketq.errors import ClientStateError, MessageIllegal
 from rocketq.message import MessageExt, decode_properties
+from rocketq.protocol import record as rec
 from rocketq.protocol.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from rocketq.store import record as rec
 
 TOPIC = "TxT"
 GROUP = "TxPG"

@@ -35,8 +35,8 @@ from _support.requests import create_topic_request, pull_request, send_request
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import decode_properties
 from rocketq.protocol import fastjson
+from rocketq.protocol import record as rec
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store import record as rec
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from rocketq.config import StoreConfig
 from rocketq.errors import TimerMessageIllegal
 from rocketq.message import Message, MessageExt, UniqueIdGenerator
 from rocketq.store import MessageStore
-from rocketq.store.dispatch import SCHEDULE_TOPIC
+from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.timer import TIMER_TOPIC, decode_snapshot, encode_snapshot
 
 WAIT_S = 20.0

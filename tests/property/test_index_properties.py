@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketq.config import StoreConfig
-from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.index_file import IndexFile, IndexService, index_key_hash
+from rocketq.store.record_scan import DispatchRequest
 
 TOPIC = "T"
 KEYS = ["key-0", "key-8", "key-1", "key-9", "order-17", "x"]

@@ -18,7 +18,7 @@ from rocketq.message import (
     java_string_hash_once,
     java_string_hashes,
 )
-from rocketq.store.record import (
+from rocketq.protocol.record import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     RecordKind,

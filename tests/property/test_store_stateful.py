@@ -38,8 +38,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal
 from rocketq.message import Message, encode_properties, tags_code
+from rocketq.protocol import record as rec
 from rocketq.store import MessageStore
-from rocketq.store import record as rec
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.mapped_file import offset_to_file_name
 from rocketq.store.message_store import GetMessageStatus

@@ -22,10 +22,10 @@ from rocketq.cli import main
 from rocketq.config import StoreConfig
 from rocketq.errors import StoreError
 from rocketq.message import Message, create_offset_msg_id, decode_properties, unpack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.spark import jobs
 from rocketq.spark.jobs.scan import EXPORT_COLUMNS
 from rocketq.store import MessageStore
-from rocketq.store import record as rec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "integration"))
 from _support.rocketmq_fixture import build_standard_fixture

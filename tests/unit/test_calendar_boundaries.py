@@ -31,8 +31,8 @@ from rocketq.config import StoreConfig
 from rocketq.errors import InvalidParameter
 from rocketq.message import UniqueIdGenerator
 from rocketq.spark.jobs.cli import _time_ms
-from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.index_file import IndexService, time_millis_to_file_name
+from rocketq.store.record_scan import DispatchRequest
 from rocketq.store.retention import is_delete_hour
 from rocketq.wallclock import local_month_bounds_ms, local_to_epoch_ms
 

@@ -16,9 +16,6 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("rocketq"))))
 """
 
 SERVER_PACKAGES = ("rocketq.broker", "rocketq.namesrv", "rocketq.store", "rocketq.proxy", "rocketq.spark")
-#: The CommitLog record codec (pure: struct and zlib) that pull bodies are decoded with; it moves
-#: to rocketq.protocol.record, after which nothing of rocketq.store may be loaded here at all.
-STILL_IN_STORE = {"rocketq.store", "rocketq.store.record"}
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -30,11 +27,7 @@ def loaded_after(statement: str) -> list[str]:
 
 
 def server_modules(modules: list[str]) -> list[str]:
-    return [
-        m
-        for m in modules
-        if m not in STILL_IN_STORE and any(m == p or m.startswith(p + ".") for p in SERVER_PACKAGES)
-    ]
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in SERVER_PACKAGES)]
 
 
 def test_importing_the_package_loads_no_client_module_yet() -> None:

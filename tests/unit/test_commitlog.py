@@ -19,8 +19,8 @@ from rocketq.errors import (
     TopicNameInvalid,
 )
 from rocketq.message import BrokerMessage, Message, decode_offset_msg_id, pack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.store import MessageStore, PutMessageStatus
-from rocketq.store import record as rec
 from rocketq.store.mapped_file import MappedFileQueue
 
 SEG = 64 * 1024

@@ -15,9 +15,9 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageBodyTooLarge
 from rocketq.message import BrokerMessage, pack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.store import PutMessageStatus
 from rocketq.store import commitlog as commitlog_module
-from rocketq.store import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult, QueueOffsetTable
 
 PROPS = b"UNIQ_KEY\x010123456789ABCDEF\x02TAGS\x01TagA\x02"

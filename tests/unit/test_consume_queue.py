@@ -22,8 +22,8 @@ from rocketq.store.consume_queue import (
     ConsumeQueueStore,
     CqUnit,
 )
-from rocketq.store.dispatch import DispatchRequest
 from rocketq.store.mapped_file import MappedFile
+from rocketq.store.record_scan import DispatchRequest
 
 UNITS_PER_FILE = 10
 FILE_SIZE = UNITS_PER_FILE * 20  # small files so that queues roll quickly

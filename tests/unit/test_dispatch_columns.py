@@ -13,12 +13,14 @@ import pytest
 
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
+from rocketq.protocol import record as rec
 from rocketq.store import MessageStore
 from rocketq.store import dispatch as d
-from rocketq.store import record as rec
+from rocketq.store import record_scan as rs
 from rocketq.store.consume_queue import ConsumeQueue
-from rocketq.store.dispatch import DispatchBatch, DispatchRequest, ReputMessageService
+from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.index_file import IndexFile
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest
 
 FIELDS = (
     "topic",
@@ -39,7 +41,7 @@ IPV6_HOST = bytes(15) + b"\x01" + struct.pack(">i", 1234)
 
 
 def _messages(
-    seed: int, n: int, topics: tuple[str, ...] = ("T", "Other", d.SCHEDULE_TOPIC)
+    seed: int, n: int, topics: tuple[str, ...] = ("T", "Other", rs.SCHEDULE_TOPIC)
 ) -> list[BrokerMessage]:
     """Messages with every property shape the parser distinguishes."""
     rnd = random.Random(seed)
@@ -92,7 +94,7 @@ def _index_entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
 def _columnar_from_16_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """The windows here are small: take the columnar path from 16 records on (the default
     threshold is a speed setting, not part of what the two paths must agree on)."""
-    monkeypatch.setattr(d, "MIN_COLUMNAR_RECORDS", 16)
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 16)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -105,8 +107,8 @@ def test_columns_match_the_record_parser(tmp_path: pathlib.Path, seed: int) -> N
             pos = 0
             while pos < len(data):
                 chunk = data[pos : pos + window]
-                got, used, stop = d.parse_window(chunk, pos, delay_levels)
-                want, want_used, want_stop = d._parse_records(chunk, pos, delay_levels)
+                got, used, stop = rs.parse_window(chunk, pos, delay_levels)
+                want, want_used, want_stop = rs._parse_records(chunk, pos, delay_levels)
                 if isinstance(got, DispatchBatch):
                     batches += 1
                     assert used <= want_used  # a prefix: the scalar parser takes over after it
@@ -151,7 +153,7 @@ def test_a_damaged_record_ends_the_batch_as_corrupt() -> None:
     bad = bytearray(data)
     # topic length byte of record 30 (V1/IPv4: 88 + body length 4)
     bad[starts[30] + 88 + 4] = 0
-    got, used, stop = d.parse_window(bytes(bad), 0)
+    got, used, stop = rs.parse_window(bytes(bad), 0)
     assert isinstance(got, DispatchBatch)
     assert (len(got), used, stop) == (30, starts[30], rec.RecordKind.CORRUPT)
 
@@ -159,11 +161,11 @@ def test_a_damaged_record_ends_the_batch_as_corrupt() -> None:
 def test_blank_and_zero_tail_after_a_batch() -> None:
     data, _ = _v1_window(20)
     blank = struct.pack(">ii", 64, rec.BLANK_MAGIC_CODE) + bytes(56)
-    got, used, stop = d.parse_window(data + blank, 0)
+    got, used, stop = rs.parse_window(data + blank, 0)
     assert (len(got), used, stop) == (20, len(data), rec.RecordKind.BLANK)
-    got, used, stop = d.parse_window(data + bytes(100), 0)
+    got, used, stop = rs.parse_window(data + bytes(100), 0)
     assert (len(got), used, stop) == (20, len(data), rec.RecordKind.END)
-    got, used, stop = d.parse_window(data + data[:50], 0)  # the window ends inside a record
+    got, used, stop = rs.parse_window(data + data[:50], 0)  # the window ends inside a record
     assert (len(got), used, stop) == (20, len(data), None)
 
 
@@ -216,9 +218,9 @@ def test_columnar_dispatch_writes_the_same_files(
     root = cfg.store_path_root_dir
     live = _tree(os.path.join(root, "consumequeue")), sorted(_tree(os.path.join(root, "index")).values())
     assert len(live[1]) >= 3
-    monkeypatch.setattr(d, "MIN_COLUMNAR_RECORDS", 1 << 30)
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 1 << 30)
     scalar = _rebuild(cfg, 1 << 20)
-    monkeypatch.setattr(d, "MIN_COLUMNAR_RECORDS", 16)
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 16)
     for window in (4 << 20, 8192):
         assert _rebuild(cfg, window) == scalar
     assert live == scalar

@@ -12,7 +12,11 @@ import pytest
 
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError
-from rocketq.store.dispatch import DispatchRequest
+from rocketq.protocol.record import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from rocketq.store.index_file import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
@@ -24,11 +28,7 @@ from rocketq.store.index_file import (
     index_key_hash,
     time_millis_to_file_name,
 )
-from rocketq.store.record import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-)
+from rocketq.store.record_scan import DispatchRequest
 
 SLOTS = 8
 ENTRIES = 16

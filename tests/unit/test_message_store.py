@@ -16,8 +16,9 @@ from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull
 from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
 from rocketq.store import MessageStore
-from rocketq.store.dispatch import SCHEDULE_TOPIC, parse_delay_levels
+from rocketq.store.dispatch import parse_delay_levels
 from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.retention import RetentionService, decide, is_delete_hour
 
 

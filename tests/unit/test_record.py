@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -10,8 +12,8 @@ from typing import Any
 import pytest
 
 from rocketq.message import decode_properties
-from rocketq.store import record as rec
-from rocketq.store.record import (
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -882,3 +884,17 @@ def test_invalid_utf8_topic_is_replaced_not_raised() -> None:
 
 def test_record_module_exports_reserved_len_consistent_with_slot() -> None:
     assert len(properties_with_crc_slot(b"A\x01B\x02")) - len(b"A\x01B\x02") == rec.CRC32_RESERVED_LEN
+
+
+def test_the_record_codec_does_not_load_the_store() -> None:
+    """Pull responses carry CommitLog records: a client decodes them with rocketq.protocol.record
+    alone, without the storage engine."""
+    code = (
+        "import sys\n"
+        "from rocketq.protocol.record import decode_record, encode_record, view_to_message\n"
+        "view = decode_record(encode_record(topic='T', body=b'x', physical_offset=7))\n"
+        "assert view_to_message(view).body == b'x'\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rocketq.store')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -22,11 +22,12 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.errors import StoreError, StoreLocked
 from rocketq.message import Message, create_offset_msg_id, decode_properties, unpack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.spark.jobs import scan
-from rocketq.spark.jobs.api import check_stopped
+from rocketq.spark.jobs.api import _merge_reports, check_stopped
 from rocketq.spark.jobs.rebuild import IndexRebuilder, dispatch_rows
-from rocketq.store import MessageStore
-from rocketq.store import record as rec
+from rocketq.store import MessageStore, recovery
+from rocketq.store.commitlog import CommitLog
 
 SEGMENT = 64 * 1024
 V4_HOST = b"\x0a\x00\x00\x05\x00\x00\x2a\x9f"  # 10.0.0.5:10911
@@ -314,8 +315,9 @@ def test_zeroed_header_with_data_after_it_is_reported(store):
     _patch(root, offsets[i], bytes(8))
     damage = [d for r in _verify(root) for d in r.damage]
     assert len(damage) == 1 and not damage[0].recoverable
-    assert damage[0].offset == offsets[i] + 8  # the first non-zero byte after the zeros
-    assert f"after the end of data at {offsets[i] % SEGMENT}" in damage[0].reason
+    assert damage[0].offset == offsets[i]  # where valid data ends (as recovery ends there)
+    pos = offsets[i] % SEGMENT
+    assert f"position {pos + 8} after the end of data at {pos}" in damage[0].reason
 
 
 def test_physical_offset_field_mismatch_is_reported(store):
@@ -395,3 +397,103 @@ def test_spark_subcommand_does_not_import_pyspark_until_it_runs(tmp_path):
     lines = out.stdout.strip().splitlines()
     assert lines[-2:] == ["False", "2"], out.stdout + out.stderr
     assert "does not exist" in out.stderr
+
+
+def _recovery_end(root: pathlib.Path) -> int:
+    """Where the store's recovery scan (CRC checks on, from the first segment) ends."""
+    cl = CommitLog(StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=SEGMENT))
+    cl.load()
+    try:
+        plan = recovery.plan_recovery(
+            cl.queue.files, cl.file_size, check_crc=True, max_record=cl._max_record, start_index=0
+        )
+    finally:
+        cl.shutdown()
+    return plan.process_offset
+
+
+def _verify_end(root: pathlib.Path, split: int | None) -> int:
+    """Where ``verify`` says valid data ends: its first damage, else the end of the data."""
+    segments = scan.list_segments(str(root))
+    reports = [scan.verify_task(t, chunk_bytes=4096) for t in scan.plan_tasks(segments, split_bytes=split)]
+    merged = _merge_reports(segments, reports)
+    damage = sorted((d for s in merged for d in s.damage), key=lambda d: d.offset)
+    return damage[0].offset if damage else merged[-1].valid_end
+
+
+def _field_pos(root: pathlib.Path, offset: int, field: str) -> int:
+    data = _segment_of(root, offset).read_bytes()
+    view = rec.decode_record(data, offset % SEGMENT)
+    assert view.kind is rec.RecordKind.MESSAGE
+    if field == "body":
+        return offset + view.body_offset
+    if field == "topic length":
+        return offset + view.body_offset + view.body_length
+    assert field == "properties length"
+    return offset + view.size - len(view.properties.encode()) - 2
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "intact",
+        "body CRC",
+        "TOTALSIZE",
+        "magic",
+        "zeroed header",
+        "zeroed header in the last segment",
+        "V2 topic length",
+        "properties length",
+        "BLANK marker zeroed",
+        "torn tail",
+    ],
+)
+def test_recovery_and_verify_agree_on_where_valid_data_ends(store, damage):
+    """The recovery scan and ``verify`` read through the same record walk: for each kind of damage
+    (in the first, a middle and the last segment), recovery's end offset is verify's first damaged
+    offset. Not covered: a wrong PHYSICALOFFSET field, which verify reports and recovery keeps (as
+    RocketMQ's does: the record's size is sound), and the ``__CRC32#`` property, which only a
+    store with that option checks."""
+    root, records, offsets = store
+    assert len({o - o % SEGMENT for o in offsets}) >= 3
+    end_of_data = _verify_end(root, None)
+    assert end_of_data == offsets[-1] + len(rec.encode_record(**records[-1]))  # type: ignore[arg-type]
+    expected = {
+        "intact": end_of_data,
+        "body CRC": offsets[30],
+        "TOTALSIZE": offsets[200],
+        "magic": offsets[120],
+        "zeroed header": offsets[250],
+        "zeroed header in the last segment": offsets[-5],
+        "V2 topic length": offsets[158],  # 158 % 17 == 5: a topic longer than 127 chars
+        "properties length": offsets[77],
+        "torn tail": offsets[-1],
+    }
+    if damage == "body CRC":
+        pos = _field_pos(root, offsets[30], "body")
+        _patch(root, pos, bytes([_segment_of(root, pos).read_bytes()[pos % SEGMENT] ^ 0x01]))
+    elif damage == "TOTALSIZE":
+        _patch(root, offsets[200], struct.pack(">i", len(rec.encode_record(**records[200])) + 4))  # type: ignore[arg-type]
+    elif damage == "magic":
+        _patch(root, offsets[120] + 4, struct.pack(">i", 0x12345678))
+    elif damage == "zeroed header":
+        _patch(root, offsets[250], bytes(8))
+    elif damage == "zeroed header in the last segment":
+        assert offsets[-5] - offsets[-5] % SEGMENT == offsets[-1] - offsets[-1] % SEGMENT
+        _patch(root, offsets[-5], bytes(8))
+    elif damage == "V2 topic length":
+        assert len(records[158]["topic"]) > 127  # type: ignore[arg-type]
+        _patch(root, _field_pos(root, offsets[158], "topic length"), struct.pack(">h", 0))
+    elif damage == "properties length":
+        _patch(root, _field_pos(root, offsets[77], "properties length"), struct.pack(">H", 0x8000))
+    elif damage == "BLANK marker zeroed":
+        first_of_second = next(o for o in offsets if o >= SEGMENT)
+        last_of_first = offsets[offsets.index(first_of_second) - 1]
+        blank = last_of_first + len(rec.encode_record(**records[offsets.index(last_of_first)]))  # type: ignore[arg-type]
+        _patch(root, blank, bytes(8))
+        expected[damage] = blank
+    elif damage == "torn tail":
+        _patch(root, offsets[-1], bytes(4))
+    for split in (None, 4096):
+        assert _verify_end(root, split) == expected[damage]
+    assert _recovery_end(root) == expected[damage]

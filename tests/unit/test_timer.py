@@ -7,7 +7,7 @@ import pytest
 from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, TimerMessageIllegal
 from rocketq.message import BrokerMessage, MessageExt, decode_properties, encode_properties
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store.timer import (
     TIMER_TOPIC,
     SnapshotError,

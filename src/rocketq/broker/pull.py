@@ -61,12 +61,12 @@ from rocketq.filter import MessageFilter, compile_filter
 from rocketq.message import decode_properties
 from rocketq.protocol.headers import PullMessageRequestHeader, decode_pull_header
 from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData, build_subscription
+from rocketq.protocol.record import RecordKind, decode_record
 from rocketq.protocol.route import MASTER_ID
 from rocketq.protocol.topic import is_readable
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
-from rocketq.store.record import RecordKind, decode_record
 
 log = logging.getLogger(__name__)
 

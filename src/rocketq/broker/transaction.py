@@ -63,6 +63,13 @@ from rocketq.message import (
     encode_properties,
 )
 from rocketq.protocol.headers import get_bool, get_int, get_long, get_str, opt_str
+from rocketq.protocol.record import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from rocketq.protocol.topic import (
     PERM_READ,
     PERM_WRITE,
@@ -74,13 +81,6 @@ from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.transport import Connection
 from rocketq.store.commitlog import PutMessageResult
-from rocketq.store.record import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-)
 
 log = logging.getLogger(__name__)
 

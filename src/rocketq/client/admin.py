@@ -53,9 +53,9 @@ from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.queue import MessageQueue, message_queue_table
+from rocketq.protocol.record import RecordKind, decode_record
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
-from rocketq.store.record import RecordKind, decode_record
 from rocketq.wallclock import local_to_epoch_ms
 
 T = TypeVar("T")

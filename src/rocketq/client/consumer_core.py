@@ -84,10 +84,12 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import MessageExt
+from rocketq.protocol import record as rec
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from rocketq.protocol.heartbeat import SubscriptionData, build_subscription
 from rocketq.protocol.queue import MessageQueue, message_queue_table
+from rocketq.protocol.record import view_to_message
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
 from rocketq.protocol.topic import PERM_READ, is_retry_topic
 from rocketq.remoting import (
@@ -126,11 +128,6 @@ def _route_miss_level(topic: str) -> int:
 
 def decode_messages(body: bytes) -> list[MessageExt]:
     """The messages of a pull body (concatenated records), zlib bodies inflated."""
-    # Imported here, not at the top: the record decoder still lives in the store package (its
-    # commitlog module loads the whole engine), which importing the client must not load.
-    from rocketq.store import record as rec  # noqa: PLC0415
-    from rocketq.store.commitlog import view_to_message  # noqa: PLC0415
-
     out: list[MessageExt] = []
     pos = 0
     while pos < len(body):

@@ -13,6 +13,8 @@ loading the others. Modules (import them directly; this package imports none of 
     route.py      route and registration bodies: TopicRouteData, BrokerData, QueueData, ClusterInfo,
                   TopicList, KVTable, DataVersion, RegisterBrokerBody; MASTER_ID
     batch.py      the SEND_BATCH_MESSAGE body
+    record.py     CommitLog records (the store's files and the bytes of a pull answer): layout,
+                  encode, decode, view_to_message
 
 Request and response codes stay with the frame codec: :class:`rocketq.remoting.codes.RequestCode`
 (and the command layer of :mod:`rocketq.remoting`), and :class:`rocketq.errors.ResponseCode`, next

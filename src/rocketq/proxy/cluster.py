@@ -70,7 +70,9 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
+from rocketq.protocol import record as rec
 from rocketq.protocol.headers import MAX_POLL_MS
+from rocketq.protocol.record import view_to_message
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
 from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
@@ -83,8 +85,6 @@ from rocketq.proxy.telemetry import Session
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.remoting import RemotingClient, RequestCode, create_request
-from rocketq.store import record as rec
-from rocketq.store.commitlog import view_to_message
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The embedded storage engine (usable without any network).
 
 The names below are imported from their modules on first use (PEP 562), so importing one module
-of the package (``rocketq.store.record``) does not start loading the whole engine.
+of the package (``rocketq.store.record_scan``) does not start loading the whole engine.
 """
 
 from __future__ import annotations

@@ -52,12 +52,12 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
     create_offset_msg_id,
-    decode_properties,
     pack_socket_addr,
-    unpack_socket_addr,
     validate_topic,
 )
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import MESSAGE_MAGIC_CODE
+from rocketq.store import record_scan
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import (
     CommitRealTimeService,
@@ -477,18 +477,17 @@ class CommitLog:
         ):
             # Only shapes that passed every limit are cached: the put fast path trusts them.
             shape = shapes.get(bl << 16 | pl)
-            fmt = shape[0] if shape is not None else None
-            if fmt is None:
-                fmt = rec._record_struct(8, self._store_host_len, False, bl, tl, pl)
-                if fmt is not None:
-                    if len(shapes) >= 4096:
-                        shapes.clear()
-                    shapes[bl << 16 | pl] = (fmt, length)
-            if fmt is not None:
-                sys_flag = (m.sys_flag & ~0x30) | self._store_v6
-                tx = sys_flag & 0xC
-                return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
-                        topic_b, props, rec.MESSAGE_MAGIC_CODE)  # fmt: skip
+            if shape is not None:
+                fmt = shape[0]
+            else:
+                fmt = rec.record_layout(8, self._store_host_len, False, bl, tl, pl)
+                if len(shapes) >= 4096:
+                    shapes.clear()
+                shapes[bl << 16 | pl] = (fmt, length)
+            sys_flag = (m.sys_flag & ~0x30) | self._store_v6
+            tx = sys_flag & 0xC
+            return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
+                    topic_b, props, MESSAGE_MAGIC_CODE)  # fmt: skip
         if bl > self._max_body:
             raise MessageBodyTooLarge(f"message body {bl} B exceeds max {self._max_body} B")
         if self._prop_crc:
@@ -504,13 +503,9 @@ class CommitLog:
             raise MessageIllegal(
                 f"record of {length} B exceeds the limit of {min(self._max_record, self.file_size - 8)} B"
             )
-        fmt = rec._record_struct(len(born), self._store_host_len, v2, bl, tl, pl)
-        if fmt is None:
-            fmt = struct.Struct(
-                f">iiiiiqqiq{len(born)}sq{self._store_host_len}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s"
-            )
+        fmt = rec.record_layout(len(born), self._store_host_len, v2, bl, tl, pl)
         tx = sys_flag & 0xC
-        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else rec.MESSAGE_MAGIC_CODE
+        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE
         return (
             m,
             fmt,
@@ -584,7 +579,7 @@ class CommitLog:
             physical = self._cur_from + pos
             topic_b = info[0]
             fmt.pack_into(
-                target, pos, 0, -626843481, crc, qid, m.flag, qoff, physical,
+                target, pos, 0, MESSAGE_MAGIC_CODE, crc, qid, m.flag, qoff, physical,
                 m.sys_flag | self._store_v6, m.born_timestamp, m.born_host, now, self._store_host,
                 m.reconsume_times, m.prepared_transaction_offset, len(body), body, len(topic_b), topic_b,
                 len(props), props,
@@ -722,8 +717,8 @@ class CommitLog:
                 qid = m.queue_id
                 qoff = qoffs.get(qid, 0)
                 fmt.pack_into(
-                    target, pos, length if pos != start else 0, -626843481, crc32(body) & 0x7FFFFFFF, qid,
-                    m.flag, qoff, base + pos, m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now,
+                    target, pos, length if pos != start else 0, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF,
+                    qid, m.flag, qoff, base + pos, m.sys_flag | sys_v6, m.born_timestamp, m.born_host, now,
                     store_host, m.reconsume_times, m.prepared_transaction_offset, len(body), body, tl,
                     topic_b, len(props), props,
                 )  # fmt: skip
@@ -818,7 +813,7 @@ class CommitLog:
             view = rec.decode_record(data, 0, check_crc=False) if data is not None else None
         if view is None or view.kind is not rec.RecordKind.MESSAGE:
             return None
-        return view_to_message(view)
+        return rec.view_to_message(view)
 
     def iter_records(
         self,
@@ -832,74 +827,16 @@ class CommitLog:
     ) -> Iterator[tuple[int, rec.RecordView]]:
         """(physical offset, record) from ``start`` to the end of readable data (or ``end``); BLANK
         markers are followed into the next segment. Stops at the first END or CORRUPT record."""
-        offset = start
-        while True:
-            if end is not None and offset >= end:
-                return
-            mf = self.queue.find_by_offset(offset)
-            if mf is None:
-                return
-            pos = offset - mf.file_from_offset
-            limit = mf.read_position
-            if end is not None and end - mf.file_from_offset < limit:
-                limit = max(pos, end - mf.file_from_offset)
-            if pos >= limit:
-                if limit >= mf.file_size:
-                    offset = self.roll_next_file(offset)
-                    continue
-                return
-            data = mf.read(pos, min(limit - pos, max(window, self._max_record + 8)))
-            if data is None:
-                return
-            p = 0
-            n = len(data)
-            while p < n:
-                view = rec.decode_record(
-                    data, p, check_crc=check_crc, read_body=read_body, verify_prop_crc=verify_prop_crc
-                )
-                kind = view.kind
-                if kind is rec.RecordKind.MESSAGE:
-                    yield mf.file_from_offset + pos + p, view
-                    p += view.size
-                elif kind is rec.RecordKind.BLANK:
-                    break
-                elif p > 0 and pos + n < limit and (n - p < 8 or p + view.size > n):
-                    # The record straddles the read window: read again from it. At p == 0 the
-                    # window already starts at the record and holds any legal one, so a size
-                    # beyond it is corrupt (re-reading would loop forever).
-                    break
-                else:
-                    return
-            else:
-                offset = mf.file_from_offset + pos + p
-                continue
-            if kind is rec.RecordKind.BLANK:
-                offset = self.roll_next_file(mf.file_from_offset)
-            else:
-                offset = mf.file_from_offset + pos + p
+        return record_scan.iter_records(
+            self.queue.find_by_offset,
+            self.file_size,
+            start,
+            end=end,
+            check_crc=check_crc,
+            read_body=read_body,
+            window=max(window, self._max_record + 8),
+            verify_prop_crc=verify_prop_crc,
+        )
 
     def disk_dir(self) -> str:
         return os.path.abspath(self.queue.directory)
-
-
-def view_to_message(view: rec.RecordView) -> MessageExt:
-    store_host = unpack_socket_addr(view.store_host) if view.store_host else ""
-    return MessageExt(
-        topic=view.topic,
-        body=view.body or b"",
-        properties=decode_properties(view.properties),
-        flag=view.flag,
-        queue_id=view.queue_id,
-        store_size=view.size,
-        queue_offset=view.queue_offset,
-        sys_flag=view.sys_flag,
-        born_timestamp=view.born_timestamp,
-        born_host=unpack_socket_addr(view.born_host) if view.born_host else "",
-        store_timestamp=view.store_timestamp,
-        store_host=store_host,
-        commit_log_offset=view.physical_offset,
-        body_crc=view.body_crc,
-        reconsume_times=view.reconsume_times,
-        prepared_transaction_offset=view.prepared_transaction_offset,
-        msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
-    )

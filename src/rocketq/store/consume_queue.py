@@ -76,13 +76,13 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketq.errors import StoreError
-from rocketq.store.dispatch import DispatchBatch
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.record_scan import DispatchBatch
 
 if TYPE_CHECKING:
     from rocketq.config import StoreConfig
     from rocketq.store.checkpoint import StoreCheckpoint
-    from rocketq.store.dispatch import DispatchRequest
+    from rocketq.store.record_scan import DispatchRequest
 
 log = logging.getLogger(__name__)
 

@@ -88,9 +88,9 @@ import numpy.typing as npt
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
-from rocketq.store.dispatch import DispatchBatch, DispatchRequest
+from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.mapped_file import MappedFile
-from rocketq.store.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest
 
 log = logging.getLogger(__name__)
 

@@ -38,13 +38,15 @@ from types import TracebackType
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, StoreLocked, SystemBusy
 from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
-from rocketq.store.commitlog import CommitLog, PutMessageResult, view_to_message
+from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.dispatch import SCHEDULE_TOPIC, Dispatcher, ReputMessageService, parse_delay_levels
+from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
-from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recover_commitlog
+from rocketq.store.record_scan import SCHEDULE_TOPIC
+from rocketq.store.recovery import DispatchState, RecoveryReport, choose_abnormal_start, recover_commitlog
 from rocketq.store.retention import RetentionService
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 from rocketq.store.timer import (
@@ -235,16 +237,17 @@ class MessageStore:
             self.index_service.load(self.last_exit_ok)
         cq_high = self.consume_queues.recover()
         start = self._recovery_start()
+        dispatched = DispatchState(cq_high, self.checkpoint.dispatched_phy_offset, self.last_exit_ok)
         self.recovery = recover_commitlog(
-            self.commitlog, check_crc=cfg.check_crc_on_recover, start_offset=start
+            self.commitlog, check_crc=cfg.check_crc_on_recover, start_offset=start, dispatch=dispatched
         )
-        process = self.recovery.process_offset
+        plan = self.recovery.plan
+        process = plan.process_offset
         if self.index_service is not None:
             self.index_service.discard_beyond(process)
         if not self.commitlog.queue.files:
             self.consume_queues.destroy()
-            cq_high = -1
-        elif cq_high > process:
+        elif plan.cut_queues:
             log.warning("ConsumeQueues point past the CommitLog end %d; truncating them", process)
             self.consume_queues.truncate_dirty(process)
         self.consume_queues.correct_min_offsets(max(0, self.commitlog.min_offset))
@@ -259,7 +262,7 @@ class MessageStore:
             min_offset=lambda: max(0, self.commitlog.min_offset),
             delay_levels=self.delay_levels,
         )
-        self.reput.reput_from_offset = self._reput_start(cq_high)
+        self.reput.reput_from_offset = self._reput_start(plan.redispatch_from)
         caught_up = self.reput.do_reput()
         if caught_up:
             log.info("re-dispatched %d records after recovery", caught_up)
@@ -302,7 +305,9 @@ class MessageStore:
         if self.last_exit_ok:
             return None
         safe = self.config.message_index_safe
-        return choose_abnormal_start(self.commitlog, cp.min_timestamp_index() if safe else cp.min_timestamp())
+        return choose_abnormal_start(
+            self.commitlog.queue.files, cp.min_timestamp_index() if safe else cp.min_timestamp()
+        )
 
     def _record_start_before(self, phy_offset: int) -> int | None:
         if phy_offset <= 0:
@@ -314,21 +319,11 @@ class MessageStore:
                 best = found
         return best
 
-    def _reput_start(self, cq_high: int) -> int:
-        """Where dispatch resumes: the earliest record a ConsumeQueue or the index may lack."""
+    def _reput_start(self, start: int) -> int:
+        """Where dispatch resumes: the recovery plan's choice (the earliest record a ConsumeQueue
+        may lack), or earlier where the index ends."""
         low = max(0, self.commitlog.min_offset)
         end = self.commitlog.max_offset
-        cq_mark = max(cq_high, low)
-        cp = self.checkpoint
-        dispatched = cp.dispatched_phy_offset if cp is not None else -1
-        if self.last_exit_ok and low <= dispatched <= end:
-            # Clean shutdown: queues and index were flushed up to ``dispatched``.
-            start = min(dispatched, cq_mark)
-        else:
-            start = cq_mark
-            if low <= dispatched < start:
-                # After a crash, queues flushed less recently than others may have lost units.
-                start = dispatched
         if self.index_service is not None:
             start = min(start, self._index_high_water(low, start))
         return max(low, min(start, end))

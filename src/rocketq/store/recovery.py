@@ -1,39 +1,98 @@
 """Recovery of the CommitLog: find the end of valid data and cut whatever follows.
 
+Two steps. :func:`plan_recovery` is the scan, pure: it reads segments (MappedFiles, or bytes in
+tests) and returns a :class:`RecoveryPlan`, what to keep and what to cut, without changing
+anything. :func:`apply_recovery` carries the plan out on the CommitLog: later segments deleted,
+the stale bytes of the segment holding the end zeroed (so a torn tail can never be read back),
+flush and commit positions set to the end. :func:`recover_commitlog` does both.
+
 The scan follows RocketMQ's ``recoverNormally``/``recoverAbnormally`` loop: from a start segment,
 decode records one after the other (with the body CRC check when ``check_crc_on_recover``);
 a BLANK marker moves to the next segment; the first END (never-written zeros) or CORRUPT record
 (bad magic, size mismatch, CRC mismatch, truncated record) ends the scan. ``process_offset`` is
-the end of the last valid record. Everything at and after it is truncated: later segments are
-deleted and the stale bytes of the segment holding it are zeroed, so a torn tail can never be
-read back.
+the end of the last valid record; everything at and after it is cut.
 
 Only the last segments can hold a torn tail (appends are sequential), so the scan starts at the
 third-last segment; the segments before it are trusted as full.
 
 Speed: the scan is what start-up waits for, so it runs a window (4 MiB) at a time through the
-dispatcher's columnar scan (``record_scan``): the TOTALSIZE chain is walked, the structure of
-every V1/IPv4 record is checked in bulk (the same tests as ``decode_record``), and only the body
-CRC is computed per record. Anything the bulk check does not accept (a BLANK, a V2 or IPv6
-record, a record cut by the window, damage) is decoded by ``decode_record`` one record at a time,
-so both paths end the scan at exactly the same offset.
+record walk of :mod:`rocketq.store.record_scan` (:func:`~rocketq.store.record_scan.valid_prefix`):
+the TOTALSIZE chain is walked, the structure of every V1/IPv4 record is checked in bulk (the same
+tests as ``decode_record``), and only the body CRC is computed per record. Anything the bulk check
+does not accept (a BLANK, a V2 or IPv6 record, a record cut by the window, damage) is decoded by
+``decode_record`` one record at a time, so both paths end the scan at exactly the same offset.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
+from rocketq.store.mapped_file import MappedFile
+from rocketq.store.record_scan import SegmentView
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchState:
+    """What was dispatched before the restart, as the ConsumeQueues and the checkpoint say."""
+
+    #: End of the data the ConsumeQueues name (-1: none).
+    queues_end: int
+    #: The checkpoint's "dispatched (ConsumeQueues and index flushed) up to" (-1: not recorded).
+    dispatched: int
+    clean_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEnd:
+    """Where valid data ends in one scanned segment (a BLANK, the end of data, or damage)."""
+
+    file_from_offset: int
+    valid_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    """What the scan found and what applying it does. Nothing here refers to open files."""
+
+    #: CommitLog offset the scan started at (a record boundary).
+    start_offset: int
+    #: End of the last valid record: the new end of the CommitLog, and its flush and commit
+    #: positions. ConsumeQueue units and index entries at or past it are dropped by the store,
+    #: and dispatch resumes no later than it.
+    process_offset: int
+    records_scanned: int
+    #: The segments the scan went through, in order, with where their valid data ends.
+    segment_ends: tuple[SegmentEnd, ...]
+    #: Segments that start after ``process_offset``: deleted.
+    delete_segments: tuple[int, ...]
+    #: The segment holding ``process_offset`` and its bytes ``[cut_from, cut_to)`` (positions in
+    #: the segment) that are zeroed; None when no segment holds it (an empty CommitLog).
+    cut_segment: int | None
+    cut_from: int
+    cut_to: int
+    #: The end of data before recovery (the last segment's read position).
+    data_end: int
+    #: Where dispatch resumes: the earliest record a ConsumeQueue may lack (the store lowers it
+    #: further to where its index ends); ``process_offset`` when no DispatchState was given.
+    redispatch_from: int
+    #: The ConsumeQueues name data past ``process_offset``: their units from there are cut.
+    cut_queues: bool
+
+    @property
+    def truncated_bytes(self) -> int:
+        """Bytes of data dropped: from ``process_offset`` to the old end of data."""
+        return max(0, self.data_end - self.process_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +102,113 @@ class RecoveryReport:
     records_scanned: int
     truncated_bytes: int
     seconds: float
+    plan: RecoveryPlan
+
+
+#: Bytes read per window by the bulk scan.
+_WINDOW_BYTES = 4 << 20
+
+
+def plan_recovery(
+    segments: Sequence[SegmentView],
+    file_size: int,
+    *,
+    check_crc: bool = True,
+    prop_crc: bool = False,
+    max_record: int = 0,
+    start_index: int | None = None,
+    start_offset: int | None = None,
+    dispatch: DispatchState | None = None,
+) -> RecoveryPlan:
+    """The recovery scan over ``segments`` (in offset order, each ``file_size`` bytes apart).
+
+    It starts at ``start_offset`` (a record boundary), or at the start of segment
+    ``start_index``, or by default at the third-last segment. ``prop_crc``: verify every record
+    against its ``__CRC32#`` property as well (record by record). ``max_record``: the largest
+    legal record (windows of the record-by-record step hold at least that). ``dispatch``: what
+    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`."""
+    if not segments:
+        return RecoveryPlan(0, 0, 0, (), (), None, 0, 0, 0, 0, False)
+    if start_offset is not None and segments[0].file_from_offset <= start_offset:
+        start = start_offset
+    else:
+        count = len(segments)
+        index = max(0, count - 3) if start_index is None else max(0, min(start_index, count - 1))
+        start = segments[index].file_from_offset
+    find = record_scan.segment_finder(segments, file_size)
+    window = max(_WINDOW_BYTES, max_record + 8)
+    ends: dict[int, int] = {}
+    process, count = _scan(
+        find, file_size, start, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
+    )
+    if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
+        # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
+        # case the end of data is that BLANK's position, found by scanning that segment.
+        prev = start - file_size
+        for offset, view in record_scan.iter_records(
+            find, file_size, prev, end=start, check_crc=check_crc, verify_prop_crc=prop_crc, window=window
+        ):
+            process = offset + view.size
+            count += 1
+        if count:
+            ends[prev] = process
+    last = segments[-1]
+    data_end = last.file_from_offset + last.read_position
+    holder = find(process)
+    if holder is None and process > 0 and process % file_size == 0:
+        holder = find(process - 1)  # the end of data is the end of a full segment
+    cut_segment = holder.file_from_offset if holder is not None else None
+    cut_from = process - cut_segment if cut_segment is not None else 0
+    cut_to = cut_from
+    if holder is not None:
+        cut_to = max(cut_from, min(file_size, data_end - holder.file_from_offset))
+    scanned = tuple(
+        SegmentEnd(seg.file_from_offset, ends.get(seg.file_from_offset, max(start, seg.file_from_offset)))
+        for seg in segments
+        if start - start % file_size <= seg.file_from_offset <= process
+    )
+    return RecoveryPlan(
+        start,
+        process,
+        count,
+        scanned,
+        tuple(seg.file_from_offset for seg in segments if seg.file_from_offset > process),
+        cut_segment,
+        cut_from,
+        cut_to,
+        data_end,
+        process
+        if dispatch is None
+        else redispatch_from(max(0, segments[0].file_from_offset), process, dispatch),
+        dispatch is not None and dispatch.queues_end > process,
+    )
+
+
+def redispatch_from(low: int, end: int, state: DispatchState) -> int:
+    """Where dispatch resumes in a CommitLog holding ``[low, end)`` after recovery: the earliest
+    record a ConsumeQueue may lack."""
+    queues = max(state.queues_end, low)
+    dispatched = state.dispatched
+    if state.clean_shutdown and low <= dispatched <= end:
+        # Clean shutdown: queues and index were flushed up to ``dispatched``.
+        start = min(dispatched, queues)
+    else:
+        start = queues
+        if low <= dispatched < start:
+            # After a crash, queues flushed less recently than others may have lost units.
+            start = dispatched
+    return max(low, min(start, end))
+
+
+def apply_recovery(commitlog: CommitLog, plan: RecoveryPlan) -> None:
+    """Cut the CommitLog at ``plan.process_offset``: later segments deleted, stale bytes of the
+    segment holding it zeroed, flush and commit positions set to it."""
+    queue = commitlog.queue
+    if not queue.files:
+        return
+    queue.flushed_where = plan.process_offset
+    queue.committed_where = plan.process_offset
+    queue.truncate_dirty_files(plan.process_offset)
 
 
 def recover_commitlog(
@@ -51,57 +217,51 @@ def recover_commitlog(
     check_crc: bool = True,
     start_index: int | None = None,
     start_offset: int | None = None,
+    dispatch: DispatchState | None = None,
 ) -> RecoveryReport:
     """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
     or by default from the third-last segment; cut everything after the last valid record."""
     began = time.monotonic()
-    # With the whole-record CRC property on, every record is verified against it as well.
-    prop_crc = check_crc and commitlog.config.enabled_append_prop_crc
     queue = commitlog.queue
-    files = queue.files
-    if not files:
-        return RecoveryReport(0, 0, 0, 0, 0.0)
-    if start_offset is not None and files[0].file_from_offset <= start_offset:
-        start = start_offset
-    else:
-        index = max(0, len(files) - 3) if start_index is None else max(0, min(start_index, len(files) - 1))
-        start = files[index].file_from_offset
-    process, count = _scan(commitlog, start, check_crc=check_crc, prop_crc=prop_crc)
-    if count == 0 and start % commitlog.file_size == 0 and start > files[0].file_from_offset:
-        # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
-        # case the end of data is that BLANK's position, found by scanning that segment.
-        prev = start - commitlog.file_size
-        for offset, view in commitlog.iter_records(
-            prev, end=start, check_crc=check_crc, verify_prop_crc=prop_crc
-        ):
-            process = offset + view.size
-            count += 1
-    old_end = queue.max_wrote_position
-    queue.flushed_where = process
-    queue.committed_where = process
-    queue.truncate_dirty_files(process)
-    report = RecoveryReport(start, process, count, max(0, old_end - process), time.monotonic() - began)
+    plan = plan_recovery(
+        queue.files,
+        commitlog.file_size,
+        check_crc=check_crc,
+        # With the whole-record CRC property on, every record is verified against it as well.
+        prop_crc=check_crc and commitlog.config.enabled_append_prop_crc,
+        max_record=commitlog._max_record,
+        start_index=start_index,
+        start_offset=start_offset,
+        dispatch=dispatch,
+    )
+    apply_recovery(commitlog, plan)
+    process = plan.process_offset
+    report = RecoveryReport(
+        plan.start_offset, process, plan.records_scanned, plan.truncated_bytes, time.monotonic() - began, plan
+    )
     log.info(
         "CommitLog recovered: scanned %d records from offset %d, valid data ends at %d (%.1f ms)",
-        count,
-        start,
+        plan.records_scanned,
+        plan.start_offset,
         process,
         report.seconds * 1000,
     )
     return report
 
 
-#: Bytes read per window by the bulk scan.
-_WINDOW_BYTES = 4 << 20
-#: Offset of BODYCRC in a record.
-_BODY_CRC_POS = 8
-#: The largest PROPERTIES LENGTH a record can carry (a signed 16-bit field).
-_MAX_PROPS_BYTES = 32767
-
-
-def _scan(commitlog: CommitLog, start: int, *, check_crc: bool, prop_crc: bool) -> tuple[int, int]:
+def _scan(
+    find: Callable[[int], SegmentView | None],
+    file_size: int,
+    start: int,
+    ends: dict[int, int],
+    *,
+    check_crc: bool,
+    prop_crc: bool,
+    window: int,
+) -> tuple[int, int]:
     """(end of the last valid record, records accepted) from ``start``: bulk-checked prefixes of
-    each window, and one ``decode_record`` step wherever the bulk check stops."""
+    each window, and one ``decode_record`` step wherever the bulk check stops. ``ends`` gets the
+    end of the last valid record of each segment that has one."""
     process = start
     count = 0
     # One padded window buffer for the whole scan (a fresh 4 MiB allocation per window costs
@@ -109,16 +269,19 @@ def _scan(commitlog: CommitLog, start: int, *, check_crc: bool, prop_crc: bool) 
     buf = np.zeros(_WINDOW_BYTES + record_scan.PAD_BYTES, dtype=np.uint8)
     while True:
         if not prop_crc:
-            process, accepted = _bulk_prefix(commitlog, process, buf, check_crc=check_crc)
-            count += accepted
+            process, accepted = _bulk_prefix(find, process, buf, check_crc=check_crc)
             if accepted:
+                count += accepted
+                ends[(process - 1) - (process - 1) % file_size] = process
                 continue  # the next window starts at the record the walk stopped at
         # One record the scalar way: a BLANK (followed into the next segment), a record the bulk
         # check does not take, the end of data or damage.
-        step = commitlog.iter_records(process, check_crc=check_crc, verify_prop_crc=prop_crc)
         stepped = 0
-        for offset, view in step:
+        for offset, view in record_scan.iter_records(
+            find, file_size, process, check_crc=check_crc, verify_prop_crc=prop_crc, window=window
+        ):
             process = offset + view.size
+            ends[offset - offset % file_size] = process
             count += 1
             stepped += 1
             if not prop_crc:
@@ -128,59 +291,46 @@ def _scan(commitlog: CommitLog, start: int, *, check_crc: bool, prop_crc: bool) 
 
 
 def _bulk_prefix(
-    commitlog: CommitLog, offset: int, buf: npt.NDArray[np.uint8], *, check_crc: bool
+    find: Callable[[int], SegmentView | None], offset: int, buf: npt.NDArray[np.uint8], *, check_crc: bool
 ) -> tuple[int, int]:
     """Accept the leading records of the window at ``offset`` that pass the structure checks in
     bulk and, when ``check_crc``, their body CRC. Returns (offset after them, how many).
 
     ``buf`` holds the window followed by ``record_scan.PAD_BYTES`` zeros (it is reused)."""
-    mf = commitlog.queue.find_by_offset(offset)
-    if mf is None:
+    seg = find(offset)
+    if seg is None:
         return offset, 0
-    pos = offset - mf.file_from_offset
-    n = min(mf.read_position - pos, _WINDOW_BYTES)
-    if n <= 0 or not mf.hold():
+    pos = offset - seg.file_from_offset
+    n = min(seg.read_position - pos, _WINDOW_BYTES)
+    if n <= 0:
         return offset, 0
-    try:
-        buf[:n] = np.frombuffer(mf.mm, dtype=np.uint8, count=n, offset=pos)
-    finally:
-        mf.release()
+    if isinstance(seg, MappedFile):
+        # straight from the mapping: one copy instead of two
+        if not seg.hold():
+            return offset, 0
+        try:
+            buf[:n] = np.frombuffer(seg.mm, dtype=np.uint8, count=n, offset=pos)
+        finally:
+            seg.release()
+    else:
+        data = seg.read(pos, n)
+        if data is None:
+            return offset, 0
+        buf[:n] = np.frombuffer(data, dtype=np.uint8)
     buf[n : n + record_scan.PAD_BYTES] = 0
-    data = buf.data[:n]
-    starts, _ = record_scan.walk(data)
-    if not starts:
-        return offset, 0
-    cols, k, _ = record_scan.scan(buf, n, starts)
-    # PROPERTIES LENGTH is a signed i16 to decode_record: 32768 or more is damage, not a length.
-    too_long = np.flatnonzero(cols.props_end - cols.props_start > _MAX_PROPS_BYTES)
-    if too_long.size:
-        k = int(too_long[0])
-    if k and check_crc:
-        first = cols.starts
-        stored = record_scan.rows(buf, 4)[first + _BODY_CRC_POS].view(">i4").reshape(-1).tolist()
-        body_from = (first + record_scan.V1_HEAD_BYTES).tolist()
-        body_to = (cols.topic_start - 1).tolist()
-        crc32 = zlib.crc32
-        for i in range(k):
-            if crc32(data[body_from[i] : body_to[i]]) & 0x7FFFFFFF != stored[i]:
-                k = i  # the scalar step reports this record as CORRUPT and ends the scan
-                break
-    if k == 0:
-        return offset, 0
-    last = k - 1
-    return offset + int(cols.starts[last]) + int(cols.size[last]), k
+    end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc)
+    return offset + end, accepted
 
 
-def choose_abnormal_start(commitlog: CommitLog, min_timestamp: int) -> int:
+def choose_abnormal_start(segments: Sequence[SegmentView], min_timestamp: int) -> int:
     """RocketMQ ``recoverAbnormally``'s start: the last segment whose first record is a valid message
     stored no later than the checkpoint's minimum timestamp (segment 0 when none is)."""
-    files = commitlog.queue.files
-    for mf in reversed(files):
-        head = mf.read(0, 4)
+    for seg in reversed(segments):
+        head = seg.read(0, 4)
         if head is None:
             continue
         size = int.from_bytes(head, "big", signed=True)
-        data = mf.read(0, size) if 0 < size <= mf.file_size else None
+        data = seg.read(0, size) if size > 0 else None
         if data is None:
             continue
         view = rec.decode_record(data, 0, check_crc=False, read_body=False)
@@ -191,8 +341,8 @@ def choose_abnormal_start(commitlog: CommitLog, min_timestamp: int) -> int:
         ):
             log.info(
                 "abnormal recovery starts at segment %d (stored at %d)",
-                mf.file_from_offset,
+                seg.file_from_offset,
                 view.store_timestamp,
             )
-            return mf.file_from_offset
-    return files[0].file_from_offset if files else 0
+            return seg.file_from_offset
+    return segments[0].file_from_offset if segments else 0

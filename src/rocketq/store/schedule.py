@@ -38,8 +38,8 @@ from rocketq.message import (
     encode_properties,
 )
 from rocketq.protocol import fastjson
-from rocketq.store import record as rec
-from rocketq.store.dispatch import SCHEDULE_TOPIC, DispatchRequest
+from rocketq.protocol import record as rec
+from rocketq.store.record_scan import SCHEDULE_TOPIC, DispatchRequest
 from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)

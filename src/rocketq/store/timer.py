@@ -97,10 +97,10 @@ from rocketq.message import (
     decode_properties,
     encode_properties,
 )
-from rocketq.store import record as rec
-from rocketq.store.commitlog import view_to_message
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue
-from rocketq.store.dispatch import DispatchRequest
+from rocketq.store.record_scan import DispatchRequest
 from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)

@@ -82,9 +82,10 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
 )
+from rocketq.protocol import record as rec
+from rocketq.protocol.record import view_to_message
 from rocketq.protocol.topic import DLQ_NUMS_PER_GROUP, PERM_READ, PERM_WRITE, dlq_topic
-from rocketq.store import record as rec
-from rocketq.store.commitlog import PutMessageStatus, view_to_message
+from rocketq.store.commitlog import PutMessageStatus
 from rocketq.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:

@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 
 from rocketq.config import StoreConfig
 from rocketq.errors import StoreError
-from rocketq.store import record as rec
+from rocketq.protocol import record as rec
 from rocketq.store.consume_queue import ConsumeQueueStore
-from rocketq.store.dispatch import DispatchRequest, parse_window
 from rocketq.store.index_file import IndexService
+from rocketq.store.record_scan import DispatchRequest, parse_window
 
 from .scan import ScanTask
 

@@ -26,7 +26,7 @@ fields of the common layout (V1 magic, IPv4 hosts) are gathered with NumPy for a
 once, structure is checked vectorised (``TOTALSIZE == calMsgLength`` and ``PHYSICALOFFSET`` equal
 to the record's own offset), and the variable fields (topic, body, properties) become Arrow
 binary arrays. Other layouts (V2 topic length, IPv6 hosts) go through the store's
-:func:`rocketq.store.record.decode_record`, one record at a time, and join the same columns.
+:func:`rocketq.protocol.record.decode_record`, one record at a time, and join the same columns.
 
 Damage (:class:`Damage`): a record whose body CRC or physical offset is wrong still has a
 trustworthy size, so the walk goes on after it; a record with a wrong structure, an illegal
@@ -53,8 +53,9 @@ import pyarrow.compute as pc
 
 from rocketq.errors import StoreError
 from rocketq.message import create_offset_msg_id, unpack_socket_addr
+from rocketq.protocol import record as rec
 from rocketq.spark.arrow import COLUMNS
-from rocketq.store import record as rec
+from rocketq.store import record_scan
 
 #: Column names of the export (and of every Arrow batch :func:`decode_chunk` returns).
 EXPORT_COLUMNS: Final = COLUMNS
@@ -325,36 +326,29 @@ def iter_chunks(
                 w_end = min(end, p + chunk_bytes)
                 data = mm[p:w_end]
                 n = len(data)
-                starts: list[int] = []
-                append = starts.append
-                q = 0
+                starts, q, kind = record_scan.walk(data)
                 stop: StopKind | None = None
                 reason = ""
-                while q + 8 <= n:
+                if kind is rec.RecordKind.BLANK:
+                    stop = StopKind.BLANK
+                elif kind is rec.RecordKind.END:
+                    stop = StopKind.END
+                elif kind is rec.RecordKind.CORRUPT:
                     total, magic = unpack(data, q)
-                    if magic in (_V1, _V2) and _MIN_RECORD <= total <= n - q:
-                        append(q)
-                        q += total
-                        continue
+                    stop = StopKind.DAMAGED
                     if magic in (_V1, _V2):
-                        if total < _MIN_RECORD:
-                            stop, reason = StopKind.DAMAGED, f"record size {total} is below the minimum"
-                        elif p + q + total > end:
-                            if end == file_size:
-                                reason = f"record size {total} runs past the end of the segment"
-                            else:
-                                reason = f"record size {total} runs past the end of the task range"
-                            stop = StopKind.DAMAGED
-                        # else: the record continues after this window
-                        break
-                    if magic == _BLANK:
-                        stop = StopKind.BLANK
-                    elif total == 0 and magic == 0:
-                        stop = StopKind.END
+                        reason = f"record size {total} is below the minimum"
                     else:
-                        stop = StopKind.DAMAGED
                         reason = f"illegal magic code 0x{magic & 0xFFFFFFFF:08X} (size field {total})"
-                    break
+                elif q + 8 <= n:
+                    # a record that runs past the window: damage if it runs past the range
+                    total = unpack(data, q)[0]
+                    if p + q + total > end:
+                        if end == file_size:
+                            reason = f"record size {total} runs past the end of the segment"
+                        else:
+                            reason = f"record size {total} runs past the end of the task range"
+                        stop = StopKind.DAMAGED
                 if stop is None and q + 8 > n and w_end == end:
                     # fewer than 8 bytes left in the range
                     if q == n:
@@ -376,13 +370,15 @@ def iter_chunks(
                     elif stop is StopKind.DAMAGED:
                         result.damage.append(Damage(base + pos, seg_name, pos, reason, False))
                     elif stop is StopKind.END:
+                        # Records after the zeros are lost: the damage is where valid data ends,
+                        # as recovery ends there too.
                         nz = _first_nonzero(mm, pos, end)
                         if nz is not None:
                             result.damage.append(
                                 Damage(
-                                    base + nz,
+                                    base + pos,
                                     seg_name,
-                                    nz,
+                                    pos,
                                     f"non-zero bytes at position {nz} after the end of data at {pos}",
                                     False,
                                 )
@@ -579,40 +575,23 @@ def decode_chunk(chunk: Chunk, damage: list[Damage], segment: str) -> tuple[Reco
     starts = chunk.starts
     arr = np.frombuffer(data, dtype=np.uint8)
     count = len(starts)
-    magic = _gather_be(arr, starts + 4, 4)
-    sys_flag = _gather_be(arr, starts + 36, 4)
-    size = _gather_be(arr, starts, 4)
-    fast = (magic == _V1) & ((sys_flag & _HOST_V6) == 0)
+    # The fast layout (V1, IPv4 hosts) is checked by the store's own rules (record_scan.check_v1):
+    # body, topic and properties must fill TOTALSIZE exactly.
+    shape = record_scan.check_v1(record_scan.pad(data), len(data), starts)
+    fast = shape.fast
+    size = shape.size
+    sys_flag = shape.head["sys_flag"].astype(np.int64)
     cut: int | None = None
-    # Fast layout: fixed positions; BODY LENGTH at 84, body at 88, topic length at 88 + bl.
-    body_len = np.zeros(count, dtype=np.int64)
-    topic_len = np.zeros(count, dtype=np.int64)
-    props_len = np.zeros(count, dtype=np.int64)
-    sound = np.ones(count, dtype=bool)
+    body_len = np.where(fast, shape.body_len, 0)
+    topic_len = np.where(fast, shape.topic_len, 0)
+    props_len = np.where(fast, shape.props_len, 0)
+    sound = shape.good | ~fast
     reasons: dict[int, str] = {}
-    fidx = np.flatnonzero(fast)
-    if fidx.size:
-        fs = starts[fidx]
-        fsize = size[fidx].astype(np.int64)
-        bl = _gather_be(arr, fs + 84, 4).astype(np.int64)
-        ok = (bl >= 0) & (bl + _MIN_RECORD <= fsize)
-        tpos = np.where(ok, fs + 88 + bl, fs)
-        tl = arr[tpos].astype(np.int8).astype(np.int64)
-        ppos = np.where(ok, tpos + 1 + tl, fs)
-        ok &= (tl > 0) & (ppos + 2 <= fs + fsize)
-        ppos = np.where(ok, ppos, fs)
-        pl = _gather_be(arr, ppos, 2).astype(np.int64)
-        ok &= (pl >= 0) & (91 + bl + tl + pl == fsize)
-        body_len[fidx] = bl
-        topic_len[fidx] = tl
-        props_len[fidx] = pl
-        sound[fidx] = ok
-        for j in np.flatnonzero(~ok).tolist():
-            i = int(fidx[j])
-            reasons[i] = (
-                f"TOTALSIZE {int(fsize[j])} does not match the record's fields (body length {int(bl[j])}, "
-                f"topic length {int(tl[j])}, properties length {int(pl[j])})"
-            )
+    for i in np.flatnonzero(~sound).tolist():
+        reasons[i] = (
+            f"TOTALSIZE {int(size[i])} does not match the record's fields (body length {int(body_len[i])}, "
+            f"topic length {int(topic_len[i])}, properties length {int(props_len[i])})"
+        )
     slow_views: dict[int, tuple[rec.RecordView, int, int, int, int]] = {}
     for i in np.flatnonzero(~fast).tolist():
         got = _slow_record(data, int(starts[i]), chunk.base_offset)

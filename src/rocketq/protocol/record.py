@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
+from rocketq.message import MessageExt, create_offset_msg_id, decode_properties, unpack_socket_addr
+
 MESSAGE_MAGIC_CODE: Final = -626843481  # DA A3 20 A7
 MESSAGE_MAGIC_CODE_V2: Final = -626843477  # DA A3 20 AB
 BLANK_MAGIC_CODE: Final = -875286124  # CB D4 31 94
@@ -115,19 +117,30 @@ def properties_with_crc_slot(properties: bytes) -> bytes:
     return properties + b"__CRC32#\x01" + b"0" * 10 + b"\x02"
 
 
-_struct_cache: dict[tuple[int, int, int, int, int, int], struct.Struct] = {}
+_struct_cache: dict[tuple[int, int, bool, int, int, int], struct.Struct] = {}
 _STRUCT_CACHE_MAX = 512
 
 
-def _record_struct(bh: int, sh: int, v2: bool, bl: int, tl: int, pl: int) -> struct.Struct | None:
-    key = (bh, sh, v2, bl, tl, pl)
+def record_layout(
+    born_host_len: int, store_host_len: int, v2: bool, body_len: int, topic_len: int, props_len: int
+) -> struct.Struct:
+    """The compiled layout of a whole record of these field widths (the one place it is spelled).
+
+    ``pack_into(buf, pos, TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET,
+    PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES,
+    PREPARED TRANSACTION OFFSET, bodyLen, body, topicLen, topic, propsLen, properties)`` writes
+    the record; the writers pack it straight into a segment. The first 512 distinct shapes are
+    kept; others are compiled on each call.
+    """
+    key = (born_host_len, store_host_len, v2, body_len, topic_len, props_len)
     st = _struct_cache.get(key)
-    if st is None and len(_struct_cache) < _STRUCT_CACHE_MAX:
-        tfmt = "h" if v2 else "b"
+    if st is None:
         st = struct.Struct(
-            f">iiiiiqqiq{bh}sq{sh}siqi{bl}s{tfmt}{tl}sh{pl}s",
+            f">iiiiiqqiq{born_host_len}sq{store_host_len}siqi{body_len}s{'h' if v2 else 'b'}"
+            f"{topic_len}sh{props_len}s"
         )
-        _struct_cache[key] = st
+        if len(_struct_cache) < _STRUCT_CACHE_MAX:
+            _struct_cache[key] = st
     return st
 
 
@@ -164,21 +177,13 @@ def write_record(
     sh = len(store_host)
     length = 72 + bh + sh + bl + (2 if v2 else 1) + tl + 2 + pl
     magic = MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE
-    st = _record_struct(bh, sh, v2, bl, tl, pl)
-    args = (
+    record_layout(bh, sh, v2, bl, tl, pl).pack_into(
+        buf,  # type: ignore[arg-type]
+        pos,
         length, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
         born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
         prepared_transaction_offset, bl, body, tl, topic, pl, properties,
     )  # fmt: skip
-    if st is not None:
-        st.pack_into(buf, pos, *args)  # type: ignore[arg-type]
-    else:
-        struct.pack_into(  # rare: more distinct shapes than the cache holds
-            f">iiiiiqqiq{bh}sq{sh}siqi{bl}s{'h' if v2 else 'b'}{tl}sh{pl}s",
-            buf,  # type: ignore[arg-type]
-            pos,
-            *args,
-        )
     return length
 
 
@@ -377,3 +382,27 @@ def _check_prop_crc(buf: bytes | bytearray | memoryview, pos: int, total: int, p
     if stored != actual:
         return f"whole-record CRC mismatch: stored {stored}, computed {actual}"
     return ""
+
+
+def view_to_message(view: RecordView) -> MessageExt:
+    """A decoded MESSAGE record as the message clients see (pull responses, lookups)."""
+    store_host = unpack_socket_addr(view.store_host) if view.store_host else ""
+    return MessageExt(
+        topic=view.topic,
+        body=view.body or b"",
+        properties=decode_properties(view.properties),
+        flag=view.flag,
+        queue_id=view.queue_id,
+        store_size=view.size,
+        queue_offset=view.queue_offset,
+        sys_flag=view.sys_flag,
+        born_timestamp=view.born_timestamp,
+        born_host=unpack_socket_addr(view.born_host) if view.born_host else "",
+        store_timestamp=view.store_timestamp,
+        store_host=store_host,
+        commit_log_offset=view.physical_offset,
+        body_crc=view.body_crc,
+        reconsume_times=view.reconsume_times,
+        prepared_transaction_offset=view.prepared_transaction_offset,
+        msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
+    )
