@@ -137,9 +137,10 @@ def check_sys_flag(sys_flag: int, body: bytes, what: str) -> None:
     if sys_flag & SYS_FLAG_COMPRESSED:
         ctype = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
         if ctype not in _ZLIB_TYPES:
-            name = _COMPRESSION_NAMES.get(ctype, f"unknown compression type {ctype}")
+            name = _COMPRESSION_NAMES.get(ctype)
+            how = f"{name}-compressed" if name else f"compressed with unknown compression type {ctype}"
             raise MessageIllegal(
-                f"{what}: sysFlag 0x{sys_flag:X} marks the body {name}-compressed; only zlib is supported"
+                f"{what}: sysFlag 0x{sys_flag:X} marks the body {how}; only zlib is supported"
             )
         problem = zlib_problem(body)
         if problem:

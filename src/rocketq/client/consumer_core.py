@@ -203,8 +203,9 @@ def _inflate(msg: MessageExt) -> str:
     """Inflate ``msg.body`` in place; why it cannot be, or "" when done."""
     ctype = (msg.sys_flag & _COMPRESSION_TYPE_MASK) >> 8
     if ctype not in _ZLIB_TYPES:
-        name = _COMPRESSION_NAMES.get(ctype, f"unknown compression type {ctype}")
-        return f"body is {name}-compressed (sysFlag 0x{msg.sys_flag:X}); only zlib is supported"
+        name = _COMPRESSION_NAMES.get(ctype)
+        how = f"{name}-compressed" if name else f"compressed with unknown compression type {ctype}"
+        return f"body is {how} (sysFlag 0x{msg.sys_flag:X}); only zlib is supported"
     try:
         msg.body = zlib.decompress(msg.body)
     except zlib.error as exc:
@@ -618,7 +619,7 @@ class ConsumerCore:
                 bad = next(p.queue_offset for p in poison if p.message is None)
                 next_offset = min(next_offset, max(bad, offset) + 1)
             if poison:
-                log_poison(f"pull of {mq} by group {self.group}", poison, self.poison_action)
+                log_poison(f"pull by group {self.group} from {mq.broker_name}", poison, self.poison_action)
         return PullResult(mq, offset, version, code, next_offset, messages, poison)
 
     # -- offsets -----------------------------------------------------------------------------
