@@ -27,6 +27,7 @@ from rocketq.errors import ResponseCode, RocketqError
 from rocketq.message import BrokerMessage, MessageExt, encode_properties
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.spark.pull import read_range
 from rocketq.store import MessageStore
 
 WAIT_S = 20.0
@@ -241,3 +242,34 @@ def test_pop_delivers_the_good_messages_and_the_poison_as_stored(cluster: Cluste
     good, poison = cluster.call(go())
     assert [m.body for m in sorted(good, key=lambda m: m.queue_offset)] == GOOD
     assert poison == [POISON_OFFSET]
+
+
+def test_spark_reader_reads_the_poison_message_with_its_body_as_stored(cluster: Cluster) -> None:
+    lost: list[tuple[int, int]] = []
+
+    async def go() -> list[MessageExt]:
+        client = RemotingClient()
+        broker = cluster.brokers["broker-a"]
+        await dispatched(broker)
+        try:
+            out: list[MessageExt] = []
+            async for chunk in read_range(
+                client,
+                f"127.0.0.1:{broker.port}",
+                TOPIC,
+                0,
+                0,
+                len(STORED),
+                batch_size=2,
+                timeout_s=10.0,
+                on_loss=lambda a, b: lost.append((a, b)),
+            ):
+                out.extend(chunk)
+            return out
+        finally:
+            await client.close()
+
+    rows = cluster.call(go())
+    assert [m.queue_offset for m in rows] == list(range(len(STORED)))
+    assert [m.body for m in rows] == [GOOD[0], GOOD[1], BAD_BODY, GOOD[2], GOOD[3]]
+    assert lost == []
