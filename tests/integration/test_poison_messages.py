@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
+from test_admin import run_admin
 from test_broker_server import decode_records, dispatched, run, running_broker
 from test_client_producer import Cluster
 
@@ -273,3 +274,16 @@ def test_spark_reader_reads_the_poison_message_with_its_body_as_stored(cluster: 
     assert [m.queue_offset for m in rows] == list(range(len(STORED)))
     assert [m.body for m in rows] == [GOOD[0], GOOD[1], BAD_BODY, GOOD[2], GOOD[3]]
     assert lost == []
+
+
+def test_rocketq_admin_shows_the_poison_message_and_why(cluster: Cluster) -> None:
+    shown = run_admin(
+        cluster.namesrv_addr, "queryMsgByOffset", "-t", TOPIC, "-b", "broker-a", "-i", "0", "-o", "2"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "Body:             this body is not zlib" in shown.stdout
+    assert "Undecodable:      body marked compressed (sysFlag 0x1) does not inflate" in shown.stdout
+    good = run_admin(
+        cluster.namesrv_addr, "queryMsgByOffset", "-t", TOPIC, "-b", "broker-a", "-i", "0", "-o", "1"
+    )
+    assert "Body:             good-1" in good.stdout and "Undecodable" not in good.stdout
