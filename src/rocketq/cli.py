@@ -275,6 +275,8 @@ def _print_messages(messages: Sequence[MessageView]) -> None:
             ("Properties", json.dumps(m.properties, ensure_ascii=False, sort_keys=True)),
             ("Body", m.body.decode("utf-8", "replace")),
         ]
+        if m.undecodable:
+            rows.append(("Undecodable", f"{m.undecodable} (body shown as stored)"))
         for name, value in rows:
             print(f"{name + ':':<18}{value}")
 

@@ -13,6 +13,10 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
       are written as 0.0.0.0 so every client can decode the record), store host = this broker
     %RETRY%<group>: the group must exist (26); reconsumeTimes > max (header ``l`` from clients at
       V3_4_9+, else the group's retryMaxTimes) → %DLQ%<group> (1 queue, RW), DELAY dropped
+    sysFlag honoured (:func:`check_sys_flag`, else 13 MESSAGE_ILLEGAL naming the problem):
+      COMPRESSED (0x1) with compression type 0 or 3 (zlib) and a body that inflates to its end
+      (every entry of a batch); LZ4/ZSTD/other types, NEED_UNWRAP (0x40) and INNER_BATCH (0x80)
+      are refused. The body is inflated only when the COMPRESSED bit is set.
     transaction half messages (TRAN_MSG=true / PREPARED sysFlag) are stored in
       RMQ_SYS_TRANS_HALF_TOPIC queue 0 (``rocketq.broker.transaction``); refused (16) under
       reject_transaction_message
@@ -38,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import zlib
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
@@ -104,6 +109,64 @@ PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
 TRANSACTION_PREPARED_TYPE = 0x4
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+# MessageSysFlag bits the send path checks (spec/store-format.md §1.4).
+SYS_FLAG_COMPRESSED = 0x1
+SYS_FLAG_NEED_UNWRAP = 0x40
+SYS_FLAG_INNER_BATCH = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+#: Bits that make a send go through :func:`check_sys_flag` (one test per send otherwise).
+CHECKED_SYS_FLAGS = SYS_FLAG_COMPRESSED | SYS_FLAG_NEED_UNWRAP | SYS_FLAG_INNER_BATCH
+#: Compression types (sysFlag bits 8-10) consumers can inflate: 0 (old producers) and 3 are zlib.
+_ZLIB_TYPES = (0, 3)
+_COMPRESSION_NAMES = {1: "LZ4", 2: "ZSTD"}
+#: The inflate check stops past this many inflated bytes (no producer sends a body near it:
+#: clients limit the uncompressed body to 4 MiB) rather than inflating a deflate bomb to its end.
+MAX_INFLATED_BODY_BYTES = 64 << 20
+_INFLATE_CHUNK = 1 << 20
+
+
+def check_sys_flag(sys_flag: int, body: bytes, what: str) -> None:
+    """Raise MessageIllegal (13) when a send's ``sys_flag`` asks for something stored records
+    cannot honour: a body marked compressed that is not a complete zlib stream (or uses a
+    compression this broker's consumers cannot inflate), or the batch-in-one-record bits."""
+    if sys_flag & SYS_FLAG_NEED_UNWRAP:
+        raise MessageIllegal(f"{what}: sysFlag 0x{sys_flag:X} has NEED_UNWRAP (0x40), which is not supported")
+    if sys_flag & SYS_FLAG_INNER_BATCH:
+        raise MessageIllegal(f"{what}: sysFlag 0x{sys_flag:X} has INNER_BATCH (0x80), which is not supported")
+    if sys_flag & SYS_FLAG_COMPRESSED:
+        ctype = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
+        if ctype not in _ZLIB_TYPES:
+            name = _COMPRESSION_NAMES.get(ctype)
+            how = f"{name}-compressed" if name else f"compressed with unknown compression type {ctype}"
+            raise MessageIllegal(
+                f"{what}: sysFlag 0x{sys_flag:X} marks the body {how}; only zlib is supported"
+            )
+        problem = zlib_problem(body)
+        if problem:
+            raise MessageIllegal(
+                f"{what}: sysFlag 0x{sys_flag:X} marks the body zlib-compressed but {problem}"
+            )
+
+
+def zlib_problem(body: bytes) -> str:
+    """Why ``body`` is not a complete zlib stream (trailing bytes after it are allowed, as
+    inflaters ignore them), or "" when it is one. Inflated output is counted, not kept."""
+    inflater = zlib.decompressobj()
+    inflated = 0
+    data = body
+    try:
+        while not inflater.eof:
+            out = inflater.decompress(data, _INFLATE_CHUNK)
+            data = inflater.unconsumed_tail
+            if not out and not data:
+                return f"the zlib stream of {len(body)} bytes is truncated"
+            inflated += len(out)
+            if inflated > MAX_INFLATED_BODY_BYTES:
+                return f"it inflates to more than {MAX_INFLATED_BODY_BYTES} bytes"
+    except zlib.error as exc:
+        return f"it does not inflate ({exc})"
+    return ""
 
 
 def send_response_fields(
@@ -302,6 +365,8 @@ class SendMessageProcessor:
         queue_id = self._pick_queue(tc, header.queue_id)
         props = self._base_properties(header.properties)
         half = self._check_transaction(header.sys_flag, props)
+        if header.sys_flag & CHECKED_SYS_FLAGS:
+            check_sys_flag(header.sys_flag, request.body, f"message to {header.topic}")
         topic = header.topic
         reconsume_times = header.reconsume_times or 0
         if is_retry_topic(topic):
@@ -375,8 +440,11 @@ class SendMessageProcessor:
             if k not in (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_POP_CK, PROPERTY_DELAY_TIME_LEVEL)
         }
         born_host = born_host_of(conn.remote_address)
+        checked = header.sys_flag & CHECKED_SYS_FLAGS
         msgs: list[BrokerMessage] = []
         for index, entry in enumerate(decode_batch(request.body)):
+            if checked:
+                check_sys_flag(header.sys_flag, entry.body, f"batch message {index} to {topic}")
             props = self._base_properties(entry.properties.decode("utf-8", "replace"))
             if _delay_level(props) > 0:
                 raise MessageIllegal(
@@ -462,4 +530,4 @@ def _delay_level(props: dict[str, str]) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
-__all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]
+__all__ = ["SendMessageProcessor", "born_host_of", "check_sys_flag", "send_response_fields", "zlib_problem"]

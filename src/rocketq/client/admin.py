@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import logging
 import time
 import zlib
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -53,10 +54,12 @@ from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.queue import MessageQueue, message_queue_table
-from rocketq.protocol.record import RecordKind, decode_record
+from rocketq.protocol.record import RecordKind, body_crc, decode_record
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.wallclock import local_to_epoch_ms
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -153,10 +156,14 @@ class MessageView(PropertyAccessors):
     store_timestamp: int = 0
     store_host: str = ""
     reconsume_times: int = 0
+    #: Why the record is a poison message (CRC mismatch, a body marked compressed that does not
+    #: inflate), "" when it decoded; ``body`` is then the body as stored.
+    undecodable: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict; the body as UTF-8 text (``body``) and exactly (``bodyBase64``)."""
-        return {
+        """A JSON-ready dict; the body as UTF-8 text (``body``) and exactly (``bodyBase64``);
+        ``undecodable`` only for a poison message."""
+        out = {
             "topic": self.topic,
             "msgId": self.msg_id,
             "uniqKey": self.uniq_key,
@@ -176,10 +183,16 @@ class MessageView(PropertyAccessors):
             "body": self.body.decode("utf-8", "replace"),
             "bodyBase64": base64.b64encode(self.body).decode("ascii"),
         }
+        if self.undecodable:
+            out["undecodable"] = self.undecodable
+        return out
 
 
 def decode_messages(body: bytes, what: str) -> list[MessageView]:
-    """The stored records of a PULL/QUERY/VIEW response body (spec §3.9), in order."""
+    """The stored records of a PULL/QUERY/VIEW response body (spec §3.9), in order. A poison
+    message (body CRC mismatch, a body marked compressed that does not inflate) comes back with
+    its body as stored and the reason in ``undecodable`` (logged at WARNING), not as an error;
+    a record that does not parse at all raises BodyFormatError."""
     out: list[MessageView] = []
     pos = 0
     while pos < len(body):
@@ -191,11 +204,27 @@ def decode_messages(body: bytes, what: str) -> list[MessageView]:
                 f"{what}: undecodable record at byte {pos}: {view.reason or view.kind.name}"
             )
         raw = view.body or b""
-        if view.sys_flag & _SYS_FLAG_COMPRESSED:
-            try:
-                raw = zlib.decompress(raw)
-            except zlib.error as exc:
-                raise BodyFormatError(f"{what}: compressed body does not inflate: {exc}") from None
+        undecodable = ""
+        if body_crc(raw) != view.body_crc:
+            undecodable = f"body CRC mismatch: stored {view.body_crc}, computed {body_crc(raw)}"
+        elif view.sys_flag & _SYS_FLAG_COMPRESSED:
+            ctype = (view.sys_flag & 0x700) >> 8
+            if ctype not in (0, 3):
+                undecodable = (
+                    f"body compressed with type {ctype} (sysFlag 0x{view.sys_flag:X}); only zlib is supported"
+                )
+            else:
+                try:
+                    raw = zlib.decompress(raw)
+                except zlib.error as exc:
+                    undecodable = (
+                        f"body marked compressed (sysFlag 0x{view.sys_flag:X}) does not inflate: {exc}"
+                    )
+        if undecodable:
+            log.warning(
+                "%s: poison message at offset %d of %s/%d (commit-log offset %d): %s; body left as stored",
+                what, view.queue_offset, view.topic, view.queue_id, view.physical_offset, undecodable,
+            )  # fmt: skip
         out.append(
             MessageView(
                 topic=view.topic,
@@ -212,6 +241,7 @@ def decode_messages(body: bytes, what: str) -> list[MessageView]:
                 store_timestamp=view.store_timestamp,
                 store_host=_host(view.store_host),
                 reconsume_times=view.reconsume_times,
+                undecodable=undecodable,
             )
         )
         pos += view.size

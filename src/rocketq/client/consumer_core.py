@@ -27,10 +27,16 @@ QUERY_CONSUMER_OFFSET (14) with ``setZeroIfNotFound=false``, so a new group real
 ``consume_from_where`` says.
 
 Pulls: :meth:`ConsumerCore.pull` sends one LITE_PULL_MESSAGE (361), suspended on the broker
-when ``suspend_ms`` > 0. FOUND (0) → records (spec §3.7) decoded in queue order, zlib bodies
-inflated, messages whose ``TAGS`` are not in the subscription dropped (tag codes only pre-filter
-on the broker); PULL_NOT_FOUND (19), NO_MATCHED_MSG (20) and OFFSET_MOVED (21) → no messages and
-``nextBeginOffset``. A pull never piggybacks a commit (no COMMIT_OFFSET bit).
+when ``suspend_ms`` > 0. FOUND (0) → records (spec §3.7) decoded in queue order one by one
+(:func:`decode_pull_body`), zlib bodies inflated, messages whose ``TAGS`` are not in the
+subscription dropped (tag codes only pre-filter on the broker); PULL_NOT_FOUND (19),
+NO_MATCHED_MSG (20) and OFFSET_MOVED (21) → no messages and ``nextBeginOffset``. A pull never
+piggybacks a commit (no COMMIT_OFFSET bit). A record that cannot be delivered — CRC mismatch, a
+body marked compressed that does not inflate, a record that does not parse — is a *poison
+record*: the pull logs it at ERROR (topic, queue, offsets, reason, :attr:`poison_action`) and
+returns it in :attr:`PullResult.poison` beside the good messages, which are delivered as usual;
+when a record does not parse, ``next_offset`` becomes the offset after it (the rest of that
+body could not be read).
 
 Commits: UPDATE_CONSUMER_OFFSET (15), as a request that is answered (Java sends it oneway), of
 the owned queues' positions; every ``persist_consumer_offset_interval_ms`` (5 s) when
@@ -58,7 +64,7 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rocketq.client._routes import RouteCache
 from rocketq.client.aio import (
@@ -126,22 +132,115 @@ def _route_miss_level(topic: str) -> int:
     return logging.DEBUG if is_retry_topic(topic) else logging.WARNING
 
 
-def decode_messages(body: bytes) -> list[MessageExt]:
-    """The messages of a pull body (concatenated records), zlib bodies inflated."""
-    out: list[MessageExt] = []
+#: Compression types (sysFlag bits 8-10) this client inflates: 0 (old producers) and 3 are zlib.
+_ZLIB_TYPES = (0, 3)
+_COMPRESSION_TYPE_MASK = 0x700
+_COMPRESSION_NAMES = {1: "LZ4", 2: "ZSTD"}
+
+
+@dataclass(slots=True)
+class PoisonRecord:
+    """A record of a pull body that cannot be delivered as a message (a *poison message*).
+
+    ``message`` is the record as stored (body not inflated) when its structure is intact — a
+    body marked compressed that does not inflate, a body CRC mismatch — and None when the record
+    itself does not parse: then nothing after it in the body could be read either, and
+    ``queue_offset`` is where it was expected (the offset after the last record read, or the
+    pull's offset; -1 when unknown)."""
+
+    reason: str
+    position: int
+    queue_offset: int
+    message: MessageExt | None = None
+
+
+@dataclass(slots=True)
+class DecodedBody:
+    """A pull body decoded record by record: the deliverable ``messages`` (bodies inflated) and
+    the ``poison`` records, each list in body order."""
+
+    messages: list[MessageExt]
+    poison: list[PoisonRecord]
+
+    @property
+    def truncated(self) -> bool:
+        """A record did not parse, so the body's remaining records were not read."""
+        return any(p.message is None for p in self.poison)
+
+
+def decode_pull_body(body: bytes, *, first_offset: int = -1) -> DecodedBody:
+    """Decode a pull/pop body (concatenated records) one record at a time: a record that fails
+    (CRC, a compressed body that does not inflate, a record that does not parse) becomes a
+    :class:`PoisonRecord` instead of failing the others. ``first_offset`` (the pull's offset)
+    places a first record that does not parse. Never raises."""
+    out = DecodedBody([], [])
+    expected = first_offset
     pos = 0
     while pos < len(body):
         view = rec.decode_record(body, pos, check_crc=True)
+        if view.kind is rec.RecordKind.CORRUPT and view.size > 0:
+            # CRC mismatch (or a later field): read it again without the CRC check to name it
+            raw = rec.decode_record(body, pos, check_crc=False)
+            if raw.kind is rec.RecordKind.MESSAGE:
+                msg = view_to_message(raw)
+                out.poison.append(PoisonRecord(view.reason, pos, msg.queue_offset, msg))
+                expected = msg.queue_offset + 1
+                pos += raw.size
+                continue
         if view.kind is not rec.RecordKind.MESSAGE:
             if view.kind is rec.RecordKind.CORRUPT:
-                raise RocketqError(f"pulled record at byte {pos} is corrupt: {view.reason}")
+                out.poison.append(PoisonRecord(f"record does not parse: {view.reason}", pos, expected))
             break
         msg = view_to_message(view)
-        if msg.sys_flag & SYS_FLAG_COMPRESSED:
-            msg.body = zlib.decompress(msg.body)
-        out.append(msg)
         pos += view.size
+        expected = msg.queue_offset + 1
+        if msg.sys_flag & SYS_FLAG_COMPRESSED:
+            problem = _inflate(msg)
+            if problem:
+                out.poison.append(PoisonRecord(problem, pos - view.size, msg.queue_offset, msg))
+                continue
+        out.messages.append(msg)
     return out
+
+
+def _inflate(msg: MessageExt) -> str:
+    """Inflate ``msg.body`` in place; why it cannot be, or "" when done."""
+    ctype = (msg.sys_flag & _COMPRESSION_TYPE_MASK) >> 8
+    if ctype not in _ZLIB_TYPES:
+        name = _COMPRESSION_NAMES.get(ctype)
+        how = f"{name}-compressed" if name else f"compressed with unknown compression type {ctype}"
+        return f"body is {how} (sysFlag 0x{msg.sys_flag:X}); only zlib is supported"
+    try:
+        msg.body = zlib.decompress(msg.body)
+    except zlib.error as exc:
+        return f"body marked compressed (sysFlag 0x{msg.sys_flag:X}) does not inflate: {exc}"
+    return ""
+
+
+def log_poison(what: str, poison: Iterable[PoisonRecord], action: str) -> None:
+    """One ERROR line per poison record: where it is (topic, queue, queue and commit-log
+    offsets), why, and what the consumer does with it."""
+    for p in poison:
+        m = p.message
+        if m is not None:
+            log.error(
+                "poison message in %s: topic %s queue %d offset %d (commit-log offset %d, msgId %s): %s; %s",
+                what, m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.client_msg_id,
+                p.reason, action,
+            )  # fmt: skip
+        else:
+            log.error(
+                "poison record in %s near offset %d (byte %d of the pull body): %s; %s",
+                what, p.queue_offset, p.position, p.reason, action,
+            )  # fmt: skip
+
+
+def decode_messages(body: bytes) -> list[MessageExt]:
+    """The deliverable messages of a pull body (concatenated records), zlib bodies inflated;
+    poison records (:func:`decode_pull_body`) are logged at ERROR and left out."""
+    decoded = decode_pull_body(body)
+    log_poison("a pulled body", decoded.poison, "left out")
+    return decoded.messages
 
 
 def reset_offset_table(body: bytes) -> dict[MessageQueue, int]:
@@ -225,6 +324,8 @@ class PullResult:
     code: int
     next_offset: int
     messages: list[MessageExt]
+    #: Records that cannot be delivered (already logged by the pull), tag-filtered like messages.
+    poison: list[PoisonRecord] = field(default_factory=list)
 
     @property
     def offset_moved(self) -> bool:
@@ -296,6 +397,8 @@ class ConsumerCore:
         #: Called with the new offsets when a broker relays an offset reset (RESET_CONSUMER_CLIENT_OFFSET);
         #: None: the offsets of owned queues are simply moved (a seek).
         self.reset_listener: Callable[[dict[MessageQueue, int]], Awaitable[None]] | None = None
+        #: What the consumer does with a poison record, for the ERROR line a pull logs.
+        self.poison_action = "skipped"
         self._handlers: dict[int, BrokerRequestHandler] = {}
         self._mode: str | None = None  # "assign" | "subscribe"
         self._subscriptions: dict[str, SubscriptionData] = {}
@@ -501,11 +604,27 @@ class ConsumerCore:
             raise error_for_response(response, f"{mq.broker_name}@{addr}")
         next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
         messages: list[MessageExt] = []
+        poison: list[PoisonRecord] = []
         if code == ResponseCode.SUCCESS:
-            messages = decode_messages(response.body)
+            decoded = decode_pull_body(response.body, first_offset=offset)
+            messages, poison = decoded.messages, decoded.poison
             if sub is not None and sub.tags_set:
-                messages = [m for m in messages if m.tags is not None and m.tags in sub.tags_set]
-        return PullResult(mq, offset, version, code, next_offset, messages)
+                tags = sub.tags_set
+                messages = [m for m in messages if m.tags is not None and m.tags in tags]
+                poison = [
+                    p
+                    for p in poison
+                    if p.message is None or (p.message.tags is not None and p.message.tags in tags)
+                ]
+            if decoded.truncated:
+                # the records after one that does not parse were not read: go on right after it
+                # (its offset is a guess when the broker filtered some out; a guess too low costs
+                # one more pull, never a stall)
+                bad = next(p.queue_offset for p in poison if p.message is None)
+                next_offset = min(next_offset, max(bad, offset) + 1)
+            if poison:
+                log_poison(f"pull by group {self.group} from {mq.broker_name}", poison, self.poison_action)
+        return PullResult(mq, offset, version, code, next_offset, messages, poison)
 
     # -- offsets -----------------------------------------------------------------------------
     async def offset_for_timestamp(self, mq: MessageQueue, ts_ms: int) -> int:
@@ -856,10 +975,14 @@ __all__ = [
     "MAX_SUSPEND_MS",
     "BrokerRequestHandler",
     "ConsumerCore",
+    "DecodedBody",
+    "PoisonRecord",
     "PullResult",
     "QueueState",
     "RebalancePlan",
     "decode_messages",
+    "decode_pull_body",
+    "log_poison",
     "plan_rebalance",
     "reset_offset_table",
 ]

@@ -31,6 +31,11 @@ queue: every ``auto_commit_interval_ms`` when ``auto_commit``, on :meth:`commit`
 rebalance gives a queue away and at :meth:`shutdown`. An offset reset relayed by a broker
 (RESET_CONSUMER_CLIENT_OFFSET 220) moves the owned queues of that topic as a seek and commits
 them at once.
+
+Poison records (a record a pull cannot decode: CRC mismatch, a body marked compressed that does
+not inflate, a record that does not parse) are skipped: the pull logs each at ERROR with its
+topic, queue and offsets, poll delivers the queue's other messages in order, and the offset
+moves past it (committed like any other). The record stays in the store; ``Admin`` reads it.
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ class AsyncLitePullConsumer:
             message_model=message_model,
             offset_store_dir=offset_store_dir,
         )
+        self._core.poison_action = "skipped: not delivered, the offset moves past it"
         self.poll_timeout_ms = poll_timeout_ms
         self._rr = 0
 

@@ -30,6 +30,17 @@ Broadcasting (``message_model="BROADCASTING"``): every member owns every queue, 
 local file (:mod:`rocketq.client.offset_store`), the retry topic is not subscribed and a failed
 message is dropped with a warning, not sent back (as RocketMQ).
 
+Poison records (a record a pull cannot decode: CRC mismatch, a body marked compressed that does
+not inflate; :func:`~rocketq.client.consumer_core.decode_pull_body`) never reach the listener
+and never stall their queue. The pull logs each at ERROR; in clustering mode the consumer then
+sends it straight to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK with ``delayLevel`` -1, the
+record copied as stored) before the pulled messages are handed on, so the queue's committed
+offset passes it only once it is in the DLQ. While the broker cannot be reached the send-back is
+tried again every second; a broker that refuses it is logged at ERROR and the record skipped.
+Broadcasting consumers skip it (as RocketMQ drops failed broadcast messages). A record that does
+not parse at all cannot be sent back: it is skipped, as are the records after it in that pull's
+body, which the next pull reads again.
+
 An offset reset relayed by a broker (RESET_CONSUMER_CLIENT_OFFSET 220) drops the cached messages
 of each affected owned queue and restarts its pull loop at the new offset.
 """
@@ -55,6 +66,7 @@ from rocketq.client.consumer_core import (
     ERROR_BACKOFF_S,
     MAX_SUSPEND_MS,
     ConsumerCore,
+    PoisonRecord,
     QueueState,
 )
 from rocketq.client.offset_store import DEFAULT_OFFSET_STORE_DIR
@@ -65,10 +77,10 @@ from rocketq.client.orderly import (
     OrderlyConsumeService,
 )
 from rocketq.client.process_queue import ProcessQueue
-from rocketq.errors import ClientStateError, ConfigError, ResponseCode, RocketqError
+from rocketq.errors import ClientStateError, ConfigError, RemotingError, ResponseCode, RocketqError
 from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
 from rocketq.protocol.queue import MessageQueue
-from rocketq.protocol.topic import retry_topic
+from rocketq.protocol.topic import dlq_topic, retry_topic
 from rocketq.remoting import RequestCode
 
 log = logging.getLogger(__name__)
@@ -187,6 +199,10 @@ class AsyncPushConsumer:
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._state = "created"
+        if self._core.clustering:
+            self._core.poison_action = f"sending it to {dlq_topic(group)}"
+        else:
+            self._core.poison_action = "skipped (broadcasting)"
 
     @property
     def group(self) -> str:
@@ -385,6 +401,8 @@ class AsyncPushConsumer:
                 continue
             if pq.dropped or pulled.offset != pq.pull_offset:
                 return
+            if pulled.poison and not await self._dead_letter(pq, pulled.poison):
+                return
             added = pq.add(pulled.messages, pulled.next_offset)
             if not pq.messages:
                 self._store_offset(pq, pq.committable())
@@ -488,23 +506,64 @@ class AsyncPushConsumer:
             self._dispatch(pq, messages)
 
     async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
+        try:
+            await self._send_back_request(mq, m, 3 + m.reconsume_times)
+        except RocketqError as exc:
+            log.warning("send back of message %s of %s failed: %s", m.msg_id, mq, exc)
+            return False
+        return True
+
+    async def _send_back_request(self, mq: MessageQueue, m: MessageExt, delay_level: int) -> None:
+        """CONSUMER_SEND_MSG_BACK of ``m`` (``delay_level`` -1: straight to the DLQ); raises
+        RocketqError when it failed."""
         fields = {
             "offset": m.commit_log_offset,
             "group": self.group,
-            "delayLevel": 3 + m.reconsume_times,
+            "delayLevel": delay_level,
             "originMsgId": m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or m.msg_id,
             "originTopic": m.properties.get(PROPERTY_RETRY_TOPIC) or m.topic,
             "unitMode": False,
             "maxReconsumeTimes": self.max_reconsume_times,
         }
-        try:
-            response = await self._core.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, mq, fields)
-            if response.code != ResponseCode.SUCCESS:
-                raise error_for_response(response, mq.broker_name)
-        except RocketqError as exc:
-            log.warning("send back of message %s of %s failed: %s", m.msg_id, mq, exc)
-            return False
-        return True
+        response = await self._core.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, mq, fields)
+        if response.code != ResponseCode.SUCCESS:
+            raise error_for_response(response, mq.broker_name)
+
+    async def _dead_letter(self, pq: ProcessQueue, poison: list[PoisonRecord]) -> bool:
+        """Send each poison record of ``pq`` that parsed to the group's DLQ (clustering; the
+        pull already logged them). Retried while the broker cannot be reached; skipped, with an
+        ERROR line, when the broker refuses. False when the queue was dropped or the consumer
+        stopped meanwhile (the pull's answer must then be left unused)."""
+        if not self._core.clustering:
+            return True
+        dlq = dlq_topic(self.group)
+        for p in poison:
+            m = p.message
+            if m is None:
+                continue
+            while True:
+                if pq.dropped:
+                    return False
+                try:
+                    await self._send_back_request(pq.mq, m, -1)
+                except ClientStateError:
+                    return False
+                except RemotingError as exc:
+                    log.warning(
+                        "poison message at offset %d of %s not yet in %s, trying again: %s",
+                        m.queue_offset, pq.mq, dlq, exc,
+                    )  # fmt: skip
+                    await asyncio.sleep(SEND_BACK_RETRY_S)
+                    continue
+                except RocketqError as exc:
+                    log.error(
+                        "poison message at offset %d of %s could not be sent to %s: %s; skipped",
+                        m.queue_offset, pq.mq, dlq, exc,
+                    )  # fmt: skip
+                else:
+                    log.info("poison message at offset %d of %s is in %s", m.queue_offset, pq.mq, dlq)
+                break
+        return not pq.dropped
 
 
 Listener = Callable[[list[MessageExt]], ListenerResult]

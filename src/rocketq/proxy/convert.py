@@ -15,6 +15,10 @@ RocketMQ's, so the remoting side and Apache RocketMQ tools read the same record)
     user_properties                         the remaining properties (reserved names refused)
     body                                    body (GZIP-encoded bodies are stored inflated)
 
+A stored body with sysFlag COMPRESSED (a remoting producer's zlib body) goes out inflated; one
+that does not inflate (a poison message) goes out as stored, logged at ERROR: the consumer acks
+it or lets it reach the group's DLQ after its maximum deliveries, and the queue goes on.
+
 On the way out every message carries ``body_encoding`` IDENTITY and a ``body_digest`` MD5 of 32
 upper-case hex digits, as the Java proxy sends: the official SDKs refuse ENCODING_UNSPECIFIED
 and flag a digest they compute differently as corrupted. MD5 is the one digest both compare the
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import zlib
 from collections.abc import Mapping
 
@@ -45,6 +50,8 @@ from rocketq.message import (
     MessageExt,
 )
 from rocketq.proxy.v2 import definition_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
@@ -195,8 +202,37 @@ def decoded_body(msg: pb.Message, max_body_bytes: int) -> bytes:
             out = d.decompress(body, max_body_bytes + 1)
         except zlib.error as exc:
             raise InvalidParameter(f"GZIP body does not inflate: {exc}") from None
+        if not d.eof and len(out) <= max_body_bytes:
+            raise InvalidParameter(
+                f"GZIP body of {len(body)} bytes is truncated (the gzip stream does not end)"
+            )
         return out
     return body
+
+
+_SYS_FLAG_COMPRESSED = 0x1
+
+
+def delivered_body(ext: MessageExt) -> bytes:
+    """The body a consumer gets: inflated when the record is marked zlib-compressed (sysFlag
+    0x1, compression type 0 or 3); as stored, with an ERROR line, when it does not inflate."""
+    if not ext.sys_flag & _SYS_FLAG_COMPRESSED:
+        return ext.body
+    problem = ""
+    ctype = (ext.sys_flag & 0x700) >> 8
+    if ctype in (0, 3):
+        try:
+            return zlib.decompress(ext.body)
+        except zlib.error as exc:
+            problem = f"body marked compressed does not inflate: {exc}"
+    else:
+        problem = f"body compressed with type {ctype}; only zlib is supported"
+    log.error(
+        "poison message: topic %s queue %d offset %d (commit-log offset %d, sysFlag 0x%X): %s; "
+        "delivered with its body as stored",
+        ext.topic, ext.queue_id, ext.queue_offset, ext.commit_log_offset, ext.sys_flag, problem,
+    )  # fmt: skip
+    return ext.body
 
 
 def born_timestamp_ms(msg: pb.Message, now_ms: int) -> int:
@@ -219,9 +255,10 @@ def to_grpc_message(
 ) -> pb.Message:
     """A stored message as the SDKs read it (see the module docstring)."""
     props = ext.properties
+    body = delivered_body(ext)
     sp = pb.SystemProperties(
         message_id=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or ext.msg_id,
-        body_digest=pb.Digest(type=pb.MD5, checksum=body_digest_md5(ext.body)),
+        body_digest=pb.Digest(type=pb.MD5, checksum=body_digest_md5(body)),
         body_encoding=pb.IDENTITY,
         message_type=type_of_properties(props),
         born_timestamp=ms_timestamp(ext.born_timestamp),
@@ -253,7 +290,7 @@ def to_grpc_message(
         topic=pb.Resource(name=topic if topic is not None else ext.topic, resource_namespace=namespace),
         user_properties=user_properties(props),
         system_properties=sp,
-        body=ext.body,
+        body=body,
     )
 
 
@@ -272,6 +309,7 @@ __all__ = [
     "born_timestamp_ms",
     "declared_type",
     "decoded_body",
+    "delivered_body",
     "duration_ms",
     "ms_duration",
     "ms_timestamp",

@@ -12,6 +12,9 @@ suspension and with subscription ``*`` (tags are filtered by the caller), so a p
         ``on_loss(expected, got)`` decides (raise, or skip with a warning)
     an answer with nothing past the expected offset (PULL_NOT_FOUND at the queue's end) ends
         the range early: the queue holds fewer messages than planned
+    a poison record (body CRC mismatch, a body marked compressed that does not inflate) is
+        logged at ERROR and read like the others, its body as stored (rows carry bytes anyway);
+        a record that does not parse at all is a loss of its one offset (``on_loss``)
 
 Invariant: the yielded messages are in queue-offset order, each offset in ``[start, end)`` at
 most once.
@@ -26,7 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from rocketq.client.aio import error_for_response
-from rocketq.client.lite_pull import decode_messages
+from rocketq.client.consumer_core import decode_pull_body, log_poison
 from rocketq.errors import ResponseCode
 from rocketq.message import MessageExt
 from rocketq.protocol.headers import PULL_FLAG_LITE_PULL
@@ -51,6 +54,8 @@ class Pulled:
     code: int
     next_offset: int
     messages: list[MessageExt]
+    #: The offset of a record that does not parse (the answer's records after it are missing).
+    broken: int | None = None
 
 
 async def pull_once(
@@ -81,8 +86,23 @@ async def pull_once(
     if response.code not in _OK_CODES:
         raise error_for_response(response, addr)
     next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
-    messages = decode_messages(response.body) if response.code == ResponseCode.SUCCESS else []
-    return Pulled(response.code, next_offset, messages)
+    if response.code != ResponseCode.SUCCESS:
+        return Pulled(response.code, next_offset, [])
+    return decoded_pull(response.code, next_offset, response.body, f"{topic}/{queue_id} from {addr}", offset)
+
+
+def decoded_pull(code: int, next_offset: int, body: bytes, what: str, offset: int) -> Pulled:
+    """The messages of a pull answer in queue order, poison records (:func:`decode_pull_body`)
+    included with their bodies as stored; ``broken`` set when a record does not parse."""
+    decoded = decode_pull_body(body, first_offset=offset)
+    messages = decoded.messages
+    broken: int | None = None
+    if decoded.poison:
+        log_poison(f"Spark read of {what}", decoded.poison, "read with its body as stored")
+        raw = [p.message for p in decoded.poison if p.message is not None]
+        messages = sorted(messages + raw, key=lambda m: m.queue_offset)
+        broken = next((p.queue_offset for p in decoded.poison if p.message is None), None)
+    return Pulled(code, next_offset, messages, broken)
 
 
 async def read_range(
@@ -132,6 +152,9 @@ async def read_range(
                 if got:
                     yield got
                     position = got[-1].queue_offset + 1
+                if pulled.broken is not None and pulled.broken == position < window_end:
+                    on_loss(position, position + 1)  # a record that does not parse
+                    position += 1
                 if position >= window_end:
                     break
                 if position == before:
@@ -154,4 +177,4 @@ async def read_range(
         await asyncio.gather(*(t for _, _, t in windows), return_exceptions=True)
 
 
-__all__ = ["READER_GROUP", "Pulled", "pull_once", "read_range"]
+__all__ = ["READER_GROUP", "Pulled", "decoded_pull", "pull_once", "read_range"]

@@ -478,7 +478,7 @@ class PopService:
             result = store.get_message(group, topic, queue_id, offset, 1)
             for buf, at in zip(result.buffers, result.queue_offsets, strict=True):
                 if at == offset:
-                    msg = _decode(buf)
+                    msg = _decode(buf, topic, queue_id, at)
                     if msg is not None:
                         out.again[offset] = msg
         if fresh_from is None or fresh_count <= 0:
@@ -505,7 +505,7 @@ class PopService:
             ):
                 return out
             for buf, at in zip(result.buffers, result.queue_offsets, strict=True):
-                msg = _decode(buf)
+                msg = _decode(buf, topic, queue_id, at)
                 if msg is not None:
                     out.fresh.append((at, msg))
             if result.next_begin_offset > offset:
@@ -673,9 +673,15 @@ class PopService:
                 waiter.set_result(None)
 
 
-def _decode(buf: bytes) -> MessageExt | None:
+def _decode(buf: bytes, topic: str, queue_id: int, offset: int) -> MessageExt | None:
+    """The message of a stored record; None (logged at ERROR: the pop skips it) when the record
+    does not parse. Bodies are not inflated nor CRC-checked here: consumers do that."""
     view = rec.decode_record(buf, 0, check_crc=False)
     if view.kind is not rec.RecordKind.MESSAGE:
+        log.error(
+            "pop: record at offset %d of %s/%d does not parse (%s); skipped",
+            offset, topic, queue_id, view.reason or view.kind.name,
+        )  # fmt: skip
         return None
     return view_to_message(view)
 
