@@ -25,7 +25,7 @@ from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import get_str, opt_str
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
 
 

@@ -38,7 +38,7 @@ from rocketq.protocol.heartbeat import parse_heartbeat
 from rocketq.protocol.topic import PERM_READ, PERM_WRITE, retry_topic
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -64,7 +64,7 @@ from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData, build_s
 from rocketq.protocol.route import MASTER_ID
 from rocketq.protocol.topic import is_readable
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
 from rocketq.store.record import RecordKind, decode_record
 

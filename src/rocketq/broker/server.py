@@ -75,15 +75,11 @@ from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
+from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import (
-    Connection,
-    ImmediateHandler,
-    RemotingClient,
-    RemotingServer,
-    RequestHandler,
-)
+from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
+from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
