@@ -587,6 +587,18 @@ def _bool_arg(text: str) -> bool:
     return value == "true"
 
 
+def _add_bool(p: argparse.ArgumentParser, short: str, long: str, default: bool, help_text: str) -> None:
+    """An mqadmin true/false option (``-s false``), its default shown after ``help_text``."""
+    p.add_argument(
+        short,
+        long,
+        type=_bool_arg,
+        default=default,
+        metavar="BOOL",
+        help=f"{help_text} (default %(default)s)",
+    )
+
+
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
 
@@ -641,37 +653,15 @@ def _add_admin_parser(sub: Any) -> None:
     )
     where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
     p.add_argument("-g", "--group", required=True, help="consumer group")
-    p.add_argument(
-        "-s",
-        "--consume-enable",
-        type=_bool_arg,
-        default=True,
-        metavar="BOOL",
-        help="consumeEnable (default %(default)s)",
-    )
-    p.add_argument(
-        "-m",
-        "--consume-from-min-enable",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeFromMinEnable (default %(default)s)",
-    )
-    p.add_argument(
-        "-d",
-        "--consume-broadcast-enable",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeBroadcastEnable (default %(default)s)",
-    )
-    p.add_argument(
+    _add_bool(p, "-s", "--consume-enable", True, "consumeEnable")
+    _add_bool(p, "-m", "--consume-from-min-enable", False, "consumeFromMinEnable")
+    _add_bool(p, "-d", "--consume-broadcast-enable", False, "consumeBroadcastEnable")
+    _add_bool(
+        p,
         "-o",
         "--consume-message-orderly",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group (default %(default)s)",
+        False,
+        "consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group",
     )
     p.add_argument(
         "-q", "--retry-queue-nums", type=int, default=1, help="retryQueueNums (default %(default)s)"
@@ -689,14 +679,7 @@ def _add_admin_parser(sub: Any) -> None:
         default=1,
         help="whichBrokerWhenConsumeSlowly (default %(default)s)",
     )
-    p.add_argument(
-        "-a",
-        "--notify-consumer-ids-changed-enable",
-        type=_bool_arg,
-        default=True,
-        metavar="BOOL",
-        help="notifyConsumerIdsChangedEnable (default %(default)s)",
-    )
+    _add_bool(p, "-a", "--notify-consumer-ids-changed-enable", True, "notifyConsumerIdsChangedEnable")
     p = cmd("deleteSubGroup", _admin_delete_sub_group, "delete a subscription (consumer) group")
     where = p.add_mutually_exclusive_group()
     where.add_argument(
@@ -704,14 +687,7 @@ def _add_admin_parser(sub: Any) -> None:
     )
     where.add_argument("-b", "--broker-addr", help="delete from this broker (host:port)")
     p.add_argument("-g", "--group", required=True, help="consumer group")
-    p.add_argument(
-        "-r",
-        "--remove-offset",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="also remove the group's committed offsets (default %(default)s)",
-    )
+    _add_bool(p, "-r", "--remove-offset", False, "also remove the group's committed offsets")
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
     p.add_argument("-t", "--topic", required=True, help="topic")

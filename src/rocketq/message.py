@@ -433,5 +433,24 @@ class BrokerMessage:
             prepared_transaction_offset=prepared_transaction_offset,
         )
 
+    def parked_in(self, topic: str, queue_id: int, properties: dict[str, str]) -> BrokerMessage:
+        """This message held in a system topic until it is due (delay level, timer): same body,
+        flags and born fields; ``properties`` (changed in place) plus REAL_TOPIC / REAL_QUEUE_ID
+        naming where it goes then."""
+        properties[PROPERTY_REAL_TOPIC] = self.topic
+        properties[PROPERTY_REAL_QUEUE_ID] = str(self.queue_id)
+        return BrokerMessage(
+            topic=topic,
+            body=self.body,
+            properties=encode_properties(properties).encode("utf-8"),
+            queue_id=queue_id,
+            flag=self.flag,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
     def property_map(self) -> dict[str, str]:
         return decode_properties(self.properties.decode("utf-8", "replace"))
