@@ -20,6 +20,7 @@ Tags code: Java ``String.hashCode`` of the whole ``TAGS`` value, sign-extended t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import itertools
@@ -439,18 +440,8 @@ class BrokerMessage:
         naming where it goes then."""
         properties[PROPERTY_REAL_TOPIC] = self.topic
         properties[PROPERTY_REAL_QUEUE_ID] = str(self.queue_id)
-        return BrokerMessage(
-            topic=topic,
-            body=self.body,
-            properties=encode_properties(properties).encode("utf-8"),
-            queue_id=queue_id,
-            flag=self.flag,
-            sys_flag=self.sys_flag,
-            born_timestamp=self.born_timestamp,
-            born_host=self.born_host,
-            reconsume_times=self.reconsume_times,
-            prepared_transaction_offset=self.prepared_transaction_offset,
-        )
+        encoded = encode_properties(properties).encode("utf-8")
+        return dataclasses.replace(self, topic=topic, queue_id=queue_id, properties=encoded)
 
     def property_map(self) -> dict[str, str]:
         return decode_properties(self.properties.decode("utf-8", "replace"))
