@@ -102,24 +102,27 @@ def _fail(command: str, exc: RocketqError) -> int:
     return 1
 
 
+def _run_server(
+    command: str, what: str, host: str, port: int, change: str, run: Callable[[], int | None]
+) -> int:
+    """``run()`` a server until it stops; its exit status (0 when it gives none), or 1 after a
+    one-line error for a RocketqError or a port in use (``_port_taken``)."""
+    try:
+        return run() or 0
+    except OSError as exc:
+        taken = _port_taken(exc, what, host, port, change)
+        if taken is None:
+            raise
+        return _fail(command, taken)
+    except RocketqError as exc:
+        return _fail(command, exc)
+
+
 def _namesrv(args: argparse.Namespace) -> int:
     overrides = {"listen_port": args.port} if args.port is not None else {}
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
-    try:
-        return run_namesrv(config)
-    except OSError as exc:
-        taken = _port_taken(
-            exc,
-            "name server",
-            config.bind_address,
-            config.listen_port,
-            "--port (or listenPort in namesrv.conf)",
-        )
-        if taken is None:
-            raise
-        return _fail("namesrv", taken)
-    except RocketqError as exc:
-        return _fail("namesrv", exc)
+    where = (config.bind_address, config.listen_port, "--port (or listenPort in namesrv.conf)")
+    return _run_server("namesrv", "name server", *where, lambda: run_namesrv(config))
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -134,22 +137,8 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    try:
-        run_broker(broker_cfg, store_cfg)
-    except OSError as exc:
-        taken = _port_taken(
-            exc,
-            "broker",
-            broker_cfg.bind_address,
-            broker_cfg.listen_port,
-            "--port (or listenPort in broker.conf)",
-        )
-        if taken is None:
-            raise
-        return _fail("broker", taken)
-    except RocketqError as exc:
-        return _fail("broker", exc)
-    return 0
+    where = (broker_cfg.bind_address, broker_cfg.listen_port, "--port (or listenPort in broker.conf)")
+    return _run_server("broker", "broker", *where, lambda: run_broker(broker_cfg, store_cfg))
 
 
 async def _serve_async(args: argparse.Namespace) -> None:
