@@ -588,6 +588,15 @@ def _add_bool(p: argparse.ArgumentParser, short: str, long: str, default: bool, 
     )
 
 
+def _add_group_target(p: argparse.ArgumentParser, verb: str) -> None:
+    """-g GROUP, and where to change it: -c CLUSTER (its masters) or -b BROKER_ADDR."""
+    where = p.add_mutually_exclusive_group()
+    only = "(default: the only cluster)"
+    where.add_argument("-c", "--cluster", help=f"{verb} every master of this cluster {only}")
+    where.add_argument("-b", "--broker-addr", help=f"{verb} this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+
+
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
 
@@ -636,12 +645,7 @@ def _add_admin_parser(sub: Any) -> None:
     p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-c", "--cluster", required=True, help="cluster to delete it from")
     p = cmd("updateSubGroup", _admin_update_sub_group, "create or update a subscription (consumer) group")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "-c", "--cluster", help="create on every master of this cluster (default: the only cluster)"
-    )
-    where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
-    p.add_argument("-g", "--group", required=True, help="consumer group")
+    _add_group_target(p, "create on")
     _add_bool(p, "-s", "--consume-enable", True, "consumeEnable")
     _add_bool(p, "-m", "--consume-from-min-enable", False, "consumeFromMinEnable")
     _add_bool(p, "-d", "--consume-broadcast-enable", False, "consumeBroadcastEnable")
@@ -670,12 +674,7 @@ def _add_admin_parser(sub: Any) -> None:
     )
     _add_bool(p, "-a", "--notify-consumer-ids-changed-enable", True, "notifyConsumerIdsChangedEnable")
     p = cmd("deleteSubGroup", _admin_delete_sub_group, "delete a subscription (consumer) group")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "-c", "--cluster", help="delete from every master of this cluster (default: the only cluster)"
-    )
-    where.add_argument("-b", "--broker-addr", help="delete from this broker (host:port)")
-    p.add_argument("-g", "--group", required=True, help="consumer group")
+    _add_group_target(p, "delete from")
     _add_bool(p, "-r", "--remove-offset", False, "also remove the group's committed offsets")
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
