@@ -102,24 +102,27 @@ def _fail(command: str, exc: RocketqError) -> int:
     return 1
 
 
+def _run_server(
+    command: str, what: str, host: str, port: int, change: str, run: Callable[[], int | None]
+) -> int:
+    """``run()`` a server until it stops; its exit status (0 when it gives none), or 1 after a
+    one-line error for a RocketqError or a port in use (``_port_taken``)."""
+    try:
+        return run() or 0
+    except OSError as exc:
+        taken = _port_taken(exc, what, host, port, change)
+        if taken is None:
+            raise
+        return _fail(command, taken)
+    except RocketqError as exc:
+        return _fail(command, exc)
+
+
 def _namesrv(args: argparse.Namespace) -> int:
     overrides = {"listen_port": args.port} if args.port is not None else {}
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
-    try:
-        return run_namesrv(config)
-    except OSError as exc:
-        taken = _port_taken(
-            exc,
-            "name server",
-            config.bind_address,
-            config.listen_port,
-            "--port (or listenPort in namesrv.conf)",
-        )
-        if taken is None:
-            raise
-        return _fail("namesrv", taken)
-    except RocketqError as exc:
-        return _fail("namesrv", exc)
+    where = (config.bind_address, config.listen_port, "--port (or listenPort in namesrv.conf)")
+    return _run_server("namesrv", "name server", *where, lambda: run_namesrv(config))
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -134,22 +137,8 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    try:
-        run_broker(broker_cfg, store_cfg)
-    except OSError as exc:
-        taken = _port_taken(
-            exc,
-            "broker",
-            broker_cfg.bind_address,
-            broker_cfg.listen_port,
-            "--port (or listenPort in broker.conf)",
-        )
-        if taken is None:
-            raise
-        return _fail("broker", taken)
-    except RocketqError as exc:
-        return _fail("broker", exc)
-    return 0
+    where = (broker_cfg.bind_address, broker_cfg.listen_port, "--port (or listenPort in broker.conf)")
+    return _run_server("broker", "broker", *where, lambda: run_broker(broker_cfg, store_cfg))
 
 
 async def _serve_async(args: argparse.Namespace) -> None:
@@ -589,6 +578,27 @@ def _bool_arg(text: str) -> bool:
     return value == "true"
 
 
+def _add_bool(p: argparse.ArgumentParser, short: str, long: str, default: bool, help_text: str) -> None:
+    """An mqadmin true/false option (``-s false``), its default shown after ``help_text``."""
+    p.add_argument(
+        short,
+        long,
+        type=_bool_arg,
+        default=default,
+        metavar="BOOL",
+        help=f"{help_text} (default %(default)s)",
+    )
+
+
+def _add_group_target(p: argparse.ArgumentParser, verb: str) -> None:
+    """-g GROUP, and where to change it: -c CLUSTER (its masters) or -b BROKER_ADDR."""
+    where = p.add_mutually_exclusive_group()
+    only = "(default: the only cluster)"
+    where.add_argument("-c", "--cluster", help=f"{verb} every master of this cluster {only}")
+    where.add_argument("-b", "--broker-addr", help=f"{verb} this broker (host:port)")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+
+
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
 
@@ -637,43 +647,16 @@ def _add_admin_parser(sub: Any) -> None:
     p.add_argument("-t", "--topic", required=True, help="topic")
     p.add_argument("-c", "--cluster", required=True, help="cluster to delete it from")
     p = cmd("updateSubGroup", _admin_update_sub_group, "create or update a subscription (consumer) group")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "-c", "--cluster", help="create on every master of this cluster (default: the only cluster)"
-    )
-    where.add_argument("-b", "--broker-addr", help="create on this broker (host:port)")
-    p.add_argument("-g", "--group", required=True, help="consumer group")
-    p.add_argument(
-        "-s",
-        "--consume-enable",
-        type=_bool_arg,
-        default=True,
-        metavar="BOOL",
-        help="consumeEnable (default %(default)s)",
-    )
-    p.add_argument(
-        "-m",
-        "--consume-from-min-enable",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeFromMinEnable (default %(default)s)",
-    )
-    p.add_argument(
-        "-d",
-        "--consume-broadcast-enable",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeBroadcastEnable (default %(default)s)",
-    )
-    p.add_argument(
+    _add_group_target(p, "create on")
+    _add_bool(p, "-s", "--consume-enable", True, "consumeEnable")
+    _add_bool(p, "-m", "--consume-from-min-enable", False, "consumeFromMinEnable")
+    _add_bool(p, "-d", "--consume-broadcast-enable", False, "consumeBroadcastEnable")
+    _add_bool(
+        p,
         "-o",
         "--consume-message-orderly",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group (default %(default)s)",
+        False,
+        "consumeMessageOrderly; true for a RocketMQ 5 FIFO consumer group",
     )
     p.add_argument(
         "-q", "--retry-queue-nums", type=int, default=1, help="retryQueueNums (default %(default)s)"
@@ -691,29 +674,10 @@ def _add_admin_parser(sub: Any) -> None:
         default=1,
         help="whichBrokerWhenConsumeSlowly (default %(default)s)",
     )
-    p.add_argument(
-        "-a",
-        "--notify-consumer-ids-changed-enable",
-        type=_bool_arg,
-        default=True,
-        metavar="BOOL",
-        help="notifyConsumerIdsChangedEnable (default %(default)s)",
-    )
+    _add_bool(p, "-a", "--notify-consumer-ids-changed-enable", True, "notifyConsumerIdsChangedEnable")
     p = cmd("deleteSubGroup", _admin_delete_sub_group, "delete a subscription (consumer) group")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "-c", "--cluster", help="delete from every master of this cluster (default: the only cluster)"
-    )
-    where.add_argument("-b", "--broker-addr", help="delete from this broker (host:port)")
-    p.add_argument("-g", "--group", required=True, help="consumer group")
-    p.add_argument(
-        "-r",
-        "--remove-offset",
-        type=_bool_arg,
-        default=False,
-        metavar="BOOL",
-        help="also remove the group's committed offsets (default %(default)s)",
-    )
+    _add_group_target(p, "delete from")
+    _add_bool(p, "-r", "--remove-offset", False, "also remove the group's committed offsets")
     cmd("topicList", _admin_topic_list, "list every topic")
     p = cmd("topicRoute", _admin_topic_route, "show a topic's route")
     p.add_argument("-t", "--topic", required=True, help="topic")

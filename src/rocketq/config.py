@@ -143,7 +143,8 @@ class StoreConfig:
             problems.append(f"max_properties_size={self.max_properties_size} B must be in 1..32767")
         if self.transient_store_pool_size < 1:
             problems.append(f"transient_store_pool_size={self.transient_store_pool_size} must be at least 1")
-        for name in (
+        problems += not_positive(
+            self,
             "flush_interval_commit_log_ms",
             "commit_interval_commit_log_ms",
             "sync_flush_timeout_ms",
@@ -151,9 +152,7 @@ class StoreConfig:
             "timer_precision_ms",
             "timer_roll_window_slot",
             "timer_snapshot_interval_ms",
-        ):
-            if getattr(self, name) <= 0:
-                problems.append(f"{name}={getattr(self, name)} must be positive")
+        )
         if problems:
             raise ConfigError("invalid StoreConfig: " + "; ".join(problems))
 
@@ -179,6 +178,14 @@ class StoreConfig:
 
 
 T = TypeVar("T")
+
+
+def not_positive(config: object, *names: str) -> list[str]:
+    """A ``__post_init__`` check: ``name=value must be positive`` for each field of ``names``
+    whose value is not above zero."""
+    return [
+        f"{name}={getattr(config, name)} must be positive" for name in names if getattr(config, name) <= 0
+    ]
 
 
 def _snake(camel: str) -> str:
@@ -234,4 +241,5 @@ __all__ = [
     "StoreConfig",
     "field_for_rocketmq_key",
     "from_rocketmq_properties",
+    "not_positive",
 ]

@@ -20,6 +20,7 @@ Tags code: Java ``String.hashCode`` of the whole ``TAGS`` value, sign-extended t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import itertools
@@ -432,6 +433,15 @@ class BrokerMessage:
             reconsume_times=ext.reconsume_times if reconsume_times is None else reconsume_times,
             prepared_transaction_offset=prepared_transaction_offset,
         )
+
+    def parked_in(self, topic: str, queue_id: int, properties: dict[str, str]) -> BrokerMessage:
+        """This message held in a system topic until it is due (delay level, timer): same body,
+        flags and born fields; ``properties`` (changed in place) plus REAL_TOPIC / REAL_QUEUE_ID
+        naming where it goes then."""
+        properties[PROPERTY_REAL_TOPIC] = self.topic
+        properties[PROPERTY_REAL_QUEUE_ID] = str(self.queue_id)
+        encoded = encode_properties(properties).encode("utf-8")
+        return dataclasses.replace(self, topic=topic, queue_id=queue_id, properties=encoded)
 
     def property_map(self) -> dict[str, str]:
         return decode_properties(self.properties.decode("utf-8", "replace"))

@@ -252,7 +252,7 @@ def test_bad_frame_closes_only_that_connection(bad: bytes, caplog: pytest.LogCap
             request = create_request(RequestCode.HEART_BEAT)
             await peer.send(encode(request))
             assert (await peer.next_command()).opaque == request.opaque
-            with caplog.at_level(logging.WARNING, logger="rocketq.remoting.transport"):
+            with caplog.at_level(logging.WARNING, logger="rocketq.remoting.connection"):
                 await peer.send(bad)
                 await peer.wait_closed_by_peer()
             await peer.close()

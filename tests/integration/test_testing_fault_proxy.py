@@ -16,10 +16,10 @@ import pytest
 
 from rocketq.client import Message, Producer, SendStatus
 from rocketq.errors import ConnectionClosed, RemotingConnectError, RemotingTimeout, RocketqError
+from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codec import encode
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request
-from rocketq.remoting.transport import RemotingClient
 from rocketq.testing import FaultProxy, InProcessCluster
 
 T = TypeVar("T")

@@ -32,7 +32,7 @@ def server_modules(modules: list[str]) -> list[str]:
 
 def test_importing_the_package_loads_no_client_module_yet() -> None:
     modules = loaded_after("import rocketq.client")
-    assert modules == ["rocketq", "rocketq.client"]
+    assert modules == ["rocketq", "rocketq._lazy", "rocketq.client"]  # _lazy: the PEP 562 exports
 
 
 @pytest.mark.parametrize(

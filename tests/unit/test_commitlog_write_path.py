@@ -277,6 +277,9 @@ def test_flush_timeout_of_a_queued_writer_leaves_the_queue(
         t.join(30)
         monkeypatch.setattr(type(cl.queue), "flush", real_flush)
         assert first[0].status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        # the next writer gets a deadline a loaded machine's fsync meets: what is tested is that the
+        # queue serves it, not how fast the disk syncs
+        monkeypatch.setattr(cl, "_sync_timeout_s", 30.0)
         after = cl.put_message(bm(body=b"third"))
         assert after.status is PutMessageStatus.PUT_OK
         assert cl.flushed_where >= after.next_offset >= timed_out.next_offset

@@ -8,13 +8,13 @@ import logging
 import zlib
 
 import pytest
-from rocketq.protocol.record import encode_record
 
 from rocketq.broker.send import MAX_INFLATED_BODY_BYTES, check_sys_flag, zlib_problem
 from rocketq.client.admin import decode_messages as admin_decode
 from rocketq.client.consumer_core import decode_messages, decode_pull_body
 from rocketq.errors import InvalidParameter, MessageIllegal
 from rocketq.message import MessageExt, encode_properties
+from rocketq.protocol.record import encode_record
 from rocketq.proxy import convert
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.spark.pull import decoded_pull

@@ -20,8 +20,9 @@ broker shares with clients are in :mod:`rocketq.protocol`. Modules (each named a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rocketq._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from rocketq.broker.config import BrokerConfig, load_broker_conf
@@ -39,15 +40,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = ["Broker", "BrokerConfig", "load_broker_conf", "run_broker", "serve_broker"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

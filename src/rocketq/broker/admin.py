@@ -26,7 +26,7 @@ from rocketq.protocol.headers import get_bool, get_int, get_long, get_str
 from rocketq.protocol.topic import SINGLE_TAG, TOPIC_FILTER_TYPES, TopicConfig, topic_max_length
 from rocketq.remoting.codes import CURRENT_VERSION, Version
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
 
 

@@ -23,7 +23,7 @@ from rocketq.errors import InvalidParameter, ResponseCode
 from rocketq.protocol import fastjson
 from rocketq.protocol.headers import get_bool, get_str
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,15 @@ from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.headers import get_str, opt_str
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
+
+
+def _store_time_before(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+    """The store time of the message just before queue offset ``offset``; 0 when there is none."""
+    if offset <= 0:
+        return 0
+    return max(0, store.get_message_store_timestamp(topic, queue_id, offset - 1))
 
 
 def _topic_stats(store: MessageStore, broker_name: str, topic: str, queues: int) -> dict[Any, Any]:
@@ -34,11 +41,8 @@ def _topic_stats(store: MessageStore, broker_name: str, topic: str, queues: int)
     for queue_id in range(queues):
         max_offset = max(0, store.get_max_offset(topic, queue_id))
         min_offset = max(0, store.get_min_offset(topic, queue_id))
-        last = 0
-        if max_offset > 0:
-            last = max(0, store.get_message_store_timestamp(topic, queue_id, max_offset - 1))
         table[MessageQueue(topic, broker_name, queue_id)] = {
-            "lastUpdateTimestamp": last,
+            "lastUpdateTimestamp": _store_time_before(store, topic, queue_id, max_offset),
             "maxOffset": max_offset,
             "minOffset": min_offset,
         }
@@ -53,13 +57,10 @@ def _consume_stats(
         for queue_id in range(read_nums[topic]):
             broker_offset = max(0, store.get_max_offset(topic, queue_id))
             consumer_offset = max(0, committed.get(queue_id, 0))
-            last = 0
-            if consumer_offset > 0:
-                last = max(0, store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1))
             table[MessageQueue(topic, broker_name, queue_id)] = {
                 "brokerOffset": broker_offset,
                 "consumerOffset": consumer_offset,
-                "lastTimestamp": last,
+                "lastTimestamp": _store_time_before(store, topic, queue_id, consumer_offset),
                 "pullOffset": consumer_offset,
             }
     return table

@@ -39,7 +39,7 @@ from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import as_str
 from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq.config import StoreConfig, from_rocketmq_properties
+from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
 
@@ -134,7 +134,8 @@ class BrokerConfig:
             problems.append(f"broker_permission={self.broker_permission} is outside 0..15")
         if not 1 <= self.default_topic_queue_nums <= 1024:
             problems.append(f"default_topic_queue_nums={self.default_topic_queue_nums} is outside 1..1024")
-        for name in (
+        problems += not_positive(
+            self,
             "short_polling_time_mills",
             "long_polling_max_hold_ms",
             "max_transfer_count_on_message_in_memory",
@@ -146,9 +147,7 @@ class BrokerConfig:
             "transaction_check_interval_ms",
             "pop_journal_compact_bytes",
             "pop_long_polling_max_ms",
-        ):
-            if getattr(self, name) <= 0:
-                problems.append(f"{name}={getattr(self, name)} must be positive")
+        )
         if self.transaction_timeout_ms < 0:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
         if self.transaction_check_max < 0:

@@ -22,6 +22,8 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Iterable
+from typing import Any
 
 from rocketq.broker.client_manager import ClientChannelInfo
 from rocketq.broker.context import BrokerContext
@@ -38,7 +40,7 @@ from rocketq.protocol.heartbeat import parse_heartbeat
 from rocketq.protocol.topic import PERM_READ, PERM_WRITE, retry_topic
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,19 @@ def _language_name(language: int) -> str:
         return LanguageCode(language).name
     except ValueError:
         return "OTHER"
+
+
+def _connection_set(clients: Iterable[ClientChannelInfo]) -> list[dict[str, Any]]:
+    """The ``connectionSet`` of a GET_CONSUMER/PRODUCER_CONNECTION_LIST answer."""
+    return [
+        {
+            "clientAddr": c.channel.remote_address,
+            "clientId": c.client_id,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in clients
+    ]
 
 
 class ConsumerManageProcessor:
@@ -142,15 +157,7 @@ class ConsumerManageProcessor:
         if info is None or not info.channels:
             return create_response(request, 206, f"the consumer group[{group}] not online")
         body = {
-            "connectionSet": [
-                {
-                    "clientAddr": c.channel.remote_address,
-                    "clientId": c.client_id,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in info.channels.values()
-            ],
+            "connectionSet": _connection_set(info.channels.values()),
             "consumeFromWhere": info.consume_from_where,
             "consumeType": info.consume_type,
             "messageModel": info.message_model,
@@ -169,17 +176,7 @@ class ConsumerManageProcessor:
             return create_response(
                 request, ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
             )
-        body = {
-            "connectionSet": [
-                {
-                    "clientAddr": c.channel.remote_address,
-                    "clientId": c.client_id,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in channels
-            ]
-        }
+        body = {"connectionSet": _connection_set(channels)}
         return create_response(
             request, ResponseCode.SUCCESS, body=json.dumps(body, separators=(",", ":")).encode()
         )

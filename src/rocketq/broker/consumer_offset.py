@@ -135,20 +135,10 @@ class ConsumerOffsetManager(JsonConfigFile):
         return dict(self.offset_table.get(offset_key(topic, group), {}))
 
     def groups_of_topic(self, topic: str) -> set[str]:
-        out = set()
-        for key in self.offset_table:
-            t, g = split_offset_key(key)
-            if t == topic:
-                out.add(g)
-        return out
+        return {g for t, g in map(split_offset_key, self.offset_table) if t == topic}
 
     def topics_of_group(self, group: str) -> set[str]:
-        out = set()
-        for key in self.offset_table:
-            t, g = split_offset_key(key)
-            if g == group:
-                out.add(t)
-        return out
+        return {t for t, g in map(split_offset_key, self.offset_table) if g == group}
 
     def remove(self, topic: str, group: str) -> bool:
         if self.offset_table.pop(offset_key(topic, group), None) is None:

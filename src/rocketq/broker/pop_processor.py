@@ -42,7 +42,7 @@ from rocketq.message import PROPERTY_POP_CK, encode_properties, pack_socket_addr
 from rocketq.protocol.headers import MAX_POLL_MS, get_bool, get_int, get_long, get_str, opt_str
 from rocketq.protocol.record import encode_record
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 

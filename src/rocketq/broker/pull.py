@@ -65,7 +65,7 @@ from rocketq.protocol.record import RecordKind, decode_record
 from rocketq.protocol.route import MASTER_ID
 from rocketq.protocol.topic import is_readable
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)

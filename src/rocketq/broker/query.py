@@ -18,7 +18,7 @@ from rocketq.broker.context import BrokerContext
 from rocketq.errors import ResponseCode, RocketqError
 from rocketq.protocol.headers import get_bool, get_int, get_long, get_str
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.message_store import MessageStore
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"

@@ -31,9 +31,9 @@ from typing import Any
 
 from rocketq.broker.config import BrokerConfig
 from rocketq.errors import ResponseCode, RocketqError
+from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request
-from rocketq.remoting.transport import RemotingClient
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from rocketq.protocol.headers import get_bool, get_long, get_str
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -98,7 +98,7 @@ from rocketq.protocol.topic import (
 from rocketq.remoting.codec import success_frame
 from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)

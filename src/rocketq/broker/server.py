@@ -75,15 +75,11 @@ from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
+from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import (
-    Connection,
-    ImmediateHandler,
-    RemotingClient,
-    RemotingServer,
-    RequestHandler,
-)
+from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
+from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -397,11 +393,7 @@ class Broker:
                 self._offsets_persister.request()
             for persister in self._persisters:
                 await persister.flush()
-        await self._close_store()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._client is not None:
-            await self._client.close()
+        await self._release()
         log.info("broker %s shut down", self.config.broker_name)
 
     async def _abandon(self) -> None:
@@ -416,6 +408,11 @@ class Broker:
         for server in (self._fast_server, self._server):
             if server is not None:
                 await server.close()
+        await self._release()
+
+    async def _release(self) -> None:
+        """The last step of shutdown (or of a failed start): the store, the worker threads and
+        the outbound remoting client."""
         await self._close_store()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

@@ -79,7 +79,7 @@ from rocketq.protocol.topic import (
 )
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import Connection
+from rocketq.remoting.connection import Connection
 from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,9 @@ Settings shared by every client are a :class:`ClientConfig` (``config=``); the c
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rocketq._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from rocketq.client.admin import Admin, AsyncAdmin
@@ -99,15 +100,4 @@ __all__ = [
     "TransactionSendResult",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,5 +1,7 @@
 """SQL92 property selectors: tokenizer → recursive-descent parser → small AST → compiled predicate.
 
+One idea: the SQL92 selector language (lexer, parser, checks, evaluator of one grammar).
+
 The dialect is RocketMQ's ``MessageSelector.bySql`` (a JMS selector subset). Grammar, loosest first::
 
     selector    := or_expr

@@ -4,15 +4,18 @@ The bodies it reads and writes (routes, cluster info, registrations) are wire va
 brokers and clients: :mod:`rocketq.protocol.route`. Modules::
 
     routes.py   RouteTable: brokers, topics' queue data, clusters, liveness, KV config (pure)
-    server.py   NamesrvConfig, NameServer (request processors on a RemotingServer), run_namesrv
+    config.py   NamesrvConfig: the name server's settings
+    server.py   NameServer (request processors on a RemotingServer), run_namesrv
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rocketq._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from rocketq.namesrv.config import NamesrvConfig
     from rocketq.namesrv.routes import (
         DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS,
         BrokerLiveInfo,
@@ -20,14 +23,14 @@ if TYPE_CHECKING:
         RemovedBroker,
         RouteTable,
     )
-    from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv, serve_namesrv
+    from rocketq.namesrv.server import NameServer, run_namesrv, serve_namesrv
 
 # Imported from their modules on first use (PEP 562).
 _EXPORTS: dict[str, str] = {
     "DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS": "rocketq.namesrv.routes",
     "BrokerLiveInfo": "rocketq.namesrv.routes",
     "NameServer": "rocketq.namesrv.server",
-    "NamesrvConfig": "rocketq.namesrv.server",
+    "NamesrvConfig": "rocketq.namesrv.config",
     "RegisterBrokerResult": "rocketq.namesrv.routes",
     "RemovedBroker": "rocketq.namesrv.routes",
     "RouteTable": "rocketq.namesrv.routes",
@@ -47,15 +50,4 @@ __all__ = [
     "serve_namesrv",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

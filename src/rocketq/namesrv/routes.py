@@ -1,5 +1,7 @@
 """The name server's route table (RocketMQ ``RouteInfoManager`` + ``KVConfigManager``), pure.
 
+One idea: the name server's route table, its tables and the rules that keep them consistent.
+
 No sockets, no clock, no threads: callers pass the time (``now_ms``, any monotonic millisecond
 clock) and an opaque ``channel`` token (the connection a broker registered on), and act on what
 the methods return (e.g. close the channels of expired brokers). One instance is owned by one

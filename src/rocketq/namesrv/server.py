@@ -52,12 +52,12 @@ import signal
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from rocketq.config import field_for_rocketmq_key, from_rocketmq_properties
-from rocketq.errors import ConfigError, RequestHeaderError, ResponseCode
-from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS, RemovedBroker, RouteTable
+from rocketq.config import field_for_rocketmq_key
+from rocketq.errors import RequestHeaderError, ResponseCode
+from rocketq.namesrv.config import DEFAULT_NAMESRV_PORT, NamesrvConfig, rocketmq_key
+from rocketq.namesrv.routes import RemovedBroker, RouteTable
 from rocketq.properties import parse_properties
 from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import dumps_sorted as dumps
@@ -77,11 +77,10 @@ from rocketq.remoting import (
     create_response,
     eventloop,
 )
-from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, REQUEST_CODE_NOT_SUPPORTED_REMARK
+from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESRV_PORT: Final = 9876
 #: Remark suffix Java appends to TOPIC_NOT_EXIST (``FAQUrl.suggestTodo(APPLY_TOPIC_URL)``).
 FAQ_SUFFIX: Final = "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details."
 #: extFields key of a 5.x broker's zone (``MixAll.ZONE_NAME``).
@@ -90,72 +89,6 @@ ZONE_NAME_FIELD: Final = "__ZONE_NAME"
 CONFIG_BLACK_LIST: Final = frozenset(
     {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome", "listenPort", "bindAddress"}
 )
-
-_UNIT_SUFFIXES: Final = ("_ms", "_bytes", "_hours", "_percent", "_count", "_pages")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NamesrvConfig:
-    """Settings of the name server (RocketMQ ``NamesrvConfig`` + ``NettyServerConfig``)."""
-
-    listen_port: int = DEFAULT_NAMESRV_PORT
-    bind_address: str = "0.0.0.0"
-    #: How often silent brokers are looked for.
-    scan_not_active_broker_interval_ms: int = 5000
-    #: A broker's heartbeat timeout when its REGISTER_BROKER header does not carry one.
-    broker_heartbeat_timeout_ms: int = DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
-    #: Put the ORDER_TOPIC_CONFIG KV entry into route data as ``orderTopicConf``.
-    order_message_enable: bool = False
-    #: Answer REGISTER_BROKER with the ORDER_TOPIC_CONFIG namespace as a KVTable body.
-    return_order_topic_config_to_broker: bool = True
-    enable_all_topic_list: bool = True
-    enable_topic_list: bool = True
-    #: Drop a broker's queue data of topics its re-registration no longer lists.
-    delete_topic_with_broker_registration: bool = False
-    #: KV config file (``{"configTable":{ns:{k:v}}}``); None keeps KV config in memory only.
-    #: (RocketMQ's default is ``~/namesrv/kvConfig.json``.)
-    kv_config_path: str | None = None
-    #: Largest accepted frame, length field included.
-    max_frame_size_bytes: int = DEFAULT_MAX_FRAME_SIZE
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not 0 <= self.listen_port <= 65535:
-            problems.append(f"listen_port={self.listen_port} is not in 0..65535")
-        for name in (
-            "scan_not_active_broker_interval_ms",
-            "broker_heartbeat_timeout_ms",
-            "max_frame_size_bytes",
-        ):
-            if getattr(self, name) <= 0:
-                problems.append(f"{name}={getattr(self, name)} must be positive")
-        if problems:
-            raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
-
-    @classmethod
-    def from_rocketmq_properties(cls, props: dict[str, str], **overrides: Any) -> NamesrvConfig:
-        """From RocketMQ ``namesrv.conf`` keys (``listenPort``, ``scanNotActiveBrokerInterval``, …)."""
-        return from_rocketmq_properties(cls, props, **overrides)
-
-    def to_rocketmq_properties(self) -> dict[str, str]:
-        """The settings under RocketMQ-style keys (what GET_NAMESRV_CONFIG answers)."""
-        out: dict[str, str] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            out[rocketmq_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
-
-
-def rocketmq_key(field_name: str) -> str:
-    """``scan_not_active_broker_interval_ms`` → ``scanNotActiveBrokerInterval`` (unit dropped)."""
-    for suffix in _UNIT_SUFFIXES:
-        if field_name.endswith(suffix):
-            field_name = field_name[: -len(suffix)]
-            break
-    head, *rest = field_name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _monotonic_ms() -> int:
@@ -457,26 +390,30 @@ class NameServer:
         return create_response(request, ResponseCode.SUCCESS)
 
     async def _wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        broker_name = _field(request, "brokerName")
-        count = self.routes.wipe_write_perm(broker_name)
-        log.info(
-            "wiped write perm of broker %s on %d topics (asked by %s)",
-            broker_name,
-            count,
-            conn.remote_address,
-        )
-        return create_response(request, ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": count})
+        return self._change_write_perm(conn, request, self.routes.wipe_write_perm, "wiped", "wipeTopicCount")
 
     async def _add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._change_write_perm(conn, request, self.routes.add_write_perm, "added", "addTopicCount")
+
+    def _change_write_perm(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        change: Callable[[str], int],
+        done: str,
+        count_field: str,
+    ) -> RemotingCommand:
+        """``change(brokerName)`` on the table; the answer carries its topic count in ``count_field``."""
         broker_name = _field(request, "brokerName")
-        count = self.routes.add_write_perm(broker_name)
+        count = change(broker_name)
         log.info(
-            "added write perm of broker %s on %d topics (asked by %s)",
+            "%s write perm of broker %s on %d topics (asked by %s)",
+            done,
             broker_name,
             count,
             conn.remote_address,
         )
-        return create_response(request, ResponseCode.SUCCESS, ext_fields={"addTopicCount": count})
+        return create_response(request, ResponseCode.SUCCESS, ext_fields={count_field: count})
 
     # -- routes and lists ---------------------------------------------------------------------
 

@@ -390,20 +390,27 @@ OBJECT_KEYS: Final = Dialect()
 
 
 # -- reading values: tolerant ----------------------------------------------------------------------
-def as_int(value: object, default: int) -> int:
-    """An int from a JSON number or numeric string; ``default`` otherwise (booleans too)."""
+def int_value(value: object) -> int | None:
+    """An int from a JSON number (integral) or numeric string (spaces around it allowed); None
+    for anything else, booleans included."""
     if isinstance(value, bool):
-        return default
+        return None
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(value) if value.is_integer() else default
+        return int(value) if value.is_integer() else None
     if isinstance(value, str):
         try:
             return int(value.strip())
         except ValueError:
-            return default
-    return default
+            return None
+    return None
+
+
+def as_int(value: object, default: int) -> int:
+    """An int from a JSON number or numeric string; ``default`` otherwise (booleans too)."""
+    number = int_value(value)
+    return default if number is None else number
 
 
 def as_bool(value: object, default: bool) -> bool:
@@ -455,18 +462,12 @@ def field_int(obj: Mapping[str, Any], key: str, default: int, what: str) -> int:
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise BodyFormatError(f"{what}: {key!r} is not an integer: {value!r:.80}")
+    if isinstance(value, int):  # a bool too: true → 1
+        return int(value) if isinstance(value, bool) else value
+    number = int_value(value)
+    if number is None:
+        raise BodyFormatError(f"{what}: {key!r} is not an integer: {value!r:.80}")
+    return number
 
 
 def field_bool(obj: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -517,6 +518,7 @@ __all__ = [
     "field_object",
     "field_str",
     "field_str_list",
+    "int_value",
     "load_file",
     "loads",
     "loads_body",

@@ -1,5 +1,8 @@
 """``apache.rocketmq.v2.MessagingService`` in front of a cluster (``rocketq proxy``, cluster mode).
 
+One idea: the MessagingService calls translated into remoting requests to a cluster's name servers and
+brokers (the table below, one row per call).
+
 The proxy holds no messages: it turns gRPC calls into remoting requests to the name servers and
 brokers, like RocketMQ 5's proxy in cluster mode::
 
@@ -78,7 +81,7 @@ from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
-from rocketq.proxy.session import ClientSessionServicer
+from rocketq.proxy.session import ClientSessionServicer, ack_entries
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
 from rocketq.proxy.telemetry import Session
@@ -242,20 +245,26 @@ class ClusterServicer(ClientSessionServicer):
                 return route.topic_message_type(TopicConfig.from_json(topic, table[topic]))
         return route.topic_message_type(TopicConfig(topic))
 
+    async def _route_queues(
+        self, topic: str, request: spb.QueryRouteRequest | spb.QueryAssignmentRequest
+    ) -> list[pb.MessageQueue]:
+        """The queues of ``topic``'s masters as the name servers route it, behind this proxy."""
+        route_data = await self.routes.fetch_route(topic)
+        return route_queues(
+            topic,
+            route_data,
+            await self._topic_type(topic, route_data),
+            endpoints=self._endpoints(request.endpoints),
+            namespace=request.topic.resource_namespace,
+        )
+
     # -- QueryRoute / Telemetry -------------------------------------------------------------
     async def QueryRoute(
         self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> spb.QueryRouteResponse:
         try:
             topic = self._topic_name(request.topic)
-            route_data = await self.routes.fetch_route(topic)
-            queues = route_queues(
-                topic,
-                route_data,
-                await self._topic_type(topic, route_data),
-                endpoints=self._endpoints(request.endpoints),
-                namespace=request.topic.resource_namespace,
-            )
+            queues = await self._route_queues(topic, request)
             if not queues:
                 raise TopicNotExist(f"topic {topic} has no queue on a master broker")
         except Exception as exc:
@@ -406,20 +415,10 @@ class ClusterServicer(ClientSessionServicer):
         try:
             topic = self._topic_name(request.topic)
             _group_name(request.group)
-            route_data = await self.routes.fetch_route(topic)
-            queues = route_queues(
-                topic,
-                route_data,
-                await self._topic_type(topic, route_data),
-                endpoints=self._endpoints(request.endpoints),
-                namespace=request.topic.resource_namespace,
-            )
+            queues = await self._route_queues(topic, request)
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=_error("QueryAssignment", exc))
-        readable = [q for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
-        return spb.QueryAssignmentResponse(
-            status=status.ok(), assignments=[pb.Assignment(message_queue=q) for q in readable]
-        )
+        return spb.QueryAssignmentResponse(status=status.ok(), assignments=route.assignments(queues))
 
     async def ReceiveMessage(
         self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -491,26 +490,17 @@ class ClusterServicer(ClientSessionServicer):
             group = _group_name(request.group)
         except Exception as exc:
             return spb.AckMessageResponse(status=_error("AckMessage", exc))
-        results: list[spb.AckMessageResultEntry] = []
-        for entry in request.entries:
-            try:
-                addr, handle = await self._broker_of_handle(topic, entry.receipt_handle)
-                fields = {"consumerGroup": group, "topic": topic, "extraInfo": handle}
-                response = await self.remoting.invoke(
-                    addr, create_request(RequestCode.ACK_MESSAGE, fields), self.timeout_s
-                )
-                if response.code != ResponseCode.SUCCESS:
-                    raise _handle_error(response.code, response.remark or "")
-                st = status.ok()
-            except Exception as exc:
-                st = _error("AckMessage", exc)
-            results.append(
-                spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
-                )
+
+        async def ack(entry: spb.AckMessageEntry) -> None:
+            addr, handle = await self._broker_of_handle(topic, entry.receipt_handle)
+            fields = {"consumerGroup": group, "topic": topic, "extraInfo": handle}
+            response = await self.remoting.invoke(
+                addr, create_request(RequestCode.ACK_MESSAGE, fields), self.timeout_s
             )
-        top = status.of_entries([r.status for r in results], "entry to ack")
-        return spb.AckMessageResponse(status=top, entries=results)
+            if response.code != ResponseCode.SUCCESS:
+                raise _handle_error(response.code, response.remark or "")
+
+        return await ack_entries(request, ack, _error)
 
     async def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
@@ -518,9 +508,7 @@ class ClusterServicer(ClientSessionServicer):
         try:
             topic = self._topic_name(request.topic)
             group = _group_name(request.group)
-            invisible_ms = convert.duration_ms(request.invisible_duration)
-            if invisible_ms < 0:
-                raise InvalidParameter(f"invisible duration {invisible_ms} ms is negative")
+            invisible_ms = convert.invisible_ms(request.invisible_duration)
             addr, handle = await self._broker_of_handle(topic, request.receipt_handle)
             _, broker_name, commit_log_offset = decode_receipt_handle(request.receipt_handle)
             fields = {
@@ -617,11 +605,7 @@ def _group_name(resource: pb.Resource) -> str:
 
 
 def _error(what: str, exc: BaseException) -> pb.Status:
-    if isinstance(exc, RocketqError):
-        log.info("%s refused: %s", what, exc)
-    else:
-        log.exception("%s failed", what)
-    return status.of_error(exc)
+    return status.of_failure(what, exc, log)
 
 
 __all__ = [

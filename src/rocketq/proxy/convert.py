@@ -112,6 +112,14 @@ def duration_ms(d: duration_pb2.Duration) -> int:
     return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
 
 
+def invisible_ms(d: duration_pb2.Duration) -> int:
+    """The invisible duration of a ChangeInvisibleDuration in ms; InvalidParameter if negative."""
+    ms = duration_ms(d)
+    if ms < 0:
+        raise InvalidParameter(f"invisible duration {ms} ms is negative")
+    return ms
+
+
 def ms_duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 

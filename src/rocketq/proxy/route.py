@@ -111,10 +111,16 @@ def message_queues(
     ]
 
 
+def assignments(queues: list[pb.MessageQueue]) -> list[pb.Assignment]:
+    """The QueryAssignment answer: one assignment per readable queue."""
+    return [pb.Assignment(message_queue=q) for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
+
+
 __all__ = [
     "MESSAGE_TYPE_ATTRIBUTE",
     "TOPIC_TYPES",
     "accept_message_types",
+    "assignments",
     "check_message_type",
     "endpoints",
     "message_queues",

@@ -39,7 +39,6 @@ from rocketq.errors import (
     InvalidParameter,
     MessageBodyTooLarge,
     NoPermission,
-    RocketqError,
     SubscriptionGroupNotExist,
     TopicNameInvalid,
     TopicNotExist,
@@ -57,7 +56,7 @@ from rocketq.message import (
 )
 from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
-from rocketq.proxy.session import ClientSessionServicer
+from rocketq.proxy.session import ClientSessionServicer, ack_entries
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId, NotSupported
 from rocketq.proxy.telemetry import CLIENT_ID_HEADER, Session, metadata_value
@@ -190,13 +189,7 @@ class MessagingServicer(ClientSessionServicer):
         self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
     ) -> spb.QueryRouteResponse:
         try:
-            tc = self._topic(request.topic)
-            queues = route.message_queues(
-                tc,
-                broker_name=self.ctx.config.broker_name,
-                broker_endpoints=self._broker_endpoints(request.endpoints),
-                namespace=request.topic.resource_namespace,
-            )
+            queues = self._message_queues(self._topic(request.topic), request)
         except Exception as exc:
             return spb.QueryRouteResponse(status=self._error("QueryRoute", exc))
         return spb.QueryRouteResponse(status=status.ok(), message_queues=queues)
@@ -207,17 +200,20 @@ class MessagingServicer(ClientSessionServicer):
         try:
             tc = self._topic(request.topic)
             self._group(request.group)
-            queues = route.message_queues(
-                tc,
-                broker_name=self.ctx.config.broker_name,
-                broker_endpoints=self._broker_endpoints(request.endpoints),
-                namespace=request.topic.resource_namespace,
-            )
+            queues = self._message_queues(tc, request)
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=self._error("QueryAssignment", exc))
-        readable = [q for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
-        return spb.QueryAssignmentResponse(
-            status=status.ok(), assignments=[pb.Assignment(message_queue=q) for q in readable]
+        return spb.QueryAssignmentResponse(status=status.ok(), assignments=route.assignments(queues))
+
+    def _message_queues(
+        self, tc: TopicConfig, request: spb.QueryRouteRequest | spb.QueryAssignmentRequest
+    ) -> list[pb.MessageQueue]:
+        """The queues of ``tc`` on this broker, as the request's endpoints reach it."""
+        return route.message_queues(
+            tc,
+            broker_name=self.ctx.config.broker_name,
+            broker_endpoints=self._broker_endpoints(request.endpoints),
+            namespace=request.topic.resource_namespace,
         )
 
     # -- Telemetry --------------------------------------------------------------------------
@@ -396,20 +392,11 @@ class MessagingServicer(ClientSessionServicer):
             pop = self._pop()
         except Exception as exc:
             return spb.AckMessageResponse(status=self._error("AckMessage", exc))
-        results: list[spb.AckMessageResultEntry] = []
-        for entry in request.entries:
-            try:
-                await pop.ack(group=group, topic=tc.topic_name, receipt_handle=entry.receipt_handle)
-                st = status.ok()
-            except Exception as exc:
-                st = self._error("AckMessage", exc)
-            results.append(
-                spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
-                )
-            )
-        top = status.of_entries([r.status for r in results], "entry to ack")
-        return spb.AckMessageResponse(status=top, entries=results)
+
+        async def ack(entry: spb.AckMessageEntry) -> None:
+            await pop.ack(group=group, topic=tc.topic_name, receipt_handle=entry.receipt_handle)
+
+        return await ack_entries(request, ack, self._error)
 
     async def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
@@ -418,9 +405,7 @@ class MessagingServicer(ClientSessionServicer):
             tc = self._topic(request.topic)
             group = self._group(request.group)
             pop = self._pop()
-            invisible_ms = convert.duration_ms(request.invisible_duration)
-            if invisible_ms < 0:
-                raise InvalidParameter(f"invisible duration {invisible_ms} ms is negative")
+            invisible_ms = convert.invisible_ms(request.invisible_duration)
             handle = await pop.change_invisible(
                 group=group,
                 topic=tc.topic_name,
@@ -450,11 +435,7 @@ class MessagingServicer(ClientSessionServicer):
     # -- errors -----------------------------------------------------------------------------
     @staticmethod
     def _error(what: str, exc: BaseException) -> pb.Status:
-        if isinstance(exc, RocketqError):
-            log.info("%s refused: %s", what, exc)
-        else:
-            log.exception("%s failed", what)
-        return status.of_error(exc)
+        return status.of_failure(what, exc, log)
 
 
 def _peer_address(peer: str, born_host: str) -> str:

@@ -20,7 +20,7 @@ the cluster proxy's orphaned-transaction checks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -68,4 +68,27 @@ class ClientSessionServicer(service_pb2_grpc.MessagingServiceServicer):
         raise NotImplementedError
 
 
-__all__ = ["ClientSessionServicer"]
+async def ack_entries(
+    request: spb.AckMessageRequest,
+    ack: Callable[[spb.AckMessageEntry], Awaitable[None]],
+    error: Callable[[str, BaseException], pb.Status],
+) -> spb.AckMessageResponse:
+    """AckMessage of every entry of ``request`` by ``ack(entry)``, in order: each entry gets its
+    own status (``error("AckMessage", exc)`` when ``ack`` raises), the response their summary."""
+    results: list[spb.AckMessageResultEntry] = []
+    for entry in request.entries:
+        try:
+            await ack(entry)
+            st = status.ok()
+        except Exception as exc:
+            st = error("AckMessage", exc)
+        results.append(
+            spb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
+            )
+        )
+    top = status.of_entries([r.status for r in results], "entry to ack")
+    return spb.AckMessageResponse(status=top, entries=results)
+
+
+__all__ = ["ClientSessionServicer", "ack_entries"]

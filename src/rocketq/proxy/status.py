@@ -27,6 +27,8 @@ requests that cannot be answered in their own shape end the call with a gRPC sta
 
 from __future__ import annotations
 
+import logging
+
 from rocketq.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
@@ -93,7 +95,17 @@ def of_error(exc: BaseException) -> pb.Status:
     return pb.Status(code=code_of(exc), message=str(exc) or type(exc).__name__)
 
 
-__all__ = ["InvalidTransactionId", "NotSupported", "code_of", "of_error", "ok", "status"]
+def of_failure(what: str, exc: BaseException, log: logging.Logger) -> pb.Status:
+    """:func:`of_error` of a call ``what`` that failed, logged on ``log``: a refusal (a
+    RocketqError) at INFO, anything else with its traceback."""
+    if isinstance(exc, RocketqError):
+        log.info("%s refused: %s", what, exc)
+    else:
+        log.exception("%s failed", what)
+    return of_error(exc)
+
+
+__all__ = ["InvalidTransactionId", "NotSupported", "code_of", "of_error", "of_failure", "ok", "status"]
 
 
 def of_entries(statuses: list[pb.Status], what: str = "entry") -> pb.Status:

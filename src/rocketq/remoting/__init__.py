@@ -5,12 +5,15 @@ Layering (each module imports only the ones above it)::
     codes.py      numbers: request/language codes, flag bits, serialize types, limits, versions
     command.py    RemotingCommand + JSON / ROCKETMQ header encode and tolerant decode (pure)
     codec.py      frames: FrameDecoder.feed(bytes) -> [RemotingCommand], encode(cmd) -> bytes (pure)
-    transport.py  asyncio.Protocol connection, RemotingServer, RemotingClient
+    connection.py Connection: the asyncio.Protocol either end runs (dispatch, back-pressure)
+    server.py     RemotingServer: accepts connections, runs the request handler
+    client.py     RemotingClient: one lazily opened connection per address
     eventloop.py  which loop the server commands run on (asyncio, or uvloop on request)
 """
 
 from __future__ import annotations
 
+from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.codes import (
     CURRENT_VERSION,
@@ -26,7 +29,8 @@ from rocketq.remoting.codes import (
     Version,
 )
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.transport import Connection, RemotingClient, RemotingServer, RequestHandler
+from rocketq.remoting.connection import Connection, RequestHandler
+from rocketq.remoting.server import RemotingServer
 
 __all__ = [
     "CURRENT_VERSION",

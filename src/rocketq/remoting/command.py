@@ -231,16 +231,12 @@ def encode_json_success_header(opaque: int, ext_json: str) -> bytes:
 
 
 def _int_field(name: str, value: Any) -> int:
-    if type(value) is int:
+    if type(value) is int:  # the common case, without a call
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise FrameError(f"JSON header field {name!r} is not an integer: {value!r:.80}")
+    number = fastjson.int_value(value)
+    if number is None:
+        raise FrameError(f"JSON header field {name!r} is not an integer: {value!r:.80}")
+    return number
 
 
 def _encode_ext(ext: dict[str, str]) -> str:

@@ -6,8 +6,9 @@ of the package (``rocketq.store.record_scan``) does not start loading the whole 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rocketq._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from rocketq.config import FlushDiskType, StoreConfig
@@ -24,15 +25,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = ["FlushDiskType", "MessageStore", "PutMessageResult", "PutMessageStatus", "StoreConfig"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,5 +1,7 @@
 """ConsumeQueue: the per-(topic, queue id) index of CommitLog records, in RocketMQ's file format.
 
+One idea: the ConsumeQueue file format (writing, reading, recovering and trimming its units).
+
 Files live at ``<root>/consumequeue/<topic>/<queueId>/<20-digit start byte offset>``; each is
 ``file_size`` bytes (300 000 units = 6 000 000 B by default, always a multiple of 20) and holds
 fixed 20-byte units, with no header and no end-of-file padding (spec/store-format.md §5)::

@@ -1,5 +1,7 @@
 """IndexFile and IndexService: look up messages by key and time range. Byte-compatible with RocketMQ.
 
+One idea: the index file format (its hash table, and the service that keeps the files of it).
+
 An index file is one fixed-size, memory-mapped hash table with chained entries
 (``store/index/IndexFile.java``). Files live in ``<root>/index/`` and are named by their
 creation time in local time, ``yyyyMMddHHmmssSSS`` (17 digits). Layout (big-endian)::

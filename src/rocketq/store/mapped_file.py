@@ -1,5 +1,7 @@
 """Memory-mapped segments and the queue of segments that forms one log.
 
+One idea: a log kept in memory-mapped segments (one segment, and the queue of them).
+
 A :class:`MappedFile` is one fixed-size file named by the 20-digit decimal offset of its first
 byte in the log (``00000000001073741824``). It is created at full size with its blocks reserved
 (``posix_fallocate``: no bytes written, so no write amplification on flush) and mapped shared.

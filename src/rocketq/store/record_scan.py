@@ -8,6 +8,9 @@ one of the states of :class:`~rocketq.protocol.record.RecordKind`: a run of MESS
 then BLANK (go on in the next segment), END (never-written space) or CORRUPT (damage), or the
 window runs out (read on).
 
+One idea: the walk over a window of CommitLog records, record by record and in columns, kept in
+one module so that no two readers can disagree on where valid data ends.
+
 Decoding every record into Python objects costs several microseconds per record, more than
 writing it did; the columnar path does the per-record work in bulk instead:
 

@@ -35,7 +35,6 @@ from rocketq.message import (
     BrokerMessage,
     MessageExt,
     decode_properties,
-    encode_properties,
 )
 from rocketq.protocol import fastjson
 from rocketq.protocol import record as rec
@@ -67,20 +66,7 @@ def to_schedule_topic(msg: BrokerMessage, max_level: int) -> BrokerMessage:
     level = min(level, max_level)
     props = decode_properties(msg.properties.decode("utf-8", "replace"))
     props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-    props[PROPERTY_REAL_TOPIC] = msg.topic
-    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    return BrokerMessage(
-        topic=SCHEDULE_TOPIC,
-        body=msg.body,
-        properties=encode_properties(props).encode("utf-8"),
-        queue_id=level - 1,
-        flag=msg.flag,
-        sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-    )
+    return msg.parked_in(SCHEDULE_TOPIC, level - 1, props)
 
 
 def message_time_up(ext: MessageExt, born_host: bytes) -> BrokerMessage:

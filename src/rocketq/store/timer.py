@@ -200,20 +200,7 @@ def to_timer_topic(msg: BrokerMessage, policy: TimerPolicy, now_ms: int) -> Brok
             f"{policy.max_delay_sec * 1000} ms (timer_max_delay_sec={policy.max_delay_sec})"
         )
     props[PROPERTY_TIMER_OUT_MS] = str(timer_out_ms(deliver_ms, policy.precision_ms))
-    props[PROPERTY_REAL_TOPIC] = msg.topic
-    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    return BrokerMessage(
-        topic=TIMER_TOPIC,
-        body=msg.body,
-        properties=encode_properties(props).encode("utf-8"),
-        queue_id=0,
-        flag=msg.flag,
-        sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-    )
+    return msg.parked_in(TIMER_TOPIC, 0, props)
 
 
 def timer_time_up(ext: MessageExt, now_ms: int) -> BrokerMessage | None:

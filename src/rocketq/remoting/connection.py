@@ -1,9 +1,11 @@
-"""asyncio transports for the remoting protocol: a server, a client, and the connection both use.
+"""One remoting connection, either end: the ``asyncio.Protocol`` that RemotingServer and
+RemotingClient both run, with the address helpers and the close-everything step they share.
 
 Both ends of a remoting connection speak both ways on one socket: the client sends requests and
 receives responses, and the broker sends its own requests (NOTIFY_CONSUMER_IDS_CHANGED,
 GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Connection` is the
 ``asyncio.Protocol`` for either end:
+
 
 * inbound bytes go through one :class:`~rocketq.remoting.codec.FrameDecoder` ``feed`` per
   ``data_received``; a frame with flag bit0 completes the pending call with its opaque
@@ -34,9 +36,6 @@ the other to read); instead :meth:`Connection.invoke` waits for the buffer to dr
 queueing more. When a connection closes, every call pending on it fails with
 :class:`~rocketq.errors.ConnectionClosed` and its close callbacks run (the broker drops client
 registrations there); handler tasks already running finish and their responses are dropped.
-
-:class:`RemotingClient` keeps one connection per ``host:port`` address, opened on first use and
-reopened on the first call after it dropped.
 """
 
 from __future__ import annotations
@@ -46,13 +45,12 @@ import collections
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Final, cast
 
 from rocketq.errors import (
     ConnectionClosed,
     FrameError,
-    RemotingConnectError,
     RemotingError,
     RemotingTimeout,
     ResponseCode,
@@ -86,11 +84,9 @@ WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024
 WRITE_BUFFER_LOW_BYTES: Final = 1024 * 1024
 #: Handler tasks running at once per connection; further requests wait and reading pauses.
 DEFAULT_MAX_PENDING_REQUESTS: Final = 10_000
-DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
 DEFAULT_INVOKE_TIMEOUT_S: Final = 3.0
 #: How long close() waits for connections to flush before aborting them.
 DEFAULT_CLOSE_TIMEOUT_S: Final = 5.0
-DEFAULT_BACKLOG: Final = 1024
 
 #: Call deadlines are rounded up to this grid (one timer per slot, not per call).
 _TIMEOUT_TICK_S: Final = 0.01
@@ -561,251 +557,17 @@ def _suffix(reason: str | None) -> str:
     return f": {reason}" if reason else ""
 
 
-class RemotingServer:
-    """Accepts remoting connections on ``host:port`` and runs ``handler`` for every request.
-
-    ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
-    back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection.
-    ``immediate(conn, request)`` (optional) is asked first for every request and answers the
-    ones it can without awaiting (see the module docstring)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        handler: RequestHandler,
-        *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-        on_connection: Callable[[Connection], None] | None = None,
-        backlog: int = DEFAULT_BACKLOG,
-        immediate: ImmediateHandler | None = None,
-    ) -> None:
-        self.host = host
-        self._immediate = immediate
-        self._port = port
-        self._handler = handler
-        self._max_frame_size = max_frame_size
-        self._max_pending_requests = max_pending_requests
-        self._on_connection = on_connection
-        self._backlog = backlog
-        self._server: asyncio.Server | None = None
-        self._connections: set[Connection] = set()
-
-    @property
-    def port(self) -> int:
-        """The listening port (once started, the real one when constructed with port 0)."""
-        return self._port
-
-    @property
-    def address(self) -> str:
-        return format_address((self.host, self.port))
-
-    @property
-    def connections(self) -> frozenset[Connection]:
-        """The connections currently open."""
-        return frozenset(self._connections)
-
-    async def start(self) -> None:
-        if self._server is not None:
-            return
-        loop = asyncio.get_running_loop()
-        # Bound first, recorded, then serving: create_server's own start of serving ends in an
-        # await, and a start cancelled there would leave a listening socket nobody can close.
-        server = await loop.create_server(
-            self._make_connection,
-            self.host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=True,
-            start_serving=False,
-        )
-        self._server = server
-        if server.sockets:
-            self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it
-        await server.start_serving()
-        log.info("remoting server listening on %s", self.address)
-
-    async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
-        """Stop accepting, cancel running handlers, close every connection (abort after
-        ``timeout_s`` if a peer does not take the queued bytes)."""
-        server = self._server
-        if server is None:
-            return
-        self._server = None
-        server.close()
-        connections = list(self._connections)
-        for conn in connections:
-            conn.cancel_requests()
-            conn.close()
-        if connections:
-            waits = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
-            _, not_done = await asyncio.wait(waits, timeout=timeout_s)
-            for waiter in not_done:
-                waiter.cancel()
-            for conn in connections:
-                if not conn._lost:
-                    conn.abort()
-        await server.wait_closed()
-        log.info("remoting server on %s closed", self.address)
-
-    async def __aenter__(self) -> RemotingServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _make_connection(self) -> Connection:
-        return Connection(
-            self._handler,
-            max_frame_size=self._max_frame_size,
-            max_pending_requests=self._max_pending_requests,
-            serving=True,
-            on_made=self._register,
-            immediate=self._immediate,
-        )
-
-    def _register(self, conn: Connection) -> None:
-        self._connections.add(conn)
-        conn.add_close_callback(self._connections.discard)
-        if self._on_connection is not None:
-            try:
-                self._on_connection(conn)
-            except Exception:
-                log.exception("on_connection callback failed for %s", conn.remote_address)
-
-
-class RemotingClient:
-    """Calls remoting servers; one lazily opened connection per ``host:port`` address.
-
-    ``handler`` (optional) answers requests the servers send on those connections; without one,
-    such requests get REQUEST_CODE_NOT_SUPPORTED (oneway ones nothing)."""
-
-    def __init__(
-        self,
-        handler: RequestHandler | None = None,
-        *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-    ) -> None:
-        self._handler = handler
-        self._max_frame_size = max_frame_size
-        self._connect_timeout_s = connect_timeout_s
-        self._max_pending_requests = max_pending_requests
-        self._connections: dict[str, Connection] = {}
-        self._connecting: dict[str, asyncio.Task[Connection]] = {}
-        self._closed = False
-
-    @property
-    def connections(self) -> dict[str, Connection]:
-        """Open connections by address."""
-        return {addr: conn for addr, conn in self._connections.items() if not conn.closed}
-
-    async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
-        """The open connection to ``addr``, connecting first if there is none."""
-        conn = self._connections.get(addr)
-        if conn is not None and not conn.closed:
-            return conn
-        return await self._connect(addr, timeout_s)
-
-    async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
-    ) -> RemotingCommand:
-        """Send request ``cmd`` to ``addr`` and return the response. ``timeout_s`` covers
-        connecting and waiting. Raises RemotingTimeout, ConnectionClosed, RemotingConnectError."""
-        conn = self._connections.get(addr)
-        if conn is None or conn.closed:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout_s
-            conn = await self._connect(addr, timeout_s)
-            timeout_s = deadline - loop.time()
-            if timeout_s <= 0:
-                raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {cmd.code})")
-        return await conn.invoke(cmd, timeout_s)
-
-    async def invoke_oneway(
-        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
-    ) -> None:
-        """Mark ``cmd`` oneway (flag bit1) and send it to ``addr`` without waiting for an answer
-        (``timeout_s`` bounds connecting only)."""
-        conn = self._connections.get(addr)
-        if conn is None or conn.closed:
-            conn = await self._connect(addr, timeout_s)
-        conn.send_oneway(cmd)
-
-    async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
-        """Close every connection; calls still pending fail with ConnectionClosed."""
-        if self._closed:
-            return
-        self._closed = True
-        for task in list(self._connecting.values()):
-            task.cancel()
-        connections = list(self._connections.values())
-        self._connections.clear()
-        for conn in connections:
-            conn.close()
-        if connections:
-            waits = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
-            _, not_done = await asyncio.wait(waits, timeout=timeout_s)
-            for waiter in not_done:
-                waiter.cancel()
-            for conn in connections:
-                if not conn._lost:
-                    conn.abort()
-
-    async def __aenter__(self) -> RemotingClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
-        if self._closed:
-            raise ConnectionClosed(f"remoting client is closed; cannot connect to {addr}")
-        task = self._connecting.get(addr)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(addr))
-            self._connecting[addr] = task
-        if timeout_s is None:
-            return await asyncio.shield(task)
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        except TimeoutError:
-            raise RemotingTimeout(f"connecting to {addr} took longer than {timeout_s:g} s") from None
-
-    async def _open(self, addr: str) -> Connection:
-        try:
-            host, port = parse_address(addr)
-            loop = asyncio.get_running_loop()
-            try:
-                async with asyncio.timeout(self._connect_timeout_s):
-                    _, conn = await loop.create_connection(self._make_connection, host, port)
-            except TimeoutError:
-                raise RemotingConnectError(
-                    f"connecting to {addr} timed out after {self._connect_timeout_s:g} s"
-                ) from None
-            except OSError as exc:
-                raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
-            if self._closed:
-                conn.abort()
-                raise ConnectionClosed(f"remoting client closed while connecting to {addr}")
-            self._connections[addr] = conn
-            conn.add_close_callback(lambda c: self._forget(addr, c))
-            log.debug("connected to %s", addr)
-            return conn
-        finally:
-            self._connecting.pop(addr, None)
-
-    def _forget(self, addr: str, conn: Connection) -> None:
-        if self._connections.get(addr) is conn:
-            del self._connections[addr]
-
-    def _make_connection(self) -> Connection:
-        return Connection(
-            self._handler,
-            max_frame_size=self._max_frame_size,
-            max_pending_requests=self._max_pending_requests,
-            serving=False,
-        )
+async def close_connections(connections: Collection[Connection], timeout_s: float) -> None:
+    """Close ``connections`` (flushing what is queued) and wait for them to go; abort the ones
+    still open after ``timeout_s`` (a peer that does not take the queued bytes)."""
+    for conn in connections:
+        conn.close()
+    if not connections:
+        return
+    waits = [asyncio.ensure_future(conn.wait_closed()) for conn in connections]
+    _, not_done = await asyncio.wait(waits, timeout=timeout_s)
+    for waiter in not_done:
+        waiter.cancel()
+    for conn in connections:
+        if not conn._lost:
+            conn.abort()

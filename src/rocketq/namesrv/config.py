@@ -1,0 +1,88 @@
+"""The name server's settings: NamesrvConfig (RocketMQ ``NamesrvConfig`` + ``NettyServerConfig``).
+
+Fields are RocketMQ's keys in snake_case with the unit appended (``scanNotActiveBrokerInterval``
+→ ``scan_not_active_broker_interval_ms``); :func:`rocketmq_key` turns a field back into the key
+GET_NAMESRV_CONFIG answers with, and :meth:`NamesrvConfig.from_rocketmq_properties` reads a
+``namesrv.conf``. Invalid values fail at construction with one ConfigError naming every problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rocketq.config import from_rocketmq_properties, not_positive
+from rocketq.errors import ConfigError
+from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
+from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
+
+DEFAULT_NAMESRV_PORT: Final = 9876
+
+_UNIT_SUFFIXES: Final = ("_ms", "_bytes", "_hours", "_percent", "_count", "_pages")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamesrvConfig:
+    """Settings of the name server (RocketMQ ``NamesrvConfig`` + ``NettyServerConfig``)."""
+
+    listen_port: int = DEFAULT_NAMESRV_PORT
+    bind_address: str = "0.0.0.0"
+    #: How often silent brokers are looked for.
+    scan_not_active_broker_interval_ms: int = 5000
+    #: A broker's heartbeat timeout when its REGISTER_BROKER header does not carry one.
+    broker_heartbeat_timeout_ms: int = DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
+    #: Put the ORDER_TOPIC_CONFIG KV entry into route data as ``orderTopicConf``.
+    order_message_enable: bool = False
+    #: Answer REGISTER_BROKER with the ORDER_TOPIC_CONFIG namespace as a KVTable body.
+    return_order_topic_config_to_broker: bool = True
+    enable_all_topic_list: bool = True
+    enable_topic_list: bool = True
+    #: Drop a broker's queue data of topics its re-registration no longer lists.
+    delete_topic_with_broker_registration: bool = False
+    #: KV config file (``{"configTable":{ns:{k:v}}}``); None keeps KV config in memory only.
+    #: (RocketMQ's default is ``~/namesrv/kvConfig.json``.)
+    kv_config_path: str | None = None
+    #: Largest accepted frame, length field included.
+    max_frame_size_bytes: int = DEFAULT_MAX_FRAME_SIZE
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 <= self.listen_port <= 65535:
+            problems.append(f"listen_port={self.listen_port} is not in 0..65535")
+        problems += not_positive(
+            self,
+            "scan_not_active_broker_interval_ms",
+            "broker_heartbeat_timeout_ms",
+            "max_frame_size_bytes",
+        )
+        if problems:
+            raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
+
+    @classmethod
+    def from_rocketmq_properties(cls, props: dict[str, str], **overrides: Any) -> NamesrvConfig:
+        """From RocketMQ ``namesrv.conf`` keys (``listenPort``, ``scanNotActiveBrokerInterval``, …)."""
+        return from_rocketmq_properties(cls, props, **overrides)
+
+    def to_rocketmq_properties(self) -> dict[str, str]:
+        """The settings under RocketMQ-style keys (what GET_NAMESRV_CONFIG answers)."""
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[rocketmq_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def rocketmq_key(field_name: str) -> str:
+    """``scan_not_active_broker_interval_ms`` → ``scanNotActiveBrokerInterval`` (unit dropped)."""
+    for suffix in _UNIT_SUFFIXES:
+        if field_name.endswith(suffix):
+            field_name = field_name[: -len(suffix)]
+            break
+    head, *rest = field_name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+__all__ = ["DEFAULT_NAMESRV_PORT", "NamesrvConfig", "rocketmq_key"]

@@ -1,0 +1,139 @@
+"""The listening end of the remoting protocol: RemotingServer accepts connections on
+``host:port`` and runs one request handler for every request on any of them.
+
+Each accepted socket becomes a serving :class:`~rocketq.remoting.connection.Connection` (a full
+write buffer pauses reading from that peer; see that module for framing, dispatch and
+back-pressure). The server keeps the set of open connections so that ``close()`` can stop
+accepting, cancel the handlers still running, flush and close every connection, and abort the
+ones whose peer does not take the queued bytes within the close timeout. A port of 0 binds a
+free port; the bound port is kept, so a restart after close() listens on the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
+from rocketq.remoting.connection import (
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING_REQUESTS,
+    Connection,
+    ImmediateHandler,
+    RequestHandler,
+    close_connections,
+    format_address,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKLOG: Final = 1024
+
+
+class RemotingServer:
+    """Accepts remoting connections on ``host:port`` and runs ``handler`` for every request.
+
+    ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
+    back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection.
+    ``immediate(conn, request)`` (optional) is asked first for every request and answers the
+    ones it can without awaiting (see :mod:`rocketq.remoting.connection`)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: RequestHandler,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        on_connection: Callable[[Connection], None] | None = None,
+        backlog: int = DEFAULT_BACKLOG,
+        immediate: ImmediateHandler | None = None,
+    ) -> None:
+        self.host = host
+        self._immediate = immediate
+        self._port = port
+        self._handler = handler
+        self._max_frame_size = max_frame_size
+        self._max_pending_requests = max_pending_requests
+        self._on_connection = on_connection
+        self._backlog = backlog
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+
+    @property
+    def port(self) -> int:
+        """The listening port (once started, the real one when constructed with port 0)."""
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return format_address((self.host, self.port))
+
+    @property
+    def connections(self) -> frozenset[Connection]:
+        """The connections currently open."""
+        return frozenset(self._connections)
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        loop = asyncio.get_running_loop()
+        # Bound first, recorded, then serving: create_server's own start of serving ends in an
+        # await, and a start cancelled there would leave a listening socket nobody can close.
+        server = await loop.create_server(
+            self._make_connection,
+            self.host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=True,
+            start_serving=False,
+        )
+        self._server = server
+        if server.sockets:
+            self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it
+        await server.start_serving()
+        log.info("remoting server listening on %s", self.address)
+
+    async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Stop accepting, cancel running handlers, close every connection (abort after
+        ``timeout_s`` if a peer does not take the queued bytes)."""
+        server = self._server
+        if server is None:
+            return
+        self._server = None
+        server.close()
+        connections = list(self._connections)
+        for conn in connections:
+            conn.cancel_requests()
+        await close_connections(connections, timeout_s)
+        await server.wait_closed()
+        log.info("remoting server on %s closed", self.address)
+
+    async def __aenter__(self) -> RemotingServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _make_connection(self) -> Connection:
+        return Connection(
+            self._handler,
+            max_frame_size=self._max_frame_size,
+            max_pending_requests=self._max_pending_requests,
+            serving=True,
+            on_made=self._register,
+            immediate=self._immediate,
+        )
+
+    def _register(self, conn: Connection) -> None:
+        self._connections.add(conn)
+        conn.add_close_callback(self._connections.discard)
+        if self._on_connection is not None:
+            try:
+                self._on_connection(conn)
+            except Exception:
+                log.exception("on_connection callback failed for %s", conn.remote_address)
