@@ -29,7 +29,9 @@ def s32(v: int) -> int:
 
 def spec_chain(prev: int, head36: bytes, bcrc: int) -> int:
     """docs/replication.md 'Entry store': CRC32(be32(prev) + header[0:36] + be32(bodyCrc))."""
-    return s32(zlib.crc32(struct.pack(">I", prev & 0xFFFFFFFF) + head36 + struct.pack(">I", bcrc & 0xFFFFFFFF)))
+    return s32(
+        zlib.crc32(struct.pack(">I", prev & 0xFFFFFFFF) + head36 + struct.pack(">I", bcrc & 0xFFFFFFFF))
+    )
 
 
 def spec_entry(index: int, term: int, pos: int, body: bytes, prev_chain: int, magic: int = 1) -> bytes:
@@ -102,7 +104,9 @@ def _spec_store(tmp_path: pathlib.Path, bodies: list[bytes], start: int = 0) -> 
 def test_hand_built_store_from_the_spec_is_read(tmp_path: pathlib.Path) -> None:
     bodies = [bytes([65 + i]) * (100 + 37 * i) for i in range(20)]
     placed = _spec_store(tmp_path, bodies, start=DATA * 3)
-    with EntryStore.open(str(tmp_path), "n1", data_file_size=DATA, index_file_size=INDEX, verify_all=True) as s:
+    with EntryStore.open(
+        str(tmp_path), "n1", data_file_size=DATA, index_file_size=INDEX, verify_all=True
+    ) as s:
         assert (s.ledger_begin_index, s.ledger_end_index, s.ledger_end_term) == (0, 19, 5)
         assert s.committed_index == 2 and s.term == 7 and s.voted_for == "n0"
         for (i, pos), body in zip(placed, bodies, strict=True):
@@ -112,7 +116,9 @@ def test_hand_built_store_from_the_spec_is_read(tmp_path: pathlib.Path) -> None:
         # appends continue the chain the hand-built entries started
         idx, pos = s.append(9, b"next")
         assert idx == 20
-        assert s.get(20).chain_crc == spec_chain(s.get(19).chain_crc, s.read_bytes(20, 1)[:36], s.get(20).body_crc)
+        assert s.get(20).chain_crc == spec_chain(
+            s.get(19).chain_crc, s.read_bytes(20, 1)[:36], s.get(20).body_crc
+        )
 
 
 def test_store_bytes_equal_the_hand_built_bytes(tmp_path: pathlib.Path) -> None:
