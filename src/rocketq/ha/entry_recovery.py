@@ -120,7 +120,6 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
     index: int | None = None
     prev_chain: int | None = None
     term = 0
-    first_index = -1
     rebuilding = False
     count = 0
     while True:
@@ -148,8 +147,6 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
             _judge(store, files, fi, rel, h, index, problem, durable)
             break
         assert h is not None
-        if first_index < 0:
-            first_index = h.index
         if not rebuilding and not _index_matches(store, h):
             log.warning("index record %d disagrees with the data; rebuilding the index from it", h.index)
             rebuilding = True
@@ -174,7 +171,7 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
         h0 = fmt.decode_header(first.mm, 0)
         if h0.magic not in fmt.ENTRY_MAGICS or h0.index > store.end_index:
             raise CorruptLogError(f"data file {first.file_name} does not start with an entry")
-        store.begin_index = h0.index if scan_from > 0 else first_index
+        store.begin_index = h0.index
         begin_off = store.begin_index * INDEX_UNIT_SIZE
         store.index.delete_expired_by_predicate(
             lambda m: m.file_from_offset + store.index_file_size <= begin_off
