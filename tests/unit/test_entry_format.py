@@ -34,11 +34,15 @@ def spec_chain(prev: int, head36: bytes, bcrc: int) -> int:
     )
 
 
-def spec_entry(index: int, term: int, pos: int, body: bytes, prev_chain: int, magic: int = 1) -> bytes:
+def spec_entry(
+    index: int, term: int, pos: int, body: bytes, prev_chain: int, magic: int = 1, crcs: bool = True
+) -> bytes:
+    """One entry; ``crcs=False`` leaves both checksum fields 0, as DLedger writes them."""
     size = 48 + len(body)
     head36 = struct.pack(">iiqqqi", magic, size, index, term, pos, 0)
-    bcrc = s32(zlib.crc32(body))
-    return head36 + struct.pack(">iii", spec_chain(prev_chain, head36, bcrc), bcrc, len(body)) + body
+    bcrc = s32(zlib.crc32(body)) if crcs else 0
+    chain = spec_chain(prev_chain, head36, bcrc) if crcs else 0
+    return head36 + struct.pack(">iii", chain, bcrc, len(body)) + body
 
 
 def test_sizes_and_offsets_are_the_spec_s() -> None:
@@ -68,7 +72,9 @@ def test_index_record_and_blank_layout() -> None:
     assert len(blank) == 100 and struct.unpack_from(">ii", blank) == (-1, 100) and blank[8:] == bytes(92)
 
 
-def _spec_store(tmp_path: pathlib.Path, bodies: list[bytes], start: int = 0) -> list[tuple[int, int]]:
+def _spec_store(
+    tmp_path: pathlib.Path, bodies: list[bytes], start: int = 0, crcs: bool = True
+) -> list[tuple[int, int]]:
     """Build data and index files by hand from the spec (no rocketq code): entries placed with
     DLedger's padding rule. Returns (index, pos) of each entry."""
     home = tmp_path / "dledger-n1"
@@ -87,7 +93,7 @@ def _spec_store(tmp_path: pathlib.Path, bodies: list[bytes], start: int = 0) -> 
             pos = base + DATA
             base, rel = pos, 0
             buf = files.setdefault(base, bytearray(DATA))
-        raw = spec_entry(i, 1 + i // 4, pos, body, chain)
+        raw = spec_entry(i, 1 + i // 4, pos, body, chain, crcs=crcs)
         chain = struct.unpack_from(">i", raw, 36)[0]
         buf[rel : rel + size] = raw
         struct.pack_into(SPEC_INDEX, index_file, i * 32, 1, pos, size, i, 1 + i // 4)
@@ -163,3 +169,46 @@ def test_divided_commitlog_offset_arithmetic() -> None:
     assert fmt.in_old_commitlog(size - 1, size) and not fmt.in_old_commitlog(size, size)
     # a store placed at the divided offset: the first message's offset continues the old log's
     assert fmt.body_offset(fmt.dledger_start_offset(size + 17, size)) == 2 * size + 48
+
+
+@pytest.mark.parametrize("verify_all", [True, False])
+def test_store_written_by_dledger_without_checksums_is_read(tmp_path: pathlib.Path, verify_all: bool) -> None:
+    bodies = [bytes([48 + i % 10]) * (200 + 61 * i % 900) for i in range(25)]
+    placed = _spec_store(tmp_path, bodies, crcs=False)
+    with EntryStore.open(
+        str(tmp_path), "n1", data_file_size=DATA, index_file_size=INDEX, verify_all=verify_all
+    ) as s:
+        assert s.ledger_end_index == 24
+        assert [(e.pos, e.body, e.chain_crc, e.body_crc) for e in s.read_range(0, 25)] == [
+            (pos, body, 0, 0) for (_, pos), body in zip(placed, bodies, strict=True)
+        ]
+        s.append(7, b"ours")  # ours carry checksums; the chain starts from the stored 0
+        assert s.get(25).chain_crc == spec_chain(0, s.read_bytes(25, 1)[:36], s_crc(b"ours"))
+    with EntryStore.open(
+        str(tmp_path), "n1", data_file_size=DATA, index_file_size=INDEX, verify_all=True
+    ) as s:
+        assert s.ledger_end_index == 25
+
+
+def s_crc(body: bytes) -> int:
+    return s32(zlib.crc32(body))
+
+
+def test_dledger_entry_torn_before_its_index_record_is_cut(tmp_path: pathlib.Path) -> None:
+    bodies = [b"z" * 300 for _ in range(6)]
+    placed = _spec_store(tmp_path, bodies, crcs=False)
+    home = tmp_path / "dledger-n1"
+    # the last entry: header written, half the body and the index record not (a kill mid-write)
+    last_i, last_pos = placed[-1]
+    data = home / "data" / f"{last_pos - last_pos % DATA:020d}"
+    raw = bytearray(data.read_bytes())
+    rel = last_pos % DATA
+    raw[rel + 48 + 150 : rel + 348] = bytes(150)
+    data.write_bytes(bytes(raw))
+    idx = home / "index" / f"{0:020d}"
+    iraw = bytearray(idx.read_bytes())
+    iraw[last_i * 32 : last_i * 32 + 32] = bytes(32)
+    idx.write_bytes(bytes(iraw))
+    with EntryStore.open(str(tmp_path), "n1", data_file_size=DATA, index_file_size=INDEX) as s:
+        assert s.ledger_end_index == last_i - 1
+        assert s.write_pos == last_pos

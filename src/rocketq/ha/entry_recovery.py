@@ -122,6 +122,7 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
     term = 0
     rebuilding = False
     count = 0
+    scan_first = -1
     while True:
         mf = files[fi]
         avail = size - rel
@@ -143,10 +144,14 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
                     break
             else:
                 h, problem = _check_at(mf, rel, size, index=index, prev_chain=prev_chain, min_term=term)
+                if problem is None and h is not None and fmt.unchecked(h):
+                    problem = _unchecked_problem(store, mf, rel, h, rebuilding)
         if problem is not None:
             _judge(store, files, fi, rel, h, index, problem, durable)
             break
         assert h is not None
+        if scan_first < 0:
+            scan_first = h.index
         if not rebuilding and not _index_matches(store, h):
             log.warning("index record %d disagrees with the data; rebuilding the index from it", h.index)
             rebuilding = True
@@ -162,8 +167,10 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
     store.index.truncate_dirty_files((store.end_index + 1) * INDEX_UNIT_SIZE if store.end_index >= 0 else 0)
     for mf in store.data.files[scan_from:]:
         mf.sync()
-    for mf in store.index.files[-2:]:
-        mf.sync()
+    synced_from = scan_first * INDEX_UNIT_SIZE
+    for mf in store.index.files:
+        if mf.file_from_offset + store.index_file_size > synced_from:
+            mf.sync()
     store.data.flushed_where = store.data.committed_where = store.data.max_wrote_position
     store.index.flushed_where = store.index.committed_where = store.index.max_wrote_position
     if store.end_index >= 0:
@@ -190,6 +197,20 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
         cut,
         store.committed,
     )
+
+
+def _unchecked_problem(
+    store: EntryStore, mf: MappedFile, rel: int, h: fmt.Header, rebuilding: bool
+) -> str | None:
+    """An entry without checksums (DLedger's) is taken when its index record, written after it,
+    matches, or when another record follows it. Else it may be torn: a kill between the bytes of
+    its header and its body leaves both CRC fields 0."""
+    if not rebuilding and _index_matches(store, h):
+        return None
+    nxt = rel + h.size
+    if nxt + fmt.MIN_BLANK_LEN <= store.data_file_size and _pair(mf, nxt) != (0, 0):
+        return None
+    return "an entry without checksums (as DLedger writes it) and no index record or entry after it"
 
 
 def _pair(mf: MappedFile, rel: int) -> tuple[int, int]:
