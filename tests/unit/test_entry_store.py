@@ -299,3 +299,49 @@ def test_concurrent_readers_and_one_writer(tmp_path: pathlib.Path) -> None:
         stop.set()
         t.join(10)
     assert not errors
+
+
+def test_truncate_cuts_after_the_previous_entry_so_padding_follows_the_leader(tmp_path: pathlib.Path) -> None:
+    """The follower's entry 3 was pushed to the next file by padding; the leader's entry 3 is small
+    and fits before it. After truncate(3) the follower places it where the leader did."""
+    with open_store(tmp_path, "leader") as lead, open_store(tmp_path, "follower") as fol:
+        for i in range(3):
+            _, pos = lead.append(1, b"a" * 1200)
+            fol.append_at(i, 1, b"a" * 1200, pos=pos)
+        big_pos = fol.append_at(3, 1, b"b" * 1500)
+        assert big_pos == DATA  # did not fit after 3 * 1248 B: next file
+        _, small_pos = lead.append(2, b"c" * 100)
+        assert small_pos == 3 * 1248  # fits in the first file
+        fol.truncate(3)
+        assert fol.write_pos == 3 * 1248 and data_files(fol) == [f"{0:020d}"]
+        assert fol.append_entry_bytes(lead.read_bytes(3, 1 << 20)) == 1
+        assert fol.get(3).pos == small_pos
+        lead.append(2, b"d" * 1000)
+        fol.append_entry_bytes(lead.read_bytes(4, 1 << 20))
+        lead.flush()
+        fol.flush()
+        assert [(pathlib.Path(lead.data_dir) / n).read_bytes() for n in data_files(lead)] == [
+            (pathlib.Path(fol.data_dir) / n).read_bytes() for n in data_files(fol)
+        ]
+
+
+def test_truncate_lowers_the_checkpoint_flushed_index_first(tmp_path: pathlib.Path) -> None:
+    with open_store(tmp_path) as s:
+        fill(s, 20)
+        s.flush()
+        s.persist_checkpoint()
+        assert s.load_checkpoint() == (19, -1, 19)
+        s.truncate(12)
+        assert s.load_checkpoint()[2] == 11
+        assert s.flushed_index == 11 and s.ledger_end_index == 11
+
+
+def test_recovery_by_file_when_the_checkpoint_is_missing(tmp_path: pathlib.Path) -> None:
+    s = open_store(tmp_path)
+    placed = fill(s, 90)  # several files; the scan starts at the third-last one
+    abandon(s)
+    assert not (tmp_path / "dledger-n0" / "checkpoint").exists()
+    assert len(os.listdir(tmp_path / "dledger-n0" / "data")) > 4
+    with open_store(tmp_path) as s:
+        assert s.ledger_begin_index == 0 and s.ledger_end_index == 89
+        assert [(e.index, e.pos) for e in s.read_range(0, 100)] == placed

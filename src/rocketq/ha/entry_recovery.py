@@ -232,8 +232,8 @@ def _judge(
     """Raise when the failure at ``files[fi]`` + ``rel`` is damage; return when it is a torn tail."""
     size = store.data_file_size
     mf = files[fi]
-    where = f"entry {index if index is not None else '?'} at pos {mf.file_from_offset + rel} ({mf.file_name})"
     idx = index if index is not None else (h.index if h is not None else None)
+    where = f"entry {idx if idx is not None else '?'} at pos {mf.file_from_offset + rel} ({mf.file_name})"
     if idx is not None and idx <= durable:
         raise CorruptLogError(
             f"{where}: {problem}; it is at or below the flushed index {durable} of the checkpoint, "
