@@ -345,3 +345,33 @@ def test_recovery_by_file_when_the_checkpoint_is_missing(tmp_path: pathlib.Path)
     with open_store(tmp_path) as s:
         assert s.ledger_begin_index == 0 and s.ledger_end_index == 89
         assert [(e.index, e.pos) for e in s.read_range(0, 100)] == placed
+
+
+def test_zeros_in_the_middle_of_the_log_are_reported(tmp_path: pathlib.Path) -> None:
+    s = open_store(tmp_path)
+    placed = fill(s, 60)
+    abandon(s)
+    assert not (tmp_path / "dledger-n0" / "checkpoint").exists()
+    # a lost page reads as zeros: the rest of file 1 from entry k on, while file 2 holds entries
+    k_index, k_pos = next((i, p) for i, p in placed if p // DATA == 1)
+    k_index, k_pos = next((i, p) for i, p in placed if p // DATA == 1 and i > k_index)
+    path = tmp_path / "dledger-n0" / "data" / f"{DATA:020d}"
+    raw = bytearray(path.read_bytes())
+    raw[k_pos % DATA :] = bytes(DATA - k_pos % DATA)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptLogError, match="next data file holds entries"):
+        open_store(tmp_path, verify_all=True)
+
+
+def test_zeros_where_the_checkpoint_says_flushed_are_reported(tmp_path: pathlib.Path) -> None:
+    s = open_store(tmp_path)
+    placed = fill(s, 10)
+    s.flush()
+    s.persist_checkpoint()
+    abandon(s)
+    path = tmp_path / "dledger-n0" / "data" / f"{0:020d}"
+    raw = bytearray(path.read_bytes())
+    raw[placed[7][1] :] = bytes(DATA - placed[7][1])  # entries 7.. lost although fsync'd
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptLogError, match="checkpoint says 9 was flushed"):
+        open_store(tmp_path)

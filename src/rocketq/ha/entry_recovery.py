@@ -22,6 +22,9 @@ When an entry fails, the scan decides between a torn tail and damage:
   the next data file checks out: the log goes on past the failure, so this is damage -> error;
 * otherwise it is a torn tail: data from the failed entry on is cut (and zeroed) and logged.
 
+Zeros where an entry should start end the data, except where the checkpoint's ``flushedIndex``
+or a good first entry of the next data file shows that entries lie beyond (a lost page): damage.
+
 Index records are compared with the entries scanned; from the first record that is missing or
 disagrees, the index is cut and rebuilt from the data (as DLedger does). The files scanned are
 fsync'd at the end, so the flushed index starts at the recovered end.
@@ -133,6 +136,7 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
         else:
             magic, length = _pair(mf, rel)
             if magic == 0 and length == 0:
+                _check_end(files, fi, rel, index, durable, size)
                 break
             if magic == BLANK_MAGIC:
                 problem = fmt.blank_problem(mf.mm, rel, avail)
@@ -217,6 +221,21 @@ def _pair(mf: MappedFile, rel: int) -> tuple[int, int]:
     magic = int.from_bytes(mf.mm[rel : rel + 4], "big", signed=True)
     length = int.from_bytes(mf.mm[rel + 4 : rel + 8], "big", signed=True)
     return magic, length
+
+
+def _check_end(
+    files: list[MappedFile], fi: int, rel: int, index: int | None, durable: int, size: int
+) -> None:
+    """The data ends (zeros) at ``files[fi]`` + ``rel``: fine unless fsync'd entries or a later
+    file's entries lie beyond (a lost page reads as zeros too)."""
+    mf = files[fi]
+    where = f"the data ends at pos {mf.file_from_offset + rel} ({mf.file_name})"
+    if durable >= 0 and (index is None or index <= durable):
+        raise CorruptLogError(f"{where} before entry {index}, but the checkpoint says {durable} was flushed")
+    if fi + 1 < len(files) and _is_good_entry(files[fi + 1], 0, size, None, None):
+        raise CorruptLogError(
+            f"{where}, but the next data file holds entries: zeros in the middle of the log"
+        )
 
 
 def _judge(
