@@ -1,0 +1,516 @@
+"""The DLedger entry store: the Raft log that is the CommitLog, on DLedger's file layout.
+
+Directory (``DLedgerConfig.getDefaultPath``)::
+
+    <base_dir>/dledger-<selfId>/
+        data/<20-digit start offset>   data files of fixed size (DLedger default 1 GiB)
+        index/<20-digit start offset>  32-byte index records at ``index * 32`` (default 160 MiB)
+        checkpoint                     endIndex, committedIndex (+ rocketq's flushedIndex)
+        currterm                       currTerm, voteLeader
+
+The bytes of every file are in :mod:`rocketq.ha.entry_format`; a store written by Apache
+RocketMQ's DLedger reads here and the other way round. Segments are
+:class:`~rocketq.store.mapped_file.MappedFile`\\ s in two
+:class:`~rocketq.store.mapped_file.MappedFileQueue`\\ s; ``checkpoint`` and ``currterm`` are
+replaced with :func:`rocketq.fileio.durable_replace`.
+
+Invariants (kept under one lock; one writer, any number of readers):
+
+* entries ``ledger_begin_index .. ledger_end_index`` are contiguous; entry ``i`` has index record
+  ``i``; the data ends right after entry ``ledger_end_index`` (zeros after it);
+* an entry's ``pos`` is where it lies; an entry never spans files (blank padding, see the format);
+* ``committed_index <= ledger_end_index``; :meth:`EntryStore.truncate` refuses to cut at or below
+  a floor (the committed index by default);
+* ``flushed_index``: every entry up to it is fsync'd, data then index; the ``checkpoint`` file's
+  ``flushedIndex`` never exceeds what was fsync'd (lowered durably before a truncation).
+
+Where rocketq is stricter than DLedger: both CRC fields are computed and checked on recovery and
+on every read; ``currterm`` is written durably before :meth:`EntryStore.set_term` returns; a
+truncation below the committed index raises. Recovery is in :mod:`rocketq.ha.entry_recovery`.
+Not done: deleting expired data files by age or disk usage (the owner calls
+:meth:`EntryStore.delete_before`) and resetting an empty store to a snapshot position.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from rocketq.fileio import durable_replace
+from rocketq.ha import entry_format as fmt
+from rocketq.ha.entry_format import (
+    BODY_OFFSET,
+    INDEX_UNIT_SIZE,
+    MAGIC_NORMAL,
+    CorruptLogError,
+    Entry,
+    EntryNotFound,
+    EntryStoreError,
+    InconsistentAppend,
+    TruncateBelowFloor,
+)
+from rocketq.ha.entry_recovery import recover
+from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+#: An append hook: called with the entry's position and a mutable copy of the body, before the
+#: checksums are computed (RocketMQ's ``AppendHook`` writes the message's physical offset).
+AppendHook = Callable[[int, bytearray], None]
+
+
+class EntryStore:
+    """DLedger's ``DLedgerMmapFileStore``, synchronous and thread-safe. Use :meth:`open`."""
+
+    def __init__(
+        self,
+        base_dir: str,
+        self_id: str,
+        *,
+        data_file_size: int = fmt.DEFAULT_DATA_FILE_SIZE,
+        index_file_size: int = fmt.DEFAULT_INDEX_FILE_SIZE,
+        data_start_offset: int = 0,
+    ) -> None:
+        if data_file_size < 2 * BODY_OFFSET + fmt.MIN_BLANK_LEN:
+            raise EntryStoreError(f"data file size {data_file_size} B is too small")
+        if index_file_size <= 0 or index_file_size % INDEX_UNIT_SIZE:
+            raise EntryStoreError(f"index file size {index_file_size} B is no multiple of 32")
+        if data_start_offset < 0 or data_start_offset % data_file_size:
+            raise EntryStoreError(
+                f"data start offset {data_start_offset} is no multiple of the data file size {data_file_size}"
+            )
+        self.home = os.path.join(base_dir, f"dledger-{self_id}")
+        self.data_dir = os.path.join(self.home, "data")
+        self.index_dir = os.path.join(self.home, "index")
+        self.checkpoint_path = os.path.join(self.home, fmt.CHECKPOINT_FILE)
+        self.currterm_path = os.path.join(self.home, fmt.CURRTERM_FILE)
+        self.data_file_size = data_file_size
+        self.index_file_size = index_file_size
+        self.data = MappedFileQueue(self.data_dir, data_file_size)
+        self.index = MappedFileQueue(self.index_dir, index_file_size)
+        self.lock = threading.RLock()
+        self.start_offset = data_start_offset
+        self.begin_index = -1
+        self.end_index = -1
+        self.end_term = -1
+        self.end_chain = 0
+        self.committed = -1
+        self.flushed = -1
+        self.checkpoint_flushed = -1
+        self._term = 0
+        self._voted_for: str | None = None
+        self._closed = False
+
+    # -- life cycle -----------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        base_dir: str,
+        self_id: str,
+        *,
+        data_file_size: int = fmt.DEFAULT_DATA_FILE_SIZE,
+        index_file_size: int = fmt.DEFAULT_INDEX_FILE_SIZE,
+        data_start_offset: int = 0,
+        verify_all: bool = False,
+    ) -> EntryStore:
+        """Open (creating when missing) and recover the store of ``self_id`` under ``base_dir``.
+
+        ``data_start_offset`` places the first data file of an empty store (the
+        ``dividedCommitlogOffset`` of an adopted CommitLog). ``verify_all`` checks every entry
+        from the first file instead of scanning from the checkpoint."""
+        store = cls(
+            base_dir,
+            self_id,
+            data_file_size=data_file_size,
+            index_file_size=index_file_size,
+            data_start_offset=data_start_offset,
+        )
+        os.makedirs(store.home, exist_ok=True)
+        store._load_currterm()
+        try:
+            recover(store, verify_all=verify_all)
+        except BaseException:
+            store.data.shutdown()
+            store.index.shutdown()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Flush, write the checkpoint, unmap."""
+        with self.lock:
+            if self._closed:
+                return
+            self.flush()
+            self.persist_checkpoint()
+            self.data.shutdown()
+            self.index.shutdown()
+            self._closed = True
+
+    def __enter__(self) -> EntryStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def ledger_begin_index(self) -> int:
+        return self.begin_index
+
+    @property
+    def ledger_end_index(self) -> int:
+        return self.end_index
+
+    @property
+    def ledger_end_term(self) -> int:
+        return self.end_term
+
+    @property
+    def committed_index(self) -> int:
+        return self.committed
+
+    @property
+    def flushed_index(self) -> int:
+        return self.flushed
+
+    @property
+    def write_pos(self) -> int:
+        """Where the data ends (the next entry goes here or, after padding, to the next file)."""
+        last = self.data.last()
+        return self.start_offset if last is None else last.file_from_offset + last.wrote_position
+
+    @property
+    def committed_pos(self) -> int:
+        """End of the committed entries (``DLedgerCommitLog.getMaxOffset``); -1 when none."""
+        with self.lock:
+            if self.committed < 0:
+                return -1
+            if self.committed < self.begin_index:  # everything committed was deleted
+                return self._index_record(self.begin_index).pos
+            rec = self._index_record(self.committed)
+            return rec.pos + rec.size
+
+    @staticmethod
+    def body_offset(pos: int) -> int:
+        """The CommitLog offset of the message stored in the entry at ``pos``."""
+        return fmt.body_offset(pos)
+
+    def set_committed_index(self, index: int) -> int:
+        """Raise the committed index (clamped to the ledger end; never lowered). Returns it."""
+        with self.lock:
+            index = min(index, self.end_index)
+            self.committed = max(self.committed, index)
+            return self.committed
+
+    # -- term and vote --------------------------------------------------------------------------
+    @property
+    def term(self) -> int:
+        return self._term
+
+    @property
+    def voted_for(self) -> str | None:
+        return self._voted_for
+
+    def set_term(self, term: int, voted_for: str | None) -> None:
+        """Persist ``currterm`` durably (tmp, fsync, rename, fsync of the directory), then adopt it.
+        A term never goes down."""
+        with self.lock:
+            if term < self._term:
+                raise EntryStoreError(f"term {term} is below the current term {self._term}")
+            durable_replace(self.currterm_path, fmt.format_currterm(term, voted_for))
+            self._term, self._voted_for = term, voted_for
+
+    def _load_currterm(self) -> None:
+        path = self.currterm_path
+        if not os.path.exists(path):
+            # DLedger's IOUtils.string2File deletes the file before renaming the new one over it;
+            # after a crash in that window the complete new content is in .tmp, the old in .bak.
+            for alt in (path + ".tmp", path + ".bak"):
+                if os.path.exists(alt):
+                    with open(alt, encoding="utf-8") as f:
+                        text = f.read()
+                    if fmt.TERM_KEY in text and fmt.VOTE_KEY in text:
+                        log.warning("%s is missing; using %s", path, alt)
+                        self._term, self._voted_for = fmt.parse_currterm(text, alt)
+                        durable_replace(path, fmt.format_currterm(self._term, self._voted_for))
+                        return
+            return
+        with open(path, encoding="utf-8") as f:
+            self._term, self._voted_for = fmt.parse_currterm(f.read(), path)
+
+    # -- checkpoint -----------------------------------------------------------------------------
+    def persist_checkpoint(self) -> None:
+        """Write ``checkpoint`` (DLedger does so every 3 s and at shutdown)."""
+        with self.lock:
+            self._write_checkpoint(self.flushed)
+
+    def _write_checkpoint(self, flushed: int) -> None:
+        durable_replace(self.checkpoint_path, fmt.format_checkpoint(self.end_index, self.committed, flushed))
+        self.checkpoint_flushed = flushed
+
+    def load_checkpoint(self) -> tuple[int | None, int | None, int | None]:
+        try:
+            with open(self.checkpoint_path, encoding="utf-8") as f:
+                return fmt.parse_checkpoint(f.read(), self.checkpoint_path)
+        except FileNotFoundError:
+            return None, None, None
+
+    # -- appends --------------------------------------------------------------------------------
+    def append(
+        self, term: int, body: bytes, *, magic: int = MAGIC_NORMAL, hook: AppendHook | None = None
+    ) -> tuple[int, int]:
+        """Append as leader: the entry gets index ``ledger_end_index + 1``. Returns
+        ``(index, pos)``; the message's CommitLog offset is :meth:`body_offset` of ``pos``."""
+        with self.lock:
+            entry = self._write(self.end_index + 1, term, body, magic, None, hook)
+            return entry.index, entry.pos
+
+    def append_at(
+        self, index: int, term: int, body: bytes, *, magic: int = MAGIC_NORMAL, pos: int | None = None
+    ) -> int:
+        """Append as follower: ``index`` must be ``ledger_end_index + 1`` and, when the leader's
+        ``pos`` is given, the entry must land there. Returns the position."""
+        with self.lock:
+            if index != self.end_index + 1:
+                raise InconsistentAppend(f"append at index {index}, but the ledger ends at {self.end_index}")
+            return self._write(index, term, body, magic, pos, None).pos
+
+    def append_entry_bytes(self, data: bytes) -> int:
+        """Append the entries of :meth:`read_bytes` (from the leader) verbatim, after checking that
+        each continues this log: index, position, term order, body CRC and chain CRC. Returns the
+        number appended; an entry that does not fit raises and keeps those before it."""
+        view = memoryview(data)
+        off = count = 0
+        with self.lock:
+            while off < len(data):
+                left = len(data) - off
+                size = fmt.decode_header(view, off).size if left >= BODY_OFFSET else 0
+                h, problem = fmt.entry_problem(
+                    view,
+                    off,
+                    left,
+                    expected_pos=self._place(max(size, BODY_OFFSET)),
+                    expected_index=self.end_index + 1,
+                    prev_chain=self.end_chain if self.end_index >= 0 else None,
+                    min_term=max(self.end_term, 0),
+                )
+                if problem is not None or h is None:
+                    raise InconsistentAppend(f"entry {count} of the batch does not follow the log: {problem}")
+                self._put(bytes(view[off : off + h.size]), h)
+                off += h.size
+                count += 1
+        return count
+
+    def _place(self, size: int) -> int:
+        """Where an entry of ``size`` bytes would go (after padding the last file if needed)."""
+        if size + fmt.MIN_BLANK_LEN > self.data_file_size:
+            raise EntryStoreError(
+                f"entry of {size} B does not fit a {self.data_file_size} B data file "
+                f"(max body {self.data_file_size - BODY_OFFSET - fmt.MIN_BLANK_LEN} B)"
+            )
+        last = self.data.last()
+        if last is None:
+            return self.start_offset
+        if last.is_full():
+            return last.file_from_offset + self.data_file_size
+        if fmt.needs_blank(size, self.data_file_size - last.wrote_position):
+            return last.file_from_offset + self.data_file_size
+        return last.file_from_offset + last.wrote_position
+
+    def _write(
+        self, index: int, term: int, body: bytes, magic: int, want_pos: int | None, hook: AppendHook | None
+    ) -> Entry:
+        if magic not in fmt.ENTRY_MAGICS:
+            raise EntryStoreError(f"magic {magic} is no entry type")
+        if term < self.end_term:
+            raise InconsistentAppend(f"term {term} is below the last entry's term {self.end_term}")
+        pos = self._place(BODY_OFFSET + len(body))
+        if want_pos is not None and want_pos != pos:
+            raise InconsistentAppend(f"entry {index} would land at {pos}, the leader has it at {want_pos}")
+        if hook is not None:
+            patched = bytearray(body)
+            hook(pos, patched)
+            if len(patched) != len(body):
+                raise EntryStoreError("an append hook must not change the body's length")
+            body = bytes(patched)
+        data = fmt.encode_entry(magic, index, term, pos, body, self.end_chain)
+        h = fmt.decode_header(data)
+        self._put(data, h)
+        return Entry(magic, index, term, pos, body, 0, h.chain_crc, h.body_crc)
+
+    def _put(self, data: bytes, h: fmt.Header) -> None:
+        """Write entry bytes at their position (padding first), then the index record."""
+        if self._closed:
+            raise EntryStoreError("entry store is closed")
+        last = self.data.last()
+        if last is None:
+            last = self.data.get_last_mapped_file(self.start_offset)
+        elif last.is_full():
+            last = self.data.get_last_mapped_file()
+        assert last is not None
+        if fmt.needs_blank(len(data), self.data_file_size - last.wrote_position):
+            last.append(fmt.encode_blank(self.data_file_size - last.wrote_position))
+            last = self.data.get_last_mapped_file()
+            assert last is not None
+        if last.file_from_offset + last.wrote_position != h.pos or not last.append(data):
+            raise CorruptLogError(f"entry {h.index} cannot be written at {h.pos}")
+        self.index_append(h.index, fmt.encode_index(h.magic, h.pos, h.size, h.index, h.term))
+        self.end_index, self.end_term, self.end_chain = h.index, h.term, h.chain_crc
+        if self.begin_index < 0:
+            self.begin_index = h.index
+
+    def index_append(self, index: int, record: bytes) -> None:
+        off = index * INDEX_UNIT_SIZE
+        if self.index.max_wrote_position != off or self.index.last() is None:
+            self.index_reset_to(off)
+        last = self.index.get_last_mapped_file(off)
+        assert last is not None
+        if last.file_from_offset + last.wrote_position != off or not last.append(record):
+            raise CorruptLogError(f"index record {index} cannot be written at {off}")
+
+    def index_reset_to(self, off: int) -> None:
+        """Make the index files end at ``off``: later records cut, a missing file created."""
+        q = self.index
+        q.truncate_dirty_files(off)
+        last = q.last()
+        if last is not None and last.file_from_offset + last.wrote_position == off:
+            return
+        if last is not None and last.file_from_offset + self.index_file_size == off and last.is_full():
+            return
+        q.destroy()
+        mf = q.get_last_mapped_file(off)
+        assert mf is not None
+        mf.set_positions(off - mf.file_from_offset)
+        q.flushed_where = q.committed_where = off
+
+    # -- reads ----------------------------------------------------------------------------------
+    def _index_record(self, index: int) -> fmt.IndexRecord:
+        off = index * INDEX_UNIT_SIZE
+        mf = self.index.find_by_offset(off)
+        raw = None if mf is None else mf.read(off - mf.file_from_offset, INDEX_UNIT_SIZE)
+        if raw is None:
+            raise CorruptLogError(f"index record {index} is missing")
+        return fmt.decode_index(raw)
+
+    def _check_range(self, index: int) -> None:
+        if index < self.begin_index or index > self.end_index or index < 0:
+            raise EntryNotFound(f"index {index} is outside [{self.begin_index}, {self.end_index}]")
+
+    def _raw(self, index: int) -> tuple[bytes, fmt.Header]:
+        self._check_range(index)
+        rec = self._index_record(index)
+        mf: MappedFile | None = self.data.find_by_offset(rec.pos)
+        raw = None if mf is None else mf.read(rec.pos - mf.file_from_offset, rec.size)
+        if raw is None or rec.size < BODY_OFFSET:
+            raise CorruptLogError(f"entry {index} at {rec.pos} ({rec.size} B) is not in the data files")
+        h = fmt.decode_header(raw)
+        if h.index != index or h.pos != rec.pos or h.size != rec.size:
+            raise CorruptLogError(f"entry at {rec.pos} is {h.index}@{h.pos}, index record {index} names it")
+        if not fmt.unchecked(h) and fmt.body_crc(memoryview(raw)[BODY_OFFSET:]) != h.body_crc:
+            raise CorruptLogError(f"entry {index} at {rec.pos}: the body does not match bodyCrc")
+        return raw, h
+
+    def get(self, index: int) -> Entry:
+        """The entry at ``index`` (its body CRC checked)."""
+        with self.lock:
+            return fmt.decode_entry(self._raw(index)[0])
+
+    def term_at(self, index: int) -> int:
+        """The term of entry ``index`` (from the index record)."""
+        with self.lock:
+            self._check_range(index)
+            return self._index_record(index).term
+
+    def read_range(self, from_index: int, max_count: int) -> list[Entry]:
+        with self.lock:
+            last = min(self.end_index, from_index + max_count - 1)
+            return [fmt.decode_entry(self._raw(i)[0]) for i in range(from_index, last + 1)]
+
+    def read_bytes(self, from_index: int, max_bytes: int) -> bytes:
+        """Raw entries from ``from_index`` (at least one, then while under ``max_bytes``), for
+        replication; :meth:`append_entry_bytes` takes them on the follower."""
+        out: list[bytes] = []
+        total = 0
+        with self.lock:
+            i = from_index
+            while i <= self.end_index:
+                raw, _ = self._raw(i)
+                if out and total + len(raw) > max_bytes:
+                    break
+                out.append(raw)
+                total += len(raw)
+                i += 1
+        return b"".join(out)
+
+    # -- flush / truncate / retention -----------------------------------------------------------
+    def flush(self) -> int:
+        """fsync data, then index. Returns the flushed index (every entry up to it is durable)."""
+        with self.lock:
+            end = self.end_index
+            while not self.data.flush(0):
+                pass
+            while not self.index.flush(0):
+                pass
+            self.flushed = end
+            return end
+
+    def truncate(self, from_index: int, floor: int | None = None) -> None:
+        """Remove entries ``from_index`` onwards (a follower whose tail diverged). Raises
+        :class:`TruncateBelowFloor` when ``from_index <= floor`` (default: the committed index)."""
+        with self.lock:
+            floor = self.committed if floor is None else floor
+            if from_index <= floor:
+                raise TruncateBelowFloor(f"truncate from {from_index} would remove entries <= floor {floor}")
+            if from_index > self.end_index:
+                return
+            if from_index <= self.begin_index and self.begin_index > 0:
+                raise EntryStoreError(
+                    f"truncate from {from_index} would empty a log beginning at {self.begin_index}"
+                )
+            if self.checkpoint_flushed >= from_index:
+                self._write_checkpoint(from_index - 1)  # durable before the data changes
+            self.flushed = min(self.flushed, from_index - 1)
+            if from_index <= self.begin_index:
+                cut = self._index_record(from_index).pos
+                self.begin_index = self.end_index = self.end_term = -1
+                self.end_chain = 0
+            else:
+                _, prev = self._raw(from_index - 1)
+                cut = prev.pos + prev.size
+                self.end_index, self.end_term, self.end_chain = prev.index, prev.term, prev.chain_crc
+            self.data.truncate_dirty_files(cut)
+            if self.data.last() is None:
+                self.start_offset = cut - cut % self.data_file_size
+            self.index.truncate_dirty_files(from_index * INDEX_UNIT_SIZE)
+            self.committed = min(self.committed, self.end_index)
+
+    def delete_before(self, index: int) -> int:
+        """Delete whole data files (never the last) whose entries all lie below ``index`` and at
+        or below the committed index; index files below the new begin go too. Returns the
+        number of data files deleted."""
+        with self.lock:
+            limit = min(index, self.committed + 1)
+            files = self.data.files
+            doomed = 0
+            for nxt in files[1:]:
+                first = fmt.decode_header(nxt.mm, 0)
+                if first.magic not in fmt.ENTRY_MAGICS or first.index > limit:
+                    break
+                doomed += 1
+            if doomed == 0:
+                return 0
+            victims = files[:doomed]
+            self.data.delete_expired_by_predicate(lambda mf: any(mf is v for v in victims))
+            first_file = self.data.first()
+            assert first_file is not None
+            self.begin_index = fmt.decode_header(first_file.mm, 0).index
+            begin_off = self.begin_index * INDEX_UNIT_SIZE
+            self.index.delete_expired_by_predicate(
+                lambda mf: mf.file_from_offset + self.index_file_size <= begin_off
+            )
+            return doomed
