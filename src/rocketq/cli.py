@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.config import StoreConfig
-from rocketq.errors import RocketqError
+from rocketq.errors import DiskFull, RocketqError
 from rocketq.message import Message
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
 from rocketq.properties import parse_properties
@@ -103,7 +103,11 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    run_broker(broker_cfg, store_cfg)
+    try:
+        run_broker(broker_cfg, store_cfg)
+    except DiskFull as exc:  # e.g. segments larger than the free space: one line, no traceback
+        print(f"rocketq broker: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -168,7 +172,11 @@ async def _serve_async(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    eventloop.run(_serve_async(args))
+    try:
+        eventloop.run(_serve_async(args))
+    except DiskFull as exc:  # e.g. segments larger than the free space: one line, no traceback
+        print(f"rocketq serve: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -134,6 +134,21 @@ class ConsumerOffsetManager(JsonConfigFile):
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.offset_table.get(offset_key(topic, group), {}))
 
+    def min_committed_offsets(self) -> dict[tuple[str, int], int]:
+        """Per (topic, queue id) the smallest committed offset of any group (negative values
+        count as 0). Safe to call from another thread: it iterates over snapshots; the store's
+        retention calls it to keep what a group has not consumed."""
+        out: dict[tuple[str, int], int] = {}
+        for key, queues in list(self.offset_table.items()):
+            topic, _ = split_offset_key(key)
+            for queue_id, offset in list(queues.items()):
+                k = (topic, queue_id)
+                value = max(offset, 0)
+                old = out.get(k)
+                if old is None or value < old:
+                    out[k] = value
+        return out
+
     def groups_of_topic(self, topic: str) -> set[str]:
         out = set()
         for key in self.offset_table:

@@ -72,7 +72,7 @@ from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
-from rocketq.errors import ConnectionClosed, ResponseCode
+from rocketq.errors import ConnectionClosed, ResponseCode, RocketqError
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
@@ -223,6 +223,7 @@ class Broker:
         )
         offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
         await asyncio.to_thread(self._load_metadata, topics, groups, offsets)
+        store.consumer_progress = offsets.min_committed_offsets  # retention keeps the unconsumed
 
         hold = PullRequestHoldService(
             store.get_max_offset,
@@ -381,7 +382,10 @@ class Broker:
         if ctx is not None:
             await ctx.hold.stop()
             if ctx.pop is not None:
-                await ctx.pop.shutdown()
+                try:
+                    await ctx.pop.shutdown()
+                except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
+                    log.error("shutting down without persisting the pop state: %s", exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
         for server in (self._fast_server, self._server):
@@ -396,7 +400,10 @@ class Broker:
             if self._offsets_persister is not None:
                 self._offsets_persister.request()
             for persister in self._persisters:
-                await persister.flush()
+                try:
+                    await persister.flush()
+                except RocketqError as exc:
+                    log.error("shutting down without persisting %s: %s", persister.path, exc)
         await self._close_store()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

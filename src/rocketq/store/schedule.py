@@ -156,12 +156,23 @@ class ScheduleMessageService(ServiceThread):
         with self._lock:
             table = dict(sorted(self.offset_table.items()))
             self._dirty = False
-        fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
+        try:
+            fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
+        except OSError:
+            self._dirty = True  # written by the next attempt
+            raise
 
     # -- lifecycle --------------------------------------------------------------------------
     def shutdown(self) -> None:
         super().shutdown()
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
+            log.error(
+                "delay offsets not persisted at shutdown (%s); delayed messages delivered since "
+                "the last write are delivered again after the restart",
+                exc,
+            )
 
     def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
         """Arrival listener: a new delayed message may be due before the thread's next wake-up."""

@@ -385,13 +385,24 @@ class TimerMessageService(ServiceThread):
         with self._io_lock:
             data = encode_snapshot(self.cq_offset, list(self._heap))
             self._dirty = False
-            durable_replace(self.path, data, keep_backup=True)
+            try:
+                durable_replace(self.path, data, keep_backup=True)
+            except OSError:
+                self._dirty = True  # written by the next attempt
+                raise
 
     # -- lifecycle --------------------------------------------------------------------------
     def shutdown(self) -> None:
         super().shutdown()
         if self._loaded:  # never overwrite a snapshot this instance did not read
-            self.persist()
+            try:
+                self.persist()
+            except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
+                log.error(
+                    "timer snapshot not persisted at shutdown (%s); the restart re-reads timers "
+                    "from the previous snapshot (due ones may be delivered twice)",
+                    exc,
+                )
 
     def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
         """Arrival listener: a new timer unit is in the ConsumeQueue."""
