@@ -61,3 +61,8 @@ def fill(directory: pathlib.Path, name: str = "filler", leave: int = 0) -> pathl
 def free_bytes(directory: pathlib.Path) -> int:
     st = os.statvfs(directory)
     return st.f_bavail * st.f_frsize
+
+
+def total_bytes(directory: pathlib.Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_blocks * st.f_frsize

@@ -71,9 +71,13 @@ class JsonConfigFile:
 class PersistScheduler:
     """Writes ``encode()`` to ``path`` on request, one write at a time, newest snapshot wins."""
 
-    def __init__(self, path: str, encode: Callable[[], str]) -> None:
+    def __init__(
+        self, path: str, encode: Callable[[], str], *, on_written: Callable[[], None] | None = None
+    ) -> None:
         self.path = path
         self._encode = encode
+        #: Called (on the loop) after a write of the last ``encode()`` snapshot succeeded.
+        self._on_written = on_written
         self._dirty = False
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
@@ -116,6 +120,8 @@ class PersistScheduler:
             raise
         self.last_error = None
         self.writes += 1
+        if self._on_written is not None:
+            self._on_written()
 
     async def flush(self) -> None:
         """Return once every write requested so far is on disk. Concurrent callers share one
@@ -143,6 +149,8 @@ class PersistScheduler:
             try:
                 await asyncio.to_thread(fastjson.persist, self.path, text)
                 self.writes += 1
+                if self._on_written is not None:
+                    self._on_written()  # ``text`` is still the newest encode() snapshot
                 if self.last_error is not None:
                     log.warning("persisting %s works again", self.path)
                 self.last_error = None

@@ -223,7 +223,7 @@ class Broker:
         )
         offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
         await asyncio.to_thread(self._load_metadata, topics, groups, offsets)
-        store.consumer_progress = offsets.min_committed_offsets  # retention keeps the unconsumed
+        store.consumer_progress = offsets.persisted_min_offsets  # retention keeps the unconsumed
 
         hold = PullRequestHoldService(
             store.get_max_offset,
@@ -266,7 +266,9 @@ class Broker:
 
         topics_persister = PersistScheduler(topics.path or "", topics.encode)
         groups_persister = PersistScheduler(groups.path or "", groups.encode)
-        self._offsets_persister = PersistScheduler(offsets.path or "", offsets.encode)
+        self._offsets_persister = PersistScheduler(
+            offsets.path or "", offsets.encode, on_written=offsets.mark_written
+        )
         self._persisters = [topics_persister, groups_persister, self._offsets_persister]
         ctx.topics_persister = topics_persister
         ctx.groups_persister = groups_persister
