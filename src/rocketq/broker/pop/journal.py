@@ -38,6 +38,8 @@ filtered out (done) and every handed-out message is in flight — nothing handed
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import struct
@@ -45,7 +47,7 @@ import zlib
 from dataclasses import dataclass
 
 from rocketq.broker.pop.state import PopTable
-from rocketq.errors import CorruptFileError
+from rocketq.errors import CorruptFileError, DiskFull
 from rocketq.fileio import durable_replace, write_all
 
 log = logging.getLogger(__name__)
@@ -274,8 +276,16 @@ class PopJournal:
         fd = self._fd
         if fd is None:
             raise RuntimeError("pop journal is closed")
-        write_all(fd, data)
-        os.fsync(fd)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        except OSError as exc:
+            # Cut what part of ``data`` got in: records appended later must follow whole ones.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self.size_bytes)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"disk full: cannot append {len(data)} B to {self.journal_path}") from exc
+            raise
         self.size_bytes += len(data)
 
     def compact(self, snapshot: bytes, generation: int) -> None:

@@ -194,8 +194,10 @@ class PopService:
         for lock in list(self._locks.values()):
             async with lock:
                 pass
-        with contextlib.suppress(Exception):
+        try:
             await self._durable(self._appended)
+        except Exception as exc:  # a full disk: the journal keeps what was synced before
+            log.error("shutting down without persisting the last pop state changes: %s", exc)
         self._journal.close()
         log.info("pop state persisted (%d queues)", len(self._table.states))
 
@@ -243,7 +245,12 @@ class PopService:
             else:
                 data = bytes(self._pending)
                 self._pending = bytearray()
-                await self._run(journal.write_and_sync, data)
+                try:
+                    await self._run(journal.write_and_sync, data)
+                except OSError:
+                    # not on disk (a full disk: DiskFull): written by the next round, in order
+                    self._pending[:0] = data
+                    raise
             self.syncs += 1
             self._synced = target
         finally:
