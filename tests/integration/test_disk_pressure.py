@@ -43,12 +43,13 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 10.0
 WAIT_S = 20.0
 GROUP = "DiskGroup"
-#: 1 MiB CommitLog segments, ConsumeQueue files of 100 units, retention every 200 ms. The index
-#: is off: its files are sparse, and a page first touched on a full disk would kill the process.
+#: 1 MiB CommitLog segments, ConsumeQueue files of 100 units, index files of 64 keys (a new one
+#: on the full disk too), retention every 200 ms.
 STORE = {
     "mappedFileSizeCommitLog": str(1 << 20),
     "mappedFileSizeConsumeQueue": str(100 * 20),
-    "messageIndexEnable": "false",
+    "maxHashSlotNum": "16",
+    "maxIndexNum": "64",
     "cleanResourceInterval": "200",
     "flushConsumerOffsetInterval": "200",
 }

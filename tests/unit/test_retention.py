@@ -269,3 +269,37 @@ def test_full_disk_refuses_a_send_whose_consume_queue_file_cannot_be_created(tmp
                 g = s.get_message("G", topic, 0, offset, 1)
                 assert [m.body for m in g.messages] == bodies, (topic, offset)
             assert s.get_max_offset("Old", 0) == 100 and s.get_max_offset("New", 0) == 1
+
+
+def test_full_disk_leaves_keys_unindexed_instead_of_crashing(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Index files are sparse: a new one on a full disk used to be written through the mapping
+    and kill the process (SIGBUS). Its blocks are reserved first now; when that fails the keys
+    of the window stay out of the index (ERROR once) and every message stays readable."""
+    with small_tmpfs(tmp_path / "mnt", "8m") as mnt:
+        cfg = StoreConfig(
+            store_path_root_dir=str(mnt / "store"),
+            mapped_file_size_commit_log=1 << 20,
+            mapped_file_size_consume_queue=20 * 1000,
+            max_hash_slot_num=16,
+            max_index_num=32,  # a new index file every 31 keys
+        )
+        with MessageStore(cfg) as s:
+            s.put_message(Message("T", b"first", keys=["k0"]))
+            assert s.wait_dispatched(10)
+            fill(mnt)
+            with caplog.at_level(logging.ERROR, logger="rocketq.store.message_store"):
+                for i in range(1, 200):
+                    assert s.put_message(Message("T", f"m{i}".encode(), keys=[f"k{i}"])).ok
+                assert s.wait_dispatched(10)
+            assert s.index_windows_skipped > 0
+            assert any("are not indexed until space is back" in r.message for r in caplog.records)
+            got = s.get_message("G", "T", 0, 0, 500)
+            assert [m.body for m in got.messages] == [b"first", *(f"m{i}".encode() for i in range(1, 200))]
+            (mnt / "filler").unlink()
+            s.put_message(Message("T", b"later", keys=["later"]))
+            assert s.wait_dispatched(10)
+            assert [m.body for m in s.query_messages_by_key("T", "later").messages] == [b"later"]
+        with MessageStore(cfg) as s:
+            assert s.get_max_offset("T", 0) == 201

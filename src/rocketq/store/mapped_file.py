@@ -257,6 +257,21 @@ class MappedFile:
             self.available = False
         self.release()
 
+    def reserve_blocks(self, offset: int, length: int) -> None:
+        """Reserve the blocks of ``[offset, offset + length)`` of a sparse file before writing
+        there through the mapping: a full disk then fails here with
+        :class:`~rocketq.errors.DiskFull` instead of killing the process (SIGBUS) on the write.
+        A no-op where the filesystem has no fallocate."""
+        if length <= 0:
+            return
+        try:
+            os.posix_fallocate(self._fd, offset, length)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"disk full: cannot reserve {length} B of {self.file_name}") from exc
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
     def destroy(self, interval_forcibly_ms: int = 120_000) -> bool:
         """Unmap and delete the file. Waits up to ``interval_forcibly_ms`` for readers to finish."""
         self.shutdown()

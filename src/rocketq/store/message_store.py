@@ -43,7 +43,13 @@ from rocketq.store import record as rec
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult, view_to_message
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.dispatch import SCHEDULE_TOPIC, Dispatcher, ReputMessageService, parse_delay_levels
+from rocketq.store.dispatch import (
+    SCHEDULE_TOPIC,
+    Dispatcher,
+    DispatchRequest,
+    ReputMessageService,
+    parse_delay_levels,
+)
 from rocketq.store.index_file import IndexService
 from rocketq.store.recovery import RecoveryReport, choose_abnormal_start, recover_commitlog
 from rocketq.store.retention import NOTHING_NEEDED, RetentionService, Segment, Unconsumed
@@ -150,6 +156,9 @@ class MessageStore:
         self.started = False
         self.stats = StoreStats()
         self._index_dir_missing = False
+        self._index_disk_full = False
+        #: Dispatch windows whose keys a full disk kept out of the index.
+        self.index_windows_skipped = 0
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -386,8 +395,33 @@ class MessageStore:
     def _dispatchers(self) -> list[Dispatcher]:
         out: list[Dispatcher] = [self.consume_queues.put_batch]
         if self.index_service is not None:
-            out.append(self.index_service.build_index_batch)
+            out.append(self._build_index)
         return out
+
+    def _build_index(self, reqs: list[DispatchRequest]) -> None:
+        """Index a dispatch window. On a full disk the window's keys are left out (an ERROR
+        once): the messages are in their ConsumeQueues already and stay readable by queue offset
+        and message id, where waiting for space would hide every later message from consumers."""
+        assert self.index_service is not None
+        try:
+            self.index_service.build_index_batch(reqs)
+        except DiskFull as exc:
+            self.index_windows_skipped += 1
+            if not self._index_disk_full:
+                self._index_disk_full = True
+                at = self.reput.reput_from_offset if self.reput is not None else -1
+                log.error(
+                    "%s: keys of messages from CommitLog offset %d on are not indexed until space "
+                    "is back (queries by key miss them; delete the index directory and restart to "
+                    "index them again)",
+                    exc,
+                    at,
+                )
+            return
+        if self._index_disk_full:
+            self._index_disk_full = False
+            skipped = self.index_windows_skipped
+            log.warning("indexing keys again (%d dispatch windows were not indexed)", skipped)
 
     def _dispatch_limit(self) -> int:
         if self._sync:
