@@ -26,6 +26,7 @@ segment whose first record is older than the checkpoint's timestamps.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import logging
 import os
@@ -205,8 +206,13 @@ class MessageStore:
             self._load_and_recover()
             self._check_room_for_segments()
             self._start_services()
-            with open(self.abort_file, "w") as f:
-                f.write(str(os.getpid()))
+            try:
+                with open(self.abort_file, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"disk full: cannot start: cannot write {self.abort_file}") from exc
+                raise
         except BaseException:
             self._abandon()
             raise
