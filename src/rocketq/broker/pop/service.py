@@ -238,8 +238,13 @@ class PopService:
             if journal.size_bytes + len(self._pending) > self.ctx.config.pop_journal_compact_bytes:
                 generation = journal.generation + 1
                 snapshot = encode_snapshot(self._table, generation)
-                self._pending = bytearray()
-                await self._run(journal.compact, snapshot, generation)
+                pending, self._pending = self._pending, bytearray()
+                try:
+                    await self._run(journal.compact, snapshot, generation)
+                except OSError:
+                    if journal.generation != generation:  # the snapshot was not written
+                        self._pending[:0] = pending
+                    raise
                 self.compactions += 1
                 log.info("pop journal compacted: snapshot of %d B (generation %d)", len(snapshot), generation)
             else:
