@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rocketq.errors import DiskFull
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -137,6 +138,7 @@ class ScheduleMessageService(ServiceThread):
         self._lock = threading.Lock()
         self.delivered = 0
         self._dirty = False
+        self._persist_failing = False
         self._last_persist = time.monotonic()
         self._next_wait_ms = 0
 
@@ -193,7 +195,16 @@ class ScheduleMessageService(ServiceThread):
         """Deliver what is due; persist the offsets when changed and the interval has passed."""
         self._next_wait_ms = self.deliver_due()
         if self._dirty and time.monotonic() - self._last_persist >= self._persist_interval_s:
-            self.persist()
+            try:
+                self.persist()
+            except DiskFull as exc:  # retried at the next interval; logged once
+                if not self._persist_failing:
+                    log.error("delay offsets not persisted: %s", exc)
+                self._persist_failing = True
+            else:
+                if self._persist_failing:
+                    log.warning("delay offsets persisted again")
+                self._persist_failing = False
             self._last_persist = time.monotonic()
 
     def idle_seconds(self) -> float:

@@ -86,7 +86,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rocketq.errors import TimerMessageIllegal
+from rocketq.errors import DiskFull, TimerMessageIllegal
 from rocketq.fileio import durable_replace
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -334,6 +334,7 @@ class TimerMessageService(ServiceThread):
         self.skipped = 0
         self._dirty = False
         self._loaded = False
+        self._persist_failing = False
         self._io_lock = threading.Lock()
         self._last_persist = time.monotonic()
         self._next_wait_s = 0.0
@@ -433,8 +434,14 @@ class TimerMessageService(ServiceThread):
         if self._dirty and since >= interval_s:
             try:
                 self.persist()
+            except DiskFull as exc:  # retried at the next interval; logged once
+                if not self._persist_failing:
+                    log.error("timer snapshot not written: %s", exc)
+                self._persist_failing = True
             except OSError:
                 log.exception("writing %s failed", self.path)
+            else:
+                self._persist_failing = False
             self._last_persist = time.monotonic()
             since = 0.0
         wait_s = wait_ms / 1000
