@@ -109,13 +109,13 @@ def _run_server(
     one-line error for a RocketqError or a port in use (``_port_taken``)."""
     try:
         return run() or 0
+    except RocketqError as exc:  # before OSError: DiskFull is both (segments larger than the disk)
+        return _fail(command, exc)
     except OSError as exc:
         taken = _port_taken(exc, what, host, port, change)
         if taken is None:
             raise
         return _fail(command, taken)
-    except RocketqError as exc:
-        return _fail(command, exc)
 
 
 def _namesrv(args: argparse.Namespace) -> int:

@@ -117,6 +117,11 @@ class StoreConfig:
     disk_max_used_space_ratio_percent: int = 75
     disk_space_clean_forcibly_ratio_percent: int = 85
     disk_space_warning_level_ratio_percent: int = 90
+    #: Beyond RocketMQ: above the forcibly ratio, also delete segments holding messages no
+    #: consumer has consumed yet (RocketMQ always does). Off: writes are refused instead.
+    force_clean_unconsumed: bool = False
+    #: How often retention measures the disk and deletes what it may.
+    clean_resource_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -152,6 +157,7 @@ class StoreConfig:
             "timer_precision_ms",
             "timer_roll_window_slot",
             "timer_snapshot_interval_ms",
+            "clean_resource_interval_ms",
         )
         if problems:
             raise ConfigError("invalid StoreConfig: " + "; ".join(problems))

@@ -12,7 +12,7 @@ request (``retriable``)::
     │   ├── TopicNameInvalid
     │   └── TimerMessageIllegal       a delivery time that is not a number, too far ahead, or timers off
     ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14)
-    │   ├── DiskFull
+    │   ├── DiskFull                  no space left (also an OSError with errno ENOSPC)
     │   ├── StoreShutdown
     │   └── StoreNotWritable
     ├── SystemBusy                    SYSTEM_BUSY (2), retriable
@@ -51,6 +51,7 @@ Messages always name the thing and the limit, e.g.
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 from typing import ClassVar
 
@@ -127,8 +128,15 @@ class ServiceNotAvailable(RocketqError):
     code = ResponseCode.SERVICE_NOT_AVAILABLE
 
 
-class DiskFull(ServiceNotAvailable):
-    pass
+class DiskFull(ServiceNotAvailable, OSError):
+    """The disk has no room for a write (ENOSPC, or usage above the hard watermark); nothing
+    was written. An :class:`OSError` too, so ``except OSError`` handlers of file writes see it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class StoreShutdown(ServiceNotAvailable):

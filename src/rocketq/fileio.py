@@ -2,8 +2,8 @@
 
 Config files (``config/*.json``), the timer snapshot, the pop state, the checkpoint when it is
 created, the offsets of broadcasting consumers and the Spark sink's batch markers are all
-written with :func:`durable_replace`. It imports nothing from rocketq, so the client uses it
-without loading the store.
+written with :func:`durable_replace`. It imports nothing from rocketq but the error tree, so
+the client uses it without loading the store.
 
 Theory of operation. ``durable_replace(path, data)`` runs these steps::
 
@@ -23,7 +23,9 @@ content or the complete new content, never a mix and never a prefix:
 * after 4 the new name is durable; before 4 the rename may be lost, leaving the old content.
 
 When a step raises (disk full, permission, an injected fault) the exception propagates,
-``path`` keeps its old content and ``path.tmp`` is removed. A failure to move the old file to
+``path`` keeps its old content and ``path.tmp`` is removed. A full disk (ENOSPC, or EDQUOT
+for a quota) is raised as :class:`rocketq.errors.DiskFull` naming the file and the size; it is
+an ``OSError`` too, so handlers of file errors keep working. A failure to move the old file to
 ``path.bak`` is logged and does not stop the replacement: the backup is a convenience for
 readers, the atomic rename is what keeps the file whole.
 
@@ -34,13 +36,17 @@ Writers of one ``path`` must be serialised by the caller: two concurrent calls s
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+
+from rocketq.errors import DiskFull
 
 log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".tmp"
 BAK_SUFFIX = ".bak"
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def fsync_dir(directory: str) -> None:
@@ -80,9 +86,11 @@ def durable_replace(path: str, data: bytes, *, keep_backup: bool = False, mode: 
             except OSError as exc:
                 log.warning("cannot keep %s as %s%s: %s", path, path, BAK_SUFFIX, exc)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, DiskFull) and exc.errno in _NO_SPACE:
+            raise DiskFull(f"disk full: cannot write {path} ({len(data)} B): {exc.strerror}") from exc
         raise
     fsync_dir(directory)
 

@@ -19,7 +19,7 @@ from rocketq.store import MessageStore
 from rocketq.store.dispatch import parse_delay_levels
 from rocketq.store.message_store import GetMessageStatus
 from rocketq.store.record_scan import SCHEDULE_TOPIC
-from rocketq.store.retention import RetentionService, decide, is_delete_hour
+from rocketq.store.retention import decide, is_delete_hour
 
 
 def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
@@ -246,14 +246,7 @@ def test_disk_full_watermark_refuses_writes_then_recovers(
     store: MessageStore, store_config: StoreConfig
 ) -> None:
     usage = [0.95]
-    svc = RetentionService(
-        store_config,
-        delete_commitlog=store._delete_expired_commitlog,
-        delete_logics=store._delete_expired_logics,
-        set_disk_full=store._set_disk_full,
-        usage=lambda: usage[0],
-        now=lambda: dt.datetime(2026, 1, 1, 12, 0),
-    )
+    svc = store.retention_service(usage=lambda: usage[0], now=lambda: dt.datetime(2026, 1, 1, 12, 0))
     svc.run_once()
     with pytest.raises(DiskFull, match="disk full: 95% used, limit 90%"):
         store.put_message(Message("T", b"x"))
@@ -271,11 +264,7 @@ def test_retention_deletes_expired_segments_and_queue_files(
     old = 1_000_000
     for mf in files[:-2]:
         os.utime(mf.file_name, (old, old))
-    svc = RetentionService(
-        store_config,
-        delete_commitlog=store._delete_expired_commitlog,
-        delete_logics=store._delete_expired_logics,
-        set_disk_full=store._set_disk_full,
+    svc = store.retention_service(
         usage=lambda: 0.1,
         now=lambda: dt.datetime(2026, 1, 1, 4, 0),  # the delete hour
     )

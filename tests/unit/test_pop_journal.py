@@ -136,3 +136,26 @@ def test_record_with_unknown_key_is_corrupt(tmp_path: pathlib.Path) -> None:
     _write_journal(tmp_path, j.ack_record(9, 1))
     with pytest.raises(CorruptFileError):
         _load(tmp_path)
+
+
+def test_full_disk_cuts_a_torn_append_and_keeps_appending_whole_records(tmp_path: pathlib.Path) -> None:
+    from _support.tmpfs import fill, small_tmpfs  # noqa: PLC0415 - only this test mounts
+    from rocketq.errors import DiskFull  # noqa: PLC0415
+
+    with small_tmpfs(tmp_path / "mnt", "1m") as mnt:
+        d = mnt / "pop"
+        journal = j.PopJournal(str(d))
+        journal.load()
+        journal.write_and_sync(j.key_record(1, "G", "T", 0) + j.advance_record(1, 10))
+        size = os.path.getsize(d / "journal")
+        fill(mnt, leave=10)
+        with pytest.raises(DiskFull, match="disk full: cannot append"):
+            journal.write_and_sync(b"".join(j.deliver_record(1, i, 1, 5, i) for i in range(200)))
+        assert os.path.getsize(d / "journal") == size  # the part that got in is cut again
+        with pytest.raises(DiskFull):  # a compaction that cannot write its snapshot changes nothing
+            journal.compact(b"s" * 100_000, 1)
+        assert journal.generation == 0
+        (mnt / "filler").unlink()
+        journal.write_and_sync(j.deliver_record(1, 7, 1, 5, 1))
+        journal.close()
+        assert set(_load(d).states[("G", "T", 0)].in_flight) == {7}

@@ -9,7 +9,11 @@ event loop. Writing it is two steps with different homes::
 :class:`PersistScheduler` coalesces requests: while one write runs, any number of further
 requests cause exactly one more write, of the newest snapshot. ``await flush()`` returns once
 everything requested so far is on disk. Writes of one file never overlap, so the file on disk
-only moves forward. A failed write is logged and retried on the next request (or ``flush``).
+only moves forward. A failed write (a full disk: :class:`~rocketq.errors.DiskFull`) is logged
+at ERROR, kept in ``last_error`` and retried on the next request or ``flush``; ``flush`` raises
+it when the write it waited for failed, so a request whose change must be on disk (a send that
+created its topic, UPDATE_AND_CREATE_TOPIC, a consumer-offset commit while writes fail) is
+answered with that error instead of success.
 
 Without a running event loop (tools, tests) ``request`` writes synchronously.
 """
@@ -21,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from rocketq.errors import DiskFull, StoreError
 from rocketq.protocol import fastjson
 
 log = logging.getLogger(__name__)
@@ -66,12 +71,18 @@ class JsonConfigFile:
 class PersistScheduler:
     """Writes ``encode()`` to ``path`` on request, one write at a time, newest snapshot wins."""
 
-    def __init__(self, path: str, encode: Callable[[], str]) -> None:
+    def __init__(
+        self, path: str, encode: Callable[[], str], *, on_written: Callable[[], None] | None = None
+    ) -> None:
         self.path = path
         self._encode = encode
+        #: Called (on the loop) after a write of the last ``encode()`` snapshot succeeded.
+        self._on_written = on_written
         self._dirty = False
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
+        #: The error of the last write, None once a write succeeded.
+        self.last_error: OSError | None = None
 
     @property
     def dirty(self) -> bool:
@@ -93,15 +104,30 @@ class PersistScheduler:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
 
+    @property
+    def failing(self) -> bool:
+        """The last write failed and a change is still waiting to be written."""
+        return self.last_error is not None and self._dirty
+
     def persist_now(self) -> None:
         """Write synchronously, in the calling thread (startup, tools, tests)."""
         self._dirty = False
-        fastjson.persist(self.path, self._encode())
+        try:
+            fastjson.persist(self.path, self._encode())
+        except OSError as exc:
+            self._dirty = True
+            self.last_error = exc
+            raise
+        self.last_error = None
         self.writes += 1
+        if self._on_written is not None:
+            self._on_written()
 
     async def flush(self) -> None:
-        """Return once every write requested so far has been attempted. Concurrent callers
-        share one write task (writes of one file never overlap)."""
+        """Return once every write requested so far is on disk. Concurrent callers share one
+        write task (writes of one file never overlap). Raises :class:`~rocketq.errors.DiskFull`
+        (or :class:`~rocketq.errors.StoreError` for another I/O error) when that write failed;
+        the change stays queued and is written by the next successful attempt."""
         task = self._task
         if task is not None and not task.done():
             await asyncio.shield(task)
@@ -110,6 +136,11 @@ class PersistScheduler:
             if task is None or task.done():
                 task = self._task = asyncio.get_running_loop().create_task(self._run())
             await asyncio.shield(task)
+        error = self.last_error
+        if error is not None and self._dirty:
+            if isinstance(error, DiskFull):
+                raise DiskFull(str(error))
+            raise StoreError(f"persisting {self.path} failed: {error}")
 
     async def _run(self) -> None:
         while self._dirty:
@@ -118,7 +149,14 @@ class PersistScheduler:
             try:
                 await asyncio.to_thread(fastjson.persist, self.path, text)
                 self.writes += 1
+                if self._on_written is not None:
+                    self._on_written()  # ``text`` is still the newest encode() snapshot
+                if self.last_error is not None:
+                    log.warning("persisting %s works again", self.path)
+                self.last_error = None
             except OSError as exc:
-                log.error("persisting %s failed: %s", self.path, exc)
+                if self.last_error is None:
+                    log.error("persisting %s failed: %s", self.path, exc)
+                self.last_error = exc
                 self._dirty = True  # retried on the next request or flush
                 return

@@ -232,6 +232,12 @@ class ConsumerManageProcessor:
         if topic not in ctx.topics:
             raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
         ctx.offsets.commit_offset(conn.remote_address, group, topic, queue_id, offset)
+        persister = ctx.offsets_persister
+        if persister is not None and persister.failing:
+            # consumerOffset.json could not be written last time (a full disk): write now and
+            # answer with the error (DiskFull, SERVICE_NOT_AVAILABLE) instead of a success a
+            # restart would forget. The offset stays in memory and is written once space is back.
+            await ctx.offsets_durable()
         return create_response(request, ResponseCode.SUCCESS)
 
 

@@ -53,6 +53,10 @@ class ConsumerOffsetManager(JsonConfigFile):
         self.offset_table: dict[str, dict[int, int]] = {}
         self.data_version = DataVersion()
         self._dirty = False
+        #: (topic, queue id) → smallest committed offset, as of the last encode() and of the
+        #: last one written to disk (retention keeps what the written offsets still need).
+        self._encoded_min: dict[tuple[str, int], int] = {}
+        self._persisted_min: dict[tuple[str, int], int] = {}
 
     @property
     def dirty(self) -> bool:
@@ -78,9 +82,11 @@ class ConsumerOffsetManager(JsonConfigFile):
                 self.offset_table[str(key)] = parsed
         if "dataVersion" in obj:
             self.data_version = DataVersion.from_json(obj.get("dataVersion"))
+        self._persisted_min = self._encoded_min = self.min_committed_offsets()
 
     def encode(self) -> str:
         """``consumerOffset.json`` content (fastjson style: unquoted queue ids)."""
+        self._encoded_min = self.min_committed_offsets()
         return fastjson.dumps(
             {
                 "dataVersion": self.data_version.to_json(),
@@ -101,6 +107,17 @@ class ConsumerOffsetManager(JsonConfigFile):
         if self.path is not None:
             self.begin_persist()
             fastjson.persist(self.path, self.encode())
+            self.mark_written()
+
+    def mark_written(self) -> None:
+        """The last :meth:`encode` snapshot is on disk (the persister's ``on_written``)."""
+        self._persisted_min = self._encoded_min
+
+    def persisted_min_offsets(self) -> dict[tuple[str, int], int]:
+        """:meth:`min_committed_offsets` as of the last write to disk (the table as loaded
+        before any). Retention uses these, not the newest commits: after a crash the broker
+        serves the offsets on disk, and the messages from there on must still exist."""
+        return self._persisted_min
 
     # -- offsets ----------------------------------------------------------------------------
     def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -133,6 +150,21 @@ class ConsumerOffsetManager(JsonConfigFile):
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.offset_table.get(offset_key(topic, group), {}))
+
+    def min_committed_offsets(self) -> dict[tuple[str, int], int]:
+        """Per (topic, queue id) the smallest committed offset of any group (negative values
+        count as 0). Safe to call from another thread: it iterates over snapshots; the store's
+        retention calls it to keep what a group has not consumed."""
+        out: dict[tuple[str, int], int] = {}
+        for key, queues in list(self.offset_table.items()):
+            topic, _ = split_offset_key(key)
+            for queue_id, offset in list(queues.items()):
+                k = (topic, queue_id)
+                value = max(offset, 0)
+                old = out.get(k)
+                if old is None or value < old:
+                    out[k] = value
+        return out
 
     def groups_of_topic(self, topic: str) -> set[str]:
         return {g for t, g in map(split_offset_key, self.offset_table) if t == topic}

@@ -27,7 +27,7 @@ from rocketq.broker.rebalance_lock import RebalanceLockManager
 from rocketq.broker.stats import TpsSampler
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
-from rocketq.errors import ServiceNotAvailable
+from rocketq.errors import ServiceNotAvailable, StoreError
 from rocketq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -91,10 +91,20 @@ class BrokerContext:
         """Return once every topic change made so far is in ``topics.json``. A send that
         created its topic (or found it just created) is answered only after that, as RocketMQ
         persists a new topic before storing the message: otherwise an acknowledged message
-        could sit in a topic that a crash forgets."""
+        could sit in a topic that a crash forgets.
+
+        When ``topics.json`` cannot be written (DiskFull) the topics sends created since the
+        last successful write are dropped again and the error propagates: the send fails
+        (SERVICE_NOT_AVAILABLE) rather than store a message in a topic a restart forgets."""
         persister = self.topics_persister
         if persister is not None and persister.pending:
-            await persister.flush()
+            try:
+                await persister.flush()
+            except (ServiceNotAvailable, StoreError):
+                for topic in sorted(self.topics.unsaved_created):
+                    self.topics.forget_unsaved(topic)
+                raise
+            self.topics.unsaved_created.clear()
 
     async def groups_durable(self) -> None:
         """Return once every subscription-group change made so far is in its file."""

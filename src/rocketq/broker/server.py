@@ -72,7 +72,7 @@ from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
-from rocketq.errors import ConnectionClosed, ResponseCode
+from rocketq.errors import ConnectionClosed, ResponseCode, RocketqError
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
 from rocketq.remoting.client import RemotingClient
@@ -219,6 +219,7 @@ class Broker:
         )
         offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
         await asyncio.to_thread(self._load_metadata, topics, groups, offsets)
+        store.consumer_progress = offsets.persisted_min_offsets  # retention keeps the unconsumed
 
         hold = PullRequestHoldService(
             store.get_max_offset,
@@ -261,7 +262,9 @@ class Broker:
 
         topics_persister = PersistScheduler(topics.path or "", topics.encode)
         groups_persister = PersistScheduler(groups.path or "", groups.encode)
-        self._offsets_persister = PersistScheduler(offsets.path or "", offsets.encode)
+        self._offsets_persister = PersistScheduler(
+            offsets.path or "", offsets.encode, on_written=offsets.mark_written
+        )
         self._persisters = [topics_persister, groups_persister, self._offsets_persister]
         ctx.topics_persister = topics_persister
         ctx.groups_persister = groups_persister
@@ -377,7 +380,10 @@ class Broker:
         if ctx is not None:
             await ctx.hold.stop()
             if ctx.pop is not None:
-                await ctx.pop.shutdown()
+                try:
+                    await ctx.pop.shutdown()
+                except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
+                    log.error("shutting down without persisting the pop state: %s", exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
         for server in (self._fast_server, self._server):
@@ -392,7 +398,10 @@ class Broker:
             if self._offsets_persister is not None:
                 self._offsets_persister.request()
             for persister in self._persisters:
-                await persister.flush()
+                try:
+                    await persister.flush()
+                except RocketqError as exc:
+                    log.error("shutting down without persisting %s: %s", persister.path, exc)
         await self._release()
         log.info("broker %s shut down", self.config.broker_name)
 

@@ -93,6 +93,8 @@ class TopicConfigManager(JsonConfigFile):
         #: Called with the changed topics after every change (persist, register with namesrv).
         self.on_change: Callable[[list[TopicConfig]], None] | None = None
         self._system_names: set[str] = set()
+        #: Topics a send created that ``topics.json`` may not hold yet (see :meth:`forget_unsaved`).
+        self.unsaved_created: set[str] = set()
         for tc in system_topics(broker_config):
             self.table[tc.topic_name] = tc
             self._system_names.add(tc.topic_name)
@@ -195,6 +197,7 @@ class TopicConfigManager(JsonConfigFile):
             topic_sys_flag=topic_sys_flag,
         )
         self.table[topic] = tc
+        self.unsaved_created.add(topic)
         log.info(
             "created topic %s from template %s (producer %s): %s", topic, default_topic, remote_address, tc
         )
@@ -210,6 +213,7 @@ class TopicConfigManager(JsonConfigFile):
             return existing
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
         self.table[topic] = tc
+        self.unsaved_created.add(topic)
         log.info("created topic %s: %s", topic, tc)
         self._changed([tc])
         return tc
@@ -222,9 +226,23 @@ class TopicConfigManager(JsonConfigFile):
         if old is not None and old.extra and not tc.extra:
             tc = replace(tc, extra=dict(old.extra))
         self.table[tc.topic_name] = tc
+        self.unsaved_created.discard(tc.topic_name)
         log.info("%s topic %s: %s", "updated" if old else "created", tc.topic_name, tc)
         self._changed([tc])
         return old
+
+    def forget_unsaved(self, topic: str) -> bool:
+        """Undo the creation of ``topic`` by a send when ``topics.json`` could not be written
+        (a full disk): the send fails and the topic does not exist half-way, in memory but not
+        on disk. False when the topic was not created by a send or was saved since."""
+        if topic not in self.unsaved_created:
+            return False
+        self.unsaved_created.discard(topic)
+        if self.table.pop(topic, None) is None:
+            return False
+        log.warning("topic %s created by a send is dropped again: topics.json cannot be written", topic)
+        self._changed([])
+        return True
 
     def delete(self, topic: str) -> TopicConfig | None:
         old = self.table.pop(topic, None)

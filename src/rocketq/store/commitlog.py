@@ -278,6 +278,12 @@ class CommitLog:
         self._cur_from = 0
         self._append_listener: Callable[[], None] | None = None
         self._after_put: Callable[[], None] | None = None
+        #: Called under the put lock, before a record is written, for every message that opens a
+        #: ConsumeQueue file (queue offset a multiple of ``_units_per_cq_file``) with (topic,
+        #: queue id, queue offset): the store reserves that file's blocks there, so a full disk
+        #: refuses the send (DiskFull) instead of acknowledging a message dispatch cannot index.
+        self.reserve_queue_file: Callable[[str, int, int], None] | None = None
+        self._units_per_cq_file = max(1, config.consume_queue_file_size // 20)
         self.group_commit: GroupCommitService | None = None
         self.flush_service: GroupCommitService | FlushRealTimeService
         if self._sync:
@@ -572,10 +578,12 @@ class CommitLog:
             mf = self._cur
             if mf is None or length + 8 > self.file_size - mf.wrote_position:
                 mf = self._roll(length)
+            qoff = qoffs.get(qid, 0)
+            if not qoff % self._units_per_cq_file and self.reserve_queue_file is not None:
+                self.reserve_queue_file(m.topic, qid, qoff)
             pos = mf.wrote_position
             target = self._cur_target
             now = _time_ns() // 1_000_000
-            qoff = qoffs.get(qid, 0)
             physical = self._cur_from + pos
             topic_b = info[0]
             fmt.pack_into(
@@ -639,6 +647,8 @@ class CommitLog:
         first_qoff = -1
         with self._put_lock:
             mf, pos, target, base, now = self._begin_append(total)
+            if self.reserve_queue_file is not None:
+                self._reserve_queue_files([(e[0], e[5]) for e in encoded])
             start = pos
             for m, fmt, length, crc, sys_flag, in_queue, topic_b, props, magic in encoded:
                 qoffs = table.of_topic(m.topic)
@@ -709,6 +719,8 @@ class CommitLog:
         lock.acquire()
         try:
             mf, pos, target, base, now = self._begin_append(total)
+            if self.reserve_queue_file is not None:
+                self._reserve_queue_files([(m, True) for m in msgs])
             start = pos
             first_qoff = qoffs.get(msgs[0].queue_id, 0)
             for m, (fmt, length) in zip(msgs, plan, strict=True):
@@ -739,6 +751,25 @@ class CommitLog:
         if self._sync:
             return self._await_flush(result)
         return result
+
+    def _reserve_queue_files(self, msgs: list[tuple[BrokerMessage, bool]]) -> None:
+        """Under the put lock, before anything of a batch is written: reserve every
+        ConsumeQueue file the batch's queued messages open (see ``reserve_queue_file``)."""
+        reserve = self.reserve_queue_file
+        assert reserve is not None
+        per_file = self._units_per_cq_file
+        table = self.topic_queue_table
+        nxt: dict[tuple[str, int], int] = {}
+        for m, in_queue in msgs:
+            if not in_queue:
+                continue
+            key = (m.topic, m.queue_id)
+            qoff = nxt.get(key)
+            if qoff is None:
+                qoff = table.of_topic(m.topic).get(m.queue_id, 0)
+            if not qoff % per_file:
+                reserve(m.topic, m.queue_id, qoff)
+            nxt[key] = qoff + 1
 
     def _begin_append(self, total: int) -> tuple[MappedFile, int, mmap.mmap, int, int]:
         """Under the put lock: the segment, position, write target and segment start where

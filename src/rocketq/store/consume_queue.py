@@ -78,7 +78,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketq.errors import StoreError
-from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name, reserve_file
 from rocketq.store.record_scan import DispatchBatch
 
 if TYPE_CHECKING:
@@ -695,6 +695,22 @@ class ConsumeQueueStore:
                 cq = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
                 self._table = {**self._table, (topic, queue_id): cq}
             return cq
+
+    def reserve(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Create the file that will hold unit ``queue_offset`` of the queue, its blocks
+        reserved, unless it exists; :class:`~rocketq.errors.DiskFull` when the disk has no room.
+
+        The CommitLog calls this before writing a message that opens a ConsumeQueue file, so a
+        message is acknowledged only when dispatch can index it. The file is not mapped here:
+        dispatch maps it (it has the right size already) when it gets there. A reserved file
+        that dispatch never reached is all zeros, a state recovery handles as the end of the queue.
+        """
+        byte = queue_offset * CQ_UNIT_SIZE
+        directory = os.path.join(self.directory, topic, str(queue_id))
+        path = os.path.join(directory, offset_to_file_name(byte - byte % self.file_size))
+        if os.path.exists(path):
+            return
+        reserve_file(path, self.file_size)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self) -> None:

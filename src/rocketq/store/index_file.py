@@ -88,7 +88,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketq.config import StoreConfig
-from rocketq.errors import CorruptFileError, SegmentAllocationError
+from rocketq.errors import CorruptFileError, DiskFull, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.mapped_file import MappedFile
@@ -101,6 +101,8 @@ HASH_SLOT_SIZE: Final = 4
 INDEX_ENTRY_SIZE: Final = 20
 #: ``indexCount`` of an empty file; entry numbers start here.
 FIRST_INDEX: Final = 1
+#: Entry blocks are reserved this far ahead of the last entry written (see ``IndexFile``).
+RESERVE_AHEAD: Final = 1 << 20
 INVALID_INDEX: Final = 0
 INT_MAX: Final = 0x7FFFFFFF
 INT_MIN: Final = -0x80000000
@@ -186,9 +188,18 @@ class IndexFile:
                 f"index file {path} is {size} B, expected {self.file_size} B "
                 f"for {hash_slot_num} slots and {index_num} entries (length not matched)"
             )
-        # A sparse file, as RocketMQ's: untouched slots and entries take no blocks.
+        # A sparse file, as RocketMQ's: untouched entries take no blocks. Blocks are reserved
+        # (header and slots at once, entries RESERVE_AHEAD at a time) before they are written,
+        # so a full disk raises DiskFull instead of killing the process with SIGBUS.
         self._mf = MappedFile(path, self.file_size, file_from_offset=0, preallocate=False)
         self._mm = self._mf.mm
+        self._reserved_end = 0
+        if created:
+            try:
+                self._reserve_entries(FIRST_INDEX)
+            except DiskFull:
+                self._mf.destroy(0)
+                raise
         self._dirty = created
         self._begin_timestamp = 0
         self._end_timestamp = 0
@@ -306,6 +317,15 @@ class IndexFile:
         self._mf.release()
 
     # -- write ------------------------------------------------------------------------------
+    def _reserve_entries(self, entries: int) -> None:
+        """Reserve the blocks up to the end of entry ``entries - 1`` (and some ahead)."""
+        end = self._entries_pos + entries * INDEX_ENTRY_SIZE
+        if end <= self._reserved_end:
+            return
+        target = min(self.file_size, end + RESERVE_AHEAD)
+        self._mf.reserve_blocks(self._reserved_end, target - self._reserved_end)
+        self._reserved_end = target
+
     def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
         """Add an entry for ``key``; False when the file is full (``indexCount >= indexNum``).
         ``key_hash`` may be passed precomputed (:func:`index_key_hash` of ``key``)."""
@@ -313,6 +333,7 @@ class IndexFile:
         if count >= self.index_num:
             log.warning("index file %s is full at %d entries", self.path, count - 1)
             return False
+        self._reserve_entries(count + 1)
         mm = self._mm
         if key_hash is None:
             key_hash = index_key_hash(key)
@@ -351,6 +372,7 @@ class IndexFile:
         n = min(room, len(key_hashes))
         if n <= 0:
             return 0
+        self._reserve_entries(count + n)
         slots = self.hash_slot_num
         entries_pos = self._entries_pos
         begin = self._begin_timestamp
@@ -402,6 +424,7 @@ class IndexFile:
         n = min(self.index_num - count, len(key_hashes))
         if n <= 0:
             return 0
+        self._reserve_entries(count + n)
         key_hashes = key_hashes[:n]
         phys = phy_offsets[:n]
         stamps = timestamps[:n]
@@ -701,6 +724,8 @@ class IndexService:
         end_timestamp = previous.end_timestamp if previous is not None else 0
         try:
             new = IndexFile(path, self.hash_slot_num, self.index_num, end_phy_offset, end_timestamp)
+        except DiskFull:
+            raise
         except OSError as exc:
             raise SegmentAllocationError(f"cannot create index file {path}: {exc}") from exc
         self._files = [*files, new]

@@ -84,6 +84,31 @@ def _preallocate(fd: int, path: str, file_size: int) -> None:
         os.ftruncate(fd, file_size)
 
 
+def reserve_file(path: str, file_size: int) -> None:
+    """Create ``path`` at ``file_size`` bytes with its blocks reserved (a file another writer
+    created first is left alone); :class:`~rocketq.errors.DiskFull` on a full disk, with nothing
+    left behind."""
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"disk full: cannot create directory {directory}") from exc
+        raise
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"disk full: cannot create {path}") from exc
+        raise
+    try:
+        _preallocate(fd, path, file_size)
+    finally:
+        os.close(fd)
+
+
 class WriteBuffer(Protocol):
     def __setitem__(self, key: slice, value: bytes) -> None: ...
     def __getitem__(self, key: slice) -> bytes: ...
@@ -233,6 +258,21 @@ class MappedFile:
                 return
             self.available = False
         self.release()
+
+    def reserve_blocks(self, offset: int, length: int) -> None:
+        """Reserve the blocks of ``[offset, offset + length)`` of a sparse file before writing
+        there through the mapping: a full disk then fails here with
+        :class:`~rocketq.errors.DiskFull` instead of killing the process (SIGBUS) on the write.
+        A no-op where the filesystem has no fallocate."""
+        if length <= 0:
+            return
+        try:
+            os.posix_fallocate(self._fd, offset, length)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"disk full: cannot reserve {length} B of {self.file_name}") from exc
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
 
     def destroy(self, interval_forcibly_ms: int = 120_000) -> bool:
         """Unmap and delete the file. Waits up to ``interval_forcibly_ms`` for readers to finish."""
@@ -576,6 +616,10 @@ class MappedFileQueue:
             deleted.append(mf)
         return self._remove(deleted, 1000)
 
+    def delete_leading(self, count: int, interval_forcibly_ms: int = 120_000) -> int:
+        """Delete the first ``count`` segments, never the last one (retention's plan)."""
+        return self._remove(self._files[:-1][: max(0, count)], interval_forcibly_ms)
+
     def _remove(self, deleted: list[MappedFile], interval_forcibly_ms: int) -> int:
         if not deleted:
             return 0
@@ -583,7 +627,7 @@ class MappedFileQueue:
         with self._lock:
             self._files = [m for m in self._files if id(m) not in gone]
         for mf in deleted:
-            log.info("deleting expired segment %s", mf.file_name)
+            log.info("deleting segment %s", mf.file_name)
             mf.destroy(interval_forcibly_ms)
         return len(deleted)
 

@@ -25,12 +25,14 @@ segment whose first record is older than the checkpoint's timestamps.
 
 from __future__ import annotations
 
+import datetime as _dt
+import errno
 import fcntl
 import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
@@ -45,9 +47,9 @@ from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
 from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
-from rocketq.store.record_scan import SCHEDULE_TOPIC
+from rocketq.store.record_scan import SCHEDULE_TOPIC, DispatchRequest
 from rocketq.store.recovery import DispatchState, RecoveryReport, choose_abnormal_start, recover_commitlog
-from rocketq.store.retention import RetentionService
+from rocketq.store.retention import NOTHING_NEEDED, RetentionService, Segment, Unconsumed
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 from rocketq.store.timer import (
     TIMER_TOPIC,
@@ -127,6 +129,7 @@ class MessageStore:
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.commitlog = CommitLog(config, on_flushed=self._on_commitlog_flushed)
         self.consume_queues = ConsumeQueueStore(config)
+        self.commitlog.reserve_queue_file = self.consume_queues.reserve
         self.checkpoint: StoreCheckpoint | None = None
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
@@ -136,6 +139,9 @@ class MessageStore:
             config.timer_wheel_enable, config.timer_max_delay_sec, config.timer_precision_ms
         )
         self.retention: RetentionService | None = None
+        #: Installed by the broker: per (topic, queue id) the smallest committed offset of its
+        #: consumer groups. Retention keeps every message at or after it (store/retention.py).
+        self.consumer_progress: Callable[[], Mapping[tuple[str, int], int]] | None = None
         self._born_host = pack_socket_addr(config.store_host)
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -147,6 +153,9 @@ class MessageStore:
         self.started = False
         self.stats = StoreStats()
         self._index_dir_missing = False
+        self._index_disk_full = False
+        #: Dispatch windows whose keys a full disk kept out of the index.
+        self.index_windows_skipped = 0
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -191,9 +200,15 @@ class MessageStore:
         self._lock_dir()
         try:
             self._load_and_recover()
+            self._check_room_for_segments()
             self._start_services()
-            with open(self.abort_file, "w") as f:
-                f.write(str(os.getpid()))
+            try:
+                with open(self.abort_file, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"disk full: cannot start: cannot write {self.abort_file}") from exc
+                raise
         except BaseException:
             self._abandon()
             raise
@@ -223,6 +238,28 @@ class MessageStore:
         if self.checkpoint is not None:
             self.checkpoint.shutdown()
         self._unlock_dir()
+
+    def _check_room_for_segments(self) -> None:
+        """Refuse to start when the disk cannot hold the CommitLog segments the first write
+        creates: the segment itself (unless the last one has room) and the next one, which the
+        allocator always creates ahead. Otherwise the broker would report ready and then fail
+        every send after waiting for the allocation."""
+        size = self.commitlog.file_size
+        last = self.commitlog.queue.last()
+        if last is not None and not last.is_full():
+            return  # the current segment is reserved already; the next one is disk pressure
+        need = 2 * size
+        directory = self.config.commit_log_dir
+        os.makedirs(directory, exist_ok=True)
+        st = os.statvfs(directory)
+        free = st.f_bavail * st.f_frsize
+        if free < need:
+            raise DiskFull(
+                f"cannot start: CommitLog segments of {size} B (mapped_file_size_commit_log, "
+                f"broker.conf mappedFileSizeCommitLog) need {need} B free (this segment and the "
+                f"next, created ahead) but {directory} has {free} B free; use smaller segments "
+                "or free disk space"
+            )
 
     def _load_and_recover(self) -> None:
         cfg = self.config
@@ -353,8 +390,33 @@ class MessageStore:
     def _dispatchers(self) -> list[Dispatcher]:
         out: list[Dispatcher] = [self.consume_queues.put_batch]
         if self.index_service is not None:
-            out.append(self.index_service.build_index_batch)
+            out.append(self._build_index)
         return out
+
+    def _build_index(self, reqs: list[DispatchRequest]) -> None:
+        """Index a dispatch window. On a full disk the window's keys are left out (an ERROR
+        once): the messages are in their ConsumeQueues already and stay readable by queue offset
+        and message id, where waiting for space would hide every later message from consumers."""
+        assert self.index_service is not None
+        try:
+            self.index_service.build_index_batch(reqs)
+        except DiskFull as exc:
+            self.index_windows_skipped += 1
+            if not self._index_disk_full:
+                self._index_disk_full = True
+                at = self.reput.reput_from_offset if self.reput is not None else -1
+                log.error(
+                    "%s: keys of messages from CommitLog offset %d on are not indexed until space "
+                    "is back (queries by key miss them; delete the index directory and restart to "
+                    "index them again)",
+                    exc,
+                    at,
+                )
+            return
+        if self._index_disk_full:
+            self._index_disk_full = False
+            skipped = self.index_windows_skipped
+            log.warning("indexing keys again (%d dispatch windows were not indexed)", skipped)
 
     def _dispatch_limit(self) -> int:
         if self._sync:
@@ -384,12 +446,7 @@ class MessageStore:
         self.timer.load()
         self.reput.add_arrival_listener(self.timer.on_dispatch, topic=TIMER_TOPIC)
         self.timer.start()
-        self.retention = RetentionService(
-            self.config,
-            delete_commitlog=self._delete_expired_commitlog,
-            delete_logics=self._delete_expired_logics,
-            set_disk_full=self._set_disk_full,
-        )
+        self.retention = self.retention_service()
         self.retention.start()
         self._stopping.clear()
         self._logics_flusher = threading.Thread(
@@ -759,8 +816,97 @@ class MessageStore:
         return QueryMessageResult(msgs, last_ts, last_phy)
 
     # -- retention --------------------------------------------------------------------------
-    def _delete_expired_commitlog(self, expired_ms: int, force: bool) -> int:
-        return self.commitlog.queue.delete_expired_by_time(expired_ms, clean_immediately=force)
+    def retention_service(
+        self,
+        *,
+        usage: Callable[[], float] | None = None,
+        now: Callable[[], _dt.datetime] | None = None,
+        config: StoreConfig | None = None,
+    ) -> RetentionService:
+        """A retention service over this store (``start`` runs one; tests drive their own
+        with a given disk usage and clock)."""
+        return RetentionService(
+            config or self.config,
+            segments=self._segments,
+            min_needed=self.min_needed_phy_offset,
+            delete_segments=self._delete_segments,
+            delete_logics=self._delete_expired_logics,
+            set_disk_full=self._set_disk_full,
+            unconsumed_below=self.unconsumed_below,
+            usage=usage,
+            now=now or _dt.datetime.now,
+        )
+
+    def _segments(self) -> list[Segment]:
+        size = self.commitlog.file_size
+        out = []
+        for mf in self.commitlog.queue.files:
+            try:
+                mtime = int(os.path.getmtime(mf.file_name) * 1000)
+            except FileNotFoundError:
+                mtime = 0
+            out.append(Segment(mf.file_from_offset, mf.file_from_offset + size, mtime))
+        return out
+
+    def _queue_progress(self) -> dict[tuple[str, int], int]:
+        """Per (topic, queue id): the smallest queue offset a consumer has committed (the
+        broker's groups through ``consumer_progress``, plus the store's own delay-level and timer
+        services). A queue missing here has no consumer."""
+        progress = dict(self.consumer_progress()) if self.consumer_progress is not None else {}
+        if self.schedule is not None:
+            for level, offset in list(self.schedule.offset_table.items()):
+                progress[(SCHEDULE_TOPIC, level - 1)] = offset
+        if self.timer is not None:
+            progress[(TIMER_TOPIC, 0)] = self.timer.cq_offset
+        return progress
+
+    def min_needed_phy_offset(self) -> int:
+        """The smallest CommitLog offset of a message some queue still needs: the message at
+        the smallest committed offset of a consumed queue, the first message of a queue nobody
+        consumes (those go only by retention time); ``NOTHING_NEEDED`` when no queue needs any."""
+        progress = self._queue_progress()
+        low = NOTHING_NEEDED
+        for cq in self.consume_queues:
+            first = cq.min_offset_in_queue
+            end = cq.max_offset_in_queue
+            committed = progress.get((cq.topic, cq.queue_id), first)
+            index = max(first, committed)
+            while index < end:
+                unit = cq.get_unit(index)
+                if unit is None:
+                    break
+                if unit.size != FILLER_SIZE and unit.size > 0:
+                    low = min(low, unit.offset)
+                    break
+                index += 1
+        return low
+
+    def unconsumed_below(self, phy_offset: int) -> Unconsumed:
+        """How many messages stored below ``phy_offset`` some queue has not consumed yet (what
+        forced cleaning up to there loses), and in how many queues."""
+        progress = self._queue_progress()
+        messages = queues = 0
+        for cq in self.consume_queues:
+            first = cq.min_offset_in_queue
+            lo = max(first, progress.get((cq.topic, cq.queue_id), first))
+            hi = cq.max_offset_in_queue
+            # first queue offset whose message is at or above phy_offset (offsets grow with
+            # queue offsets); fillers and unreadable units count as below
+            a, b = lo, hi
+            while a < b:
+                mid = (a + b) // 2
+                unit = cq.get_unit(mid)
+                if unit is None or unit.size == FILLER_SIZE or unit.offset < phy_offset:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a > lo:
+                messages += a - lo
+                queues += 1
+        return Unconsumed(messages, queues)
+
+    def _delete_segments(self, count: int) -> int:
+        return self.commitlog.queue.delete_leading(count)
 
     def _delete_expired_logics(self) -> int:
         low = max(0, self.commitlog.min_offset)

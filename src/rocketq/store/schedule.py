@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rocketq.errors import DiskFull
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -123,6 +124,7 @@ class ScheduleMessageService(ServiceThread):
         self._lock = threading.Lock()
         self.delivered = 0
         self._dirty = False
+        self._persist_failing = False
         self._last_persist = time.monotonic()
         self._next_wait_ms = 0
 
@@ -142,12 +144,23 @@ class ScheduleMessageService(ServiceThread):
         with self._lock:
             table = dict(sorted(self.offset_table.items()))
             self._dirty = False
-        fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
+        try:
+            fastjson.persist(self.path, fastjson.dumps({"offsetTable": table}))
+        except OSError:
+            self._dirty = True  # written by the next attempt
+            raise
 
     # -- lifecycle --------------------------------------------------------------------------
     def shutdown(self) -> None:
         super().shutdown()
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
+            log.error(
+                "delay offsets not persisted at shutdown (%s); delayed messages delivered since "
+                "the last write are delivered again after the restart",
+                exc,
+            )
 
     def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
         """Arrival listener: a new delayed message may be due before the thread's next wake-up."""
@@ -168,7 +181,16 @@ class ScheduleMessageService(ServiceThread):
         """Deliver what is due; persist the offsets when changed and the interval has passed."""
         self._next_wait_ms = self.deliver_due()
         if self._dirty and time.monotonic() - self._last_persist >= self._persist_interval_s:
-            self.persist()
+            try:
+                self.persist()
+            except DiskFull as exc:  # retried at the next interval; logged once
+                if not self._persist_failing:
+                    log.error("delay offsets not persisted: %s", exc)
+                self._persist_failing = True
+            else:
+                if self._persist_failing:
+                    log.warning("delay offsets persisted again")
+                self._persist_failing = False
             self._last_persist = time.monotonic()
 
     def idle_seconds(self) -> float:

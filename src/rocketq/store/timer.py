@@ -86,7 +86,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rocketq.errors import TimerMessageIllegal
+from rocketq.errors import DiskFull, TimerMessageIllegal
 from rocketq.fileio import durable_replace
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -321,6 +321,7 @@ class TimerMessageService(ServiceThread):
         self.skipped = 0
         self._dirty = False
         self._loaded = False
+        self._persist_failing = False
         self._io_lock = threading.Lock()
         self._last_persist = time.monotonic()
         self._next_wait_s = 0.0
@@ -372,13 +373,24 @@ class TimerMessageService(ServiceThread):
         with self._io_lock:
             data = encode_snapshot(self.cq_offset, list(self._heap))
             self._dirty = False
-            durable_replace(self.path, data, keep_backup=True)
+            try:
+                durable_replace(self.path, data, keep_backup=True)
+            except OSError:
+                self._dirty = True  # written by the next attempt
+                raise
 
     # -- lifecycle --------------------------------------------------------------------------
     def shutdown(self) -> None:
         super().shutdown()
         if self._loaded:  # never overwrite a snapshot this instance did not read
-            self.persist()
+            try:
+                self.persist()
+            except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
+                log.error(
+                    "timer snapshot not persisted at shutdown (%s); the restart re-reads timers "
+                    "from the previous snapshot (due ones may be delivered twice)",
+                    exc,
+                )
 
     def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
         """Arrival listener: a new timer unit is in the ConsumeQueue."""
@@ -409,8 +421,14 @@ class TimerMessageService(ServiceThread):
         if self._dirty and since >= interval_s:
             try:
                 self.persist()
+            except DiskFull as exc:  # retried at the next interval; logged once
+                if not self._persist_failing:
+                    log.error("timer snapshot not written: %s", exc)
+                self._persist_failing = True
             except OSError:
                 log.exception("writing %s failed", self.path)
+            else:
+                self._persist_failing = False
             self._last_persist = time.monotonic()
             since = 0.0
         wait_s = wait_ms / 1000

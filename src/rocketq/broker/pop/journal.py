@@ -38,6 +38,8 @@ filtered out (done) and every handed-out message is in flight — nothing handed
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import struct
@@ -45,7 +47,7 @@ import zlib
 from dataclasses import dataclass
 
 from rocketq.broker.pop.state import PopTable
-from rocketq.errors import CorruptFileError
+from rocketq.errors import CorruptFileError, DiskFull
 from rocketq.fileio import durable_replace, write_all
 
 log = logging.getLogger(__name__)
@@ -211,11 +213,13 @@ class PopJournal:
         self.journal_path = os.path.join(directory, JOURNAL_NAME)
         self.generation = 0
         self._fd: int | None = None
+        self._closed = False
         #: Bytes in the journal file (valid records only).
         self.size_bytes = 0
 
     def load(self) -> PopTable:
         """Recover the table from disk and open the journal for appending."""
+        self._closed = False
         os.makedirs(self.directory, exist_ok=True)
         table = PopTable()
         generation = 0
@@ -271,22 +275,43 @@ class PopJournal:
 
     def write_and_sync(self, data: bytes) -> None:
         """Append ``data`` (whole records) and fsync."""
+        if self._fd is None and not self._closed:
+            self._new_journal()  # a compaction wrote its snapshot but not the new journal
         fd = self._fd
         if fd is None:
             raise RuntimeError("pop journal is closed")
-        write_all(fd, data)
-        os.fsync(fd)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        except OSError as exc:
+            # Cut what part of ``data`` got in: records appended later must follow whole ones.
+            os.lseek(fd, self.size_bytes, os.SEEK_SET)  # the next append overwrites the part
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self.size_bytes)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"disk full: cannot append {len(data)} B to {self.journal_path}") from exc
+            raise
         self.size_bytes += len(data)
 
     def compact(self, snapshot: bytes, generation: int) -> None:
-        """Replace snapshot and journal by ``snapshot`` (of ``generation``) and an empty journal."""
+        """Replace snapshot and journal by ``snapshot`` (of ``generation``) and an empty journal.
+
+        A failure writing the snapshot changes nothing. A failure after it (the new journal, on
+        a full disk) leaves the old journal, which the snapshot already holds and a restart
+        skips as an older generation; the next append creates the new journal first."""
         durable_replace(self.snapshot_path, snapshot, mode=0o644)
-        self.close()
-        durable_replace(self.journal_path, header_record(generation), mode=0o644)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self.generation = generation
+        self._new_journal()
+
+    def _new_journal(self) -> None:
+        durable_replace(self.journal_path, header_record(self.generation), mode=0o644)
         self._open(None)
 
     def close(self) -> None:
+        self._closed = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -195,8 +195,10 @@ class PopService:
         for lock in list(self._locks.values()):
             async with lock:
                 pass
-        with contextlib.suppress(Exception):
+        try:
             await self._durable(self._appended)
+        except Exception as exc:  # a full disk: the journal keeps what was synced before
+            log.error("shutting down without persisting the last pop state changes: %s", exc)
         self._journal.close()
         log.info("pop state persisted (%d queues)", len(self._table.states))
 
@@ -237,14 +239,24 @@ class PopService:
             if journal.size_bytes + len(self._pending) > self.ctx.config.pop_journal_compact_bytes:
                 generation = journal.generation + 1
                 snapshot = encode_snapshot(self._table, generation)
-                self._pending = bytearray()
-                await self._run(journal.compact, snapshot, generation)
+                pending, self._pending = self._pending, bytearray()
+                try:
+                    await self._run(journal.compact, snapshot, generation)
+                except OSError:
+                    if journal.generation != generation:  # the snapshot was not written
+                        self._pending[:0] = pending
+                    raise
                 self.compactions += 1
                 log.info("pop journal compacted: snapshot of %d B (generation %d)", len(snapshot), generation)
             else:
                 data = bytes(self._pending)
                 self._pending = bytearray()
-                await self._run(journal.write_and_sync, data)
+                try:
+                    await self._run(journal.write_and_sync, data)
+                except OSError:
+                    # not on disk (a full disk: DiskFull): written by the next round, in order
+                    self._pending[:0] = data
+                    raise
             self.syncs += 1
             self._synced = target
         finally:
