@@ -5,9 +5,9 @@
   value the predicate returned.
 * :func:`collect_until` gathers what ``fetch()`` returns (a consumer's ``poll``) until it has
   ``count`` items, with the same deadline and failure (it names how many arrived).
-* :func:`wait_until_async` is the same inside a coroutine: ``predicate`` may be a plain function
-  or return an awaitable, and the wait between tries is ``await asyncio.sleep(interval_s)`` (0
-  yields to the loop once per try).
+* :func:`wait_until_async` and :func:`collect_until_async` are the same inside a coroutine:
+  ``predicate`` / ``fetch`` may be a plain function or return an awaitable, and the wait between
+  tries is ``await asyncio.sleep(interval_s)`` (0 yields to the loop once per try).
 
 ``message`` is a string, or a function giving one at the timeout (to show state gathered while
 waiting). ``check`` runs after every failed try and may raise to end the wait early (a watched
@@ -104,4 +104,31 @@ async def wait_until_async(
         await asyncio.sleep(interval_s)
 
 
-__all__ = ["INTERVAL_S", "TIMEOUT_S", "collect_until", "wait_until", "wait_until_async"]
+async def collect_until_async(
+    fetch: Callable[[], Iterable[T] | Awaitable[Iterable[T]]],
+    count: int,
+    what: str = "items",
+    timeout_s: float = TIMEOUT_S,
+    interval_s: float = 0.0,
+) -> list[T]:
+    """:func:`collect_until` in a coroutine; ``fetch`` may return an awaitable."""
+    got: list[T] = []
+
+    async def enough() -> bool:
+        batch = fetch()
+        got.extend(await batch if inspect.isawaitable(batch) else batch)  # type: ignore[arg-type]
+        return len(got) >= count
+
+    if count > 0:
+        await wait_until_async(enough, lambda: f"{count} {what} (got {len(got)})", timeout_s, interval_s)
+    return got
+
+
+__all__ = [
+    "INTERVAL_S",
+    "TIMEOUT_S",
+    "collect_until",
+    "collect_until_async",
+    "wait_until",
+    "wait_until_async",
+]

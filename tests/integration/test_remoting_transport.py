@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until_async
 from rocketq.errors import ConnectionClosed, MessageIllegal, RemotingConnectError, RemotingTimeout
 from rocketq.remoting import (
     FLAG_ONEWAY,
@@ -655,10 +656,9 @@ def test_request_futures_many_in_flight_timeout_and_cancel() -> None:
             ok = await conn.invoke(create_request(RequestCode.HEART_BEAT, {"n": "after"}), WAIT_S)
             assert ok.ext_fields["n"] == "after"
             # ... the other when its answer arrives (dropped: nobody waits for it)
-            deadline = loop.time() + WAIT_S
-            while conn.pending_calls and loop.time() < deadline:
-                await asyncio.sleep(0.01)
-            assert conn.pending_calls == 0
+            await wait_until_async(
+                lambda: conn.pending_calls == 0, "the last pending call to end", WAIT_S, 0.01
+            )
         finally:
             await client.close()
             await server.close()
