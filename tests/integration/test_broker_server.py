@@ -714,9 +714,11 @@ def test_registers_with_the_name_server(store_config: StoreConfig) -> None:
                         ns_addr, create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
                     )
 
-                async with asyncio.timeout(WAIT_S):
-                    while (answer := await route()).code != 0:
-                        await asyncio.sleep(0.01)
+                async def routed() -> RemotingCommand | None:
+                    answer = await route()
+                    return answer if answer.code == 0 else None
+
+                answer = await wait_until_async(routed, "the route of Routed", WAIT_S)
                 data = json.loads(answer.body)
                 (queue,) = data["queueDatas"]
                 assert queue["brokerName"] == "broker-a"
@@ -729,11 +731,13 @@ def test_registers_with_the_name_server(store_config: StoreConfig) -> None:
                 )
                 assert tbw.code == 0 and json.loads(tbw.body)["queueDatas"][0]["perm"] == 7
             # shutdown unregistered the broker
-            async with RemotingClient() as client, asyncio.timeout(WAIT_S):
-                request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
-                while (await client.invoke(ns_addr, request)).code != ResponseCode.TOPIC_NOT_EXIST:
-                    await asyncio.sleep(0.01)
+            async with RemotingClient() as client:
+
+                async def unrouted() -> bool:
                     request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
+                    return (await client.invoke(ns_addr, request)).code == ResponseCode.TOPIC_NOT_EXIST
+
+                await wait_until_async(unrouted, "Routed to lose its route", WAIT_S)
         finally:
             await namesrv.close()
 

@@ -569,8 +569,7 @@ def test_write_pressure_pauses_reading_only_on_the_serving_side() -> None:
         await asyncio.sleep(0)  # let the call run up to its wait for the drain
         assert transport.written == []
         calling.resume_writing()
-        while not transport.written:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: transport.written, "the drained write", WAIT_S, 0)
         assert written_commands(transport) == [request]
         calling.data_received(encode(create_response(request, 0, remark="drained")))
         assert (await call).remark == "drained"
@@ -597,12 +596,10 @@ def test_requests_over_the_cap_wait_in_order() -> None:
         conn.data_received(b"".join(encode(r) for r in requests))
         assert conn.running_requests == 3
         assert conn.reading_paused
-        while len(started) < 3:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: len(started) >= 3, "three requests started", WAIT_S, 0)
         assert started == [0, 1, 2]
         release.set()
-        while len(written_commands(transport)) < 10:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: len(written_commands(transport)) >= 10, "ten answers", WAIT_S, 0)
         assert started == list(range(10))
         assert sorted(int(r.ext_fields["i"]) for r in written_commands(transport)) == list(range(10))
         assert not conn.reading_paused
