@@ -177,6 +177,7 @@ def run_admin(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_topics_send_and_query(served: str) -> None:
     r = run_admin(served, "clusterList", "--json")
     assert r.returncode == 0, r.stderr
@@ -215,6 +216,7 @@ def test_cli_topics_send_and_query(served: str) -> None:
     assert r.returncode == 0 and "#Max Offset" in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_cli_errors(served: str) -> None:
     r = run_admin(served, "topicRoute", "-t", "NoSuchCliTopic")
     assert r.returncode == 1

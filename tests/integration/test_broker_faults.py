@@ -55,6 +55,8 @@ from rocketq.message import create_offset_msg_id, decode_properties, encode_prop
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 
+pytestmark = pytest.mark.slow  # SIGKILLs the broker process
+
 T = TypeVar("T")
 
 BROKER_NAME = "broker-a"

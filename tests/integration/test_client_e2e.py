@@ -12,6 +12,8 @@ from _support.wait import wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, Producer
 from rocketq.client._routes import MessageQueue
 
+pytestmark = pytest.mark.slow  # 10 000 messages through a rocketq serve process
+
 
 @pytest.fixture
 def serve(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:

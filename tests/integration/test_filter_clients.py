@@ -73,6 +73,7 @@ def test_lite_pull_consumer_receives_exactly_the_selected_messages(cluster: Clus
         assert all(int(m.properties["price"]) >= 50 and m.tags == "keep" for m in got)
 
 
+@pytest.mark.slow
 def test_push_consumer_receives_exactly_the_selected_messages(cluster: Cluster) -> None:
     lock = threading.Lock()
     got: list[bytes] = []

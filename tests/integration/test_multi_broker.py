@@ -38,6 +38,8 @@ from rocketq.message import decode_properties
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.store import record as rec
 
+pytestmark = pytest.mark.slow  # broker processes, one killed
+
 T = TypeVar("T")
 
 CLUSTER = "MultiCluster"

@@ -25,6 +25,8 @@ from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import Connection, RemotingClient, RequestCode, create_request
 
+pytestmark = pytest.mark.slow  # rocketq serve and rocketq proxy processes
+
 TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
 META = (("x-mq-client-id", "cluster-test@1"),)

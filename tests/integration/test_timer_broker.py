@@ -36,6 +36,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prop", ["TIMER_DELIVER_MS", "__STARTDELIVERTIME"])
 def test_timer_message_is_consumed_after_its_time(cluster: Cluster, prop: str) -> None:
     topic = "TimerT"

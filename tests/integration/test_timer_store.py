@@ -49,6 +49,7 @@ def timer_queue_size(store: MessageStore) -> int:
     return store.get_max_offset(TIMER_TOPIC, 0)
 
 
+@pytest.mark.slow
 def test_timers_become_visible_in_time_order_and_not_before(store_config: StoreConfig) -> None:
     with MessageStore(store_config) as s:
         base = now_ms()
@@ -150,6 +151,7 @@ def test_a_new_timer_wakes_a_service_sleeping_on_a_far_one(store_config: StoreCo
         assert s.timer.pending == 1
 
 
+@pytest.mark.slow
 def test_pending_timers_survive_a_clean_restart_and_are_delivered_once(store_config: StoreConfig) -> None:
     cfg = dataclasses.replace(store_config, timer_precision_ms=100)
     start = now_ms()
