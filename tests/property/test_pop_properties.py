@@ -276,6 +276,8 @@ class PopMachine(RuleBasedStateMachine):
         everything = {(q, o) for q in range(QUEUES) for o in range(self.stored[q])}
         assert self.acked | self.dlq == everything, "a message was lost"
         assert not self.acked & self.dlq
+        # the DLQ copies are in the CommitLog; their ConsumeQueue entries follow with dispatch
+        assert self.store.wait_dispatched(30), "dispatch did not catch up"
         dead = self.store.get_message("check", f"%DLQ%{G}", 0, 0, 1000).messages if self.dlq else []
         dead_keys = set()
         for m in dead:
