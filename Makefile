@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint typecheck unit bench clean proto
+.PHONY: run test lint typecheck unit fast bench clean proto
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ test: lint typecheck
 
 unit: $(VENV)/.installed-test
 	$(PY) -m pytest -q tests/unit tests/property
+
+# the quick tier: unit, property and in-process integration tests, without the ones marked slow
+# (processes killed, long timer waits) or spark; tests/crash (kill loops), tests/interop (Node) and
+# tests/spark stay out. No lint, no typecheck.
+fast: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m "not slow and not spark" tests/unit tests/property tests/integration
 
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py

@@ -1,8 +1,9 @@
 """The rocketq error tree.
 
 Every error rocketq raises derives from :class:`RocketqError`. Each class carries the RocketMQ
-wire response code a broker would answer with (``code``) and whether a client may retry the same
-request (``retriable``)::
+wire response code a broker would answer with (``code``) and the client's retry policy for it:
+``retriable`` (the producer sends again, on another broker when there is one) and
+``refresh_route`` (the producer drops its cached route of the topic before that next attempt)::
 
     RocketqError                      SYSTEM_ERROR (1)
     ├── ConfigError                   bad configuration value (local, never on the wire)
@@ -11,7 +12,7 @@ request (``retriable``)::
     │   ├── PropertiesTooLarge
     │   ├── TopicNameInvalid
     │   └── TimerMessageIllegal       a delivery time that is not a number, too far ahead, or timers off
-    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14)
+    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14), retriable
     │   ├── DiskFull                  no space left (also an OSError with errno ENOSPC)
     │   ├── StoreShutdown
     │   └── StoreNotWritable
@@ -21,9 +22,10 @@ request (``retriable``)::
     │   ├── StoreLocked               another process holds the store directory
     │   ├── CorruptFileError          a file that does not have RocketMQ's layout
     │   └── SegmentAllocationError    a segment could not be created
-    ├── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, but not yet durable
-    ├── NoPermission                  NO_PERMISSION (16): topic, group or broker permission
-    ├── TopicNotExist                 TOPIC_NOT_EXIST (17)
+    ├── FlushDiskTimeout              FLUSH_DISK_TIMEOUT (10): stored, not yet durable; retriable
+    ├── NoPermission                  NO_PERMISSION (16): topic, group or broker; retriable, refresh_route
+    ├── TopicNotExist                 TOPIC_NOT_EXIST (17), retriable, refresh_route
+    ├── MessageNotFound               QUERY_NOT_FOUND (22): no message for the id, key or offset
     ├── InvalidParameter              INVALID_PARAMETER (29): bad request header value
     │   └── InvalidReceiptHandle      a pop receipt handle that is malformed, stale or expired
     ├── SubscriptionParseFailed       SUBSCRIPTION_PARSE_FAILED (23)
@@ -33,7 +35,9 @@ request (``retriable``)::
     ├── BodyFormatError               a request/response body that is not the document its code calls for
     ├── RequestHeaderError            a required request header field is missing or malformed
     └── RemotingError                 the remoting transport (SYSTEM_ERROR when it reaches the wire)
-        ├── FrameError                a frame that breaks the protocol; its connection is closed
+        ├── FrameError                bytes or a command that break the remoting (or gRPC) protocol
+        │   ├── LocalProtocolError    this side was about to send something invalid (a caller's bug)
+        │   └── RemoteProtocolError   the peer sent something invalid; its connection is closed
         ├── RemotingTimeout           no response within the deadline, retriable
         ├── ConnectionClosed          the connection dropped with the call in flight, retriable
         ├── RemotingConnectError      no connection could be made, retriable
@@ -43,7 +47,37 @@ Client-side (never on the wire)::
 
     RocketqError
     ├── ClientStateError              the client is not started or already shut down
-    └── BrokerResponseError           a broker answered a request with an error code (``code`` per instance)
+    └── BrokerResponseError           an error code with no class of its own (``response_code``)
+        ├── ServerError               SYSTEM_ERROR (1) answered by a broker or name server, retriable
+        ├── NoBuyerId                 NO_BUYER_ID (204), retriable (unit-aware RocketMQ deployments)
+        └── NotInCurrentUnit          NOT_IN_CURRENT_UNIT (205), retriable (idem)
+
+:func:`for_code` maps a wire code to its class: the one class that declares that ``code`` in its
+own body (subclasses inherit the code but do not claim it); codes no class declares map to
+:class:`BrokerResponseError`. :func:`error_for_code` builds the exception a client raises for an
+error response. A second class declaring a code already claimed is a ``TypeError`` at import.
+
+The producer's retry policy, from the class attributes (RocketMQ's
+``DefaultMQProducerImpl.retryResponseCodes`` are TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE,
+SYSTEM_ERROR, NO_PERMISSION, NO_BUYER_ID and NOT_IN_CURRENT_UNIT; SYSTEM_BUSY is retried too, as
+the Java client does since apache/rocketmq#5845; a FLUSH_DISK_TIMEOUT answer to a send is a
+result with its status, not an error)::
+
+    code                        class                 retriable   refresh_route
+    1   SYSTEM_ERROR            ServerError           yes         no
+    2   SYSTEM_BUSY             SystemBusy            yes         no
+    10  FLUSH_DISK_TIMEOUT      FlushDiskTimeout      yes         no
+    13  MESSAGE_ILLEGAL         MessageIllegal        no          no
+    14  SERVICE_NOT_AVAILABLE   ServiceNotAvailable   yes         no
+    16  NO_PERMISSION           NoPermission          yes         yes (write permission is part of the route)
+    17  TOPIC_NOT_EXIST         TopicNotExist         yes         yes
+    22  QUERY_NOT_FOUND         MessageNotFound       no          no
+    23  SUBSCRIPTION_PARSE_FAILED .. 26 SUBSCRIPTION_GROUP_NOT_EXIST    no    no
+    29  INVALID_PARAMETER       InvalidParameter      no          no
+    204 NO_BUYER_ID             NoBuyerId             yes         no
+    205 NOT_IN_CURRENT_UNIT     NotInCurrentUnit      yes         no
+    any other code              BrokerResponseError   no          no
+    (local) RemotingTimeout, ConnectionClosed, RemotingConnectError       yes   no
 
 Messages always name the thing and the limit, e.g.
 ``message body 5242881 B exceeds max 4194304 B``.
@@ -53,7 +87,7 @@ from __future__ import annotations
 
 import errno
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class ResponseCode(IntEnum):
@@ -82,13 +116,38 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
+    NO_BUYER_ID = 204
+    NOT_IN_CURRENT_UNIT = 205
+
+
+#: wire code → the class that declares it (filled as the classes are defined)
+_BY_CODE: dict[int, type[RocketqError]] = {}
 
 
 class RocketqError(Exception):
     """Root of every error rocketq raises."""
 
+    #: the RocketMQ response code a server answers this error with
     code: ClassVar[int] = ResponseCode.SYSTEM_ERROR
+    #: whether the producer sends again after it (on another broker when there is one)
     retriable: ClassVar[bool] = False
+    #: whether the producer drops its cached route of the topic before the next attempt
+    refresh_route: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            return
+        code = int(cls.__dict__["code"])
+        claimed = _BY_CODE.get(code)
+        if claimed is not None and (claimed.__module__, claimed.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):
+            raise TypeError(
+                f"{cls.__qualname__} declares wire code {code}, which {claimed.__qualname__} already declares"
+            )
+        _BY_CODE[code] = cls
 
 
 class ConfigError(RocketqError, ValueError):
@@ -123,9 +182,10 @@ class TimerMessageIllegal(MessageIllegal):
 
 
 class ServiceNotAvailable(RocketqError):
-    """The store does not accept writes right now."""
+    """The store does not accept writes right now (another broker may)."""
 
     code = ResponseCode.SERVICE_NOT_AVAILABLE
+    retriable = True
 
 
 class DiskFull(ServiceNotAvailable, OSError):
@@ -185,12 +245,22 @@ class NoPermission(RocketqError):
     """The topic, the subscription group or the broker does not permit the operation."""
 
     code = ResponseCode.NO_PERMISSION
+    retriable = True
+    refresh_route = True
 
 
 class TopicNotExist(RocketqError):
     """The topic is unknown to the broker and could not be created."""
 
     code = ResponseCode.TOPIC_NOT_EXIST
+    retriable = True
+    refresh_route = True
+
+
+class MessageNotFound(RocketqError):
+    """No message matches the id, key or queue offset that was asked for (QUERY_NOT_FOUND)."""
+
+    code = ResponseCode.QUERY_NOT_FOUND
 
 
 class InvalidParameter(RocketqError, ValueError):
@@ -232,8 +302,21 @@ class RemotingError(RocketqError):
 
 
 class FrameError(RemotingError, ValueError):
-    """Bytes on a connection that are not a valid remoting frame, or a command that cannot be
-    framed. A receiver closes the connection: after a bad frame the stream cannot be re-synced."""
+    """A protocol violation: bytes on a connection that are not a valid remoting frame, or a
+    command that cannot be framed. Raised as one of its two subclasses, which say whose fault
+    it is: catch ``FrameError`` for both."""
+
+
+class LocalProtocolError(FrameError):
+    """This side was about to break the protocol (a command whose header or frame exceeds the
+    format's limits, an opaque already in flight): a bug in the caller. Nothing was sent and
+    the connection stays usable."""
+
+
+class RemoteProtocolError(FrameError):
+    """The peer sent something that breaks the protocol (a bad length, an undecodable header, a
+    record that is not a message). A receiver closes the connection: after a bad frame the
+    stream cannot be re-synced."""
 
 
 class RemotingTimeout(RemotingError, TimeoutError):
@@ -277,11 +360,44 @@ class ClientStateError(RocketqError, RuntimeError):
 
 
 class BrokerResponseError(RocketqError):
-    """A broker answered with a response code that has no more specific class here.
+    """A broker or name server answered with a response code that has no more specific class
+    here (or with one of the client-only codes below). ``response_code`` is the wire code."""
 
-    ``response_code`` is the wire code; ``retriable`` follows RocketMQ's producer, which retries
-    SYSTEM_ERROR on another broker."""
-
-    def __init__(self, message: str, response_code: int) -> None:
+    def __init__(self, message: str, response_code: int | None = None) -> None:
         super().__init__(message)
-        self.response_code = response_code
+        self.response_code: int = type(self).code if response_code is None else response_code
+
+
+class ServerError(BrokerResponseError):
+    """A server answered SYSTEM_ERROR (1): its handler failed. RocketMQ's producer retries it on
+    another broker."""
+
+    code = ResponseCode.SYSTEM_ERROR
+    retriable = True
+
+
+class NoBuyerId(BrokerResponseError):
+    """NO_BUYER_ID (204) of unit-aware RocketMQ deployments; the producer retries it."""
+
+    code = ResponseCode.NO_BUYER_ID
+    retriable = True
+
+
+class NotInCurrentUnit(BrokerResponseError):
+    """NOT_IN_CURRENT_UNIT (205) of unit-aware RocketMQ deployments; the producer retries it."""
+
+    code = ResponseCode.NOT_IN_CURRENT_UNIT
+    retriable = True
+
+
+def for_code(code: int) -> type[RocketqError]:
+    """The class of wire response ``code``: the one that declares it, else BrokerResponseError."""
+    return _BY_CODE.get(code, BrokerResponseError)
+
+
+def error_for_code(code: int, message: str) -> RocketqError:
+    """The exception for an error response with ``code`` (its class from :func:`for_code`)."""
+    cls = for_code(code)
+    if issubclass(cls, BrokerResponseError):
+        return cls(message, code)
+    return cls(message)

@@ -34,12 +34,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import rocketq
+from _support import wait as _wait
 from rocketq.client import Admin
 from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.errors import RocketqError
@@ -454,14 +454,18 @@ def wait_until(
         targets = list(watched)
     else:
         targets = [watched]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
+
+    def check() -> None:
         for target in targets:
             target.check_alive()
-        if time.monotonic() > deadline:
-            logs = "".join(f"\n{t.diagnostics()}" for t in targets)
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{logs}")
-        time.sleep(POLL_S)
+
+    _wait.wait_until(
+        condition,
+        lambda: what + "".join(f"\n{t.diagnostics()}" for t in targets),
+        timeout_s,
+        POLL_S,
+        check=check,
+    )
 
 
 __all__ = [

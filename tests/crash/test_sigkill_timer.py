@@ -18,15 +18,14 @@ from __future__ import annotations
 import os
 import pathlib
 import random
-import threading
-import time
 from collections import Counter
 
 from kill_loop import load_script, run_and_kill
 
+from _support.wait import wait_until
 from rocketq.message import MessageExt
 from rocketq.store import MessageStore
-from rocketq.store.timer import TIMER_TOPIC
+from rocketq.store.timer import TIMER_TOPIC, TimerMessageService
 
 HERE = pathlib.Path(__file__).resolve().parent
 WRITER_PATH = HERE / "sigkill_timer_writer.py"
@@ -77,19 +76,23 @@ def test_sigkill_while_timers_are_pending_loses_none_and_delivers_none_early(tmp
         allowed_extra.add(writer.message_key(round_no, len(got)))  # the put in flight at the kill
         with MessageStore(cfg) as store:
             assert store.timer is not None
-            deadline = time.monotonic() + DRAIN_DEADLINE_S
-            tick = threading.Event()
             timer = store.timer
-            while True:
+
+            def delivered_all(store: MessageStore = store, timer: TimerMessageService = timer) -> bool:
                 # Cheap check first: the timer queue read to its end and nothing pending.
                 drained = timer.pending == 0 and timer.cq_offset >= store.get_max_offset(TIMER_TOPIC, 0)
-                if drained and {m.keys[0] for m in _delivered(store)} >= acked.keys():
-                    break
-                assert time.monotonic() < deadline, (
+                return drained and {m.keys[0] for m in _delivered(store)} >= acked.keys()
+
+            def report(
+                store: MessageStore = store, timer: TimerMessageService = timer, round_no: int = round_no
+            ) -> str:
+                undelivered = acked.keys() - {m.keys[0] for m in _delivered(store)}
+                return (
                     f"round {round_no}: {timer.pending} timers pending, "
-                    f"{len(acked.keys() - {m.keys[0] for m in _delivered(store)})} acknowledged not delivered"
+                    f"{len(undelivered)} acknowledged not delivered"
                 )
-                tick.wait(0.05)
+
+            wait_until(delivered_all, report, DRAIN_DEADLINE_S, 0.05)
             assert store.wait_dispatched()
             copies = _delivered(store)
             counts = Counter(m.keys[0] for m in copies)

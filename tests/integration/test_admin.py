@@ -10,32 +10,19 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 from procs import ServeProcess, child_env
 from test_client_producer import HOST, Cluster, free_port
 
+from _support.wait import wait_until
 from rocketq.client import Message, Producer
 from rocketq.client.admin import Admin, MessageNotFound, wait_for_route
 from rocketq.errors import ConfigError, InvalidParameter, NameServerUnavailable, TopicNotExist
 from rocketq.remoting import RequestCode, create_request
 
-T = TypeVar("T")
 WAIT_S = 20.0
-
-
-def eventually(what: str, fn: Callable[[], T | None]) -> T:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -70,7 +57,12 @@ def test_create_topic_shows_in_list_route_and_cluster(cluster: Cluster, admin: A
     assert "AdmT" in admin.topic_list()
     # a broker address works too, and updates the queue counts
     admin.create_topic("AdmT", 2, 2, broker_addr=broker_addr(cluster))
-    eventually("the updated route", lambda: admin.topic_route("AdmT").queue_datas[0].read_queue_nums == 2)
+    wait_until(
+        lambda: admin.topic_route("AdmT").queue_datas[0].read_queue_nums == 2,
+        "the updated route",
+        WAIT_S,
+        0.05,
+    )
     with pytest.raises(ConfigError, match="cluster 'nope' is unknown"):
         admin.create_topic("AdmT", cluster="nope")
     admin.delete_topic("AdmT", brokers[0].cluster)
@@ -185,6 +177,7 @@ def run_admin(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_topics_send_and_query(served: str) -> None:
     r = run_admin(served, "clusterList", "--json")
     assert r.returncode == 0, r.stderr
@@ -197,7 +190,7 @@ def test_cli_topics_send_and_query(served: str) -> None:
         out = run_admin(served, "topicList")
         return out.returncode == 0 and "CliT" in out.stdout.split()
 
-    eventually("CliT in topicList", listed)
+    wait_until(listed, "CliT in topicList", WAIT_S, 0.05)
     r = run_admin(served, "topicRoute", "-t", "CliT", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["queueDatas"][0]["writeQueueNums"] == 4
@@ -212,7 +205,7 @@ def test_cli_topics_send_and_query(served: str) -> None:
         docs: list[dict[str, object]] = json.loads(out.stdout)
         return docs or None
 
-    docs = eventually("the message by key", queried)
+    docs = wait_until(queried, "the message by key", WAIT_S, 0.05)
     assert [d["body"] for d in docs] == ["hello cli"]
     assert docs[0]["tags"] == "T1" and docs[0]["keys"] == ["cli-key"]
 
@@ -223,6 +216,7 @@ def test_cli_topics_send_and_query(served: str) -> None:
     assert r.returncode == 0 and "#Max Offset" in r.stdout, r.stderr
 
 
+@pytest.mark.slow
 def test_cli_errors(served: str) -> None:
     r = run_admin(served, "topicRoute", "-t", "NoSuchCliTopic")
     assert r.returncode == 1

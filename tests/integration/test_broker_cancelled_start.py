@@ -14,11 +14,11 @@ import asyncio
 import os
 import pathlib
 import threading
-import time
 
 import pytest
 from test_broker_server import WAIT_S, broker_config
 
+from _support.wait import wait_until
 from rocketq.broker import Broker
 from rocketq.broker.pop.journal import JOURNAL_NAME
 from rocketq.broker.pop.service import PopService
@@ -76,11 +76,12 @@ def test_start_cancelled_while_the_pop_state_loads_closes_the_pop_journal(
     journal = pathlib.Path(services[0].directory, JOURNAL_NAME).resolve()
     assert journal.exists()  # PopService.start did run to its end and open it
     assert str(journal) not in open_paths(), "the pop journal is still open after the cancelled start"
-    deadline = time.monotonic() + WAIT_S
-    while (extra := non_daemon_threads() - threads_before) and time.monotonic() < deadline:
-        for thread in extra:
-            thread.join(0.1)
-    assert not extra, f"threads left running after the cancelled start: {sorted(t.name for t in extra)}"
+    wait_until(
+        lambda: not non_daemon_threads() - threads_before,
+        lambda: f"the cancelled start's threads to end: {sorted(t.name for t in non_daemon_threads())}",
+        WAIT_S,
+        0.1,
+    )
 
     # the directory is usable: a normal start (PopService.start no longer held) and a clean stop
     monkeypatch.setattr(PopService, "start", original_start)

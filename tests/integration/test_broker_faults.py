@@ -33,7 +33,7 @@ import pathlib
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ import pytest
 from procs import ServeProcess, small_store_config
 
 from _support.requests import create_topic_request, pull_request, send_request
+from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.config import FlushDiskType
 from rocketq.errors import RemotingError, ResponseCode
@@ -51,6 +52,8 @@ from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.protocol.headers import SendMessageRequestHeader
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+
+pytestmark = pytest.mark.slow  # SIGKILLs the broker process
 
 T = TypeVar("T")
 
@@ -75,14 +78,6 @@ def seed() -> int:
     value = int(os.environ.get("ROCKETQ_FAULT_SEED") or random.randrange(1 << 32))
     print(f"ROCKETQ_FAULT_SEED={value}")
     return value
-
-
-async def until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        await asyncio.sleep(POLL_S)
 
 
 # -- the server process ---------------------------------------------------------------------
@@ -387,10 +382,10 @@ def test_send_that_creates_its_topic_survives_sigkill(serve: ServeProcess) -> No
 
 
 async def until_max_offset(client: RemotingClient, addr: str, topic: str, queue_id: int, want: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while await max_offset(client, addr, topic, queue_id) < want:
-        assert time.monotonic() < deadline, f"{topic}/{queue_id} never reached offset {want}"
-        await asyncio.sleep(POLL_S)
+    async def reached() -> bool:
+        return await max_offset(client, addr, topic, queue_id) >= want
+
+    await wait_until_async(reached, f"{topic}/{queue_id} to reach offset {want}", WAIT_S, POLL_S)
 
 
 def test_new_topic_is_on_disk_before_the_send_is_answered(
@@ -539,10 +534,11 @@ def test_consumer_offsets_resume_without_skipping(serve: ServeProcess, seed: int
             for q in [*range(QUEUES), *(rng.randrange(QUEUES) for _ in range(rng.randint(20, 80)))]:
                 await consumer.step(q, rng)
             first = list(consumer.committed)
-            await until(
+            await wait_until_async(
                 lambda: persisted_offsets(serve) == dict(enumerate(first)),
                 "the periodic consumer offset write",
-                timeout_s=3 * 5.0,
+                3 * 5.0,
+                POLL_S,
             )
             # Part 2: commit more while pulling, and kill at a random moment.
             for _ in range(rng.randint(1, 60)):

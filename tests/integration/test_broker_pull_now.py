@@ -10,6 +10,7 @@ from typing import Any
 from test_broker_server import dispatched, run, running_broker
 
 from _support.requests import create_topic_request, pull_request, send_request
+from _support.wait import wait_until_async
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.protocol import record as rec
@@ -82,9 +83,8 @@ def test_pull_with_messages_is_answered_without_a_task_and_empty_pull_is_held(
 
             # nothing at offset 5: the pull is held (a task) until a message arrives
             held = asyncio.ensure_future(client.invoke(addr, pull(5, commit_offset=5), 30.0))
-            async with asyncio.timeout(10):
-                while broker.ctx.hold.held_count != 1:
-                    await asyncio.sleep(0.005)
+            hold = broker.ctx.hold
+            await wait_until_async(lambda: hold.held_count == 1, "the pull to be held", 10, 0.005)
             assert tasks.count == 1, tasks.names  # the held pull
             answer = await client.invoke(addr, send_request(TOPIC, b"late"))
             assert answer.code == ResponseCode.SUCCESS

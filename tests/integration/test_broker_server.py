@@ -7,13 +7,14 @@ import dataclasses
 import json
 import pathlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import pytest
 
 from _support.requests import SUSPEND_MS, create_topic_request, pull_request, send_request
+from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, ResponseCode
@@ -58,15 +59,6 @@ async def running_broker(
     finally:
         await client.close()
         await broker.shutdown()
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            while not condition():
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def dispatched(broker: Broker) -> None:
@@ -210,8 +202,11 @@ def test_held_pull_answers_as_soon_as_a_message_arrives(store_config: StoreConfi
             loop = asyncio.get_running_loop()
             began = loop.time()
             pull = asyncio.ensure_future(client.invoke(addr, pull_request("Held", 0, suspend=True), 30))
-            await until(
-                lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1, "the pull to be held"
+            await wait_until_async(
+                lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1,
+                "the pull to be held",
+                WAIT_S,
+                0.005,
             )
             # a message on the other queue does not end the hold
             await client.invoke(addr, send_request("Held", b"other", queue_id=1))
@@ -229,7 +224,12 @@ def test_held_pull_answers_as_soon_as_a_message_arrives(store_config: StoreConfi
             pull = asyncio.ensure_future(
                 client.invoke(addr, pull_request("Held", 1, suspend=True, subscription="TagA"), 30)
             )
-            await until(lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1, "the tag pull")
+            await wait_until_async(
+                lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1,
+                "the tag pull",
+                WAIT_S,
+                0.005,
+            )
             await client.invoke(addr, send_request("Held", b"b", properties={"TAGS": "TagB"}))
             assert broker.store is not None
             await asyncio.to_thread(broker.store.wait_dispatched, WAIT_S)
@@ -608,11 +608,13 @@ def test_send_back_to_retry_and_dead_letter(store_config: StoreConfig) -> None:
             assert r.code == 0, r.remark
             assert broker.store is not None
             # first retry: delay level 3 (queue 2 of SCHEDULE_TOPIC_XXXX), 10 s later to %RETRY%CG
-            await until(
+            await wait_until_async(
                 lambda: (
                     broker.store is not None and broker.store.get_max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
                 ),
                 "the retry to reach the schedule queue",
+                WAIT_S,
+                0.005,
             )
             # reconsumed too often: straight to the dead-letter queue
             dead = create_request(
@@ -620,8 +622,11 @@ def test_send_back_to_retry_and_dead_letter(store_config: StoreConfig) -> None:
                 {"offset": offset, "group": "CG", "delayLevel": 0, "maxReconsumeTimes": 0},
             )
             assert (await client.invoke(addr, dead)).code == 0
-            await until(
-                lambda: broker.store is not None and broker.store.get_max_offset("%DLQ%CG", 0) == 1, "the DLQ"
+            await wait_until_async(
+                lambda: broker.store is not None and broker.store.get_max_offset("%DLQ%CG", 0) == 1,
+                "the DLQ",
+                WAIT_S,
+                0.005,
             )
             pulled = await client.invoke(addr, pull_request("%DLQ%CG", 0))
             (view,) = decode_records(pulled.body)
@@ -669,7 +674,12 @@ def test_shutdown_answers_held_pulls_and_removes_the_abort_file(store_config: St
             await client.invoke(addr, send_request("Down", b"x"))
             await dispatched(broker)
             pull = asyncio.ensure_future(client.invoke(addr, pull_request("Down", 1, suspend=True), 30))
-            await until(lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1, "the held pull")
+            await wait_until_async(
+                lambda: broker.ctx is not None and broker.ctx.hold.held_count == 1,
+                "the held pull",
+                WAIT_S,
+                0.005,
+            )
             await broker.shutdown()
             response = await pull
             assert response.code == ResponseCode.PULL_NOT_FOUND
@@ -704,9 +714,11 @@ def test_registers_with_the_name_server(store_config: StoreConfig) -> None:
                         ns_addr, create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
                     )
 
-                async with asyncio.timeout(WAIT_S):
-                    while (answer := await route()).code != 0:
-                        await asyncio.sleep(0.01)
+                async def routed() -> RemotingCommand | None:
+                    answer = await route()
+                    return answer if answer.code == 0 else None
+
+                answer = await wait_until_async(routed, "the route of Routed", WAIT_S)
                 data = json.loads(answer.body)
                 (queue,) = data["queueDatas"]
                 assert queue["brokerName"] == "broker-a"
@@ -719,11 +731,13 @@ def test_registers_with_the_name_server(store_config: StoreConfig) -> None:
                 )
                 assert tbw.code == 0 and json.loads(tbw.body)["queueDatas"][0]["perm"] == 7
             # shutdown unregistered the broker
-            async with RemotingClient() as client, asyncio.timeout(WAIT_S):
-                request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
-                while (await client.invoke(ns_addr, request)).code != ResponseCode.TOPIC_NOT_EXIST:
-                    await asyncio.sleep(0.01)
+            async with RemotingClient() as client:
+
+                async def unrouted() -> bool:
                     request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Routed"})
+                    return (await client.invoke(ns_addr, request)).code == ResponseCode.TOPIC_NOT_EXIST
+
+                await wait_until_async(unrouted, "Routed to lose its route", WAIT_S)
         finally:
             await namesrv.close()
 

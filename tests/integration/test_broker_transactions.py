@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from _support.requests import send_request
+from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
@@ -30,15 +31,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return await asyncio.wait_for(coro, 60)
 
     return asyncio.run(bounded())
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            while not condition():
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 class Producer:
@@ -156,7 +148,7 @@ async def passes(broker: Broker, service: TransactionService, count: int) -> Non
     assert broker.store is not None
     assert await asyncio.to_thread(broker.store.wait_dispatched, WAIT_S)
     target = service.check_passes + count
-    await until(lambda: service.check_passes >= target, f"{count} check passes")
+    await wait_until_async(lambda: service.check_passes >= target, f"{count} check passes", WAIT_S, 0.005)
 
 
 def test_commit_makes_the_message_visible_exactly_once(store_config: StoreConfig) -> None:
@@ -172,8 +164,11 @@ def test_commit_makes_the_message_visible_exactly_once(store_config: StoreConfig
             assert halves[0].sys_flag & rec.TRANSACTION_MASK == rec.TRANSACTION_NOT_TYPE
 
             await end_transaction(producer, addr, offset, queue_offset, rec.TRANSACTION_COMMIT_TYPE)
-            await until(
-                lambda: broker.store is not None and broker.store.get_max_offset(TOPIC, 1) == 1, "commit"
+            await wait_until_async(
+                lambda: broker.store is not None and broker.store.get_max_offset(TOPIC, 1) == 1,
+                "commit",
+                WAIT_S,
+                0.005,
             )
             # a repeated commit of the same half changes nothing
             await end_transaction(producer, addr, offset, queue_offset, rec.TRANSACTION_COMMIT_TYPE)
@@ -215,7 +210,9 @@ def test_commit_appends_the_message_and_its_op_record_together(store_config: Sto
 
             store.commitlog.put_messages = recording  # type: ignore[method-assign]
             await end_transaction(producer, addr, offset, queue_offset, rec.TRANSACTION_COMMIT_TYPE)
-            await until(lambda: store.get_max_offset(TRANS_OP_HALF_TOPIC, 0) == 1, "the op record")
+            await wait_until_async(
+                lambda: store.get_max_offset(TRANS_OP_HALF_TOPIC, 0) == 1, "the op record", WAIT_S, 0.005
+            )
             assert appends == [[TOPIC, TRANS_OP_HALF_TOPIC]]
             (committed,) = await pull(producer, addr, TOPIC, 1)
             (op,) = await pull(producer, addr, TRANS_OP_HALF_TOPIC, 0)
@@ -229,9 +226,11 @@ def test_rollback_never_makes_the_message_visible(store_config: StoreConfig) -> 
         async with running(store_config) as (broker, service, producer, addr):
             offset, queue_offset, _ = await send_half(producer, addr, b"rolled back")
             await end_transaction(producer, addr, offset, queue_offset, rec.TRANSACTION_ROLLBACK_TYPE)
-            await until(
+            await wait_until_async(
                 lambda: broker.store is not None and broker.store.get_max_offset(TRANS_OP_HALF_TOPIC, 0) == 1,
                 "op message",
+                WAIT_S,
+                0.005,
             )
             await passes(broker, service, 3)
             assert await pull(producer, addr, TOPIC, 1) == []
@@ -257,7 +256,9 @@ def test_unresolved_half_is_checked_and_committed_on_check(store_config: StoreCo
     async def main() -> None:
         async with running(store_config, transaction_timeout_ms=200) as (broker, service, producer, addr):
             offset, queue_offset, uniq = await send_half(producer, addr, b"checked")
-            await until(lambda: len(producer.checks) >= 1, "a CHECK_TRANSACTION_STATE request")
+            await wait_until_async(
+                lambda: len(producer.checks) >= 1, "a CHECK_TRANSACTION_STATE request", WAIT_S, 0.005
+            )
             check = producer.checks[0]
             ext = check.ext_fields
             assert ext["msgId"] == uniq and ext["transactionId"] == uniq and ext["topic"] == TOPIC
@@ -278,8 +279,11 @@ def test_unresolved_half_is_checked_and_committed_on_check(store_config: StoreCo
                 rec.TRANSACTION_COMMIT_TYPE,
                 from_check=True,
             )
-            await until(
-                lambda: broker.store is not None and broker.store.get_max_offset(TOPIC, 1) == 1, "commit"
+            await wait_until_async(
+                lambda: broker.store is not None and broker.store.get_max_offset(TOPIC, 1) == 1,
+                "commit",
+                WAIT_S,
+                0.005,
             )
             seen = len(producer.checks)
             await passes(broker, service, 4)
@@ -299,7 +303,7 @@ def test_half_checked_too_often_is_discarded(store_config: StoreConfig) -> None:
             addr,
         ):
             await send_half(producer, addr, b"abandoned")
-            await until(lambda: service.discarded == 1, "the half to be discarded")
+            await wait_until_async(lambda: service.discarded == 1, "the half to be discarded", WAIT_S, 0.005)
             await passes(broker, service, 3)
             assert len(producer.checks) == 2
             assert service.discarded == 1

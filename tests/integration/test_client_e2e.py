@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import pathlib
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 from procs import ServeProcess
 
+from _support.wait import wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, Producer
 from rocketq.protocol.queue import MessageQueue
+
+pytestmark = pytest.mark.slow  # 10 000 messages through a rocketq serve process
 
 
 @pytest.fixture
@@ -30,14 +31,14 @@ def test_sharding_key_order_across_10000_messages_and_4_queues(serve: tuple[str,
     topic = "OrderTopic"
     with Admin(namesrv) as admin:
         admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+
+        def routed() -> bool:
             try:
-                if len(admin.topic_route(topic).queue_datas) == 1:
-                    break
+                return len(admin.topic_route(topic).queue_datas) == 1
             except Exception:
-                pass
-            threading.Event().wait(0.05)
+                return False
+
+        wait_until(routed, f"the route of {topic}", 15, 0.05)
     keys = [f"order-{i}" for i in range(100)]
     total = 10_000
     queue_of_key: dict[str, int] = {}
@@ -56,14 +57,18 @@ def test_sharding_key_order_across_10000_messages_and_4_queues(serve: tuple[str,
         consumer.assign(queues)
         for mq in queues:
             consumer.seek_to_begin(mq)
-        deadline = time.monotonic() + 60
-        while seen < total and time.monotonic() < deadline:
+
+        def consumed_all() -> bool:
+            nonlocal seen
             for m in consumer.poll(timeout_ms=1000):
                 key, seq = m.body.decode().split(":")
                 assert queue_of_key[key] == m.queue_id, "a key's messages must stay in one queue"
                 assert int(seq) > last_seq.get(key, -1), f"{key} out of order at {seq}"
                 last_seq[key] = int(seq)
                 seen += 1
+            return seen >= total
+
+        wait_until(consumed_all, lambda: f"{total} messages (got {seen})", 60, 0)
     assert seen == total
     assert all(last_seq[k] >= total - len(keys) for k in keys)
     assert isinstance(queues[0], MessageQueue)

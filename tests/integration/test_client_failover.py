@@ -25,6 +25,8 @@ from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.client.aio import SendResult
 from rocketq.message import MessageExt
 
+pytestmark = pytest.mark.slow  # kills brokers and the name server under a running client
+
 TOPIC = "FailoverT"
 QUEUES = 4
 

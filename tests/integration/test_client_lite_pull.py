@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
 from test_client_producer import Cluster
 
+from _support.wait import collect_until, wait_until
 from rocketq.client import LitePullConsumer, Message, MessageQueue, Producer, SendResult
 from rocketq.client.lite_pull import AsyncLitePullConsumer, allocate_averagely
 from rocketq.errors import ClientStateError, ConfigError
@@ -41,16 +41,6 @@ def produce(cluster: Cluster, topic: str, count: int, prefix: str = "m") -> list
             msg = Message(topic, f"{prefix}-{i}".encode(), tags=TAGS[i % len(TAGS)])
             out.append((msg, p.send(msg)))
     return out
-
-
-def poll_until(consumer: LitePullConsumer, count: int) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(got) < count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"polled {len(got)} of {count} messages before the deadline")
-        got.extend(consumer.poll(timeout_ms=1000))
-    return got
 
 
 def by_queue(msgs: list[MessageExt]) -> dict[int, list[MessageExt]]:
@@ -103,7 +93,7 @@ def test_assign_poll_seek_commit_and_resume(cluster: Cluster) -> None:
         assert queues == [MessageQueue("LPT", "broker-a", q) for q in range(4)]
         c.assign(queues)
         assert c.assignment() == queues
-        got = poll_until(c, 100)
+        got = collect_until(lambda: c.poll(timeout_ms=1000), 100, "messages", WAIT_S)
         assert len(got) == 100
         for qid, msgs in by_queue(got).items():
             assert [(m.queue_offset, m.body, m.tags) for m in msgs] == sorted(expected[qid])
@@ -112,7 +102,7 @@ def test_assign_poll_seek_commit_and_resume(cluster: Cluster) -> None:
 
         q0 = queues[0]
         c.seek(q0, 10)
-        again = poll_until(c, len(expected[0]) - 10)
+        again = collect_until(lambda: c.poll(timeout_ms=1000), len(expected[0]) - 10, "messages", WAIT_S)
         assert [m.queue_offset for m in again] == list(range(10, len(expected[0])))
         assert [m.body for m in again] == [b for _, b, _ in sorted(expected[0])[10:]]
         with pytest.raises(ValueError, match="outside"):
@@ -130,7 +120,7 @@ def test_assign_poll_seek_commit_and_resume(cluster: Cluster) -> None:
     )
     with resumed:
         resumed.assign(queues)
-        rest = poll_until(resumed, len(expected[0]) - 20)
+        rest = collect_until(lambda: resumed.poll(timeout_ms=1000), len(expected[0]) - 20, "messages", WAIT_S)
         assert [(m.queue_id, m.queue_offset) for m in rest] == [(0, o) for o in range(20, len(expected[0]))]
         assert resumed.poll(timeout_ms=200) == []
 
@@ -145,7 +135,7 @@ def test_seek_to_end_then_new_messages_and_offset_for_timestamp(cluster: Cluster
             c.seek_to_end(mq)
         assert c.poll(timeout_ms=200) == []
         produce(cluster, "LPEnd", 8, prefix="new")
-        got = poll_until(c, 8)
+        got = collect_until(lambda: c.poll(timeout_ms=1000), 8, "messages", WAIT_S)
         assert sorted(m.body for m in got) == sorted(f"new-{i}".encode() for i in range(8))
 
         m = got[-1]
@@ -155,10 +145,10 @@ def test_seek_to_end_then_new_messages_and_offset_for_timestamp(cluster: Cluster
         found = c.offset_for_timestamp(mq, m.store_timestamp)
         assert found <= m.queue_offset
         c.seek(mq, found)
-        first = poll_until(c, 1)[0]
+        first = collect_until(lambda: c.poll(timeout_ms=1000), 1, "messages", WAIT_S)[0]
         assert first.queue_offset == found and first.store_timestamp >= m.store_timestamp
         c.seek_to_begin(mq)
-        assert poll_until(c, 1)[0].queue_offset == 0
+        assert collect_until(lambda: c.poll(timeout_ms=1000), 1, "messages", WAIT_S)[0].queue_offset == 0
 
 
 def test_subscribe_with_tag_expression(cluster: Cluster) -> None:
@@ -171,7 +161,7 @@ def test_subscribe_with_tag_expression(cluster: Cluster) -> None:
         assert len(c.assignment()) == 4
         sent = produce(cluster, "LPTag", 30)
         wanted = sorted(msg.body for msg, _ in sent if msg.tags in ("TagA", "TagC"))
-        got = poll_until(c, len(wanted))
+        got = collect_until(lambda: c.poll(timeout_ms=1000), len(wanted), "messages", WAIT_S)
         assert sorted(m.body for m in got) == wanted
         assert {m.tags for m in got} == {"TagA", "TagC"}
         assert c.poll(timeout_ms=300) == []
@@ -198,11 +188,13 @@ def test_two_subscribers_split_the_queues(cluster: Cluster) -> None:
         )
         sent = produce(cluster, "LPSplit", 40)
         got: dict[str, list[MessageExt]] = {"c1": [], "c2": []}
-        deadline = time.monotonic() + WAIT_S
-        while len(got["c1"]) + len(got["c2"]) < 40:
-            assert time.monotonic() < deadline, "timed out polling the split queues"
+
+        def polled_all() -> bool:
             got["c1"].extend(c1.poll(timeout_ms=200))
             got["c2"].extend(c2.poll(timeout_ms=200))
+            return len(got["c1"]) + len(got["c2"]) >= 40
+
+        wait_until(polled_all, "40 messages from the split queues", WAIT_S, 0)
         bodies = [m.body for m in got["c1"] + got["c2"]]
         assert sorted(bodies) == sorted(msg.body for msg, _ in sent)
         for name, consumer in (("c1", c1), ("c2", c2)):

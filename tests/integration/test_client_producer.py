@@ -12,13 +12,13 @@ import asyncio
 import pathlib
 import socket
 import threading
-import time
 import zlib
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
 from rocketq.client._routes import hash_queue_index
@@ -144,11 +144,7 @@ class Cluster:
             offset = int(response.ext_fields["nextBeginOffset"])
 
     def wait_for(self, what: str, condition: Any) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.01)
+        wait_until(condition, what, WAIT_S)
 
     def close(self) -> None:
         async def stop() -> None:

@@ -165,6 +165,7 @@ def test_reconsume_later_redelivers_with_reconsume_times(cluster: Cluster) -> No
     assert all(m.topic == TOPIC and m.properties.get(PROPERTY_RETRY_TOPIC) == TOPIC for m in again)
 
 
+@pytest.mark.slow
 def test_always_failing_message_goes_to_dlq(cluster: Cluster) -> None:
     got = Collector()
 

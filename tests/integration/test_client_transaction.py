@@ -18,6 +18,7 @@ import pytest
 import test_client_producer
 from test_client_producer import Cluster
 
+from _support.wait import wait_until_async
 from rocketq.broker import BrokerConfig
 from rocketq.broker.transaction import TransactionService
 from rocketq.client import (
@@ -203,9 +204,7 @@ def test_async_core_with_coroutine_callbacks(make_cluster: Callable[[int], Clust
             pending = await p.send_message_in_transaction(
                 Message(TOPIC, b"async pending"), lambda m, a: LocalTransactionState.UNKNOW
             )
-            async with asyncio.timeout(test_client_producer.WAIT_S):
-                while not asked:
-                    await asyncio.sleep(0.01)
+            await wait_until_async(lambda: asked, "the broker's check", test_client_producer.WAIT_S)
             # the check answered rollback: the half is resolved (its op message is stored)
             await asyncio.to_thread(
                 cluster.wait_for,

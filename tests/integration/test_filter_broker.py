@@ -11,10 +11,10 @@ from test_broker_server import (
     dispatched,
     run,
     running_broker,
-    until,
 )
 
 from _support.requests import send_request
+from _support.wait import wait_until_async
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_properties
@@ -193,7 +193,7 @@ def test_held_sql92_pull_wakes_only_for_a_matching_message(store_config: StoreCo
             probe = asyncio.ensure_future(
                 client.invoke(addr, sql_pull(1, "*", expression_type="TAG", suspend=True), 30)
             )
-            await until(lambda: hold.held_count == 2, "both pulls to be held")
+            await wait_until_async(lambda: hold.held_count == 2, "both pulls to be held", WAIT_S, 0.005)
             await send_numbered(client, addr, 1, start=1)  # a = 1: no match
             response = await asyncio.wait_for(probe, WAIT_S)
             assert a_values(response) == [1]

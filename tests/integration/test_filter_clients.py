@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pathlib
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 from test_client_producer import WAIT_S, Cluster
 
+from _support.wait import collect_until
 from rocketq.client import ConsumeStatus, LitePullConsumer, Message, Producer, PushConsumer
 from rocketq.errors import SubscriptionParseFailed
 from rocketq.message import MessageExt
@@ -66,17 +66,14 @@ def test_lite_pull_consumer_receives_exactly_the_selected_messages(cluster: Clus
     c.subscribe(TOPIC, SELECTOR, expression_type="SQL92")
     with c:
         wanted = produce(cluster, 80)
-        got: list[MessageExt] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(got) < len(wanted):
-            assert time.monotonic() < deadline, f"polled {len(got)} of {len(wanted)}"
-            got.extend(c.poll(timeout_ms=500))
+        got: list[MessageExt] = collect_until(lambda: c.poll(timeout_ms=500), len(wanted), "messages", WAIT_S)
         assert c.poll(timeout_ms=300) == []
         assert sorted(m.body for m in got) == wanted
         assert all(m.properties["region"] in ("eu", "us") for m in got)
         assert all(int(m.properties["price"]) >= 50 and m.tags == "keep" for m in got)
 
 
+@pytest.mark.slow
 def test_push_consumer_receives_exactly_the_selected_messages(cluster: Cluster) -> None:
     lock = threading.Lock()
     got: list[bytes] = []

@@ -23,20 +23,22 @@ import json
 import pathlib
 import socket
 import struct
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
 from procs import ProcessCluster
 
 from _support.requests import create_topic_request, pull_request, send_request
+from _support.wait import wait_until_async
 from rocketq.errors import RemotingError, ResponseCode
 from rocketq.message import decode_properties
 from rocketq.protocol import fastjson
 from rocketq.protocol import record as rec
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+
+pytestmark = pytest.mark.slow  # broker processes, one killed
 
 T = TypeVar("T")
 
@@ -64,21 +66,6 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
         yield c
     finally:
         c.close()
-
-
-async def until(
-    cluster: ProcessCluster, condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = WAIT_S
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if await condition():
-            return
-        cluster.check_alive()
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout_s:g} s waiting for {what}\n{cluster.diagnostics()}"
-            )
-        await asyncio.sleep(POLL_S)
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -169,11 +156,13 @@ async def check_queues(
     for q in range(QUEUES):
         # an acknowledged message reaches its ConsumeQueue when dispatch gets to it, a moment
         # after the ack: read until the queue holds what was sent (bounded), then compare
-        deadline = time.monotonic() + WAIT_S
-        views = await read_queue(client, addr, q)
-        while len(views) < len(expected[q]) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-            views = await read_queue(client, addr, q)
+        views: list[rec.RecordView] = []
+
+        async def filled(q: int = q, views: list[rec.RecordView] = views) -> bool:
+            views[:] = await read_queue(client, addr, q)
+            return len(views) >= len(expected[q])
+
+        await wait_until_async(filled, f"{broker} queue {q} to hold {len(expected[q])} messages", WAIT_S)
         assert [v.body for v in views] == expected[q], f"{broker} queue {q}"
         for view in views:
             assert view.store_host == store_host_bytes(addr), (broker, view.store_host)
@@ -199,7 +188,13 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
                     return False
                 return True
 
-            await until(cluster, namesrv_up, "the name server to listen")
+            await wait_until_async(
+                namesrv_up,
+                lambda: f"the name server to listen\n{cluster.diagnostics()}",
+                WAIT_S,
+                POLL_S,
+                check=cluster.check_alive,
+            )
             for name in BROKERS:
                 cluster.start_broker(name, autoCreateTopicEnable="false")
 
@@ -210,7 +205,13 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
                     addrs.get(n) == {"0": cluster.broker_addr(n)} for n in BROKERS
                 )
 
-            await until(cluster, both_registered, "both brokers in GET_BROKER_CLUSTER_INFO")
+            await wait_until_async(
+                both_registered,
+                lambda: f"both brokers in GET_BROKER_CLUSTER_INFO\n{cluster.diagnostics()}",
+                WAIT_S,
+                POLL_S,
+                check=cluster.check_alive,
+            )
             info = await cluster_info(client, ns)
             for name in BROKERS:
                 assert info["brokerAddrTable"][name]["cluster"] == CLUSTER
@@ -231,7 +232,13 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
                     and all(q["readQueueNums"] == q["writeQueueNums"] == QUEUES for q in queues.values())
                 )
 
-            await until(cluster, lambda: routed_to(BROKERS), "the topic routed to both brokers")
+            await wait_until_async(
+                lambda: routed_to(BROKERS),
+                lambda: f"the topic routed to both brokers\n{cluster.diagnostics()}",
+                WAIT_S,
+                POLL_S,
+                check=cluster.check_alive,
+            )
             data = await route(client, ns, TOPIC)
             assert data is not None
             assert sum(q["writeQueueNums"] for q in data["queueDatas"]) == 2 * QUEUES
@@ -257,7 +264,13 @@ def test_two_brokers_one_cluster_route_send_pull_and_survive_a_killed_broker(clu
                     and await routed_to((alive,))
                 )
 
-            await until(cluster, dead_dropped, f"the name server to drop {dead}")
+            await wait_until_async(
+                dead_dropped,
+                lambda: f"the name server to drop {dead}\n{cluster.diagnostics()}",
+                WAIT_S,
+                POLL_S,
+                check=cluster.check_alive,
+            )
 
             # the survivor keeps serving: its earlier messages and new ones
             more = await send_round(client, alive, cluster.broker_addr(alive), "r2")

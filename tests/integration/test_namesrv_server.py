@@ -11,11 +11,12 @@ import re
 import signal
 import sys
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until_async
 from rocketq.errors import ConfigError
 from rocketq.namesrv import NameServer, NamesrvConfig
 from rocketq.namesrv.server import parse_properties
@@ -43,15 +44,6 @@ async def namesrv(**overrides: Any) -> AsyncIterator[tuple[NameServer, str]]:
         yield server, f"127.0.0.1:{server.port}"
     finally:
         await server.close()
-
-
-async def wait_until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 # -- requests as a Java broker builds them ---------------------------------------------------
@@ -306,12 +298,14 @@ def test_a_broker_that_stops_registering_expires() -> None:
                 async def quiet_gone() -> bool:
                     return not await has_route(client, ns, "OnlyQuiet")
 
-                await wait_until(quiet_gone, "the silent broker to expire")
+                await wait_until_async(quiet_gone, "the silent broker to expire", WAIT_S, 0.02)
 
                 async def quiet_conn_closed() -> bool:
                     return quiet_conn.closed
 
-                await wait_until(quiet_conn_closed, "the expired broker's connection to be closed")
+                await wait_until_async(
+                    quiet_conn_closed, "the expired broker's connection to be closed", WAIT_S, 0.02
+                )
                 route = json.loads((await get_route(client, ns, "Shared")).body)
                 assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-c"]
                 assert [(b.cluster, b.broker_addr) for b in server.routes.live_brokers()] == [
@@ -337,7 +331,7 @@ def test_a_broker_whose_connection_closes_is_removed_at_once() -> None:
             async def gone() -> bool:
                 return not await has_route(client, ns, "T")
 
-            await wait_until(gone, "the broker to be removed after its connection closed")
+            await wait_until_async(gone, "the broker to be removed after its connection closed", WAIT_S, 0.02)
 
     run(main())
 

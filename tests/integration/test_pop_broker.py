@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from typing import Any
 
 import pytest
 
 from _support.pop import broker_config, consume_stats, run, send
+from _support.wait import collect_until_async, wait_until_async
 from rocketq.broker import Broker
 from rocketq.broker.pop.service import PoppedMessage, PopService
 from rocketq.config import StoreConfig
@@ -41,12 +41,7 @@ async def receive(pop: PopService, **kw: Any) -> list[PoppedMessage]:
 
 
 async def receive_all(pop: PopService, n: int, **kw: Any) -> list[PoppedMessage]:
-    got: list[PoppedMessage] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(got) < n:
-        assert time.monotonic() < deadline, f"received {len(got)} of {n}"
-        got.extend(await receive(pop, **kw))
-    return got
+    return await collect_until_async(lambda: receive(pop, **kw), n, "popped messages", WAIT_S)
 
 
 def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> None:
@@ -73,10 +68,7 @@ def test_pop_through_a_real_broker_and_restart(store_config: StoreConfig) -> Non
             )
             # a held receive is woken by a message sent over the network
             held = asyncio.create_task(receive(pop, queue_id=0, long_poll_ms=15_000))
-            deadline = time.monotonic() + WAIT_S
-            while TOPIC not in pop._waiters:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.002)
+            await wait_until_async(lambda: TOPIC in pop._waiters, "the receive to be held", WAIT_S, 0.002)
             await send(client, addr, TOPIC, b"late", 0)
             late = await asyncio.wait_for(held, WAIT_S)
             assert [m.message.body for m in late] == [b"late"]

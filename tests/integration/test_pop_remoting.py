@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from _support.pop import broker_config, run, send
+from _support.wait import collect_until_async
 from rocketq.broker import Broker
 from rocketq.client.lite_pull import decode_messages
 from rocketq.config import StoreConfig
@@ -43,12 +44,10 @@ async def pop(
 
 
 async def pop_all(client: RemotingClient, addr: str, n: int) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(got) < n:
-        assert time.monotonic() < deadline, f"popped {len(got)} of {n}"
-        got.extend((await pop(client, addr, poll_ms=2_000))[1])
-    return got
+    async def popped() -> list[MessageExt]:
+        return (await pop(client, addr, poll_ms=2_000))[1]
+
+    return await collect_until_async(popped, n, "popped messages", WAIT_S)
 
 
 def ack_fields(m: MessageExt, handle: str | None = None) -> dict[str, object]:

@@ -13,6 +13,8 @@ from procs import EXIT_DEADLINE_S, SMALL_STORE, ProcessCluster, ServeProcess, ru
 
 from rocketq.client.admin import Admin, wait_for_route
 
+pytestmark = pytest.mark.slow  # starts and kills rocketq processes
+
 
 def segment_sizes(store_dir: pathlib.Path) -> set[int]:
     return {p.stat().st_size for p in (store_dir / "commitlog").iterdir() if p.name.isdigit()}

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -15,6 +14,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from procs import RocketqProcess, ServeProcess
 
+from _support.wait import wait_until, wait_until_async
 from rocketq.client._routes import RouteCache
 from rocketq.client.admin import Admin
 from rocketq.errors import ResponseCode
@@ -25,6 +25,8 @@ from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
 from rocketq.remoting import Connection, RemotingClient, RequestCode, create_request
+
+pytestmark = pytest.mark.slow  # rocketq serve and rocketq proxy processes
 
 TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
@@ -55,13 +57,15 @@ def _cluster(tmp_path: pathlib.Path, broker_conf: dict[str, str]) -> Iterator[Se
             admin.create_topic("CNormal", 4, 4, 6, broker_addr=broker, attributes="+message.type=NORMAL")
             admin.create_topic("CFifo", 4, 4, 6, broker_addr=broker, attributes="+message.type=FIFO")
             admin.create_topic("CTx", 2, 2, 6, broker_addr=broker, attributes="+message.type=TRANSACTION")
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while time.monotonic() < deadline:  # the broker registers new topics with the name server
+
+            def routed() -> bool:  # the broker registers new topics with the name server
                 try:
                     admin.topic_route("CTx")
-                    break
                 except Exception:
-                    time.sleep(0.1)
+                    return False
+                return True
+
+            wait_until(routed, "the route of CTx", START_TIMEOUT_S, 0.1)
         proxy = RocketqProcess(
             "proxy", ["proxy", "--namesrv", serve.namesrv_addr, "--grpc-port", "0"], tmp_path / "logs"
         )
@@ -79,14 +83,6 @@ def msg(topic: str, body: bytes, msg_id: str, **sp: Any) -> pb.Message:
         body=body,
         system_properties=pb.SystemProperties(message_id=msg_id, **sp),
     )
-
-
-def wait_for(what: str, probe: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {TIMEOUT_S:g} s")
-        time.sleep(0.1)
 
 
 def test_proxy_routes_and_sends_through_the_remoting_cluster(
@@ -195,7 +191,12 @@ def test_proxy_routes_and_sends_through_the_remoting_cluster(
     with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
         found = list(admin.query_msg_by_key("CNormal", "proxy-key-1"))
         assert [(bytes(m.body), m.tags, m.uniq_key) for m in found] == [(b"via proxy", "T", "P-1")]
-        wait_for("the committed half", lambda: len(list(admin.query_msg_by_key("CTx", "tx-commit"))) == 1)
+        wait_until(
+            lambda: len(list(admin.query_msg_by_key("CTx", "tx-commit"))) == 1,
+            "the committed half",
+            TIMEOUT_S,
+            0.1,
+        )
         assert list(admin.query_msg_by_key("CTx", "tx-rollback")) == []
         fifo = [m for i in range(3) for m in admin.query_msg_by_key("CFifo", f"fk{i}")]
         assert [bytes(m.body) for m in fifo] == [b"f0", b"f1", b"f2"]
@@ -258,10 +259,12 @@ def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(
                 )
                 assert sent.status.code == pb.OK, sent.status
             got: list[pb.Message] = []
-            deadline = time.monotonic() + 3 * TIMEOUT_S
-            while len(got) < count:
-                assert time.monotonic() < deadline, f"received {len(got)} of {count}"
+
+            async def received() -> bool:
                 got.extend((await receive(2))[1])
+                return len(got) >= count
+
+            await wait_until_async(received, lambda: f"{count} messages (got {len(got)})", 3 * TIMEOUT_S, 0)
             out["got"] = got
             by_id = {m.system_properties.message_id: m for m in got}
             keep = by_id.pop("R-0")
@@ -321,7 +324,12 @@ def test_proxy_receives_acks_and_changes_invisible_through_the_brokers(
     assert out["dlq"].status.code == pb.OK, out["dlq"].status
     assert [s.code for s in out["after"][0]] == [pb.MESSAGE_NOT_FOUND] and out["after"][1] == []
     with Admin(serve.namesrv_addr, timeout_ms=10_000) as admin:
-        wait_for("the DLQ copy", lambda: len(list(admin.query_msg_by_key("%DLQ%CGroup", "R-0"))) == 1)
+        wait_until(
+            lambda: len(list(admin.query_msg_by_key("%DLQ%CGroup", "R-0"))) == 1,
+            "the DLQ copy",
+            TIMEOUT_S,
+            0.1,
+        )
         (dead,) = admin.query_msg_by_key("%DLQ%CGroup", "R-0")
         assert dead.body == b"r0"
     assert proxy.running and serve.running
@@ -394,8 +402,11 @@ def test_proxy_relays_orphaned_transaction_checks_to_the_grpc_producer(
         # the check is about the broker's renewed copy of the half, on the same broker
         assert recover.transaction_id.endswith("@" + sent_tx.split("@", 1)[1])
         assert out["end"].status.code == pb.OK
-        wait_for(
-            "the half committed on check", lambda: len(list(admin.query_msg_by_key("CTx", "tx-orphan"))) == 1
+        wait_until(
+            lambda: len(list(admin.query_msg_by_key("CTx", "tx-orphan"))) == 1,
+            "the half committed on check",
+            TIMEOUT_S,
+            0.1,
         )
         [found] = admin.query_msg_by_key("CTx", "tx-orphan")
         assert bytes(found.body) == b"orphan" and found.uniq_key == "TX-orphan"

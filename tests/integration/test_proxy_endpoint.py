@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import grpc
 from procs import small_store_config
 
+from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.subscription_group import SubscriptionGroupConfig
 from rocketq.protocol.topic import TopicConfig
@@ -195,14 +195,14 @@ def test_orphaned_transaction_is_pushed_to_the_producer_stream(tmp_path: pathlib
             assert first.settings.backoff_policy.HasField("exponential_backoff")
             r = await send(stub, message("TX", body=b"half", msg_id="TX1", message_type=pb.TRANSACTION))
             assert r.status.code == pb.OK and r.entries[0].transaction_id
-            deadline = time.monotonic() + TIMEOUT_S * 2
-            check = None
-            while time.monotonic() < deadline:
-                cmd = await asyncio.wait_for(stream.read(), deadline - time.monotonic())
+
+            async def orphan_check() -> spb.RecoverOrphanedTransactionCommand | None:
+                cmd = await asyncio.wait_for(stream.read(), TIMEOUT_S * 2)
                 if cmd.HasField("recover_orphaned_transaction_command"):
-                    check = cmd.recover_orphaned_transaction_command
-                    break
-            assert check is not None, "no orphaned transaction check arrived"
+                    return cmd.recover_orphaned_transaction_command
+                return None
+
+            check = await wait_until_async(orphan_check, "an orphaned transaction check", TIMEOUT_S * 2, 0)
             assert check.message.system_properties.message_id == "TX1" and check.message.topic.name == "TX"
             end = await stub.EndTransaction(
                 spb.EndTransactionRequest(
@@ -216,10 +216,13 @@ def test_orphaned_transaction_is_pushed_to_the_producer_stream(tmp_path: pathlib
             )
             assert end.status.code == pb.OK
             assert broker.ctx is not None
-            deadline = time.monotonic() + TIMEOUT_S
-            while sum(broker.ctx.store.get_max_offset("TX", q) for q in range(2)) < 1:
-                assert time.monotonic() < deadline, "the committed message did not reach its topic"
-                await asyncio.sleep(0.05)
+            ctx = broker.ctx
+            await wait_until_async(
+                lambda: sum(ctx.store.get_max_offset("TX", q) for q in range(2)) >= 1,
+                "the committed message in its topic",
+                TIMEOUT_S,
+                0.05,
+            )
             stream.cancel()
 
     asyncio.run(run())
@@ -254,18 +257,15 @@ def test_last_attempt_goes_to_the_dead_letter_queue_without_another_receive(tmp_
             assert [m.body for m in got] == [b"doomed"]
             # not acked; nobody receives again: the message must still reach %DLQ%GOnce
             store = broker.ctx.store
-            deadline = time.monotonic() + TIMEOUT_S
-            bodies: list[bytes] = []
-            while not bodies and time.monotonic() < deadline:
-                found = store.get_message("X", "%DLQ%GOnce", 0, 0, 8)
-                bodies = [m.body for m in found.messages]
-                if not bodies:
-                    await asyncio.sleep(0.1)
+
+            def dead_letters() -> list[bytes]:
+                return [m.body for m in store.get_message("X", "%DLQ%GOnce", 0, 0, 8).messages]
+
+            bodies = await wait_until_async(dead_letters, "the message in %DLQ%GOnce", TIMEOUT_S, 0.1)
             assert bodies == [b"doomed"]
             # the sweep counts the move once its ack is durable, just after the DLQ write
-            while broker.ctx.pop.swept_to_dlq < 1:
-                assert time.monotonic() < deadline, "the sweep did not finish"
-                await asyncio.sleep(0.05)
+            pop = broker.ctx.pop
+            await wait_until_async(lambda: pop.swept_to_dlq >= 1, "the sweep to finish", TIMEOUT_S, 0.05)
             assert broker.ctx.pop.swept_to_dlq == 1
             # and it is done for the group: the handle is dead, nothing is redelivered
             again = [

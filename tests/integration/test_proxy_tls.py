@@ -9,12 +9,12 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
 from procs import small_store_config, write_broker_conf
 
+from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.errors import ConfigError
 from rocketq.protocol.topic import TopicConfig
@@ -93,13 +93,12 @@ def test_query_route_and_send_over_tls(tmp_path: pathlib.Path) -> None:
                 assert sent.status.code == pb.OK and sent.entries[0].message_id == "TLS-1"
             # the message reaches the store's queues (dispatch runs in the background)
             store = broker.ctx.store
-            deadline = time.monotonic() + TIMEOUT_S
-            bodies: list[bytes] = []
-            while not bodies and time.monotonic() < deadline:
+
+            def stored() -> list[bytes]:
                 results = [store.get_message("G", "TTls", q, 0, 32) for q in (0, 1)]
-                bodies = [m.body for r in results for m in r.messages]
-                if not bodies:
-                    await asyncio.sleep(0.05)
+                return [m.body for r in results for m in r.messages]
+
+            bodies = await wait_until_async(stored, "the message in the store's queues", TIMEOUT_S, 0.05)
             assert bodies == [b"over tls"]
             # a plaintext client cannot talk to the TLS port
             async with grpc.aio.insecure_channel(ep.address) as plain:

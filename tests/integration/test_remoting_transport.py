@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until_async
 from rocketq.errors import ConnectionClosed, MessageIllegal, RemotingConnectError, RemotingTimeout
 from rocketq.remoting import (
     FLAG_ONEWAY,
@@ -568,8 +569,7 @@ def test_write_pressure_pauses_reading_only_on_the_serving_side() -> None:
         await asyncio.sleep(0)  # let the call run up to its wait for the drain
         assert transport.written == []
         calling.resume_writing()
-        while not transport.written:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: transport.written, "the drained write", WAIT_S, 0)
         assert written_commands(transport) == [request]
         calling.data_received(encode(create_response(request, 0, remark="drained")))
         assert (await call).remark == "drained"
@@ -596,12 +596,10 @@ def test_requests_over_the_cap_wait_in_order() -> None:
         conn.data_received(b"".join(encode(r) for r in requests))
         assert conn.running_requests == 3
         assert conn.reading_paused
-        while len(started) < 3:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: len(started) >= 3, "three requests started", WAIT_S, 0)
         assert started == [0, 1, 2]
         release.set()
-        while len(written_commands(transport)) < 10:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: len(written_commands(transport)) >= 10, "ten answers", WAIT_S, 0)
         assert started == list(range(10))
         assert sorted(int(r.ext_fields["i"]) for r in written_commands(transport)) == list(range(10))
         assert not conn.reading_paused
@@ -655,10 +653,9 @@ def test_request_futures_many_in_flight_timeout_and_cancel() -> None:
             ok = await conn.invoke(create_request(RequestCode.HEART_BEAT, {"n": "after"}), WAIT_S)
             assert ok.ext_fields["n"] == "after"
             # ... the other when its answer arrives (dropped: nobody waits for it)
-            deadline = loop.time() + WAIT_S
-            while conn.pending_calls and loop.time() < deadline:
-                await asyncio.sleep(0.01)
-            assert conn.pending_calls == 0
+            await wait_until_async(
+                lambda: conn.pending_calls == 0, "the last pending call to end", WAIT_S, 0.01
+            )
         finally:
             await client.close()
             await server.close()

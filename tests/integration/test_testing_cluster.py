@@ -9,11 +9,10 @@ import pathlib
 import shutil
 import socket
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
+from _support.wait import collect_until, wait_until
 from rocketq.client import LitePullConsumer, Message, Producer, SendStatus
 from rocketq.client.aio import AsyncProducer
 from rocketq.errors import RocketqError, TopicNameInvalid
@@ -24,26 +23,13 @@ from rocketq.testing import rocketq_cluster as rocketq_cluster  # noqa: PLC0414 
 WAIT_S = 30.0
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.02)
-
-
 def consume(namesrv_addr: str, topic: str, count: int, group: str = "CG") -> list[MessageExt]:
     """Every message of ``topic`` from the start, through a LitePullConsumer, until ``count``."""
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + WAIT_S
     with LitePullConsumer(
         group, namesrv_addr=namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
     ) as consumer:
         consumer.subscribe(topic, "*")
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"got {len(got)} of {count} messages of {topic}"
-            got.extend(consumer.poll(timeout_ms=500))
-    return got
+        return collect_until(lambda: consumer.poll(timeout_ms=500), count, f"messages of {topic}", WAIT_S)
 
 
 def total_messages(cluster: InProcessCluster, topic: str, queues: int) -> int:
@@ -156,8 +142,8 @@ def test_stop_is_idempotent_ends_threads_and_removes_temporary_data() -> None:
     cluster.stop()
     assert not cluster.running
     assert not os.path.exists(data_dir)
-    wait_until(lambda: not thread_names_since(before), "the cluster's threads to end", 15.0)
-    wait_until(lambda: open_fds() <= fds_before, "the cluster's files and sockets to close", 15.0)
+    wait_until(lambda: not thread_names_since(before), "the cluster's threads to end", 15.0, 0.02)
+    wait_until(lambda: open_fds() <= fds_before, "the cluster's files and sockets to close", 15.0, 0.02)
     with pytest.raises(RocketqError, match="not started"):
         _ = cluster.namesrv_addr
 
@@ -182,7 +168,7 @@ def test_start_fails_with_a_clear_error_when_the_data_dir_is_a_file(tmp_path: pa
         cluster.start()
     assert not cluster.running
     assert not_a_dir.read_bytes() == b"precious"
-    wait_until(lambda: not thread_names_since(before), "the failed cluster's threads to end", 15.0)
+    wait_until(lambda: not thread_names_since(before), "the failed cluster's threads to end", 15.0, 0.02)
     cluster.stop()  # still harmless
 
 
@@ -207,7 +193,7 @@ def test_start_is_bounded_by_start_timeout(start_timeout_s: float) -> None:
         assert not cluster.running
     else:  # a fast machine finished in time
         cluster.stop()
-    wait_until(lambda: not thread_names_since(before), "the abandoned cluster's threads to end", 15.0)
+    wait_until(lambda: not thread_names_since(before), "the abandoned cluster's threads to end", 15.0, 0.02)
 
 
 def test_invalid_arguments_are_refused() -> None:

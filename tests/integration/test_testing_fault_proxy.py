@@ -9,11 +9,12 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until_async
 from rocketq.client import Message, Producer, SendStatus
 from rocketq.errors import ConnectionClosed, RemotingConnectError, RemotingTimeout, RocketqError
 from rocketq.remoting.client import RemotingClient
@@ -28,13 +29,6 @@ WAIT_S = 30.0
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def cluster_info() -> RemotingCommand:
@@ -150,7 +144,9 @@ def test_cut_fails_the_call_in_flight_and_the_client_reconnects(proxy: FaultProx
             proxy.delay_ms = 60_000  # the request is held in the proxy: in flight, unanswered
             request = cluster_info()
             call = asyncio.create_task(client.invoke(proxy.listen_addr, request, 30))
-            await wait_for(lambda: proxy.bytes_to_upstream >= len(encode(request)), "the request")
+            await wait_until_async(
+                lambda: proxy.bytes_to_upstream >= len(encode(request)), "the request", WAIT_S
+            )
             assert not call.done()
             assert proxy.cut() == 1
             with pytest.raises(ConnectionClosed):
@@ -170,7 +166,7 @@ def test_cut_resets_rather_than_closes(proxy: FaultProxy) -> None:
         host, port = proxy.listen_addr.split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            await wait_for(lambda: proxy.connections == 1, "the proxy to accept")
+            await wait_until_async(lambda: proxy.connections == 1, "the proxy to accept", WAIT_S)
             assert proxy.cut() == 1
             with pytest.raises(ConnectionResetError):  # an orderly close would read b"" instead
                 await reader.read(1)

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from test_client_producer import Cluster
 
+from _support.wait import collect_until
 from rocketq.client import LitePullConsumer, Message, MessageQueue, Producer
 from rocketq.errors import ResponseCode, RocketqError
-from rocketq.message import MessageExt
 from rocketq.store.timer import TIMER_TOPIC
 
 WAIT_S = 20.0
@@ -36,16 +36,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def poll_until(consumer: LitePullConsumer, count: int) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(got) < count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"polled {len(got)} of {count} messages before the deadline")
-        got.extend(consumer.poll(timeout_ms=500))
-    return got
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("prop", ["TIMER_DELIVER_MS", "__STARTDELIVERTIME"])
 def test_timer_message_is_consumed_after_its_time(cluster: Cluster, prop: str) -> None:
     topic = "TimerT"
@@ -61,11 +52,11 @@ def test_timer_message_is_consumed_after_its_time(cluster: Cluster, prop: str) -
         sent = producer.send(Message(topic, b"later", tags="T1", properties={prop: str(deliver)}))
         now = producer.send(Message(topic, b"now", tags="T1"))
         # Held in the timer topic: the consumer sees the plain message only, before the time.
-        first = poll_until(consumer, 1)
+        first = collect_until(lambda: consumer.poll(timeout_ms=500), 1, "messages", WAIT_S)
         assert [m.body for m in first] == [b"now"]
         broker = cluster.brokers["broker-a"]
         assert broker.store is not None and broker.store.get_max_offset(TIMER_TOPIC, 0) == 1
-        (late,) = poll_until(consumer, 1)
+        (late,) = collect_until(lambda: consumer.poll(timeout_ms=500), 1, "messages", WAIT_S)
         assert late.body == b"later" and late.tags == "T1"
         assert late.store_timestamp >= deliver
         assert late.properties[prop] == str(deliver)

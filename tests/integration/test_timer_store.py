@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import TimerMessageIllegal
 from rocketq.message import Message, MessageExt, UniqueIdGenerator
@@ -30,16 +29,6 @@ _ids = UniqueIdGenerator()
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    tick = threading.Event()
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        tick.wait(0.005)
-    return cond()
 
 
 def timed(topic: str, body: bytes, props: dict[str, str]) -> Message:
@@ -60,6 +49,7 @@ def timer_queue_size(store: MessageStore) -> int:
     return store.get_max_offset(TIMER_TOPIC, 0)
 
 
+@pytest.mark.slow
 def test_timers_become_visible_in_time_order_and_not_before(store_config: StoreConfig) -> None:
     with MessageStore(store_config) as s:
         base = now_ms()
@@ -75,7 +65,7 @@ def test_timers_become_visible_in_time_order_and_not_before(store_config: StoreC
             assert held is not None and held.topic == TIMER_TOPIC and held.queue_id == 0
         assert s.wait_dispatched()
         assert s.get_max_offset("Late", 2) == 0 and timer_queue_size(s) == 3
-        assert wait_until(lambda: s.get_max_offset("Late", 2) == 3)
+        wait_until(lambda: s.get_max_offset("Late", 2) == 3, "Late/2 to reach offset 3", WAIT_S, 0.005)
         got = read_all(s, "Late", 2)
         assert [m.body for m in got] == [b"point-three", b"one", b"two"]
         for m in got:
@@ -113,7 +103,7 @@ def test_relative_and_ons_properties_and_past_times(store_config: StoreConfig) -
         assert [m.body for m in first][:2] == [b"past", b"plain"]
         assert first[0].properties["TIMER_DELIVER_MS"] == str(start - 60_000)
         assert "TIMER_OUT_MS" not in first[0].properties
-        assert wait_until(lambda: s.get_max_offset("R", 1) == 5)
+        wait_until(lambda: s.get_max_offset("R", 1) == 5, "R/1 to reach offset 5", WAIT_S, 0.005)
         later = read_all(s, "R", 1)[2:]
         assert [m.body for m in later] == [b"ms", b"ons", b"sec"]
         assert later[0].store_timestamp >= start + 400
@@ -150,15 +140,18 @@ def test_a_new_timer_wakes_a_service_sleeping_on_a_far_one(store_config: StoreCo
     with MessageStore(cfg) as s:
         s.put_message(timed("W", b"far", {"TIMER_DELAY_SEC": "3600"}))
         assert s.timer is not None
-        assert wait_until(lambda: s.timer is not None and s.timer.pending == 1)
+        wait_until(
+            lambda: s.timer is not None and s.timer.pending == 1, "1 pending timer message", WAIT_S, 0.005
+        )
         start = now_ms()
         s.put_message(timed("W", b"near", {"TIMER_DELAY_MS": "300"}))
-        assert wait_until(lambda: s.get_max_offset("W", 0) == 1, 10)
+        wait_until(lambda: s.get_max_offset("W", 0) == 1, "W/0 to reach offset 1", 10, 0.005)
         assert [m.body for m in read_all(s, "W", 0)] == [b"near"]
         assert read_all(s, "W", 0)[0].store_timestamp >= start + 300
         assert s.timer.pending == 1
 
 
+@pytest.mark.slow
 def test_pending_timers_survive_a_clean_restart_and_are_delivered_once(store_config: StoreConfig) -> None:
     cfg = dataclasses.replace(store_config, timer_precision_ms=100)
     start = now_ms()
@@ -166,13 +159,15 @@ def test_pending_timers_survive_a_clean_restart_and_are_delivered_once(store_con
         for i in range(5):
             s.put_message(timed("C", f"c{i}".encode(), {"TIMER_DELIVER_MS": str(start + 1500 + 100 * i)}))
         assert s.wait_dispatched()
-        assert wait_until(lambda: s.timer is not None and s.timer.pending == 5)
+        wait_until(
+            lambda: s.timer is not None and s.timer.pending == 5, "5 pending timer messages", WAIT_S, 0.005
+        )
     snapshot = pathlib.Path(cfg.store_path_root_dir, "timer", "pending")
     cq_offset, keys = decode_snapshot(snapshot.read_bytes())
     assert cq_offset == 5 and len(keys) == 5
     with MessageStore(cfg) as again:
         assert again.timer is not None and again.timer.pending == 5
-        assert wait_until(lambda: again.get_max_offset("C", 0) == 5)
+        wait_until(lambda: again.get_max_offset("C", 0) == 5, "C/0 to reach offset 5", WAIT_S, 0.005)
         got = read_all(again, "C", 0)
         assert [m.body for m in got] == [f"c{i}".encode() for i in range(5)]
         for i, m in enumerate(got):
@@ -197,14 +192,18 @@ def test_damaged_snapshot_falls_back_to_the_previous_one(store_config: StoreConf
     with MessageStore(store_config) as s:
         assert s.timer is not None
         # The backup held "a" and queue offset 1; "b" is read again from the timer queue.
-        assert wait_until(lambda: s.timer is not None and s.timer.pending == 2)
+        wait_until(
+            lambda: s.timer is not None and s.timer.pending == 2, "2 pending timer messages", WAIT_S, 0.005
+        )
         due = s.timer.next_due_ms()
         assert due is not None and start + 3_600_000 <= due < start + 3_601_000
     # Neither file: the whole timer queue is read again.
     os.unlink(path)
     os.unlink(str(path) + ".bak")
     with MessageStore(store_config) as s:
-        assert wait_until(lambda: s.timer is not None and s.timer.pending == 2)
+        wait_until(
+            lambda: s.timer is not None and s.timer.pending == 2, "2 pending timer messages", WAIT_S, 0.005
+        )
 
 
 def test_a_stale_snapshot_entry_never_delivers_another_message(store_config: StoreConfig) -> None:
@@ -217,7 +216,12 @@ def test_a_stale_snapshot_entry_never_delivers_another_message(store_config: Sto
     path.write_bytes(encode_snapshot(0, [past << 64 | plain.physical_offset, past << 64 | beyond]))
     with MessageStore(store_config) as s:
         assert s.timer is not None
-        assert wait_until(lambda: s.timer is not None and s.timer.pending == 0 and s.timer.skipped == 1)
+        wait_until(
+            lambda: s.timer is not None and s.timer.pending == 0 and s.timer.skipped == 1,
+            "the skipped timer message",
+            WAIT_S,
+            0.005,
+        )
         assert s.timer.delivered == 0
         assert s.wait_dispatched()
         assert s.get_max_offset("P", 0) == 1
@@ -229,7 +233,7 @@ def test_long_timers_roll_into_fresh_copies_then_deliver_once(store_config: Stor
     with MessageStore(cfg) as s:
         start = now_ms()
         s.put_message(timed("L", b"long", {"TIMER_DELIVER_MS": str(start + 1200)}))
-        assert wait_until(lambda: s.get_max_offset("L", 0) == 1)
+        wait_until(lambda: s.get_max_offset("L", 0) == 1, "L/0 to reach offset 1", WAIT_S, 0.005)
         (m,) = read_all(s, "L", 0)
         assert m.store_timestamp >= start + 1200
         assert int(m.properties["TIMER_ROLL_TIMES"]) >= 2

@@ -30,6 +30,7 @@ from npm_install import npm_install
 
 from _support.procs import ServeProcess
 from _support.requests import create_topic_fields
+from _support.wait import wait_until
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 ALI_ONS_VERSION = "3.12.0"
@@ -231,16 +232,14 @@ class Interop:
             self.broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields(topic, queues=queues)
         )
         assert code == 0, f"creating topic {topic} failed with code {code}"
-        deadline = time.monotonic() + ROUTE_TIMEOUT_S
-        while True:
+
+        def routed() -> bool:
             code, _, body = self._call(
                 self.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
             )
-            if code == 0 and any(q.get("readQueueNums") == queues for q in json.loads(body)["queueDatas"]):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the name server has no route for {topic} (last code {code})")
-            time.sleep(0.05)
+            return code == 0 and any(q.get("readQueueNums") == queues for q in json.loads(body)["queueDatas"])
+
+        wait_until(routed, f"the name server to route {topic} with {queues} queues", ROUTE_TIMEOUT_S, 0.05)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         code, ext, _ = self._call(

@@ -16,7 +16,6 @@ import asyncio
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from _support.wait import wait_until
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.pop.service import PoppedMessage, PopService
 from rocketq.broker.pop.standalone import standalone_context
@@ -101,10 +101,12 @@ class PopMachine(RuleBasedStateMachine):
             body = f"{queue_id}:{self.stored[queue_id]}".encode()
             self.store.put_message(Message(TOPIC, body), queue_id)
             self.stored[queue_id] += 1
-        deadline = time.monotonic() + 30
-        while self.store.get_max_offset(TOPIC, queue_id) < self.stored[queue_id]:
-            assert time.monotonic() < deadline, "dispatch did not catch up"
-            time.sleep(0.001)
+        wait_until(
+            lambda: self.store.get_max_offset(TOPIC, queue_id) >= self.stored[queue_id],
+            "dispatch to catch up",
+            30,
+            0.001,
+        )
 
     def teardown(self) -> None:
         try:
@@ -274,6 +276,8 @@ class PopMachine(RuleBasedStateMachine):
         everything = {(q, o) for q in range(QUEUES) for o in range(self.stored[q])}
         assert self.acked | self.dlq == everything, "a message was lost"
         assert not self.acked & self.dlq
+        # the DLQ copies are in the CommitLog; their ConsumeQueue entries follow with dispatch
+        assert self.store.wait_dispatched(30), "dispatch did not catch up"
         dead = self.store.get_message("check", f"%DLQ%{G}", 0, 0, 1000).messages if self.dlq else []
         dead_keys = set()
         for m in dead:

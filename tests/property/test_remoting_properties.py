@@ -6,6 +6,7 @@ import json
 import struct
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     return chunks
 
 
+@pytest.mark.slow  # the longest codec properties stay out of make fast
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(commands(), min_size=1, max_size=8), st.lists(st.integers(min_value=0), max_size=12))
 def test_round_trip_in_any_chunking(cmds: list[RemotingCommand], cuts: list[int]) -> None:
@@ -124,6 +126,7 @@ header_keys = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500)
 @given(st.dictionaries(header_keys, json_values, max_size=9) | json_values)
 def test_any_json_header_decodes_or_raises_frame_error(obj: Any) -> None:

@@ -31,6 +31,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -487,7 +488,8 @@ StoreMachine.TestCase.settings = settings(
     # Without the explain phase: it replays a failing case hundreds of times more on real files.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )
-TestStoreAgainstModel = StoreMachine.TestCase
+# the whole store against a model, on real files: the longest property test, outside `make fast`
+TestStoreAgainstModel = pytest.mark.slow(StoreMachine.TestCase)
 
 
 # -- defects the machine found ---------------------------------------------------------------------

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from _support.wait import wait_until
 from rocketq.client import Admin, Message, MessageQueue, Producer
 from rocketq.message import decode_offset_msg_id
 
@@ -54,15 +54,14 @@ def wait_for_retention(server: Any, phys: dict[int, int], needed: int) -> int:
     first message in it; returns that min offset (> ``needed``)."""
     current = max(phys.values()) // SEGMENT_BYTES * SEGMENT_BYTES
     expected = min(q for q, p in phys.items() if p >= current)
-    deadline = time.monotonic() + 90
-    low = -1
-    while time.monotonic() < deadline:
-        low, _ = min_max(server.namesrv)
-        if low == expected:
-            assert low > needed
-            return low
-        time.sleep(0.2)
-    raise AssertionError(f"retention did not move the min offset to {expected} in 90 s (it is {low})")
+    wait_until(
+        lambda: min_max(server.namesrv)[0] == expected,
+        f"retention to move the min offset to {expected}",
+        90,
+        0.2,
+    )
+    assert expected > needed
+    return expected
 
 
 def stream(spark: Any, server: Any, out: pathlib.Path, ck: pathlib.Path, fail_on_loss: bool) -> Any:

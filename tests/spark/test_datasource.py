@@ -20,6 +20,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.functions import udf
 
+from _support.wait import wait_until
 from rocketq.client import Admin, Message, MessageQueue, Producer
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.spark.options import parse_write_options
@@ -108,26 +109,22 @@ def wait_dispatched(broker: str) -> None:
         finally:
             await client.close()
 
-    deadline = time.monotonic() + 30
-    while asyncio.run(behind()) > 0:
-        assert time.monotonic() < deadline, f"dispatch of {broker} did not catch up"
-        threading.Event().wait(0.02)
+    wait_until(lambda: asyncio.run(behind()) == 0, f"dispatch of {broker} to catch up", 30, 0.02)
 
 
 def create_topic(namesrv: str, topic: str, queues: int, *, wait_queues: int | None = None) -> None:
     """Create (or resize) ``topic`` and wait until the route shows ``queues`` read queues."""
     with Admin(namesrv) as admin:
         admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
+
+        def routed() -> bool:
             try:
                 route = admin.topic_route(topic)
-                if route.queue_datas and route.queue_datas[0].read_queue_nums == (wait_queues or queues):
-                    return
             except Exception:
-                pass
-            threading.Event().wait(0.05)
-    raise AssertionError(f"route of {topic} did not show {queues} queues")
+                return False
+            return bool(route.queue_datas) and route.queue_datas[0].read_queue_nums == (wait_queues or queues)
+
+        wait_until(routed, f"the route of {topic} to show {wait_queues or queues} queues", 40, 0.05)
 
 
 def max_offsets(namesrv: str, topic: str) -> dict[int, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import Row
 
+from _support.wait import wait_until
 from rocketq.client import Admin
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.spark import commit
@@ -74,11 +74,12 @@ def commit_while_killing(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    seen = 0
-    while seen < 50 and time.monotonic() < deadline:
-        seen = visible(server.broker)
-    assert seen >= 50, "the commit did not start"
+
+    def started() -> int:
+        count = visible(server.broker)
+        return count if count >= 50 else 0
+
+    seen = wait_until(started, "the commit to start (50 visible messages)", 60, 0)
     server.kill()
     assert thread.is_alive() and not outcome, "the commit finished before the kill"
     if restart:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from _support.wait import wait_until_async
 from rocketq.broker.long_polling import (
     ARRIVED,
     CHECKED,
@@ -59,12 +60,6 @@ class FakeConnection:
             cb(self)
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while not condition():
-            await asyncio.sleep(0)
-
-
 def test_arrival_wakes_matching_pulls_only() -> None:
     async def main() -> None:
         queues = Queues()
@@ -73,7 +68,7 @@ def test_arrival_wakes_matching_pulls_only() -> None:
         any_tag = asyncio.ensure_future(hold.suspend("T", 0, 0, None, WAIT_S))
         tag_a = asyncio.ensure_future(hold.suspend("T", 0, 0, frozenset({65}), WAIT_S))
         other_queue = asyncio.ensure_future(hold.suspend("T", 1, 0, None, WAIT_S))
-        await until(lambda: hold.held_count == 3)
+        await wait_until_async(lambda: hold.held_count == 3, "three held pulls", WAIT_S, 0)
         queues.max[("T", 0)] = 1
         hold.notify_arrivals([(("T", 0), 1, 66)])  # tag 66: only the unfiltered pull wakes
         assert await any_tag == ARRIVED
@@ -94,7 +89,7 @@ def test_arrival_listener_hands_over_from_the_dispatcher_thread() -> None:
         hold.start()
         hold.arrival_listener([Arrival("T", 0, 0, 0)])  # nothing held: a no-op
         pull = asyncio.ensure_future(hold.suspend("T", 0, 5, None, WAIT_S))
-        await until(lambda: hold.held_count == 1)
+        await wait_until_async(lambda: hold.held_count == 1, "the held pull", WAIT_S, 0)
         thread = threading.Thread(
             target=hold.arrival_listener,
             args=([Arrival("Other", 0, 9, 0), Arrival("T", 0, 4, 0), Arrival("T", 0, 5, 0)],),
@@ -122,13 +117,13 @@ def test_timeout_recheck_close_and_periodic_check() -> None:
         # the client goes away
         conn = FakeConnection()
         pull = asyncio.ensure_future(hold.suspend("T", 0, 3, None, WAIT_S, channel=conn))
-        await until(lambda: hold.held_count == 1)
+        await wait_until_async(lambda: hold.held_count == 1, "the held pull", WAIT_S, 0)
         conn.close()
         assert await pull == CLOSED
         assert conn.callbacks == []
         # filtered arrivals are picked up by the periodic check
         filtered = asyncio.ensure_future(hold.suspend("T", 0, 3, frozenset({1}), WAIT_S))
-        await until(lambda: hold.held_count == 1)
+        await wait_until_async(lambda: hold.held_count == 1, "the held pull", WAIT_S, 0)
         queues.max[("T", 0)] = 4
         hold.notify_arrivals([(("T", 0), 4, 2)])
         assert hold.check_now() == 1
@@ -145,7 +140,7 @@ def test_cancelled_pull_leaves_nothing_behind() -> None:
         hold = PullRequestHoldService(Queues())
         hold.start()
         pull = asyncio.ensure_future(hold.suspend("T", 0, 0, None, WAIT_S))
-        await until(lambda: hold.held_count == 1)
+        await wait_until_async(lambda: hold.held_count == 1, "the held pull", WAIT_S, 0)
         pull.cancel()
         await asyncio.gather(pull, return_exceptions=True)
         assert hold.held_count == 0

@@ -7,6 +7,7 @@ import asyncio
 import threading
 from pathlib import Path
 
+from _support.wait import wait_until_async
 from rocketq.broker.long_polling import ARRIVED, PullRequestHoldService
 from rocketq.broker.loop_coalesce import LoopWakeup, ThreadsafeBatcher
 from rocketq.config import StoreConfig
@@ -14,13 +15,6 @@ from rocketq.message import Message
 from rocketq.store.message_store import MessageStore
 
 WAIT_S = 10.0
-
-
-async def until(condition: object, timeout_s: float = WAIT_S) -> None:
-    assert callable(condition)
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0)
 
 
 def test_loop_wakeup_runs_once_per_iteration_on_the_loop_thread() -> None:
@@ -34,7 +28,7 @@ def test_loop_wakeup_runs_once_per_iteration_on_the_loop_thread() -> None:
         await asyncio.sleep(0)
         assert len(calls) == 1 and wake.wakeups == 1
         wake()  # a later iteration wakes again
-        await until(lambda: len(calls) == 2)
+        await wait_until_async(lambda: len(calls) == 2, "two calls", WAIT_S, 0)
 
     asyncio.run(main())
 
@@ -66,7 +60,12 @@ def test_batcher_delivers_everything_in_order_with_few_loop_wakeups() -> None:
 
         thread = threading.Thread(target=post_many)
         thread.start()
-        await until(lambda: not thread.is_alive() and sum(map(len, got)) == 2000)
+        await wait_until_async(
+            lambda: not thread.is_alive() and sum(map(len, got)) == 2000,
+            "2000 appends and the thread to end",
+            WAIT_S,
+            0,
+        )
         assert [x for batch in got for x in batch] == list(range(2000))
         assert batcher.deliveries == len(got) <= 1000
 
@@ -82,7 +81,7 @@ def test_batcher_coalesces_posts_made_before_the_loop_runs() -> None:
             t.start()
         for t in threads:
             t.join()
-        await until(lambda: sum(map(len, got)) == 3)
+        await wait_until_async(lambda: sum(map(len, got)) == 3, "three appends", WAIT_S, 0)
         # the loop was blocked in join() while all three posted: one delivery takes them all
         assert len(got) == 1 and sorted(got[0]) == ["a", "b", "c"]
 
@@ -118,7 +117,7 @@ def test_store_dispatch_and_held_pulls_through_the_coalesced_hand_offs(tmp_path:
         wake = LoopWakeup(asyncio.get_running_loop(), store.reput.wakeup)
         store.commitlog.append_listener = wake
         pulls = [asyncio.ensure_future(hold.suspend("T", q, 0, None, WAIT_S)) for q in range(4)]
-        await until(lambda: hold.held_count == 4)
+        await wait_until_async(lambda: hold.held_count == 4, "four held pulls", WAIT_S, 0)
         for i in range(40):  # one loop iteration
             store.put_message(Message("T", b"m%d" % i), queue_id=i % 4)
         assert wake.wakeups == 0

@@ -11,9 +11,8 @@ from rocketq.client._fault import (
     not_available_duration_ms,
 )
 from rocketq.client._routes import TopicPublishInfo, hash_queue_index
-from rocketq.client.aio import _retriable, encode_batch_body, parse_namesrv_addrs
+from rocketq.client.aio import encode_batch_body, parse_namesrv_addrs
 from rocketq.errors import (
-    BrokerResponseError,
     ConfigError,
     MessageIllegal,
     RemotingConnectError,
@@ -21,6 +20,7 @@ from rocketq.errors import (
     SystemBusy,
     TopicNameInvalid,
     TopicNotExist,
+    error_for_code,
 )
 from rocketq.message import java_string_hash
 from rocketq.protocol.queue import MessageQueue
@@ -161,13 +161,14 @@ def test_hash_selection_is_java_string_hashcode_modulo() -> None:
 
 
 def test_retriable_classification() -> None:
-    assert _retriable(RemotingTimeout("t"))
-    assert _retriable(RemotingConnectError("c"))
-    assert _retriable(SystemBusy("b"))
-    assert _retriable(BrokerResponseError("e", 1))
-    assert not _retriable(BrokerResponseError("e", 205))
-    assert not _retriable(MessageIllegal("m"))
-    assert not _retriable(TopicNameInvalid("t"))
+    assert RemotingTimeout("t").retriable
+    assert RemotingConnectError("c").retriable
+    assert SystemBusy("b").retriable
+    assert error_for_code(1, "e").retriable
+    assert error_for_code(205, "e").retriable  # NOT_IN_CURRENT_UNIT, one of RocketMQ's retryResponseCodes
+    assert not error_for_code(3, "e").retriable
+    assert not MessageIllegal("m").retriable
+    assert not TopicNameInvalid("t").retriable
 
 
 def test_namesrv_addrs_and_batch_body() -> None:

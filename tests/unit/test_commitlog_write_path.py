@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageBodyTooLarge
 from rocketq.message import BrokerMessage, pack_socket_addr
@@ -320,9 +321,8 @@ def test_pool_put_wakes_the_commit_service_only_when_it_has_work(store_config: S
             cl.put_message(bm(body=b"z" * 1000))
         assert wakes, "a put with four pages pending wakes the commit service"
         assert all(w >= 4 * 4096 for w in wakes)
-        deadline = time.monotonic() + 20
-        while cl.max_offset < small.next_offset and time.monotonic() < deadline:
-            time.sleep(0.005)  # polling a condition with a deadline
-        assert cl.max_offset >= small.next_offset, "the woken service committed the pages"
+        wait_until(
+            lambda: cl.max_offset >= small.next_offset, "the woken service to commit the pages", 20, 0.005
+        )
     finally:
         cl.shutdown()

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.errors import CorruptFileError, SegmentAllocationError, WriteBufferPoolExhausted
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
@@ -244,11 +245,7 @@ def test_allocator_reports_errors_instead_of_hanging(tmp_path: pathlib.Path) -> 
                 str(blocker / offset_to_file_name(0)), str(blocker / offset_to_file_name(SIZE)), SIZE
             )
         # The failure is recorded; the next caller fails fast with the cause.
-        deadline_hits = 0
-        while not svc.has_exception and deadline_hits < 1000:
-            deadline_hits += 1
-            threading.Event().wait(0.001)
-        assert svc.has_exception
+        wait_until(lambda: svc.has_exception, "the failure to be recorded", 1.0, 0.001)
         assert svc.last_error is not None
     finally:
         svc.shutdown()

@@ -6,12 +6,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull
 from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
@@ -20,16 +20,6 @@ from rocketq.store.dispatch import parse_delay_levels
 from rocketq.store.message_store import GetMessageStatus
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.retention import decide, is_delete_hour
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    ev = threading.Event()
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        ev.wait(0.005)
-    return cond()
 
 
 @pytest.fixture
@@ -87,7 +77,9 @@ def test_min_max_and_offset_by_time(store: MessageStore) -> None:
     put_n(store, 6, queues=1)
     before = time.time_ns() // 1_000_000
     # Messages stored in the same millisecond share a store time; wait for the clock to move.
-    assert wait_until(lambda: time.time_ns() // 1_000_000 > before + 1)
+    wait_until(
+        lambda: time.time_ns() // 1_000_000 > before + 1, "the clock to pass a millisecond", 10.0, 0.005
+    )
     store.put_message(Message("T", b"late"), queue_id=0)
     assert store.wait_dispatched()
     assert store.get_min_offset("T", 0) == 0
@@ -202,7 +194,7 @@ def test_delay_level_message_goes_through_schedule_topic(store_config: StoreConf
         # The tags code of a schedule unit is the delivery time: store time + 1 s.
         assert unit.tags == r.store_timestamp + 1000
         assert s.get_max_offset("D", 3) == 0
-        assert wait_until(lambda: s.get_max_offset("D", 3) == 1, 10)
+        wait_until(lambda: s.get_max_offset("D", 3) == 1, "D/3 to reach offset 1", 10, 0.005)
         delivered = s.get_message("G", "D", 3, 0).messages[0]
         assert delivered.body == b"later"
         assert delivered.store_timestamp >= r.store_timestamp + 1000

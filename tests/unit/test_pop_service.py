@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _support.wait import wait_until, wait_until_async
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.pop.service import PoppedMessage, PopService
@@ -70,10 +71,12 @@ class Env:
             self.store.put_message(
                 Message(topic, f"{topic}-{queue_id}-{before + i}".encode(), tags=tags), queue_id
             )
-        deadline = time.monotonic() + WAIT_S
-        while self.store.get_max_offset(topic, queue_id) < before + n:
-            assert time.monotonic() < deadline, "dispatch did not catch up"
-            time.sleep(0.002)
+        wait_until(
+            lambda: self.store.get_max_offset(topic, queue_id) >= before + n,
+            "dispatch to catch up",
+            WAIT_S,
+            0.002,
+        )
 
 
 @pytest.fixture
@@ -199,10 +202,9 @@ def test_max_delivery_attempts_goes_to_dlq(env: Env) -> None:
         dlq = env.ctx.topics.select("%DLQ%G")
         assert dlq is not None
         env.put("%DLQ%G", 0)
-        deadline = time.monotonic() + WAIT_S
-        while env.store.get_max_offset("%DLQ%G", 0) < 1:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: env.store.get_max_offset("%DLQ%G", 0) >= 1, "the DLQ copy", WAIT_S, 0.005
+        )
         (dead,) = env.store.get_message("x", "%DLQ%G", 0, 0, 8).messages
         assert dead.body == again.message.body
         assert dead.properties[PROPERTY_RETRY_TOPIC] == "Q"
@@ -223,10 +225,9 @@ def test_forward_to_dlq(env: Env) -> None:
             await pop.ack(group="G", topic="Q", receipt_handle=m.receipt_handle)
         env.clock.now_ms += 60_000
         assert await recv(pop, "Q") == []
-        deadline = time.monotonic() + WAIT_S
-        while env.store.get_max_offset("%DLQ%G", 0) < 1:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: env.store.get_max_offset("%DLQ%G", 0) >= 1, "the DLQ copy", WAIT_S, 0.005
+        )
         (dead,) = env.store.get_message("x", "%DLQ%G", 0, 0, 8).messages
         assert dead.body == m.message.body
         await pop.shutdown()
@@ -312,10 +313,7 @@ def test_long_poll_woken_by_arrival(env: Env) -> None:
         pop = env.pop(clock=lambda: time.time_ns() // 1_000_000)
         began = time.monotonic()
         task = asyncio.create_task(recv(pop, "Q", long_poll_ms=30_000))
-        deadline = time.monotonic() + WAIT_S
-        while "Q" not in pop._waiters:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.002)
+        await wait_until_async(lambda: "Q" in pop._waiters, "the receive to be held", WAIT_S, 0.002)
         await asyncio.to_thread(env.store.put_message, Message("Q", b"late"), 0)
         got = await asyncio.wait_for(task, WAIT_S)
         assert [m.message.body for m in got] == [b"late"]
@@ -356,10 +354,7 @@ def test_shutdown_ends_held_receive_and_refuses_calls(env: Env) -> None:
     async def go() -> None:
         pop = env.pop()
         task = asyncio.create_task(recv(pop, "Q", long_poll_ms=30_000))
-        deadline = time.monotonic() + WAIT_S
-        while "Q" not in pop._waiters:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.002)
+        await wait_until_async(lambda: "Q" in pop._waiters, "the receive to be held", WAIT_S, 0.002)
         began = time.monotonic()
         await pop.shutdown()
         assert await asyncio.wait_for(task, WAIT_S) == []
@@ -508,12 +503,14 @@ def test_receive_in_a_thread_safe_way_from_dispatch(env: Env) -> None:
         thread = threading.Thread(target=producer)
         thread.start()
         got: list[int] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(got) < 200:
-            assert time.monotonic() < deadline, f"only {len(got)} of 200 received"
+
+        async def received_all() -> bool:
             for m in await recv(pop, "Q", long_poll_ms=1000):
                 got.append(int(m.message.body))
                 await pop.ack(group="G", topic="Q", receipt_handle=m.receipt_handle)
+            return len(got) >= 200
+
+        await wait_until_async(received_all, lambda: f"200 messages (got {len(got)})", WAIT_S, 0)
         stop.set()
         thread.join()
         assert got == list(range(200))

@@ -6,7 +6,7 @@ import pytest
 
 from rocketq.broker.pop.service import PoppedMessage
 from rocketq.broker.pop_processor import encode_popped
-from rocketq.errors import InvalidReceiptHandle, RemotingError
+from rocketq.errors import InvalidReceiptHandle, RemoteProtocolError
 from rocketq.message import PROPERTY_POP_CK, MessageExt
 from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 from rocketq.proxy import route
@@ -99,7 +99,7 @@ def test_pop_body_round_trip_carries_handle_and_attempt() -> None:
 
 def test_pop_body_without_handle_or_damaged_is_refused() -> None:
     good = encode_popped([_popped(b"a", 5, 1, "h")])
-    with pytest.raises(RemotingError, match="no POP_CK"):
+    with pytest.raises(RemoteProtocolError, match="no POP_CK"):
         decode_popped(good.replace(PROPERTY_POP_CK.encode(), b"XXX_XX"))
-    with pytest.raises(RemotingError):
+    with pytest.raises(RemoteProtocolError):
         decode_popped(good[:-3])

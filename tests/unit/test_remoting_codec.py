@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from rocketq.errors import FrameError
+from rocketq.errors import LocalProtocolError, RemoteProtocolError
 from rocketq.remoting import (
     CURRENT_VERSION,
     FLAG_ONEWAY,
@@ -248,7 +248,7 @@ def test_rocketmq_header_zero_lengths_decode_as_absent() -> None:
 
 def test_rocketmq_header_cannot_hold_large_codes() -> None:
     cmd = RemotingCommand(RequestCode.POP_MESSAGE, serialize_type=SerializeType.ROCKETMQ)
-    with pytest.raises(FrameError, match="does not fit"):
+    with pytest.raises(LocalProtocolError, match="does not fit"):
         encode(cmd)
 
 
@@ -271,7 +271,7 @@ def test_rocketmq_unknown_language_byte_is_other() -> None:
     ],
 )
 def test_rocketmq_header_corruption_is_frame_error(header: bytes) -> None:
-    with pytest.raises(FrameError):
+    with pytest.raises(RemoteProtocolError):
         FrameDecoder().feed(frame(header, serialize_type=1))
 
 
@@ -386,16 +386,16 @@ def test_accepts_exactly_max_frame_size() -> None:
     cmd = RemotingCommand(0, body=b"b" * 100)
     assert len(encode(cmd)) == limit
     assert FrameDecoder(max_frame_size=limit).feed(encode(cmd)) == [cmd]
-    with pytest.raises(FrameError, match=f"frame of {limit} B exceeds max {limit - 1} B"):
+    with pytest.raises(RemoteProtocolError, match=f"frame of {limit} B exceeds max {limit - 1} B"):
         FrameDecoder(max_frame_size=limit - 1).feed(encode(cmd))
 
 
 def test_oversize_frame_rejected_from_its_length_field_alone() -> None:
     decoder = FrameDecoder()
-    with pytest.raises(FrameError, match=f"exceeds max {DEFAULT_MAX_FRAME_SIZE} B"):
+    with pytest.raises(RemoteProtocolError, match=f"exceeds max {DEFAULT_MAX_FRAME_SIZE} B"):
         decoder.feed(struct.pack(">i", DEFAULT_MAX_FRAME_SIZE))
     assert decoder.failed
-    with pytest.raises(FrameError):  # the stream cannot be resynchronised
+    with pytest.raises(RemoteProtocolError):  # the stream cannot be resynchronised
         decoder.feed(encode(RemotingCommand(0)))
 
 
@@ -403,13 +403,13 @@ def test_oversize_frame_rejected_from_its_length_field_alone() -> None:
     ("length", "reason"), [(-1, "negative"), (-(2**31), "negative"), (0, "below"), (3, "below")]
 )
 def test_bad_length(length: int, reason: str) -> None:
-    with pytest.raises(FrameError, match=reason):
+    with pytest.raises(RemoteProtocolError, match=reason):
         FrameDecoder().feed(struct.pack(">i", length) + b"\x00" * 8)
 
 
 def test_header_length_beyond_frame() -> None:
     data = struct.pack(">iI", 4 + 10, 50) + b"{" * 10
-    with pytest.raises(FrameError, match="header length 50 B exceeds frame length 14 B"):
+    with pytest.raises(RemoteProtocolError, match="header length 50 B exceeds frame length 14 B"):
         FrameDecoder().feed(data)
 
 
@@ -418,12 +418,12 @@ def test_header_length_beyond_frame() -> None:
     [b"garbage!", b"[1,2,3]", b'"text"', b"{", b'{"code":{}}', b'{"code":0,"extFields":[1]}', b"\xff\xfe{}"],
 )
 def test_undecodable_json_header(header: bytes) -> None:
-    with pytest.raises(FrameError):
+    with pytest.raises(RemoteProtocolError):
         FrameDecoder().feed(frame(header))
 
 
 def test_unknown_serialize_type() -> None:
-    with pytest.raises(FrameError, match="unknown serialize type 7"):
+    with pytest.raises(RemoteProtocolError, match="unknown serialize type 7"):
         FrameDecoder().feed(frame(b"{}", serialize_type=7))
 
 

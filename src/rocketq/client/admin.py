@@ -36,10 +36,10 @@ from rocketq.errors import (
     ClientStateError,
     ConfigError,
     InvalidParameter,
+    MessageNotFound,
     NameServerUnavailable,
     RemotingError,
     ResponseCode,
-    RocketqError,
     TopicNotExist,
 )
 from rocketq.message import (
@@ -71,12 +71,6 @@ TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
 _SYS_FLAG_COMPRESSED = 0x1
 _MAX_PULL_BATCH = 32
 _LONG_MAX = (1 << 63) - 1
-
-
-class MessageNotFound(RocketqError):
-    """No message matches the id, key or queue offset that was asked for."""
-
-    code = ResponseCode.QUERY_NOT_FOUND
 
 
 # -- results -----------------------------------------------------------------------------------

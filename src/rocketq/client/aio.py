@@ -9,11 +9,13 @@ Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
 * Every message gets a ``UNIQ_KEY`` (kept if the caller set one); it is ``SendResult.msg_id``.
 * A single message whose body exceeds ``compress_threshold_bytes`` is sent zlib-compressed with
   sysFlag COMPRESSED (0x1); consumers inflate it. Batches are not compressed (as in RocketMQ).
-* Retries: up to ``retry_times_when_send_failed`` more attempts for retriable failures (timeouts,
-  connection errors, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION,
-  TOPIC_NOT_EXIST), each on a queue of another broker when there is one, all within one
-  ``send_timeout_ms`` deadline. MESSAGE_ILLEGAL, INVALID_PARAMETER and local validation errors
-  are raised at once.
+* Retries: up to ``retry_times_when_send_failed`` more attempts after an error whose class says
+  ``retriable`` (timeouts, connection errors, SYSTEM_ERROR, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE,
+  NO_PERMISSION, TOPIC_NOT_EXIST, NO_BUYER_ID, NOT_IN_CURRENT_UNIT: the table in
+  :mod:`rocketq.errors`), each on a queue of another broker when there is one, all within one
+  ``send_timeout_ms`` deadline; the topic's cached route is dropped first when the class says
+  ``refresh_route``. MESSAGE_ILLEGAL, INVALID_PARAMETER and local validation errors are raised
+  at once.
 * Sends with ``sharding_key``, ``selector`` or ``queue`` always go to the chosen queue (order);
   retriable failures are retried on that same queue.
 * Flush/slave timeouts (10/11/12) are not errors: the message is stored and the result's
@@ -36,20 +38,15 @@ from rocketq.client._fault import LatencyFaultTolerance
 from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.errors import (
-    BrokerResponseError,
     ClientStateError,
     ConfigError,
-    InvalidParameter,
     MessageBodyTooLarge,
     MessageIllegal,
-    NoPermission,
     RemotingTimeout,
     RocketqError,
-    ServiceNotAvailable,
-    SubscriptionGroupNotExist,
-    SystemBusy,
     TopicNameInvalid,
     TopicNotExist,
+    error_for_code,
 )
 from rocketq.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -88,17 +85,6 @@ TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 _GROUP_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 SYS_FLAG_COMPRESSED = 0x1
-
-_RETRIABLE_CODES = frozenset({1, 2, 14, 16, 17})
-_CODE_ERRORS: dict[int, type[RocketqError]] = {
-    2: SystemBusy,
-    13: MessageIllegal,
-    14: ServiceNotAvailable,
-    16: NoPermission,
-    17: TopicNotExist,
-    26: SubscriptionGroupNotExist,
-    29: InvalidParameter,
-}
 
 
 class SendStatus(enum.Enum):
@@ -161,21 +147,10 @@ def validate_message(msg: Message, max_body_bytes: int) -> None:
 
 
 def error_for_response(response: RemotingCommand, broker: str) -> RocketqError:
-    """The exception for a broker's error response (code and remark kept in the message)."""
+    """The exception for a broker's error response (code and remark kept in the message), of
+    the class :func:`rocketq.errors.for_code` gives for the code."""
     text = f"broker {broker} answered code {response.code}: {response.remark or ''}".rstrip(": ")
-    cls = _CODE_ERRORS.get(response.code)
-    if cls is not None:
-        return cls(text)
-    return BrokerResponseError(text, response.code)
-
-
-def _retriable(exc: BaseException) -> bool:
-    """Whether RocketMQ's producer would try another broker after ``exc``."""
-    if isinstance(exc, BrokerResponseError):
-        return exc.response_code in _RETRIABLE_CODES
-    if isinstance(exc, SystemBusy | ServiceNotAvailable | NoPermission | TopicNotExist):
-        return True
-    return isinstance(exc, RocketqError) and exc.retriable and not isinstance(exc, MessageIllegal)
+    return error_for_code(response.code, text)
 
 
 def encode_batch_body(entries: Sequence[tuple[bytes, bytes, int]]) -> bytes:
@@ -466,11 +441,11 @@ class AsyncProducer:
                 last_broker = mq.broker_name
                 last_exc = exc
                 failures.append(f"attempt {attempt + 1} to {mq.broker_name} queue {mq.queue_id}: {exc}")
-                if not _retriable(exc):
+                if not exc.retriable:
                     raise
                 if self.faults is not None:
                     self.faults.update(mq.broker_name, elapsed_ms, failed=True)
-                if isinstance(exc, TopicNotExist):
+                if exc.refresh_route:
                     routes.invalidate(p.topic)
                 log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, attempts - attempt - 1)
                 continue

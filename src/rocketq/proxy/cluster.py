@@ -58,6 +58,7 @@ from rocketq.errors import (
     InvalidReceiptHandle,
     MessageBodyTooLarge,
     NoPermission,
+    RemoteProtocolError,
     RemotingError,
     ResponseCode,
     RocketqError,
@@ -132,17 +133,18 @@ def decode_receipt_handle(text: str) -> tuple[str, str, int]:
 
 def decode_popped(body: bytes) -> list[tuple[str, MessageExt]]:
     """(broker receipt handle, message) of each record of a POP_MESSAGE body; ``POP_CK`` is
-    taken out of the message's properties."""
+    taken out of the message's properties. A body that is not such records is the broker's
+    protocol error (RemoteProtocolError)."""
     out: list[tuple[str, MessageExt]] = []
     pos = 0
     while pos < len(body):
         view = rec.decode_record(body, pos, check_crc=True)
         if view.kind is not rec.RecordKind.MESSAGE:
-            raise RemotingError(f"popped record at byte {pos} is not a message: {view.reason}")
+            raise RemoteProtocolError(f"popped record at byte {pos} is not a message: {view.reason}")
         message = view_to_message(view)
         handle = message.properties.pop(PROPERTY_POP_CK, "")
         if not handle:
-            raise RemotingError(f"popped message at byte {pos} has no {PROPERTY_POP_CK} property")
+            raise RemoteProtocolError(f"popped message at byte {pos} has no {PROPERTY_POP_CK} property")
         out.append((handle, message))
         pos += view.size
     return out

@@ -15,11 +15,13 @@ parsed in place from the chunk when nothing is pending; a partial frame is kept 
 bytes the next frame needs (known from its length field) have arrived, so a large frame arriving
 in many chunks costs amortised O(size).
 
-A frame is rejected with :class:`~rocketq.errors.FrameError` when its length is below 4 or its
-whole size (``length + 4``, as Netty counts it) exceeds ``max_frame_size`` — checked as soon as the
-4 length bytes are in, before the frame is buffered — when the header length runs past the frame,
-or when the header does not decode. The stream cannot be re-synchronised after that, so the
-decoder stays failed and the connection must be closed.
+A received frame is rejected with :class:`~rocketq.errors.RemoteProtocolError` when its length is
+below 4 or its whole size (``length + 4``, as Netty counts it) exceeds ``max_frame_size`` —
+checked as soon as the 4 length bytes are in, before the frame is buffered — when the header
+length runs past the frame, or when the header does not decode. The stream cannot be
+re-synchronised after that, so the decoder stays failed and the connection must be closed.
+:func:`encode` raises
+:class:`~rocketq.errors.LocalProtocolError` for a command the format cannot carry (nothing sent).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import logging
 import struct
 from typing import Final, NoReturn
 
-from rocketq.errors import FrameError
+from rocketq.errors import LocalProtocolError, RemoteProtocolError
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, MAX_HEADER_LENGTH
 from rocketq.remoting.command import RemotingCommand, decode_header, encode_header, encode_json_success_header
 
@@ -51,11 +53,11 @@ def encode(cmd: RemotingCommand) -> bytes:
     header = encode_header(cmd)
     hlen = len(header)
     if hlen > MAX_HEADER_LENGTH:
-        raise FrameError(f"header of {hlen} B exceeds the 24-bit max {MAX_HEADER_LENGTH} B")
+        raise LocalProtocolError(f"header of {hlen} B exceeds the 24-bit max {MAX_HEADER_LENGTH} B")
     body = cmd.body
     length = 4 + hlen + len(body)
     if length > _INT32_MAX:
-        raise FrameError(f"frame of {length + 4} B does not fit the int32 length field")
+        raise LocalProtocolError(f"frame of {length + 4} B does not fit the int32 length field")
     prefix = _PREFIX.pack(length, (int(cmd.serialize_type) << 24) | hlen)
     if body:
         return b"".join((prefix, header, body))
@@ -96,14 +98,14 @@ class FrameDecoder:
 
     @property
     def failed(self) -> bool:
-        """True once a bad frame was seen; every later feed raises FrameError again."""
+        """True once a bad frame was seen; every later feed raises RemoteProtocolError again."""
         return self._error is not None
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
-        """Every command completed by ``data`` (possibly none). Raises FrameError on a bad frame;
-        commands completed earlier in the same chunk are then discarded with the stream."""
+        """Every command completed by ``data`` (possibly none). Raises RemoteProtocolError on a
+        bad frame; commands completed earlier in the same chunk are then discarded with the stream."""
         if self._error is not None:
-            raise FrameError(self._error)
+            raise RemoteProtocolError(self._error)
         buf = self._buf
         pos = self._pos
         if pos == len(buf):
@@ -163,7 +165,7 @@ class FrameDecoder:
                     bytes(src[pos + 8 : header_end]),
                     bytes(src[header_end:frame_end]) if header_end < frame_end else b"",
                 )
-            except FrameError as exc:
+            except RemoteProtocolError as exc:
                 self._fail(str(exc))
             append(cmd)
             pos = frame_end
@@ -182,4 +184,4 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         log.debug("bad frame: %s", reason)
-        raise FrameError(reason)
+        raise RemoteProtocolError(reason)

@@ -24,7 +24,8 @@ ROCKETMQ header (big-endian)::
 A zero remark length decodes as None, a zero key or value length drops the entry (Java decodes
 both as null). Codes outside int16 cannot be written in this layout.
 
-Invariants: decoding raises only :class:`~rocketq.errors.FrameError`; a decoded command
+Invariants: decoding raises only :class:`~rocketq.errors.RemoteProtocolError` (the peer's bytes),
+encoding :class:`~rocketq.errors.LocalProtocolError` (a value the layout cannot hold); a decoded command
 re-encodes to an equivalent header; responses always use the JSON type (ali-ons requirement).
 """
 
@@ -39,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rocketq.errors import FrameError
+from rocketq.errors import LocalProtocolError, RemoteProtocolError
 from rocketq.protocol import fastjson
 from rocketq.remoting.codes import (
     CURRENT_VERSION,
@@ -235,7 +236,7 @@ def _int_field(name: str, value: Any) -> int:
         return value
     number = fastjson.int_value(value)
     if number is None:
-        raise FrameError(f"JSON header field {name!r} is not an integer: {value!r:.80}")
+        raise RemoteProtocolError(f"JSON header field {name!r} is not an integer: {value!r:.80}")
     return number
 
 
@@ -265,14 +266,14 @@ def _parse_json(header: bytes) -> Any:
             return fastjson.loads(header.decode("utf-8"))
         except (ValueError, RecursionError):
             pass
-    raise FrameError(f"undecodable JSON header ({len(header)} B): {first_error}") from None
+    raise RemoteProtocolError(f"undecodable JSON header ({len(header)} B): {first_error}") from None
 
 
 def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
-    """Decode a JSON header (tolerant, see the module docstring); raises FrameError."""
+    """Decode a JSON header (tolerant, see the module docstring); raises RemoteProtocolError."""
     obj = _parse_json(header)
     if type(obj) is not dict:
-        raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
+        raise RemoteProtocolError(f"JSON header is a {type(obj).__name__}, not an object")
     get = obj.get
 
     code = get("code", 0)
@@ -306,7 +307,7 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     if ext is None:
         ext = {}
     elif type(ext) is not dict:
-        raise FrameError(f"JSON header field 'extFields' is a {type(ext).__name__}, not an object")
+        raise RemoteProtocolError(f"JSON header field 'extFields' is a {type(ext).__name__}, not an object")
     else:
         for value in ext.values():
             if type(value) is not str:
@@ -321,14 +322,16 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    """The ROCKETMQ binary header for ``cmd``; raises FrameError for values it cannot hold."""
+    """The ROCKETMQ binary header for ``cmd``; raises LocalProtocolError for values it cannot hold."""
     remark = cmd.remark.encode() if cmd.remark else b""
     parts: list[bytes] = []
     for key, value in cmd.ext_fields.items():
         kb = key.encode()
         vb = value.encode()
         if len(kb) > 0x7FFF:
-            raise FrameError(f"extFields key of {len(kb)} B exceeds the ROCKETMQ header's max 32767 B")
+            raise LocalProtocolError(
+                f"extFields key of {len(kb)} B exceeds the ROCKETMQ header's max 32767 B"
+            )
         parts.append(_I16.pack(len(kb)))
         parts.append(kb)
         parts.append(_I32.pack(len(vb)))
@@ -338,7 +341,7 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
         fixed = _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, len(remark))
         ext_len = _I32.pack(len(ext))
     except struct.error as exc:
-        raise FrameError(
+        raise LocalProtocolError(
             f"command (code {cmd.code}, language {cmd.language}, version {cmd.version}, "
             f"opaque {cmd.opaque}, flag {cmd.flag}) does not fit the ROCKETMQ header: {exc}"
         ) from None
@@ -346,35 +349,45 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
 
 
 def decode_rocketmq_header(header: bytes, body: bytes = b"") -> RemotingCommand:
-    """Decode a ROCKETMQ binary header; raises FrameError on any inconsistency."""
+    """Decode a ROCKETMQ binary header; raises RemoteProtocolError on any inconsistency."""
     size = len(header)
     if size < _BIN_FIXED.size + 4:
-        raise FrameError(f"ROCKETMQ header of {size} B is shorter than the minimum {_BIN_FIXED.size + 4} B")
+        raise RemoteProtocolError(
+            f"ROCKETMQ header of {size} B is shorter than the minimum {_BIN_FIXED.size + 4} B"
+        )
     code, lang, version, opaque, flag, remark_len = _BIN_FIXED.unpack_from(header, 0)
     pos = _BIN_FIXED.size
     if remark_len < 0 or remark_len > size - pos - 4:
-        raise FrameError(f"ROCKETMQ header: remark length {remark_len} B exceeds header length {size} B")
+        raise RemoteProtocolError(
+            f"ROCKETMQ header: remark length {remark_len} B exceeds header length {size} B"
+        )
     remark = header[pos : pos + remark_len].decode("utf-8", "replace") if remark_len else None
     pos += remark_len
     (ext_len,) = _I32.unpack_from(header, pos)
     pos += 4
     if ext_len < 0 or ext_len > size - pos:
-        raise FrameError(f"ROCKETMQ header: extFields length {ext_len} B exceeds header length {size} B")
+        raise RemoteProtocolError(
+            f"ROCKETMQ header: extFields length {ext_len} B exceeds header length {size} B"
+        )
     ext: dict[str, str] = {}
     end = pos + ext_len
     while pos < end:
         if end - pos < 2:
-            raise FrameError("ROCKETMQ header: truncated extFields key length")
+            raise RemoteProtocolError("ROCKETMQ header: truncated extFields key length")
         (key_len,) = _I16.unpack_from(header, pos)
         pos += 2
         if key_len < 0 or key_len > end - pos - 4:
-            raise FrameError(f"ROCKETMQ header: extFields key length {key_len} B exceeds the map section")
+            raise RemoteProtocolError(
+                f"ROCKETMQ header: extFields key length {key_len} B exceeds the map section"
+            )
         key = header[pos : pos + key_len]
         pos += key_len
         (val_len,) = _I32.unpack_from(header, pos)
         pos += 4
         if val_len < 0 or val_len > end - pos:
-            raise FrameError(f"ROCKETMQ header: extFields value length {val_len} B exceeds the map section")
+            raise RemoteProtocolError(
+                f"ROCKETMQ header: extFields value length {val_len} B exceeds the map section"
+            )
         value = header[pos : pos + val_len]
         pos += val_len
         if key_len and val_len:
@@ -384,12 +397,12 @@ def decode_rocketmq_header(header: bytes, body: bytes = b"") -> RemotingCommand:
 
 
 def decode_header(serialize_type: int, header: bytes, body: bytes = b"") -> RemotingCommand:
-    """Decode a header of either serialize type; raises FrameError for unknown types."""
+    """Decode a header of either serialize type; raises RemoteProtocolError for unknown types."""
     if serialize_type == SerializeType.JSON:
         return decode_json_header(header, body)
     if serialize_type == SerializeType.ROCKETMQ:
         return decode_rocketmq_header(header, body)
-    raise FrameError(f"unknown serialize type {serialize_type} (expected 0 JSON or 1 ROCKETMQ)")
+    raise RemoteProtocolError(f"unknown serialize type {serialize_type} (expected 0 JSON or 1 ROCKETMQ)")
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:

@@ -50,7 +50,8 @@ from typing import Final, cast
 
 from rocketq.errors import (
     ConnectionClosed,
-    FrameError,
+    LocalProtocolError,
+    RemoteProtocolError,
     RemotingError,
     RemotingTimeout,
     ResponseCode,
@@ -214,7 +215,7 @@ class Connection(asyncio.Protocol):
         """Send request ``cmd`` and wait for the response with its opaque.
 
         Raises RemotingTimeout after ``timeout_s``, ConnectionClosed if the connection drops
-        first, FrameError if ``cmd`` cannot be framed. Waits for the write buffer to drain
+        first, LocalProtocolError if ``cmd`` cannot be framed. Waits for the write buffer to drain
         first when it is above its high-water mark."""
         if self._write_paused and not (self._closing or self._lost):
             deadline = self._loop.time() + timeout_s
@@ -236,7 +237,7 @@ class Connection(asyncio.Protocol):
 
         The future fails with RemotingTimeout after ``timeout_s`` and with ConnectionClosed if
         the connection drops first; a cancelled future is forgotten. Raises ConnectionClosed or
-        FrameError at once. Unlike :meth:`invoke` it does not wait for a full write buffer to
+        LocalProtocolError at once. Unlike :meth:`invoke` it does not wait for a full write buffer to
         drain: check :attr:`writing_paused` to apply back-pressure."""
         if self._closing or self._lost:
             raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {cmd.code}")
@@ -245,7 +246,7 @@ class Connection(asyncio.Protocol):
         opaque = cmd.opaque
         pending = self._pending
         if opaque in pending:
-            raise RemotingError(f"opaque {opaque} is already in flight on {self.remote_address}")
+            raise LocalProtocolError(f"opaque {opaque} is already in flight on {self.remote_address}")
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._enqueue(frame)
         # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call. The
@@ -319,7 +320,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             commands = self._decoder.feed(data)
-        except FrameError as exc:
+        except RemoteProtocolError as exc:
             self._protocol_error(str(exc))
             return
         pending = self._pending
@@ -392,7 +393,7 @@ class Connection(asyncio.Protocol):
     def _frame(self, cmd: RemotingCommand) -> bytes:
         frame = encode(cmd)
         if len(frame) > self._max_frame_size:
-            raise FrameError(
+            raise LocalProtocolError(
                 f"frame of {len(frame)} B (code {cmd.code}) exceeds max {self._max_frame_size} B"
             )
         return frame
