@@ -283,6 +283,35 @@ class RouteTable:
                     master_addr, ha_addr = candidate, master_live.ha_server_addr
         return RegisterBrokerResult(master_addr, ha_addr, first, applied)
 
+    def displacement(
+        self, broker_name: str, broker_addr: str, broker_id: int, channel: object | None, now_ms: int
+    ) -> str | None:
+        """Why a registration (or unregistration) of ``broker_name``/``broker_id`` at
+        ``broker_addr`` arriving on ``channel`` would displace another live broker, or None.
+
+        It would when a live broker of that name and id is registered at another address, or
+        when the broker at ``broker_addr`` is live on another channel (a broker registers on its
+        own connection; the name server drops the entry when that connection closes)."""
+        group = self._groups.get(broker_name)
+        if group is None:
+            return None
+        holder = group.addrs.get(broker_id)
+        if holder is not None and holder != broker_addr:
+            live = self._live.get((group.cluster, holder))
+            if live is not None and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms:
+                return f"broker {broker_name}/{broker_id} is live at {holder}"
+        live = self._live.get((group.cluster, broker_addr))
+        if (
+            live is not None
+            and live.channel is not None
+            and channel is not None
+            and live.channel is not channel
+            and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms
+            and group.addrs.get(broker_id) == broker_addr
+        ):
+            return f"broker {broker_name}/{broker_id} at {broker_addr} is live on another connection"
+        return None
+
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
         """Remove one broker (UNREGISTER_BROKER). True if anything was removed."""
         return self._unregister(cluster, broker_addr, broker_name, broker_id) is not None
