@@ -17,7 +17,7 @@ import pytest
 from procs import HOST, RocketqProcess, free_port, wait_until, write_broker_conf, write_conf
 from test_namesrv_server import java_register_body, java_topic, namesrv, register_request, run
 
-from rocketq.acl.signature import sign_request
+from rocketq.acl.signature import AclClientRpcHook, sign_request
 from rocketq.cli import main
 from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.client.config import ClientConfig
@@ -381,3 +381,47 @@ def test_unknown_account_and_signature_remarks_reach_a_raw_client(cluster: AclCl
         "No acl config for accessKey nosuchkey",
         "signature mismatch for accessKey subonly1",
     ]
+
+
+# -- in process: start checks and the broker's own signature ------------------------------------
+
+
+def test_a_broker_with_acl_on_and_no_rules_file_does_not_start(tmp_path: pathlib.Path) -> None:
+    from rocketq.broker.config import BrokerConfig  # noqa: PLC0415 - server side, this test only
+    from rocketq.broker.server import Broker  # noqa: PLC0415
+    from rocketq.config import StoreConfig  # noqa: PLC0415
+    from rocketq.errors import ConfigError  # noqa: PLC0415
+
+    cfg = BrokerConfig(
+        broker_name="broker-a",
+        broker_ip1=HOST,
+        bind_address=HOST,
+        listen_port=0,
+        namesrv_addr=None,
+        acl_enable=True,
+        acl_file=str(tmp_path / "missing.yml"),
+    )
+    broker = Broker(cfg, StoreConfig(store_path_root_dir=str(tmp_path / "store")))
+    with pytest.raises(ConfigError, match=r"cannot read ACL file .*missing\.yml"):
+        run(broker.start())
+    assert not broker.ready
+
+
+def test_an_acl_name_server_takes_only_admin_signed_registrations(tmp_path: pathlib.Path) -> None:
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL_FILE, encoding="utf-8")
+    body = java_register_body([java_topic("T", 4, 4)])
+
+    async def main() -> list[int]:
+        codes = []
+        async with namesrv(acl_enable=True, acl_file=str(acl_file)) as (server, ns):
+            for keys in (None, SUB_ONLY, ADMIN):
+                hook = None if keys is None else AclClientRpcHook(*keys)
+                async with RemotingClient(rpc_hook=hook) as client:
+                    reply = await client.invoke(ns, register_request("broker-a", "127.0.0.1:10911", body))
+                    codes.append(reply.code)
+                    registered = "broker-a" in server.routes.cluster_info().broker_addr_table
+                    assert registered == (keys == ADMIN)
+        return codes
+
+    assert run(main()) == [ResponseCode.NO_PERMISSION, ResponseCode.NO_PERMISSION, ResponseCode.SUCCESS]
