@@ -17,26 +17,32 @@ def registered(channel: object, addr: str = "10.0.0.1:10911", broker_id: int = 0
 def test_unknown_names_and_the_broker_itself_displace_nothing() -> None:
     real = object()
     table = registered(real)
-    assert table.displacement("broker-b", "10.6.6.6:10911", 0, object(), 1000) is None
-    assert table.displacement("broker-a", "10.0.0.1:10911", 0, real, 1000) is None  # its own channel
-    assert table.displacement("broker-a", "10.0.0.2:10911", 1, object(), 1000) is None  # a slave id
+    assert table.displacement("C", "broker-b", "10.6.6.6:10911", 0, object(), 1000) is None
+    assert table.displacement("C", "broker-a", "10.0.0.1:10911", 0, real, 1000) is None  # its own channel
+    assert table.displacement("C", "broker-a", "10.0.0.2:10911", 1, object(), 1000) is None  # a slave id
 
 
 def test_another_address_for_a_live_name_and_id_is_a_displacement_until_it_expires() -> None:
     table = registered(object())
-    reason = table.displacement("broker-a", "10.6.6.6:10911", 0, object(), 1000)
-    assert reason == "broker broker-a/0 is live at 10.0.0.1:10911"
-    assert table.displacement("broker-a", "10.6.6.6:10911", 0, object(), 10_001) is None  # expired
+    found = table.displacement("C", "broker-a", "10.6.6.6:10911", 0, object(), 1000)
+    assert found is not None and not found.other_connection
+    assert found.reason == "broker broker-a/0 is live at 10.0.0.1:10911"
+    assert table.displacement("C", "broker-a", "10.6.6.6:10911", 0, object(), 10_001) is None  # expired
 
 
 def test_the_same_address_on_another_channel_is_a_displacement() -> None:
     table = registered(object())
-    reason = table.displacement("broker-a", "10.0.0.1:10911", 0, object(), 1000)
-    assert reason == "broker broker-a/0 at 10.0.0.1:10911 is live on another connection"
+    found = table.displacement("C", "broker-a", "10.0.0.1:10911", 0, object(), 1000)
+    assert found is not None and found.other_connection
+    assert found.reason == "the broker at 10.0.0.1:10911 is live on another connection"
+    # an unregistration naming another id or broker name, or another cluster, is caught too
+    for name, broker_id, cluster in (("broker-a", 5, "C"), ("broker-z", 0, "C"), ("broker-a", 0, "Other")):
+        found = table.displacement(cluster, name, "10.0.0.1:10911", broker_id, object(), 1000)
+        assert found is not None and found.other_connection, (name, broker_id, cluster)
 
 
 def test_a_closed_channel_frees_the_name() -> None:
     real = object()
     table = registered(real)
     table.on_channel_closed(real)
-    assert table.displacement("broker-a", "10.6.6.6:10911", 0, object(), 1000) is None
+    assert table.displacement("C", "broker-a", "10.6.6.6:10911", 0, object(), 1000) is None

@@ -328,20 +328,18 @@ class NameServer:
         return create_response(request, ResponseCode.NO_PERMISSION, reason)
 
     def _displacement(
-        self, conn: Connection, broker_name: str, broker_addr: str, broker_id: int
+        self, conn: Connection, cluster: str, broker_name: str, broker_addr: str, broker_id: int
     ) -> str | None:
         """Why this (un)registration may not displace a live broker, or None when it may."""
         if self.acl is not None:
             return None  # it passed the ACL check: an admin account or a white-listed address
-        conflict = self.routes.displacement(broker_name, broker_addr, broker_id, conn, self._clock_ms())
-        if conflict is None:
+        found = self.routes.displacement(cluster, broker_name, broker_addr, broker_id, conn, self._clock_ms())
+        if found is None:
             return None
         declared_host = broker_addr.rpartition(":")[0].strip("[]")
-        if declared_host == _host_of(conn.remote_address) and "another connection" in conflict:
+        if found.other_connection and declared_host == _host_of(conn.remote_address):
             return None  # the broker itself, reconnected before its old connection was seen closed
-        return (
-            f"{conflict}; refusing the request from {conn.remote_address} (needs an admin account: aclEnable)"
-        )
+        return f"{found.reason}; refusing the request from {conn.remote_address} (only an admin account may)"
 
     # -- KV config ----------------------------------------------------------------------------
 
@@ -390,7 +388,7 @@ class NameServer:
         broker_name = _field(request, "brokerName")
         broker_addr = _field(request, "brokerAddr")
         broker_id = _int_field(request, "brokerId")
-        refused = self._displacement(conn, broker_name, broker_addr, broker_id)
+        refused = self._displacement(conn, cluster, broker_name, broker_addr, broker_id)
         if refused is not None:
             return self._refuse(conn, request, refused)
         timeout_ms = _int_field(request, "heartbeatTimeoutMillis", self._config.broker_heartbeat_timeout_ms)
@@ -429,7 +427,7 @@ class NameServer:
         broker_addr = _field(request, "brokerAddr")
         broker_name = _field(request, "brokerName")
         broker_id = _int_field(request, "brokerId")
-        refused = self._displacement(conn, broker_name, broker_addr, broker_id)
+        refused = self._displacement(conn, cluster, broker_name, broker_addr, broker_id)
         if refused is not None:
             return self._refuse(conn, request, refused)
         if self.routes.unregister_broker(cluster, broker_addr, broker_name, broker_id):
