@@ -84,6 +84,12 @@ def test_yaml_subset_reads_rocketmq_sample() -> None:
     }
 
 
+def test_yaml_subset_double_quoted_escapes_keep_non_ascii() -> None:
+    assert parse_yaml('k: "sëcret\\t\\u00e9\\""\n') == {"k": 'sëcret\té"'}
+    with pytest.raises(ConfigError, match="unsupported escape"):
+        parse_yaml('k: "bad \\q"\n')
+
+
 def test_yaml_subset_quotes_flow_lists_and_unindented_sequences() -> None:
     doc = parse_yaml(
         "---\na: 'it''s # not a comment'\nb: \"x: y\"  # comment\nc: [p, 'q', ]\nd:\n- 1\n- two\ne: ~\n"

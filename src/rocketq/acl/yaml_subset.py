@@ -12,6 +12,7 @@ loader stores it into a String field); an empty value is None. Callers convert b
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rocketq.errors import ConfigError
@@ -67,7 +68,13 @@ def _scalar(text: str, number: int) -> YamlValue:
         inner = text[1:-1]
         if quote == "'":
             return inner.replace("''", "'")
-        return inner.encode("utf-8").decode("unicode_escape") if "\\" in inner else inner
+        if "\\" not in inner:
+            return inner
+        try:
+            value: str = json.loads('"' + inner + '"')  # YAML's common escapes are JSON's
+        except ValueError:
+            raise ConfigError(f"line {number}: unsupported escape in {text!r}") from None
+        return value
     if text[0] == "[":
         if text[-1] != "]":
             raise ConfigError(f"line {number}: unterminated flow sequence {text!r}")
