@@ -45,7 +45,10 @@ def combine_request_content(
 ) -> bytes:
     """The bytes a signature covers: the values of ``ext_fields`` (keys in ``exclude`` left
     out) in Java TreeMap order, concatenated, UTF-8, then ``body``."""
-    text = "".join(ext_fields[k] for k in sorted(ext_fields, key=_java_string_order) if k not in exclude)
+    keys = sorted(ext_fields)  # code point order; differs from Java's only beyond U+FFFF
+    if not all(k.isascii() for k in keys):
+        keys.sort(key=_java_string_order)
+    text = "".join([ext_fields[k] for k in keys if k not in exclude])
     # Java's getBytes(UTF-8) writes '?' for an unpaired surrogate; "replace" does the same.
     return text.encode("utf-8", "replace") + (body or b"")
 
