@@ -186,6 +186,12 @@ def test_content_is_sorted_values_then_body() -> None:
     assert combine_request_content(fields, b"hello") == b"rocketmq2PGxThello"
 
 
+def test_content_orders_keys_by_utf16_code_units_as_java() -> None:
+    # U+1F600 is the surrogate pair D83D DE00 in Java, which sorts before U+FF01
+    fields = {"\uff01": "second", "\U0001f600": "first", "A": "zero"}
+    assert combine_request_content(fields, None) == b"zerofirstsecond"
+
+
 def test_sign_request_matches_hand_computed_vector() -> None:
     cmd = create_request(RequestCode.SEND_MESSAGE_V2, {"topic": "T", "b": "x", "a": "PG"}, body=b"hello")
     sign_request(cmd, "rocketmq2", "12345678")
