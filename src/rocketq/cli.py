@@ -184,7 +184,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 raise
             raise taken from None
         grpc_line = ""
-        if args.grpc_port is None or args.grpc_port >= 0:
+        if broker_cfg.acl_enable and (args.grpc_port is None or args.grpc_port >= 0):
+            # the gRPC endpoint does not check ACL yet: started only when asked for by port
+            note = "started without ACL checks" if args.grpc_port is not None else "not started"
+            print(f"gRPC endpoint {note}: it has no ACL yet (aclEnable=true)", file=sys.stderr, flush=True)
+        if (args.grpc_port is None and not broker_cfg.acl_enable) or (
+            args.grpc_port is not None and args.grpc_port >= 0
+        ):
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
             endpoint = GrpcEndpoint(
                 broker, GrpcConfig(args.host, port, None, args.grpc_tls_cert, args.grpc_tls_key)
@@ -601,10 +607,14 @@ def _add_group_target(p: argparse.ArgumentParser, verb: str) -> None:
 
 def _admin(args: argparse.Namespace) -> int:
     from rocketq.client.admin import Admin  # noqa: PLC0415 - the client SDK, on demand
+    from rocketq.client.config import ClientConfig  # noqa: PLC0415
 
     command: AdminCommand = args.admin_func
     try:
-        with Admin(args.namesrv_addr, timeout_ms=args.timeout_ms) as admin:
+        # ACL keys: the flags, else $ROCKETQ_ACCESS_KEY/$ROCKETQ_SECRET_KEY (ClientConfig's default)
+        keys = {"access_key": args.access_key, "secret_key": args.secret_key}
+        config = ClientConfig(**keys) if args.access_key or args.secret_key else None
+        with Admin(args.namesrv_addr, config=config, timeout_ms=args.timeout_ms) as admin:
             command(admin, args)
     except RocketqError as exc:
         print(f"rocketq admin {args.admin_command}: error: {exc}", file=sys.stderr)
@@ -621,6 +631,8 @@ def _add_admin_parser(sub: Any) -> None:
         help="name servers, host:port;host:port (default $NAMESRV_ADDR or 127.0.0.1:9876)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument("--access-key", help="ACL access key (default $ROCKETQ_ACCESS_KEY)")
+    common.add_argument("--secret-key", help="ACL secret key (default $ROCKETQ_SECRET_KEY)")
     common.add_argument(
         "--timeout-ms", type=int, default=5000, help="timeout of each request (default %(default)s)"
     )

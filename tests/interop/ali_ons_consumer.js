@@ -54,6 +54,9 @@ const timers = [
   'persistConsumerOffsetInterval',
   'heartbeatBrokerInterval',
   'pollNameServerInteval',
+  // ACL account (a broker with aclEnable=true), when given
+  'accessKeyId',
+  'accessKeySecret',
 ];
 for (const name of timers) {
   if (config[name]) {

@@ -31,6 +31,7 @@ from npm_install import npm_install
 from _support.procs import ServeProcess
 from _support.requests import create_topic_fields
 from _support.wait import wait_until
+from rocketq.acl.signature import AclClientRpcHook
 from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 ALI_ONS_VERSION = "3.12.0"
@@ -208,19 +209,31 @@ class Consumer(NodeScript):
 class Interop:
     """One ``rocketq serve`` process and the Node scripts of one test."""
 
-    def __init__(self, node: str, ali_ons_module: str, workdir: pathlib.Path) -> None:
+    def __init__(
+        self,
+        node: str,
+        ali_ons_module: str,
+        workdir: pathlib.Path,
+        *,
+        broker_conf: dict[str, str] | None = None,
+        acl_keys: tuple[str, str] | None = None,
+    ) -> None:
+        """``broker_conf``: extra broker.conf keys; ``acl_keys``: the (accessKey, secretKey) the
+        harness's own admin requests are signed with, and the default of the Node scripts."""
         self.node = node
+        self.acl_keys = acl_keys
         self.ali_ons_module = ali_ons_module
         self.workdir = workdir
         self.scripts: list[NodeScript] = []
-        self.serve = ServeProcess(workdir)
+        self.serve = ServeProcess(workdir, broker_conf=broker_conf)
         self.serve.start(SERVER_START_TIMEOUT_S)
         self.namesrv_addr, self.broker_addr = self.serve.namesrv_addr, self.serve.broker_addr
 
     # -- admin through rocketq's own remoting client (what `mqadmin updateTopic` does) -------
     def _call(self, addr: str, code: int, fields: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
         async def call() -> tuple[int, dict[str, str], bytes]:
-            async with RemotingClient() as client:
+            hook = AclClientRpcHook(*self.acl_keys) if self.acl_keys else None
+            async with RemotingClient(rpc_hook=hook) as client:
                 r = await client.invoke(addr, create_request(code, fields), 10.0)
                 return r.code, r.ext_fields, r.body
 
@@ -275,14 +288,34 @@ class Interop:
         self.scripts.append(script_obj)
         return script_obj
 
-    def produce(
-        self, topic: str, messages: list[dict[str, Any]], group: str = "interop_producer"
-    ) -> list[Event]:
-        """Run the producer script to completion; returns its ``sent`` events, in order."""
+    def _keys(self, acl_keys: tuple[str, str] | None) -> dict[str, str]:
+        keys = acl_keys or self.acl_keys
+        return {"accessKeyId": keys[0], "accessKeySecret": keys[1]} if keys else {}
+
+    def run_producer(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        group: str = "interop_producer",
+        acl_keys: tuple[str, str] | None = None,
+    ) -> NodeScript:
+        """Run the producer script to its end (signing with ``acl_keys``, default the harness's)."""
         name = f"producer-{sum(1 for s in self.scripts if s.name.startswith('producer')) + 1}"
         config = {"nameSrv": self.namesrv_addr, "group": group, "topic": topic, "messages": messages}
-        producer: NodeScript = self._spawn(NodeScript, name, PRODUCER_JS, config)
-        rc = producer.wait_exit(PRODUCER_TIMEOUT_S)
+        producer: NodeScript = self._spawn(NodeScript, name, PRODUCER_JS, {**config, **self._keys(acl_keys)})
+        producer.wait_exit(PRODUCER_TIMEOUT_S)
+        return producer
+
+    def produce(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        group: str = "interop_producer",
+        acl_keys: tuple[str, str] | None = None,
+    ) -> list[Event]:
+        """Run the producer script to completion; returns its ``sent`` events, in order."""
+        producer = self.run_producer(topic, messages, group, acl_keys)
+        rc = producer.proc.returncode
         sent = producer.of("sent")
         assert rc == 0 and producer.of("done"), f"the producer failed\n{producer.diagnostics()}"
         assert len(sent) == len(messages)
@@ -298,6 +331,7 @@ class Interop:
         *,
         fail_once_marker: str | None = None,
         env: dict[str, str] | None = None,
+        acl_keys: tuple[str, str] | None = None,
     ) -> Consumer:
         """Start ``ali_ons_consumer.js``. ali-ons' timers run faster than their defaults (rebalance
         10 s, offset commit 5 s, heartbeat and route refresh 30 s) so that a test sees several
@@ -311,6 +345,7 @@ class Interop:
             "persistConsumerOffsetInterval": 1000,
             "heartbeatBrokerInterval": 2000,
             "pollNameServerInteval": 2000,
+            **self._keys(acl_keys),
         }
         if fail_once_marker is not None:
             config["failOnceMarker"] = fail_once_marker

@@ -33,6 +33,9 @@ async function main() {
     httpclient: {},
     producerGroup: config.group,
     logger: stderrLogger,
+    // ACL account (a broker with aclEnable=true), when given
+    accessKeyId: config.accessKeyId,
+    accessKeySecret: config.accessKeySecret,
   });
   producer.on('error', err => {
     emit({ event: 'error', index: null, name: err.name, message: err.message, code: err.code });

@@ -15,6 +15,7 @@ FORBIDDEN = {
     "store": {"broker", "namesrv", "client", "proxy", "spark", "testing", "remoting", "cli"},
     "namesrv": {"broker", "store", "client", "proxy", "spark", "testing", "cli"},
     "broker": {"client", "proxy", "spark", "testing", "namesrv", "cli"},
+    "acl": {"broker", "store", "namesrv", "client", "proxy", "spark", "testing", "cli"},
     "errors": {"broker", "store", "namesrv", "client", "proxy", "spark", "testing", "remoting", "cli"},
 }
 

@@ -31,6 +31,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocketq.acl.plain import resolve_acl_file
 from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
@@ -121,6 +122,14 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 
+    #: Check every request against plain ACL rules (RocketMQ ``aclEnable``; docs/security.md).
+    acl_enable: bool = False
+    #: The rules file (rocketq key ``aclFile``); None = ``$ROCKETMQ_HOME/conf/plain_acl.yml``.
+    acl_file: str | None = None
+    #: The account this broker signs its requests to name servers with (``accessKey``/``secretKey``).
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name in ("broker_cluster_name", "broker_name"):
@@ -152,10 +161,17 @@ class BrokerConfig:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
         if self.transaction_check_max < 0:
             problems.append(f"transaction_check_max={self.transaction_check_max} is negative")
+        if bool(self.access_key) != bool(self.secret_key):
+            problems.append("accessKey and secretKey must be given together")
         if problems:
             raise ConfigError("invalid BrokerConfig: " + "; ".join(problems))
 
     # -- derived values -------------------------------------------------------------------
+    def acl_file_path(self) -> str:
+        """The plain ACL rules file: ``acl_file``, else ``$ROCKETMQ_HOME/conf/plain_acl.yml``;
+        ConfigError when neither is set."""
+        return resolve_acl_file(self.acl_file)
+
     @property
     def broker_addr(self) -> str:
         """``ip1:listen_port``: what name servers publish and what record STOREHOSTs hold."""

@@ -27,7 +27,10 @@ the store down cleanly (flush, checkpoint, abort file removed) in a worker threa
 Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
 are answered by a second table of plain functions right where the transport decodes them (no task
 per message); the others, and every request before start finishes, go through the first table.
-An unknown code answers 3 with the remark
+With ``aclEnable=true`` every request is checked against the plain ACL rules
+(:mod:`rocketq.acl`) before either table is consulted; a refusal answers NO_PERMISSION (16) with
+a remark naming what was refused and logs a WARNING (at most one per reason every 10 s). The
+gRPC endpoint (proxy/) is not covered yet. An unknown code answers 3 with the remark
 ``" request type <code> not supported"``. A processor error that is a
 :class:`~rocketq.errors.RocketqError` becomes its wire code with the message as remark (the
 transport does that); anything else becomes SYSTEM_ERROR (1).
@@ -45,6 +48,8 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+from rocketq.acl.plain import PlainAclValidator, RateLimitedLog
+from rocketq.acl.signature import AclClientRpcHook
 from rocketq.broker.admin import AdminBrokerProcessor
 from rocketq.broker.admin_groups import AdminGroupProcessor
 from rocketq.broker.admin_stats import AdminStatsProcessor
@@ -127,6 +132,9 @@ class Broker:
         self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
         self._immediate_handlers: dict[int, ImmediateHandler] = {}
+        #: The plain ACL rules when ``acl_enable`` (set at start, before the port opens).
+        self.acl: PlainAclValidator | None = None
+        self._acl_log = RateLimitedLog(log)
         self._periodic: list[asyncio.Task[None]] = []
         self._persisters: list[PersistScheduler] = []
         self._offsets_persister: PersistScheduler | None = None
@@ -181,6 +189,9 @@ class Broker:
             log.info("registered with name servers: %s", results)
 
     async def _start(self, cfg: BrokerConfig) -> None:
+        if cfg.acl_enable:
+            self.acl = await asyncio.to_thread(PlainAclValidator, cfg.acl_file_path())
+            log.info("ACL enabled: %s (%d accounts)", self.acl.path, len(self.acl.config.accounts))
         self._server = RemotingServer(
             cfg.bind_address,
             cfg.listen_port,
@@ -256,7 +267,8 @@ class Broker:
             executor=self._executor,
         )
 
-        self._client = RemotingClient()
+        hook = AclClientRpcHook(cfg.access_key, cfg.secret_key) if cfg.access_key and cfg.secret_key else None
+        self._client = RemotingClient(rpc_hook=hook)
         self.registrar = NameServerRegistrar(cfg, self._client, lambda: self.broker_addr, topics.wrapper)
         ctx.request_register = self.registrar.request
 
@@ -459,6 +471,10 @@ class Broker:
 
     # -- requests ---------------------------------------------------------------------------
     async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        if self.acl is not None:
+            refused = self.acl.refusal(request, conn.remote_address, self._acl_log)
+            if refused is not None:
+                return refused
         handler = self._handlers.get(request.code)
         if handler is None:
             if not self._ready and not self._handlers:
@@ -489,7 +505,13 @@ class Broker:
         if not self._ready:
             return None
         handler = self._immediate_handlers.get(request.code)
-        return handler(conn, request) if handler is not None else None
+        if handler is None:
+            return None
+        if self.acl is not None:
+            refused = self.acl.refusal(request, conn.remote_address, self._acl_log)
+            if refused is not None:
+                return refused
+        return handler(conn, request)
 
     def _on_connection(self, conn: Connection) -> None:
         conn.add_close_callback(self._on_channel_close)

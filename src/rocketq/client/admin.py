@@ -298,7 +298,7 @@ class AsyncAdmin:
             return
         if self._state != "created":
             raise ClientStateError("admin was shut down and cannot be restarted")
-        self._remoting = RemotingClient()
+        self._remoting = RemotingClient(rpc_hook=self.config.rpc_hook())
         self._state = "running"
 
     async def shutdown(self) -> None:
@@ -762,6 +762,7 @@ class AsyncAdmin:
         if self._producer is None:
             producer = AsyncProducer(
                 TOOLS_PRODUCER_GROUP,
+                config=self.config,
                 namesrv_addr=self.namesrv_addrs,
                 send_timeout_ms=int(self.timeout_s * 1000),
             )

@@ -16,6 +16,12 @@ The client id is ``<client_ip>@<instance_name>`` as in RocketMQ. An instance nam
 of the process so that two of them never share an id). Broadcasting consumers keep
 ``"DEFAULT"``, so their local offset file (``<offset_store_dir>/<client id>/<group>/offsets.json``)
 is found again after a restart.
+
+ACL (a broker with ``aclEnable=true``): ``access_key``/``secret_key`` (default: the environment
+variables ``ROCKETQ_ACCESS_KEY``/``ROCKETQ_SECRET_KEY``) sign every request the client sends,
+as RocketMQ's ``AclClientRPCHook`` does::
+
+    cfg = ClientConfig(namesrv_addr="127.0.0.1:9876", access_key="rocketmq2", secret_key="12345678")
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocketq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rocketq.acl.signature import AclClientRpcHook
 
 DEFAULT_INSTANCE_NAME = "DEFAULT"
 DEFAULT_REQUEST_TIMEOUT_MS = 3_000
@@ -39,6 +48,17 @@ DEFAULT_POLL_NAME_SERVER_INTERVAL_MS = 30_000
 DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 
 _instance_ids = itertools.count(1)
+
+ACCESS_KEY_ENV = "ROCKETQ_ACCESS_KEY"
+SECRET_KEY_ENV = "ROCKETQ_SECRET_KEY"
+
+
+def _access_key_from_env() -> str | None:
+    return os.environ.get(ACCESS_KEY_ENV) or None
+
+
+def _secret_key_from_env() -> str | None:
+    return os.environ.get(SECRET_KEY_ENV) or None
 
 
 class ConsumeFromWhere(enum.StrEnum):
@@ -104,7 +124,9 @@ class ClientConfig:
     (RocketMQ ``mqClientApiTimeout``). ``heartbeat_interval_ms``: HEART_BEAT period
     (``heartbeatBrokerInterval``). ``poll_name_server_interval_ms``: period of the producer's
     route refresh (``pollNameServerInterval``). ``persist_consumer_offset_interval_ms``: period
-    of a consumer's offset commits (``persistConsumerOffsetInterval``)."""
+    of a consumer's offset commits (``persistConsumerOffsetInterval``). ``access_key`` and
+    ``secret_key``: the ACL account every request is signed with (both or neither; default
+    ``$ROCKETQ_ACCESS_KEY``/``$ROCKETQ_SECRET_KEY``)."""
 
     namesrv_addr: str | tuple[str, ...] = ()
     instance_name: str = DEFAULT_INSTANCE_NAME
@@ -113,6 +135,8 @@ class ClientConfig:
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     poll_name_server_interval_ms: int = DEFAULT_POLL_NAME_SERVER_INTERVAL_MS
     persist_consumer_offset_interval_ms: int = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL_MS
+    access_key: str | None = dataclasses.field(default_factory=_access_key_from_env)
+    secret_key: str | None = dataclasses.field(default_factory=_secret_key_from_env, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv_addr, str):
@@ -131,8 +155,18 @@ class ClientConfig:
             problems.append(f"instance_name={self.instance_name!r} must be non-empty, without '@'")
         if self.client_ip is not None and (not self.client_ip or "@" in self.client_ip):
             problems.append(f"client_ip={self.client_ip!r} must be non-empty, without '@'")
+        if bool(self.access_key) != bool(self.secret_key):
+            problems.append("access_key and secret_key must be given together")
         if problems:
             raise ConfigError("invalid client config: " + "; ".join(problems))
+
+    def rpc_hook(self) -> AclClientRpcHook | None:
+        """The hook that signs requests with ``access_key``/``secret_key``; None without them."""
+        if not self.access_key or not self.secret_key:
+            return None
+        from rocketq.acl.signature import AclClientRpcHook  # noqa: PLC0415 - only with ACL keys
+
+        return AclClientRpcHook(self.access_key, self.secret_key)
 
     def namesrv_addrs(self) -> list[str]:
         """The name server addresses, checked (ConfigError when none or one is not host:port)."""

@@ -334,6 +334,9 @@ class AsyncTransactionProducer:
             transaction_id=ext.get("transactionId") or uniq,
             topic=ext.get("topic") or message.topic,
         )
+        hook = self._producer.config.rpc_hook()  # answered on the broker's connection: sign here
+        if hook is not None:
+            hook(conn.remote_address, request_out)
         try:
             conn.send_oneway(request_out)
         except RocketqError as exc:

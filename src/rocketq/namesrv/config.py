@@ -45,6 +45,11 @@ class NamesrvConfig:
     kv_config_path: str | None = None
     #: Largest accepted frame, length field included.
     max_frame_size_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    #: Accept broker registrations and KV/config writes only when signed by an admin account of
+    #: the plain ACL rules (rocketq addition; docs/security.md).
+    acl_enable: bool = False
+    #: The rules file (``aclFile``); None = ``$ROCKETMQ_HOME/conf/plain_acl.yml``.
+    acl_file: str | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -123,6 +123,15 @@ class _Live:
     ha_server_addr: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Displacement:
+    """Why a registration would displace a live broker (:meth:`RouteTable.displacement`)."""
+
+    reason: str
+    #: The same broker address is live on another connection (not another address).
+    other_connection: bool
+
+
 @dataclass(slots=True)
 class _Group:
     """The members of one broker name."""
@@ -282,6 +291,41 @@ class RouteTable:
                 if master_live is not None:
                     master_addr, ha_addr = candidate, master_live.ha_server_addr
         return RegisterBrokerResult(master_addr, ha_addr, first, applied)
+
+    def displacement(
+        self,
+        cluster: str,
+        broker_name: str,
+        broker_addr: str,
+        broker_id: int,
+        channel: object | None,
+        now_ms: int,
+    ) -> Displacement | None:
+        """Whether a registration (or unregistration) of ``broker_name``/``broker_id`` at
+        ``broker_addr`` arriving on ``channel`` would displace another live broker.
+
+        It would when a live broker holds that name and id at another address, or when the
+        broker at ``broker_addr`` is live on another channel (a broker registers on its own
+        connection; its entry goes when that connection closes)."""
+        group = self._groups.get(broker_name)
+        if group is not None:
+            holder = group.addrs.get(broker_id)
+            if holder is not None and holder != broker_addr:
+                live = self._live.get((group.cluster, holder))
+                if live is not None and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms:
+                    return Displacement(f"broker {broker_name}/{broker_id} is live at {holder}", False)
+        clusters = {cluster} if group is None else {cluster, group.cluster}
+        for name in sorted(clusters):
+            live = self._live.get((name, broker_addr))
+            if (
+                live is not None
+                and live.channel is not None
+                and channel is not None
+                and live.channel is not channel
+                and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms
+            ):
+                return Displacement(f"the broker at {broker_addr} is live on another connection", True)
+        return None
 
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
         """Remove one broker (UNREGISTER_BROKER). True if anything was removed."""
@@ -602,6 +646,7 @@ def _with_perm(qd: QueueData, perm: int) -> QueueData:
 __all__ = [
     "DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS",
     "BrokerLiveInfo",
+    "Displacement",
     "RegisterBrokerResult",
     "RemovedBroker",
     "RouteTable",

@@ -37,6 +37,13 @@ Broker liveness: a broker is removed when silent for its ``heartbeatTimeoutMilli
 registered on closes, as RocketMQ does; an expired broker's connection is closed. Liveness uses
 a monotonic clock (RocketMQ uses the wall clock, which a clock step can fool).
 
+Access control: with ``aclEnable=true`` (``plain_acl.yml``, ``aclFile``) the codes that change
+routes, KV or config (:data:`rocketq.acl.plain.NAMESRV_PROTECTED_CODES`) need a request signed
+by an ``admin: true`` account (or a globally white-listed address), else NO_PERMISSION (16).
+With ACL on or off, an (un)registration that would displace a live broker (the same brokerName
+and brokerId live at another address, or the same address live on another connection) is
+refused unless it passed the ACL check or comes from the host its brokerAddr names.
+
 Not done (Java has it): ``needWaitForService`` start-up delay, acting-master route rewriting
 (``supportActingMaster``, off by default in Java), min-broker-id change notifications,
 controller mode, persisting UPDATE_NAMESRV_CONFIG changes to a properties file.
@@ -54,6 +61,13 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from rocketq.acl.address import host_of
+from rocketq.acl.plain import (
+    NAMESRV_PROTECTED_CODES,
+    PlainAclValidator,
+    RateLimitedLog,
+    resolve_acl_file,
+)
 from rocketq.config import field_for_rocketmq_key
 from rocketq.errors import RequestHeaderError, ResponseCode
 from rocketq.namesrv.config import DEFAULT_NAMESRV_PORT, NamesrvConfig, rocketmq_key
@@ -86,9 +100,8 @@ FAQ_SUFFIX: Final = "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ f
 #: extFields key of a 5.x broker's zone (``MixAll.ZONE_NAME``).
 ZONE_NAME_FIELD: Final = "__ZONE_NAME"
 #: Config keys UPDATE_NAMESRV_CONFIG refuses (Java's black list, plus what cannot change live).
-CONFIG_BLACK_LIST: Final = frozenset(
-    {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome", "listenPort", "bindAddress"}
-)
+_JAVA_BLACK_LIST: Final = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
+CONFIG_BLACK_LIST: Final = frozenset((*_JAVA_BLACK_LIST, "listenPort", "bindAddress", "aclEnable", "aclFile"))
 
 
 def _monotonic_ms() -> int:
@@ -156,6 +169,9 @@ class NameServer:
         self._scan_task: asyncio.Task[None] | None = None
         self._kv_lock: asyncio.Lock | None = None
         self._started = False
+        #: The plain ACL rules when ``acl_enable`` (loaded by start).
+        self.acl: PlainAclValidator | None = None
+        self._refusal_log = RateLimitedLog(log)
         self._processors: dict[int, Processor] = {
             RequestCode.PUT_KV_CONFIG: self._put_kv_config,
             RequestCode.GET_KV_CONFIG: self._get_kv_config,
@@ -200,6 +216,9 @@ class NameServer:
         if self._started:
             return
         self._kv_lock = asyncio.Lock()
+        if self._config.acl_enable:
+            self.acl = await asyncio.to_thread(PlainAclValidator, resolve_acl_file(self._config.acl_file))
+            log.info("ACL enabled for registrations and KV/config writes: %s", self.acl.path)
         path = self._config.kv_config_path
         if path:
             saved = await asyncio.to_thread(fastjson.load_file, path)
@@ -280,7 +299,28 @@ class NameServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code),
             )
+        if self.acl is not None and request.code in NAMESRV_PROTECTED_CODES:
+            refused = self.acl.refusal(
+                request, conn.remote_address, self._refusal_log, NAMESRV_PROTECTED_CODES, strict_admin=True
+            )
+            if refused is not None:
+                return refused
         return await processor(conn, request)
+
+    def _displacement(
+        self, conn: Connection, request: RemotingCommand, cluster: str, name: str, addr: str, broker_id: int
+    ) -> RemotingCommand | None:
+        """NO_PERMISSION when this (un)registration would displace a live broker, else None."""
+        if self.acl is not None:
+            return None  # it passed the ACL check: an admin account or a white-listed address
+        found = self.routes.displacement(cluster, name, addr, broker_id, conn, self._clock_ms())
+        if found is None or (found.other_connection and host_of(addr) == host_of(conn.remote_address)):
+            return None  # free, or the broker itself reconnected before its old connection was seen closed
+        reason = (
+            f"{found.reason}; refusing the request from {conn.remote_address} (only an admin account may)"
+        )
+        self._refusal_log.warning(reason, conn.remote_address)
+        return create_response(request, ResponseCode.NO_PERMISSION, reason)
 
     # -- KV config ----------------------------------------------------------------------------
 
@@ -329,6 +369,9 @@ class NameServer:
         broker_name = _field(request, "brokerName")
         broker_addr = _field(request, "brokerAddr")
         broker_id = _int_field(request, "brokerId")
+        refused = self._displacement(conn, request, cluster, broker_name, broker_addr, broker_id)
+        if refused is not None:
+            return refused
         timeout_ms = _int_field(request, "heartbeatTimeoutMillis", self._config.broker_heartbeat_timeout_ms)
         body = RegisterBrokerBody.decode(request.body)
         result = self.routes.register_broker(
@@ -365,6 +408,9 @@ class NameServer:
         broker_addr = _field(request, "brokerAddr")
         broker_name = _field(request, "brokerName")
         broker_id = _int_field(request, "brokerId")
+        refused = self._displacement(conn, request, cluster, broker_name, broker_addr, broker_id)
+        if refused is not None:
+            return refused
         if self.routes.unregister_broker(cluster, broker_addr, broker_name, broker_id):
             log.info(
                 "broker %s/%d at %s (cluster %s) unregistered", broker_name, broker_id, broker_addr, cluster

@@ -7,14 +7,16 @@ call covers connecting and waiting for the response. The connections are calling
 :class:`~rocketq.remoting.connection.Connection` objects: they never stop reading, and a call
 waits for a full write buffer to drain before it is sent. An optional request handler answers the
 requests servers send back on these connections (a broker asking a consumer for its running
-info); without one they get REQUEST_CODE_NOT_SUPPORTED.
+info); without one they get REQUEST_CODE_NOT_SUPPORTED. An optional ``rpc_hook(addr, request)``
+runs on every request just before it is sent (ACL signing: :class:`rocketq.acl.AclClientRpcHook`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeAlias
 
 from rocketq.errors import ConnectionClosed, RemotingConnectError, RemotingTimeout
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
@@ -33,12 +35,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
 
+#: ``hook(remote_addr, request)``: changes a request in place before it is sent.
+RpcHook: TypeAlias = Callable[[str, RemotingCommand], None]
+
 
 class RemotingClient:
     """Calls remoting servers; one lazily opened connection per ``host:port`` address.
 
     ``handler`` (optional) answers requests the servers send on those connections; without one,
-    such requests get REQUEST_CODE_NOT_SUPPORTED (oneway ones nothing)."""
+    such requests get REQUEST_CODE_NOT_SUPPORTED (oneway ones nothing). ``rpc_hook`` (optional)
+    runs on every request sent through :meth:`invoke` and :meth:`invoke_oneway` first."""
 
     def __init__(
         self,
@@ -47,8 +53,10 @@ class RemotingClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        rpc_hook: RpcHook | None = None,
     ) -> None:
         self._handler = handler
+        self.rpc_hook = rpc_hook
         self._max_frame_size = max_frame_size
         self._connect_timeout_s = connect_timeout_s
         self._max_pending_requests = max_pending_requests
@@ -73,6 +81,8 @@ class RemotingClient:
     ) -> RemotingCommand:
         """Send request ``cmd`` to ``addr`` and return the response. ``timeout_s`` covers
         connecting and waiting. Raises RemotingTimeout, ConnectionClosed, RemotingConnectError."""
+        if self.rpc_hook is not None:
+            self.rpc_hook(addr, cmd)
         conn = self._connections.get(addr)
         if conn is None or conn.closed:
             loop = asyncio.get_running_loop()
@@ -88,6 +98,8 @@ class RemotingClient:
     ) -> None:
         """Mark ``cmd`` oneway (flag bit1) and send it to ``addr`` without waiting for an answer
         (``timeout_s`` bounds connecting only)."""
+        if self.rpc_hook is not None:
+            self.rpc_hook(addr, cmd)
         conn = self._connections.get(addr)
         if conn is None or conn.closed:
             conn = await self._connect(addr, timeout_s)
