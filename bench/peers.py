@@ -786,13 +786,13 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=lambda t: parse_list(t, SYSTEMS, "--only"),
         default=list(SYSTEMS),
-        help="systems, comma-separated (default rocketq,nats,redis)",
+        help="systems, comma-separated, of rocketq nats redis (default: all)",
     )
     parser.add_argument(
         "--workloads",
         type=lambda t: parse_list(t, WORKLOADS, "--workloads"),
         default=list(WORKLOADS),
-        help=f"comma-separated (default {','.join(WORKLOADS)})",
+        help=f"comma-separated, of {' '.join(WORKLOADS)} (default: all)",
     )
     parser.add_argument(
         "--sizes", type=parse_sizes, default=[128, 1024], help="body sizes in bytes (default 128,1024)"
@@ -801,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
         "--durability",
         type=lambda t: parse_list(t, DURABILITIES, "--durability"),
         default=list(DURABILITIES),
-        help="async, sync or both (default async,sync)",
+        help="comma-separated, of async sync (default: both)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write every round and the best to this file")
     args = parser.parse_args(argv)
