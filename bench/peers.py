@@ -386,7 +386,11 @@ class RedisPeer(Peer):
     def version(self) -> str:
         import redis  # noqa: PLC0415
 
-        info = self._client().info("server")
+        r = self._client()
+        try:
+            info = r.info("server")
+        finally:
+            r.close()
         fsync = "always" if self.durability == "sync" else "everysec"
         return f"redis-server {info['redis_version']} (appendfsync {fsync}), redis-py {redis.__version__}"
 
@@ -653,6 +657,9 @@ def servers(run: Run, durability: str, base_dir: str) -> Iterator[dict[str, Peer
                 run.skipped[system if exc.whole else f"{system}/{durability}"] = str(exc)
                 print(f"  skip {LABEL[system]} ({durability}): {exc}", flush=True)
                 continue
+            except BaseException:
+                peer.stop()  # a server that started but never got ready is not left behind
+                raise
             started[system] = peer
             run.versions[f"{system}/{durability}"] = peer.version()
         yield started
