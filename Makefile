@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint typecheck unit fast bench clean proto
+.PHONY: run test lint typecheck unit fast bench bench-peers clean proto
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(VENV)/.installed: pyproject.toml
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-bench: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[bench]'
 	touch $@
 
 run: $(VENV)/.installed
@@ -40,6 +44,18 @@ fast: $(VENV)/.installed-test
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py
 	$(PY) bench/store_read.py
+
+# rocketq beside Redis Streams and NATS JetStream (bench/peers.py, about 20 minutes; PEERS_ARGS=--quick
+# for a smoke run). A missing redis-server or nats-server is installed with apt-get when running as
+# root on Debian; otherwise bench/peers.py leaves that peer out and says why.
+bench-peers: $(VENV)/.installed-bench
+	@for s in redis-server nats-server; do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$s >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y $$s || { apt-get update && apt-get install -y $$s; } || echo "could not install $$s"; \
+	  else echo "$$s missing and apt-get not usable here: bench/peers.py will skip it"; fi; \
+	done
+	$(PY) bench/peers.py $(PEERS_ARGS)
 
 # regenerate the checked-in gRPC stubs of the RocketMQ 5 endpoint from src/rocketq/proxy/v2/*.proto
 proto: $(VENV)/.installed-test
