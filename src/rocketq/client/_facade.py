@@ -5,18 +5,31 @@ the thread and starts the core on it, :meth:`BlockingFacade.shutdown` shuts the 
 joins the thread. Blocking methods hand coroutines to that loop and wait for the result; there is
 no global loop and nothing keeps running after ``shutdown``. Calling a blocking method from the
 facade's own loop thread would deadlock, so it raises instead.
+
+A facade offers what its asyncio class offers, without spelling it out again:
+
+* :func:`takes_arguments_of` gives the facade's ``__init__`` the asyncio class's constructor
+  signature (``inspect.signature`` lists its keywords, type checkers check calls against it); the
+  facade passes the arguments on, so the asyncio class rejects an unknown keyword (TypeError);
+* :func:`blocking` makes a facade method of a coroutine method of the asyncio class (run on the
+  loop, waited for), :func:`on_loop` one of a plain method (run on the loop when it runs); both
+  keep the asyncio method's name, signature and docstring.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 from rocketq.errors import ClientStateError
 
 T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound="BlockingFacade")
 
 
 class BlockingFacade:
@@ -115,3 +128,38 @@ class BlockingFacade:
                 thread.join()
             loop.close()
         self._on_loop_stopped()
+
+
+def takes_arguments_of(
+    core_class: Callable[P, object],
+) -> Callable[[Callable[Concatenate[F, ...], None]], Callable[Concatenate[F, P], None]]:
+    """Give the decorated ``__init__(self, *args, **kwargs)`` the signature of ``core_class``'s
+    constructor: what ``inspect.signature`` shows and what type checkers check calls against."""
+
+    def mark(init: Callable[Concatenate[F, ...], None]) -> Callable[Concatenate[F, P], None]:
+        init.__signature__ = inspect.signature(core_class.__init__)  # type: ignore[attr-defined]
+        return cast("Callable[Concatenate[F, P], None]", init)
+
+    return mark
+
+
+def blocking(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Any, P], T]:
+    """The facade method that runs the core's coroutine ``method`` on the loop and waits for it."""
+
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", self._call(method(self._core, *args, **kwargs)))
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def on_loop(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[Any, P], T]:
+    """The facade method that runs the core's plain ``method`` on the loop (here before start)."""
+
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", self._sync(functools.partial(method, self._core, *args, **kwargs)))
+
+    functools.update_wrapper(call, method)
+    return call
