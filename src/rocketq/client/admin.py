@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client.admin_messages import AdminMessages
@@ -54,10 +53,6 @@ from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.protocol.route import TopicRouteData
 from rocketq.remoting import RequestCode, create_request
 from rocketq.wallclock import local_to_epoch_ms
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class AsyncAdmin(AdminMessages):

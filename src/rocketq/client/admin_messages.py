@@ -10,9 +10,7 @@ created on first use and shut down with the admin. Found messages are
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 from rocketq.client.admin_requests import AdminRequests
 from rocketq.client.admin_views import MessageNotFound, MessageView, _int, decode_messages
@@ -22,10 +20,6 @@ from rocketq.message import Message, decode_offset_msg_id
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RequestCode, create_request
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: The group admin pulls use (Java ``MixAll.TOOLS_CONSUMER_GROUP``).
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"

@@ -12,9 +12,8 @@ operation starts from them.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
-from typing import Self, TypeVar
+from typing import Self
 
 from rocketq.client.admin_views import BrokerEntry
 from rocketq.client.aio import AsyncProducer, error_for_response
@@ -29,10 +28,6 @@ from rocketq.errors import (
 )
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 DEFAULT_TIMEOUT_MS = 5_000
 

@@ -15,7 +15,7 @@ import base64
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from rocketq.errors import BodyFormatError, ResponseCode, RocketqError
 from rocketq.message import PropertyAccessors, create_offset_msg_id, decode_properties, unpack_socket_addr
@@ -23,7 +23,6 @@ from rocketq.protocol.record import RecordKind, body_crc, decode_record
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 _SYS_FLAG_COMPRESSED = 0x1
 

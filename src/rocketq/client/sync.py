@@ -12,13 +12,8 @@ from __future__ import annotations
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from rocketq.client._facade import BlockingFacade
+from rocketq.client._facade import BlockingFacade, takes_arguments_of
 from rocketq.client.aio import (
-    DEFAULT_COMPRESS_LEVEL,
-    DEFAULT_COMPRESS_THRESHOLD_BYTES,
-    DEFAULT_MAX_MESSAGE_SIZE_BYTES,
-    DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
-    DEFAULT_SEND_TIMEOUT_MS,
     AsyncProducer,
     QueueSelector,
     SendResult,
@@ -26,7 +21,6 @@ from rocketq.client.aio import (
 from rocketq.client.config import ClientConfig
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
-from rocketq.remoting import RequestHandler
 
 T = TypeVar("T")
 
@@ -39,34 +33,9 @@ class Producer(BlockingFacade):
     >>> p.shutdown()                                                   # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        group: str,
-        *,
-        config: ClientConfig | None = None,
-        namesrv_addr: str | Sequence[str] | None = None,
-        send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
-        retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
-        compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
-        compress_level: int = DEFAULT_COMPRESS_LEVEL,
-        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
-        route_refresh_interval_ms: int | None = None,
-        fault_avoidance: bool = True,
-        request_handler: RequestHandler | None = None,
-    ) -> None:
-        self._core = AsyncProducer(
-            group,
-            config=config,
-            namesrv_addr=namesrv_addr,
-            send_timeout_ms=send_timeout_ms,
-            retry_times_when_send_failed=retry_times_when_send_failed,
-            compress_threshold_bytes=compress_threshold_bytes,
-            compress_level=compress_level,
-            max_message_size_bytes=max_message_size_bytes,
-            route_refresh_interval_ms=route_refresh_interval_ms,
-            fault_avoidance=fault_avoidance,
-            request_handler=request_handler,
-        )
+    @takes_arguments_of(AsyncProducer)
+    def __init__(self, group: str, **kwargs: Any) -> None:
+        self._core = AsyncProducer(group, **kwargs)
         BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
 
     @property
