@@ -23,31 +23,57 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar, cast
 
+from rocketq.client.config import ClientConfig
 from rocketq.errors import ClientStateError
 
 T = TypeVar("T")
 P = ParamSpec("P")
-F = TypeVar("F", bound="BlockingFacade")
 
 
-class BlockingFacade:
-    """Base of :class:`~rocketq.client.Producer`, the consumers and the admin facade."""
+class Core(Protocol):
+    """What a facade needs of the asyncio object it drives."""
 
-    def __init__(self, thread_name: str, what: str) -> None:
+    @property
+    def config(self) -> ClientConfig: ...
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+C = TypeVar("C", bound=Core)
+F = TypeVar("F", bound="BlockingFacade[Any]")
+
+
+class BlockingFacade(Generic[C]):
+    """Base of :class:`~rocketq.client.Producer`, the consumers and the admin facade: drives
+    ``core`` on the private loop."""
+
+    def __init__(self, core: C, thread_name: str, what: str) -> None:
+        self._core = core
         self._thread_name = thread_name
         self._what = what  # names the object in errors: "producer PG", "admin"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    # -- what subclasses provide ----------------------------------------------------------------
+    @property
+    def core(self) -> C:
+        """The asyncio object this facade drives (use it only on the facade's loop)."""
+        return self._core
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._core.config
+
+    # -- what subclasses may change ---------------------------------------------------------------
     def _core_start(self) -> Coroutine[Any, Any, None]:
-        raise NotImplementedError
+        return self._core.start()
 
     def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        raise NotImplementedError
+        return self._core.shutdown()
 
     def _on_loop_started(self) -> None:
         """Called under the start lock once the loop thread runs (e.g. to create worker pools)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
@@ -37,7 +37,6 @@ from rocketq.client.admin_views import (
     decode_messages,
 )
 from rocketq.client.aio import error_for_response
-from rocketq.client.config import ClientConfig
 from rocketq.errors import (
     BodyFormatError,
     ConfigError,
@@ -351,7 +350,7 @@ def parse_reset_timestamp(text: str, *, now_ms: int | None = None) -> int:
 
 
 # -- the blocking facade -----------------------------------------------------------------------
-class Admin(BlockingFacade):
+class Admin(BlockingFacade[AsyncAdmin]):
     """:class:`AsyncAdmin` with blocking methods, run on a private event-loop thread; same
     arguments, same methods.
 
@@ -362,22 +361,7 @@ class Admin(BlockingFacade):
 
     @takes_arguments_of(AsyncAdmin)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._core = AsyncAdmin(*args, **kwargs)
-        BlockingFacade.__init__(self, "rocketq-admin", "admin")
-
-    @property
-    def core(self) -> AsyncAdmin:
-        return self._core
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
+        BlockingFacade.__init__(self, AsyncAdmin(*args, **kwargs), "rocketq-admin", "admin")
 
     create_topic = blocking(AsyncAdmin.create_topic)
     delete_topic = blocking(AsyncAdmin.delete_topic)

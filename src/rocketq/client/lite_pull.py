@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from rocketq.client._facade import BlockingFacade, blocking, on_loop, takes_arguments_of
+from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy, allocate_averagely
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
     DEFAULT_REBALANCE_INTERVAL_MS,
@@ -69,7 +70,7 @@ T = TypeVar("T")
 DEFAULT_POLL_TIMEOUT_MS = 5_000
 
 
-class AsyncLitePullConsumer:
+class AsyncLitePullConsumer(ConsumerApi):
     """A RocketMQ lite pull consumer on the running asyncio event loop.
 
     Settings shared with the other clients (name servers, instance name, client IP, request
@@ -132,32 +133,6 @@ class AsyncLitePullConsumer:
         self.poll_timeout_ms = poll_timeout_ms
         self._rr = 0
 
-    @property
-    def core(self) -> ConsumerCore:
-        """The consumer core: membership, owned queues, offsets and pulls."""
-        return self._core
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        """``<ip>@<instance name>`` (see :mod:`rocketq.client.config`)."""
-        return self._core.client_id
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Connect and, in subscribe mode, heartbeat and rebalance once before returning."""
@@ -173,32 +148,10 @@ class AsyncLitePullConsumer:
         if was_running:
             log.info("lite pull consumer %s shut down", self.group)
 
-    async def __aenter__(self) -> AsyncLitePullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
-
     # -- ownership ---------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        """Share ``topic``'s queues with the group, receiving messages whose tag is in
-        ``expression`` (``"*"`` or ``"TagA || TagB"``), or with ``expression_type="SQL92"`` whose
-        properties satisfy the selector ``expression`` (filtered by the broker). May be called
-        before or after start. Raises :class:`SubscriptionParseFailed` for a bad expression."""
-        self._core.subscribe(topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        """Stop consuming ``topic`` (its queues leave at the next rebalance)."""
-        self._core.unsubscribe(topic)
-
     def assign(self, message_queues: Iterable[MessageQueue]) -> None:
         """Own exactly ``message_queues`` (offsets of queues kept stay where they are)."""
         self._core.assign(message_queues)
-
-    def assignment(self) -> list[MessageQueue]:
-        """The queues this consumer owns now, sorted."""
-        return self._core.assignment()
 
     # -- polling -----------------------------------------------------------------------------
     async def poll(self, timeout_ms: int | None = None) -> list[MessageExt]:
@@ -361,7 +314,7 @@ class AsyncLitePullConsumer:
         return await self._core.fetch_message_queues(topic)
 
 
-class LitePullConsumer(BlockingFacade):
+class LitePullConsumer(ConsumerFacade[AsyncLitePullConsumer]):
     """A lite pull consumer with blocking methods; same arguments as :class:`AsyncLitePullConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-lite-pull-<group>``)
@@ -377,48 +330,14 @@ class LitePullConsumer(BlockingFacade):
 
     @takes_arguments_of(AsyncLitePullConsumer)
     def __init__(self, group: str, **kwargs: Any) -> None:
-        self._core = AsyncLitePullConsumer(group, **kwargs)
-        BlockingFacade.__init__(self, f"rocketq-lite-pull-{group}", f"consumer {group}")
-
-    @property
-    def core(self) -> AsyncLitePullConsumer:
-        """The asyncio consumer this facade drives (use it only on the facade's loop)."""
-        return self._core
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
-
-    subscribe = on_loop(AsyncLitePullConsumer.subscribe)
-    unsubscribe = on_loop(AsyncLitePullConsumer.unsubscribe)
+        BlockingFacade.__init__(
+            self, AsyncLitePullConsumer(group, **kwargs), f"rocketq-lite-pull-{group}", f"consumer {group}"
+        )
 
     def assign(self, message_queues: Iterable[MessageQueue]) -> None:
         """Own exactly ``message_queues``."""
         self._sync(self._core.assign, list(message_queues))
 
-    assignment = on_loop(AsyncLitePullConsumer.assignment)
     poll = blocking(AsyncLitePullConsumer.poll)
     seek = blocking(AsyncLitePullConsumer.seek)
     seek_to_begin = blocking(AsyncLitePullConsumer.seek_to_begin)

@@ -52,13 +52,14 @@ import contextlib
 import enum
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from rocketq.client._facade import BlockingFacade, on_loop, takes_arguments_of
+from rocketq.client._facade import BlockingFacade, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
     DEFAULT_REBALANCE_INTERVAL_MS,
@@ -105,7 +106,7 @@ ListenerResult = ConsumeStatus | ConsumeOrderlyStatus | None
 AsyncListener = Callable[[list[MessageExt]], "Awaitable[ListenerResult] | ListenerResult"]
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(ConsumerApi):
     """A RocketMQ push consumer (clustering, concurrent listener) on the running event loop.
 
     ``register_listener(fn)`` takes ``fn(list[MessageExt])`` returning a :class:`ConsumeStatus`
@@ -201,39 +202,6 @@ class AsyncPushConsumer:
         else:
             self._core.poison_action = "skipped (broadcasting)"
 
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def core(self) -> ConsumerCore:
-        """The consumer core used for membership, pulls and offsets."""
-        return self._core
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``), or
-        with ``expression_type="SQL92"`` whose properties satisfy the selector ``expression``."""
-        self._core.subscribe(topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        self._core.unsubscribe(topic)
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
     def register_listener(self, listener: AsyncListener, *, orderly: bool = False) -> None:
         """Set the function called with each batch of messages (before :meth:`start`).
 
@@ -244,10 +212,6 @@ class AsyncPushConsumer:
             raise ClientStateError("register_listener() must be called before start()")
         self._listener = listener
         self._orderly_listener = orderly
-
-    def assignment(self) -> list[MessageQueue]:
-        """The queues this consumer owns now (retry queues included), sorted."""
-        return self._core.assignment()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -323,13 +287,6 @@ class AsyncPushConsumer:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
         await asyncio.gather(*self._releases, return_exceptions=True)
-
-    async def __aenter__(self) -> AsyncPushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
 
     # -- queues ------------------------------------------------------------------------------
     async def _assignment_loop(self) -> None:
@@ -520,7 +477,7 @@ class AsyncPushConsumer:
 Listener = Callable[[list[MessageExt]], ListenerResult]
 
 
-class PushConsumer(BlockingFacade):
+class PushConsumer(ConsumerFacade[AsyncPushConsumer]):
     """A push consumer with blocking methods; same arguments as :class:`AsyncPushConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-push-<group>``) running
@@ -534,37 +491,11 @@ class PushConsumer(BlockingFacade):
 
     @takes_arguments_of(AsyncPushConsumer)
     def __init__(self, group: str, **kwargs: Any) -> None:
-        self._core = AsyncPushConsumer(group, **kwargs)
         self._listener: Listener | None = None
         self._pool: ThreadPoolExecutor | None = None
-        BlockingFacade.__init__(self, f"rocketq-push-{group}", f"consumer {group}")
-
-    @property
-    def core(self) -> AsyncPushConsumer:
-        return self._core
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
-    subscribe = on_loop(AsyncPushConsumer.subscribe)
-    unsubscribe = on_loop(AsyncPushConsumer.unsubscribe)
+        BlockingFacade.__init__(
+            self, AsyncPushConsumer(group, **kwargs), f"rocketq-push-{group}", f"consumer {group}"
+        )
 
     def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
         """Set ``listener(list[MessageExt]) -> ConsumeStatus | None`` (before :meth:`start`)."""
@@ -576,14 +507,6 @@ class PushConsumer(BlockingFacade):
 
         self._core.register_listener(run, orderly=orderly)
         self._listener = listener
-
-    assignment = on_loop(AsyncPushConsumer.assignment)
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
 
     def _on_loop_started(self) -> None:
         self._pool = ThreadPoolExecutor(

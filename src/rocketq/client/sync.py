@@ -9,23 +9,13 @@ Methods may be called from any thread, but not from the facade's own loop (selec
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from rocketq.client._facade import BlockingFacade, takes_arguments_of
-from rocketq.client.aio import (
-    AsyncProducer,
-    QueueSelector,
-    SendResult,
-)
-from rocketq.client.config import ClientConfig
-from rocketq.message import Message
-from rocketq.protocol.queue import MessageQueue
-
-T = TypeVar("T")
+from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
+from rocketq.client.aio import AsyncProducer
 
 
-class Producer(BlockingFacade):
+class Producer(BlockingFacade[AsyncProducer]):
     """A RocketMQ producer with blocking methods; same arguments as :class:`AsyncProducer`.
 
     >>> p = Producer("PG", namesrv_addr="127.0.0.1:9876"); p.start()   # doctest: +SKIP
@@ -35,46 +25,17 @@ class Producer(BlockingFacade):
 
     @takes_arguments_of(AsyncProducer)
     def __init__(self, group: str, **kwargs: Any) -> None:
-        self._core = AsyncProducer(group, **kwargs)
-        BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
-
-    @property
-    def core(self) -> AsyncProducer:
-        """The asyncio producer this facade drives (use it only on the facade's loop)."""
-        return self._core
+        BlockingFacade.__init__(
+            self, AsyncProducer(group, **kwargs), f"rocketq-producer-{group}", f"producer {group}"
+        )
 
     @property
     def group(self) -> str:
         return self._core.group
 
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
-
-    def send(
-        self,
-        msg: Message,
-        *,
-        sharding_key: str | None = None,
-        selector: QueueSelector | None = None,
-        queue: MessageQueue | None = None,
-    ) -> SendResult:
-        """Send one message and return the broker's result (see :meth:`AsyncProducer.send`)."""
-        return self._call(self._core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
-
-    def send_oneway(self, msg: Message, *, sharding_key: str | None = None) -> None:
-        """Send one message without waiting for an answer."""
-        self._call(self._core.send_oneway(msg, sharding_key=sharding_key))
-
-    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
-        """Send messages of one topic as one batch."""
-        return self._call(self._core.send_batch(msgs))
+    send = blocking(AsyncProducer.send)
+    send_oneway = blocking(AsyncProducer.send_oneway)
+    send_batch = blocking(AsyncProducer.send_batch)
 
 
 __all__ = ["Producer"]

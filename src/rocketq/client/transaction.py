@@ -403,8 +403,7 @@ class TransactionProducer(Producer):
             return await asyncio.to_thread(self.check_listener, message)
 
         self._tx = AsyncTransactionProducer(group, check_listener=check_in_thread, **kwargs)
-        self._core = self._tx.producer
-        BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
+        BlockingFacade.__init__(self, self._tx.producer, f"rocketq-producer-{group}", f"producer {group}")
 
     @property
     def client_id(self) -> str:
