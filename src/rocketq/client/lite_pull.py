@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from rocketq.client._facade import BlockingFacade
+from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy, allocate_averagely
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
     DEFAULT_REBALANCE_INTERVAL_MS,
@@ -69,7 +70,7 @@ T = TypeVar("T")
 DEFAULT_POLL_TIMEOUT_MS = 5_000
 
 
-class AsyncLitePullConsumer:
+class AsyncLitePullConsumer(ConsumerApi):
     """A RocketMQ lite pull consumer on the running asyncio event loop.
 
     Settings shared with the other clients (name servers, instance name, client IP, request
@@ -132,32 +133,6 @@ class AsyncLitePullConsumer:
         self.poll_timeout_ms = poll_timeout_ms
         self._rr = 0
 
-    @property
-    def core(self) -> ConsumerCore:
-        """The consumer core: membership, owned queues, offsets and pulls."""
-        return self._core
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        """``<ip>@<instance name>`` (see :mod:`rocketq.client.config`)."""
-        return self._core.client_id
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Connect and, in subscribe mode, heartbeat and rebalance once before returning."""
@@ -173,32 +148,10 @@ class AsyncLitePullConsumer:
         if was_running:
             log.info("lite pull consumer %s shut down", self.group)
 
-    async def __aenter__(self) -> AsyncLitePullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
-
     # -- ownership ---------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        """Share ``topic``'s queues with the group, receiving messages whose tag is in
-        ``expression`` (``"*"`` or ``"TagA || TagB"``), or with ``expression_type="SQL92"`` whose
-        properties satisfy the selector ``expression`` (filtered by the broker). May be called
-        before or after start. Raises :class:`SubscriptionParseFailed` for a bad expression."""
-        self._core.subscribe(topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        """Stop consuming ``topic`` (its queues leave at the next rebalance)."""
-        self._core.unsubscribe(topic)
-
     def assign(self, message_queues: Iterable[MessageQueue]) -> None:
         """Own exactly ``message_queues`` (offsets of queues kept stay where they are)."""
         self._core.assign(message_queues)
-
-    def assignment(self) -> list[MessageQueue]:
-        """The queues this consumer owns now, sorted."""
-        return self._core.assignment()
 
     # -- polling -----------------------------------------------------------------------------
     async def poll(self, timeout_ms: int | None = None) -> list[MessageExt]:
@@ -361,7 +314,7 @@ class AsyncLitePullConsumer:
         return await self._core.fetch_message_queues(topic)
 
 
-class LitePullConsumer(BlockingFacade):
+class LitePullConsumer(ConsumerFacade[AsyncLitePullConsumer]):
     """A lite pull consumer with blocking methods; same arguments as :class:`AsyncLitePullConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-lite-pull-<group>``)
@@ -375,127 +328,26 @@ class LitePullConsumer(BlockingFacade):
     >>> c.shutdown()                                                 # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        group: str,
-        *,
-        config: ClientConfig | None = None,
-        namesrv_addr: str | Sequence[str] | None = None,
-        instance_name: str | None = None,
-        client_ip: str | None = None,
-        pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
-        poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS,
-        auto_commit: bool = True,
-        auto_commit_interval_ms: int | None = None,
-        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        heartbeat_interval_ms: int | None = None,
-        rebalance_interval_ms: int = DEFAULT_REBALANCE_INTERVAL_MS,
-        request_timeout_ms: int | None = None,
-        allocate_strategy: str | AllocateStrategy = "AVG",
-        message_model: MessageModel | str = MessageModel.CLUSTERING,
-        offset_store_dir: str = DEFAULT_OFFSET_STORE_DIR,
-    ) -> None:
-        self._core = AsyncLitePullConsumer(
-            group,
-            config=config,
-            namesrv_addr=namesrv_addr,
-            instance_name=instance_name,
-            client_ip=client_ip,
-            pull_batch_size=pull_batch_size,
-            poll_timeout_ms=poll_timeout_ms,
-            auto_commit=auto_commit,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-            consume_from_where=consume_from_where,
-            consume_timestamp_ms=consume_timestamp_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            rebalance_interval_ms=rebalance_interval_ms,
-            request_timeout_ms=request_timeout_ms,
-            allocate_strategy=allocate_strategy,
-            message_model=message_model,
-            offset_store_dir=offset_store_dir,
+    @takes_arguments_of(AsyncLitePullConsumer)
+    def __init__(self, group: str, **kwargs: Any) -> None:
+        BlockingFacade.__init__(
+            self, AsyncLitePullConsumer(group, **kwargs), f"rocketq-lite-pull-{group}", f"consumer {group}"
         )
-        BlockingFacade.__init__(self, f"rocketq-lite-pull-{group}", f"consumer {group}")
-
-    @property
-    def core(self) -> AsyncLitePullConsumer:
-        """The asyncio consumer this facade drives (use it only on the facade's loop)."""
-        return self._core
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
-
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        """Share ``topic``'s queues with the group (see :meth:`AsyncLitePullConsumer.subscribe`)."""
-        self._sync(self._core.subscribe, topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        self._sync(self._core.unsubscribe, topic)
 
     def assign(self, message_queues: Iterable[MessageQueue]) -> None:
         """Own exactly ``message_queues``."""
         self._sync(self._core.assign, list(message_queues))
 
-    def assignment(self) -> list[MessageQueue]:
-        return self._sync(self._core.assignment)
-
-    def poll(self, timeout_ms: int | None = None) -> list[MessageExt]:
-        """The next messages of one owned queue in queue order (``[]`` after ``timeout_ms``)."""
-        return self._call(self._core.poll(timeout_ms))
-
-    def seek(self, mq: MessageQueue, offset: int) -> None:
-        self._call(self._core.seek(mq, offset))
-
-    def seek_to_begin(self, mq: MessageQueue) -> None:
-        self._call(self._core.seek_to_begin(mq))
-
-    def seek_to_end(self, mq: MessageQueue) -> None:
-        self._call(self._core.seek_to_end(mq))
-
-    def offset_for_timestamp(self, mq: MessageQueue, ts_ms: int) -> int:
-        return self._call(self._core.offset_for_timestamp(mq, ts_ms))
-
-    def min_offset(self, mq: MessageQueue) -> int:
-        """The offset of the oldest message of ``mq``."""
-        return self._call(self._core.min_offset(mq))
-
-    def max_offset(self, mq: MessageQueue) -> int:
-        """The offset after the newest message of ``mq``."""
-        return self._call(self._core.max_offset(mq))
-
-    def commit(self) -> None:
-        """Store every owned queue's next offset as the group's committed offset."""
-        self._call(self._core.commit())
-
-    def committed(self, mq: MessageQueue) -> int:
-        """The group's committed offset of ``mq`` (-1 when none)."""
-        return self._call(self._core.committed(mq))
-
-    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
-        return self._call(self._core.fetch_message_queues(topic))
+    poll = blocking(AsyncLitePullConsumer.poll)
+    seek = blocking(AsyncLitePullConsumer.seek)
+    seek_to_begin = blocking(AsyncLitePullConsumer.seek_to_begin)
+    seek_to_end = blocking(AsyncLitePullConsumer.seek_to_end)
+    offset_for_timestamp = blocking(AsyncLitePullConsumer.offset_for_timestamp)
+    min_offset = blocking(AsyncLitePullConsumer.min_offset)
+    max_offset = blocking(AsyncLitePullConsumer.max_offset)
+    commit = blocking(AsyncLitePullConsumer.commit)
+    committed = blocking(AsyncLitePullConsumer.committed)
+    fetch_message_queues = blocking(AsyncLitePullConsumer.fetch_message_queues)
 
 
 __all__ = [

@@ -52,14 +52,14 @@ import contextlib
 import enum
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from rocketq.client._facade import BlockingFacade
-from rocketq.client.aio import error_for_response
+from rocketq.client._facade import BlockingFacade, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
     DEFAULT_REBALANCE_INTERVAL_MS,
@@ -77,11 +77,11 @@ from rocketq.client.orderly import (
     OrderlyConsumeService,
 )
 from rocketq.client.process_queue import ProcessQueue
-from rocketq.errors import ClientStateError, ConfigError, RemotingError, ResponseCode, RocketqError
-from rocketq.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, MessageExt
+from rocketq.client.send_back import SEND_BACK_RETRY_S, dead_letter, send_back
+from rocketq.errors import ClientStateError, ConfigError, RocketqError
+from rocketq.message import PROPERTY_RETRY_TOPIC, MessageExt
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.topic import dlq_topic, retry_topic
-from rocketq.remoting import RequestCode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,8 +93,6 @@ DEFAULT_PULL_THRESHOLD_FOR_QUEUE = 1_000
 DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100
 #: Longest wait of a flow-controlled pull loop before it looks at its process queue again.
 FLOW_CONTROL_WAIT_S = 0.05
-#: Delay before a message whose send-back failed is consumed again.
-SEND_BACK_RETRY_S = 1.0
 
 
 class ConsumeStatus(enum.Enum):
@@ -108,7 +106,7 @@ ListenerResult = ConsumeStatus | ConsumeOrderlyStatus | None
 AsyncListener = Callable[[list[MessageExt]], "Awaitable[ListenerResult] | ListenerResult"]
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(ConsumerApi):
     """A RocketMQ push consumer (clustering, concurrent listener) on the running event loop.
 
     ``register_listener(fn)`` takes ``fn(list[MessageExt])`` returning a :class:`ConsumeStatus`
@@ -204,39 +202,6 @@ class AsyncPushConsumer:
         else:
             self._core.poison_action = "skipped (broadcasting)"
 
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def core(self) -> ConsumerCore:
-        """The consumer core used for membership, pulls and offsets."""
-        return self._core
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        """Consume ``topic``'s messages whose tag is in ``expression`` (``"*"``, ``"A || B"``), or
-        with ``expression_type="SQL92"`` whose properties satisfy the selector ``expression``."""
-        self._core.subscribe(topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        self._core.unsubscribe(topic)
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
     def register_listener(self, listener: AsyncListener, *, orderly: bool = False) -> None:
         """Set the function called with each batch of messages (before :meth:`start`).
 
@@ -247,10 +212,6 @@ class AsyncPushConsumer:
             raise ClientStateError("register_listener() must be called before start()")
         self._listener = listener
         self._orderly_listener = orderly
-
-    def assignment(self) -> list[MessageQueue]:
-        """The queues this consumer owns now (retry queues included), sorted."""
-        return self._core.assignment()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -326,13 +287,6 @@ class AsyncPushConsumer:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
         await asyncio.gather(*self._releases, return_exceptions=True)
-
-    async def __aenter__(self) -> AsyncPushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
 
     # -- queues ------------------------------------------------------------------------------
     async def _assignment_loop(self) -> None:
@@ -514,62 +468,16 @@ class AsyncPushConsumer:
         return True
 
     async def _send_back_request(self, mq: MessageQueue, m: MessageExt, delay_level: int) -> None:
-        """CONSUMER_SEND_MSG_BACK of ``m`` (``delay_level`` -1: straight to the DLQ); raises
-        RocketqError when it failed."""
-        fields = {
-            "offset": m.commit_log_offset,
-            "group": self.group,
-            "delayLevel": delay_level,
-            "originMsgId": m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or m.msg_id,
-            "originTopic": m.properties.get(PROPERTY_RETRY_TOPIC) or m.topic,
-            "unitMode": False,
-            "maxReconsumeTimes": self.max_reconsume_times,
-        }
-        response = await self._core.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, mq, fields)
-        if response.code != ResponseCode.SUCCESS:
-            raise error_for_response(response, mq.broker_name)
+        await send_back(self._core, mq, m, delay_level, self.max_reconsume_times)
 
     async def _dead_letter(self, pq: ProcessQueue, poison: list[PoisonRecord]) -> bool:
-        """Send each poison record of ``pq`` that parsed to the group's DLQ (clustering; the
-        pull already logged them). Retried while the broker cannot be reached; skipped, with an
-        ERROR line, when the broker refuses. False when the queue was dropped or the consumer
-        stopped meanwhile (the pull's answer must then be left unused)."""
-        if not self._core.clustering:
-            return True
-        dlq = dlq_topic(self.group)
-        for p in poison:
-            m = p.message
-            if m is None:
-                continue
-            while True:
-                if pq.dropped:
-                    return False
-                try:
-                    await self._send_back_request(pq.mq, m, -1)
-                except ClientStateError:
-                    return False
-                except RemotingError as exc:
-                    log.warning(
-                        "poison message at offset %d of %s not yet in %s, trying again: %s",
-                        m.queue_offset, pq.mq, dlq, exc,
-                    )  # fmt: skip
-                    await asyncio.sleep(SEND_BACK_RETRY_S)
-                    continue
-                except RocketqError as exc:
-                    log.error(
-                        "poison message at offset %d of %s could not be sent to %s: %s; skipped",
-                        m.queue_offset, pq.mq, dlq, exc,
-                    )  # fmt: skip
-                else:
-                    log.info("poison message at offset %d of %s is in %s", m.queue_offset, pq.mq, dlq)
-                break
-        return not pq.dropped
+        return await dead_letter(self._core, pq, poison, self.max_reconsume_times)
 
 
 Listener = Callable[[list[MessageExt]], ListenerResult]
 
 
-class PushConsumer(BlockingFacade):
+class PushConsumer(ConsumerFacade[AsyncPushConsumer]):
     """A push consumer with blocking methods; same arguments as :class:`AsyncPushConsumer`.
 
     ``start()`` creates one event loop and one daemon thread (``rocketq-push-<group>``) running
@@ -581,89 +489,13 @@ class PushConsumer(BlockingFacade):
     >>> c.start(); ...; c.shutdown()                                     # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        group: str,
-        *,
-        config: ClientConfig | None = None,
-        namesrv_addr: str | Sequence[str] | None = None,
-        instance_name: str | None = None,
-        client_ip: str | None = None,
-        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        consume_thread_nums: int = DEFAULT_CONSUME_THREAD_NUMS,
-        consume_message_batch_max_size: int = DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
-        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
-        pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
-        pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
-        pull_threshold_size_for_queue_mib: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
-        auto_commit_interval_ms: int | None = None,
-        suspend_current_queue_time_ms: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
-        lock_interval_ms: int = DEFAULT_LOCK_INTERVAL_MS,
-        heartbeat_interval_ms: int | None = None,
-        rebalance_interval_ms: int = DEFAULT_REBALANCE_INTERVAL_MS,
-        request_timeout_ms: int | None = None,
-        allocate_strategy: str | AllocateStrategy = "AVG",
-        message_model: MessageModel | str = MessageModel.CLUSTERING,
-        offset_store_dir: str = DEFAULT_OFFSET_STORE_DIR,
-    ) -> None:
-        self._core = AsyncPushConsumer(
-            group,
-            config=config,
-            namesrv_addr=namesrv_addr,
-            instance_name=instance_name,
-            client_ip=client_ip,
-            consume_from_where=consume_from_where,
-            consume_timestamp_ms=consume_timestamp_ms,
-            consume_thread_nums=consume_thread_nums,
-            consume_message_batch_max_size=consume_message_batch_max_size,
-            max_reconsume_times=max_reconsume_times,
-            pull_batch_size=pull_batch_size,
-            pull_threshold_for_queue=pull_threshold_for_queue,
-            pull_threshold_size_for_queue_mib=pull_threshold_size_for_queue_mib,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-            suspend_current_queue_time_ms=suspend_current_queue_time_ms,
-            lock_interval_ms=lock_interval_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            rebalance_interval_ms=rebalance_interval_ms,
-            request_timeout_ms=request_timeout_ms,
-            allocate_strategy=allocate_strategy,
-            message_model=message_model,
-            offset_store_dir=offset_store_dir,
-        )
+    @takes_arguments_of(AsyncPushConsumer)
+    def __init__(self, group: str, **kwargs: Any) -> None:
         self._listener: Listener | None = None
         self._pool: ThreadPoolExecutor | None = None
-        BlockingFacade.__init__(self, f"rocketq-push-{group}", f"consumer {group}")
-
-    @property
-    def core(self) -> AsyncPushConsumer:
-        return self._core
-
-    @property
-    def group(self) -> str:
-        return self._core.group
-
-    @property
-    def client_id(self) -> str:
-        return self._core.client_id
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._core.config
-
-    @property
-    def message_model(self) -> MessageModel:
-        return self._core.message_model
-
-    @property
-    def consume_from_where(self) -> ConsumeFromWhere:
-        return self._core.consume_from_where
-
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
-        self._sync(self._core.subscribe, topic, expression, expression_type)
-
-    def unsubscribe(self, topic: str) -> None:
-        self._sync(self._core.unsubscribe, topic)
+        BlockingFacade.__init__(
+            self, AsyncPushConsumer(group, **kwargs), f"rocketq-push-{group}", f"consumer {group}"
+        )
 
     def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
         """Set ``listener(list[MessageExt]) -> ConsumeStatus | None`` (before :meth:`start`)."""
@@ -675,15 +507,6 @@ class PushConsumer(BlockingFacade):
 
         self._core.register_listener(run, orderly=orderly)
         self._listener = listener
-
-    def assignment(self) -> list[MessageQueue]:
-        return self._sync(self._core.assignment)
-
-    def _core_start(self) -> Coroutine[Any, Any, None]:
-        return self._core.start()
-
-    def _core_shutdown(self) -> Coroutine[Any, Any, None]:
-        return self._core.shutdown()
 
     def _on_loop_started(self) -> None:
         self._pool = ThreadPoolExecutor(

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocketq.client._facade import BlockingFacade
+from rocketq.client._facade import BlockingFacade, takes_arguments_of
 from rocketq.client.aio import (
     DEFAULT_COMPRESS_LEVEL,
     DEFAULT_COMPRESS_THRESHOLD_BYTES,
@@ -396,47 +396,17 @@ class TransactionProducer(Producer):
     ``local_transaction`` and ``check_listener`` are plain callables; they run in worker
     threads, so they may block."""
 
+    @takes_arguments_of(AsyncTransactionProducer)
     def __init__(
-        self,
-        group: str,
-        *,
-        check_listener: Callable[[MessageExt], LocalTransactionState],
-        config: ClientConfig | None = None,
-        namesrv_addr: str | Sequence[str] | None = None,
-        instance_name: str | None = None,
-        client_ip: str | None = None,
-        heartbeat_interval_ms: int | None = None,
-        send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS,
-        retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
-        compress_threshold_bytes: int = DEFAULT_COMPRESS_THRESHOLD_BYTES,
-        compress_level: int = DEFAULT_COMPRESS_LEVEL,
-        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
-        route_refresh_interval_ms: int | None = None,
-        fault_avoidance: bool = True,
+        self, group: str, *, check_listener: Callable[[MessageExt], LocalTransactionState], **kwargs: Any
     ) -> None:
         self.check_listener = check_listener
 
         async def check_in_thread(message: MessageExt) -> LocalTransactionState:
             return await asyncio.to_thread(self.check_listener, message)
 
-        self._tx = AsyncTransactionProducer(
-            group,
-            check_listener=check_in_thread,
-            config=config,
-            namesrv_addr=namesrv_addr,
-            instance_name=instance_name,
-            client_ip=client_ip,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            send_timeout_ms=send_timeout_ms,
-            retry_times_when_send_failed=retry_times_when_send_failed,
-            compress_threshold_bytes=compress_threshold_bytes,
-            compress_level=compress_level,
-            max_message_size_bytes=max_message_size_bytes,
-            route_refresh_interval_ms=route_refresh_interval_ms,
-            fault_avoidance=fault_avoidance,
-        )
-        self._core = self._tx.producer
-        BlockingFacade.__init__(self, f"rocketq-producer-{group}", f"producer {group}")
+        self._tx = AsyncTransactionProducer(group, check_listener=check_in_thread, **kwargs)
+        BlockingFacade.__init__(self, self._tx.producer, f"rocketq-producer-{group}", f"producer {group}")
 
     @property
     def client_id(self) -> str:

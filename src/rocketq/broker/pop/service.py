@@ -43,6 +43,12 @@ receives from that queue.
 FIFO (``fifo=True``): a queue with any in-flight message that is still invisible delivers
 nothing; once all of them expired they are delivered again first, in offset order, before fresh
 messages. Messages rejected by ``message_filter`` are done for the group (never delivered).
+
+One idea: the pop state machine over one durable table. Every path (receive, ack, change,
+forward to the DLQ, the sweeper) changes the same per-queue states under the same queue locks
+and makes the change durable through the same group commit before it returns; the invariants
+above hold only together, so they are stated and kept in this one module (the records, the
+journal file and the receipt handles have modules of their own).
 """
 
 from __future__ import annotations

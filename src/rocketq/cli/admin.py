@@ -1,239 +1,29 @@
-"""The ``rocketq`` command line."""
+"""``rocketq admin``: mqadmin's commands over the client SDK's :class:`~rocketq.client.admin.Admin`.
+
+:func:`add_parser` adds one subcommand per mqadmin command, each with the common ``-n``
+(name servers), ``--json`` and ``--timeout-ms`` options; the parsed command runs in
+:func:`_admin`, which opens an ``Admin`` (imported there, so that building the parser loads no
+client module), calls the command's function and prints a RocketqError as one line (exit 1).
+Each command prints a table, or with ``--json`` the same facts as a JSON document.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
 import datetime
-import errno
 import json
-import logging
 import os
-import shutil
-import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rocketq.bench_cli import add_parser as add_bench_parser
-from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
-from rocketq.config import StoreConfig
-from rocketq.errors import ConfigError, RocketqError
-from rocketq.message import Message
-from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
-from rocketq.properties import parse_properties
-from rocketq.proxy.server import DEFAULT_GRPC_PORT, GrpcConfig, GrpcEndpoint
-from rocketq.remoting import eventloop
-from rocketq.store import MessageStore
+from rocketq.errors import RocketqError
 
 if TYPE_CHECKING:  # the client SDK is imported by the commands that use it, not by the servers
     from rocketq.client.admin import Admin, MessageView
 
 
-def _demo(args: argparse.Namespace) -> int:
-    root = args.data_dir
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    cfg = StoreConfig(
-        store_path_root_dir=root,
-        flush_disk_type=args.flush,
-        mapped_file_size_commit_log=args.segment_mib << 20,
-    )
-    n = args.count
-    print(f"rocketq demo: embedded store in {root!r}, {args.flush}, {args.segment_mib} MiB segments")
-    offsets: list[tuple[int, int]] = []
-    t0 = time.perf_counter()
-    with MessageStore(cfg) as store:
-        for i in range(n):
-            msg = Message(
-                "DemoTopic", f"message {i}".encode(), tags="TagA" if i % 2 else "TagB", keys=[f"k{i}"]
-            )
-            r = store.put_message(msg, queue_id=i % 4)
-            offsets.append((r.physical_offset, r.size))
-        first_id = store.put_message(Message("DemoTopic", b"last", keys=["last"])).msg_id
-        written = store.get_max_phy_offset()
-    t1 = time.perf_counter()
-    print(
-        f"  wrote {n + 1} messages ({written} bytes of CommitLog) in {(t1 - t0) * 1000:.0f} ms, "
-        "then shut down"
-    )
-    with MessageStore(cfg) as store:
-        ok = 0
-        for i, (off, size) in enumerate(offsets):
-            m = store.look_message_by_offset(off, size)
-            if m is not None and m.body == f"message {i}".encode() and m.queue_id == i % 4:
-                ok += 1
-        segments = len(store.commitlog.queue.files)
-        print(f"  reopened: recovered end offset {store.get_max_phy_offset()}, {segments} segment(s)")
-        print(f"  read back {ok}/{n} messages intact by physical offset; last msg id {first_id}")
-        per_queue = [store.get_max_offset("DemoTopic", q) for q in range(4)]
-        page = store.get_message("demo-group", "DemoTopic", 1, 0, 3)
-        first = [m.body for m in page.messages]
-        print(f"  ConsumeQueue sizes per queue: {per_queue}; queue 1 starts with {first}")
-        hits = store.query_messages_by_key("DemoTopic", f"k{n - 1}")
-        print(f"  query by key k{n - 1}: {[m.body for m in hits.messages]}")
-    return 0 if ok == n else 1
-
-
-def _read_properties(path: str | None) -> dict[str, str]:
-    """A RocketMQ properties file (``namesrv.conf``), parsed as Java does."""
-    if path is None:
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return parse_properties(f.read())
-
-
-def _port_taken(exc: OSError, what: str, host: str, port: int, change: str) -> ConfigError | None:
-    """The one-line error for a listener whose port another process holds, naming the port and
-    the flag (or config key) that changes it; None for any other ``OSError``."""
-    if exc.errno != errno.EADDRINUSE:
-        return None
-    return ConfigError(
-        f"cannot listen on {host}:{port} for the {what}: port {port} is already in use "
-        f"(another process listens there); choose another with {change}"
-    )
-
-
-def _fail(command: str, exc: RocketqError) -> int:
-    print(f"rocketq {command}: error: {exc}", file=sys.stderr, flush=True)
-    return 1
-
-
-def _run_server(
-    command: str, what: str, host: str, port: int, change: str, run: Callable[[], int | None]
-) -> int:
-    """``run()`` a server until it stops; its exit status (0 when it gives none), or 1 after a
-    one-line error for a RocketqError or a port in use (``_port_taken``)."""
-    try:
-        return run() or 0
-    except RocketqError as exc:  # before OSError: DiskFull is both (segments larger than the disk)
-        return _fail(command, exc)
-    except OSError as exc:
-        taken = _port_taken(exc, what, host, port, change)
-        if taken is None:
-            raise
-        return _fail(command, taken)
-
-
-def _namesrv(args: argparse.Namespace) -> int:
-    overrides = {"listen_port": args.port} if args.port is not None else {}
-    config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
-    where = (config.bind_address, config.listen_port, "--port (or listenPort in namesrv.conf)")
-    return _run_server("namesrv", "name server", *where, lambda: run_namesrv(config))
-
-
-def _broker(args: argparse.Namespace) -> int:
-    if args.config:
-        broker_cfg, store_cfg = load_broker_conf(args.config)
-    else:
-        broker_cfg, store_cfg = BrokerConfig(), StoreConfig()
-    changes: dict[str, object] = {}
-    if args.port is not None:
-        changes["listen_port"] = args.port
-    if args.namesrv_addr is not None:
-        changes["namesrv_addr"] = args.namesrv_addr
-    if changes:
-        broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
-    where = (broker_cfg.bind_address, broker_cfg.listen_port, "--port (or listenPort in broker.conf)")
-    return _run_server("broker", "broker", *where, lambda: run_broker(broker_cfg, store_cfg))
-
-
-async def _serve_async(args: argparse.Namespace) -> None:
-    began = time.monotonic()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
-    try:
-        await namesrv.start()
-    except OSError as exc:
-        taken = _port_taken(exc, "name server", args.host, args.namesrv_port, "--namesrv-port")
-        if taken is None:
-            raise
-        raise taken from None
-    namesrv_addr = f"{args.host}:{namesrv.port}"
-    # a broker.conf (-c) gives the defaults; the serve flags below always win
-    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
-    broker_cfg = dataclasses.replace(
-        base_cfg,
-        broker_name=args.broker_name,
-        namesrv_addr=namesrv_addr,
-        broker_ip1=args.host,
-        bind_address=args.host,
-        listen_port=args.broker_port,
-        fast_listen_port_enable=False,
-    )
-    store_cfg = dataclasses.replace(
-        base_store,
-        store_path_root_dir=os.path.join(args.data_dir, args.broker_name),
-        flush_disk_type=args.flush,
-    )
-    broker = Broker(broker_cfg, store_cfg)
-    grpc_endpoint = None
-    try:
-        try:
-            await broker.start()
-        except OSError as exc:
-            taken = _port_taken(exc, "broker", args.host, args.broker_port, "--broker-port")
-            if taken is None:
-                raise
-            raise taken from None
-        grpc_line = ""
-        if broker_cfg.acl_enable and (args.grpc_port is None or args.grpc_port >= 0):
-            # the gRPC endpoint does not check ACL yet: started only when asked for by port
-            note = "started without ACL checks" if args.grpc_port is not None else "not started"
-            print(f"gRPC endpoint {note}: it has no ACL yet (aclEnable=true)", file=sys.stderr, flush=True)
-        if (args.grpc_port is None and not broker_cfg.acl_enable) or (
-            args.grpc_port is not None and args.grpc_port >= 0
-        ):
-            port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
-            endpoint = GrpcEndpoint(
-                broker, GrpcConfig(args.host, port, None, args.grpc_tls_cert, args.grpc_tls_key)
-            )
-            try:
-                await endpoint.start()
-                grpc_endpoint = endpoint
-                grpc_line = f"\n  gRPC (v5)    {endpoint.address}"
-            except RocketqError as exc:
-                if args.grpc_port is not None or args.grpc_tls_cert or args.grpc_tls_key:
-                    if not str(exc).startswith("cannot listen for gRPC"):
-                        raise  # TLS files and the like: the error says what to change
-                    raise ConfigError(f"{exc}; choose another port with --grpc-port (-1: no gRPC)") from None
-                # the default port is taken (another broker): serve remoting only
-                print(
-                    f"gRPC endpoint not started: {exc} (--grpc-port chooses another port)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        print(
-            f"rocketq ready in {time.monotonic() - began:.2f} s\n"
-            f"  name server  {namesrv_addr}\n"
-            f"  broker       {broker.broker_addr}  ({args.broker_name}, "
-            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})" + grpc_line,
-            flush=True,
-        )
-        await stop.wait()
-    finally:
-        if grpc_endpoint is not None:
-            await grpc_endpoint.stop()
-        await broker.shutdown()
-        await namesrv.close()
-
-
-def _serve(args: argparse.Namespace) -> int:
-    try:
-        eventloop.run(_serve_async(args))
-    except RocketqError as exc:
-        return _fail("serve", exc)
-    return 0
-
-
-# -- rocketq admin -----------------------------------------------------------------------------
 DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
 
 
@@ -622,7 +412,7 @@ def _admin(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_admin_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "-n",
@@ -734,87 +524,3 @@ def _add_admin_parser(sub: Any) -> None:
     p.add_argument(
         "-f", "--force", default="true", help="true: also move forward (default); false: only rewind"
     )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``rocketq`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="write, flush, reopen and read back an embedded store")
-    demo.add_argument("--data-dir", default="demo-data", help="store directory (default %(default)s)")
-    demo.add_argument("--count", type=int, default=10_000, help="messages to write (default %(default)s)")
-    demo.add_argument(
-        "--flush",
-        default="SYNC_FLUSH",
-        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
-        help="flushDiskType (default %(default)s)",
-    )
-    demo.add_argument(
-        "--segment-mib", type=int, default=1, help="CommitLog segment size in MiB (default %(default)s)"
-    )
-    demo.add_argument("--keep", action="store_true", help="keep existing data in the directory")
-    demo.set_defaults(func=_demo)
-    namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
-    namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
-    namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
-    namesrv.set_defaults(func=_namesrv)
-    broker = sub.add_parser("broker", help="run a broker (port 10911)")
-    broker.add_argument("-c", "--config", help="broker.conf in RocketMQ's key=value format")
-    broker.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
-    broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
-    broker.set_defaults(func=_broker)
-    serve = sub.add_parser("serve", help="name server and broker in one process")
-    serve.add_argument(
-        "--data-dir",
-        default="rocketq-data",
-        help="data directory; the store is in DIR/<broker name> (default %(default)s)",
-    )
-    serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on and to advertise (default %(default)s)"
-    )
-    serve.add_argument(
-        "--namesrv-port",
-        type=int,
-        default=9876,
-        help="name server port, 0 = a free one (default %(default)s)",
-    )
-    serve.add_argument(
-        "--broker-port", type=int, default=10911, help="broker port, 0 = a free one (default %(default)s)"
-    )
-    serve.add_argument("--broker-name", default="broker-a", help="brokerName (default %(default)s)")
-    serve.add_argument(
-        "--flush",
-        default="ASYNC_FLUSH",
-        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
-        help="flushDiskType of the store (default %(default)s)",
-    )
-    serve.add_argument("-c", "--config", help="broker.conf (key=value) for the broker's other settings")
-    serve.add_argument(
-        "--grpc-port", type=int, default=None, help="RocketMQ 5 gRPC port (default 8081; 0 free, -1 off)"
-    )
-    serve.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
-    serve.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
-    serve.set_defaults(func=_serve)
-    _add_admin_parser(sub)
-    add_bench_parser(sub)
-    from rocketq.spark.jobs.cli import add_parser as add_spark_parser  # noqa: PLC0415 - lazy: no PySpark
-
-    add_spark_parser(sub)
-    from rocketq.proxy.cli import add_parser as add_proxy_parser  # noqa: PLC0415
-
-    add_proxy_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
