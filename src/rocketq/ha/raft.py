@@ -355,8 +355,9 @@ class RaftNode:
             if isinstance(m, Append):
                 self._handle_append(m)
             elif isinstance(m, Heartbeat):
+                self._verified = max(self._verified, self.commit_index)
                 self._advance_follower_commit(m.commit)
-                self._send(HeartbeatReply(self.id, m.src, self.term, self.log.last_index))
+                self._send(HeartbeatReply(self.id, m.src, self.term, self.log.last_index, self._verified))
             else:
                 self._campaign(pre=False, transfer=True)
         elif isinstance(m, AppendReply):
@@ -370,7 +371,9 @@ class RaftNode:
                 pr.match = min(pr.match, pr.accepted)
                 pr.become_probe()
             pr.probe_sent = False
-            self._send_append(m.src)
+            # a follower that cannot vouch for the prefix it acknowledged (it restarted) gets an
+            # empty append at that point: its commit index may only follow a verified prefix
+            self._send_append(m.src, allow_empty=m.verified_index < min(pr.accepted, self.commit_index))
 
     def _handle_vote(self, m: PreVote | Vote) -> None:
         up_to_date = (m.last_term, m.last_index) >= (self.log.last_term, self.log.last_index)

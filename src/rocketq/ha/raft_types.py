@@ -216,7 +216,12 @@ class Heartbeat(Message):
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply(Message):
+    """``last_index``: the follower's log end (the leader notices lost entries); ``verified_index``:
+    the end of its prefix checked against this leader, which bounds its commit index (after a
+    restart it is -1 and the leader re-verifies with an empty append)."""
+
     last_index: int = -1
+    verified_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
