@@ -54,6 +54,7 @@ applied only once written locally.
 from __future__ import annotations
 
 import random
+from typing import NoReturn
 
 from rocketq.ha.raft_log import RaftLog
 from rocketq.ha.raft_types import (
@@ -396,7 +397,14 @@ class RaftNode:
     def _handle_append(self, m: Append) -> None:
         self._verified = max(self._verified, self.commit_index)  # a committed prefix matches every leader
         prev, prev_term, entries = m.prev_index, m.prev_term, m.entries
-        if prev < self.commit_index:  # skip what is committed: it matches every leader's log
+        if prev < self.commit_index:
+            # what is committed here is in every later leader's log (leader completeness): a
+            # leader that disagrees proves a broken invariant, which no truncation may hide
+            if prev >= 0 and self.log.term_at(prev) != prev_term:
+                self._refuse_committed_conflict(prev)
+            for e in entries[: self.commit_index - prev]:
+                if self.log.term_at(e.index) != e.term:
+                    self._refuse_committed_conflict(e.index)
             entries = entries[self.commit_index - prev :]
             prev, prev_term = self.commit_index, self.log.term_at(self.commit_index)
         if prev > self.log.last_index or self.log.term_at(prev) != prev_term:
@@ -433,15 +441,17 @@ class RaftNode:
         if self.role is Role.LEADER:
             raise AssertionError(f"raft leader {self.id} asked to truncate its log at {from_index}")
         if from_index <= self.commit_index:
-            raise AssertionError(
-                f"raft node {self.id} would truncate at {from_index}, "
-                f"at or below its commit index {self.commit_index}"
-            )
+            self._refuse_committed_conflict(from_index)
         self.log.truncate(from_index)
         self.appended_index = min(self.appended_index, from_index - 1)
         self.synced_index = min(self.synced_index, from_index - 1)
         self._verified = min(self._verified, from_index - 1)
         self._out.append(TruncateLog(from_index))
+
+    def _refuse_committed_conflict(self, index: int) -> NoReturn:
+        raise AssertionError(
+            f"raft node {self.id} would truncate at {index}, at or below its commit index {self.commit_index}"
+        )
 
     def _advance_follower_commit(self, leader_commit: int) -> None:
         target = min(leader_commit, self._verified)
