@@ -583,7 +583,8 @@ class RaftNode:
         if pr.accepted == self.log.last_index:
             self._send(TimeoutNow(self.id, target, self.term))
         else:
-            self._send_append(target)
+            pr.become_probe()  # bring the target up to date now, not after the resend timeout
+            self._send_append(target, allow_empty=True)
 
     # ------------------------------------------------------------------------------ apply
 
