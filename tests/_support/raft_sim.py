@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass, field
 
 from rocketq.ha.raft import RaftNode
+from rocketq.ha.raft_log import RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
@@ -72,6 +73,33 @@ class SimNode:
     applied_upto: int = -1
 
 
+class DiskReader:
+    """The entry store's read path: serves written entries from a node's simulated disk."""
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.reads = 0
+
+    def read(self, lo: int, max_bytes: int) -> list[Entry]:
+        self.reads += 1
+        out: list[Entry] = []
+        total = 0
+        for e in self.node.disk[lo:]:
+            if out and total + e.size > max_bytes:
+                break
+            out.append(e)
+            total += e.size
+        return out
+
+
+def term_runs(entries: list[Entry]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for e in entries:
+        if not runs or runs[-1][1] != e.term:
+            runs.append((e.index, e.term))
+    return runs
+
+
 @dataclass
 class SimResult:
     seed: int
@@ -82,6 +110,7 @@ class SimResult:
     committed: int
     acked: int
     heal_to_commit_ms: int
+    store_reads: int
 
 
 class Simulation:
@@ -95,6 +124,8 @@ class Simulation:
         self.policy = rng.choice((AckPolicy.APPENDED, AckPolicy.FSYNCED))
         ids = tuple(f"n{i}" for i in range(n))
         preferred = rng.choice(ids) if rng.random() < 0.2 else None
+        self.use_reader = rng.random() < 0.5
+        self.readers: list[DiskReader] = []
         self.nodes: dict[str, SimNode] = {}
         for nid in ids:
             cfg = RaftConfig(
@@ -151,11 +182,16 @@ class Simulation:
 
     def _start(self, node: SimNode) -> None:
         node.incarnation += 1
+        log: tuple[Entry, ...] | RaftLog = tuple(node.disk)
+        if self.use_reader:  # payloads released once applied, read back from the disk when needed
+            reader = DiskReader(node)
+            self.readers.append(reader)
+            log = RaftLog.from_store(term_runs(node.disk), len(node.disk) - 1, reader)
         node.core = RaftNode(
             node.config,
             random.Random(self.seed * 7919 + self.ids.index(node.id) * 131 + node.incarnation),
             node.hard_state,
-            tuple(node.disk),
+            log,
         )
         node.synced_len = len(node.disk)
         node.fsync_pending = False
@@ -419,7 +455,7 @@ class Simulation:
         return SimResult(
             self.seed, len(self.ids), self.policy, self.steps, self.elections,
             len(self.committed), sum(r.outcome is Outcome.SUCCESS for r in self.outcomes.values()),
-            self.now - self.healed_at,
+            self.now - self.healed_at, sum(r.reads for r in self.readers),
         )  # fmt: skip
 
     def _live(self) -> bool:

@@ -48,9 +48,10 @@ def test_simulation_exercises_the_faults() -> None:
     simulator that silently does nothing)."""
     results = [Simulation(seed).run() for seed in range(40)]
     assert {r.members for r in results} == {3, 5}
-    assert sum(r.elections for r in results) > 100
+    assert sum(r.elections for r in results) > 60
     assert all(r.committed > 0 for r in results)
-    assert sum(r.acked for r in results) > 200
+    assert sum(r.acked for r in results) > 100
+    assert sum(r.store_reads for r in results) > 50  # released payloads are read back from the store
 
 
 def test_a_broken_commit_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,7 +101,7 @@ class RaftNode:
         config: RaftConfig,
         rng: random.Random,
         hard_state: HardState | None = None,
-        entries: tuple[Entry, ...] = (),
+        entries: tuple[Entry, ...] | RaftLog = (),
         commit_index: int = -1,
         applied_index: int = -1,
     ) -> None:
@@ -113,7 +113,7 @@ class RaftNode:
         self.term = hard_state.term
         self.vote = hard_state.vote
         self._persisted_hs = hard_state
-        self.log = RaftLog(entries)
+        self.log = entries if isinstance(entries, RaftLog) else RaftLog(entries)
         if not -1 <= applied_index <= commit_index <= self.log.last_index:
             raise ValueError(
                 f"raft restart with applied {applied_index}, commit {commit_index} and last index "
@@ -594,3 +594,4 @@ class RaftNode:
             entries = self.log.entries(self.applied_index + 1, upto)
             self.applied_index = upto
             self._out.append(Apply(entries))
+            self.log.release(upto)  # applied and written: the entry store serves them from now on
