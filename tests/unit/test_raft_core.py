@@ -574,3 +574,18 @@ def test_regression_append_reaching_below_the_commit_index_is_checked_there() ->
     actions = node.step(Receive(Append("n0", "n1", 2, -1, 0, batch, commit=8)))
     replies = sends(actions, AppendReply)
     assert replies and replies[0].success and replies[0].match_index == 8
+
+
+def test_no_spurious_resend_after_an_idle_period() -> None:
+    c = Cluster(3, resend_timeout_ms=300, election_timeout_ms=3000)
+    leader = c.elect("n0")
+    for _ in range(20):  # 2 s of heartbeats only
+        for nid in c.ids:
+            c.tick(nid, 100)
+        c.deliver()
+    before = len(sends(c.actions["n0"], Append))
+    c.step("n0", Propose(1, b"x"))
+    c.tick("n0", 100)  # the reply is not in yet: the resend timer started at the send, not 2 s ago
+    appends = sends(c.actions["n0"], Append)[before:]
+    assert sorted(m.dst for m in appends) == ["n1", "n2"]
+    assert not leader.progress["n1"].probing

@@ -233,8 +233,11 @@ class RaftNode:
             self.vote = self.id
             term = self.term
         self._votes = {self.id: True}
-        if self._won():
-            self._campaign(False) if pre else self._become_leader()
+        if self._won():  # a group of one
+            if pre:
+                self._campaign(pre=False)
+            else:
+                self._become_leader()
             return
         for peer in self.peers:
             if pre:
@@ -496,6 +499,8 @@ class RaftNode:
             if not entries:
                 return
             pr.next = entries[-1].index + 1
+            if not pr.inflight:
+                pr.last_ack_ms = self.now_ms  # the resend timer runs from the window's first send
             size = sum(e.size for e in entries)
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
