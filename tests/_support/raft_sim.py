@@ -8,7 +8,8 @@ virtual (an event heap), so a run is exactly reproducible from its seed.
 Disk model per node: the hard state is durable when PersistHardState is carried out (the driver
 contract); appended entries are written at once (page cache) and fsynced a few milliseconds later
 (group commit). A crash under ``AckPolicy.FSYNCED`` is a power loss: entries not fsynced are lost.
-Under ``AckPolicy.APPENDED`` it is a process crash (``kill -9``): the page cache survives.
+Under ``AckPolicy.APPENDED`` it is a process crash (``kill -9``): the page cache survives. (Power
+loss under APPENDED can lose committed entries; a test shows the checker finds it.)
 
 After every step the checker asserts: election safety, log matching (per (index, term) one entry
 and one predecessor term), leader completeness (a new leader holds every committed entry),
@@ -116,12 +117,24 @@ class SimResult:
 class Simulation:
     TICK_MS = 10
 
-    def __init__(self, seed: int, *, chaos_ms: int = 1500, liveness_ms: int = 4000) -> None:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        chaos_ms: int = 1500,
+        liveness_ms: int = 4000,
+        policy: AckPolicy | None = None,
+        power_loss: bool | None = None,
+    ) -> None:
+        """``policy`` and ``power_loss`` override the seed's choice; by default a crash is a power
+        loss under FSYNCED (what the policy survives) and a process crash under APPENDED."""
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
         n = rng.choice((3, 3, 5))
-        self.policy = rng.choice((AckPolicy.APPENDED, AckPolicy.FSYNCED))
+        seeded_policy = rng.choice((AckPolicy.APPENDED, AckPolicy.FSYNCED))
+        self.policy = policy or seeded_policy
+        self.power_loss = self.policy is AckPolicy.FSYNCED if power_loss is None else power_loss
         ids = tuple(f"n{i}" for i in range(n))
         preferred = rng.choice(ids) if rng.random() < 0.2 else None
         self.use_reader = rng.random() < 0.5
@@ -205,8 +218,8 @@ class Simulation:
             return
         node.core = None
         node.incarnation += 1
-        if self.policy is AckPolicy.FSYNCED:
-            del node.disk[node.synced_len :]  # power loss: what was not fsynced is gone
+        if self.power_loss:
+            del node.disk[node.synced_len :]  # what was not fsynced is gone
         # the hard state is never lost: PersistHardState is durable before the core goes on
 
     def step(self, nid: str, event: Event) -> None:

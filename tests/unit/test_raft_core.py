@@ -589,3 +589,20 @@ def test_no_spurious_resend_after_an_idle_period() -> None:
     appends = sends(c.actions["n0"], Append)[before:]
     assert sorted(m.dst for m in appends) == ["n1", "n2"]
     assert not leader.progress["n1"].probing
+
+
+def test_regression_a_lost_write_ack_does_not_stall_the_commit() -> None:
+    """Simulation seed 3050: the followers' acks sent when their writes completed were lost; the
+    leader had seen the entries accepted, so it sent nothing more and the entry never committed.
+    Heartbeat replies now repeat the written and fsynced positions."""
+    c = Cluster(3, auto_persist=False)
+    c.tick("n0", 2000)
+    c.deliver()
+    leader = c.node("n0")
+    for nid in c.ids:
+        c.step(nid, Persisted(0, 1, True))
+    c.drop(lambda m: isinstance(m, AppendReply))  # the acks of the writes are lost
+    assert leader.progress["n1"].accepted == 0 and leader.commit_index == -1
+    c.tick("n0", 100)
+    c.deliver()
+    assert leader.commit_index == 0

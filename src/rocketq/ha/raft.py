@@ -10,25 +10,20 @@ from the ``random.Random`` passed in, so a seeded run is reproducible.
 
 Rules kept (section numbers are spec/replication.md's):
 
-* **Persist before send.** Whenever term or vote changed, a :class:`PersistHardState` precedes the
-  first :class:`Send` after the change, and the driver completes it before going on. DLedger
-  0.3.1.2 neither fsyncs ``currterm`` nor orders it before the vote reply (§1.1).
-* **Elections.** Randomized timeouts in ``[T, 2T)``. Pre-vote first: a node asks "would you vote for
-  me in term+1?" without changing anyone's term, and campaigns only after a quorum said yes, so an
-  isolated node never inflates its term and never disrupts a stable leader on rejoin. DLedger gets
-  part of this by retrying in the same term (§1.2); we use a real pre-vote. A node that heard from a
-  leader within the minimum election timeout ignores (pre-)votes (the leader lease), unless the
-  vote is a leadership transfer.
-* **Check-quorum.** A leader that has not heard from a majority within an election timeout steps
-  down (DLedger: 6 s without a quorum of heartbeats, §1.2).
+* **Persist before send.** After a change of term or vote, a :class:`PersistHardState` precedes the
+  next :class:`Send`; the driver completes it first. DLedger 0.3.1.2 does not fsync it (§1.1).
+* **Elections.** Randomized timeouts in ``[T, 2T)``. Pre-vote first ("would you vote for me in
+  term+1?" changes no term; DLedger retries in the same term instead, §1.2): an isolated node never
+  inflates its term. A node that heard from a leader within the election timeout ignores
+  (pre-)votes unless they come from a transfer (the lease). **Check-quorum**: a leader that has not
+  heard from a majority within an election timeout steps down (DLedger: 6 s, §1.2).
 * **No-op on election, and commit only current-term entries** (Raft §5.4.2). The commit index is the
   quorum-th highest match index, taken only when the entry there has the leader's term. DLedger
   0.3.1.2 takes the median whatever the term (§1.3), which commits an older term's entry by
   counting replicas: Figure 8, ``tests/unit/test_raft_figure8.py``. The no-op commits the previous
   terms' tail promptly, which the broker's LEADER hook waits for (§2.4).
-* **Follower commit** = max(own commit, min(leader commit, last index verified to match this leader)),
-  so a follower never marks committed an entry it has not checked against the leader (DLedger #316,
-  §1.3).
+* **Follower commit** = max(own commit, min(leader commit, last index verified to match this
+  leader)): never an entry not checked against the leader (DLedger #316, §1.3).
 * **Truncation never at or below the commit index**: asserted; a leader never truncates.
 * **Fast back-up.** A rejection carries the conflicting term and its first index (or the follower's
   end), so the leader skips a whole term per round trip instead of DLedger's one-entry walk (§1.3).
@@ -44,11 +39,10 @@ Rules kept (section numbers are spec/replication.md's):
   leader they end as SUCCESS (committed), ``WAIT_QUORUM_ACK_TIMEOUT`` after ``ack_timeout_ms`` or
   ``TERM_CHANGED`` on step-down; the last two are indeterminate (§1.6).
 
-Acknowledgement policy: followers report both the written and the fsynced end of the prefix that
-matches the leader; the leader counts one of them per ``RaftConfig.ack_policy`` (its own position
-likewise): ``AckPolicy.APPENDED`` ("page_cache", DLedger's behaviour, survives ``kill -9``) or
-``AckPolicy.FSYNCED`` (survives a simultaneous power loss of every node). Committed entries are
-applied only once written locally.
+Acknowledgement policy: followers report the written and the fsynced end of the prefix matching
+the leader; the leader counts one per ``RaftConfig.ack_policy``, its own position likewise:
+``AckPolicy.APPENDED`` ("page_cache", DLedger's; survives ``kill -9``, not power loss) or
+``AckPolicy.FSYNCED`` (survives any crash). Committed entries are applied once written locally.
 """
 
 from __future__ import annotations
@@ -239,11 +233,11 @@ class RaftNode:
             else:
                 self._become_leader()
             return
+        last = (self.log.last_index, self.log.last_term)
         for peer in self.peers:
-            if pre:
-                self._send(PreVote(self.id, peer, term, self.log.last_index, self.log.last_term))
-            else:
-                self._send(Vote(self.id, peer, term, self.log.last_index, self.log.last_term, transfer))
+            self._send(
+                PreVote(self.id, peer, term, *last) if pre else Vote(self.id, peer, term, *last, transfer)
+            )
 
     def _won(self) -> bool:
         return sum(self._votes.values()) >= self.config.quorum
@@ -336,17 +330,15 @@ class RaftNode:
             return
         if isinstance(m, PreVote | Vote):
             self._handle_vote(m)
-        elif isinstance(m, PreVoteReply):
-            if self.role is Role.PRE_CANDIDATE and (m.term == self.term + 1 or not m.granted):
+        elif isinstance(m, PreVoteReply | VoteReply):
+            pre = isinstance(m, PreVoteReply)  # a granted pre-vote carries the term to campaign in
+            if self.role is (Role.PRE_CANDIDATE if pre else Role.CANDIDATE) and (
+                m.term == self.term + pre or not m.granted
+            ):
                 self._votes[m.src] = m.granted
-                if self._won():
+                if self._won() and pre:
                     self._campaign(pre=False)
-                elif self._lost():
-                    self._become_follower(self.term, None)
-        elif isinstance(m, VoteReply):
-            if self.role is Role.CANDIDATE:
-                self._votes[m.src] = m.granted
-                if self._won():
+                elif self._won():
                     self._become_leader()
                 elif self._lost():
                     self._become_follower(self.term, None)
@@ -361,12 +353,15 @@ class RaftNode:
             elif isinstance(m, Heartbeat):
                 self._verified = max(self._verified, self.commit_index)
                 self._advance_follower_commit(m.commit)
-                self._send(HeartbeatReply(self.id, m.src, self.term, self.log.last_index, self._verified))
+                appended, synced = self._positions()
+                reply = HeartbeatReply(
+                    self.id, m.src, self.term, self.log.last_index, self._verified, appended, synced
+                )
+                self._send(reply)
             else:
                 self._campaign(pre=False, transfer=True)
-        elif isinstance(m, AppendReply):
-            if self.role is Role.LEADER:
-                self._handle_append_reply(m)
+        elif isinstance(m, AppendReply) and self.role is Role.LEADER:
+            self._handle_append_reply(m)
         elif isinstance(m, HeartbeatReply) and self.role is Role.LEADER:
             pr = self.progress[m.src]
             pr.recent_active = True
@@ -374,6 +369,8 @@ class RaftNode:
                 pr.accepted = m.last_index
                 pr.match = min(pr.match, pr.accepted)
                 pr.become_probe()
+            pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
+            self._maybe_commit()
             pr.probe_sent = False
             # a follower that cannot vouch for the prefix it acknowledged (it restarted) gets an
             # empty append at that point: its commit index may only follow a verified prefix
@@ -460,10 +457,12 @@ class RaftNode:
         target = min(leader_commit, self._verified)
         self.commit_index = max(self.commit_index, target)
 
+    def _positions(self) -> tuple[int, int]:
+        """Written and fsynced ends of the prefix verified against the current leader."""
+        return min(self._verified, self.appended_index), min(self._verified, self.synced_index)
+
     def _reply_append(self, leader: str, match_index: int) -> None:
-        appended = min(self._verified, self.appended_index)
-        synced = min(self._verified, self.synced_index)
-        self._reported = (appended, synced)
+        appended, synced = self._reported = self._positions()
         self._send(AppendReply(self.id, leader, self.term, True, match_index, appended, synced))
 
     def _persisted(self, ev: Persisted) -> None:
@@ -474,10 +473,10 @@ class RaftNode:
             self.synced_index = max(self.synced_index, ev.index)
         if self.role is Role.LEADER:
             self._maybe_commit()
-        elif self.role is Role.FOLLOWER and self.leader_id is not None and self._verified >= 0:
-            now = (min(self._verified, self.appended_index), min(self._verified, self.synced_index))
-            if now != self._reported:
-                self._reply_append(self.leader_id, self._verified)
+        elif (
+            self.role is Role.FOLLOWER and self.leader_id is not None and self._positions() != self._reported
+        ):
+            self._reply_append(self.leader_id, self._verified)
 
     # ------------------------------------------------------------------------------ leader side
 
@@ -530,8 +529,7 @@ class RaftNode:
             return
         pr.last_ack_ms = self.now_ms
         pr.accepted = max(pr.accepted, m.match_index)
-        policy = m.synced_index if self.config.ack_policy is AckPolicy.FSYNCED else m.appended_index
-        pr.match = max(pr.match, min(policy, pr.accepted))
+        pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
         if pr.probing:
             pr.become_replicate()
         else:
@@ -541,6 +539,9 @@ class RaftNode:
         if self.transferee == m.src and pr.accepted == self.log.last_index:
             self._send(TimeoutNow(self.id, m.src, self.term))
         self._send_append(m.src)
+
+    def _policy_position(self, m: AppendReply | HeartbeatReply) -> int:
+        return m.synced_index if self.config.ack_policy is AckPolicy.FSYNCED else m.appended_index
 
     def _maybe_commit(self) -> None:
         matches = sorted([self._own_match(), *(pr.match for pr in self.progress.values())], reverse=True)

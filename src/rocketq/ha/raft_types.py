@@ -218,10 +218,13 @@ class Heartbeat(Message):
 class HeartbeatReply(Message):
     """``last_index``: the follower's log end (the leader notices lost entries); ``verified_index``:
     the end of its prefix checked against this leader, which bounds its commit index (after a
-    restart it is -1 and the leader re-verifies with an empty append)."""
+    restart it is -1 and the leader re-verifies with an empty append); ``appended_index`` and
+    ``synced_index`` as in :class:`AppendReply`, repeated so a lost ack cannot stall the commit."""
 
     last_index: int = -1
     verified_index: int = -1
+    appended_index: int = -1
+    synced_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
