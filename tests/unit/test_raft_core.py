@@ -606,3 +606,29 @@ def test_regression_a_lost_write_ack_does_not_stall_the_commit() -> None:
     c.tick("n0", 100)
     c.deliver()
     assert leader.commit_index == 0
+
+
+def test_term_changed_answers_carry_the_term_of_the_proposal() -> None:
+    c = Cluster(3)
+    c.elect("n0")
+    c.isolate("n0")
+    c.step("n0", Propose(1, b"x"))
+    c.step("n0", Receive(HeartbeatReply("n1", "n0", 9)))  # a reply from a later term
+    assert c.results[1].outcome is Outcome.TERM_CHANGED and c.results[1].term == 1
+    assert c.node("n0").term == 9 and c.node("n0").role is Role.FOLLOWER
+
+
+def test_a_failed_transfer_to_the_preferred_leader_backs_off() -> None:
+    c = Cluster(3, preferred_leader_id="n2")
+    leader = c.elect("n0")
+    transferring_ms = 0
+    for _ in range(40):  # 4 s; n2 never gets its TimeoutNow
+        c.tick("n0", 100)
+        c.tick("n1", 100)
+        c.drop(lambda m: isinstance(m, TimeoutNow))
+        c.deliver()
+        transferring_ms += 100 if leader.transferee is not None else 0
+    assert leader.role is Role.LEADER
+    assert (
+        1000 <= transferring_ms <= 2500
+    )  # one or two attempts, each up to an election timeout, not all the time

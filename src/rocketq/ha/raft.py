@@ -113,7 +113,8 @@ class RaftNode:
                 f"raft restart with applied {applied_index}, commit {commit_index} and last index "
                 f"{self.log.last_index}: need applied <= commit <= last"
             )
-        # what survived a restart is on disk: written and, as far as the core can tell, synced
+        # what survived a restart counts as written and fsynced: the driver fsyncs what its
+        # recovery kept before building the core
         self.appended_index = self.log.last_index
         self.synced_index = self.log.last_index
         self.commit_index = commit_index
@@ -128,6 +129,7 @@ class RaftNode:
         self.progress: dict[str, Progress] = {}
         self._pending: dict[int, tuple[int, int]] = {}  # index -> (proposal id, deadline), index order
         self.transferee: str | None = None
+        self._transfer_abandoned_ms = -(1 << 62)
         self._verified = -1  # end of the prefix known to match the current leader's log
         self._reported = (-1, -1)
         self._announced: tuple[Role, int, str | None] = (self.role, self.term, None)
@@ -194,6 +196,9 @@ class RaftNode:
     # ------------------------------------------------------------------------------ roles
 
     def _reset(self, term: int) -> None:
+        if self.role is Role.LEADER:
+            self._fail_pending(Outcome.TERM_CHANGED)  # answered with the term they were proposed in
+            self.progress = {}
         if term != self.term:
             self.term = term
             self.vote = None
@@ -202,9 +207,6 @@ class RaftNode:
         self._timeout = self._random_timeout()
         self._votes = {}
         self.transferee = None
-        if self.role is Role.LEADER:
-            self._fail_pending(Outcome.TERM_CHANGED)
-            self.progress = {}
 
     def _become_follower(self, term: int, leader: str | None) -> None:
         if term != self.term or leader != self.leader_id:
@@ -277,7 +279,9 @@ class RaftNode:
                 return
             for pr in self.progress.values():
                 pr.recent_active = False
-            self.transferee = None  # a transfer that did not finish within a timeout is abandoned
+            if self.transferee is not None:  # not finished within a timeout: abandoned
+                self.transferee = None
+                self._transfer_abandoned_ms = self.now_ms
         self._heartbeat_elapsed += elapsed_ms
         if self._heartbeat_elapsed >= cfg.heartbeat_interval_ms:
             self._heartbeat_elapsed = 0
@@ -302,6 +306,8 @@ class RaftNode:
         preferred = self.config.preferred_leader_id
         if preferred is None or preferred == self.id or self.transferee is not None:
             return
+        if self.now_ms - self._transfer_abandoned_ms < 2 * self.config.election_timeout_ms:
+            return  # the last transfer failed: let proposals through for a while
         pr = self.progress[preferred]
         if pr.recent_active and self.log.last_index - pr.accepted <= self.config.max_transfer_lag:
             self._transfer(preferred)
@@ -365,10 +371,8 @@ class RaftNode:
         elif isinstance(m, HeartbeatReply) and self.role is Role.LEADER:
             pr = self.progress[m.src]
             pr.recent_active = True
-            if m.last_index < pr.accepted:  # the follower lost entries (restart from a lost disk)
-                pr.accepted = m.last_index
-                pr.match = min(pr.match, pr.accepted)
-                pr.become_probe()
+            if m.last_index < pr.accepted:
+                pr.lost_entries(m.last_index)
             pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
             self._maybe_commit()
             pr.probe_sent = False
@@ -509,10 +513,7 @@ class RaftNode:
         pr.recent_active = True
         if not m.success:
             if m.conflict_term == 0 and m.conflict_index - 1 < pr.accepted:
-                # the follower's log ends before what it acknowledged: it lost entries in a crash
-                pr.accepted = m.conflict_index - 1
-                pr.match = min(pr.match, pr.accepted)
-                pr.become_probe()
+                pr.lost_entries(m.conflict_index - 1)
             elif (not pr.probing and m.reject_index <= pr.accepted) or (
                 pr.probing and m.reject_index != pr.next - 1
             ):
@@ -527,14 +528,7 @@ class RaftNode:
                 pr.next = max(min(nxt, m.reject_index), pr.accepted + 1)
             self._send_append(m.src, allow_empty=True)
             return
-        pr.last_ack_ms = self.now_ms
-        pr.accepted = max(pr.accepted, m.match_index)
-        pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
-        if pr.probing:
-            pr.become_replicate()
-        else:
-            pr.free_to(m.match_index)
-            pr.next = max(pr.next, pr.accepted + 1)
+        pr.acknowledged(m.match_index, self._policy_position(m), self.now_ms)
         self._maybe_commit()
         if self.transferee == m.src and pr.accepted == self.log.last_index:
             self._send(TimeoutNow(self.id, m.src, self.term))

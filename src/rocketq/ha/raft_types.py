@@ -356,6 +356,25 @@ class Progress:
         self.probe_sent = False
         self.next = self.accepted + 1
 
+    def acknowledged(self, match_index: int, position: int, now_ms: int) -> None:
+        """A successful reply: the follower matches up to ``match_index``, and ``position`` (its
+        written or fsynced end, per the ack policy) counts for commit."""
+        self.last_ack_ms = now_ms
+        self.accepted = max(self.accepted, match_index)
+        self.match = max(self.match, min(position, self.accepted))
+        if self.probing:
+            self.become_replicate()
+        else:
+            self.free_to(match_index)
+            self.next = max(self.next, self.accepted + 1)
+
+    def lost_entries(self, last_index: int) -> None:
+        """The follower's log ends at ``last_index``, before what it acknowledged: it lost entries
+        (a power loss, a lost disk; DLedger #61). Start over from there."""
+        self.accepted = last_index
+        self.match = min(self.match, last_index)
+        self.become_probe()
+
     def free_to(self, index: int) -> None:
         n = 0
         for last, size in self.inflight:
