@@ -166,6 +166,7 @@ class Simulation:
         self.dup = 0.0
         self.max_delay = rng.choice((2, 10, 30))
         self.fsync_ms = rng.choice((3, 30))
+        self.kill_new_leaders = rng.choice((0.0, 0.0, 0.5))
         # checker state
         self.leaders: dict[int, str] = {}
         self.entries: dict[
@@ -291,6 +292,16 @@ class Simulation:
                     self.live_at = action.index
         elif isinstance(action, RoleChanged) and action.role is Role.LEADER:
             self.elections += 1
+            if self.healed_at is None and self.rng.random() < self.kill_new_leaders:
+                # a leader that dies right after its election leaves old-term entries on some
+                # followers and not on others: the raw material of Raft's Figure 8
+                self._at(
+                    self.now + self.rng.randrange(1, 4 * self.max_delay + 2),
+                    "kill",
+                    node.id,
+                    None,
+                    node.incarnation,
+                )
             if self.leaders.setdefault(action.term, node.id) != node.id:
                 self.fail(
                     f"election safety: {self.leaders[action.term]} and {node.id} lead term {action.term}"
@@ -430,6 +441,11 @@ class Simulation:
                 else:
                     assert isinstance(payload, tuple)
                     self.step(nid, Persisted(payload[0], payload[1], False))
+            elif kind == "kill":
+                assert node is not None
+                if node.core is not None and inc == node.incarnation and self.healed_at is None:
+                    self.crash(nid)
+                    self._at(t + rng.randrange(20, 300), "restart", nid)
             elif kind == "restart":
                 assert node is not None
                 if node.core is None and self.healed_at is None:
