@@ -1,0 +1,179 @@
+"""The Raft core's view of its log: the term of every index, and the payloads it still holds.
+
+The view is what the core has decided the log is; the driver's entry store catches up with it
+by carrying out the core's AppendEntries/TruncateLog actions in order.
+
+Memory: the terms are kept as runs ``(first index, term)`` (a term changes only on elections),
+so the view of a log of any length is a few integers per term. Payloads are kept from
+``released + 1`` to the end; with an :class:`EntryReader` (the entry store) the core releases the
+payloads of entries it has applied and wrote, and reads them back when a lagging follower needs
+them. Without a reader every payload stays in memory (tests, small logs).
+
+Invariants: indexes are contiguous from 0; terms never decrease along the log; runs have strictly
+increasing start indexes and terms; released entries are written (the reader can serve them).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from rocketq.ha.raft_types import Entry
+
+
+class EntryReader(Protocol):
+    """Reads written entries back from the entry store."""
+
+    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+        """Entries from ``lo`` on, contiguous, at most ``max_bytes`` in total (``Entry.size``) but
+        at least one; ``lo`` is always an index the store has written."""
+        ...
+
+
+class RaftLog:
+    __slots__ = ("_cache", "_cache_start", "_last", "_reader", "_run_starts", "_run_terms")
+
+    def __init__(self, entries: Iterable[Entry] = (), reader: EntryReader | None = None) -> None:
+        self._run_starts: list[int] = []
+        self._run_terms: list[int] = []
+        self._last = -1
+        self._cache: list[Entry] = []
+        self._cache_start = 0
+        self._reader = reader
+        self.append(tuple(entries))
+
+    @classmethod
+    def from_store(
+        cls, term_runs: Sequence[tuple[int, int]], last_index: int, reader: EntryReader
+    ) -> RaftLog:
+        """The view of a recovered store: ``term_runs`` are ``(first index, term)`` in log order,
+        ``last_index`` its end; every payload is read back through ``reader`` when needed."""
+        log = cls(reader=reader)
+        prev_start, prev_term = -1, 0
+        for start, term in term_runs:
+            if not prev_start < start <= last_index or term <= prev_term:
+                raise ValueError(
+                    f"raft log term runs {list(term_runs)!r} do not fit a log ending at {last_index}"
+                )
+            prev_start, prev_term = start, term
+        if last_index >= 0 and (not term_runs or term_runs[0][0] != 0):
+            raise ValueError(f"raft log term runs {list(term_runs)!r} must start at index 0")
+        log._run_starts = [s for s, _ in term_runs]
+        log._run_terms = [t for _, t in term_runs]
+        log._last = last_index
+        log._cache_start = last_index + 1
+        return log
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    @property
+    def last_term(self) -> int:
+        return self._run_terms[-1] if self._run_terms else 0
+
+    @property
+    def released(self) -> int:
+        """Entries up to this index are held by the store only."""
+        return self._cache_start - 1
+
+    def term_at(self, index: int) -> int:
+        """Term of the entry at ``index``; 0 for the empty prefix (index -1)."""
+        if index == -1:
+            return 0
+        if not 0 <= index <= self._last:
+            raise IndexError(f"raft log has no entry {index} (last index {self._last})")
+        return self._run_terms[bisect.bisect_right(self._run_starts, index) - 1]
+
+    def has(self, index: int, term: int) -> bool:
+        return -1 <= index <= self._last and self.term_at(index) == term
+
+    def entry(self, index: int) -> Entry:
+        return self.entries(index, index)[0]
+
+    def entries(self, lo: int, hi: int) -> tuple[Entry, ...]:
+        """Entries ``lo..hi`` inclusive."""
+        if not 0 <= lo <= hi + 1 <= self._last + 1:
+            raise IndexError(f"raft log has no entries {lo}..{hi} (last index {self._last})")
+        out: list[Entry] = []
+        i = lo
+        while i <= hi and i < self._cache_start:
+            got = self._read(i, 1 << 20)
+            out.extend(got[: hi - i + 1])
+            i = out[-1].index + 1
+        if i <= hi:
+            out.extend(self._cache[i - self._cache_start : hi - self._cache_start + 1])
+        return tuple(out)
+
+    def batch(self, lo: int, max_bytes: int) -> tuple[Entry, ...]:
+        """Entries from ``lo`` up to ``max_bytes`` in total, at least one if there is one."""
+        if lo > self._last:
+            return ()
+        if lo < self._cache_start:
+            got = self._read(lo, max_bytes)
+            return tuple(e for e in got if e.index <= self._last)
+        out: list[Entry] = []
+        total = 0
+        for e in self._cache[lo - self._cache_start :]:
+            if out and total + e.size > max_bytes:
+                break
+            out.append(e)
+            total += e.size
+        return tuple(out)
+
+    def _read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+        if self._reader is None:  # pragma: no cover - released entries exist only with a reader
+            raise AssertionError("raft log released payloads without an entry reader")
+        got = self._reader.read(lo, max_bytes)
+        if not got or got[0].index != lo:
+            raise AssertionError(f"raft entry store returned {len(got)} entries for index {lo}")
+        return got
+
+    def append(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
+            if e.index != self._last + 1:
+                raise ValueError(f"raft log append at index {e.index}, expected {self._last + 1}")
+            if e.term < self.last_term:
+                raise ValueError(
+                    f"raft log entry {e.index} has term {e.term} below the last term {self.last_term}"
+                )
+            if e.term != self.last_term or not self._run_terms:
+                self._run_starts.append(e.index)
+                self._run_terms.append(e.term)
+            self._cache.append(e)
+            self._last = e.index
+
+    def truncate(self, from_index: int) -> None:
+        """Drop the entries at and after ``from_index``."""
+        if from_index > self._last:
+            return
+        cut = bisect.bisect_left(self._run_starts, from_index)
+        del self._run_starts[cut:]
+        del self._run_terms[cut:]
+        self._last = from_index - 1
+        if from_index >= self._cache_start:
+            del self._cache[from_index - self._cache_start :]
+        else:
+            self._cache.clear()
+            self._cache_start = from_index
+
+    def release(self, upto: int) -> None:
+        """Forget the payloads of entries up to ``upto`` (written ones); no-op without a reader."""
+        if self._reader is None or upto < self._cache_start:
+            return
+        upto = min(upto, self._last)
+        del self._cache[: upto - self._cache_start + 1]
+        self._cache_start = upto + 1
+
+    def first_index_of_term(self, term: int, not_below: int) -> int:
+        """First index ≥ ``not_below`` whose entry has ``term`` (the log must hold that term there)."""
+        i = bisect.bisect_left(self._run_terms, term)
+        return max(self._run_starts[i], not_below)
+
+    def last_index_of_term(self, term: int) -> int | None:
+        """Last index whose entry has ``term``, or None when the log has no entry of that term."""
+        i = bisect.bisect_left(self._run_terms, term)
+        if i == len(self._run_terms) or self._run_terms[i] != term:
+            return None
+        return self._run_starts[i + 1] - 1 if i + 1 < len(self._run_starts) else self._last

@@ -1,0 +1,83 @@
+"""The Raft core's log view: term runs, released payloads read back from the entry store."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_types import Entry
+
+
+class ListReader:
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.calls: list[int] = []
+
+    def read(self, lo: int, max_bytes: int) -> list[Entry]:
+        self.calls.append(lo)
+        out: list[Entry] = []
+        for e in self.entries[lo:]:
+            if out and sum(x.size for x in out) + e.size > max_bytes:
+                break
+            out.append(e)
+        return out
+
+
+def make(terms: list[int]) -> list[Entry]:
+    return [Entry(i, t, f"e{i}".encode()) for i, t in enumerate(terms)]
+
+
+def test_terms_are_kept_as_runs() -> None:
+    log = RaftLog(make([1, 1, 2, 2, 2, 5]))
+    assert [log.term_at(i) for i in range(-1, 6)] == [0, 1, 1, 2, 2, 2, 5]
+    assert (log.first_index_of_term(2, 0), log.first_index_of_term(2, 4)) == (2, 4)
+    assert (log.last_index_of_term(1), log.last_index_of_term(2), log.last_index_of_term(5)) == (1, 4, 5)
+    assert log.last_index_of_term(3) is None and log.last_index_of_term(9) is None
+    log.truncate(3)
+    assert log.last_index == 2 and log.last_term == 2 and log.last_index_of_term(5) is None
+    log.append((Entry(3, 3, b"x"),))
+    assert [log.term_at(i) for i in range(4)] == [1, 1, 2, 3]
+
+
+def test_append_refuses_gaps_and_falling_terms() -> None:
+    log = RaftLog(make([1, 2]))
+    with pytest.raises(ValueError, match="expected 2"):
+        log.append((Entry(3, 2, b""),))
+    with pytest.raises(ValueError, match="below the last term 2"):
+        log.append((Entry(2, 1, b""),))
+    with pytest.raises(IndexError, match="no entry 2"):
+        log.term_at(2)
+
+
+def test_released_payloads_are_read_back_through_the_reader() -> None:
+    disk = make([1, 1, 1, 2, 2])
+    reader = ListReader(disk)
+    log = RaftLog(disk, reader=reader)
+    log.release(2)
+    assert log.released == 2 and reader.calls == []
+    assert log.entries(1, 4) == tuple(disk[1:5]) and reader.calls
+    assert log.batch(0, 1) == (disk[0],)  # at least one entry
+    assert log.batch(3, 10_000) == tuple(disk[3:])  # from memory
+    log.truncate(1)  # below the released point: the memory part goes too
+    assert log.last_index == 0 and log.released == 0
+    log.append((Entry(1, 3, b"n"),))
+    assert log.entry(1) == Entry(1, 3, b"n")
+
+
+def test_release_without_a_reader_keeps_everything() -> None:
+    log = RaftLog(make([1, 1]))
+    log.release(1)
+    assert log.released == -1 and log.entry(0).data == b"e0"
+
+
+def test_from_store_builds_the_view_of_a_recovered_log() -> None:
+    disk = make([1, 1, 3, 3, 3])
+    log = RaftLog.from_store([(0, 1), (2, 3)], 4, ListReader(disk))
+    assert log.last_index == 4 and log.last_term == 3 and log.term_at(1) == 1
+    assert log.entries(0, 4) == tuple(disk)
+    empty = RaftLog.from_store([], -1, ListReader([]))
+    assert empty.last_index == -1 and empty.last_term == 0
+    with pytest.raises(ValueError, match="do not fit"):
+        RaftLog.from_store([(0, 3), (2, 1)], 4, ListReader(disk))
+    with pytest.raises(ValueError, match="must start at index 0"):
+        RaftLog.from_store([(1, 1)], 4, ListReader(disk))
