@@ -26,7 +26,7 @@ import time
 import zlib
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade
 from rocketq.client.aio import AsyncProducer, SendResult, error_for_response
@@ -58,6 +58,9 @@ from rocketq.protocol.record import RecordKind, body_crc, decode_record
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.wallclock import local_to_epoch_ms
+
+if TYPE_CHECKING:
+    from rocketq.client.trace import TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -670,6 +673,14 @@ class AsyncAdmin:
         found.sort(key=lambda m: (m.store_timestamp, m.store_host, m.commit_log_offset))
         return found[:max_num]
 
+    async def query_msg_trace_by_id(
+        self, msg_id: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC", max_num: int = 64
+    ) -> list[TraceEvent]:
+        """The trace of a message, oldest event first (``rocketq.client.trace``)."""
+        from rocketq.client.trace import query_msg_trace_by_id  # noqa: PLC0415 - loaded on use
+
+        return await query_msg_trace_by_id(self, msg_id, trace_topic, max_num)
+
     async def _pull(
         self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int
     ) -> tuple[int, list[MessageView], str]:
@@ -985,6 +996,11 @@ class Admin(BlockingFacade):
 
     def query_msg_by_key(self, topic: str, key: str, max_num: int = 32) -> list[MessageView]:
         return self._call(self._core.query_msg_by_key(topic, key, max_num))
+
+    def query_msg_trace_by_id(
+        self, msg_id: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC", max_num: int = 64
+    ) -> list[TraceEvent]:
+        return self._call(self._core.query_msg_trace_by_id(msg_id, trace_topic, max_num))
 
     def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageView:
         return self._call(self._core.query_msg_by_offset(topic, broker_name, queue_id, offset))
