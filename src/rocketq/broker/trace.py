@@ -53,7 +53,13 @@ from rocketq.message import (
 )
 from rocketq.protocol import trace as tr
 from rocketq.protocol.record import RecordKind, decode_record, view_to_message
-from rocketq.protocol.topic import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rocketq.protocol.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+)
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,10 @@ def _now_ms() -> int:
 def _field(value: str | None) -> str:
     """A Java string appended to the record: ``null`` when absent."""
     return "null" if value is None else value
+
+
+#: A send waiting for its Pub records: (producer group, messages, put result).
+_Sent = tuple[str, Sequence[BrokerMessage], PutMessageResult]
 
 
 @dataclass(slots=True)
@@ -96,8 +106,10 @@ class BrokerTracer:
         self.flush_interval_s = cfg.broker_trace_flush_interval_ms / 1000
         self.batch_size = cfg.broker_trace_batch_size
         self._ids = UniqueIdGenerator()
-        #: (client address, record text, keys) waiting to be written.
-        self._buffer: list[tuple[str, str, list[str]]] = []
+        #: (client address, record or a send's messages) waiting to be written; encoded by the
+        #: writer in a worker thread, so an event costs the event loop little more than an append.
+        self._buffer: list[tuple[str, tr.TraceRecord | _Sent]] = []
+        self._writer_ids = UniqueIdGenerator()  # used by the worker thread only
         #: (group, topic, queue id) → queue offset → delivery, in delivery order.
         self._pending: dict[tuple[str, str, int], OrderedDict[int, _Delivery]] = {}
         #: (group, commit-log offset) → (its key in ``_pending``, queue offset).
@@ -121,7 +133,17 @@ class BrokerTracer:
             and result.status is not PutMessageStatus.FLUSH_DISK_TIMEOUT
         ):
             return
+        if self.topics and msgs[0].topic not in self.topics and msgs[0].topic != TRANS_HALF_TOPIC:
+            return
+        self._buffer.append((client, (group, msgs, result)))
+        if len(self._buffer) >= self.batch_size:
+            self._wake.set()
+
+    def _pub_records(self, sent: _Sent) -> list[tr.TraceRecord]:
+        """The Pub records of a send (in the writer's worker thread)."""
+        group, msgs, result = sent
         ids = result.msg_ids if len(msgs) > 1 else [result.msg_id]
+        out = []
         for msg, offset_id in zip(msgs, ids, strict=False):
             props = decode_properties(msg.properties.decode("utf-8", "replace"))
             topic = props.get(PROPERTY_REAL_TOPIC) or msg.topic
@@ -144,7 +166,8 @@ class BrokerTracer:
                 offset_msg_id=offset_id,
                 success=True,
             )
-            self._add(client, record)
+            out.append(record)
+        return out
 
     def delivered(self, client: str, group: str, topic: str, buffers: Sequence[bytes]) -> None:
         """Messages a pull answers (raw CommitLog records)."""
@@ -290,7 +313,7 @@ class BrokerTracer:
 
     # -- buffer and writer -----------------------------------------------------------------------
     def _add(self, client: str, record: tr.TraceRecord) -> None:
-        self._buffer.append((client, tr.encode_record(record), record.key_list()))
+        self._buffer.append((client, record))
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
 
@@ -321,14 +344,25 @@ class BrokerTracer:
         if not self._buffer:
             return
         batch, self._buffer = self._buffer, []
-        msgs = self.messages(batch)
         ctx = self.ctx
         ctx.topics.create_in_send_back(self.topic, 1, PERM_READ | PERM_WRITE)
         await ctx.topics_durable()
+        written, records = await ctx.blocking(self._write, batch)
+        self.written += written
+        self.records += records
+
+    def _write(self, batch: list[tuple[str, tr.TraceRecord | _Sent]]) -> tuple[int, int]:
+        """Encode ``batch`` and put its trace messages (in a worker thread): (messages, records)."""
+        encoded: list[tuple[str, str, list[str]]] = []
+        for client, item in batch:
+            for record in self._pub_records(item) if isinstance(item, tuple) else (item,):
+                encoded.append((client, tr.encode_record(record), record.key_list()))
+        msgs = self.messages(encoded)
         for msg in msgs:
-            await ctx.blocking(ctx.store.put_message, msg)
-        self.written += len(msgs)
-        self.records += len(batch)
+            result = self.ctx.store.put_message(msg)
+            if result.status is not PutMessageStatus.PUT_OK:
+                log.warning("trace message not stored: %s", result.status.value)
+        return len(msgs), len(encoded)
 
     def messages(self, batch: list[tuple[str, str, list[str]]]) -> list[BrokerMessage]:
         """The trace messages of buffered records: per client, records in order, ≤ MAX_TRACE_BODY."""
@@ -348,7 +382,7 @@ class BrokerTracer:
                 keys = list(dict.fromkeys(k for _, ks in chunk for k in ks))
                 props = {
                     PROPERTY_KEYS: " ".join(keys),
-                    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._ids.next_id(),
+                    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._writer_ids.next_id(),
                     "WAIT": "false",
                 }
                 out.append(
