@@ -4,18 +4,23 @@ client. One-second delay levels make retries come back quickly; every wait is a 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import pathlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import test_client_producer
 from test_client_producer import Cluster
 
+from _support.pop import broker_config, run
+from _support.pop import send as pop_send
 from _support.wait import wait_until
-from rocketq.broker import BrokerConfig
+from rocketq.broker import Broker, BrokerConfig
 from rocketq.client import (
     ConsumeStatus,
     LocalTransactionState,
@@ -24,13 +29,13 @@ from rocketq.client import (
     PushConsumer,
     TransactionProducer,
 )
-from rocketq.client.admin import Admin
-from rocketq.client.trace import TraceEvent, format_trace
+from rocketq.client.admin import Admin, decode_messages
+from rocketq.client.trace import TraceEvent, format_trace, trace_events
 from rocketq.config import StoreConfig
 from rocketq.message import MessageExt, encode_properties
 from rocketq.protocol import trace as tr
 from rocketq.protocol.headers import SendMessageRequestHeader
-from rocketq.remoting import RequestCode, create_request
+from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 TOPIC = "TraceT"
 FAST = {"rebalance_interval_ms": 300, "heartbeat_interval_ms": 1_000, "auto_commit_interval_ms": 300}
@@ -243,3 +248,43 @@ def test_tracing_off_writes_nothing(make_cluster: Callable[..., Cluster]) -> Non
     assert broker.ctx is not None and broker.ctx.trace is None
     assert broker.ctx.topics.select(tr.TRACE_TOPIC) is None
     assert broker.store is not None and broker.store.get_max_offset(tr.TRACE_TOPIC, 0) == 0
+
+
+def test_pop_deliveries_nacks_and_acks_are_traced(store_config: StoreConfig) -> None:
+    async def go() -> list[TraceEvent]:
+        client = RemotingClient()
+        broker = Broker(dataclasses.replace(broker_config(), **traced()), store_config)
+        await broker.start()
+        try:
+            await pop_send(client, f"127.0.0.1:{broker.port}", "PopTraceT", b"popped", 0)
+            assert broker.ctx is not None and broker.ctx.pop is not None and broker.ctx.trace is not None
+            pop = broker.ctx.pop
+            args: dict[str, Any] = {"group": "PopG", "topic": "PopTraceT", "queue_id": 0, "max_messages": 1}
+            (first,) = await pop.receive(**args, invisible_ms=60_000, long_poll_ms=5_000)
+            await pop.change_invisible(**args_of(args), receipt_handle=first.receipt_handle, invisible_ms=50)
+            (second,) = await pop.receive(**args, invisible_ms=60_000, long_poll_ms=5_000)
+            assert second.delivery_attempt == 2
+            await pop.ack(**args_of(args), receipt_handle=second.receipt_handle)
+            await broker.ctx.trace.flush()
+            store = broker.store
+            assert store is not None
+            await asyncio.to_thread(store.wait_dispatched, WAIT_S)
+            got = store.get_message("reader", tr.TRACE_TOPIC, 0, 0, 64)
+            views = decode_messages(b"".join(got.buffers), "trace topic")
+            return trace_events(first.message.client_msg_id, views)
+        finally:
+            await broker.shutdown()
+            await client.close()
+
+    events = run(go())
+    assert [(e.event, e.group, e.attempt) for e in events] == [
+        ("send", "PG", None),
+        ("deliver", "PopG", 0),
+        ("consume_failed", "PopG", 0),
+        ("deliver", "PopG", 1),
+        ("consumed", "PopG", 1),
+    ], format_trace(events)
+
+
+def args_of(args: dict[str, Any]) -> dict[str, Any]:
+    return {"group": args["group"], "topic": args["topic"]}

@@ -92,6 +92,7 @@ class _Delivery:
     group: str
     client: str
     delivered_ms: int
+    failed: bool = False  # a pop delivery whose failure is already recorded
 
 
 class BrokerTracer:
@@ -212,28 +213,9 @@ class BrokerTracer:
         if d is None and not self.traced(real):
             return
         now = _now_ms()
-        keys = _field(original.properties.get(PROPERTY_KEYS))
-        msg_id = original.client_msg_id
         if d is not None:
             self._add(d.client, self._sub_after(d, now, success=False))
-        dlq = new_topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-        record = tr.TraceRecord(
-            tr.PUB,
-            timestamp=now,
-            region_id=self.region,
-            group=group,
-            topic=new_topic,
-            msg_id=msg_id,
-            tags=_field(original.properties.get(PROPERTY_TAGS)),
-            keys=keys,
-            store_host=self.ctx.broker_addr,
-            body_length=len(original.body),
-            cost_ms=max(0, result.store_timestamp - now),
-            msg_type=tr.MSG_TYPE_NORMAL if dlq else tr.MSG_TYPE_DELAY,
-            offset_msg_id=result.msg_id,
-            success=result.status is PutMessageStatus.PUT_OK,
-        )
-        self._add(client, record)
+        self._add(client, self._retry_pub(group, original, new_topic, result, now))
 
     def committed(self, client: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         """A consumer offset committed: deliveries below it were consumed."""
@@ -273,7 +255,80 @@ class BrokerTracer:
         )
         self._add(client, record)
 
+    # -- pop (gRPC consumers; the client is the broker's own endpoint) -------------------------------
+    def popped(self, group: str, deliveries: Sequence[tuple[int, MessageExt, int]]) -> None:
+        """Pop deliveries: (queue offset, message, delivery attempt from 1). A message popped
+        again (its invisible time passed unacked) first fails its previous delivery."""
+        now = _now_ms()
+        client = self.ctx.broker_addr
+        for offset, msg, attempt in deliveries:
+            if not self.traced(msg.topic):
+                continue
+            key = (group, msg.topic, msg.queue_id)
+            old = self._take(key, offset)
+            if old is not None and not old.failed:
+                self._add(old.client, self._sub_after(old, now, success=False))
+            keys = _field(msg.properties.get(PROPERTY_KEYS))
+            d = _Delivery(self._ids.next_id(), msg.client_msg_id, keys, group, client, now)
+            self._remember(key, offset, msg.commit_log_offset, d)
+            before = tr.TraceRecord(
+                tr.SUB_BEFORE,
+                timestamp=now,
+                region_id=self.region,
+                group=group,
+                request_id=d.request_id,
+                msg_id=d.msg_id,
+                retry_times=attempt - 1,
+                keys=keys,
+            )
+            self._add(client, before)
+
+    def pop_acked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        d = self._take((group, topic, queue_id), offset)
+        if d is not None:
+            self._add(d.client, self._sub_after(d, _now_ms(), success=True))
+
+    def pop_nacked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """ChangeInvisibleDuration: the delivery failed, the message comes back later (an ack
+        with the new handle still records the success)."""
+        waiting = self._pending.get((group, topic, queue_id))
+        d = waiting.get(offset) if waiting is not None else None
+        if d is not None and not d.failed:
+            d.failed = True
+            self._add(d.client, self._sub_after(d, _now_ms(), success=False))
+
+    def pop_dead_lettered(self, group: str, msg: MessageExt, dlq: str, result: PutMessageResult) -> None:
+        d = self._take((group, msg.topic, msg.queue_id), msg.queue_offset)
+        if d is None and not self.traced(msg.topic):
+            return
+        now = _now_ms()
+        if d is not None and not d.failed:
+            self._add(d.client, self._sub_after(d, now, success=False))
+        self._add(self.ctx.broker_addr, self._retry_pub(group, msg, dlq, result, now))
+
     # -- pending deliveries ----------------------------------------------------------------------
+    def _retry_pub(
+        self, group: str, msg: MessageExt, new_topic: str, result: PutMessageResult, now: int
+    ) -> tr.TraceRecord:
+        """The Pub of a message the broker stored again in ``%RETRY%group`` or ``%DLQ%group``."""
+        dlq = new_topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+        return tr.TraceRecord(
+            tr.PUB,
+            timestamp=now,
+            region_id=self.region,
+            group=group,
+            topic=new_topic,
+            msg_id=msg.client_msg_id,
+            tags=_field(msg.properties.get(PROPERTY_TAGS)),
+            keys=_field(msg.properties.get(PROPERTY_KEYS)),
+            store_host=self.ctx.broker_addr,
+            body_length=len(msg.body),
+            cost_ms=max(0, result.store_timestamp - now),
+            msg_type=tr.MSG_TYPE_NORMAL if dlq else tr.MSG_TYPE_DELAY,
+            offset_msg_id=result.msg_id,
+            success=result.status is PutMessageStatus.PUT_OK,
+        )
+
     def _sub_after(self, d: _Delivery, now: int, *, success: bool) -> tr.TraceRecord:
         return tr.TraceRecord(
             tr.SUB_AFTER,
@@ -297,6 +352,15 @@ class BrokerTracer:
                 waiting.pop(old_offset, None)
                 if not waiting:
                     del self._pending[old_key]
+
+    def _take(self, key: tuple[str, str, int], queue_offset: int) -> _Delivery | None:
+        waiting = self._pending.get(key)
+        if waiting is None:
+            return None
+        d = waiting.pop(queue_offset, None)
+        if not waiting:
+            del self._pending[key]
+        return d
 
     def _forget(self, group: str, phys: int) -> _Delivery | None:
         found = self._by_offset.pop((group, phys), None)
