@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import pathlib
 import threading
 import time
@@ -21,6 +22,7 @@ from _support.pop import broker_config, run
 from _support.pop import send as pop_send
 from _support.wait import wait_until
 from rocketq.broker import Broker, BrokerConfig
+from rocketq.cli import main
 from rocketq.client import (
     ConsumeStatus,
     LocalTransactionState,
@@ -106,7 +108,7 @@ def wait_trace(cluster: Cluster, msg_id: str, done: Callable[[list[TraceEvent]],
 
 
 def test_a_retried_message_shows_send_delivery_retry_redelivery_and_success(
-    make_cluster: Callable[..., Cluster],
+    make_cluster: Callable[..., Cluster], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = make_cluster(**traced())
     calls: list[int] = []
@@ -143,6 +145,22 @@ def test_a_retried_message_shows_send_delivery_retry_redelivery_and_success(
     assert all(e.msg_id == msg_id for e in events)
     times = [e.timestamp for e in events]
     assert times == sorted(times)
+    # the command line prints the same timeline, one row per event
+    assert main(["admin", "queryMsgTraceById", "-n", cluster.namesrv_addr, "-i", msg_id]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split()[:6] == ["#Type", "#Group", "#ClientHost", "#Time", "#CostTimes", "#Status"]
+    assert [r.split()[0] for r in rows[1:]] == [
+        "Pub",
+        "SubBefore",
+        "SubAfter",
+        "Pub",
+        "SubBefore",
+        "SubAfter",
+    ]
+    assert "%RETRY%TraceG" in rows[4] and "failed" in rows[3]
+    assert main(["admin", "queryMsgTraceById", "-n", cluster.namesrv_addr, "-i", msg_id, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(d["event"], d["attempt"]) for d in doc][-2:] == [("deliver", 1), ("consumed", 1)]
 
 
 def test_a_message_past_its_retries_shows_the_dead_letter_queue(make_cluster: Callable[..., Cluster]) -> None:

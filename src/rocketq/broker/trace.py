@@ -1,11 +1,12 @@
 """Message traces written by the broker (``brokerTraceEnable``; docs/operations.md "Message traces").
 
-The request processors call one method per event; each builds a record in RocketMQ's trace
-format (:mod:`rocketq.protocol.trace`) and appends it to a buffer on the event loop. Every
-``brokerTraceFlushIntervalMs``, or as soon as ``brokerTraceBatchSize`` records wait, the buffer
-becomes trace messages (one per client address, so ``queryMsgTraceById`` shows the client as
-the message's born host; at most ~128 KB of records each) put into the trace topic
-(``msgTraceTopicName``, created on demand with one queue) from a worker thread.
+The request processors call one method per event (only when ``BrokerContext.trace`` is set);
+each appends a record in RocketMQ's trace format (:mod:`rocketq.protocol.trace`) to a buffer on
+the event loop, a send only its messages and put result (its Pub records are built later). Every
+``brokerTraceFlushIntervalMs``, or as soon as ``brokerTraceBatchSize`` entries wait, a worker
+thread encodes the buffer into trace messages (one per client address, so ``queryMsgTraceById``
+shows the client as the message's born host; at most ~128 KB of records each) and puts them into
+the trace topic (``msgTraceTopicName``, created on demand with one queue).
 
 Events and the records they make (the traced msgId is the message's UNIQ_KEY):
 
@@ -21,6 +22,9 @@ Events and the records they make (the traced msgId is the message's UNIQ_KEY):
 - an offset commit past the message (``committed``; UPDATE_CONSUMER_OFFSET or a pull's commit
   flag): SubAfter success=true (contextCode SUCCESS).
 - END_TRANSACTION commit or rollback, or a check's answer (``end_transaction``): EndTransaction.
+- pop (``popped``, ``pop_acked``, ``pop_nacked``, ``pop_dead_lettered``): SubBefore per delivery
+  (retryTimes = attempt - 1), SubAfter success on ack, failed on ChangeInvisibleDuration or when
+  the message is popped again unacked, a Pub to ``%DLQ%group`` when it is dead-lettered.
 
 Deliveries waiting for an outcome are bounded (``MAX_PENDING``); the oldest are dropped first.
 ``brokerTraceTopics`` (comma separated) limits tracing to those topics; empty traces every
