@@ -306,3 +306,20 @@ def test_pop_deliveries_nacks_and_acks_are_traced(store_config: StoreConfig) -> 
 
 def args_of(args: dict[str, Any]) -> dict[str, Any]:
     return {"group": args["group"], "topic": args["topic"]}
+
+
+def test_a_transaction_rolled_back_on_the_brokers_check_is_marked_from_check(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(**traced(transaction_timeout_ms=100, transaction_check_interval_ms=50))
+    with TransactionProducer(
+        "TraceTxPG",
+        namesrv_addr=cluster.namesrv_addr,
+        check_listener=lambda m: LocalTransactionState.ROLLBACK_MESSAGE,
+    ) as p:
+        result = p.send_message_in_transaction(
+            Message(TOPIC, b"undecided", keys=["tx-2"]), lambda m, a: LocalTransactionState.UNKNOW
+        )
+        events = wait_trace(cluster, result.msg_id, lambda ev: any(e.type == tr.END_TRANSACTION for e in ev))
+    assert [(e.type, e.event) for e in events] == [("Pub", "send"), ("EndTransaction", "rollback")]
+    assert events[1].transaction_state == tr.ROLLBACK_MESSAGE and events[1].from_transaction_check
