@@ -89,6 +89,13 @@ class BrokerConfig:
     broker_topic_enable: bool = True
     trace_topic_enable: bool = False
     msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    #: The broker writes message traces to ``msg_trace_topic_name`` (rocketq key; broker/trace.py).
+    broker_trace_enable: bool = False
+    #: Topics traced, comma separated; empty = every non-system topic.
+    broker_trace_topics: str = ""
+    #: Buffered trace records are written this often, or once this many wait.
+    broker_trace_flush_interval_ms: int = 100
+    broker_trace_batch_size: int = 256
     auto_create_subscription_group: bool = True
     reject_transaction_message: bool = False
     #: How often unresolved half messages are checked (RocketMQ ``transactionCheckInterval``).
@@ -156,6 +163,8 @@ class BrokerConfig:
             "transaction_check_interval_ms",
             "pop_journal_compact_bytes",
             "pop_long_polling_max_ms",
+            "broker_trace_flush_interval_ms",
+            "broker_trace_batch_size",
         )
         if self.transaction_timeout_ms < 0:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")

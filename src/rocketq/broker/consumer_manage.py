@@ -232,6 +232,8 @@ class ConsumerManageProcessor:
         if topic not in ctx.topics:
             raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
         ctx.offsets.commit_offset(conn.remote_address, group, topic, queue_id, offset)
+        if ctx.trace is not None:
+            ctx.trace.committed(conn.remote_address, group, topic, queue_id, offset)
         persister = ctx.offsets_persister
         if persister is not None and persister.failing:
             # consumerOffset.json could not be written last time (a full disk): write now and

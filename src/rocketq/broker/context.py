@@ -32,6 +32,7 @@ from rocketq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
     from rocketq.broker.pop.service import PopService
+    from rocketq.broker.trace import BrokerTracer
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,6 +61,8 @@ class BrokerContext:
     executor: concurrent.futures.ThreadPoolExecutor | None = None
     #: Pop consumption engine (gRPC SimpleConsumer / PushConsumer), set by the broker at start.
     pop: PopService | None = None
+    #: Message trace recorder (``brokerTraceEnable``), set by the broker at start; None = off.
+    trace: BrokerTracer | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
     tps: TpsSampler = field(default_factory=TpsSampler)
     boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)

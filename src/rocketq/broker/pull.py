@@ -283,6 +283,8 @@ class PullMessageProcessor:
         if allow_suspend:
             self._commit_pulled_offset(conn, header)
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
+        if self.ctx.trace is not None and body:
+            self.ctx.trace.delivered(conn.remote_address, header.consumer_group, header.topic, result.buffers)
         return create_response(
             request,
             code,
@@ -301,6 +303,14 @@ class PullMessageProcessor:
                 header.queue_id,
                 header.commit_offset,
             )
+            if self.ctx.trace is not None:
+                self.ctx.trace.committed(
+                    conn.remote_address,
+                    header.consumer_group,
+                    header.topic,
+                    header.queue_id,
+                    header.commit_offset,
+                )
 
     async def _process(
         self,

@@ -75,6 +75,7 @@ from rocketq.broker.reset_offset import ResetOffsetProcessor
 from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
+from rocketq.broker.trace import start_tracer, stop_tracer
 from rocketq.broker.transaction import TransactionService
 from rocketq.config import StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode, RocketqError
@@ -298,6 +299,7 @@ class Broker:
         store.reput.arrival_listeners.append(pop.arrival_listener)
 
         self._install_handlers(ctx)
+        start_tracer(ctx)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -391,6 +393,7 @@ class Broker:
             await self.registrar.unregister_all()
         if ctx is not None:
             await ctx.hold.stop()
+            await stop_tracer(ctx)
             if ctx.pop is not None:
                 try:
                     await ctx.pop.shutdown()

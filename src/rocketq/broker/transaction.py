@@ -185,6 +185,8 @@ class TransactionService:
             commit_log_offset=commit_log_offset,
             commit=kind == TRANSACTION_COMMIT_TYPE,
             msg_id=msg_id,
+            client=conn.remote_address,
+            from_check=from_check,
         )
         if problem:
             return create_response(request, ResponseCode.SYSTEM_ERROR, problem)
@@ -198,6 +200,8 @@ class TransactionService:
         commit_log_offset: int,
         commit: bool,
         msg_id: str = "",
+        client: str = "",
+        from_check: bool = False,
     ) -> str:
         """Commit or roll back the half at ``commit_log_offset``; "" on success, else what is
         wrong (the remark of a SYSTEM_ERROR answer). Also used by the gRPC endpoint."""
@@ -214,6 +218,8 @@ class TransactionService:
             return ""
         self._resolved.add(half.queue_offset)
         self._resolved.add(origin)
+        if ctx.trace is not None:
+            ctx.trace.end_transaction(client, producer_group, half, commit, from_check)
         if not commit:
             await self._put(self._op_message(half))
             return ""

@@ -271,6 +271,13 @@ def _admin_query_msg_by_key(admin: Admin, args: argparse.Namespace) -> None:
     )
 
 
+def _admin_query_msg_trace_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    events = admin.query_msg_trace_by_id(args.msg_id, args.trace_topic, args.max_num)
+    from rocketq.client.trace import print_trace  # noqa: PLC0415 - see _admin
+
+    _out(args, [dataclasses.asdict(e) for e in events], lambda: print_trace(events))
+
+
 def _admin_query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> None:
     m = admin.query_msg_by_offset(args.topic, args.broker_name, args.queue_id, args.offset)
     _out(args, m.to_json(), lambda: _print_messages([m]))
@@ -496,6 +503,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-k", "--key", required=True, help="message key")
     p.add_argument(
         "-m", "--max-num", type=int, default=32, help="at most this many messages (default %(default)s)"
+    )
+    p = cmd("queryMsgTraceById", _admin_query_msg_trace_by_id, "show a message's trace, oldest event first")
+    p.add_argument("-i", "--msg-id", required=True, help="message id (UNIQ_KEY)")
+    p.add_argument(
+        "-t", "--trace-topic", default="RMQ_SYS_TRACE_TOPIC", help="trace topic (default %(default)s)"
+    )
+    p.add_argument(
+        "-c", "--max-num", type=int, default=64, help="at most this many trace messages (default %(default)s)"
     )
     p = cmd("queryMsgByOffset", _admin_query_msg_by_offset, "show the message at a queue offset")
     p.add_argument("-t", "--topic", required=True, help="topic")

@@ -377,6 +377,7 @@ class Admin(BlockingFacade[AsyncAdmin]):
     query_msg_by_id = blocking(AsyncAdmin.query_msg_by_id)
     query_msg_by_key = blocking(AsyncAdmin.query_msg_by_key)
     query_msg_by_offset = blocking(AsyncAdmin.query_msg_by_offset)
+    query_msg_trace_by_id = blocking(AsyncAdmin.query_msg_trace_by_id)
     send_message = blocking(AsyncAdmin.send_message)
     consume_message = blocking(AsyncAdmin.consume_message)
     reset_offset_by_time = blocking(AsyncAdmin.reset_offset_by_time)

@@ -11,6 +11,7 @@ created on first use and shut down with the admin. Found messages are
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rocketq.client.admin_requests import AdminRequests
 from rocketq.client.admin_views import MessageView, _int, decode_messages
@@ -20,6 +21,10 @@ from rocketq.message import Message, decode_offset_msg_id
 from rocketq.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RequestCode, create_request
+
+if TYPE_CHECKING:
+    from rocketq.client.admin import AsyncAdmin
+    from rocketq.client.trace import TraceEvent
 
 #: The group admin pulls use (Java ``MixAll.TOOLS_CONSUMER_GROUP``).
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
@@ -161,6 +166,15 @@ class AdminMessages(AdminRequests):
                 break
             offset = next_offset
         return out[:count]
+
+    async def query_msg_trace_by_id(
+        self, msg_id: str, trace_topic: str = "RMQ_SYS_TRACE_TOPIC", max_num: int = 64
+    ) -> list[TraceEvent]:
+        """The trace of a message, oldest event first (``rocketq.client.trace``)."""
+        from rocketq.client.trace import query_msg_trace_by_id  # noqa: PLC0415 - loaded on use
+
+        admin: AsyncAdmin = self  # type: ignore[assignment]  # a mixin of AsyncAdmin
+        return await query_msg_trace_by_id(admin, msg_id, trace_topic, max_num)
 
     async def send_message(
         self, topic: str, body: bytes | str, tags: str | None = None, keys: str | Sequence[str] | None = None

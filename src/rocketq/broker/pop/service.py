@@ -477,6 +477,8 @@ class PopService:
                 records.append(advance_record(key_id, read.next_offset))
             seq = self._append(b"".join(records)) if records else self._appended
             self._commit_offset(key, state)
+            if self.ctx.trace is not None:
+                self.ctx.trace.popped(group, deliver)
         await self._durable(seq)
         return out
 
@@ -564,6 +566,8 @@ class PopService:
         """Ack one delivery; durable before it returns. Raises InvalidReceiptHandle for a
         malformed handle, one of another group or topic, a stale one or an expired one."""
         key, state, receipt, _entry = self._current(group, topic, receipt_handle)
+        if self.ctx.trace is not None:
+            self.ctx.trace.pop_acked(group, topic, receipt.queue_id, receipt.queue_offset)
         await self._durable(self._record_ack(key, state, receipt.queue_offset))
 
     async def change_invisible(
@@ -574,6 +578,8 @@ class PopService:
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise InvalidParameter(f"invisible_ms={invisible_ms} is outside 0..{MAX_INVISIBLE_MS}")
         key, state, receipt, entry = self._current(group, topic, receipt_handle)
+        if self.ctx.trace is not None:
+            self.ctx.trace.pop_nacked(group, topic, receipt.queue_id, receipt.queue_offset)
         until = self._clock_ms() + invisible_ms
         nonce = secrets.randbits(64)
         offset = receipt.queue_offset
@@ -614,6 +620,8 @@ class PopService:
         result = await self._run(ctx.store.put_message, inner)
         if result.status is not PutMessageStatus.PUT_OK:
             raise RocketqError(f"writing message {msg.msg_id} to {topic} failed: {result.status.value}")
+        if ctx.trace is not None:
+            ctx.trace.pop_dead_lettered(group, msg, topic, result)
         log.info("pop group %s: message %s of %s to %s (%s)", group, msg.msg_id, msg.topic, topic, reason)
 
     # -- dead-letter sweeper ----------------------------------------------------------------
