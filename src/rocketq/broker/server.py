@@ -192,12 +192,16 @@ class Broker:
         if cfg.acl_enable:
             self.acl = await asyncio.to_thread(PlainAclValidator, cfg.acl_file_path())
             log.info("ACL enabled: %s (%d accounts)", self.acl.path, len(self.acl.config.accounts))
+        tls = cfg.tls.server_context() if cfg.tls is not None else None
+        permissive = cfg.tls is not None and cfg.tls.server_mode == "permissive"
         self._server = RemotingServer(
             cfg.bind_address,
             cfg.listen_port,
             self._handle,
             on_connection=self._on_connection,
             immediate=self._handle_now,
+            ssl=tls,
+            tls_permissive=permissive,
         )
         await self._server.start()
         if cfg.fast_listen_port_enable and cfg.listen_port > 2:
@@ -207,6 +211,8 @@ class Broker:
                 self._handle,
                 on_connection=self._on_connection,
                 immediate=self._handle_now,
+                ssl=tls,
+                tls_permissive=permissive,
             )
             try:
                 await fast.start()
@@ -268,7 +274,7 @@ class Broker:
         )
 
         hook = AclClientRpcHook(cfg.access_key, cfg.secret_key) if cfg.access_key and cfg.secret_key else None
-        self._client = RemotingClient(rpc_hook=hook)
+        self._client = RemotingClient(rpc_hook=hook, ssl=cfg.tls.client_context() if cfg.tls else None)
         self.registrar = NameServerRegistrar(cfg, self._client, lambda: self.broker_addr, topics.wrapper)
         ctx.request_register = self.registrar.request
 
