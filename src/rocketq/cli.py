@@ -184,13 +184,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 raise
             raise taken from None
         grpc_line = ""
-        if broker_cfg.acl_enable and (args.grpc_port is None or args.grpc_port >= 0):
-            # the gRPC endpoint does not check ACL yet: started only when asked for by port
-            note = "started without ACL checks" if args.grpc_port is not None else "not started"
-            print(f"gRPC endpoint {note}: it has no ACL yet (aclEnable=true)", file=sys.stderr, flush=True)
-        if (args.grpc_port is None and not broker_cfg.acl_enable) or (
-            args.grpc_port is not None and args.grpc_port >= 0
-        ):
+        if args.grpc_port is None or args.grpc_port >= 0:  # with aclEnable, the same rules (proxy/auth.py)
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
             endpoint = GrpcEndpoint(
                 broker, GrpcConfig(args.host, port, None, args.grpc_tls_cert, args.grpc_tls_key)
