@@ -44,6 +44,8 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     namesrv_addrs = parse_namesrv_addrs(args.namesrv)
+    if bool(args.access_key) != bool(args.secret_key):
+        raise ConfigError("--access-key and --secret-key must be given together")
     port_box = [args.grpc_port]
     server = grpc.aio.server(
         options=[
@@ -67,8 +69,6 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
     if port == 0:
         raise ConfigError(f"cannot listen for gRPC on {target}{change}")
     port_box[0] = port
-    if bool(args.access_key) != bool(args.secret_key):
-        raise ConfigError("--access-key and --secret-key must be given together")
     hook = AclClientRpcHook(args.access_key, args.secret_key) if args.access_key and args.secret_key else None
     async with RemotingClient(rpc_hook=hook) as remoting:
         servicer = ClusterServicer(
