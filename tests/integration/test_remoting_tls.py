@@ -156,6 +156,7 @@ def test_permissive_server_closes_with_idle_and_half_open_connections(certs: Cer
 def test_disabled_refuses_tls(certs: Certs) -> None:
     results = _serve(None, [("tls", client_context(str(certs.ca))), ("plain", None)])
     assert isinstance(results[0], RemotingConnectError)
+    assert "does the server speak TLS?" in str(results[0]) or "tls.server.mode=disabled" in str(results[0])
     assert results[1] == "hello over 105"
 
 

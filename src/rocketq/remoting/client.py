@@ -154,9 +154,14 @@ class RemotingClient:
             except ssl.SSLError as exc:
                 raise RemotingConnectError(f"TLS handshake with {addr} failed: {_tls_reason(exc)}") from exc
             except OSError as exc:
-                if self._ssl is not None:
+                if (
+                    self._ssl is not None
+                    and isinstance(exc, ConnectionError)
+                    and not isinstance(exc, ConnectionRefusedError)
+                ):  # dropped during the handshake
+                    why = str(exc) or type(exc).__name__
                     raise RemotingConnectError(
-                        f"cannot connect to {addr} with TLS: {exc} (does the server speak TLS?)"
+                        f"cannot connect to {addr} with TLS: {why} (does the server speak TLS?)"
                     ) from exc
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
             if self._closed:
