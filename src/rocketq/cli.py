@@ -148,7 +148,12 @@ async def _serve_async(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
+    # a broker.conf (-c) gives the defaults; the serve flags below always win
+    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
+    # the name server speaks the broker.conf's tls.server.* settings too
+    namesrv = NameServer(
+        NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host, tls=base_cfg.tls)
+    )
     try:
         await namesrv.start()
     except OSError as exc:
@@ -157,8 +162,6 @@ async def _serve_async(args: argparse.Namespace) -> None:
             raise
         raise taken from None
     namesrv_addr = f"{args.host}:{namesrv.port}"
-    # a broker.conf (-c) gives the defaults; the serve flags below always win
-    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
     broker_cfg = dataclasses.replace(
         base_cfg,
         broker_name=args.broker_name,

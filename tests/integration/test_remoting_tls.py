@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from procs import HOST, RocketqProcess, free_port, wait_until, write_broker_conf, write_conf
+from procs import HOST, RocketqProcess, ServeProcess, free_port, wait_until, write_broker_conf, write_conf
 
 from rocketq.cli import main
 from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
@@ -354,3 +354,40 @@ def test_admin_cli_tls(cluster: TlsCluster, capsys: pytest.CaptureFixture[str]) 
     assert main([*args, "--tls", "--tls-ca", str(cluster.certs.ca)]) == 0
     assert cluster.broker_addr in capsys.readouterr().out
     assert main(args) != 0  # plaintext against an enforcing name server
+
+
+def test_serve_applies_the_broker_conf_tls_to_both_ports(certs: Certs, tmp_path: pathlib.Path) -> None:
+    conf = {
+        "tls.server.mode": "enforcing",
+        "tls.server.certPath": str(certs.server),
+        "tls.server.keyPath": str(certs.server_key),
+        "tls.enable": "true",
+        "tls.client.trustCertPath": str(certs.ca),
+    }
+    serve = ServeProcess(tmp_path, broker_conf=conf)
+    try:
+        serve.start(30.0)
+        config = ClientConfig(
+            namesrv_addr=serve.namesrv_addr,
+            tls=True,
+            tls_ca_path=str(certs.ca),
+            access_key=None,
+            secret_key=None,
+        )
+        with Admin(config=config, timeout_ms=5000) as admin:
+            admin.create_topic("ServeTls", 1, 1, broker_addr=serve.broker_addr)
+
+            def routed() -> bool:
+                try:
+                    return bool(admin.topic_route("ServeTls").queue_datas)
+                except RocketqError:
+                    return False
+
+            wait_until(routed, "the route of ServeTls over TLS", 30.0, [serve])
+        with Producer("ServeTlsProducer", config=config, retry_times_when_send_failed=0) as producer:
+            producer.send(Message("ServeTls", b"through serve"))
+        plain = ClientConfig(namesrv_addr=serve.namesrv_addr, access_key=None, secret_key=None)
+        with Admin(config=plain, timeout_ms=2000) as admin, pytest.raises(RocketqError):
+            admin.cluster_info()
+    finally:
+        serve.stop()
