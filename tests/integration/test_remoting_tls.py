@@ -20,6 +20,7 @@ from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.client.config import ClientConfig
 from rocketq.errors import ConfigError, RemotingConnectError, RocketqError
 from rocketq.remoting import RemotingClient, RemotingServer, RequestCode, create_request
+from rocketq.remoting import tls as tls_module
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
 from rocketq.remoting.tls import TlsSettings, client_context, tls_settings_from_properties
@@ -149,6 +150,24 @@ def test_permissive_server_closes_with_idle_and_half_open_connections(certs: Cer
         silent.close()
         with pytest.raises(RemotingConnectError):
             await _call(server.port, None)
+
+    asyncio.run(run())
+
+
+def test_permissive_drops_a_connection_that_never_speaks(
+    certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls_module, "SNIFF_TIMEOUT_S", 0.3)
+
+    async def run() -> None:
+        settings = certs.settings("permissive")
+        async with RemotingServer(
+            HOST, 0, _answer, ssl=settings.server_context(), tls_permissive=True
+        ) as server:
+            reader, writer = await asyncio.open_connection(HOST, server.port)
+            assert await asyncio.wait_for(reader.read(), TIMEOUT_S) == b""  # closed by the server
+            writer.close()
+            assert await _call(server.port, None) == "hello over 105"  # still serving
 
     asyncio.run(run())
 

@@ -27,7 +27,7 @@ from rocketq.remoting.connection import (
     close_connections,
     format_address,
 )
-from rocketq.remoting.tls import PermissiveServer, create_permissive_server
+from rocketq.remoting.tls import HANDSHAKE_TIMEOUT_S, PermissiveServer, create_permissive_server
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ class RemotingServer:
                 reuse_address=True,
                 start_serving=False,
                 ssl=self._ssl,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._ssl is not None else None,
             )
         self._server = server
         if server.sockets:
