@@ -95,6 +95,41 @@ def receive_request(group: str) -> spb.ReceiveMessageRequest:
     )
 
 
+def new_acl_broker(tmp_path: pathlib.Path, acl_text: str) -> Broker:
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(acl_text, encoding="utf-8")
+    config = BrokerConfig(
+        broker_name="broker-a",
+        broker_ip1="127.0.0.1",
+        bind_address="127.0.0.1",
+        listen_port=0,
+        namesrv_addr=None,
+        acl_enable=True,
+        acl_file=str(acl_file),
+    )
+    return Broker(config, small_store_config(tmp_path / "store"))
+
+
+def test_globally_white_listed_peer_needs_no_signature(tmp_path: pathlib.Path) -> None:
+    async def run() -> None:
+        broker = new_acl_broker(tmp_path, "globalWhiteRemoteAddresses:\n  - 127.0.0.1\n" + ACL_FILE)
+        await broker.start()
+        ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
+        try:
+            await ep.start()
+            assert broker.ctx is not None
+            broker.ctx.topics.update(TopicConfig(TOPIC, 1, 1))
+            async with grpc.aio.insecure_channel(ep.address) as channel:
+                stub = service_pb2_grpc.MessagingServiceStub(channel)
+                sent = await stub.SendMessage(send_request(b"W-1"), timeout=TIMEOUT_S, metadata=meta(None))
+                assert sent.status.code == pb.OK, sent.status
+        finally:
+            await ep.stop()
+            await broker.shutdown()
+
+    asyncio.run(run())
+
+
 def test_grpc_calls_checked_against_plain_acl(tmp_path: pathlib.Path) -> None:
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(ACL_FILE, encoding="utf-8")
