@@ -14,6 +14,8 @@
  *       again after 1 s with changeInvisibleDuration)
  *
  * Every wait is bounded: the whole run ends after SECONDS (or CHECK_WAIT_S) at the latest.
+ * Credentials: $ROCKETQ_INTEROP_AK/$ROCKETQ_INTEROP_SK (none when unset); a client that does not
+ * start within $ROCKETQ_INTEROP_STARTUP_MS (default 30000) emits `error` with `stage: startup`.
  */
 
 const sdk = require(process.env.ROCKETQ_NODE_CLIENT_DIR);
@@ -41,6 +43,24 @@ function view(msg) {
     props: Object.fromEntries(msg.properties || new Map()),
     corrupted: Boolean(msg.corrupted),
   };
+}
+
+function credentials() {
+  const accessKey = process.env.ROCKETQ_INTEROP_AK;
+  const accessSecret = process.env.ROCKETQ_INTEROP_SK;
+  return accessKey ? { sessionCredentials: { accessKey, accessSecret } } : {};
+}
+
+const STARTUP_MS = Number(process.env.ROCKETQ_INTEROP_STARTUP_MS || 30000);
+
+async function started(client, what) {
+  try {
+    await withTimeout(client.startup(), STARTUP_MS, what);
+    return true;
+  } catch (err) {
+    emit('error', { stage: 'startup', error: errorText(err) });
+    return false;
+  }
 }
 
 function withTimeout(promise, ms, what) {
@@ -75,9 +95,10 @@ async function produce(endpoint, specPath, checkWaitS) {
   // other topics' routes are fetched on their first send.
   const producer = new sdk.Producer({
     endpoints: endpoint, namespace: '', requestTimeout: 5000, topics: topics.slice(0, 1), checker,
+    ...credentials(),
   });
   // startup waits, without a timeout of its own, for the first settings reply
-  await withTimeout(producer.startup(), 30000, 'producer startup');
+  if (!(await started(producer, 'producer startup'))) return;
   emit('ready');
   for (let i = 0; i < spec.length; i++) {
     const item = spec[i];
@@ -119,8 +140,9 @@ async function simple(endpoint, group, topic, count, mode, seconds) {
     consumerGroup: group,
     awaitDuration: 2000,
     subscriptions: new Map([[topic, '*']]),
+    ...credentials(),
   });
-  await withTimeout(consumer.startup(), 30000, 'consumer startup');
+  if (!(await started(consumer, 'consumer startup'))) return;
   emit('ready');
   let acked = 0;
   const deadline = Date.now() + seconds * 1000;

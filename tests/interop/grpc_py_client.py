@@ -2,7 +2,9 @@
 
 Run with the interpreter of the client's venv (see ``grpc_harness.py``); it must not import
 rocketq (the two sets of generated stubs cannot share a process). Output: one JSON object per
-line on stdout (``event`` names what happened); the SDK logs to ``$HOME/logs``.
+line on stdout (``event`` names what happened); the SDK logs to ``$HOME/logs``. Credentials:
+``$ROCKETQ_INTEROP_AK``/``$ROCKETQ_INTEROP_SK`` (none when unset); a client that cannot start
+emits ``error`` with ``stage: startup``.
 
     produce  ENDPOINT SPEC.json            send the messages of SPEC (list of dicts: topic, body,
                                            tag, keys, group, delay_ms, tx=commit|rollback|orphan,
@@ -19,6 +21,7 @@ line on stdout (``event`` names what happened); the SDK logs to ``$HOME/logs``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -51,7 +54,22 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    ak, sk = os.environ.get("ROCKETQ_INTEROP_AK", ""), os.environ.get("ROCKETQ_INTEROP_SK", "")
+    return ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=5)
+
+
+def started(client: Any) -> bool:
+    """``client.startup()``; False (after an ``error`` event) when it raised."""
+    try:
+        client.startup()
+    except Exception as exc:
+        emit("error", stage="startup", error=f"{type(exc).__name__}: {exc}")
+        try:
+            client.shutdown()
+        except Exception:
+            pass
+        return False
+    return True
 
 
 def view(msg: Any) -> dict[str, Any]:
@@ -90,7 +108,8 @@ def produce(endpoint: str, spec_path: str) -> int:
     checker = Checker()
     topics = sorted({s["topic"] for s in spec})
     producer = Producer(config(endpoint), topics, checker)
-    producer.startup()
+    if not started(producer):
+        return 0
     emit("ready")
     checker.expected = sum(1 for s in spec if s.get("tx") == "orphan")
     for i, item in enumerate(spec):
@@ -134,7 +153,8 @@ def simple(endpoint: str, group: str, topic: str, count: int, mode: str, seconds
     kind, _, text = expr.partition(":")
     filt = FilterExpression(text or "*") if kind != "SQL" else FilterExpression(text, 2)
     consumer = SimpleConsumer(config(endpoint), group, {topic: filt}, await_duration=2)
-    consumer.startup()
+    if not started(consumer):
+        return 0
     emit("ready")
     acked = 0
     deadline = time.monotonic() + seconds

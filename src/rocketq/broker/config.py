@@ -35,6 +35,7 @@ from rocketq.acl.plain import resolve_acl_file
 from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
+from rocketq.remoting.tls import TlsSettings, tls_settings_from_properties
 
 #: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
 KEY_ALIASES: dict[str, str] = {
@@ -136,6 +137,9 @@ class BrokerConfig:
     #: The account this broker signs its requests to name servers with (``accessKey``/``secretKey``).
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    #: TLS of the broker's port and of its connections to name servers (RocketMQ's ``tls.*``
+    #: keys, :mod:`rocketq.remoting.tls`); None = plaintext.
+    tls: TlsSettings | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -222,6 +226,9 @@ def broker_config_from_properties(props: dict[str, str], **overrides: Any) -> Br
             key = next(k for k, v in KEY_ALIASES.items() if v == name)
             problems.append(f"{key}={raw!r}: expected an integer")
     try:
+        tls = tls_settings_from_properties(props)
+        if tls is not None:
+            coerced["tls"] = tls
         config = from_rocketmq_properties(BrokerConfig, plain, **{**coerced, **overrides})
     except ConfigError as exc:
         problems.append(str(exc).removeprefix("invalid configuration: "))

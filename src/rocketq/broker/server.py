@@ -29,8 +29,8 @@ are answered by a second table of plain functions right where the transport deco
 per message); the others, and every request before start finishes, go through the first table.
 With ``aclEnable=true`` every request is checked against the plain ACL rules
 (:mod:`rocketq.acl`) before either table is consulted; a refusal answers NO_PERMISSION (16) with
-a remark naming what was refused and logs a WARNING (at most one per reason every 10 s). The
-gRPC endpoint (proxy/) is not covered yet. An unknown code answers 3 with the remark
+a remark naming what was refused and logs a WARNING (at most one per reason every 10 s); the gRPC
+endpoint checks the same accounts (proxy/auth.py). An unknown code answers 3 with the remark
 ``" request type <code> not supported"``. A processor error that is a
 :class:`~rocketq.errors.RocketqError` becomes its wire code with the message as remark (the
 transport does that); anything else becomes SYSTEM_ERROR (1).
@@ -193,22 +193,19 @@ class Broker:
         if cfg.acl_enable:
             self.acl = await asyncio.to_thread(PlainAclValidator, cfg.acl_file_path())
             log.info("ACL enabled: %s (%d accounts)", self.acl.path, len(self.acl.config.accounts))
-        self._server = RemotingServer(
-            cfg.bind_address,
-            cfg.listen_port,
-            self._handle,
-            on_connection=self._on_connection,
-            immediate=self._handle_now,
-        )
+        tls = cfg.tls.server_context() if cfg.tls is not None else None
+        permissive = cfg.tls is not None and cfg.tls.server_mode == "permissive"
+
+        def server(port: int) -> RemotingServer:
+            return RemotingServer(
+                cfg.bind_address, port, self._handle, on_connection=self._on_connection,
+                immediate=self._handle_now, ssl=tls, tls_permissive=permissive,
+            )  # fmt: skip
+
+        self._server = server(cfg.listen_port)
         await self._server.start()
         if cfg.fast_listen_port_enable and cfg.listen_port > 2:
-            fast = RemotingServer(
-                cfg.bind_address,
-                cfg.listen_port - 2,
-                self._handle,
-                on_connection=self._on_connection,
-                immediate=self._handle_now,
-            )
+            fast = server(cfg.listen_port - 2)
             try:
                 await fast.start()
                 self._fast_server = fast
@@ -269,7 +266,7 @@ class Broker:
         )
 
         hook = AclClientRpcHook(cfg.access_key, cfg.secret_key) if cfg.access_key and cfg.secret_key else None
-        self._client = RemotingClient(rpc_hook=hook)
+        self._client = RemotingClient(rpc_hook=hook, ssl=cfg.tls.client_context() if cfg.tls else None)
         self.registrar = NameServerRegistrar(cfg, self._client, lambda: self.broker_addr, topics.wrapper)
         ctx.request_register = self.registrar.request
 

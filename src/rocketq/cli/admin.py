@@ -410,7 +410,8 @@ def _admin(args: argparse.Namespace) -> int:
     try:
         # ACL keys: the flags, else $ROCKETQ_ACCESS_KEY/$ROCKETQ_SECRET_KEY (ClientConfig's default)
         keys = {"access_key": args.access_key, "secret_key": args.secret_key}
-        config = ClientConfig(**keys) if args.access_key or args.secret_key else None
+        tls = {"tls": True, "tls_ca_path": args.tls_ca} if args.tls or args.tls_ca else {}
+        config = ClientConfig(**keys, **tls) if args.access_key or args.secret_key or tls else None
         with Admin(args.namesrv_addr, config=config, timeout_ms=args.timeout_ms) as admin:
             command(admin, args)
     except RocketqError as exc:
@@ -430,6 +431,8 @@ def add_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--access-key", help="ACL access key (default $ROCKETQ_ACCESS_KEY)")
     common.add_argument("--secret-key", help="ACL secret key (default $ROCKETQ_SECRET_KEY)")
+    common.add_argument("--tls", action="store_true", help="connect with TLS (tls.enable)")
+    common.add_argument("--tls-ca", default=None, help="PEM CA file that signed the servers' certificates")
     common.add_argument(
         "--timeout-ms", type=int, default=5000, help="timeout of each request (default %(default)s)"
     )

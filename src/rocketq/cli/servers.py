@@ -103,7 +103,12 @@ async def _serve_async(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
+    # a broker.conf (-c) gives the defaults; the serve flags below always win
+    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
+    # the name server speaks the broker.conf's tls.server.* settings too
+    namesrv = NameServer(
+        NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host, tls=base_cfg.tls)
+    )
     try:
         await namesrv.start()
     except OSError as exc:
@@ -112,8 +117,6 @@ async def _serve_async(args: argparse.Namespace) -> None:
             raise
         raise taken from None
     namesrv_addr = f"{args.host}:{namesrv.port}"
-    # a broker.conf (-c) gives the defaults; the serve flags below always win
-    base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
     broker_cfg = dataclasses.replace(
         base_cfg,
         broker_name=args.broker_name,
@@ -139,13 +142,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
                 raise
             raise taken from None
         grpc_line = ""
-        if broker_cfg.acl_enable and (args.grpc_port is None or args.grpc_port >= 0):
-            # the gRPC endpoint does not check ACL yet: started only when asked for by port
-            note = "started without ACL checks" if args.grpc_port is not None else "not started"
-            print(f"gRPC endpoint {note}: it has no ACL yet (aclEnable=true)", file=sys.stderr, flush=True)
-        if (args.grpc_port is None and not broker_cfg.acl_enable) or (
-            args.grpc_port is not None and args.grpc_port >= 0
-        ):
+        if args.grpc_port is None or args.grpc_port >= 0:  # with aclEnable, the same rules (proxy/auth.py)
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port
             endpoint = GrpcEndpoint(
                 broker, GrpcConfig(args.host, port, None, args.grpc_tls_cert, args.grpc_tls_key)

@@ -60,7 +60,7 @@ class AdminRequests:
             return
         if self._state != "created":
             raise ClientStateError("admin was shut down and cannot be restarted")
-        self._remoting = RemotingClient(rpc_hook=self.config.rpc_hook())
+        self._remoting = RemotingClient(rpc_hook=self.config.rpc_hook(), ssl=self.config.ssl_context())
         self._state = "running"
 
     async def shutdown(self) -> None:

@@ -238,7 +238,9 @@ class AsyncProducer:
             return
         if self._state != "created":
             raise ClientStateError(f"producer {self.group} was shut down and cannot be restarted")
-        self._remoting = RemotingClient(self.request_handler, rpc_hook=self.config.rpc_hook())
+        self._remoting = RemotingClient(
+            self.request_handler, rpc_hook=self.config.rpc_hook(), ssl=self.config.ssl_context()
+        )
         self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.send_timeout_ms / 1000)
         self._refresher = asyncio.get_running_loop().create_task(
             self._refresh_routes(), name=f"rocketq-producer-{self.group}-routes"

@@ -32,6 +32,7 @@ import itertools
 import os
 import re
 import socket
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,10 @@ class ClientConfig:
     route refresh (``pollNameServerInterval``). ``persist_consumer_offset_interval_ms``: period
     of a consumer's offset commits (``persistConsumerOffsetInterval``). ``access_key`` and
     ``secret_key``: the ACL account every request is signed with (both or neither; default
-    ``$ROCKETQ_ACCESS_KEY``/``$ROCKETQ_SECRET_KEY``)."""
+    ``$ROCKETQ_ACCESS_KEY``/``$ROCKETQ_SECRET_KEY``). ``tls``: open every connection with TLS
+    (RocketMQ ``tls.enable``), verifying the servers' certificates against ``tls_ca_path`` (PEM;
+    default: the system's CAs; host names are not checked, as in RocketMQ); ``tls_cert_path`` and
+    ``tls_key_path``: this client's certificate, for servers that ask for one."""
 
     namesrv_addr: str | tuple[str, ...] = ()
     instance_name: str = DEFAULT_INSTANCE_NAME
@@ -137,6 +141,10 @@ class ClientConfig:
     persist_consumer_offset_interval_ms: int = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL_MS
     access_key: str | None = dataclasses.field(default_factory=_access_key_from_env)
     secret_key: str | None = dataclasses.field(default_factory=_secret_key_from_env, repr=False)
+    tls: bool = False
+    tls_ca_path: str | None = None
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namesrv_addr, str):
@@ -157,8 +165,20 @@ class ClientConfig:
             problems.append(f"client_ip={self.client_ip!r} must be non-empty, without '@'")
         if bool(self.access_key) != bool(self.secret_key):
             problems.append("access_key and secret_key must be given together")
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
+            problems.append("tls_cert_path and tls_key_path must be given together")
+        if not self.tls and (self.tls_ca_path or self.tls_cert_path):
+            problems.append("tls_ca_path/tls_cert_path are given but tls is False")
         if problems:
             raise ConfigError("invalid client config: " + "; ".join(problems))
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the client's connections; None unless ``tls``."""
+        if not self.tls:
+            return None
+        from rocketq.remoting.tls import client_context  # noqa: PLC0415 - only with TLS
+
+        return client_context(self.tls_ca_path, cert_path=self.tls_cert_path, key_path=self.tls_key_path)
 
     def rpc_hook(self) -> AclClientRpcHook | None:
         """The hook that signs requests with ``access_key``/``secret_key``; None without them."""

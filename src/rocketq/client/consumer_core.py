@@ -128,7 +128,9 @@ class ConsumerCore(GroupMembership):
             raise ClientStateError(f"consumer {self.group} was shut down and cannot be restarted")
         if self.offset_store is not None:
             self.offset_store.load()
-        self._remoting = RemotingClient(self._on_broker_request, rpc_hook=self.config.rpc_hook())
+        self._remoting = RemotingClient(
+            self._on_broker_request, rpc_hook=self.config.rpc_hook(), ssl=self.config.ssl_context()
+        )
         self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.request_timeout_ms / 1000)
         self._rebalance_wanted = asyncio.Event()
         self._assignment_changed = asyncio.Event()

@@ -16,6 +16,7 @@ from rocketq.config import from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
+from rocketq.remoting.tls import TlsSettings, tls_settings_from_properties
 
 DEFAULT_NAMESRV_PORT: Final = 9876
 
@@ -50,6 +51,9 @@ class NamesrvConfig:
     acl_enable: bool = False
     #: The rules file (``aclFile``); None = ``$ROCKETMQ_HOME/conf/plain_acl.yml``.
     acl_file: str | None = None
+    #: TLS of the name server's port (RocketMQ's ``tls.server.*`` keys,
+    #: :mod:`rocketq.remoting.tls`); None = plaintext. Not part of GET/UPDATE_NAMESRV_CONFIG.
+    tls: TlsSettings | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -67,6 +71,9 @@ class NamesrvConfig:
     @classmethod
     def from_rocketmq_properties(cls, props: dict[str, str], **overrides: Any) -> NamesrvConfig:
         """From RocketMQ ``namesrv.conf`` keys (``listenPort``, ``scanNotActiveBrokerInterval``, …)."""
+        tls = tls_settings_from_properties(props)
+        if tls is not None and "tls" not in overrides:
+            overrides = {**overrides, "tls": tls}
         return from_rocketmq_properties(cls, props, **overrides)
 
     def to_rocketmq_properties(self) -> dict[str, str]:
@@ -74,7 +81,7 @@ class NamesrvConfig:
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or f.name == "tls":
                 continue
             out[rocketmq_key(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
         return out

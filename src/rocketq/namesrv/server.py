@@ -165,6 +165,8 @@ class NameServer:
             self._handle,
             max_frame_size=self._config.max_frame_size_bytes,
             on_connection=self._on_connection,
+            ssl=self._config.tls.server_context() if self._config.tls is not None else None,
+            tls_permissive=self._config.tls is not None and self._config.tls.server_mode == "permissive",
         )
         self._scan_task: asyncio.Task[None] | None = None
         self._kv_lock: asyncio.Lock | None = None

@@ -13,12 +13,14 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
 import grpc
 
+from rocketq.acl.signature import AclClientRpcHook
 from rocketq.errors import ConfigError, RocketqError
 from rocketq.proxy.server import DEFAULT_GRPC_PORT, check_key_pair, check_port_free
 from rocketq.proxy.v2 import service_pb2_grpc
@@ -42,6 +44,8 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     namesrv_addrs = parse_namesrv_addrs(args.namesrv)
+    if bool(args.access_key) != bool(args.secret_key):
+        raise ConfigError("--access-key and --secret-key must be given together")
     port_box = [args.grpc_port]
     server = grpc.aio.server(
         options=[
@@ -65,7 +69,8 @@ async def run_proxy(args: argparse.Namespace, ready: asyncio.Event | None = None
     if port == 0:
         raise ConfigError(f"cannot listen for gRPC on {target}{change}")
     port_box[0] = port
-    async with RemotingClient() as remoting:
+    hook = AclClientRpcHook(args.access_key, args.secret_key) if args.access_key and args.secret_key else None
+    async with RemotingClient(rpc_hook=hook) as remoting:
         servicer = ClusterServicer(
             remoting, namesrv_addrs, advertised_host=args.host, advertised_port=lambda: port_box[0]
         )
@@ -123,6 +128,16 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
     p.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
+    p.add_argument(
+        "--access-key",
+        default=os.environ.get("ROCKETQ_ACCESS_KEY"),
+        help="ACL account the proxy signs its remoting requests with (default $ROCKETQ_ACCESS_KEY)",
+    )
+    p.add_argument(
+        "--secret-key",
+        default=os.environ.get("ROCKETQ_SECRET_KEY"),
+        help="its secret (default $ROCKETQ_SECRET_KEY)",
+    )
     p.set_defaults(func=_proxy)
 
 

@@ -200,6 +200,7 @@ class ClusterServicer(ClientSessionServicer):
         self._types: dict[str, tuple[float, str]] = {}
         client_id = f"{advertised_host}@rocketq-proxy-{os.getpid()}"
         self.checks = OrphanChecks(self.routes, self.sessions, client_id=client_id, timeout_s=timeout_s)
+        self.checks.remoting.rpc_hook = remoting.rpc_hook  # its heartbeats are signed alike
 
     async def close(self) -> None:
         """Stop the producer heartbeats and close their broker connections."""

@@ -3,7 +3,9 @@
 ``GrpcEndpoint(broker, GrpcConfig(...))`` serves :class:`~rocketq.proxy.servicer.MessagingServicer`
 on ``host:port`` (port 0 picks a free one; :attr:`GrpcEndpoint.port` is the real one once
 started), plaintext or TLS when ``tls_cert_path``/``tls_key_path`` are given. Stop it before the
-broker (open Telemetry streams are ended; held receives end with the grace period).
+broker (open Telemetry streams are ended; held receives end with the grace period). When the
+broker checks ACL (``aclEnable=true``), every call is checked against the same rules
+(:class:`~rocketq.proxy.auth.GrpcAclInterceptor`: the SDKs' ``MQv2-HMAC-SHA1`` signature).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from rocketq.errors import ConfigError
+from rocketq.proxy.auth import GrpcAclInterceptor
 from rocketq.proxy.servicer import MessagingServicer
 from rocketq.proxy.v2 import service_pb2_grpc
 
@@ -99,12 +102,14 @@ class GrpcEndpoint:
             advertised_host=cfg.advertised_host or cfg.host,
             advertised_port=lambda: self._port,
         )
+        interceptors = [GrpcAclInterceptor(self.broker.acl)] if self.broker.acl is not None else []
         server = grpc.aio.server(
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.max_send_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
         target = f"{cfg.host}:{cfg.port}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
@@ -44,7 +45,8 @@ class RemotingClient:
 
     ``handler`` (optional) answers requests the servers send on those connections; without one,
     such requests get REQUEST_CODE_NOT_SUPPORTED (oneway ones nothing). ``rpc_hook`` (optional)
-    runs on every request sent through :meth:`invoke` and :meth:`invoke_oneway` first."""
+    runs on every request sent through :meth:`invoke` and :meth:`invoke_oneway` first. ``ssl``
+    (optional, :func:`rocketq.remoting.tls.client_context`) opens every connection with TLS."""
 
     def __init__(
         self,
@@ -54,8 +56,10 @@ class RemotingClient:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         rpc_hook: RpcHook | None = None,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        self._ssl = ssl
         self.rpc_hook = rpc_hook
         self._max_frame_size = max_frame_size
         self._connect_timeout_s = connect_timeout_s
@@ -142,12 +146,23 @@ class RemotingClient:
             loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
-                    _, conn = await loop.create_connection(self._make_connection, host, port)
+                    _, conn = await loop.create_connection(self._make_connection, host, port, ssl=self._ssl)
             except TimeoutError:
                 raise RemotingConnectError(
                     f"connecting to {addr} timed out after {self._connect_timeout_s:g} s"
                 ) from None
+            except ssl.SSLError as exc:
+                raise RemotingConnectError(f"TLS handshake with {addr} failed: {_tls_reason(exc)}") from exc
             except OSError as exc:
+                if (
+                    self._ssl is not None
+                    and isinstance(exc, ConnectionError)
+                    and not isinstance(exc, ConnectionRefusedError)
+                ):  # dropped during the handshake
+                    why = str(exc) or type(exc).__name__
+                    raise RemotingConnectError(
+                        f"cannot connect to {addr} with TLS: {why} (does the server speak TLS?)"
+                    ) from exc
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
             if self._closed:
                 conn.abort()
@@ -170,3 +185,15 @@ class RemotingClient:
             max_pending_requests=self._max_pending_requests,
             serving=False,
         )
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"the server's certificate is not trusted ({exc.verify_message}); "
+            "is the CA file (tls.client.trustCertPath) the one that signed it?"
+        )
+    reason = exc.reason or str(exc)
+    if reason in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"):
+        return f"{reason}: the server does not speak TLS on this port (tls.server.mode=disabled?)"
+    return str(reason)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Final
 
@@ -26,6 +27,7 @@ from rocketq.remoting.connection import (
     close_connections,
     format_address,
 )
+from rocketq.remoting.tls import HANDSHAKE_TIMEOUT_S, PermissiveServer, create_permissive_server
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ class RemotingServer:
     ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
     back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection.
     ``immediate(conn, request)`` (optional) is asked first for every request and answers the
-    ones it can without awaiting (see :mod:`rocketq.remoting.connection`)."""
+    ones it can without awaiting (see :mod:`rocketq.remoting.connection`). ``ssl`` (optional)
+    serves TLS, only TLS unless ``tls_permissive`` (then TLS or plaintext, by the first byte a
+    client sends; :mod:`rocketq.remoting.tls`)."""
 
     def __init__(
         self,
@@ -51,8 +55,12 @@ class RemotingServer:
         on_connection: Callable[[Connection], None] | None = None,
         backlog: int = DEFAULT_BACKLOG,
         immediate: ImmediateHandler | None = None,
+        ssl: ssl.SSLContext | None = None,
+        tls_permissive: bool = False,
     ) -> None:
         self.host = host
+        self._ssl = ssl
+        self._tls_permissive = tls_permissive and ssl is not None
         self._immediate = immediate
         self._port = port
         self._handler = handler
@@ -60,7 +68,7 @@ class RemotingServer:
         self._max_pending_requests = max_pending_requests
         self._on_connection = on_connection
         self._backlog = backlog
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | PermissiveServer | None = None
         self._connections: set[Connection] = set()
 
     @property
@@ -83,14 +91,23 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         # Bound first, recorded, then serving: create_server's own start of serving ends in an
         # await, and a start cancelled there would leave a listening socket nobody can close.
-        server = await loop.create_server(
-            self._make_connection,
-            self.host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=True,
-            start_serving=False,
-        )
+        server: asyncio.Server | PermissiveServer
+        if self._tls_permissive:
+            assert self._ssl is not None
+            server = await create_permissive_server(
+                self._make_connection, self.host, self._port, self._ssl, backlog=self._backlog
+            )
+        else:
+            server = await loop.create_server(
+                self._make_connection,
+                self.host,
+                self._port,
+                backlog=self._backlog,
+                reuse_address=True,
+                start_serving=False,
+                ssl=self._ssl,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._ssl is not None else None,
+            )
         self._server = server
         if server.sockets:
             self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it

@@ -31,7 +31,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -70,6 +70,7 @@ class QueuePartition(InputPartition):
     fail_on_data_loss: bool
     pull_batch_size: int
     request_timeout_ms: int
+    keys: tuple[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -138,6 +139,7 @@ def make_partitions(opts: ReadOptions, plan: RangePlan) -> list[QueuePartition]:
                     fail_on_data_loss=opts.fail_on_data_loss,
                     pull_batch_size=opts.pull_batch_size,
                     request_timeout_ms=opts.request_timeout_ms,
+                    keys=opts.keys,
                 )
             )
     return out
@@ -157,7 +159,7 @@ def read_partition(part: QueuePartition) -> Iterator[Any]:
         check_data_loss(part.ref, lost_from, lost_to, fail_on_data_loss=part.fail_on_data_loss)
 
     async def pump() -> None:
-        client = RemotingClient()
+        client = RemotingClient(rpc_hook=cluster.acl_hook(part.keys))
         pending: list[Any] = []
         try:
             async for messages in read_range(

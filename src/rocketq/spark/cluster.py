@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rocketq.acl.signature import AclClientRpcHook
 from rocketq.client.admin import AsyncAdmin
 from rocketq.client.aio import error_for_response
+from rocketq.client.config import ClientConfig
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
 from rocketq.protocol.route import MASTER_ID
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
@@ -57,13 +59,29 @@ class Session:
         return response
 
 
-def run(name_server: str, timeout_ms: int, work: Callable[[Session], Awaitable[T]]) -> T:
-    """Run ``work(session)`` with fresh clients on a private event loop."""
+def acl_hook(keys: tuple[str, str] | None) -> AclClientRpcHook | None:
+    """The request signer of the options ``accessKey``/``secretKey``; None without them."""
+    return AclClientRpcHook(*keys) if keys is not None else None
+
+
+def acl_config(keys: tuple[str, str] | None) -> ClientConfig | None:
+    """A client config with the options' ACL account; None without one."""
+    return ClientConfig(access_key=keys[0], secret_key=keys[1]) if keys is not None else None
+
+
+def run(
+    name_server: str,
+    timeout_ms: int,
+    work: Callable[[Session], Awaitable[T]],
+    keys: tuple[str, str] | None = None,
+) -> T:
+    """Run ``work(session)`` with fresh clients on a private event loop; both sign their
+    requests with ``keys`` (access key, secret key) when given."""
 
     async def main() -> T:
-        client = RemotingClient()
+        client = RemotingClient(rpc_hook=acl_hook(keys))
         try:
-            async with AsyncAdmin(name_server, timeout_ms=timeout_ms) as admin:
+            async with AsyncAdmin(name_server, config=acl_config(keys), timeout_ms=timeout_ms) as admin:
                 return await work(Session(admin, client, timeout_ms / 1000))
         finally:
             await client.close()
@@ -106,7 +124,7 @@ async def queue_ranges_async(session: Session, opts: ReadOptions) -> dict[QueueR
 
 def queue_ranges(opts: ReadOptions) -> dict[QueueRef, QueueRange]:
     """Every queue of the option's topics with its min/max offset (sorted by topic, broker, id)."""
-    return run(opts.name_server, opts.request_timeout_ms, lambda s: queue_ranges_async(s, opts))
+    return run(opts.name_server, opts.request_timeout_ms, lambda s: queue_ranges_async(s, opts), opts.keys)
 
 
 def offsets_at(
@@ -127,7 +145,7 @@ def offsets_at(
             out[ref] = int(response.ext_fields.get("offset", info.max_offset))
         return out
 
-    return run(opts.name_server, opts.request_timeout_ms, work)
+    return run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
 
 
 def commit_offsets(
@@ -153,7 +171,7 @@ def commit_offsets(
             except RocketqError as exc:
                 log.warning("commit of offset %d of %s for group %s failed: %s", offset, ref, group, exc)
 
-    run(opts.name_server, opts.request_timeout_ms, work)
+    run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
 
 
 __all__ = [

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
 from rocketq.protocol.topic import TRANS_OP_HALF_TOPIC
 from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.remoting.client import RpcHook
 from rocketq.spark.pull import pull_once
 from rocketq.spark.staged import COMMIT, StagedMessage, StagedWriteError, now_ms
 
@@ -173,6 +174,7 @@ async def commit_halves(
     deadline_ms: int | None = None,
     marks: Mapping[str, int] | None = None,
     on_marks: Callable[[dict[str, int]], None] | None = None,
+    rpc_hook: RpcHook | None = None,
 ) -> CommitReport:
     """Commit every half (see the module rules); raises CommitIncomplete when some brokers did
     not confirm theirs within ``retry_ms`` of the first failure (or by ``deadline_ms``).
@@ -188,7 +190,7 @@ async def commit_halves(
             b.names.add(m.broker)
     report = CommitReport()
     timeout_s = timeout_ms / 1000
-    client = RemotingClient()
+    client = RemotingClient(rpc_hook=rpc_hook)
     loop = asyncio.get_running_loop()
     first_failure: float | None = None
     try:

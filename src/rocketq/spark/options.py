@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rocketq.errors import ConfigError
 from rocketq.spark.offsets import OffsetSpec, parse_offset_spec, parse_tag_expression
@@ -113,11 +113,21 @@ class ReadOptions:
     push_filters: bool
     pull_batch_size: int
     request_timeout_ms: int
+    #: ACL account (options ``accessKey``/``secretKey``) every request is signed with.
+    keys: tuple[str, str] | None = field(default=None, repr=False)
 
     def matches_topic(self, topic: str) -> bool:
         if self.topic_pattern is not None:
             return re.fullmatch(self.topic_pattern, topic) is not None
         return topic in self.topics
+
+
+def _keys(opts: _Options) -> tuple[str, str] | None:
+    access_key, secret_key = opts.get("accessKey"), opts.get("secretKey")
+    if bool(access_key) != bool(secret_key):
+        opts.problems.append("accessKey and secretKey must be given together")
+        return None
+    return (access_key.strip(), secret_key.strip()) if access_key and secret_key else None
 
 
 def _name_server(opts: _Options) -> str:
@@ -191,6 +201,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         or DEFAULT_PULL_BATCH_SIZE,
         request_timeout_ms=opts.integer("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS, low=1)
         or DEFAULT_REQUEST_TIMEOUT_MS,
+        keys=_keys(opts),
     )
     opts.raise_problems("streaming read" if streaming else "read")
     return options
@@ -208,6 +219,8 @@ class WriteOptions:
     request_timeout_ms: int
     checkpoint_location: str | None
     commit_retry_ms: int = DEFAULT_COMMIT_RETRY_MS
+    #: ACL account (options ``accessKey``/``secretKey``) every request is signed with.
+    keys: tuple[str, str] | None = field(default=None, repr=False)
 
 
 def _or_default(value: int | None, default: int) -> int:
@@ -235,6 +248,7 @@ def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOpti
         or DEFAULT_REQUEST_TIMEOUT_MS,
         checkpoint_location=checkpoint,
         commit_retry_ms=_or_default(opts.integer("commitRetryMs", None, low=0), DEFAULT_COMMIT_RETRY_MS),
+        keys=_keys(opts),
     )
     opts.raise_problems("streaming write" if streaming else "write")
     return options

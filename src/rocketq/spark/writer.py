@@ -153,7 +153,11 @@ async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_
         return LocalTransactionState.UNKNOW
 
     producer = AsyncTransactionProducer(
-        group, namesrv_addr=opts.name_server, check_listener=check, send_timeout_ms=opts.send_timeout_ms
+        group,
+        config=cluster.acl_config(opts.keys),
+        namesrv_addr=opts.name_server,
+        check_listener=check,
+        send_timeout_ms=opts.send_timeout_ms,
     )
     await producer.start()
     staged: list[StagedMessage] = []
@@ -180,7 +184,7 @@ async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_
         if staged:
             log.warning("write task %d failed; rolling back %d staged messages", partition_id, len(staged))
             try:
-                await end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms)
+                await end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys)
             except RocketqError as exc:
                 log.warning(
                     "rollback after a failed write task incomplete (the broker's check "
@@ -203,9 +207,16 @@ def stage_rows(opts: WriteOptions, group: str, rows: Iterator[Any]) -> StagedBat
 
 
 # -- ending (driver) ---------------------------------------------------------------------------
-async def end_transactions(group: str, staged: Sequence[StagedMessage], kind: int, timeout_ms: int) -> int:
-    """END_TRANSACTION ``kind`` for every half, once; StagedWriteError names the failures."""
-    client = RemotingClient()
+async def end_transactions(
+    group: str,
+    staged: Sequence[StagedMessage],
+    kind: int,
+    timeout_ms: int,
+    keys: tuple[str, str] | None = None,
+) -> int:
+    """END_TRANSACTION ``kind`` for every half, once (signed with ``keys`` when given);
+    StagedWriteError names the failures."""
+    client = RemotingClient(rpc_hook=cluster.acl_hook(keys))
     try:
         failures = await end_each(client, group, staged, kind, timeout_ms / 1000)
     finally:
@@ -267,6 +278,7 @@ def commit_staged(
             deadline_ms=_commit_deadline_ms(opts, oldest_ms),
             marks=marks,
             on_marks=on_marks,
+            rpc_hook=cluster.acl_hook(opts.keys),
         )
     )
     log.info(
@@ -281,7 +293,7 @@ def commit_staged(
 
 def rollback_staged(opts: WriteOptions, group: str, staged: Sequence[StagedMessage]) -> None:
     try:
-        asyncio.run(end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms))
+        asyncio.run(end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys))
     except StagedWriteError as exc:
         log.warning("%s (the broker's check discards them)", exc)
 
@@ -307,7 +319,7 @@ def half_queue_marks(opts: WriteOptions) -> dict[str, int]:
                 marks[entry.addr] = 0  # no half queue yet
         return marks
 
-    return cluster.run(opts.name_server, opts.request_timeout_ms, work)
+    return cluster.run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
 
 
 async def _halves_of_group(
@@ -361,7 +373,7 @@ def sweep_rollback(
         return found
 
     async def work() -> int:
-        client = RemotingClient()
+        client = RemotingClient(rpc_hook=cluster.acl_hook(opts.keys))
         loop = asyncio.get_running_loop()
         positions = dict(marks)
         ended = 0
@@ -375,7 +387,7 @@ def sweep_rollback(
                     quiet_since = loop.time()
                     try:
                         ended += await end_transactions(
-                            group, list(batch.values()), ROLLBACK, opts.request_timeout_ms
+                            group, list(batch.values()), ROLLBACK, opts.request_timeout_ms, opts.keys
                         )
                     except StagedWriteError as exc:
                         log.warning("%s (the broker's check discards them)", exc)
