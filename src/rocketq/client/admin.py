@@ -539,6 +539,18 @@ class AsyncAdmin:
             raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's ``table``), what mqadmin's
+        ``brokerStatus`` prints."""
+        response = await self._broker(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        try:
+            table = fastjson.loads((response.body or b"").decode("utf-8")).get("table")
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise BodyFormatError(f"broker {broker_addr}: runtime info does not parse: {exc}") from None
+        if not isinstance(table, dict):
+            raise BodyFormatError(f"broker {broker_addr}: no table in the runtime info")
+        return {str(k): str(v) for k, v in table.items()}
+
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue of ``topic``."""
         out: list[QueueStatus] = []
@@ -936,6 +948,9 @@ class Admin(BlockingFacade):
 
     def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         return self._call(self._core.subscription_groups(broker_addr))
+
+    def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        return self._call(self._core.broker_runtime_info(broker_addr))
 
     def topic_list(self) -> list[str]:
         return self._call(self._core.topic_list())

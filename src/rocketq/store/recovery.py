@@ -26,6 +26,7 @@ does not accept (a BLANK, a V2 or IPv6 record, a record cut by the window, damag
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from rocketq.fileio import durable_replace
 from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
@@ -62,6 +64,45 @@ class SegmentEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class ResyncPolicy:
+    """When the scan looks past a damaged record for intact records after it.
+
+    A damaged record (CORRUPT) is looked past anywhere after a clean shutdown, and below
+    ``known_end`` after a crash (past it, damage is what a torn write leaves: the tail is cut as
+    before). A zero TOTALSIZE (END) is looked past only below ``known_end``: data was flushed up to
+    there, so zeros before it are damage, not the end of data. ``known_end`` is the checkpoint's
+    "CommitLog flushed up to" (-1 when unknown: a store written by Apache RocketMQ)."""
+
+    known_end: int
+    clean_shutdown: bool
+
+    def allows(self, offset: int, kind: rec.RecordKind) -> bool:
+        if offset < self.known_end:
+            return True
+        return kind is rec.RecordKind.CORRUPT and self.clean_shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRange:
+    """A damaged byte range ``[offset, end)`` of one segment, with intact records after it.
+
+    Recovery copies its bytes to ``quarantine/`` and overwrites it in place with a filler (see
+    :func:`encode_filler`); the records after it keep their offsets."""
+
+    offset: int
+    end: int
+    #: The segment holding it.
+    segment: int
+    #: Records the damaged range held, as far as its TOTALSIZE chain tells (at least 1).
+    records: int
+    reason: str
+
+    @property
+    def size(self) -> int:
+        return self.end - self.offset
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryPlan:
     """What the scan found and what applying it does. Nothing here refers to open files."""
 
@@ -88,6 +129,8 @@ class RecoveryPlan:
     redispatch_from: int
     #: The ConsumeQueues name data past ``process_offset``: their units from there are cut.
     cut_queues: bool
+    #: Damaged ranges followed by intact records: kept in place, filled, and reported.
+    quarantined: tuple[QuarantinedRange, ...] = ()
 
     @property
     def truncated_bytes(self) -> int:
@@ -119,6 +162,7 @@ def plan_recovery(
     start_index: int | None = None,
     start_offset: int | None = None,
     dispatch: DispatchState | None = None,
+    resync: ResyncPolicy | None = None,
 ) -> RecoveryPlan:
     """The recovery scan over ``segments`` (in offset order, each ``file_size`` bytes apart).
 
@@ -126,7 +170,8 @@ def plan_recovery(
     ``start_index``, or by default at the third-last segment. ``prop_crc``: verify every record
     against its ``__CRC32#`` property as well (record by record). ``max_record``: the largest
     legal record (windows of the record-by-record step hold at least that). ``dispatch``: what
-    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`."""
+    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`. ``resync``: look past damage
+    for intact records (:class:`ResyncPolicy`; None: the first damage ends the valid data)."""
     if not segments:
         return RecoveryPlan(0, 0, 0, (), (), None, 0, 0, 0, 0, False)
     if start_offset is not None and segments[0].file_from_offset <= start_offset:
@@ -141,6 +186,16 @@ def plan_recovery(
     process, count = _scan(
         find, file_size, start, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
     )
+    quarantined: list[QuarantinedRange] = []
+    while resync is not None:
+        found = find_resync(find, file_size, process, resync, check_crc=check_crc, prop_crc=prop_crc)
+        if found is None:
+            break
+        quarantined.append(found)
+        process, more = _scan(
+            find, file_size, found.end, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
+        )
+        count += more
     if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
         # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
         # case the end of data is that BLANK's position, found by scanning that segment.
@@ -181,6 +236,7 @@ def plan_recovery(
         if dispatch is None
         else redispatch_from(max(0, segments[0].file_from_offset), process, dispatch),
         dispatch is not None and dispatch.queues_end > process,
+        tuple(quarantined),
     )
 
 
@@ -200,9 +256,229 @@ def redispatch_from(low: int, end: int, state: DispatchState) -> int:
     return max(low, min(start, end))
 
 
+#: The topic of a filler record: a damaged range overwritten in place (see :func:`encode_filler`).
+QUARANTINE_TOPIC = "%QUARANTINE%"
+#: The directory (under the store root) of the quarantined bytes.
+QUARANTINE_DIR = "quarantine"
+#: Bytes read per step when looking for the next intact record after damage.
+_SEARCH_BYTES = 4 << 20
+_MESSAGE_PREFIX = rec.MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True)[:3]  # V1 and V2 share it
+_BLANK_MAGIC = rec.BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+
+
+def quarantine_file_name(r: QuarantinedRange) -> str:
+    """``<20-digit segment>.quarantine-<CommitLog offset>``."""
+    return f"{r.segment:020d}.quarantine-{r.offset}"
+
+
+def encode_filler(physical_offset: int, size: int, *, prop_crc: bool = False) -> bytes | None:
+    """A record of exactly ``size`` bytes that replaces a damaged range at ``physical_offset``.
+
+    It is an ordinary, valid V1 message record (so Apache RocketMQ's own recovery and tools read
+    past it) of topic :data:`QUARANTINE_TOPIC` with a zero body, flagged as a ROLLBACK transaction
+    record: dispatch never puts it in a ConsumeQueue or the index (RocketMQ's rule, ours too), so
+    no consumer ever sees it. None when ``size`` is below the smallest such record (103 bytes,
+    123 with the ``__CRC32#`` property)."""
+    props = rec.properties_with_crc_slot(b"") if prop_crc else b""
+    overhead = rec.calc_msg_length(0, 0, len(QUARANTINE_TOPIC), len(props))
+    if size < overhead:
+        return None
+    return rec.encode_record(
+        topic=QUARANTINE_TOPIC,
+        body=bytes(size - overhead),
+        sys_flag=rec.TRANSACTION_ROLLBACK_TYPE,
+        physical_offset=physical_offset,
+        append_prop_crc=prop_crc,
+    )
+
+
+def is_filler(view: rec.RecordView) -> bool:
+    """Whether a decoded record is a filler written over a quarantined range."""
+    return (
+        view.topic == QUARANTINE_TOPIC
+        and view.sys_flag & rec.TRANSACTION_MASK == rec.TRANSACTION_ROLLBACK_TYPE
+    )
+
+
+def find_resync(
+    find: Callable[[int], SegmentView | None],
+    file_size: int,
+    offset: int,
+    policy: ResyncPolicy,
+    *,
+    check_crc: bool = True,
+    prop_crc: bool = False,
+) -> QuarantinedRange | None:
+    """The damaged range starting at ``offset`` (where the scan stopped) and the intact record
+    after it, or None when the scan's stop is the end of valid data (nothing intact follows, or
+    the policy says a stop there is a torn tail).
+
+    The search goes byte by byte (records are not aligned) for a magic code in the rest of the
+    segment; a candidate is taken only when it decodes as a whole record with its body CRC (and,
+    with ``prop_crc``, its ``__CRC32#`` property) and its PHYSICALOFFSET field equals its position.
+    A BLANK whose size reaches exactly the end of the segment is taken too. When the segment has
+    nothing intact after the damage, the damage reaches the end of the segment if the next
+    segment starts with an intact record; else it is a torn tail."""
+    seg = find(offset)
+    if seg is None:
+        return None
+    base = seg.file_from_offset
+    pos = offset - base
+    limit = seg.read_position
+    if pos >= limit:
+        return None
+    head = seg.read(pos, min(limit - pos, 8)) or b""
+    total = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else 0
+    if len(head) == 8 and head[4:] == _BLANK_MAGIC:
+        return None
+    if not any(head):
+        kind = rec.RecordKind.END
+        reason = "zero TOTALSIZE"
+    else:
+        kind = rec.RecordKind.CORRUPT
+        data = seg.read(pos, total) if 0 < total <= limit - pos else head
+        view = rec.decode_record(data or head, 0, check_crc=check_crc, verify_prop_crc=prop_crc)
+        reason = view.reason or f"record does not decode ({view.kind.name})"
+    if not policy.allows(offset, kind):
+        return None
+    stop = limit
+    if policy.known_end > offset:
+        stop = min(limit, policy.known_end - base)
+    found = _search(seg, file_size, pos + 1, stop, prop_crc=prop_crc)
+    if found is None:
+        nxt = base + file_size
+        following = find(nxt)
+        if following is None or not _intact_at(following, file_size, 0, prop_crc=prop_crc):
+            return None
+        found = file_size
+    return QuarantinedRange(offset, base + found, base, _chain_count(seg, pos, found), reason)
+
+
+def _search(seg: SegmentView, file_size: int, start: int, stop: int, *, prop_crc: bool) -> int | None:
+    """Position of the first intact record (or exact end-of-segment BLANK) starting in
+    ``[start, stop)`` of ``seg``."""
+    p = start
+    while p < stop:
+        n = min(stop - p, _SEARCH_BYTES)
+        # the magic sits 4 bytes into the record: read 4 + 3 bytes more to see a magic that
+        # starts at the window's last record position
+        data = seg.read(p, min(n + 7, seg.read_position - p))
+        if not data:
+            return None
+        hits = []
+        i = data.find(_MESSAGE_PREFIX, 4)
+        if i >= 0:
+            hits.append(i)
+        j = data.find(_BLANK_MAGIC, 4)
+        if j >= 0:
+            hits.append(j)
+        if not hits:
+            p += n
+            continue
+        q = min(hits)
+        cand = p + q - 4
+        if cand >= stop:
+            return None
+        if _intact_at(seg, file_size, cand, prop_crc=prop_crc):
+            return cand
+        p = cand + 1
+    return None
+
+
+def _intact_at(seg: SegmentView, file_size: int, pos: int, *, prop_crc: bool) -> bool:
+    """Whether an intact record (CRC checked, PHYSICALOFFSET equal to its position) or a BLANK
+    reaching exactly the end of the segment starts at ``pos`` of ``seg``."""
+    head = seg.read(pos, 8)
+    if head is None or len(head) < 8:
+        return False
+    total = int.from_bytes(head[:4], "big", signed=True)
+    if head[4:] == _BLANK_MAGIC:
+        return total == file_size - pos and total >= 8
+    if total < 91 or pos + total > seg.read_position:
+        return False
+    data = seg.read(pos, total)
+    if data is None:
+        return False
+    view = rec.decode_record(data, 0, check_crc=True, read_body=False, verify_prop_crc=prop_crc)
+    return view.kind is rec.RecordKind.MESSAGE and view.physical_offset == seg.file_from_offset + pos
+
+
+def _chain_count(seg: SegmentView, pos: int, end: int) -> int:
+    """Records in ``[pos, end)`` as the TOTALSIZE chain tells: exact when the chain lands on
+    ``end``, else at least 1."""
+    p = pos
+    n = 0
+    while p < end and n < 100_000:
+        head = seg.read(p, 4)
+        size = int.from_bytes(head, "big", signed=True) if head is not None and len(head) == 4 else 0
+        if size <= 0 or p + size > end:
+            break
+        p += size
+        n += 1
+    return n if p == end and n else max(1, n)
+
+
+def quarantine(commitlog: CommitLog, plan: RecoveryPlan, directory: str, *, prop_crc: bool) -> list[str]:
+    """Copy each damaged range of ``plan`` to ``directory`` (once: an existing copy is kept, it
+    holds the original bytes) and overwrite the range in place with a filler: a filler record
+    (:func:`encode_filler`), or a BLANK when the range reaches the end of its segment. The filler's
+    TOTALSIZE is written last and the segment synced, so a crash meanwhile leaves the damage as it
+    was for the next start to find again. Returns the quarantine file paths."""
+    paths: list[str] = []
+    for r in plan.quarantined:
+        mf = commitlog.queue.find_by_offset(r.offset)
+        if mf is None or not mf.hold():
+            continue
+        try:
+            pos = r.offset - mf.file_from_offset
+            end = r.end - mf.file_from_offset
+            path = os.path.join(directory, quarantine_file_name(r))
+            if not os.path.exists(path):
+                damaged = bytes(mf.mm[pos:end])
+                if end >= commitlog.file_size:
+                    damaged = damaged.rstrip(b"\0")  # the never-written rest of the segment
+                durable_replace(path, damaged)
+            if end >= commitlog.file_size:
+                filler: bytes | None = rec.encode_blank(end - pos)
+            else:
+                filler = encode_filler(r.offset, r.size, prop_crc=prop_crc)
+            if filler is None:
+                log.error(
+                    "CommitLog damage at offset %d is %d bytes, too short for a filler record: "
+                    "left in place (dispatch skips it by its size)",
+                    r.offset,
+                    r.size,
+                )
+            else:
+                mf.mm[pos + 4 : pos + len(filler)] = filler[4:]
+                mf.mm[pos : pos + 4] = filler[:4]
+                mf.sync(full=True)
+            paths.append(path)
+        finally:
+            mf.release()
+    return paths
+
+
+def list_quarantined(directory: str) -> list[tuple[int, int, str]]:
+    """(CommitLog offset, bytes kept, file name) of every quarantine file in ``directory``."""
+    out: list[tuple[int, int, str]] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        head, sep, tail = name.partition(".quarantine-")
+        if not sep or not head.isdigit() or not tail.isdigit():
+            continue
+        out.append((int(tail), os.path.getsize(os.path.join(directory, name)), name))
+    out.sort()
+    return out
+
+
 def apply_recovery(commitlog: CommitLog, plan: RecoveryPlan) -> None:
     """Cut the CommitLog at ``plan.process_offset``: later segments deleted, stale bytes of the
-    segment holding it zeroed, flush and commit positions set to it."""
+    segment holding it zeroed, flush and commit positions set to it. (Quarantined ranges are
+    filled by :func:`quarantine` first.)"""
     queue = commitlog.queue
     if not queue.files:
         return
@@ -218,22 +494,42 @@ def recover_commitlog(
     start_index: int | None = None,
     start_offset: int | None = None,
     dispatch: DispatchState | None = None,
+    resync: ResyncPolicy | None = None,
+    quarantine_dir: str | None = None,
 ) -> RecoveryReport:
     """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
-    or by default from the third-last segment; cut everything after the last valid record."""
+    or by default from the third-last segment; cut everything after the last valid record.
+    With ``resync``, damage followed by intact records is quarantined to ``quarantine_dir``
+    (default ``<store root>/quarantine``) instead, and logged at ERROR."""
     began = time.monotonic()
     queue = commitlog.queue
+    prop_crc = check_crc and commitlog.config.enabled_append_prop_crc
     plan = plan_recovery(
         queue.files,
         commitlog.file_size,
         check_crc=check_crc,
         # With the whole-record CRC property on, every record is verified against it as well.
-        prop_crc=check_crc and commitlog.config.enabled_append_prop_crc,
+        prop_crc=prop_crc,
         max_record=commitlog._max_record,
         start_index=start_index,
         start_offset=start_offset,
         dispatch=dispatch,
+        resync=resync,
     )
+    if plan.quarantined:
+        directory = quarantine_dir or os.path.join(commitlog.config.store_path_root_dir, QUARANTINE_DIR)
+        paths = quarantine(commitlog, plan, directory, prop_crc=prop_crc)
+        for r, path in zip(plan.quarantined, paths, strict=False):
+            log.error(
+                "CommitLog damage at offset %d (%s): %d record(s), %d bytes skipped and quarantined "
+                "to %s; intact records resume at offset %d",
+                r.offset,
+                r.reason,
+                r.records,
+                r.size,
+                path,
+                r.end,
+            )
     apply_recovery(commitlog, plan)
     process = plan.process_offset
     report = RecoveryReport(
