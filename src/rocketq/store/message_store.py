@@ -43,7 +43,7 @@ from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.cq_repair import collect_units, dedupe, unit_mismatch
+from rocketq.store.cq_repair import collect_units, dedupe, queue_maxima, unit_mismatch
 from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
 from rocketq.store.record_scan import SCHEDULE_TOPIC
@@ -294,12 +294,26 @@ class MessageStore:
         if caught_up:
             log.info("re-dispatched %d records after recovery", caught_up)
         damaged = self._check_consume_queues(plan.start_offset)
+        # What the CommitLog's re-verified range says each queue's next offset is: a queue that
+        # ends before that was cut short, and no new send may get an offset it already holds.
+        log_next = queue_maxima(
+            self.commitlog,
+            plan.start_offset,
+            self.reput.reput_from_offset,
+            delay_levels=self.delay_levels,
+            damaged=self.reput.damaged,
+        )
+        for key, nxt in log_next.items():
+            cq = self.consume_queues.find(*key)
+            have = cq.max_offset_in_queue if cq is not None else 0
+            if have < nxt and key not in damaged:
+                damaged[key] = f"the CommitLog holds queue offset {nxt - 1}, the queue ends at {have}"
         if damaged:
             self.rebuild_queues(damaged)
-        for (topic, qid), nxt in self.consume_queues.max_offsets().items():
-            table = self.commitlog.topic_queue_table
-            if nxt > table.get((topic, qid), 0):
-                table[(topic, qid)] = nxt
+        table = self.commitlog.topic_queue_table
+        for key, nxt in [*self.consume_queues.max_offsets().items(), *log_next.items()]:
+            if nxt > table.get(key, 0):
+                table[key] = nxt
 
     # -- ConsumeQueue checks and repair (store/cq_repair.py) ---------------------------------------
     def _unit_problem(self, cq: ConsumeQueue, index: int) -> str | None:
