@@ -502,6 +502,9 @@ def iter_records(
 
 # -- dispatch: the requests of a window ------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: The topic of the filler records recovery writes over a quarantined damaged range
+#: (``store/recovery.py``); they are ROLLBACK records, which no queue and no index holds.
+QUARANTINE_TOPIC = "%QUARANTINE%"
 
 
 class DispatchRequest:
@@ -1034,6 +1037,7 @@ __all__ = [
     "MIN_COLUMNAR_RECORDS",
     "PAD_BYTES",
     "POW31",
+    "QUARANTINE_TOPIC",
     "SCHEDULE_TOPIC",
     "DispatchBatch",
     "DispatchRequest",

@@ -39,7 +39,7 @@ from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.mapped_file import MappedFile
-from rocketq.store.record_scan import SegmentView
+from rocketq.store.record_scan import QUARANTINE_TOPIC, SegmentView
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,6 @@ def redispatch_from(low: int, end: int, state: DispatchState) -> int:
     return max(low, min(start, end))
 
 
-#: The topic of a filler record: a damaged range overwritten in place (see :func:`encode_filler`).
-QUARANTINE_TOPIC = "%QUARANTINE%"
 #: The directory (under the store root) of the quarantined bytes.
 QUARANTINE_DIR = "quarantine"
 #: Bytes read per step when looking for the next intact record after damage.
