@@ -23,6 +23,7 @@ so a queue offset is never given out twice.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import struct
 from collections.abc import Callable, Collection
@@ -242,22 +243,53 @@ def _walk(
         delay_levels=delay_levels,
     )
     walker.damaged = dict(damaged or {})
+    walker.at_rest = True
     walker.reput_from_offset = max(start, 0, commitlog.min_offset)
     walker.do_reput()
 
 
 def dedupe(units: list[Unit]) -> tuple[list[Unit], int]:
-    """Units in queue-offset order with each queue offset once (the first record that claims it
-    wins; a store written before queue offsets were kept unique can hold two); returns them and
-    how many were dropped."""
-    seen: set[int] = set()
+    """The units (in CommitLog order) whose queue offsets are consistent, each queue offset once;
+    returns them and how many were dropped.
+
+    QUEUEOFFSET is not covered by the body CRC, so a damaged record can claim any queue offset
+    (a store written before queue offsets were kept unique can also hold two records with one).
+    In CommitLog order a queue's offsets strictly increase, so the longest strictly increasing
+    run of them is kept; a jump larger than the records that fit between two units (91 bytes is
+    the smallest record) is damage too."""
+    if not units:
+        return [], 0
+    # longest strictly increasing subsequence of the queue offsets (patience sorting)
+    tails: list[int] = []  # queue offset ending the best run of each length
+    tail_at: list[int] = []  # index of that unit
+    back = [-1] * len(units)
+    for i, unit in enumerate(units):
+        k = bisect.bisect_left(tails, unit[3])
+        if k == len(tails):
+            tails.append(unit[3])
+            tail_at.append(i)
+        else:
+            tails[k] = unit[3]
+            tail_at[k] = i
+        back[i] = tail_at[k - 1] if k else -1
+    chain: list[int] = []
+    i = tail_at[-1]
+    while i >= 0:
+        chain.append(i)
+        i = back[i]
+    chain.reverse()
     kept: list[Unit] = []
-    for unit in sorted(units, key=lambda u: (u[3], u[0])):
-        if unit[3] in seen:
-            continue
-        seen.add(unit[3])
+    for i in chain:
+        unit = units[i]
+        if kept:
+            prev = kept[-1]
+            if unit[3] - prev[3] - 1 > (unit[0] - prev[0]) // _MIN_RECORD:
+                continue
         kept.append(unit)
     return kept, len(units) - len(kept)
+
+
+_MIN_RECORD = 91
 
 
 #: A check of one unit against the CommitLog: (queue offset, physical offset, size) → reason.

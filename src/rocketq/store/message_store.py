@@ -37,7 +37,14 @@ from types import TracebackType
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, StoreLocked, SystemBusy
-from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
+from rocketq.message import (
+    TOPIC_PATTERN,
+    BrokerMessage,
+    Message,
+    MessageExt,
+    decode_offset_msg_id,
+    pack_socket_addr,
+)
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
@@ -303,13 +310,22 @@ class MessageStore:
             delay_levels=self.delay_levels,
             damaged=self.reput.damaged,
         )
-        for key, nxt in log_next.items():
+        for key, nxt in list(log_next.items()):
+            if not TOPIC_PATTERN.match(key[0]):
+                # a record whose topic bytes are damaged (the body CRC does not cover them)
+                log.error("the CommitLog holds records of an invalid topic %r; ignored", key[0][:64])
+                del log_next[key]
+                continue
             cq = self.consume_queues.find(*key)
             have = cq.max_offset_in_queue if cq is not None else 0
             if have < nxt and key not in damaged:
                 damaged[key] = f"the CommitLog holds queue offset {nxt - 1}, the queue ends at {have}"
         if damaged:
             self.rebuild_queues(damaged)
+            for key in damaged:
+                # the rebuilt queue has every consistent record; a larger QUEUEOFFSET in the log
+                # is damage (the field is not covered by the body CRC)
+                log_next.pop(key, None)
         table = self.commitlog.topic_queue_table
         for key, nxt in [*self.consume_queues.max_offsets().items(), *log_next.items()]:
             if nxt > table.get(key, 0):
@@ -371,8 +387,9 @@ class MessageStore:
                 old_max = old.max_offset_in_queue if old is not None else 0
                 kept, dropped = dedupe(units)
                 cq = cqs.replace(topic, queue_id)
+                # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
+                # filler units of holes would stop its search)
                 holes = cq.fill_from(kept)
-                cq.correct_min_offset(max(0, self.commitlog.min_offset))
                 cq.flush(0)
                 with self.commitlog._put_lock:
                     table = self.commitlog.topic_queue_table
@@ -783,7 +800,7 @@ class MessageStore:
             if codes is not None and tags not in codes:
                 continue
             data = self.commitlog.read(phy, size)
-            if data is None:
+            if data is None and phy + size <= self.commitlog.min_offset:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 continue
             problem = unit_mismatch(data, phy, size, topic_b, queue_id, offset + scanned - 1)
@@ -801,6 +818,8 @@ class MessageStore:
                     offset + scanned - 1,
                     problem,
                 )
+                continue
+            if data is None:
                 continue
             result.buffers.append(data)
             result.queue_offsets.append(offset + scanned - 1)

@@ -328,7 +328,13 @@ def find_resync(
     head = seg.read(pos, min(limit - pos, 8)) or b""
     total = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else 0
     if len(head) == 8 and head[4:] == _BLANK_MAGIC:
-        return None
+        # The scan stops at a BLANK when the next segment does not start with a valid record:
+        # that segment's start is where the damage is.
+        nxt = base + file_size
+        following = find(nxt)
+        if pos == 0 or following is None or following.file_from_offset != nxt:
+            return None
+        return find_resync(find, file_size, nxt, policy, check_crc=check_crc, prop_crc=prop_crc)
     if not any(head):
         kind = rec.RecordKind.END
         reason = "zero TOTALSIZE"
@@ -344,9 +350,18 @@ def find_resync(
         stop = min(limit, policy.known_end - base)
     found = _search(seg, file_size, pos + 1, stop, prop_crc=prop_crc)
     if found is None:
+        # Nothing intact in the rest of this segment: the damage reaches its end if a later
+        # segment holds an intact record (its own damaged start is then found from there).
         nxt = base + file_size
         following = find(nxt)
-        if following is None or not _intact_at(following, file_size, 0, prop_crc=prop_crc):
+        while following is not None and following.file_from_offset == nxt:
+            if _intact_at(following, file_size, 0, prop_crc=prop_crc) or (
+                _search(following, file_size, 0, following.read_position, prop_crc=prop_crc) is not None
+            ):
+                break
+            nxt += file_size
+            following = find(nxt)
+        else:
             return None
         found = file_size
     return QuarantinedRange(offset, base + found, base, _chain_count(seg, pos, found), reason)
