@@ -11,6 +11,9 @@ every start; ``docs/operations.md`` has the operator's view):
 * at every start: the structure of the last three files of each queue (an invalid unit with
   units after it is damage, not a torn end: :attr:`ConsumeQueue.damaged`), and the first and the
   last unit of every queue against their records;
+* at every start: the next queue offset of every queue as the records recovery re-verified say
+  (:attr:`RecoveryPlan.queue_next`, noted by the bulk scan itself): a queue that ends before it
+  was cut short;
 * after an abnormal stop, additionally: every unit that points into the CommitLog range recovery
   re-verified (the un-checkpointed tail);
 * on every read (:meth:`MessageStore.get_message`): each unit read against the record it names.
@@ -28,10 +31,7 @@ import logging
 import struct
 from collections.abc import Callable, Collection
 
-import numpy as np
-
 from rocketq.protocol import record as rec
-from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest
@@ -109,118 +109,6 @@ def collect_units(
                     units.append((r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset))
 
     _walk(commitlog, take, 0, end, delay_levels=delay_levels, damaged=damaged)
-    return out
-
-
-def queue_maxima(
-    commitlog: CommitLog,
-    start: int,
-    end: int,
-    *,
-    delay_levels: dict[int, int] | None,
-    damaged: dict[int, int] | None = None,
-) -> dict[Key, int]:
-    """The next queue offset of every queue as the CommitLog's records in ``[start, end)`` say
-    (one more than the largest QUEUEOFFSET of a record a ConsumeQueue holds).
-
-    Start-up runs this over the range recovery re-verified, so it is lean: the TOTALSIZE walk and
-    the bulk header columns of :mod:`record_scan`, no property parsing. Anything the bulk path does
-    not take (a BLANK, another layout, damage) hands the rest of the range to the dispatch walk."""
-    out: dict[Key, int] = {}
-    offset = max(start, 0, commitlog.min_offset)
-    file_size = commitlog.file_size
-    queue = commitlog.queue
-    names: dict[bytes, str] = {}
-    while offset < end:
-        mf = queue.find_by_offset(offset)
-        if mf is None:
-            break
-        pos = offset - mf.file_from_offset
-        n = min(mf.read_position, end - mf.file_from_offset) - pos
-        if n <= 0:
-            break
-        data = mf.read(pos, min(n, _LEAN_WINDOW))
-        if data is None:
-            break
-        starts, _, stop = record_scan.walk(data)
-        k = 0
-        if starts:
-            cols, k, _ = record_scan.scan(record_scan.pad(data), len(data), starts)
-            queued = ((cols.sys_flag & 0x4) == 0).tolist()
-            qids = cols.queue_id.tolist()
-            qoffs = cols.queue_offset.tolist()
-            t0s = cols.topic_start.tolist()
-            tls = cols.topic_len.tolist()
-            for i in range(k):
-                if not queued[i]:
-                    continue
-                raw = data[t0s[i] : t0s[i] + tls[i]]
-                topic = names.get(raw)
-                if topic is None:
-                    topic = names[raw] = raw.decode("utf-8", "replace")
-                key = (topic, qids[i])
-                if qoffs[i] >= out.get(key, 0):
-                    out[key] = qoffs[i] + 1
-            if k:
-                offset += int(cols.starts[k - 1] + cols.size[k - 1])
-        if k < len(starts):
-            break  # a record of another layout or damage: the dispatch walk takes over
-        if stop is None:
-            if k == 0:
-                break
-            continue  # the window ended: read on from the next record
-        if stop is rec.RecordKind.BLANK:
-            offset = mf.file_from_offset + file_size
-            continue
-        break  # END or damage inside the range: the dispatch walk takes over
-    if offset < end:
-        for key, nxt in _queue_maxima_slow(
-            commitlog, offset, end, delay_levels=delay_levels, damaged=damaged
-        ).items():
-            if nxt > out.get(key, 0):
-                out[key] = nxt
-    return out
-
-
-_LEAN_WINDOW = 4 << 20
-
-
-def _queue_maxima_slow(
-    commitlog: CommitLog,
-    start: int,
-    end: int,
-    *,
-    delay_levels: dict[int, int] | None,
-    damaged: dict[int, int] | None = None,
-) -> dict[Key, int]:
-    """The next queue offset of every queue as the CommitLog's records in ``[start, end)`` say
-    (one more than the largest QUEUEOFFSET of a record a ConsumeQueue holds)."""
-    out: dict[Key, int] = {}
-
-    def take(requests: list[DispatchRequest]) -> None:
-        if isinstance(requests, DispatchBatch):
-            cols = requests.columns
-            rows = np.flatnonzero((cols.sys_flag & 0x4) == 0)
-            if not rows.size:
-                return
-            key = (requests.topic_index[rows].astype(np.int64) << 32) | (cols.queue_id[rows] & 0xFFFFFFFF)
-            qoff = cols.queue_offset[rows].astype(np.int64)
-            order = np.lexsort((qoff, key))
-            last = np.flatnonzero(np.append(key[order][1:] != key[order][:-1], True))
-            for i in last.tolist():
-                row = int(order[i])
-                k = (requests.topics[int(key[row] >> 32)], int(cols.queue_id[rows][row]))
-                nxt = int(qoff[row]) + 1
-                if nxt > out.get(k, 0):
-                    out[k] = nxt
-            return
-        for r in requests:
-            if rec.transaction_type(r.sys_flag) in _QUEUED_TRANSACTION_TYPES:
-                k = (r.topic, r.queue_id)
-                if r.consume_queue_offset + 1 > out.get(k, 0):
-                    out[k] = r.consume_queue_offset + 1
-
-    _walk(commitlog, take, start, end, delay_levels=delay_levels, damaged=damaged)
     return out
 
 

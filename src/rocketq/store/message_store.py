@@ -50,7 +50,7 @@ from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.cq_repair import collect_units, dedupe, queue_maxima, unit_mismatch
+from rocketq.store.cq_repair import collect_units, dedupe, unit_mismatch
 from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
 from rocketq.store.record_scan import SCHEDULE_TOPIC
@@ -303,13 +303,7 @@ class MessageStore:
         damaged = self._check_consume_queues(plan.start_offset)
         # What the CommitLog's re-verified range says each queue's next offset is: a queue that
         # ends before that was cut short, and no new send may get an offset it already holds.
-        log_next = queue_maxima(
-            self.commitlog,
-            plan.start_offset,
-            self.reput.reput_from_offset,
-            delay_levels=self.delay_levels,
-            damaged=self.reput.damaged,
-        )
+        log_next = dict(plan.queue_next)
         for key, nxt in list(log_next.items()):
             if not TOPIC_PATTERN.match(key[0]):
                 # a record whose topic bytes are damaged (the body CRC does not cover them)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -131,6 +131,9 @@ class RecoveryPlan:
     cut_queues: bool
     #: Damaged ranges followed by intact records: kept in place, filled, and reported.
     quarantined: tuple[QuarantinedRange, ...] = ()
+    #: (topic, queue id) → the next queue offset the scanned records name (the store's
+    #: queue-offset table takes at least this; a queue that ends before it was cut short).
+    queue_next: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def truncated_bytes(self) -> int:
@@ -183,8 +186,9 @@ def plan_recovery(
     find = record_scan.segment_finder(segments, file_size)
     window = max(_WINDOW_BYTES, max_record + 8)
     ends: dict[int, int] = {}
+    queue_next: record_scan.QueueNext = {}
     process, count = _scan(
-        find, file_size, start, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
+        find, file_size, start, ends, queue_next, check_crc=check_crc, prop_crc=prop_crc, window=window
     )
     quarantined: list[QuarantinedRange] = []
     while resync is not None:
@@ -193,7 +197,14 @@ def plan_recovery(
             break
         quarantined.append(found)
         process, more = _scan(
-            find, file_size, found.end, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
+            find,
+            file_size,
+            found.end,
+            ends,
+            queue_next,
+            check_crc=check_crc,
+            prop_crc=prop_crc,
+            window=window,
         )
         count += more
     if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
@@ -237,6 +248,7 @@ def plan_recovery(
         else redispatch_from(max(0, segments[0].file_from_offset), process, dispatch),
         dispatch is not None and dispatch.queues_end > process,
         tuple(quarantined),
+        queue_next,
     )
 
 
@@ -563,6 +575,7 @@ def _scan(
     file_size: int,
     start: int,
     ends: dict[int, int],
+    queue_next: record_scan.QueueNext,
     *,
     check_crc: bool,
     prop_crc: bool,
@@ -578,7 +591,7 @@ def _scan(
     buf = np.zeros(_WINDOW_BYTES + record_scan.PAD_BYTES, dtype=np.uint8)
     while True:
         if not prop_crc:
-            process, accepted = _bulk_prefix(find, process, buf, check_crc=check_crc)
+            process, accepted = _bulk_prefix(find, process, buf, queue_next, check_crc=check_crc)
             if accepted:
                 count += accepted
                 ends[(process - 1) - (process - 1) % file_size] = process
@@ -593,6 +606,10 @@ def _scan(
             ends[offset - offset % file_size] = process
             count += 1
             stepped += 1
+            if view.sys_flag & 0x4 == 0 and view.queue_offset + 1 > queue_next.get(
+                (view.topic, view.queue_id), 0
+            ):
+                queue_next[(view.topic, view.queue_id)] = view.queue_offset + 1
             if not prop_crc:
                 break
         if stepped == 0:
@@ -600,7 +617,12 @@ def _scan(
 
 
 def _bulk_prefix(
-    find: Callable[[int], SegmentView | None], offset: int, buf: npt.NDArray[np.uint8], *, check_crc: bool
+    find: Callable[[int], SegmentView | None],
+    offset: int,
+    buf: npt.NDArray[np.uint8],
+    queue_next: record_scan.QueueNext,
+    *,
+    check_crc: bool,
 ) -> tuple[int, int]:
     """Accept the leading records of the window at ``offset`` that pass the structure checks in
     bulk and, when ``check_crc``, their body CRC. Returns (offset after them, how many).
@@ -627,7 +649,7 @@ def _bulk_prefix(
             return offset, 0
         buf[:n] = np.frombuffer(data, dtype=np.uint8)
     buf[n : n + record_scan.PAD_BYTES] = 0
-    end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc)
+    end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc, queue_next=queue_next)
     return offset + end, accepted
 
 
