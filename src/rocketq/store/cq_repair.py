@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 #: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG
 _HEAD = struct.Struct(">iiiiiqqi")
 _QUEUED_TRANSACTION_TYPES = frozenset((0x0, 0x8))
+_QQ = struct.Struct(">qq")
 
 Key = tuple[str, int]
 Unit = tuple[int, int, int, int]  # physical offset, size, tags code, queue offset
@@ -54,6 +55,18 @@ def unit_mismatch(
     for V1 records with IPv4 hosts (a few µs), ``decode_record`` for other layouts."""
     if data is None or len(data) != size or size < 91:
         return f"no record of {size} bytes at offset {phy}"
+    # the common case (V1 magic, IPv4 hosts, everything matching) by slices: a read checks every
+    # unit, so this runs once per message read
+    # (a record of another layout, V2 or IPv6 hosts, fails the topic test here and is judged
+    # below; a PHYSICALOFFSET equal to ``phy`` means a record really starts there)
+    if (
+        data[20:36] == _QQ.pack(queue_offset, phy)
+        and data[12:16] == queue_id.to_bytes(4, "big", signed=True)
+        and data[0:4] == size.to_bytes(4, "big")
+        and data[(t := 88 + int.from_bytes(data[84:88], "big")) : t + 1 + len(topic)]
+        == len(topic).to_bytes(1, "big") + topic
+    ):
+        return None
     total, magic, _crc, qid, _flag, qoff, pos, sys_flag = _HEAD.unpack_from(data)
     if total != size:
         return f"the record at offset {phy} has TOTALSIZE {total}, the unit says {size}"
