@@ -302,14 +302,6 @@ def encode_filler(physical_offset: int, size: int, *, prop_crc: bool = False) ->
     )
 
 
-def is_filler(view: rec.RecordView) -> bool:
-    """Whether a decoded record is a filler written over a quarantined range."""
-    return (
-        view.topic == QUARANTINE_TOPIC
-        and view.sys_flag & rec.TRANSACTION_MASK == rec.TRANSACTION_ROLLBACK_TYPE
-    )
-
-
 def find_resync(
     find: Callable[[int], SegmentView | None],
     file_size: int,
@@ -443,13 +435,15 @@ def _chain_count(seg: SegmentView, pos: int, end: int) -> int:
     return n if p == end and n else max(1, n)
 
 
-def quarantine(commitlog: CommitLog, plan: RecoveryPlan, directory: str, *, prop_crc: bool) -> list[str]:
+def quarantine(
+    commitlog: CommitLog, plan: RecoveryPlan, directory: str, *, prop_crc: bool
+) -> list[tuple[QuarantinedRange, str]]:
     """Copy each damaged range of ``plan`` to ``directory`` (once: an existing copy is kept, it
     holds the original bytes) and overwrite the range in place with a filler: a filler record
     (:func:`encode_filler`), or a BLANK when the range reaches the end of its segment. The filler's
     TOTALSIZE is written last and the segment synced, so a crash meanwhile leaves the damage as it
-    was for the next start to find again. Returns the quarantine file paths."""
-    paths: list[str] = []
+    was for the next start to find again. Returns each range with its quarantine file path."""
+    paths: list[tuple[QuarantinedRange, str]] = []
     for r in plan.quarantined:
         mf = commitlog.queue.find_by_offset(r.offset)
         if mf is None or not mf.hold():
@@ -478,7 +472,7 @@ def quarantine(commitlog: CommitLog, plan: RecoveryPlan, directory: str, *, prop
                 mf.mm[pos + 4 : pos + len(filler)] = filler[4:]
                 mf.mm[pos : pos + 4] = filler[:4]
                 mf.sync(full=True)
-            paths.append(path)
+            paths.append((r, path))
         finally:
             mf.release()
     return paths
@@ -543,8 +537,7 @@ def recover_commitlog(
     )
     if plan.quarantined:
         directory = quarantine_dir or os.path.join(commitlog.config.store_path_root_dir, QUARANTINE_DIR)
-        paths = quarantine(commitlog, plan, directory, prop_crc=prop_crc)
-        for r, path in zip(plan.quarantined, paths, strict=False):
+        for r, path in quarantine(commitlog, plan, directory, prop_crc=prop_crc):
             log.error(
                 "CommitLog damage at offset %d (%s): %d record(s), %d bytes skipped and quarantined "
                 "to %s; intact records resume at offset %d",
