@@ -14,8 +14,8 @@ every start; ``docs/operations.md`` has the operator's view):
 * at every start: the next queue offset of every queue as the records recovery re-verified say
   (:attr:`RecoveryPlan.queue_next`, noted by the bulk scan itself): a queue that ends before it
   was cut short;
-* after an abnormal stop, additionally: every unit that points into the CommitLog range recovery
-  re-verified (the un-checkpointed tail);
+* after an abnormal stop, additionally: the last 1,024 units of each queue that point into the
+  CommitLog range recovery re-verified (the un-checkpointed tail: what a crash can have torn);
 * on every read (:meth:`MessageStore.get_message`): each unit read against the record it names.
 
 A queue that fails any check is rebuilt from the CommitLog (:func:`collect_units` walks the
