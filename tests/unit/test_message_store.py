@@ -115,9 +115,14 @@ def test_restart_keeps_queues_and_offsets(store_config: StoreConfig) -> None:
         assert len(s.commitlog.queue.files) >= 3
     with MessageStore(store_config) as s:
         assert s.last_exit_ok
+        # The whole log is within clean_recover_verify_bytes: all of it is verified again.
+        assert s.recovery is not None
+        assert s.recovery.start_offset == 0
+    bounded = dataclasses.replace(store_config, clean_recover_verify_bytes=1)
+    with MessageStore(bounded) as s:
         # Only the segment holding the checkpointed offset is verified again, not the whole log.
         assert s.recovery is not None
-        assert s.recovery.start_offset == s.commitlog.queue.files[-1].file_from_offset > 0
+        assert s.recovery.start_offset >= s.commitlog.queue.files[-1].file_from_offset > 0
         assert s.get_max_offset("T", 0) == 600
         r = s.put_message(Message("T", b"next"), queue_id=0)
         assert r.queue_offset == 600
@@ -346,14 +351,22 @@ def test_clean_restart_verifies_a_bounded_tail(store_config: StoreConfig) -> Non
         assert end - 10_000 - 200 <= start <= end - 10_000
         assert start % cfg.mapped_file_size_commit_log != 0
         assert s.recovery.records_scanned == len([o for o in offsets if o >= start])
-    # Damage inside that tail is still found after a clean shutdown.
+    # Damage inside that tail is still found after a clean shutdown: the damaged record is
+    # quarantined, the two after it stay.
     victim = offsets[-3]
     seg = pathlib.Path(cfg.commit_log_dir, f"{victim - victim % cfg.mapped_file_size_commit_log:020d}")
     data = bytearray(seg.read_bytes())
     data[victim % cfg.mapped_file_size_commit_log + 90] ^= 0xFF  # inside the body
     seg.write_bytes(bytes(data))
     with MessageStore(cfg) as s:
-        assert s.get_max_phy_offset() == victim
+        assert s.recovery is not None
+        assert [(r.offset, r.end) for r in s.recovery.plan.quarantined] == [(victim, offsets[-2])]
+        assert s.get_max_phy_offset() == end
+        got = s.look_message_by_offset(victim)
+        assert got is None or got.topic == "%QUARANTINE%"
+        for off in offsets[-2:]:
+            m = s.look_message_by_offset(off)
+            assert m is not None and m.commit_log_offset == off
 
 
 @pytest.mark.parametrize(("yield_lag_bytes", "expect_yields"), [(1, True), (0, False), (1 << 40, False)])

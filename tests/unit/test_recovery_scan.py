@@ -229,3 +229,19 @@ def test_plan_says_where_dispatch_resumes_and_whether_queues_are_cut() -> None:
     assert (cut.process_offset, cut.cut_queues, cut.redispatch_from) == (torn, True, torn)
     # without a DispatchState nothing is redone
     assert recovery.plan_recovery(segments, SEG).redispatch_from == torn
+
+
+def test_scan_notes_the_next_queue_offset_of_every_queue(log: CommitLog) -> None:
+    """The bulk scan's queue_next (what the store's queue-offset table takes at least) equals
+    what the record-by-record decode says, V2 records (long topics, taken record by record)
+    included."""
+    start = log.queue.files[0].file_from_offset
+    expected: dict[tuple[str, int], int] = {}
+    for _, view in log.iter_records(start, check_crc=True):
+        key = (view.topic, view.queue_id)
+        expected[key] = max(expected.get(key, 0), view.queue_offset + 1)
+    assert any(len(topic) > 127 for topic, _ in expected)
+    plan = recovery.plan_recovery(
+        log.queue.files, log.file_size, max_record=log._max_record, start_offset=start
+    )
+    assert dict(plan.queue_next) == expected

@@ -24,9 +24,9 @@ from rocketq.errors import StoreError, StoreLocked
 from rocketq.message import Message, create_offset_msg_id, decode_properties, unpack_socket_addr
 from rocketq.protocol import record as rec
 from rocketq.spark.jobs import scan
-from rocketq.spark.jobs.api import _merge_reports, check_stopped
+from rocketq.spark.jobs.api import VerifyReport, _merge_reports, check_stopped
 from rocketq.spark.jobs.rebuild import IndexRebuilder, dispatch_rows
-from rocketq.store import MessageStore, recovery
+from rocketq.store import MessageStore, quarantine, recovery
 from rocketq.store.commitlog import CommitLog
 
 SEGMENT = 64 * 1024
@@ -497,3 +497,42 @@ def test_recovery_and_verify_agree_on_where_valid_data_ends(store, damage):
     for split in (None, 4096):
         assert _verify_end(root, split) == expected[damage]
     assert _recovery_end(root) == expected[damage]
+
+
+@pytest.mark.parametrize("damage", ["body CRC", "TOTALSIZE inverted"])
+def test_verify_reports_the_ranges_recovery_quarantines(store, damage):
+    """With resync, recovery quarantines exactly the record verify reports as damaged, keeps the
+    records after it, and verify then reports that range as quarantined (a filler record in its
+    place), not as damage, with every other record still counted."""
+    root, records, offsets = store
+    victim = offsets[30] if damage == "body CRC" else offsets[200]
+    size = len(rec.encode_record(**records[offsets.index(victim)]))  # type: ignore[arg-type]
+    before = _verify_report(root)
+    if damage == "body CRC":
+        pos = _field_pos(root, victim, "body")
+        _patch(root, pos, bytes([_segment_of(root, pos).read_bytes()[pos % SEGMENT] ^ 0x01]))
+    else:
+        _patch(root, victim, bytes(b ^ 0xFF for b in struct.pack(">i", size)))
+    damaged = _verify_report(root)
+    assert [d.offset for d in damaged.damage] == [victim]
+    cl = CommitLog(StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=SEGMENT))
+    cl.load()
+    try:
+        report = recovery.recover_commitlog(
+            cl, start_index=0, resync=quarantine.ResyncPolicy(-1, clean_shutdown=True)
+        )
+    finally:
+        cl.shutdown()
+    assert [(q.offset, q.end) for q in report.plan.quarantined] == [(victim, victim + size)]
+    assert (root / "quarantine" / f"{victim - victim % SEGMENT:020d}.quarantine-{victim}").exists()
+    after = _verify_report(root)
+    assert after.damage == []
+    assert after.quarantined == [(victim, size)]
+    assert after.records == before.records - 1
+    assert report.process_offset == _verify_end(root, None)
+
+
+def _verify_report(root: pathlib.Path) -> VerifyReport:
+    segments = scan.list_segments(str(root))
+    reports = [scan.verify_task(t, chunk_bytes=4096) for t in scan.plan_tasks(segments)]
+    return VerifyReport(str(root), _merge_reports(segments, reports), len(reports), 0.0, False)

@@ -208,6 +208,22 @@ def _admin_cluster_list(admin: Admin, args: argparse.Namespace) -> None:
     )
 
 
+def _admin_broker_status(admin: Admin, args: argparse.Namespace) -> None:
+    """mqadmin's ``brokerStatus``: every runtime figure of a broker (``-b``), or of every broker."""
+    addrs = [args.broker_addr] if args.broker_addr else [e.addr for e in admin.cluster_list()]
+    tables = {addr: admin.broker_runtime_info(addr) for addr in addrs}
+
+    def text() -> None:
+        for addr, table in tables.items():
+            if len(tables) > 1:
+                print(f"# {addr}")
+            width = max((len(k) for k in table), default=0)
+            for key in sorted(table):
+                print(f"{key:<{width}} : {table[key]}")
+
+    _out(args, tables if len(tables) > 1 else next(iter(tables.values()), {}), text)
+
+
 def _admin_consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
     p = admin.consumer_progress(args.group, args.topic)
     doc: dict[str, Any] = {
@@ -496,6 +512,8 @@ def add_parser(sub: Any) -> None:
     p = cmd("topicStatus", _admin_topic_status, "show a topic's queue offsets")
     p.add_argument("-t", "--topic", required=True, help="topic")
     cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
+    p = cmd("brokerStatus", _admin_broker_status, "show a broker's runtime figures (all brokers without -b)")
+    p.add_argument("-b", "--broker-addr", help="broker address host:port")
     p = cmd("consumerProgress", _admin_consumer_progress, "show a group's offsets and lag")
     p.add_argument("-g", "--group", required=True, help="consumer group")
     p.add_argument("-t", "--topic", help="only this topic (default: every topic of the group)")

@@ -208,6 +208,18 @@ class AsyncAdmin(AdminMessages):
             raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's ``table``), what mqadmin's
+        ``brokerStatus`` prints."""
+        response = await self._broker(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        try:
+            table = fastjson.loads((response.body or b"").decode("utf-8")).get("table")
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise BodyFormatError(f"broker {broker_addr}: runtime info does not parse: {exc}") from None
+        if not isinstance(table, dict):
+            raise BodyFormatError(f"broker {broker_addr}: no table in the runtime info")
+        return {str(k): str(v) for k, v in table.items()}
+
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue of ``topic``."""
         out: list[QueueStatus] = []
@@ -368,6 +380,7 @@ class Admin(BlockingFacade[AsyncAdmin]):
     create_subscription_group = blocking(AsyncAdmin.create_subscription_group)
     delete_subscription_group = blocking(AsyncAdmin.delete_subscription_group)
     subscription_groups = blocking(AsyncAdmin.subscription_groups)
+    broker_runtime_info = blocking(AsyncAdmin.broker_runtime_info)
     topic_list = blocking(AsyncAdmin.topic_list)
     topic_route = blocking(AsyncAdmin.topic_route)
     topic_status = blocking(AsyncAdmin.topic_status)

@@ -179,6 +179,8 @@ class ConsumeQueue:
         self.queue = MappedFileQueue(self.directory, file_size)
         self._max_physic_offset = -1
         self._min_logic_offset = 0
+        #: Why recovery found this queue damaged (None: it did not); the store rebuilds it.
+        self.damaged: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -196,14 +198,15 @@ class ConsumeQueue:
         log.debug("loaded %s: %d files", self.directory, len(self.queue.files))
 
     def recover(self) -> None:
-        """Find the end of valid units in the last three files and truncate everything after it."""
+        """Find the end of valid units in the last three files and truncate everything after it;
+        :attr:`damaged` says why when the cut was not at the end of written units."""
         files = self.queue.files
         if not files:
             return
         index = max(0, len(files) - 3)
         process = files[index].file_from_offset
         max_physic = -1
-        for mf in files[index:]:
+        for i, mf in enumerate(files[index:], index):
             units = _decode(_read_raw(mf, 0, self.file_size))
             kept = _valid_prefix(units)
             end = _last_real_end(units[:kept])  # Beyond RocketMQ: fillers do not count
@@ -211,6 +214,12 @@ class ConsumeQueue:
                 max_physic = end
             process = mf.file_from_offset + kept * CQ_UNIT_SIZE
             if kept < self.units_per_file:
+                # Beyond RocketMQ: units after the first invalid one (or later files) mean the
+                # queue was damaged, not torn: the store rebuilds it from the CommitLog.
+                rest = units[kept:]
+                if bool((rest["offset"] != 0).any() or (rest["size"] != 0).any()) or i + 1 < len(files):
+                    at = process // CQ_UNIT_SIZE
+                    self.damaged = f"invalid unit at queue offset {at} with units after it"
                 break
         self._max_physic_offset = max_physic
         old_end = self.queue.max_wrote_position
@@ -372,6 +381,22 @@ class ConsumeQueue:
             ok = last.append(bytes(buf[: count * CQ_UNIT_SIZE])) and ok
             i += count
         return ok
+
+    def fill_from(self, units: list[tuple[int, int, int, int]]) -> int:
+        """Write ``(offset, size, tags, cq_offset)`` units, in queue-offset order and each queue
+        offset once, into this empty queue, each at its own queue offset: a queue offset the
+        CommitLog no longer holds (a quarantined record) gets a filler unit, which reads skip.
+        Returns the number of such holes."""
+        holes = 0
+        for offset, size, tags, cq_offset in units:
+            if self.queue.files and self._max_physic_offset >= 0:
+                while self.max_offset_in_queue < cq_offset:
+                    mf = self.queue.get_last_mapped_file(self.max_offset_in_queue * CQ_UNIT_SIZE)
+                    if mf is None or not mf.append(_FILLER):
+                        raise StoreError(f"{self.topic}-{self.queue_id}: cannot write a filler unit")
+                    holes += 1
+            self.put_message_position_info(offset, size, tags, cq_offset)
+        return holes
 
     def put_unit_arrays(
         self,
@@ -675,6 +700,9 @@ class ConsumeQueueStore:
         self.checkpoint = checkpoint
         self._table: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        #: Held by dispatch while it writes units and by a rebuild of queues from the CommitLog,
+        #: so a rebuild sees dispatch stopped at a window boundary.
+        self.repair_lock = threading.RLock()
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._table.values()))
@@ -772,6 +800,10 @@ class ConsumeQueueStore:
     # -- dispatch -----------------------------------------------------------------------------
     def put(self, request: DispatchRequest) -> bool:
         """Dispatcher entry point: index a NOT_TYPE or COMMIT record; others succeed unwritten."""
+        with self.repair_lock:
+            return self._put(request)
+
+    def _put(self, request: DispatchRequest) -> bool:
         if (request.sys_flag & _TRANSACTION_MASK) not in _QUEUED_TRANSACTION_TYPES:
             return True
         cq = self.find_or_create(request.topic, request.queue_id)
@@ -785,6 +817,10 @@ class ConsumeQueueStore:
     def put_batch(self, requests: list[DispatchRequest]) -> bool:
         """Dispatcher entry point for the requests of one read window (CommitLog order): the
         units are grouped per queue and each queue appends its run in one copy."""
+        with self.repair_lock:
+            return self._put_batch(requests)
+
+    def _put_batch(self, requests: list[DispatchRequest]) -> bool:
         if isinstance(requests, DispatchBatch):
             return self._put_columns(requests)
         groups: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
@@ -838,6 +874,18 @@ class ConsumeQueueStore:
         return ok
 
     # -- maintenance --------------------------------------------------------------------------
+    def replace(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Delete the files of one queue and put an empty queue in its place (to be rebuilt from
+        the CommitLog; call with :attr:`repair_lock` held)."""
+        with self._lock:
+            old = self._table.get((topic, queue_id))
+            fresh = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
+            self._table = {**self._table, (topic, queue_id): fresh}
+        if old is not None:
+            old.destroy()
+        fresh.load()
+        return fresh
+
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drop units at or after CommitLog offset ``phy_offset`` in every queue."""
         for cq in self:

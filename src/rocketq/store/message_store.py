@@ -39,16 +39,30 @@ from types import TracebackType
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, StoreLocked, SystemBusy
-from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
+from rocketq.message import (
+    TOPIC_PATTERN,
+    BrokerMessage,
+    Message,
+    MessageExt,
+    decode_offset_msg_id,
+    pack_socket_addr,
+)
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
+from rocketq.store.cq_repair import collect_units, dedupe, unit_mismatch
 from rocketq.store.dispatch import Dispatcher, ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
+from rocketq.store.quarantine import QUARANTINE_DIR, ResyncPolicy, list_quarantined
 from rocketq.store.record_scan import SCHEDULE_TOPIC, DispatchRequest
-from rocketq.store.recovery import DispatchState, RecoveryReport, choose_abnormal_start, recover_commitlog
+from rocketq.store.recovery import (
+    DispatchState,
+    RecoveryReport,
+    choose_abnormal_start,
+    recover_commitlog,
+)
 from rocketq.store.retention import NOTHING_NEEDED, RetentionService, Segment, Unconsumed
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 from rocketq.store.timer import (
@@ -61,6 +75,10 @@ from rocketq.store.timer import (
 )
 
 log = logging.getLogger(__name__)
+
+#: After an abnormal stop, how many of the last units of each queue are checked against their
+#: records at start (about 10 µs each).
+_CRASH_CHECK_UNITS = 1024
 
 
 class GetMessageStatus(StrEnum):
@@ -118,6 +136,7 @@ class StoreStats:
     put_failures: int = 0
     get_count: int = 0
     get_found: int = 0
+    queues_rebuilt: int = 0
 
 
 class MessageStore:
@@ -156,6 +175,8 @@ class MessageStore:
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.
         self.index_windows_skipped = 0
+        #: (CommitLog offset, bytes, file name) of every quarantined damaged range (``quarantine/``).
+        self.quarantined: list[tuple[int, int, str]] = []
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -170,6 +191,11 @@ class MessageStore:
     @property
     def abort_file(self) -> str:
         return os.path.join(self.root, "abort")
+
+    @property
+    def quarantine_dir(self) -> str:
+        """Where recovery keeps the bytes of damaged CommitLog ranges it skipped."""
+        return os.path.join(self.root, QUARANTINE_DIR)
 
     @property
     def config_dir(self) -> str:
@@ -275,10 +301,19 @@ class MessageStore:
         cq_high = self.consume_queues.recover()
         start = self._recovery_start()
         dispatched = DispatchState(cq_high, self.checkpoint.dispatched_phy_offset, self.last_exit_ok)
+        cp = self.checkpoint
+        # Data was flushed up to here before the stop: damage below it is not a torn tail.
+        known_end = cp.master_flushed_offset if cp.dispatched_phy_offset >= 0 else -1
         self.recovery = recover_commitlog(
-            self.commitlog, check_crc=cfg.check_crc_on_recover, start_offset=start, dispatch=dispatched
+            self.commitlog,
+            check_crc=cfg.check_crc_on_recover,
+            start_offset=start,
+            dispatch=dispatched,
+            resync=ResyncPolicy(known_end if known_end > 0 else -1, self.last_exit_ok),
+            quarantine_dir=self.quarantine_dir,
         )
         plan = self.recovery.plan
+        self.quarantined = list_quarantined(self.quarantine_dir)
         process = plan.process_offset
         if self.index_service is not None:
             self.index_service.discard_beyond(process)
@@ -299,14 +334,118 @@ class MessageStore:
             min_offset=lambda: max(0, self.commitlog.min_offset),
             delay_levels=self.delay_levels,
         )
+        self.reput.damaged = {r.offset: r.end for r in plan.quarantined}
         self.reput.reput_from_offset = self._reput_start(plan.redispatch_from)
         caught_up = self.reput.do_reput()
         if caught_up:
             log.info("re-dispatched %d records after recovery", caught_up)
-        for (topic, qid), nxt in self.consume_queues.max_offsets().items():
-            table = self.commitlog.topic_queue_table
-            if nxt > table.get((topic, qid), 0):
-                table[(topic, qid)] = nxt
+        damaged = self._check_consume_queues(plan.start_offset)
+        # What the CommitLog's re-verified range says each queue's next offset is: a queue that
+        # ends before that was cut short, and no new send may get an offset it already holds.
+        log_next = dict(plan.queue_next)
+        for key, nxt in list(log_next.items()):
+            if not TOPIC_PATTERN.match(key[0]):
+                # a record whose topic bytes are damaged (the body CRC does not cover them)
+                log.error("the CommitLog holds records of an invalid topic %r; ignored", key[0][:64])
+                del log_next[key]
+                continue
+            cq = self.consume_queues.find(*key)
+            have = cq.max_offset_in_queue if cq is not None else 0
+            if have < nxt and key not in damaged:
+                damaged[key] = f"the CommitLog holds queue offset {nxt - 1}, the queue ends at {have}"
+        if damaged:
+            self.rebuild_queues(damaged)
+            for key in damaged:
+                # the rebuilt queue has every consistent record; a larger QUEUEOFFSET in the log
+                # is damage (the field is not covered by the body CRC)
+                log_next.pop(key, None)
+        table = self.commitlog.topic_queue_table
+        for key, nxt in [*self.consume_queues.max_offsets().items(), *log_next.items()]:
+            if nxt > table.get(key, 0):
+                table[key] = nxt
+
+    # -- ConsumeQueue checks and repair (store/cq_repair.py) ---------------------------------------
+    def _unit_problem(self, cq: ConsumeQueue, index: int) -> str | None:
+        unit = cq.get_unit(index)
+        if unit is None or unit.size == FILLER_SIZE:
+            return None
+        if unit.offset < self.commitlog.min_offset:
+            return None  # removed by retention
+        data = self.commitlog.read(unit.offset, unit.size) if unit.size > 0 else None
+        return unit_mismatch(data, unit.offset, unit.size, cq.topic.encode(), cq.queue_id, index)
+
+    def _check_consume_queues(self, tail_from: int) -> dict[tuple[str, int], str]:
+        """The queues recovery must rebuild, with why: structural damage found by their recovery,
+        a first or last unit that disagrees with its record, and after an abnormal stop any of the
+        last :data:`_CRASH_CHECK_UNITS` units pointing at or after ``tail_from`` (the range the
+        CommitLog scan re-verified) that does (units a crash can have torn are the last written;
+        reads check every unit)."""
+        out: dict[tuple[str, int], str] = {}
+        for cq in self.consume_queues:
+            key = (cq.topic, cq.queue_id)
+            if cq.damaged:
+                out[key] = cq.damaged
+                continue
+            low, high = cq.min_offset_in_queue, cq.max_offset_in_queue
+            if high <= low:
+                continue
+            problem = self._unit_problem(cq, high - 1) or self._unit_problem(cq, low)
+            index = high - 2
+            stop = max(low, high - _CRASH_CHECK_UNITS)
+            while problem is None and not self.last_exit_ok and index > stop:
+                unit = cq.get_unit(index)
+                if unit is None or unit.offset < tail_from:
+                    break
+                problem = self._unit_problem(cq, index)
+                index -= 1
+            if problem is not None:
+                out[key] = problem
+        return out
+
+    def rebuild_queues(self, damaged: dict[tuple[str, int], str]) -> None:
+        """Rebuild the ConsumeQueues ``damaged`` (key → why) from the CommitLog, each unit at its
+        record's queue offset; the queue-offset table for new sends is raised to match, so no
+        queue offset is given out twice. Dispatch waits meanwhile."""
+        cqs = self.consume_queues
+        began = time.monotonic()
+        with cqs.repair_lock:
+            reput = self.reput
+            end = reput.reput_from_offset if reput is not None else self.commitlog.max_offset
+            found = collect_units(
+                self.commitlog,
+                damaged.keys(),
+                end,
+                delay_levels=self.delay_levels,
+                damaged=reput.damaged if reput is not None else None,
+            )
+            for (topic, queue_id), units in sorted(found.items()):
+                old = cqs.find(topic, queue_id)
+                old_max = old.max_offset_in_queue if old is not None else 0
+                kept, dropped = dedupe(units)
+                cq = cqs.replace(topic, queue_id)
+                # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
+                # filler units of holes would stop its search)
+                holes = cq.fill_from(kept)
+                cq.flush(0)
+                with self.commitlog._put_lock:
+                    table = self.commitlog.topic_queue_table
+                    table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), cq.max_offset_in_queue)
+                log.error(
+                    "ConsumeQueue %s-%d disagreed with the CommitLog (%s): rebuilt from the CommitLog "
+                    "with %d units, queue offsets [%d, %d) (it ended at %d before); %d holes filled, "
+                    "%d duplicate queue offsets dropped (%.0f ms)",
+                    topic,
+                    queue_id,
+                    damaged[(topic, queue_id)],
+                    len(kept),
+                    cq.min_offset_in_queue,
+                    cq.max_offset_in_queue,
+                    old_max,
+                    holes,
+                    dropped,
+                    (time.monotonic() - began) * 1000,
+                )
+        self.stats.queues_rebuilt += len(found)
 
     def _recovery_start(self) -> int | None:
         """Where the CommitLog scan starts (None: RocketMQ's last-three-segments rule).
@@ -330,7 +469,10 @@ class MessageStore:
             if self.last_exit_ok:
                 # Clean shutdown: re-verify a bounded tail, from a record start that a ConsumeQueue
                 # unit names about ``clean_recover_verify_bytes`` before the end.
-                boundary = self._record_start_before(start - self.config.clean_recover_verify_bytes)
+                low = start - self.config.clean_recover_verify_bytes
+                if low <= files[0].file_from_offset:
+                    return files[0].file_from_offset  # the whole CommitLog is within the bound
+                boundary = self._record_start_before(low)
                 if boundary is not None and self.commitlog.queue.find_by_offset(boundary) is not None:
                     return boundary
             mf = self.commitlog.queue.find_by_offset(start)
@@ -665,6 +807,7 @@ class MessageStore:
         tags_codes: Collection[int] | None = None,
         *,
         max_bytes: int = 256 * 1024,
+        _repaired: bool = False,
     ) -> GetMessageResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ ``getMessage``).
 
@@ -696,6 +839,7 @@ class MessageStore:
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         scanned = 0
         codes = None if tags_codes is None else set(tags_codes)
+        topic_b = topic.encode()
         for phy, size, tags in zip(
             units["offset"].tolist(), units["size"].tolist(), units["tags"].tolist(), strict=True
         ):
@@ -712,8 +856,26 @@ class MessageStore:
             if codes is not None and tags not in codes:
                 continue
             data = self.commitlog.read(phy, size)
-            if data is None:
+            if data is None and phy + size <= self.commitlog.min_offset:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            problem = unit_mismatch(data, phy, size, topic_b, queue_id, offset + scanned - 1)
+            if problem is not None:
+                if not _repaired:
+                    # The unit disagrees with the CommitLog: rebuild the queue, then read again.
+                    where = offset + scanned - 1
+                    self.rebuild_queues({(topic, queue_id): f"unit {where} read: {problem}"})
+                    again = (group, topic, queue_id, offset, max_count, tags_codes)
+                    return self.get_message(*again, max_bytes=max_bytes, _repaired=True)
+                log.error(
+                    "%s-%d: unit %d still disagrees after a rebuild (%s); skipped",
+                    topic,
+                    queue_id,
+                    offset + scanned - 1,
+                    problem,
+                )
+                continue
+            if data is None:
                 continue
             result.buffers.append(data)
             result.queue_offsets.append(offset + scanned - 1)
@@ -941,4 +1103,8 @@ class MessageStore:
             "consumeQueueCount": str(len(self.consume_queues)),
             "startupRecoverMillis": str(int(self.recovery_seconds * 1000)),
             "lastExitOk": str(self.last_exit_ok).lower(),
+            "commitLogQuarantinedRanges": str(len(self.quarantined)),
+            "consumeQueuesRebuilt": str(self.stats.queues_rebuilt),
+            # offset:bytes of each damaged range recovery skipped (files in quarantine/)
+            "commitLogQuarantine": ",".join(f"{off}:{size}" for off, size, _ in self.quarantined),
         }

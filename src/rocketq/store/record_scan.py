@@ -280,11 +280,48 @@ def scan(buf: npt.NDArray[np.uint8], n: int, starts: list[int]) -> tuple[WindowC
 _BODY_CRC_POS: Final = 8
 
 
-def valid_prefix(buf: npt.NDArray[np.uint8], n: int, *, check_crc: bool) -> tuple[int, int]:
+#: What a bulk walk can be asked to report: (topic, queue id) → the next queue offset its records
+#: name (one more than the largest QUEUEOFFSET of a record a ConsumeQueue holds).
+QueueNext = dict[tuple[str, int], int]
+
+
+def note_queue_offsets(buf: npt.NDArray[np.uint8], cols: WindowColumns, k: int, out: QueueNext) -> None:
+    """Raise ``out`` by the first ``k`` records of ``cols`` (of the padded window ``buf``) that a
+    ConsumeQueue holds (NOT_TYPE and COMMIT: SYSFLAG bit 0x4 clear). In bulk: the topics are
+    told apart by their bytes (one ``np.unique`` over them), so the cost per record is a few
+    NumPy element operations."""
+    rows_ = np.flatnonzero((cols.sys_flag[:k] & 0x4) == 0)
+    if not rows_.size:
+        return
+    t0 = cols.topic_start[rows_]
+    tl = cols.topic_len[rows_]
+    width = int(tl.max())
+    vals = rows(buf, width)[t0]
+    vals = np.where(np.arange(width, dtype=np.int64) < tl[:, None], vals, 0)
+    keyed = np.ascontiguousarray(np.concatenate([vals, tl[:, None].astype(np.uint8)], axis=1))
+    names, inverse = np.unique(keyed.view(np.dtype((np.void, width + 1))).reshape(-1), return_inverse=True)
+    qid = cols.queue_id[rows_]
+    qoff = cols.queue_offset[rows_]
+    order = np.lexsort((qoff, qid, inverse))
+    g = inverse[order]
+    q = qid[order]
+    last = np.flatnonzero(np.append((g[1:] != g[:-1]) | (q[1:] != q[:-1]), True))
+    topics = [bytes(v)[: bytes(v)[-1]].decode("utf-8", "replace") for v in names.tolist()]
+    for i in last.tolist():
+        key = (topics[int(g[i])], int(q[i]))
+        nxt = int(qoff[order[i]]) + 1
+        if nxt > out.get(key, 0):
+            out[key] = nxt
+
+
+def valid_prefix(
+    buf: npt.NDArray[np.uint8], n: int, *, check_crc: bool, queue_next: QueueNext | None = None
+) -> tuple[int, int]:
     """(end, count) of the leading records of the padded window that are good
     (:func:`check_v1`) and, when ``check_crc``, whose body CRC matches; (0, 0) when the first
     one is not. What follows is
-    for :func:`rec.decode_record` to judge (a BLANK, another layout, the end or damage)."""
+    for :func:`rec.decode_record` to judge (a BLANK, another layout, the end or damage).
+    ``queue_next`` is raised by the accepted records (:func:`note_queue_offsets`)."""
     data = buf.data[:n]
     starts, _, _ = walk(data)
     if not starts:
@@ -302,6 +339,8 @@ def valid_prefix(buf: npt.NDArray[np.uint8], n: int, *, check_crc: bool) -> tupl
                 break
     if k == 0:
         return 0, 0
+    if queue_next is not None:
+        note_queue_offsets(buf, cols, k, queue_next)
     return int(cols.starts[k - 1]) + int(cols.size[k - 1]), k
 
 
@@ -505,6 +544,9 @@ def iter_records(
 
 # -- dispatch: the requests of a window ------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: The topic of the filler records recovery writes over a quarantined damaged range
+#: (``store/recovery.py``); they are ROLLBACK records, which no queue and no index holds.
+QUARANTINE_TOPIC = "%QUARANTINE%"
 
 
 class DispatchRequest:
@@ -1037,10 +1079,12 @@ __all__ = [
     "MIN_COLUMNAR_RECORDS",
     "PAD_BYTES",
     "POW31",
+    "QUARANTINE_TOPIC",
     "SCHEDULE_TOPIC",
     "DispatchBatch",
     "DispatchRequest",
     "PropertyColumn",
+    "QueueNext",
     "SegmentView",
     "V1Shape",
     "WindowColumns",
@@ -1050,6 +1094,7 @@ __all__ = [
     "find_properties",
     "hash_ranges",
     "iter_records",
+    "note_queue_offsets",
     "pad",
     "parse_window",
     "rows",

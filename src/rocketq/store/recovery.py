@@ -26,9 +26,10 @@ does not accept (a BLANK, a V2 or IPv6 record, a record cut by the window, damag
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +38,13 @@ from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.mapped_file import MappedFile
+from rocketq.store.quarantine import (
+    QUARANTINE_DIR,
+    QuarantinedRange,
+    ResyncPolicy,
+    find_resync,
+    quarantine,
+)
 from rocketq.store.record_scan import SegmentView
 
 log = logging.getLogger(__name__)
@@ -88,6 +96,11 @@ class RecoveryPlan:
     redispatch_from: int
     #: The ConsumeQueues name data past ``process_offset``: their units from there are cut.
     cut_queues: bool
+    #: Damaged ranges followed by intact records: kept in place, filled, and reported.
+    quarantined: tuple[QuarantinedRange, ...] = ()
+    #: (topic, queue id) → the next queue offset the scanned records name (the store's
+    #: queue-offset table takes at least this; a queue that ends before it was cut short).
+    queue_next: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def truncated_bytes(self) -> int:
@@ -119,6 +132,7 @@ def plan_recovery(
     start_index: int | None = None,
     start_offset: int | None = None,
     dispatch: DispatchState | None = None,
+    resync: ResyncPolicy | None = None,
 ) -> RecoveryPlan:
     """The recovery scan over ``segments`` (in offset order, each ``file_size`` bytes apart).
 
@@ -126,7 +140,8 @@ def plan_recovery(
     ``start_index``, or by default at the third-last segment. ``prop_crc``: verify every record
     against its ``__CRC32#`` property as well (record by record). ``max_record``: the largest
     legal record (windows of the record-by-record step hold at least that). ``dispatch``: what
-    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`."""
+    was dispatched before, for :attr:`RecoveryPlan.redispatch_from`. ``resync``: look past damage
+    for intact records (:class:`ResyncPolicy`; None: the first damage ends the valid data)."""
     if not segments:
         return RecoveryPlan(0, 0, 0, (), (), None, 0, 0, 0, 0, False)
     if start_offset is not None and segments[0].file_from_offset <= start_offset:
@@ -138,9 +153,27 @@ def plan_recovery(
     find = record_scan.segment_finder(segments, file_size)
     window = max(_WINDOW_BYTES, max_record + 8)
     ends: dict[int, int] = {}
+    queue_next: record_scan.QueueNext = {}
     process, count = _scan(
-        find, file_size, start, ends, check_crc=check_crc, prop_crc=prop_crc, window=window
+        find, file_size, start, ends, queue_next, check_crc=check_crc, prop_crc=prop_crc, window=window
     )
+    quarantined: list[QuarantinedRange] = []
+    while resync is not None:
+        found = find_resync(find, file_size, process, resync, check_crc=check_crc, prop_crc=prop_crc)
+        if found is None:
+            break
+        quarantined.append(found)
+        process, more = _scan(
+            find,
+            file_size,
+            found.end,
+            ends,
+            queue_next,
+            check_crc=check_crc,
+            prop_crc=prop_crc,
+            window=window,
+        )
+        count += more
     if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
         # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
         # case the end of data is that BLANK's position, found by scanning that segment.
@@ -181,6 +214,8 @@ def plan_recovery(
         if dispatch is None
         else redispatch_from(max(0, segments[0].file_from_offset), process, dispatch),
         dispatch is not None and dispatch.queues_end > process,
+        tuple(quarantined),
+        queue_next,
     )
 
 
@@ -202,7 +237,8 @@ def redispatch_from(low: int, end: int, state: DispatchState) -> int:
 
 def apply_recovery(commitlog: CommitLog, plan: RecoveryPlan) -> None:
     """Cut the CommitLog at ``plan.process_offset``: later segments deleted, stale bytes of the
-    segment holding it zeroed, flush and commit positions set to it."""
+    segment holding it zeroed, flush and commit positions set to it. (Quarantined ranges are
+    filled by :func:`quarantine` first.)"""
     queue = commitlog.queue
     if not queue.files:
         return
@@ -218,22 +254,41 @@ def recover_commitlog(
     start_index: int | None = None,
     start_offset: int | None = None,
     dispatch: DispatchState | None = None,
+    resync: ResyncPolicy | None = None,
+    quarantine_dir: str | None = None,
 ) -> RecoveryReport:
     """Scan from ``start_offset`` (a record boundary), or from the start of segment ``start_index``,
-    or by default from the third-last segment; cut everything after the last valid record."""
+    or by default from the third-last segment; cut everything after the last valid record.
+    With ``resync``, damage followed by intact records is quarantined to ``quarantine_dir``
+    (default ``<store root>/quarantine``) instead, and logged at ERROR."""
     began = time.monotonic()
     queue = commitlog.queue
+    prop_crc = check_crc and commitlog.config.enabled_append_prop_crc
     plan = plan_recovery(
         queue.files,
         commitlog.file_size,
         check_crc=check_crc,
         # With the whole-record CRC property on, every record is verified against it as well.
-        prop_crc=check_crc and commitlog.config.enabled_append_prop_crc,
+        prop_crc=prop_crc,
         max_record=commitlog._max_record,
         start_index=start_index,
         start_offset=start_offset,
         dispatch=dispatch,
+        resync=resync,
     )
+    if plan.quarantined:
+        directory = quarantine_dir or os.path.join(commitlog.config.store_path_root_dir, QUARANTINE_DIR)
+        for r, path in quarantine(commitlog, plan.quarantined, directory, prop_crc=prop_crc):
+            log.error(
+                "CommitLog damage at offset %d (%s): %d record(s), %d bytes skipped and quarantined "
+                "to %s; intact records resume at offset %d",
+                r.offset,
+                r.reason,
+                r.records,
+                r.size,
+                path,
+                r.end,
+            )
     apply_recovery(commitlog, plan)
     process = plan.process_offset
     report = RecoveryReport(
@@ -254,6 +309,7 @@ def _scan(
     file_size: int,
     start: int,
     ends: dict[int, int],
+    queue_next: record_scan.QueueNext,
     *,
     check_crc: bool,
     prop_crc: bool,
@@ -269,7 +325,7 @@ def _scan(
     buf = np.zeros(_WINDOW_BYTES + record_scan.PAD_BYTES, dtype=np.uint8)
     while True:
         if not prop_crc:
-            process, accepted = _bulk_prefix(find, process, buf, check_crc=check_crc)
+            process, accepted = _bulk_prefix(find, process, buf, queue_next, check_crc=check_crc)
             if accepted:
                 count += accepted
                 ends[(process - 1) - (process - 1) % file_size] = process
@@ -284,6 +340,10 @@ def _scan(
             ends[offset - offset % file_size] = process
             count += 1
             stepped += 1
+            if view.sys_flag & 0x4 == 0 and view.queue_offset + 1 > queue_next.get(
+                (view.topic, view.queue_id), 0
+            ):
+                queue_next[(view.topic, view.queue_id)] = view.queue_offset + 1
             if not prop_crc:
                 break
         if stepped == 0:
@@ -291,7 +351,12 @@ def _scan(
 
 
 def _bulk_prefix(
-    find: Callable[[int], SegmentView | None], offset: int, buf: npt.NDArray[np.uint8], *, check_crc: bool
+    find: Callable[[int], SegmentView | None],
+    offset: int,
+    buf: npt.NDArray[np.uint8],
+    queue_next: record_scan.QueueNext,
+    *,
+    check_crc: bool,
 ) -> tuple[int, int]:
     """Accept the leading records of the window at ``offset`` that pass the structure checks in
     bulk and, when ``check_crc``, their body CRC. Returns (offset after them, how many).
@@ -318,7 +383,7 @@ def _bulk_prefix(
             return offset, 0
         buf[:n] = np.frombuffer(data, dtype=np.uint8)
     buf[n : n + record_scan.PAD_BYTES] = 0
-    end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc)
+    end, accepted = record_scan.valid_prefix(buf, n, check_crc=check_crc, queue_next=queue_next)
     return offset + end, accepted
 
 

@@ -259,6 +259,8 @@ class SegmentReport:
     valid_end: int = 0
     blank_offset: int | None = None
     damage: list[Damage] = field(default_factory=list)
+    #: (offset, size) of each damaged range recovery quarantined (a filler record in its place).
+    quarantined: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -285,6 +287,11 @@ class VerifyReport:
     def records(self) -> int:
         return sum(s.records for s in self.segments)
 
+    @property
+    def quarantined(self) -> list[tuple[int, int]]:
+        """(offset, size) of every range recovery quarantined, in offset order."""
+        return sorted(q for s in self.segments for q in s.quarantined)
+
     def summary(self) -> str:
         lines = [
             f"verified {len(self.segments)} segments of {self.store_dir} in {self.tasks} tasks, "
@@ -298,6 +305,8 @@ class VerifyReport:
                 f"  {s.segment}: {s.records} records, {s.record_bytes} B, ends: {s.end_kind}{blank}, "
                 f"valid data to offset {s.valid_end}"
             )
+            for offset, size in s.quarantined:
+                lines.append(f"    QUARANTINED at offset {offset}: {size} B recovery skipped (quarantine/)")
             for d in s.damage:
                 after = "" if d.recoverable else "; nothing valid follows in this segment"
                 lines.append(f"    DAMAGE at offset {d.offset} (position {d.position}): {d.reason}{after}")
@@ -331,6 +340,7 @@ def _merge_reports(segments: list[scan.Segment], reports: list[scan.TaskReport])
             sr.records += r.records
             sr.record_bytes += r.record_bytes
             sr.damage.extend(r.damage)
+            sr.quarantined.extend(r.quarantined)
             sr.end_kind = r.walk.stop.value
             sr.valid_end = r.walk.valid_end
             sr.blank_offset = r.walk.blank_offset

@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
+from rocketq.protocol import record as rec
 from rocketq.spark.jobs.scan_columns import (
     _TS,
     EXPORT_COLUMNS,
@@ -43,6 +44,7 @@ from rocketq.spark.jobs.scan_plan import (
     plan_tasks,
 )
 from rocketq.spark.jobs.scan_walk import DEFAULT_CHUNK_BYTES, Chunk, Damage, StopKind, WalkResult, iter_chunks
+from rocketq.store.record_scan import QUARANTINE_TOPIC
 
 
 @dataclass(slots=True)
@@ -53,6 +55,9 @@ class TaskReport:
     records: int = 0
     record_bytes: int = 0
     walk: WalkResult = field(default_factory=WalkResult)
+    #: (offset, size) of each filler record recovery wrote over a quarantined damaged range
+    #: (``store/recovery.py``): not counted as records, not damage.
+    quarantined: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def damage(self) -> list[Damage]:
@@ -98,12 +103,28 @@ def iter_columns(
             return
 
 
+_FILLER_TOPIC = QUARANTINE_TOPIC.encode()
+
+
+def quarantine_fillers(cols: RecordColumns) -> list[tuple[int, int]]:
+    """(offset, size) of the filler records among ``cols``: ROLLBACK records of the quarantine
+    topic, which recovery writes over a damaged range it skipped."""
+    rollback = np.flatnonzero((cols.sys_flag & rec.TRANSACTION_MASK) == rec.TRANSACTION_ROLLBACK_TYPE)
+    return [
+        (int(cols.offset[i]), int(cols.size[i]))
+        for i in rollback.tolist()
+        if cols.topic_raw[i].as_py() == _FILLER_TOPIC
+    ]
+
+
 def verify_task(task: ScanTask, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> TaskReport:
     """Parse every record of ``task`` with structure and body CRC checks."""
     report = TaskReport(task)
     for cols in iter_columns(task, report.walk, check_crc=True, chunk_bytes=chunk_bytes):
-        report.records += len(cols)
-        report.record_bytes += int(cols.size.sum(dtype=np.int64))
+        fillers = quarantine_fillers(cols)
+        report.quarantined += fillers
+        report.records += len(cols) - len(fillers)
+        report.record_bytes += int(cols.size.sum(dtype=np.int64)) - sum(size for _, size in fillers)
     report.walk.damage.sort(key=lambda d: d.offset)
     return report
 
