@@ -35,6 +35,14 @@ from rocketq.acl.plain import resolve_acl_file
 from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
+from rocketq.remoting.limits import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    ServerLimits,
+    limit_problems,
+    limits_from,
+)
 
 #: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
 KEY_ALIASES: dict[str, str] = {
@@ -130,6 +138,18 @@ class BrokerConfig:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
 
+    #: Remoting server limits (docs/security.md "Limits"; 0 disables one): close a connection
+    #: idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``) ...
+    server_channel_max_idle_time_seconds: int = 120
+    #: ... cap the bytes of incomplete frames held for all connections together ...
+    server_buffered_frames_max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    #: ... close a connection whose frame stays incomplete this long ...
+    server_partial_frame_timeout_ms: int = 30_000
+    #: ... refuse connections from a host beyond this many open ...
+    server_max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
+    #: ... and stop reading a connection with this many requests unanswered.
+    server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name in ("broker_cluster_name", "broker_name"):
@@ -161,6 +181,7 @@ class BrokerConfig:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
         if self.transaction_check_max < 0:
             problems.append(f"transaction_check_max={self.transaction_check_max} is negative")
+        problems += limit_problems(self)
         if bool(self.access_key) != bool(self.secret_key):
             problems.append("accessKey and secretKey must be given together")
         if problems:
@@ -171,6 +192,10 @@ class BrokerConfig:
         """The plain ACL rules file: ``acl_file``, else ``$ROCKETMQ_HOME/conf/plain_acl.yml``;
         ConfigError when neither is set."""
         return resolve_acl_file(self.acl_file)
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's resource limits from the ``server_*`` fields."""
+        return limits_from(self)
 
     @property
     def broker_addr(self) -> str:

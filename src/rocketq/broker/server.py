@@ -198,6 +198,7 @@ class Broker:
             self._handle,
             on_connection=self._on_connection,
             immediate=self._handle_now,
+            limits=cfg.server_limits(),
         )
         await self._server.start()
         if cfg.fast_listen_port_enable and cfg.listen_port > 2:
@@ -207,6 +208,7 @@ class Broker:
                 self._handle,
                 on_connection=self._on_connection,
                 immediate=self._handle_now,
+                limits=cfg.server_limits(),
             )
             try:
                 await fast.start()

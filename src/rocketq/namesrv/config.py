@@ -16,6 +16,14 @@ from rocketq.config import from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
+from rocketq.remoting.limits import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    ServerLimits,
+    limit_problems,
+    limits_from,
+)
 
 DEFAULT_NAMESRV_PORT: Final = 9876
 
@@ -51,6 +59,18 @@ class NamesrvConfig:
     #: The rules file (``aclFile``); None = ``$ROCKETMQ_HOME/conf/plain_acl.yml``.
     acl_file: str | None = None
 
+    #: Remoting server limits (docs/security.md "Limits"; 0 disables one): close a connection
+    #: idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``) ...
+    server_channel_max_idle_time_seconds: int = 120
+    #: ... cap the bytes of incomplete frames held for all connections together ...
+    server_buffered_frames_max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    #: ... close a connection whose frame stays incomplete this long ...
+    server_partial_frame_timeout_ms: int = 30_000
+    #: ... refuse connections from a host beyond this many open ...
+    server_max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
+    #: ... and stop reading a connection with this many requests unanswered.
+    server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+
     def __post_init__(self) -> None:
         problems = []
         if not 0 <= self.listen_port <= 65535:
@@ -61,8 +81,13 @@ class NamesrvConfig:
             "broker_heartbeat_timeout_ms",
             "max_frame_size_bytes",
         )
+        problems += limit_problems(self)
         if problems:
             raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's resource limits from the ``server_*`` fields."""
+        return limits_from(self)
 
     @classmethod
     def from_rocketmq_properties(cls, props: dict[str, str], **overrides: Any) -> NamesrvConfig:

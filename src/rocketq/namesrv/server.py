@@ -165,6 +165,7 @@ class NameServer:
             self._handle,
             max_frame_size=self._config.max_frame_size_bytes,
             on_connection=self._on_connection,
+            limits=self._config.server_limits(),
         )
         self._scan_task: asyncio.Task[None] | None = None
         self._kv_lock: asyncio.Lock | None = None

@@ -46,7 +46,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -65,6 +65,9 @@ from rocketq.remoting.codes import (
     REQUEST_CODE_NOT_SUPPORTED_REMARK,
 )
 from rocketq.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from rocketq.remoting.limits import LimitGuard
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +132,18 @@ class Connection(asyncio.Protocol):
         serving: bool = False,
         on_made: Callable[[Connection], None] | None = None,
         immediate: ImmediateHandler | None = None,
+        guard: LimitGuard | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
+        # incomplete-frame bytes reported to it and since when the current one is incomplete.
+        self._guard = guard
+        self._active = True
+        self._held = 0
+        #: Loop time of the last sweep that saw this connection active.
+        self.quiet_since = self._loop.time()
+        #: Loop time the incomplete frame now buffered began to arrive; None when none is.
+        self.partial_since: float | None = None
         self._handler = handler
         self._immediate = immediate
         self._max_frame_size = max_frame_size
@@ -157,6 +170,7 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_paused = 0
         self.remote_address = "?"
+        self.remote_host = "?"
         self.local_address = "?"
 
     # -- public -------------------------------------------------------------------------------
@@ -175,6 +189,18 @@ class Connection(asyncio.Protocol):
     def running_requests(self) -> int:
         """Inbound requests whose handler has not finished."""
         return len(self._tasks)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a decoded command (an incomplete frame)."""
+        return self._decoder.buffered
+
+    def seen_activity(self) -> bool:
+        """True when bytes arrived since the last call, or a request or call is in flight (for
+        the idle check); clears the arrival mark."""
+        active = self._active
+        self._active = False
+        return active or bool(self._tasks or self._backlog or self._pending)
 
     @property
     def reading_paused(self) -> bool:
@@ -311,7 +337,9 @@ class Connection(asyncio.Protocol):
         # A stream transport; uvloop's is not a subclass of asyncio.Transport, hence no isinstance.
         self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES, low=WRITE_BUFFER_LOW_BYTES)
-        self.remote_address = format_address(transport.get_extra_info("peername"))
+        peer = transport.get_extra_info("peername")
+        self.remote_address = format_address(peer)
+        self.remote_host = str(peer[0]) if isinstance(peer, tuple) and peer else self.remote_address
         self.local_address = format_address(transport.get_extra_info("sockname"))
         log.debug("connection %s <-> %s open", self.local_address, self.remote_address)
         if self._on_made is not None:
@@ -323,6 +351,12 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._protocol_error(str(exc))
             return
+        self._active = True
+        guard = self._guard
+        if guard is not None:
+            held = self._decoder.buffered
+            if (held or self._held) and self._account(guard, held, bool(commands)):
+                return
         pending = self._pending
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
@@ -345,6 +379,10 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._closing = True
+        if self._held and self._guard is not None:
+            self._guard.buffered -= self._held
+            self._held = 0
+        self.partial_since = None
         self._out.clear()
         self._backlog.clear()
         reason = self._close_reason or (str(exc) if exc else None)
@@ -446,6 +484,25 @@ class Connection(asyncio.Protocol):
                 f"write buffer to {self.remote_address} did not drain within {timeout_s:g} s "
                 f"(code {cmd.code})"
             ) from None
+
+    def _account(self, guard: LimitGuard, held: int, completed: bool) -> bool:
+        """Report this connection's incomplete-frame bytes (now ``held``) to the guard; True when
+        that tripped its cap and the connection was aborted."""
+        grew = held > self._held
+        guard.buffered += held - self._held
+        self._held = held
+        if not held:
+            self.partial_since = None
+            return False
+        if completed or self.partial_since is None:  # a new frame began in this chunk
+            self.partial_since = self._loop.time()
+        if grew and guard.over_buffered(self):
+            guard.buffered -= held
+            self._held = 0
+            self._close_reason = "the server's cap on buffered incomplete frames was reached"
+            self.abort()
+            return True
+        return False
 
     def _protocol_error(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.remote_address, reason)

@@ -7,6 +7,12 @@ back-pressure). The server keeps the set of open connections so that ``close()``
 accepting, cancel the handlers still running, flush and close every connection, and abort the
 ones whose peer does not take the queued bytes within the close timeout. A port of 0 binds a
 free port; the bound port is kept, so a restart after close() listens on the same one.
+
+Resource limits (idle connections, buffered incomplete frames, connections per host, requests in
+flight per connection) are :class:`~rocketq.remoting.limits.ServerLimits`, applied by one
+:class:`~rocketq.remoting.limits.LimitGuard` per server: it admits each accepted connection,
+is told by each connection how many incomplete-frame bytes it holds, and sweeps idle and
+stalled connections (``limits=None``: the defaults).
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ from typing import Final
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
 from rocketq.remoting.connection import (
     DEFAULT_CLOSE_TIMEOUT_S,
-    DEFAULT_MAX_PENDING_REQUESTS,
     Connection,
     ImmediateHandler,
     RequestHandler,
     close_connections,
     format_address,
 )
+from rocketq.remoting.limits import LimitGuard, ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +44,9 @@ class RemotingServer:
     ``await server.start()`` (or ``async with server``) binds; port 0 picks a free port, read it
     back from :attr:`port`. ``on_connection(conn)`` runs for every accepted connection.
     ``immediate(conn, request)`` (optional) is asked first for every request and answers the
-    ones it can without awaiting (see :mod:`rocketq.remoting.connection`)."""
+    ones it can without awaiting (see :mod:`rocketq.remoting.connection`). ``limits`` are the
+    per-connection and per-server resource limits; ``max_pending_requests``, when given,
+    overrides their ``max_in_flight_requests``."""
 
     def __init__(
         self,
@@ -47,17 +55,23 @@ class RemotingServer:
         handler: RequestHandler,
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        max_pending_requests: int | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         backlog: int = DEFAULT_BACKLOG,
         immediate: ImmediateHandler | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.host = host
         self._immediate = immediate
         self._port = port
         self._handler = handler
         self._max_frame_size = max_frame_size
-        self._max_pending_requests = max_pending_requests
+        self.limits = limits = limits or ServerLimits()
+        self._max_pending_requests = (
+            limits.max_in_flight_requests if max_pending_requests is None else max_pending_requests
+        )
+        #: Applies :attr:`limits`; its counters show what they did.
+        self.guard = LimitGuard(limits)
         self._on_connection = on_connection
         self._backlog = backlog
         self._server: asyncio.Server | None = None
@@ -95,6 +109,7 @@ class RemotingServer:
         if server.sockets:
             self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it
         await server.start_serving()
+        self.guard.start(self._connections)
         log.info("remoting server listening on %s", self.address)
 
     async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
@@ -104,6 +119,7 @@ class RemotingServer:
         if server is None:
             return
         self._server = None
+        self.guard.stop()
         server.close()
         connections = list(self._connections)
         for conn in connections:
@@ -127,9 +143,12 @@ class RemotingServer:
             serving=True,
             on_made=self._register,
             immediate=self._immediate,
+            guard=self.guard,
         )
 
     def _register(self, conn: Connection) -> None:
+        if not self.guard.admit(conn):
+            return
         self._connections.add(conn)
         conn.add_close_callback(self._connections.discard)
         if self._on_connection is not None:
