@@ -43,6 +43,7 @@ from rocketq.remoting.limits import (
     limit_problems,
     limits_from,
 )
+from rocketq.remoting.server import exposure_warning, is_loopback_address, is_wildcard_address
 
 #: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
 KEY_ALIASES: dict[str, str] = {
@@ -78,11 +79,13 @@ class BrokerConfig:
     broker_id: int = 0
     #: Name servers, ``host:port`` separated by ``;``; None = do not register anywhere.
     namesrv_addr: str | None = field(default_factory=_namesrv_from_env)
-    #: Address published to name servers and clients, and stored in every record's STOREHOST.
-    broker_ip1: str = field(default_factory=local_ip)
+    #: Address published to name servers and clients, and stored in every record's STOREHOST;
+    #: empty = ``bind_address``, or the outward interface's address when that is a wildcard.
+    broker_ip1: str = ""
     #: Address for HA (slaves); defaults to ``broker_ip1``.
     broker_ip2: str | None = None
-    bind_address: str = "0.0.0.0"
+    #: Listen address (rocketq default 127.0.0.1; RocketMQ listens on every interface).
+    bind_address: str = "127.0.0.1"
     #: Remoting port; 0 picks a free one (read it back from ``Broker.port``).
     listen_port: int = 10911
     #: Also listen on ``listen_port - 2``, the "VIP channel" old Java producers use (rocketq name).
@@ -151,6 +154,9 @@ class BrokerConfig:
     server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
 
     def __post_init__(self) -> None:
+        if not self.broker_ip1:
+            ip1 = local_ip() if is_wildcard_address(self.bind_address) else self.bind_address.strip()
+            object.__setattr__(self, "broker_ip1", ip1)
         problems: list[str] = []
         for name in ("broker_cluster_name", "broker_name"):
             if not getattr(self, name):
@@ -192,6 +198,21 @@ class BrokerConfig:
         """The plain ACL rules file: ``acl_file``, else ``$ROCKETMQ_HOME/conf/plain_acl.yml``;
         ConfigError when neither is set."""
         return resolve_acl_file(self.acl_file)
+
+    def listen_warnings(self) -> list[str]:
+        """What to warn about at start: listening on every interface without ACL, or
+        advertising (``brokerIP1``) a non-loopback address while listening on loopback only."""
+        out = []
+        exposed = exposure_warning("broker", self.bind_address, self.listen_port, self.acl_enable)
+        if exposed is not None:
+            out.append(exposed)
+        if is_loopback_address(self.bind_address) and not is_loopback_address(self.broker_ip1):
+            out.append(
+                f"brokerIP1={self.broker_ip1} is advertised to clients but the broker listens on "
+                f"{self.bind_address} only (bindAddress): clients on other hosts cannot connect; "
+                f"set bindAddress={self.broker_ip1} or bindAddress=0.0.0.0 (--bind)"
+            )
+        return out
 
     def server_limits(self) -> ServerLimits:
         """The remoting server's resource limits from the ``server_*`` fields."""
@@ -246,14 +267,15 @@ def broker_config_from_properties(props: dict[str, str], **overrides: Any) -> Br
     return config
 
 
-def load_broker_conf(path: str | os.PathLike[str]) -> tuple[BrokerConfig, StoreConfig]:
-    """Read a RocketMQ ``broker.conf`` and build the broker's and the store's settings.
+def load_broker_conf(path: str | os.PathLike[str], **overrides: Any) -> tuple[BrokerConfig, StoreConfig]:
+    """Read a RocketMQ ``broker.conf`` and build the broker's and the store's settings
+    (``overrides``: BrokerConfig fields that win over the file).
 
     Raises :class:`~rocketq.errors.ConfigError` naming every bad value, or OSError when the
     file cannot be read."""
     with open(path, encoding="utf-8") as f:
         props = parse_properties(f.read())
-    return broker_config_from_properties(props), from_rocketmq_properties(StoreConfig, props)
+    return broker_config_from_properties(props, **overrides), from_rocketmq_properties(StoreConfig, props)
 
 
 __all__ = [

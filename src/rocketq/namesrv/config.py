@@ -24,6 +24,7 @@ from rocketq.remoting.limits import (
     limit_problems,
     limits_from,
 )
+from rocketq.remoting.server import exposure_warning
 
 DEFAULT_NAMESRV_PORT: Final = 9876
 
@@ -35,7 +36,8 @@ class NamesrvConfig:
     """Settings of the name server (RocketMQ ``NamesrvConfig`` + ``NettyServerConfig``)."""
 
     listen_port: int = DEFAULT_NAMESRV_PORT
-    bind_address: str = "0.0.0.0"
+    #: Listen address (rocketq default 127.0.0.1; RocketMQ listens on every interface).
+    bind_address: str = "127.0.0.1"
     #: How often silent brokers are looked for.
     scan_not_active_broker_interval_ms: int = 5000
     #: A broker's heartbeat timeout when its REGISTER_BROKER header does not carry one.
@@ -84,6 +86,11 @@ class NamesrvConfig:
         problems += limit_problems(self)
         if problems:
             raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
+
+    def listen_warnings(self) -> list[str]:
+        """What to warn about at start: listening on every interface without ACL."""
+        exposed = exposure_warning("name server", self.bind_address, self.listen_port, self.acl_enable)
+        return [] if exposed is None else [exposed]
 
     def server_limits(self) -> ServerLimits:
         """The remoting server's resource limits from the ``server_*`` fields."""

@@ -4,7 +4,9 @@ RemotingClient both run, with the address helpers and the close-everything step 
 Both ends of a remoting connection speak both ways on one socket: the client sends requests and
 receives responses, and the broker sends its own requests (NOTIFY_CONSUMER_IDS_CHANGED,
 GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Connection` is the
-``asyncio.Protocol`` for either end:
+``asyncio.Protocol`` for either end.
+
+One idea: the state of one connection, both directions, over one asyncio transport.
 
 
 * inbound bytes go through one :class:`~rocketq.remoting.codec.FrameDecoder` ``feed`` per
@@ -30,9 +32,10 @@ Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES
 peer until it drains (a client that pipelines requests but does not read its responses stops
 being read). At most ``max_pending_requests`` handler tasks run per connection: requests decoded
 beyond that wait in a FIFO backlog while reading is paused, and reading resumes once the backlog
-is empty and half the slots are free (a few held pulls never reach the default cap of 10,000;
-a flood does). The calling side never stops reading (that could deadlock two peers that both wait for
-the other to read); instead :meth:`Connection.invoke` waits for the buffer to drain before
+is empty and half the slots are free (a few held pulls never reach the cap, a flood does; a
+server's default is 1,024, rocketq.remoting.limits, where its other limits are described too).
+The calling side never stops reading (that could deadlock two peers that both wait for the other
+to read); instead :meth:`Connection.invoke` waits for the buffer to drain before
 queueing more. When a connection closes, every call pending on it fails with
 :class:`~rocketq.errors.ConnectionClosed` and its close callbacks run (the broker drops client
 registrations there); handler tasks already running finish and their responses are dropped.
@@ -139,7 +142,8 @@ class Connection(asyncio.Protocol):
         # incomplete-frame bytes reported to it and since when the current one is incomplete.
         self._guard = guard
         self._active = True
-        self._held = 0
+        #: Incomplete-frame bytes last reported to the guard.
+        self.held_bytes = 0
         #: Loop time of the last sweep that saw this connection active.
         self.quiet_since = self._loop.time()
         #: Loop time the incomplete frame now buffered began to arrive; None when none is.
@@ -355,7 +359,7 @@ class Connection(asyncio.Protocol):
         guard = self._guard
         if guard is not None:
             held = self._decoder.buffered
-            if (held or self._held) and self._account(guard, held, bool(commands)):
+            if (held or self.held_bytes) and guard.account(self, held, bool(commands)):
                 return
         pending = self._pending
         for cmd in commands:
@@ -379,10 +383,8 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._closing = True
-        if self._held and self._guard is not None:
-            self._guard.buffered -= self._held
-            self._held = 0
-        self.partial_since = None
+        if self.held_bytes and self._guard is not None:
+            self._guard.account(self, 0, False)
         self._out.clear()
         self._backlog.clear()
         reason = self._close_reason or (str(exc) if exc else None)
@@ -484,25 +486,6 @@ class Connection(asyncio.Protocol):
                 f"write buffer to {self.remote_address} did not drain within {timeout_s:g} s "
                 f"(code {cmd.code})"
             ) from None
-
-    def _account(self, guard: LimitGuard, held: int, completed: bool) -> bool:
-        """Report this connection's incomplete-frame bytes (now ``held``) to the guard; True when
-        that tripped its cap and the connection was aborted."""
-        grew = held > self._held
-        guard.buffered += held - self._held
-        self._held = held
-        if not held:
-            self.partial_since = None
-            return False
-        if completed or self.partial_since is None:  # a new frame began in this chunk
-            self.partial_since = self._loop.time()
-        if grew and guard.over_buffered(self):
-            guard.buffered -= held
-            self._held = 0
-            self._close_reason = "the server's cap on buffered incomplete frames was reached"
-            self.abort()
-            return True
-        return False
 
     def _protocol_error(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.remote_address, reason)

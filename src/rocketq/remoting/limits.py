@@ -216,16 +216,27 @@ class LimitGuard:
         """Open connections counted for ``host``."""
         return self._per_host.get(host, 0)
 
-    def over_buffered(self, conn: Connection) -> bool:
-        """Called by a connection after its held bytes grew: True when the total is now over
-        the cap (the caller aborts itself)."""
+    def account(self, conn: Connection, held: int, completed: bool) -> bool:
+        """A connection now holds ``held`` bytes of an incomplete frame (``completed``: a frame
+        was completed in the same chunk, so the incomplete one is new). True when that crossed
+        the cap on all connections' incomplete frames and ``conn`` was aborted."""
+        grew = held > conn.held_bytes
+        self.buffered += held - conn.held_bytes
+        conn.held_bytes = held
+        if not held:
+            conn.partial_since = None
+            return False
+        if completed or conn.partial_since is None:
+            conn.partial_since = asyncio.get_running_loop().time()
         cap = self.limits.max_buffered_bytes
-        if cap and self.buffered > cap:
+        if grew and cap and self.buffered > cap:
             self._trip(
                 conn,
                 "max_buffered_bytes",
                 f"incomplete frames of all connections hold {self.buffered} B, over the cap of {cap} B",
             )
+            self.account(conn, 0, False)
+            conn.abort()
             return True
         return False
 

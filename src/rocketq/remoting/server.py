@@ -37,6 +37,31 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BACKLOG: Final = 1024
 
+#: Listen addresses that mean "every interface".
+WILDCARD_ADDRESSES: Final = frozenset(("", "0.0.0.0", "::", "*"))
+
+
+def is_wildcard_address(host: str) -> bool:
+    """True when listening on ``host`` accepts connections on every interface."""
+    return host.strip() in WILDCARD_ADDRESSES
+
+
+def is_loopback_address(host: str) -> bool:
+    """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1``."""
+    host = host.strip().strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def exposure_warning(what: str, host: str, port: int, acl_enable: bool) -> str | None:
+    """The start-up warning for a server that listens on every interface without ACL, or None."""
+    if acl_enable or not is_wildcard_address(host):
+        return None
+    return (
+        f"the {what} listens on all interfaces ({format_address((host or '0.0.0.0', port))}) "
+        "without ACL: anyone who reaches this port can use it; set bindAddress (--bind) to "
+        "127.0.0.1 or one interface's address, or turn on aclEnable (docs/security.md)"
+    )
+
 
 class RemotingServer:
     """Accepts remoting connections on ``host:port`` and runs ``handler`` for every request.
