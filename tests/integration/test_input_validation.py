@@ -180,6 +180,9 @@ def test_grpc_topic_group_and_batch_size_checks(tmp_path: pathlib.Path) -> None:
             assert "300 chars exceeds max 255" in first.status.message
             (first, _) = await receive(stub, batch_size=1, topic="T" * 300)
             assert first.status.code == pb.ILLEGAL_TOPIC
+            (first, _) = await receive(stub, batch_size=1, long_polling_timeout={"nanos": -1_000_000})
+            assert first.status.code == pb.BAD_REQUEST
+            assert first.status.message.endswith("long polling timeout -1 ms is negative")
             # a valid receive still works after all of that
             responses = await receive(
                 stub, batch_size=1, long_polling_timeout={"seconds": 0}, invisible_duration={"seconds": 5}

@@ -150,6 +150,14 @@ def type_of_properties(props: Mapping[str, str]) -> pb.MessageType:
     return pb.NORMAL
 
 
+def type_name(message_type: int) -> str:
+    """The enum name of a message type, or its number when the client sent an unknown one."""
+    try:
+        return str(pb.MessageType.Name(message_type))
+    except ValueError:
+        return f"message type {message_type}"
+
+
 def store_properties(msg: pb.Message, message_type: pb.MessageType, *, topic: str) -> dict[str, str]:
     """The record properties of a gRPC message (see the module table). Raises
     :class:`InvalidParameter` subclasses for reserved user property names or missing fields."""
@@ -178,13 +186,13 @@ def store_properties(msg: pb.Message, message_type: pb.MessageType, *, topic: st
             raise MessageTypeError("FIFO message without message_group")
         props[PROPERTY_SHARDING_KEY] = sp.message_group
     elif has_group:
-        raise MessageTypeError(f"message_group set on a {pb.MessageType.Name(message_type)} message")
+        raise MessageTypeError(f"message_group set on a {type_name(message_type)} message")
     if message_type == pb.DELAY:
         if not has_delay:
             raise MessageTypeError("DELAY message without delivery_timestamp")
         props[PROPERTY_TIMER_DELIVER_MS] = str(timestamp_ms(sp.delivery_timestamp))
     elif has_delay:
-        raise MessageTypeError(f"delivery_timestamp set on a {pb.MessageType.Name(message_type)} message")
+        raise MessageTypeError(f"delivery_timestamp set on a {type_name(message_type)} message")
     if message_type == pb.TRANSACTION:
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         props[PROPERTY_PRODUCER_GROUP] = topic

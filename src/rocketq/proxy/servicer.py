@@ -111,6 +111,8 @@ def receive_timing_ms(
     poll_ms = (
         convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
     )
+    if poll_ms < 0:
+        raise InvalidParameter(f"long polling timeout {poll_ms} ms is negative")
     remaining = context.time_remaining()
     if remaining is not None:
         poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
