@@ -16,6 +16,7 @@ from _support.wait import wait_until_async
 from rocketq.broker.config import broker_config_from_properties
 from rocketq.errors import ConfigError
 from rocketq.namesrv.config import NamesrvConfig
+from rocketq.namesrv.server import NameServer
 from rocketq.remoting import (
     Connection,
     RemotingClient,
@@ -291,3 +292,32 @@ def test_limit_keys_are_read_from_broker_conf_and_namesrv_conf() -> None:
         NamesrvConfig(server_max_in_flight_requests=0)
     with pytest.raises(ConfigError, match="server_channel_max_idle_time_seconds=-1 is negative"):
         broker_config_from_properties({"serverChannelMaxIdleTimeSeconds": "-1"}, broker_name="b")
+
+
+def test_a_name_server_applies_its_configured_limits_and_updates_them_live() -> None:
+    async def main() -> None:
+        namesrv = NameServer(
+            NamesrvConfig(bind_address=HOST, listen_port=0, server_channel_max_idle_time_seconds=1)
+        )
+        await namesrv.start()
+        client = RemotingClient()
+        try:
+            began = time.monotonic()
+            reader, writer = await asyncio.open_connection(HOST, namesrv.port)
+            assert await closed_by_server(reader)  # idle for the configured second
+            assert 1.0 <= time.monotonic() - began < WAIT_S
+            writer.close()
+            update = create_request(
+                RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverMaxConnectionsPerHost=1\n"
+            )
+            assert (await client.invoke(namesrv.address, update, WAIT_S)).code == 0
+            assert namesrv.config.server_max_connections_per_host == 1
+            # the client's own connection is the one this host may have: another is refused
+            reader, writer = await asyncio.open_connection(HOST, namesrv.port)
+            assert await closed_by_server_quick(reader)
+            writer.close()
+        finally:
+            await client.close()
+            await namesrv.close()
+
+    run(main())

@@ -543,6 +543,7 @@ class NameServer:
             if f.name not in named
         }
         self._config = NamesrvConfig.from_rocketmq_properties(props, **keep)  # ConfigError → 1 + message
+        self._server.update_limits(self._config.server_limits())
         log.info("name server config updated by %s: %s", conn.remote_address, props)
         return create_response(request, ResponseCode.SUCCESS)
 

@@ -186,6 +186,7 @@ class LimitGuard:
         self._per_host: dict[str, int] = {}
         self._log = _LimitLog()
         self._timer: asyncio.TimerHandle | None = None
+        self._running = False
         self._connections: Collection[Connection] = ()
 
     # -- connections --------------------------------------------------------------------------
@@ -245,15 +246,30 @@ class LimitGuard:
     def start(self, connections: Collection[Connection]) -> None:
         """Check ages of ``connections`` (a live view) periodically until :meth:`stop`."""
         self._connections = connections
+        self._running = True
+        self._arm()
+
+    def stop(self) -> None:
+        self._running = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def update(self, limits: ServerLimits) -> None:
+        """Apply new limits from now on (a configuration update): the caps at once, the ages
+        from the next sweep, the in-flight cap to connections accepted from now on."""
+        self.limits = limits
+        if self._running:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._arm()
+
+    def _arm(self) -> None:
         interval = self.limits.sweep_interval_s
         if interval is not None and self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(interval, self._sweep, loop, interval)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     def _sweep(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self._timer = loop.call_later(interval, self._sweep, loop, interval)

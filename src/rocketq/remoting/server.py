@@ -137,6 +137,12 @@ class RemotingServer:
         self.guard.start(self._connections)
         log.info("remoting server listening on %s", self.address)
 
+    def update_limits(self, limits: ServerLimits) -> None:
+        """New resource limits from now on (see :meth:`LimitGuard.update`)."""
+        self.limits = limits
+        self._max_pending_requests = limits.max_in_flight_requests
+        self.guard.update(limits)
+
     async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
         """Stop accepting, cancel running handlers, close every connection (abort after
         ``timeout_s`` if a peer does not take the queued bytes)."""
