@@ -27,6 +27,7 @@ from rocketq.remoting import (
     create_response,
     encode,
 )
+from rocketq.remoting.codec import FrameDecoder
 from rocketq.remoting.limits import ServerLimits
 
 T = TypeVar("T")
@@ -319,5 +320,44 @@ def test_a_name_server_applies_its_configured_limits_and_updates_them_live() -> 
         finally:
             await client.close()
             await namesrv.close()
+
+    run(main())
+
+
+def test_time_with_reading_paused_does_not_age_an_incomplete_frame() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def held(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            await release.wait()
+            return create_response(request, 0)
+
+        limits = ServerLimits(max_in_flight_requests=1, partial_frame_timeout_s=0.2, idle_timeout_s=0.0)
+        server = RemotingServer(HOST, 0, held, limits=limits)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection(HOST, server.port)
+            frames = [encode(create_request(RequestCode.PULL_MESSAGE, body=b"x")) for _ in range(3)]
+            writer.write(frames[0] + frames[1] + frames[2][:10])  # at the cap, a frame incomplete
+            await wait_until_async(lambda: len(server.connections) == 1, timeout_s=WAIT_S)
+            (conn,) = server.connections
+            await wait_until_async(lambda: conn.reading_paused and conn.buffered == 10, timeout_s=WAIT_S)
+            since = conn.partial_since
+            assert since is not None
+            # sweeps go by well past the incomplete frame's timeout: paused, so not closed
+            await wait_until_async(
+                lambda: asyncio.get_running_loop().time() - since > 0.6 and server.guard.sweeps >= 10,
+                timeout_s=WAIT_S,
+            )
+            assert not conn.closed and server.guard.tripped == {}
+            release.set()
+            writer.write(frames[2][10:])
+            answered = 0
+            decoder = FrameDecoder()
+            while answered < 3:
+                answered += len(decoder.feed(await asyncio.wait_for(reader.read(65536), WAIT_S)))
+            writer.close()
+        finally:
+            await server.close()
 
     run(main())

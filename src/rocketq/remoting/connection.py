@@ -503,6 +503,8 @@ class Connection(asyncio.Protocol):
         self._read_paused &= ~why
         if not self._read_paused and self._transport is not None and not self._lost:
             self._transport.resume_reading()
+            if self.partial_since is not None:  # its age counts from now: we were not reading
+                self.partial_since = self._loop.time()
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         handler = self._handler

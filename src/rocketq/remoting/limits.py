@@ -11,8 +11,10 @@ limit (:class:`ServerLimits` field)   default    when it trips
                                                  connections together would exceed it: the
                                                  connection whose bytes pushed it over is
                                                  closed
-``partial_frame_timeout_s``           30 s       one frame stayed incomplete this long (a peer
-                                                 trickling a large frame): closed
+``partial_frame_timeout_s``           30 s       one frame stayed incomplete this long while
+                                                 the server was reading (a peer trickling a
+                                                 large frame): closed; time with reading paused
+                                                 does not count
 ``max_connections_per_host``          1000       a new connection from a host that already has
                                                  this many open is closed at once
 ``max_in_flight_requests``            1024       requests of one connection received and not yet
@@ -187,6 +189,8 @@ class LimitGuard:
         self._log = _LimitLog()
         self._timer: asyncio.TimerHandle | None = None
         self._running = False
+        #: Sweeps done so far (tests wait for them instead of sleeping).
+        self.sweeps = 0
         self._connections: Collection[Connection] = ()
 
     # -- connections --------------------------------------------------------------------------
@@ -273,6 +277,7 @@ class LimitGuard:
 
     def _sweep(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self._timer = loop.call_later(interval, self._sweep, loop, interval)
+        self.sweeps += 1
         now = loop.time()
         idle_s = self.limits.idle_timeout_s
         partial_s = self.limits.partial_frame_timeout_s
@@ -280,7 +285,7 @@ class LimitGuard:
             if conn.closed:
                 continue
             since = conn.partial_since
-            if partial_s and since is not None and now - since >= partial_s:
+            if partial_s and since is not None and now - since >= partial_s and not conn.reading_paused:
                 self._trip(
                     conn,
                     "partial_frame_timeout_s",
