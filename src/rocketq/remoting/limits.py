@@ -23,7 +23,9 @@ limit (:class:`ServerLimits` field)   default    when it trips
                                                  dropped; see rocketq.remoting.connection)
 ====================================  =========  ==============================================
 
-0 turns a limit off (``max_in_flight_requests`` must stay at least 1). The per-frame cap (16 MiB,
+Their keys in ``broker.conf`` and ``namesrv.conf`` are :data:`CONFIG_KEYS` (the ``server_*`` fields
+of BrokerConfig and NamesrvConfig, read by :func:`limits_from`). 0 turns a limit off
+(``max_in_flight_requests`` must stay at least 1). The per-frame cap (16 MiB,
 the frame decoder's ``max_frame_size``) is checked before a frame is buffered and is not repeated
 here. A tripped limit closes only that connection and is logged at WARNING (idle closes at INFO),
 at most once per limit every 10 s with a count of those suppressed.
@@ -178,7 +180,7 @@ class LimitGuard:
     """Applies one server's :class:`ServerLimits` to its connections.
 
     :attr:`buffered` is the total of incomplete-frame bytes the connections hold (each
-    :class:`~rocketq.remoting.connection.Connection` reports its own through :meth:`held`)."""
+    :class:`~rocketq.remoting.connection.Connection` reports its own through :meth:`account`)."""
 
     def __init__(self, limits: ServerLimits) -> None:
         self.limits = limits
