@@ -96,7 +96,17 @@ def encode_properties(props: Mapping[str, str]) -> str:
                 f"property {key[:64]!r} contains a reserved separator character (\\x01 or \\x02)"
             )
         parts.append(f"{key}\x01{value}\x02")
-    return "".join(parts)
+    text = "".join(parts)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): not encodable as UTF-8
+            name = next(k for k, v in props.items() if v is not None and exc.object[exc.start] in k + v)
+            raise MessageIllegal(
+                f"property {name[:64]!r} contains a lone surrogate (U+{ord(exc.object[exc.start]):04X}), "
+                "which UTF-8 cannot encode"
+            ) from None
+    return text
 
 
 def decode_properties(text: str) -> dict[str, str]:

@@ -42,9 +42,10 @@ def _ipv4(text: str, pattern: str) -> str:
 
 
 def _normal(host: str) -> str:
-    """``host`` in the form patterns are compared with (IPv6 expanded, IPv4-mapped unwrapped)."""
+    """``host`` in the form patterns are compared with (IPv6 expanded without its ``%scope``,
+    IPv4-mapped unwrapped)."""
     try:
-        addr = ipaddress.ip_address(host.strip().strip("[]"))
+        addr = ipaddress.ip_address(host.strip().strip("[]").partition("%")[0])
     except ValueError:
         return host.strip()
     if isinstance(addr, ipaddress.IPv6Address):

@@ -303,7 +303,7 @@ def _heartbeat_resources(body: bytes, need: dict[str, int]) -> None:
     text = body.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             obj = fastjson.loads(text)
         except ValueError:

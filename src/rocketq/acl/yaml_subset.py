@@ -178,7 +178,10 @@ def parse_yaml(text: str) -> YamlValue:
     if not lines:
         return None
     parser = _Parser(lines)
-    value = parser.block(lines[0].indent)
+    try:
+        value = parser.block(lines[0].indent)
+    except RecursionError:
+        raise ConfigError("YAML nested too deeply") from None
     if parser.pos < len(lines):
         line = lines[parser.pos]
         raise ConfigError(f"line {line.number}: unexpected {line.text!r}")

@@ -51,7 +51,7 @@ def _load_body(body: bytes) -> dict[str, Any] | None:
     text = body.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             obj = fastjson.loads(text)
         except ValueError as exc:

@@ -35,6 +35,15 @@ from rocketq.acl.plain import resolve_acl_file
 from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
+from rocketq.remoting.limits import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    ServerLimits,
+    limit_problems,
+    limits_from,
+)
+from rocketq.remoting.server import exposure_warning, is_loopback_address, is_wildcard_address
 from rocketq.remoting.tls import TlsSettings, tls_settings_from_properties
 
 #: RocketMQ keys whose rocketq field name differs from the mechanical snake_case mapping.
@@ -71,11 +80,13 @@ class BrokerConfig:
     broker_id: int = 0
     #: Name servers, ``host:port`` separated by ``;``; None = do not register anywhere.
     namesrv_addr: str | None = field(default_factory=_namesrv_from_env)
-    #: Address published to name servers and clients, and stored in every record's STOREHOST.
-    broker_ip1: str = field(default_factory=local_ip)
+    #: Address published to name servers and clients, and stored in every record's STOREHOST;
+    #: empty = ``bind_address``, or the outward interface's address when that is a wildcard.
+    broker_ip1: str = ""
     #: Address for HA (slaves); defaults to ``broker_ip1``.
     broker_ip2: str | None = None
-    bind_address: str = "0.0.0.0"
+    #: Listen address (rocketq default 127.0.0.1; RocketMQ listens on every interface).
+    bind_address: str = "127.0.0.1"
     #: Remoting port; 0 picks a free one (read it back from ``Broker.port``).
     listen_port: int = 10911
     #: Also listen on ``listen_port - 2``, the "VIP channel" old Java producers use (rocketq name).
@@ -141,7 +152,22 @@ class BrokerConfig:
     #: keys, :mod:`rocketq.remoting.tls`); None = plaintext.
     tls: TlsSettings | None = None
 
+    #: Remoting server limits (docs/security.md "Limits"; 0 disables one): close a connection
+    #: idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``) ...
+    server_channel_max_idle_time_seconds: int = 120
+    #: ... cap the bytes of incomplete frames held for all connections together ...
+    server_buffered_frames_max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    #: ... close a connection whose frame stays incomplete this long ...
+    server_partial_frame_timeout_ms: int = 30_000
+    #: ... refuse connections from a host beyond this many open ...
+    server_max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
+    #: ... and stop reading a connection with this many requests unanswered.
+    server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+
     def __post_init__(self) -> None:
+        if not self.broker_ip1:
+            ip1 = local_ip() if is_wildcard_address(self.bind_address) else self.bind_address.strip()
+            object.__setattr__(self, "broker_ip1", ip1)
         problems: list[str] = []
         for name in ("broker_cluster_name", "broker_name"):
             if not getattr(self, name):
@@ -174,6 +200,7 @@ class BrokerConfig:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
         if self.transaction_check_max < 0:
             problems.append(f"transaction_check_max={self.transaction_check_max} is negative")
+        problems += limit_problems(self)
         if bool(self.access_key) != bool(self.secret_key):
             problems.append("accessKey and secretKey must be given together")
         if problems:
@@ -184,6 +211,25 @@ class BrokerConfig:
         """The plain ACL rules file: ``acl_file``, else ``$ROCKETMQ_HOME/conf/plain_acl.yml``;
         ConfigError when neither is set."""
         return resolve_acl_file(self.acl_file)
+
+    def listen_warnings(self) -> list[str]:
+        """What to warn about at start: listening on every interface without ACL, or
+        advertising (``brokerIP1``) a non-loopback address while listening on loopback only."""
+        out = []
+        exposed = exposure_warning("broker", self.bind_address, self.listen_port, self.acl_enable)
+        if exposed is not None:
+            out.append(exposed)
+        if is_loopback_address(self.bind_address) and not is_loopback_address(self.broker_ip1):
+            out.append(
+                f"brokerIP1={self.broker_ip1} is advertised to clients but the broker listens on "
+                f"{self.bind_address} only (bindAddress): clients on other hosts cannot connect; "
+                f"set bindAddress={self.broker_ip1} or bindAddress=0.0.0.0 (--bind)"
+            )
+        return out
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's resource limits from the ``server_*`` fields."""
+        return limits_from(self)
 
     @property
     def broker_addr(self) -> str:
@@ -237,14 +283,15 @@ def broker_config_from_properties(props: dict[str, str], **overrides: Any) -> Br
     return config
 
 
-def load_broker_conf(path: str | os.PathLike[str]) -> tuple[BrokerConfig, StoreConfig]:
-    """Read a RocketMQ ``broker.conf`` and build the broker's and the store's settings.
+def load_broker_conf(path: str | os.PathLike[str], **overrides: Any) -> tuple[BrokerConfig, StoreConfig]:
+    """Read a RocketMQ ``broker.conf`` and build the broker's and the store's settings
+    (``overrides``: BrokerConfig fields that win over the file).
 
     Raises :class:`~rocketq.errors.ConfigError` naming every bad value, or OSError when the
     file cannot be read."""
     with open(path, encoding="utf-8") as f:
         props = parse_properties(f.read())
-    return broker_config_from_properties(props), from_rocketmq_properties(StoreConfig, props)
+    return broker_config_from_properties(props, **overrides), from_rocketmq_properties(StoreConfig, props)
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from rocketq.broker.client_manager import ClientChannelInfo
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.rebalance_lock import encode_lock_response, parse_lock_body
 from rocketq.errors import (
+    InvalidParameter,
     ResponseCode,
     RocketqError,
     SubscriptionGroupNotExist,
@@ -37,7 +38,7 @@ from rocketq.errors import (
 )
 from rocketq.protocol.headers import get_int, get_long, get_str, opt_bool
 from rocketq.protocol.heartbeat import parse_heartbeat
-from rocketq.protocol.topic import PERM_READ, PERM_WRITE, retry_topic
+from rocketq.protocol.topic import PERM_READ, PERM_WRITE, group_name_too_long, retry_topic
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
@@ -104,6 +105,11 @@ class ConsumerManageProcessor:
         except ValueError as exc:
             raise RocketqError(f"heartbeat body does not parse: {exc}") from None
         language = _language_name(request.language)
+        problems = [group_name_too_long(c.group_name, "consumer") for c in data.consumers]
+        problems += [group_name_too_long(g, "producer") for g in data.producer_groups]
+        problem = next((p for p in problems if p is not None), None)
+        if problem is not None:
+            raise InvalidParameter(f"heartbeat refused: {problem}")
         for consumer in data.consumers:
             group = consumer.group_name
             group_cfg = ctx.groups.find(group)
@@ -227,10 +233,21 @@ class ConsumerManageProcessor:
         topic = get_str(ext, "topic")
         queue_id = get_int(ext, "queueId")
         offset = get_long(ext, "commitOffset")
+        problem = group_name_too_long(group, "consumer")
+        if problem is not None:
+            raise InvalidParameter(problem)
         if ctx.groups.find(group) is None:
             raise SubscriptionGroupNotExist(f"subscription group not exist, {group}")
-        if topic not in ctx.topics:
+        tc = ctx.topics.select(topic)
+        if tc is None:
             raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
+        queues = max(tc.read_queue_nums, tc.write_queue_nums)
+        if not 0 <= queue_id < queues:
+            raise InvalidParameter(
+                f"queueId={queue_id} is out of range: topic {topic} has queues 0..{queues - 1}"
+            )
+        if offset < 0:
+            raise InvalidParameter(f"commitOffset={offset} is negative (topic {topic}, queueId {queue_id})")
         ctx.offsets.commit_offset(conn.remote_address, group, topic, queue_id, offset)
         if ctx.trace is not None:
             ctx.trace.committed(conn.remote_address, group, topic, queue_id, offset)

@@ -37,7 +37,10 @@ class LockBatchRequest:
 
 def parse_lock_body(body: bytes) -> LockBatchRequest:
     """Decode a Lock/UnlockBatchRequestBody; raises ValueError when it is not one."""
-    obj = json.loads(body.decode("utf-8", "replace"))
+    try:
+        obj = json.loads(body.decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("lock body is nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError(f"lock body is a JSON {type(obj).__name__}, not an object")
     mqs = obj.get("mqSet") or []

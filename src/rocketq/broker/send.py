@@ -83,6 +83,7 @@ from rocketq.protocol.headers import (
 )
 from rocketq.protocol.topic import (
     DLQ_NUMS_PER_GROUP,
+    GROUP_NAME_MAX_LENGTH,
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
     PERM_WRITE,
@@ -90,6 +91,7 @@ from rocketq.protocol.topic import (
     TOPIC_MAX_LENGTH,
     TopicConfig,
     dlq_topic,
+    group_name_too_long,
     is_retry_topic,
     is_writeable,
     retry_topic,
@@ -226,6 +228,8 @@ class SendMessageProcessor:
             raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+        if len(header.producer_group) > GROUP_NAME_MAX_LENGTH:
+            raise InvalidParameter(str(group_name_too_long(header.producer_group, "producer")))
         tc = ctx.topics.select(topic)
         if tc is None:
             tc = ctx.topics.create_in_send(

@@ -199,7 +199,7 @@ class Broker:
         def server(port: int) -> RemotingServer:
             return RemotingServer(
                 cfg.bind_address, port, self._handle, on_connection=self._on_connection,
-                immediate=self._handle_now, ssl=tls, tls_permissive=permissive,
+                immediate=self._handle_now, ssl=tls, tls_permissive=permissive, limits=cfg.server_limits(),
             )  # fmt: skip
 
         self._server = server(cfg.listen_port)

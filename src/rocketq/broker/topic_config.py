@@ -37,6 +37,7 @@ from typing import Any
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import JsonConfigFile
 from rocketq.broker.data_version import DataVersion
+from rocketq.errors import InvalidParameter
 from rocketq.protocol import fastjson
 from rocketq.protocol.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -166,6 +167,11 @@ class TopicConfigManager(JsonConfigFile):
         existing = self.table.get(topic)
         if existing is not None:
             return existing
+        if client_default_topic_queue_nums <= 0:
+            raise InvalidParameter(
+                f"defaultTopicQueueNums={client_default_topic_queue_nums} cannot create topic {topic}: "
+                "it must be at least 1"
+            )
         template = self.table.get(default_topic)
         if template is None:
             log.warning(

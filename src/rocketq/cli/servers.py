@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import logging
 import os
 import signal
 import sys
@@ -73,18 +74,30 @@ def _run_server(
         return _fail(command, taken)
 
 
+_BIND_HELP = "listen address (overrides bindAddress; default 127.0.0.1, 0.0.0.0 = every interface)"
+
+
+def _warn_listen(warnings: list[str]) -> None:
+    for warning in warnings:
+        logging.getLogger("rocketq.cli").warning("%s", warning)
+
+
 def _namesrv(args: argparse.Namespace) -> int:
-    overrides = {"listen_port": args.port} if args.port is not None else {}
+    overrides: dict[str, object] = {"listen_port": args.port} if args.port is not None else {}
+    if args.bind is not None:
+        overrides["bind_address"] = args.bind
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
+    _warn_listen(config.listen_warnings())
     where = (config.bind_address, config.listen_port, "--port (or listenPort in namesrv.conf)")
     return _run_server("namesrv", "name server", *where, lambda: run_namesrv(config))
 
 
 def _broker(args: argparse.Namespace) -> int:
+    bind = {"bind_address": args.bind} if args.bind is not None else {}
     if args.config:
-        broker_cfg, store_cfg = load_broker_conf(args.config)
+        broker_cfg, store_cfg = load_broker_conf(args.config, **bind)
     else:
-        broker_cfg, store_cfg = BrokerConfig(), StoreConfig()
+        broker_cfg, store_cfg = BrokerConfig(**bind), StoreConfig()
     changes: dict[str, object] = {}
     if args.port is not None:
         changes["listen_port"] = args.port
@@ -92,6 +105,7 @@ def _broker(args: argparse.Namespace) -> int:
         changes["namesrv_addr"] = args.namesrv_addr
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
+    _warn_listen(broker_cfg.listen_warnings())
     where = (broker_cfg.bind_address, broker_cfg.listen_port, "--port (or listenPort in broker.conf)")
     return _run_server("broker", "broker", *where, lambda: run_broker(broker_cfg, store_cfg))
 
@@ -126,6 +140,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
         listen_port=args.broker_port,
         fast_listen_port_enable=False,
     )
+    _warn_listen(broker_cfg.listen_warnings())
     store_cfg = dataclasses.replace(
         base_store,
         store_path_root_dir=os.path.join(args.data_dir, args.broker_name),
@@ -190,11 +205,13 @@ def add_server_parsers(sub: Any) -> None:
     namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
     namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
     namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
+    namesrv.add_argument("--bind", default=None, help=_BIND_HELP)
     namesrv.set_defaults(func=_namesrv)
     broker = sub.add_parser("broker", help="run a broker (port 10911)")
     broker.add_argument("-c", "--config", help="broker.conf in RocketMQ's key=value format")
     broker.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
     broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
+    broker.add_argument("--bind", default=None, help=_BIND_HELP)
     broker.set_defaults(func=_broker)
     serve = sub.add_parser("serve", help="name server and broker in one process")
     serve.add_argument(

@@ -16,6 +16,15 @@ from rocketq.config import from_rocketmq_properties, not_positive
 from rocketq.errors import ConfigError
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
+from rocketq.remoting.limits import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_CONNECTIONS_PER_HOST,
+    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    ServerLimits,
+    limit_problems,
+    limits_from,
+)
+from rocketq.remoting.server import exposure_warning
 from rocketq.remoting.tls import TlsSettings, tls_settings_from_properties
 
 DEFAULT_NAMESRV_PORT: Final = 9876
@@ -28,7 +37,8 @@ class NamesrvConfig:
     """Settings of the name server (RocketMQ ``NamesrvConfig`` + ``NettyServerConfig``)."""
 
     listen_port: int = DEFAULT_NAMESRV_PORT
-    bind_address: str = "0.0.0.0"
+    #: Listen address (rocketq default 127.0.0.1; RocketMQ listens on every interface).
+    bind_address: str = "127.0.0.1"
     #: How often silent brokers are looked for.
     scan_not_active_broker_interval_ms: int = 5000
     #: A broker's heartbeat timeout when its REGISTER_BROKER header does not carry one.
@@ -55,6 +65,18 @@ class NamesrvConfig:
     #: :mod:`rocketq.remoting.tls`); None = plaintext. Not part of GET/UPDATE_NAMESRV_CONFIG.
     tls: TlsSettings | None = None
 
+    #: Remoting server limits (docs/security.md "Limits"; 0 disables one): close a connection
+    #: idle this long (RocketMQ ``serverChannelMaxIdleTimeSeconds``) ...
+    server_channel_max_idle_time_seconds: int = 120
+    #: ... cap the bytes of incomplete frames held for all connections together ...
+    server_buffered_frames_max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    #: ... close a connection whose frame stays incomplete this long ...
+    server_partial_frame_timeout_ms: int = 30_000
+    #: ... refuse connections from a host beyond this many open ...
+    server_max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
+    #: ... and stop reading a connection with this many requests unanswered.
+    server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+
     def __post_init__(self) -> None:
         problems = []
         if not 0 <= self.listen_port <= 65535:
@@ -65,8 +87,18 @@ class NamesrvConfig:
             "broker_heartbeat_timeout_ms",
             "max_frame_size_bytes",
         )
+        problems += limit_problems(self)
         if problems:
             raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
+
+    def listen_warnings(self) -> list[str]:
+        """What to warn about at start: listening on every interface without ACL."""
+        exposed = exposure_warning("name server", self.bind_address, self.listen_port, self.acl_enable)
+        return [] if exposed is None else [exposed]
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's resource limits from the ``server_*`` fields."""
+        return limits_from(self)
 
     @classmethod
     def from_rocketmq_properties(cls, props: dict[str, str], **overrides: Any) -> NamesrvConfig:

@@ -167,6 +167,7 @@ class NameServer:
             on_connection=self._on_connection,
             ssl=self._config.tls.server_context() if self._config.tls is not None else None,
             tls_permissive=self._config.tls is not None and self._config.tls.server_mode == "permissive",
+            limits=self._config.server_limits(),
         )
         self._scan_task: asyncio.Task[None] | None = None
         self._kv_lock: asyncio.Lock | None = None
@@ -544,6 +545,7 @@ class NameServer:
             if f.name not in named
         }
         self._config = NamesrvConfig.from_rocketmq_properties(props, **keep)  # ConfigError → 1 + message
+        self._server.update_limits(self._config.server_limits())
         log.info("name server config updated by %s: %s", conn.remote_address, props)
         return create_response(request, ResponseCode.SUCCESS)
 

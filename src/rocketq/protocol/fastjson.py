@@ -103,8 +103,12 @@ def _quote_bare_keys(text: str) -> str:
 
 
 def loads(text: str) -> Any:
-    """Parse fastjson output (bare integer keys allowed). Keys come back as strings."""
-    return json.loads(_quote_bare_keys(text))
+    """Parse fastjson output (bare integer keys allowed). Keys come back as strings. Raises
+    ValueError (also for nesting deeper than the interpreter's recursion limit)."""
+    try:
+        return json.loads(_quote_bare_keys(text))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _dump(obj: Any, indent: int, out: list[str]) -> None:
@@ -357,7 +361,10 @@ def loads_object_keys(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     parser = _Parser(text)
-    result = parser.value()
+    try:
+        result = parser.value()
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     parser.skip()
     if parser.pos != len(text):
         raise parser.error("trailing characters")

@@ -155,7 +155,7 @@ def _loads(body: bytes) -> Any:
     text = body.decode("utf-8", "replace")
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # fastjson's reader turns deep nesting into ValueError
         return fastjson.loads(text)
 
 

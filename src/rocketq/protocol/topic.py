@@ -100,6 +100,16 @@ DLQ_NUMS_PER_GROUP: Final = 1
 TOPIC_MAX_LENGTH: Final = 127
 #: Retry and DLQ topic names may be longer (the group name is up to 120 chars plus the prefix).
 RETRY_OR_DLQ_TOPIC_MAX_LENGTH: Final = 255
+#: Longest producer or consumer group name a client may use (``Validators.CHARACTER_MAX_LENGTH``).
+GROUP_NAME_MAX_LENGTH: Final = 255
+
+
+def group_name_too_long(group: str, role: str) -> str | None:
+    """Why ``group`` is too long for a ``role`` ("producer" or "consumer") group, or None."""
+    if len(group) <= GROUP_NAME_MAX_LENGTH:
+        return None
+    return f"{role} group name of {len(group)} chars exceeds max {GROUP_NAME_MAX_LENGTH} chars"
+
 
 SYSTEM_TOPICS: Final = frozenset(
     {

@@ -78,10 +78,11 @@ from rocketq.protocol import record as rec
 from rocketq.protocol.headers import MAX_POLL_MS
 from rocketq.protocol.record import view_to_message
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
-from rocketq.protocol.topic import TopicConfig, is_readable
+from rocketq.protocol.topic import TopicConfig, is_readable, topic_max_length
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
-from rocketq.proxy.servicer import MAX_BATCH_SIZE, receive_timing_ms
+from rocketq.proxy.servicer import consumer_group_name as _group_name
+from rocketq.proxy.servicer import receive_batch_size, receive_timing_ms
 from rocketq.proxy.session import ClientSessionServicer, ack_entries
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
@@ -218,7 +219,7 @@ class ClusterServicer(ClientSessionServicer):
         if not name:
             raise TopicNameInvalid("topic name is empty")
         try:
-            validate_topic(name)
+            validate_topic(name, topic_max_length(name))
         except TopicNameInvalid as exc:
             raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
         return name
@@ -447,7 +448,7 @@ class ClusterServicer(ClientSessionServicer):
                 "consumerGroup": group,
                 "topic": topic,
                 "queueId": -1,
-                "maxMsgNums": max(1, min(request.batch_size or 32, MAX_BATCH_SIZE)),
+                "maxMsgNums": receive_batch_size(request),
                 "invisibleTime": invisible_ms,
                 "pollTime": poll_ms,
                 "bornTime": time.time_ns() // 1_000_000,
@@ -599,12 +600,6 @@ def _handle_error(code: int, text: str) -> RocketqError:
     if code == ResponseCode.INVALID_PARAMETER:
         return InvalidReceiptHandle(text)
     return _remoting_error(code, text)
-
-
-def _group_name(resource: pb.Resource) -> str:
-    if not resource.name:
-        raise InvalidParameter("consumer group is empty")
-    return resource.name
 
 
 def _error(what: str, exc: BaseException) -> pb.Status:

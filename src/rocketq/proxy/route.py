@@ -25,7 +25,7 @@ import ipaddress
 
 from rocketq.errors import InvalidParameter
 from rocketq.protocol.topic import TopicConfig, is_readable, is_writeable
-from rocketq.proxy.convert import MessageTypeError
+from rocketq.proxy.convert import MessageTypeError, type_name
 from rocketq.proxy.v2 import definition_pb2 as pb
 
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
@@ -55,7 +55,7 @@ def check_message_type(topic: str, topic_type: str, message_type: pb.MessageType
     if message_type not in accept_message_types(topic_type):
         raise MessageTypeError(
             f"topic {topic} is a {topic_type} topic and does not accept "
-            f"{pb.MessageType.Name(message_type)} messages (set its message.type attribute)"
+            f"{type_name(message_type)} messages (set its message.type attribute)"
         )
 
 

@@ -33,6 +33,7 @@ import grpc
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.pop.service import PopService
+from rocketq.broker.subscription_group import group_name_problem
 from rocketq.broker.transaction import TransactionService, ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -54,11 +55,11 @@ from rocketq.message import (
     java_string_hash,
     validate_topic,
 )
-from rocketq.protocol.topic import TopicConfig, is_readable
+from rocketq.protocol.topic import TopicConfig, group_name_too_long, is_readable, topic_max_length
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.session import ClientSessionServicer, ack_entries
 from rocketq.proxy.settings import ServerSettings, reply_settings
-from rocketq.proxy.status import InvalidTransactionId, NotSupported
+from rocketq.proxy.status import IllegalConsumerGroup, InvalidTransactionId, NotSupported
 from rocketq.proxy.telemetry import CLIENT_ID_HEADER, Session, metadata_value
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
@@ -110,10 +111,32 @@ def receive_timing_ms(
     poll_ms = (
         convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
     )
+    if poll_ms < 0:
+        raise InvalidParameter(f"long polling timeout {poll_ms} ms is negative")
     remaining = context.time_remaining()
     if remaining is not None:
         poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
     return invisible_ms, poll_ms
+
+
+def receive_batch_size(request: spb.ReceiveMessageRequest) -> int:
+    """The messages a ReceiveMessage may get: its ``batch_size``, at most :data:`MAX_BATCH_SIZE`;
+    InvalidParameter when it is not positive."""
+    if request.batch_size <= 0:
+        raise InvalidParameter(f"batch_size={request.batch_size} must be positive")
+    return min(request.batch_size, MAX_BATCH_SIZE)
+
+
+def consumer_group_name(resource: pb.Resource) -> str:
+    """The group a consumer request names; InvalidParameter when empty, IllegalConsumerGroup
+    when longer than a client may make it."""
+    name = resource.name
+    if not name:
+        raise InvalidParameter("consumer group is empty")
+    problem = group_name_too_long(name, "consumer")
+    if problem is not None:
+        raise IllegalConsumerGroup(problem)
+    return name
 
 
 class MessagingServicer(ClientSessionServicer):
@@ -153,7 +176,7 @@ class MessagingServicer(ClientSessionServicer):
         if not name:
             raise TopicNameInvalid("topic name is empty")
         try:
-            validate_topic(name)
+            validate_topic(name, topic_max_length(name))
         except TopicNameInvalid as exc:
             raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
         tc = self.ctx.topics.select(name)
@@ -162,11 +185,12 @@ class MessagingServicer(ClientSessionServicer):
         return tc
 
     def _group(self, resource: pb.Resource) -> str:
-        name = resource.name
-        if not name:
-            raise InvalidParameter("consumer group is empty")
+        name = consumer_group_name(resource)
         cfg = self.ctx.groups.find(name)
         if cfg is None:
+            problem = group_name_problem(name)
+            if problem is not None:
+                raise IllegalConsumerGroup(problem)
             raise SubscriptionGroupNotExist(f"consumer group {name} does not exist")
         if not cfg.consume_enable:
             raise NoPermission(f"consumer group {name} is not allowed to consume")
@@ -346,7 +370,7 @@ class MessagingServicer(ClientSessionServicer):
             kind = "SQL92" if expression.type == pb.SQL else "TAG"
             compiled = compile_filter(kind, expression.expression or "*")
             invisible_ms, long_poll_ms = receive_timing_ms(request, context)
-            batch = max(1, min(request.batch_size or 32, MAX_BATCH_SIZE))
+            batch = receive_batch_size(request)
             cfg = self.ctx.groups.find(group)
             fifo = bool(cfg is not None and cfg.consume_message_orderly)
             popped = await pop.receive(

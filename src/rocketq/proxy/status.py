@@ -18,6 +18,7 @@ requests that cannot be answered in their own shape end the call with a gRPC sta
     InvalidTransactionId                  INVALID_TRANSACTION_ID 40008
     SubscriptionParseFailed               ILLEGAL_FILTER_EXPRESSION 40010
     SubscriptionGroupNotExist             CONSUMER_GROUP_NOT_FOUND 40403
+    IllegalConsumerGroup                  ILLEGAL_CONSUMER_GROUP 40003
     NoPermission                          FORBIDDEN 40300
     NotSupported                          UNSUPPORTED 50500
     SystemBusy                            TOO_MANY_REQUESTS 42900
@@ -51,6 +52,10 @@ class InvalidTransactionId(InvalidParameter):
     """An EndTransaction whose transaction id this broker did not hand out."""
 
 
+class IllegalConsumerGroup(InvalidParameter):
+    """A consumer group name that breaks the naming rules (too long, bad characters)."""
+
+
 class NotSupported(RocketqError):
     """A feature of the protocol this endpoint does not offer (gRPC UNSUPPORTED)."""
 
@@ -67,6 +72,7 @@ _TABLE: tuple[tuple[type[BaseException], pb.Code], ...] = (
     (InvalidTransactionId, pb.INVALID_TRANSACTION_ID),
     (SubscriptionParseFailed, pb.ILLEGAL_FILTER_EXPRESSION),
     (SubscriptionGroupNotExist, pb.CONSUMER_GROUP_NOT_FOUND),
+    (IllegalConsumerGroup, pb.ILLEGAL_CONSUMER_GROUP),
     (NoPermission, pb.FORBIDDEN),
     (NotSupported, pb.UNSUPPORTED),
     (SystemBusy, pb.TOO_MANY_REQUESTS),

@@ -50,7 +50,13 @@ MIN_FRAME_SIZE: Final = 8
 
 def encode(cmd: RemotingCommand) -> bytes:
     """One whole frame for ``cmd`` (header in ``cmd.serialize_type``)."""
-    header = encode_header(cmd)
+    try:
+        header = encode_header(cmd)
+    except UnicodeEncodeError as exc:  # a lone surrogate in a field or the remark
+        raise LocalProtocolError(
+            f"code {cmd.code}: header text {exc.object[max(0, exc.start - 20) : exc.end + 20]!r} has a lone "
+            f"surrogate (U+{ord(exc.object[exc.start]):04X}) that UTF-8 cannot encode"
+        ) from None
     hlen = len(header)
     if hlen > MAX_HEADER_LENGTH:
         raise LocalProtocolError(f"header of {hlen} B exceeds the 24-bit max {MAX_HEADER_LENGTH} B")

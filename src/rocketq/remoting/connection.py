@@ -4,7 +4,9 @@ RemotingClient both run, with the address helpers and the close-everything step 
 Both ends of a remoting connection speak both ways on one socket: the client sends requests and
 receives responses, and the broker sends its own requests (NOTIFY_CONSUMER_IDS_CHANGED,
 GET_CONSUMER_RUNNING_INFO, ...) to the client with its own opaques. :class:`Connection` is the
-``asyncio.Protocol`` for either end:
+``asyncio.Protocol`` for either end.
+
+One idea: the state of one connection, both directions, over one asyncio transport.
 
 
 * inbound bytes go through one :class:`~rocketq.remoting.codec.FrameDecoder` ``feed`` per
@@ -30,9 +32,10 @@ Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES
 peer until it drains (a client that pipelines requests but does not read its responses stops
 being read). At most ``max_pending_requests`` handler tasks run per connection: requests decoded
 beyond that wait in a FIFO backlog while reading is paused, and reading resumes once the backlog
-is empty and half the slots are free (a few held pulls never reach the default cap of 10,000;
-a flood does). The calling side never stops reading (that could deadlock two peers that both wait for
-the other to read); instead :meth:`Connection.invoke` waits for the buffer to drain before
+is empty and half the slots are free (a few held pulls never reach the cap, a flood does; a
+server's default is 1,024, rocketq.remoting.limits, where its other limits are described too).
+The calling side never stops reading (that could deadlock two peers that both wait for the other
+to read); instead :meth:`Connection.invoke` waits for the buffer to drain before
 queueing more. When a connection closes, every call pending on it fails with
 :class:`~rocketq.errors.ConnectionClosed` and its close callbacks run (the broker drops client
 registrations there); handler tasks already running finish and their responses are dropped.
@@ -46,7 +49,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -65,6 +68,9 @@ from rocketq.remoting.codes import (
     REQUEST_CODE_NOT_SUPPORTED_REMARK,
 )
 from rocketq.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from rocketq.remoting.limits import LimitGuard
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +135,19 @@ class Connection(asyncio.Protocol):
         serving: bool = False,
         on_made: Callable[[Connection], None] | None = None,
         immediate: ImmediateHandler | None = None,
+        guard: LimitGuard | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
+        # incomplete-frame bytes reported to it and since when the current one is incomplete.
+        self._guard = guard
+        self._active = True
+        #: Incomplete-frame bytes last reported to the guard.
+        self.held_bytes = 0
+        #: Loop time of the last sweep that saw this connection active.
+        self.quiet_since = self._loop.time()
+        #: Loop time the incomplete frame now buffered began to arrive; None when none is.
+        self.partial_since: float | None = None
         self._handler = handler
         self._immediate = immediate
         self._max_frame_size = max_frame_size
@@ -157,6 +174,7 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_paused = 0
         self.remote_address = "?"
+        self.remote_host = "?"
         self.local_address = "?"
 
     # -- public -------------------------------------------------------------------------------
@@ -175,6 +193,18 @@ class Connection(asyncio.Protocol):
     def running_requests(self) -> int:
         """Inbound requests whose handler has not finished."""
         return len(self._tasks)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a decoded command (an incomplete frame)."""
+        return self._decoder.buffered
+
+    def seen_activity(self) -> bool:
+        """True when bytes arrived since the last call, or a request or call is in flight (for
+        the idle check); clears the arrival mark."""
+        active = self._active
+        self._active = False
+        return active or bool(self._tasks or self._backlog or self._pending)
 
     @property
     def reading_paused(self) -> bool:
@@ -311,7 +341,9 @@ class Connection(asyncio.Protocol):
         # A stream transport; uvloop's is not a subclass of asyncio.Transport, hence no isinstance.
         self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES, low=WRITE_BUFFER_LOW_BYTES)
-        self.remote_address = format_address(transport.get_extra_info("peername"))
+        peer = transport.get_extra_info("peername")
+        self.remote_address = format_address(peer)
+        self.remote_host = str(peer[0]) if isinstance(peer, tuple) and peer else self.remote_address
         self.local_address = format_address(transport.get_extra_info("sockname"))
         log.debug("connection %s <-> %s open", self.local_address, self.remote_address)
         if self._on_made is not None:
@@ -323,6 +355,12 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._protocol_error(str(exc))
             return
+        self._active = True
+        guard = self._guard
+        if guard is not None:
+            held = self._decoder.buffered
+            if (held or self.held_bytes) and guard.account(self, held, bool(commands)):
+                return
         pending = self._pending
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
@@ -345,6 +383,8 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._closing = True
+        if self.held_bytes and self._guard is not None:
+            self._guard.account(self, 0, False)
         self._out.clear()
         self._backlog.clear()
         reason = self._close_reason or (str(exc) if exc else None)
@@ -463,6 +503,8 @@ class Connection(asyncio.Protocol):
         self._read_paused &= ~why
         if not self._read_paused and self._transport is not None and not self._lost:
             self._transport.resume_reading()
+            if self.partial_since is not None:  # its age counts from now: we were not reading
+                self.partial_since = self._loop.time()
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         handler = self._handler

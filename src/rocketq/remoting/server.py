@@ -7,6 +7,12 @@ back-pressure). The server keeps the set of open connections so that ``close()``
 accepting, cancel the handlers still running, flush and close every connection, and abort the
 ones whose peer does not take the queued bytes within the close timeout. A port of 0 binds a
 free port; the bound port is kept, so a restart after close() listens on the same one.
+
+Resource limits (idle connections, buffered incomplete frames, connections per host, requests in
+flight per connection) are :class:`~rocketq.remoting.limits.ServerLimits`, applied by one
+:class:`~rocketq.remoting.limits.LimitGuard` per server: it admits each accepted connection,
+is told by each connection how many incomplete-frame bytes it holds, and sweeps idle and
+stalled connections (``limits=None``: the defaults).
 """
 
 from __future__ import annotations
@@ -20,18 +26,43 @@ from typing import Final
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
 from rocketq.remoting.connection import (
     DEFAULT_CLOSE_TIMEOUT_S,
-    DEFAULT_MAX_PENDING_REQUESTS,
     Connection,
     ImmediateHandler,
     RequestHandler,
     close_connections,
     format_address,
 )
+from rocketq.remoting.limits import LimitGuard, ServerLimits
 from rocketq.remoting.tls import HANDSHAKE_TIMEOUT_S, PermissiveServer, create_permissive_server
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BACKLOG: Final = 1024
+
+#: Listen addresses that mean "every interface".
+WILDCARD_ADDRESSES: Final = frozenset(("", "0.0.0.0", "::", "*"))
+
+
+def is_wildcard_address(host: str) -> bool:
+    """True when listening on ``host`` accepts connections on every interface."""
+    return host.strip() in WILDCARD_ADDRESSES
+
+
+def is_loopback_address(host: str) -> bool:
+    """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1``."""
+    host = host.strip().strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def exposure_warning(what: str, host: str, port: int, acl_enable: bool) -> str | None:
+    """The start-up warning for a server that listens on every interface without ACL, or None."""
+    if acl_enable or not is_wildcard_address(host):
+        return None
+    return (
+        f"the {what} listens on all interfaces ({format_address((host or '0.0.0.0', port))}) "
+        "without ACL: anyone who reaches this port can use it; set bindAddress (--bind) to "
+        "127.0.0.1 or one interface's address, or turn on aclEnable (docs/security.md)"
+    )
 
 
 class RemotingServer:
@@ -42,7 +73,9 @@ class RemotingServer:
     ``immediate(conn, request)`` (optional) is asked first for every request and answers the
     ones it can without awaiting (see :mod:`rocketq.remoting.connection`). ``ssl`` (optional)
     serves TLS, only TLS unless ``tls_permissive`` (then TLS or plaintext, by the first byte a
-    client sends; :mod:`rocketq.remoting.tls`)."""
+    client sends; :mod:`rocketq.remoting.tls`). ``limits`` are the per-connection and per-server
+    resource limits; ``max_pending_requests``, when given, overrides their
+    ``max_in_flight_requests``."""
 
     def __init__(
         self,
@@ -51,12 +84,13 @@ class RemotingServer:
         handler: RequestHandler,
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        max_pending_requests: int | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         backlog: int = DEFAULT_BACKLOG,
         immediate: ImmediateHandler | None = None,
         ssl: ssl.SSLContext | None = None,
         tls_permissive: bool = False,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.host = host
         self._ssl = ssl
@@ -65,7 +99,12 @@ class RemotingServer:
         self._port = port
         self._handler = handler
         self._max_frame_size = max_frame_size
-        self._max_pending_requests = max_pending_requests
+        self.limits = limits = limits or ServerLimits()
+        self._max_pending_requests = (
+            limits.max_in_flight_requests if max_pending_requests is None else max_pending_requests
+        )
+        #: Applies :attr:`limits`; its counters show what they did.
+        self.guard = LimitGuard(limits)
         self._on_connection = on_connection
         self._backlog = backlog
         self._server: asyncio.Server | PermissiveServer | None = None
@@ -112,7 +151,14 @@ class RemotingServer:
         if server.sockets:
             self._port = int(server.sockets[0].getsockname()[1])  # a restart reuses it
         await server.start_serving()
+        self.guard.start(self._connections)
         log.info("remoting server listening on %s", self.address)
+
+    def update_limits(self, limits: ServerLimits) -> None:
+        """New resource limits from now on (see :meth:`LimitGuard.update`)."""
+        self.limits = limits
+        self._max_pending_requests = limits.max_in_flight_requests
+        self.guard.update(limits)
 
     async def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
         """Stop accepting, cancel running handlers, close every connection (abort after
@@ -121,6 +167,7 @@ class RemotingServer:
         if server is None:
             return
         self._server = None
+        self.guard.stop()
         server.close()
         connections = list(self._connections)
         for conn in connections:
@@ -144,9 +191,12 @@ class RemotingServer:
             serving=True,
             on_made=self._register,
             immediate=self._immediate,
+            guard=self.guard,
         )
 
     def _register(self, conn: Connection) -> None:
+        if not self.guard.admit(conn):
+            return
         self._connections.add(conn)
         conn.add_close_callback(self._connections.discard)
         if self._on_connection is not None:
