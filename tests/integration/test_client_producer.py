@@ -342,3 +342,43 @@ def test_two_brokers_one_stopped_sends_keep_succeeding(two_brokers: Cluster) -> 
         v.body for q in range(2) for v in two_brokers.pull_all("broker-a", "HaT", q) if v.body is not None
     ]
     assert sorted(b for b in stored if b.startswith(b"n")) == sorted(f"n{i}".encode() for i in range(20))
+
+
+def test_sync_send_from_threads_uses_blocking_connections(cluster: Cluster) -> None:
+    """The sync facade sends on blocking sockets in the calling threads: several threads at
+    once each get a pooled connection, every send gets its own offset, and the broker is never
+    called through the loop's connections (only the name server is, for the route)."""
+    cluster.create_topic("ThreadT", 2)
+    results: list[SendResult] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+
+        def worker(t: int) -> None:
+            try:
+                for i in range(25):
+                    r = p.send(Message("ThreadT", f"{t}-{i}".encode()))
+                    with lock:
+                        results.append(r)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        pool = p._pool
+        assert pool is not None and 1 <= pool.idle_connections <= 4
+        remoting = p.core._remoting
+        assert remoting is not None and set(remoting.connections) == {cluster.namesrv_addr}
+    assert len(results) == 100
+    by_queue: dict[int, list[int]] = {}
+    for r in results:
+        by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
+    for offsets in by_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+    stored = sum(len(cluster.pull_all("broker-a", "ThreadT", q)) for q in (0, 1))
+    assert stored == 100
+    assert len({r.msg_id for r in results}) == 100

@@ -31,11 +31,12 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
+from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.errors import (
     ClientStateError,
@@ -102,6 +103,25 @@ _STATUS_BY_CODE = {
     11: SendStatus.SLAVE_NOT_AVAILABLE,
     12: SendStatus.FLUSH_SLAVE_TIMEOUT,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class RouteStep:
+    """A step of :meth:`AsyncProducer._send_steps`: the publish info of ``topic``, within
+    ``timeout_s`` (TimeoutError otherwise)."""
+
+    topic: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeStep:
+    """A step of :meth:`AsyncProducer._send_steps`: the response of the broker at ``addr`` to
+    ``request``, within ``timeout_s``."""
+
+    addr: str
+    request: RemotingCommand
+    timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +294,11 @@ class AsyncProducer:
             assert self._routes is not None
             await self._routes.refresh_all()
 
+    @property
+    def _route_cache(self) -> RouteCache:
+        """The route cache (ClientStateError when not running)."""
+        return self._running()[1]
+
     def _running(self) -> tuple[RemotingClient, RouteCache]:
         if self._state != "running" or self._remoting is None or self._routes is None:
             what = "not started" if self._state == "created" else "shut down"
@@ -294,14 +319,25 @@ class AsyncProducer:
         ``sharding_key``: the same key always goes to the same queue (hash selection), so the
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
+        prepared = self._prepare_send(msg, sharding_key, selector, queue)
+        return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
+
+    def _prepare_send(
+        self,
+        msg: Message,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+    ) -> _Prepared:
+        """What :meth:`send` does before any I/O (arguments, message and state checked, the
+        message's properties and body made ready); shared with the blocking facade."""
         if sum(x is not None for x in (sharding_key, selector, queue)) > 1:
             raise ValueError("give at most one of sharding_key, selector and queue")
         validate_message(msg, self.max_message_size_bytes)
         if queue is not None and queue.topic != msg.topic:
             raise ValueError(f"queue {queue} is not a queue of topic {msg.topic!r}")
         self._running()
-        prepared = self._prepare(msg)
-        return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
+        return self._prepare(msg)
 
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None) -> None:
         """Send one message without waiting for an answer (no retries, no result)."""
@@ -402,18 +438,48 @@ class AsyncProducer:
         msg: Message,
     ) -> SendResult:
         remoting, routes = self._running()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.send_timeout_ms / 1000
+        steps = self._send_steps(p, sharding_key, selector, queue, msg)
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, RouteStep):
+                    reply: object = await asyncio.wait_for(routes.publish_info(step.topic), step.timeout_s)
+                else:
+                    reply = await remoting.invoke(step.addr, step.request, step.timeout_s)
+            except (RocketqError, TimeoutError) as exc:
+                try:
+                    step = steps.throw(exc)
+                except StopIteration as done:
+                    return cast(SendResult, done.value)
+                continue
+            try:
+                step = steps.send(reply)
+            except StopIteration as done:
+                return cast(SendResult, done.value)
+
+    def _send_steps(
+        self,
+        p: _Prepared,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+    ) -> Generator[RouteStep | InvokeStep, object, SendResult]:
+        """The send with retries, without I/O: yields the route lookups and broker calls it
+        needs and takes their results (or their exceptions, thrown in); returns the SendResult.
+        The asyncio producer and the blocking facade each drive it with their own I/O."""
+        _, routes = self._running()
+        deadline = time.monotonic() + self.send_timeout_ms / 1000
         attempts = 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         failures: list[str] = []
         last_exc: BaseException | None = None
         for attempt in range(attempts):
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             try:
-                info = await asyncio.wait_for(routes.publish_info(p.topic), remaining)
+                info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
             except TimeoutError:
                 raise RemotingTimeout(
                     f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
@@ -428,13 +494,13 @@ class AsyncProducer:
                 mq = selector(info.queues, msg)
             else:
                 mq = info.select(self.faults, last_broker)
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             began = time.monotonic()
             try:
                 addr = self._broker_addr(mq, routes)
-                response = await remoting.invoke(addr, self._request(p, mq), remaining)
+                response = cast(RemotingCommand, (yield InvokeStep(addr, self._request(p, mq), remaining)))
                 result = self._result(response, p, mq, addr)
             except RocketqError as exc:
                 elapsed_ms = (time.monotonic() - began) * 1000
@@ -479,8 +545,10 @@ class AsyncProducer:
 
 __all__ = [
     "AsyncProducer",
+    "InvokeStep",
     "MessageQueue",
     "QueueSelector",
+    "RouteStep",
     "SendResult",
     "SendStatus",
     "encode_batch_body",
