@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _support.wait import wait_until
+from _support.wait import wait_until, wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
 from rocketq.client._routes import hash_queue_index
@@ -382,3 +382,44 @@ def test_sync_send_from_threads_uses_blocking_connections(cluster: Cluster) -> N
     stored = sum(len(cluster.pull_all("broker-a", "ThreadT", q)) for q in (0, 1))
     assert stored == 100
     assert len({r.msg_id for r in results}) == 100
+
+
+def test_auto_batch_coalesces_concurrent_sends_with_results_of_their_own(cluster: Cluster) -> None:
+    cluster.create_topic("AutoBatchT", 4)
+
+    async def main() -> tuple[list[SendResult], list[SendResult], SendResult]:
+        async with AsyncProducer(
+            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=200
+        ) as p:
+            await p.send(Message("AutoBatchT", b"warm-up"))  # alone: an ordinary send
+            together = await asyncio.gather(
+                *(p.send(Message("AutoBatchT", f"c{i}".encode())) for i in range(20))
+            )
+        async with AsyncProducer(
+            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_bytes=1
+        ) as p:
+            apart = await asyncio.gather(*(p.send(Message("AutoBatchT", f"s{i}".encode())) for i in range(4)))
+        p = AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=60_000)
+        await p.start()
+        waiting = asyncio.ensure_future(p.send(Message("AutoBatchT", b"flushed at shutdown")))
+        await wait_until_async(lambda: bool(p._batches), "the send to wait for its batch")
+        await p.shutdown()
+        return together, apart, await asyncio.wait_for(waiting, 10)
+
+    together, apart, last = asyncio.run(main())
+    # one SEND_BATCH_MESSAGE: one queue, consecutive offsets, each caller its own ids
+    assert len({r.message_queue for r in together}) == 1
+    first = together[0].queue_offset
+    assert [r.queue_offset for r in together] == list(range(first, first + 20))
+    assert len({r.msg_id for r in together}) == 20 and len({r.offset_msg_id for r in together}) == 20
+    qid = together[0].message_queue.queue_id
+    views = {v.queue_offset: v for v in cluster.pull_all("broker-a", "AutoBatchT", qid)}
+    for i, r in enumerate(together):
+        v = views[r.queue_offset]
+        assert v.body == f"c{i}".encode()
+        assert decode_properties(v.properties)["UNIQ_KEY"] == r.msg_id
+    # batch_max_bytes reached by every message: each goes out alone, round-robin over the queues
+    assert len({r.message_queue.queue_id for r in apart}) == 4
+    assert last.status is SendStatus.SEND_OK
+    stored = bodies(cluster.pull_all("broker-a", "AutoBatchT", last.message_queue.queue_id))
+    assert b"flushed at shutdown" in stored

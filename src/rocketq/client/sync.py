@@ -14,8 +14,9 @@ the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the sam
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
-A producer with a ``request_handler`` (brokers call back on its connections) sends through the
-loop, as do ``send_oneway`` and ``send_batch``.
+A producer with a ``request_handler`` (brokers call back on its connections) or with
+``auto_batch`` (sends from several threads coalesce on the loop) sends through the loop, as do
+``send_oneway`` and ``send_batch``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Producer(BlockingFacade[AsyncProducer]):
     """
 
     #: The blocking connections of :meth:`send` (None before start, after shutdown, and when
-    #: the core has a request handler).
+    #: the core has a request handler or auto-batches).
     _pool: BlockingConnectionPool | None = None
 
     @takes_arguments_of(AsyncProducer)
@@ -58,7 +59,7 @@ class Producer(BlockingFacade[AsyncProducer]):
 
     def start(self) -> None:
         BlockingFacade.start(self)
-        if self._pool is None and self._core.request_handler is None:
+        if self._pool is None and self._core.request_handler is None and not self._core.auto_batch:
             self._pool = BlockingConnectionPool(
                 connect_timeout_s=DEFAULT_CONNECT_TIMEOUT_S, rpc_hook=self._core.config.rpc_hook()
             )
