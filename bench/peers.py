@@ -78,6 +78,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60.0
 #: How the rocketq consume case acknowledges: "poll" (commit() per poll) or "pull" (--rocketq-commit).
 ROCKETQ_COMMIT = {"mode": "poll"}
+#: Whether rocketq's AsyncProducer cases auto-batch (--rocketq-auto-batch).
+ROCKETQ_AUTO_BATCH = {"on": False}
 IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messages
 
 
@@ -293,7 +295,9 @@ class RocketqPeer(Peer):
 
     def _run_async(self, body: bytes, n: int, tag: str, meter: Meter, limit: int) -> int:
         async def main() -> int:
-            async with AsyncProducer("PeersPG", namesrv_addr=self.namesrv) as p:
+            async with AsyncProducer(
+                "PeersPG", namesrv_addr=self.namesrv, auto_batch=ROCKETQ_AUTO_BATCH["on"]
+            ) as p:
                 await p.send(Message(tag, body))
                 ok = 0
 
@@ -824,9 +828,15 @@ def main(argv: list[str] | None = None) -> int:
         default="poll",
         help="rocketq consume: commit() after every poll (default), or auto commit riding on the next pull",
     )
+    parser.add_argument(
+        "--rocketq-auto-batch",
+        action="store_true",
+        help="rocketq send-async/send64: AsyncProducer(auto_batch=True), concurrent sends coalesce",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every round and the best to this file")
     args = parser.parse_args(argv)
     ROCKETQ_COMMIT["mode"] = args.rocketq_commit
+    ROCKETQ_AUTO_BATCH["on"] = args.rocketq_auto_batch
     if args.messages is None:
         args.messages = 300 if args.quick else 20_000
     if args.rounds is None:

@@ -22,6 +22,7 @@ A producer with a ``request_handler`` (brokers call back on its connections) or 
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, cast
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
@@ -82,7 +83,7 @@ class Producer(BlockingFacade[AsyncProducer]):
         the broker call is made in the calling thread."""
         pool = self._pool
         core = self._core
-        if pool is None or self._loop is None:
+        if pool is None or self._loop is None or self._thread is threading.current_thread():
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         prepared = core._prepare_send(msg, sharding_key, selector, queue)
         routes = core._route_cache
