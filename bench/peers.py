@@ -24,7 +24,9 @@ Workloads (``--workloads``), each on a fresh topic / stream per case:
               of 32 ``XADD`` (no MULTI); JetStream 2.9 has no batch publish, so 32 ``js.publish``
               gathered together, then the next 32
   consume     read N stored messages with acknowledgement, 32 per read: ``LitePullConsumer``
-              (assigned every queue, ``poll()`` then ``commit()`` per poll); ``XREADGROUP COUNT
+              (assigned every queue, ``poll()`` then ``commit()`` per poll; with
+              ``--rocketq-commit pull`` auto commit instead, each queue's position riding on
+              its next pull, and one ``commit()`` at the end); ``XREADGROUP COUNT
               32`` then one ``XACK`` of those ids; a durable JetStream pull consumer,
               ``fetch(32)`` then ``msg.ack()`` for each (explicit ack policy)
 
@@ -74,6 +76,10 @@ IN_FLIGHT = 64
 BATCH = 32
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60.0
+#: How the rocketq consume case acknowledges: "poll" (commit() per poll) or "pull" (--rocketq-commit).
+ROCKETQ_COMMIT = {"mode": "poll"}
+#: Whether rocketq's AsyncProducer cases auto-batch (--rocketq-auto-batch).
+ROCKETQ_AUTO_BATCH = {"on": False}
 IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messages
 
 
@@ -289,7 +295,9 @@ class RocketqPeer(Peer):
 
     def _run_async(self, body: bytes, n: int, tag: str, meter: Meter, limit: int) -> int:
         async def main() -> int:
-            async with AsyncProducer("PeersPG", namesrv_addr=self.namesrv) as p:
+            async with AsyncProducer(
+                "PeersPG", namesrv_addr=self.namesrv, auto_batch=ROCKETQ_AUTO_BATCH["on"]
+            ) as p:
                 await p.send(Message(tag, body))
                 ok = 0
 
@@ -322,7 +330,8 @@ class RocketqPeer(Peer):
                 p.send_batch([Message(tag, body) for _ in range(min(BATCH, n - i))])
         finally:
             p.shutdown()
-        c = LitePullConsumer("PeersCG", namesrv_addr=self.namesrv, auto_commit=False, pull_batch_size=BATCH)
+        on_pull = ROCKETQ_COMMIT["mode"] == "pull"
+        c = LitePullConsumer("PeersCG", namesrv_addr=self.namesrv, auto_commit=on_pull, pull_batch_size=BATCH)
         c.start()
         try:
             queues = c.fetch_message_queues(tag)
@@ -336,10 +345,13 @@ class RocketqPeer(Peer):
                 msgs = c.poll(timeout_ms=1000)
                 if msgs:
                     got += len(msgs)
-                    c.commit()
+                    if not on_pull:
+                        c.commit()
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > IDLE_LIMIT_S:
                     break
+            if on_pull:
+                c.commit()  # the positions the last pulls did not carry yet
             meter.stop()
             return got
         finally:
@@ -810,8 +822,21 @@ def main(argv: list[str] | None = None) -> int:
         default=list(DURABILITIES),
         help="comma-separated, of async sync (default: both)",
     )
+    parser.add_argument(
+        "--rocketq-commit",
+        choices=("poll", "pull"),
+        default="poll",
+        help="rocketq consume: commit() after every poll (default), or auto commit riding on the next pull",
+    )
+    parser.add_argument(
+        "--rocketq-auto-batch",
+        action="store_true",
+        help="rocketq send-async/send64: AsyncProducer(auto_batch=True), concurrent sends coalesce",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every round and the best to this file")
     args = parser.parse_args(argv)
+    ROCKETQ_COMMIT["mode"] = args.rocketq_commit
+    ROCKETQ_AUTO_BATCH["on"] = args.rocketq_auto_batch
     if args.messages is None:
         args.messages = 300 if args.quick else 20_000
     if args.rounds is None:

@@ -15,7 +15,7 @@ import pytest
 from test_client_producer import Cluster
 
 from _support.wait import collect_until, wait_until
-from rocketq.client import LitePullConsumer, Message, MessageQueue, Producer, SendResult
+from rocketq.client import Admin, LitePullConsumer, Message, MessageQueue, Producer, SendResult
 from rocketq.client.lite_pull import AsyncLitePullConsumer, allocate_averagely
 from rocketq.errors import ClientStateError, ConfigError
 from rocketq.message import MessageExt
@@ -223,3 +223,43 @@ def test_async_core_assign_and_poll(cluster: Cluster) -> None:
 
     got = asyncio.run(run())
     assert sorted(m.body for m in got) == sorted(f"m-{i}".encode() for i in range(6))
+
+
+def test_auto_commit_rides_on_pulls_and_survives_a_restart(cluster: Cluster) -> None:
+    """With auto_commit the positions are stored by the next pulls (COMMIT_OFFSET flag): the
+    periodic commit is an hour away and commit() is never called, yet consumerProgress shows
+    every queue consumed before the consumer shuts down; a new member of the group then gets
+    exactly the messages sent afterwards (none lost, none delivered again)."""
+    cluster.create_topic("RideT", 2)
+    sent = produce(cluster, "RideT", 60)
+    queues = [MessageQueue("RideT", "broker-a", q) for q in range(2)]
+    c = LitePullConsumer(
+        "RideG",
+        namesrv_addr=cluster.namesrv_addr,
+        auto_commit=True,
+        auto_commit_interval_ms=3_600_000,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        pull_batch_size=8,
+    )
+    with c, Admin(cluster.namesrv_addr) as admin:
+        c.assign(queues)
+        got = collect_until(lambda: c.poll(timeout_ms=1000), 60, "messages", WAIT_S)
+        assert sorted(m.body for m in got) == sorted(m.body for m, _ in sent)
+        ends = {q: max(r.queue_offset for _, r in sent if r.message_queue.queue_id == q) + 1 for q in (0, 1)}
+
+        def progress() -> dict[int, int]:
+            c.poll(timeout_ms=50)  # the next pulls carry the positions
+            p = admin.consumer_progress("RideG", "RideT")
+            return {q.queue_id: q.consumer_offset for q in p.queues}
+
+        wait_until(lambda: progress() == ends, "offsets stored by the pulls", WAIT_S)
+        assert [c.committed(mq) for mq in queues] == [ends[0], ends[1]]
+    more = produce(cluster, "RideT", 10, prefix="late")
+    resumed = LitePullConsumer(
+        "RideG", namesrv_addr=cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    )
+    with resumed:
+        resumed.assign(queues)
+        rest = collect_until(lambda: resumed.poll(timeout_ms=1000), 10, "messages", WAIT_S)
+        assert sorted(m.body for m in rest) == sorted(m.body for m, _ in more)
+        assert resumed.poll(timeout_ms=300) == []

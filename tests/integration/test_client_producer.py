@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _support.wait import wait_until
+from _support.wait import wait_until, wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
 from rocketq.client._routes import hash_queue_index
@@ -342,3 +342,84 @@ def test_two_brokers_one_stopped_sends_keep_succeeding(two_brokers: Cluster) -> 
         v.body for q in range(2) for v in two_brokers.pull_all("broker-a", "HaT", q) if v.body is not None
     ]
     assert sorted(b for b in stored if b.startswith(b"n")) == sorted(f"n{i}".encode() for i in range(20))
+
+
+def test_sync_send_from_threads_uses_blocking_connections(cluster: Cluster) -> None:
+    """The sync facade sends on blocking sockets in the calling threads: several threads at
+    once each get a pooled connection, every send gets its own offset, and the broker is never
+    called through the loop's connections (only the name server is, for the route)."""
+    cluster.create_topic("ThreadT", 2)
+    results: list[SendResult] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+
+        def worker(t: int) -> None:
+            try:
+                for i in range(25):
+                    r = p.send(Message("ThreadT", f"{t}-{i}".encode()))
+                    with lock:
+                        results.append(r)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        pool = p._pool
+        assert pool is not None and 1 <= pool.idle_connections <= 4
+        remoting = p.core._remoting
+        assert remoting is not None and set(remoting.connections) == {cluster.namesrv_addr}
+    assert len(results) == 100
+    by_queue: dict[int, list[int]] = {}
+    for r in results:
+        by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
+    for offsets in by_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+    stored = sum(len(cluster.pull_all("broker-a", "ThreadT", q)) for q in (0, 1))
+    assert stored == 100
+    assert len({r.msg_id for r in results}) == 100
+
+
+def test_auto_batch_coalesces_concurrent_sends_with_results_of_their_own(cluster: Cluster) -> None:
+    cluster.create_topic("AutoBatchT", 4)
+
+    async def main() -> tuple[list[SendResult], list[SendResult], SendResult]:
+        async with AsyncProducer(
+            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=200
+        ) as p:
+            await p.send(Message("AutoBatchT", b"warm-up"))  # alone: an ordinary send
+            together = await asyncio.gather(
+                *(p.send(Message("AutoBatchT", f"c{i}".encode())) for i in range(20))
+            )
+        async with AsyncProducer(
+            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_bytes=1
+        ) as p:
+            apart = await asyncio.gather(*(p.send(Message("AutoBatchT", f"s{i}".encode())) for i in range(4)))
+        p = AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=60_000)
+        await p.start()
+        waiting = asyncio.ensure_future(p.send(Message("AutoBatchT", b"flushed at shutdown")))
+        await wait_until_async(lambda: bool(p._batches), "the send to wait for its batch")
+        await p.shutdown()
+        return together, apart, await asyncio.wait_for(waiting, 10)
+
+    together, apart, last = asyncio.run(main())
+    # one SEND_BATCH_MESSAGE: one queue, consecutive offsets, each caller its own ids
+    assert len({r.message_queue for r in together}) == 1
+    first = together[0].queue_offset
+    assert [r.queue_offset for r in together] == list(range(first, first + 20))
+    assert len({r.msg_id for r in together}) == 20 and len({r.offset_msg_id for r in together}) == 20
+    qid = together[0].message_queue.queue_id
+    views = {v.queue_offset: v for v in cluster.pull_all("broker-a", "AutoBatchT", qid)}
+    for i, r in enumerate(together):
+        v = views[r.queue_offset]
+        assert v.body == f"c{i}".encode()
+        assert decode_properties(v.properties)["UNIQ_KEY"] == r.msg_id
+    # batch_max_bytes reached by every message: each goes out alone, round-robin over the queues
+    assert len({r.message_queue.queue_id for r in apart}) == 4
+    assert last.status is SendStatus.SEND_OK
+    stored = bodies(cluster.pull_all("broker-a", "AutoBatchT", last.message_queue.queue_id))
+    assert b"flushed at shutdown" in stored

@@ -21,6 +21,7 @@ from rocketq.client.config import ClientConfig
 from rocketq.errors import ConfigError, RemotingConnectError, RocketqError
 from rocketq.remoting import RemotingClient, RemotingServer, RequestCode, create_request
 from rocketq.remoting import tls as tls_module
+from rocketq.remoting.blocking import BlockingConnectionPool
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
 from rocketq.remoting.tls import TlsSettings, client_context, tls_settings_from_properties
@@ -126,6 +127,36 @@ def test_enforcing_serves_tls_and_refuses_plaintext(certs: Certs) -> None:
     assert results[0] == "hello over 105"
     assert isinstance(results[1], RocketqError)  # the server's handshake fails on a frame
     assert results[2] == "hello over 105"
+
+
+def test_blocking_connections_speak_tls(certs: Certs) -> None:
+    """The sync producer's own sockets (remoting/blocking.py) use the client's TLS context."""
+
+    def call(ctx: object) -> object:
+        pool = BlockingConnectionPool(connect_timeout_s=TIMEOUT_S, ssl_context=ctx)  # type: ignore[arg-type]
+        try:
+            request = create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+            return pool.invoke(f"{HOST}:{port}", request, TIMEOUT_S).remark
+        except RocketqError as exc:
+            return exc
+        finally:
+            pool.close()
+
+    async def run() -> list[object]:
+        nonlocal port
+        server = RemotingServer(HOST, 0, _answer, ssl=certs.settings("enforcing").server_context())
+        async with server:
+            port = server.port
+            tls = client_context(str(certs.ca))
+            return [
+                await asyncio.to_thread(call, ctx) for ctx in (tls, None, client_context(str(certs.other_ca)))
+            ]
+
+    port = 0
+    with_tls, plain, wrong_ca = asyncio.run(run())
+    assert with_tls == "hello over 105"
+    assert isinstance(plain, RocketqError)  # an enforcing server does not answer plaintext
+    assert isinstance(wrong_ca, RemotingConnectError) and "TLS handshake" in str(wrong_ca)
 
 
 def test_permissive_serves_both_on_one_port(certs: Certs) -> None:

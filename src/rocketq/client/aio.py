@@ -20,6 +20,14 @@ Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
   retriable failures are retried on that same queue.
 * Flush/slave timeouts (10/11/12) are not errors: the message is stored and the result's
   ``status`` says what is missing, as in RocketMQ.
+* ``auto_batch`` (off by default; RocketMQ 5's ``autoBatch``): concurrent :meth:`AsyncProducer.send`
+  calls for one topic (and one ``queue=`` when given) without sharding key, selector, delay
+  level or compression are held up to ``batch_max_delay_ms`` and sent together as one
+  SEND_BATCH_MESSAGE, at once when ``batch_max_bytes`` of bodies and properties are waiting.
+  Each caller still gets its own SendResult: its own ``msg_id`` (UNIQ_KEY), offset message id
+  and ``queue_offset`` (the batch's first offset plus its place in the batch). A batch that fails
+  fails every send in it, after the retries a single send gets. A lone message goes out as an
+  ordinary SEND_MESSAGE_V2. Shutdown sends what is waiting first.
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import cast
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, hash_queue_index
+from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.errors import (
     ClientStateError,
@@ -69,6 +78,9 @@ DEFAULT_COMPRESS_THRESHOLD_BYTES = 4 * 1024
 DEFAULT_COMPRESS_LEVEL = 5  # RocketMQ's rocketmq.message.compressLevel
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
 DEFAULT_ROUTE_REFRESH_INTERVAL_MS = 30_000
+#: RocketMQ 5's ``batchMaxDelayMs`` and ``batchMaxBytes`` (producer auto-batching).
+DEFAULT_BATCH_MAX_DELAY_MS = 10
+DEFAULT_BATCH_MAX_BYTES = 32 * 1024
 #: Topics clients may not send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
@@ -102,6 +114,25 @@ _STATUS_BY_CODE = {
     11: SendStatus.SLAVE_NOT_AVAILABLE,
     12: SendStatus.FLUSH_SLAVE_TIMEOUT,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class RouteStep:
+    """A step of :meth:`AsyncProducer._send_steps`: the publish info of ``topic``, within
+    ``timeout_s`` (TimeoutError otherwise)."""
+
+    topic: str
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeStep:
+    """A step of :meth:`AsyncProducer._send_steps`: the response of the broker at ``addr`` to
+    ``request``, within ``timeout_s``."""
+
+    addr: str
+    request: RemotingCommand
+    timeout_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +202,18 @@ class _Prepared:
     batch: bool
 
 
+@dataclass(slots=True)
+class _Accumulating:
+    """The sends waiting to go out together as one batch (auto-batching)."""
+
+    first: Message
+    items: list[tuple[_Prepared, tuple[bytes, bytes, int], asyncio.Future[SendResult]]] = field(
+        default_factory=list
+    )
+    size: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
 class AsyncProducer:
     """A RocketMQ producer on the running asyncio event loop.
 
@@ -194,6 +237,9 @@ class AsyncProducer:
         route_refresh_interval_ms: int | None = None,
         fault_avoidance: bool = True,
         request_handler: RequestHandler | None = None,
+        auto_batch: bool = False,
+        batch_max_delay_ms: int = DEFAULT_BATCH_MAX_DELAY_MS,
+        batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
     ) -> None:
         validate_group(group)
         problems = []
@@ -209,6 +255,10 @@ class AsyncProducer:
             problems.append(f"max_message_size_bytes={max_message_size_bytes} must be > 0")
         if route_refresh_interval_ms is not None and route_refresh_interval_ms <= 0:
             problems.append(f"route_refresh_interval_ms={route_refresh_interval_ms} must be > 0")
+        if batch_max_delay_ms < 0:
+            problems.append(f"batch_max_delay_ms={batch_max_delay_ms} must be >= 0")
+        if batch_max_bytes <= 0:
+            problems.append(f"batch_max_bytes={batch_max_bytes} must be > 0")
         if problems:
             raise ConfigError("invalid producer config: " + "; ".join(problems))
         self.config = resolve_config(
@@ -225,6 +275,11 @@ class AsyncProducer:
         self.faults: LatencyFaultTolerance | None = LatencyFaultTolerance() if fault_avoidance else None
         #: Answers the requests brokers send on this producer's connections (transaction checks).
         self.request_handler = request_handler
+        self.auto_batch = auto_batch
+        self.batch_max_delay_ms = batch_max_delay_ms
+        self.batch_max_bytes = batch_max_bytes
+        self._batches: dict[tuple[str, MessageQueue | None], _Accumulating] = {}
+        self._batch_tasks: set[asyncio.Task[None]] = set()
         self._ids = UniqueIdGenerator()
         self._remoting: RemotingClient | None = None
         self._routes: RouteCache | None = None
@@ -253,6 +308,10 @@ class AsyncProducer:
         if self._state != "running":
             self._state = "shutdown"
             return
+        for key in list(self._batches):
+            self._flush_batch(key)
+        if self._batch_tasks:
+            await asyncio.gather(*self._batch_tasks, return_exceptions=True)
         self._state = "shutdown"
         if self._refresher is not None:
             self._refresher.cancel()
@@ -276,6 +335,11 @@ class AsyncProducer:
             assert self._routes is not None
             await self._routes.refresh_all()
 
+    @property
+    def _route_cache(self) -> RouteCache:
+        """The route cache (ClientStateError when not running)."""
+        return self._running()[1]
+
     def _running(self) -> tuple[RemotingClient, RouteCache]:
         if self._state != "running" or self._remoting is None or self._routes is None:
             what = "not started" if self._state == "created" else "shut down"
@@ -296,14 +360,104 @@ class AsyncProducer:
         ``sharding_key``: the same key always goes to the same queue (hash selection), so the
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
+        prepared = self._prepare_send(msg, sharding_key, selector, queue)
+        if (
+            self.auto_batch
+            and sharding_key is None
+            and selector is None
+            and msg.delay_level <= 0
+            and not prepared.sys_flag & SYS_FLAG_COMPRESSED
+        ):
+            return await self._send_batched(prepared, queue, msg)
+        return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
+
+    # -- auto-batching -----------------------------------------------------------------------
+    def _send_batched(
+        self, p: _Prepared, queue: MessageQueue | None, msg: Message
+    ) -> asyncio.Future[SendResult]:
+        """Add ``p`` to the batch waiting for its topic (and queue); the future of its result."""
+        loop = asyncio.get_running_loop()
+        key = (p.topic, queue)
+        entry = (p.body, p.properties.encode("utf-8"), p.flag)
+        size = len(entry[0]) + len(entry[1])
+        acc = self._batches.get(key)
+        if acc is not None and acc.size + size > self.max_message_size_bytes:
+            self._flush_batch(key)
+            acc = None
+        if acc is None:
+            acc = self._batches[key] = _Accumulating(msg)
+            acc.timer = loop.call_later(self.batch_max_delay_ms / 1000, self._flush_batch, key)
+        future: asyncio.Future[SendResult] = loop.create_future()
+        acc.items.append((p, entry, future))
+        acc.size += size
+        if acc.size >= self.batch_max_bytes:
+            self._flush_batch(key)
+        return future
+
+    def _flush_batch(self, key: tuple[str, MessageQueue | None]) -> None:
+        acc = self._batches.pop(key, None)
+        if acc is None:
+            return
+        if acc.timer is not None:
+            acc.timer.cancel()
+        task = asyncio.get_running_loop().create_task(self._send_accumulated(key[1], acc))
+        self._batch_tasks.add(task)
+        task.add_done_callback(self._batch_tasks.discard)
+
+    async def _send_accumulated(self, queue: MessageQueue | None, acc: _Accumulating) -> None:
+        items = acc.items
+        try:
+            if len(items) == 1:
+                results = [await self._send_with_retries(items[0][0], None, None, queue, acc.first)]
+            else:
+                first = items[0][0]
+                body = encode_batch_body([entry for _, entry, _ in items])
+                batch_props = {
+                    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._ids.next_id(),
+                    PROPERTY_WAIT_STORE_MSG_OK: "true",
+                }
+                ids = ",".join(p.msg_id for p, _, _ in items)
+                prepared = _Prepared(first.topic, body, encode_properties(batch_props), 0, 0, ids, True)
+                r = await self._send_with_retries(prepared, None, None, queue, acc.first)
+                offset_ids = r.offset_msg_id.split(",")
+                results = [
+                    SendResult(
+                        status=r.status,
+                        msg_id=p.msg_id,
+                        offset_msg_id=offset_ids[i] if len(offset_ids) == len(items) else r.offset_msg_id,
+                        message_queue=r.message_queue,
+                        queue_offset=r.queue_offset + i if r.queue_offset >= 0 else r.queue_offset,
+                        transaction_id=r.transaction_id,
+                    )
+                    for i, (p, _, _) in enumerate(items)
+                ]
+        except BaseException as exc:
+            for _, _, future in items:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, _, future), result in zip(items, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+    def _prepare_send(
+        self,
+        msg: Message,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+    ) -> _Prepared:
+        """What :meth:`send` does before any I/O (arguments, message and state checked, the
+        message's properties and body made ready); shared with the blocking facade."""
         if sum(x is not None for x in (sharding_key, selector, queue)) > 1:
             raise ValueError("give at most one of sharding_key, selector and queue")
         validate_message(msg, self.max_message_size_bytes)
         if queue is not None and queue.topic != msg.topic:
             raise ValueError(f"queue {queue} is not a queue of topic {msg.topic!r}")
         self._running()
-        prepared = self._prepare(msg)
-        return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
+        return self._prepare(msg)
 
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None) -> None:
         """Send one message without waiting for an answer (no retries, no result)."""
@@ -404,18 +558,48 @@ class AsyncProducer:
         msg: Message,
     ) -> SendResult:
         remoting, routes = self._running()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.send_timeout_ms / 1000
+        steps = self._send_steps(p, sharding_key, selector, queue, msg)
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, RouteStep):
+                    reply: object = await asyncio.wait_for(routes.publish_info(step.topic), step.timeout_s)
+                else:
+                    reply = await remoting.invoke(step.addr, step.request, step.timeout_s)
+            except (RocketqError, TimeoutError) as exc:
+                try:
+                    step = steps.throw(exc)
+                except StopIteration as done:
+                    return cast(SendResult, done.value)
+                continue
+            try:
+                step = steps.send(reply)
+            except StopIteration as done:
+                return cast(SendResult, done.value)
+
+    def _send_steps(
+        self,
+        p: _Prepared,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+    ) -> Generator[RouteStep | InvokeStep, object, SendResult]:
+        """The send with retries, without I/O: yields the route lookups and broker calls it
+        needs and takes their results (or their exceptions, thrown in); returns the SendResult.
+        The asyncio producer and the blocking facade each drive it with their own I/O."""
+        _, routes = self._running()
+        deadline = time.monotonic() + self.send_timeout_ms / 1000
         attempts = 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         failures: list[str] = []
         last_exc: BaseException | None = None
         for attempt in range(attempts):
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             try:
-                info = await asyncio.wait_for(routes.publish_info(p.topic), remaining)
+                info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
             except TimeoutError:
                 raise RemotingTimeout(
                     f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
@@ -430,13 +614,13 @@ class AsyncProducer:
                 mq = selector(info.queues, msg)
             else:
                 mq = info.select(self.faults, last_broker)
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             began = time.monotonic()
             try:
                 addr = self._broker_addr(mq, routes)
-                response = await remoting.invoke(addr, self._request(p, mq), remaining)
+                response = cast(RemotingCommand, (yield InvokeStep(addr, self._request(p, mq), remaining)))
                 result = self._result(response, p, mq, addr)
             except RocketqError as exc:
                 elapsed_ms = (time.monotonic() - began) * 1000
@@ -481,8 +665,10 @@ class AsyncProducer:
 
 __all__ = [
     "AsyncProducer",
+    "InvokeStep",
     "MessageQueue",
     "QueueSelector",
+    "RouteStep",
     "SendResult",
     "SendStatus",
     "encode_batch_body",

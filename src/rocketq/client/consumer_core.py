@@ -27,8 +27,11 @@ Pulls: :meth:`ConsumerCore.pull` sends one LITE_PULL_MESSAGE (361), suspended on
 when ``suspend_ms`` > 0. FOUND (0) → records (spec §3.7) decoded in queue order one by one
 (:func:`decode_pull_body`), zlib bodies inflated, messages whose ``TAGS`` are not in the
 subscription dropped (tag codes only pre-filter on the broker); PULL_NOT_FOUND (19),
-NO_MATCHED_MSG (20) and OFFSET_MOVED (21) → no messages and ``nextBeginOffset``. A pull never
-piggybacks a commit (no COMMIT_OFFSET bit). A record that cannot be delivered — CRC mismatch, a
+NO_MATCHED_MSG (20) and OFFSET_MOVED (21) → no messages and ``nextBeginOffset``. A pull
+carries a commit (COMMIT_OFFSET bit and ``commitOffset``) when
+the consumer passes one: with ``auto_commit`` the lite pull and push consumers send the queue's
+position along when the broker does not hold it yet (:meth:`ConsumerQueues.ride_along_offset`).
+A record that cannot be delivered — CRC mismatch, a
 body marked compressed that does not inflate, a record that does not parse — is a *poison
 record*: the pull logs it at ERROR (topic, queue, offsets, reason, :attr:`poison_action`) and
 returns it in :attr:`PullResult.poison` beside the good messages, which are delivered as usual;
@@ -74,7 +77,12 @@ from rocketq.client.rebalance import GroupMembership, RebalancePlan, plan_rebala
 from rocketq.errors import BodyFormatError, ClientStateError, ResponseCode
 from rocketq.message import MessageExt
 from rocketq.protocol.fastjson import OBJECT_KEYS
-from rocketq.protocol.headers import PULL_FLAG_LITE_PULL, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
+from rocketq.protocol.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_LITE_PULL,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+)
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.remoting import (
     Connection,
@@ -170,14 +178,28 @@ class ConsumerCore(GroupMembership):
                 await self._remoting.close()
 
     # -- pulls -------------------------------------------------------------------------------
-    async def pull(self, mq: MessageQueue, offset: int, suspend_ms: int, *, version: int = 0) -> PullResult:
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        suspend_ms: int,
+        *,
+        version: int = 0,
+        commit_offset: int | None = None,
+    ) -> PullResult:
         """One LITE_PULL_MESSAGE of ``mq`` from ``offset``, held by the broker up to
-        ``suspend_ms`` when > 0. Raises RocketqError for a failed request or an error answer."""
+        ``suspend_ms`` when > 0. Raises RocketqError for a failed request or an error answer.
+
+        ``commit_offset`` (see :meth:`ride_along_offset`) is stored by the broker as the group's
+        offset of ``mq`` (COMMIT_OFFSET sys flag); once the broker answered, the queue's state
+        records it as committed."""
         remoting = self._running()
         sub = self._subscriptions.get(mq.topic)
         sys_flag = PULL_FLAG_SUBSCRIPTION | PULL_FLAG_LITE_PULL
         if suspend_ms > 0:
             sys_flag |= PULL_FLAG_SUSPEND
+        if commit_offset is not None:
+            sys_flag |= PULL_FLAG_COMMIT_OFFSET
         fields = {
             "consumerGroup": self.group,
             "topic": mq.topic,
@@ -185,7 +207,7 @@ class ConsumerCore(GroupMembership):
             "queueOffset": offset,
             "maxMsgNums": self.pull_batch_size,
             "sysFlag": sys_flag,
-            "commitOffset": 0,
+            "commitOffset": 0 if commit_offset is None else commit_offset,
             "suspendTimeoutMillis": suspend_ms,
             "subscription": sub.sub_string if sub is not None else "*",
             "subVersion": sub.sub_version if sub is not None else 0,
@@ -206,6 +228,10 @@ class ConsumerCore(GroupMembership):
             ResponseCode.PULL_OFFSET_MOVED,
         ):
             raise error_for_response(response, f"{mq.broker_name}@{addr}")
+        if commit_offset is not None:
+            state = self._queues.get(mq)
+            if state is not None:
+                state.committed = commit_offset
         next_offset = int(response.ext_fields.get("nextBeginOffset", offset))
         messages: list[MessageExt] = []
         poison: list[PoisonRecord] = []

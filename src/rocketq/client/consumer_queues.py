@@ -15,7 +15,11 @@ QUERY_CONSUMER_OFFSET (14) with ``setZeroIfNotFound=false``, so a new group real
 Commits: UPDATE_CONSUMER_OFFSET (15), as a request that is answered (Java sends it oneway), of
 the owned queues' positions; every ``persist_consumer_offset_interval_ms`` (5 s) when
 ``auto_commit``, on :meth:`ConsumerQueues.commit`, before a rebalance gives a queue away and at
-shutdown. With ``MessageModel.BROADCASTING`` offsets are kept in a local file
+shutdown. With ``auto_commit`` the position of a queue also rides on its next pull (the pull
+header's ``commitOffset`` with the COMMIT_OFFSET sys flag, as RocketMQ's push consumer sends it;
+:meth:`ConsumerQueues.ride_along_offset`), and the periodic commit then skips the queues whose
+position the broker already holds, so a consumer that keeps pulling sends no commit requests.
+With ``MessageModel.BROADCASTING`` offsets are kept in a local file
 (:mod:`rocketq.client.offset_store`) under ``<offset_store_dir>/<client id>/<group>/`` instead
 of on the brokers.
 """
@@ -60,6 +64,10 @@ class QueueState:
 
     offset: int | None = None
     version: int = 0
+    #: The offset this member last stored on the broker for the queue (by a commit or riding
+    #: on a pull), None when it has stored none: the periodic commit skips the queue while
+    #: ``offset`` equals it.
+    committed: int | None = None
 
     def move_to(self, offset: int) -> None:
         """A seek: the next offset becomes ``offset`` and pulls in flight become stale."""
@@ -319,10 +327,15 @@ class ConsumerQueues:
         await self.commit_offsets(raise_errors=True)
 
     async def commit_offsets(
-        self, *, raise_errors: bool, queues: Iterable[MessageQueue] | None = None
+        self,
+        *,
+        raise_errors: bool,
+        queues: Iterable[MessageQueue] | None = None,
+        changed_only: bool = False,
     ) -> None:
         """Store the positions of ``queues`` (default: every owned queue); failures are logged,
-        and with ``raise_errors`` the first is raised after trying every queue."""
+        and with ``raise_errors`` the first is raised after trying every queue. ``changed_only``
+        skips the queues whose position this member already stored (the periodic commit)."""
         if self.offset_store is not None:
             await self._commit_local(raise_errors=raise_errors, queues=queues)
             return
@@ -331,13 +344,29 @@ class ConsumerQueues:
             state = self._queues.get(mq)
             if state is None or state.offset is None:
                 continue
+            offset = state.offset
+            if changed_only and offset == state.committed:
+                continue
             try:
-                await self.update_broker_offset(mq, state.offset)
+                await self.update_broker_offset(mq, offset)
             except RocketqError as exc:
-                log.warning("commit of offset %d of %s failed: %s", state.offset, mq, exc)
+                log.warning("commit of offset %d of %s failed: %s", offset, mq, exc)
                 first = first or exc
+                continue
+            state.committed = offset
         if first is not None and raise_errors:
             raise first
+
+    def ride_along_offset(self, mq: MessageQueue) -> int | None:
+        """The offset of ``mq`` to commit on its next pull: its position when ``auto_commit``,
+        offsets are kept on the brokers (clustering) and the broker does not hold it yet;
+        else None (nothing rides along)."""
+        if not self.auto_commit or self.offset_store is not None:
+            return None
+        state = self._queues.get(mq)
+        if state is None or state.offset is None or state.offset == state.committed:
+            return None
+        return state.offset
 
     async def update_broker_offset(self, mq: MessageQueue, offset: int) -> None:
         """UPDATE_CONSUMER_OFFSET of one queue on its broker; raises RocketqError on failure."""
@@ -424,4 +453,4 @@ class ConsumerQueues:
     async def _auto_commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self.auto_commit_interval_ms / 1000)
-            await self.commit_offsets(raise_errors=False)
+            await self.commit_offsets(raise_errors=False, changed_only=True)

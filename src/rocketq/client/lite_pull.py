@@ -28,7 +28,11 @@ Poll, per call (spec/remoting.md §4)::
 Starting offset of a queue: the group's committed offset, else by ``consume_from_where``
 (:meth:`ConsumerCore.initial_offset`). Commits (UPDATE_CONSUMER_OFFSET 15) of every owned
 queue: every ``auto_commit_interval_ms`` when ``auto_commit``, on :meth:`commit`, before a
-rebalance gives a queue away and at :meth:`shutdown`. An offset reset relayed by a broker
+rebalance gives a queue away and at :meth:`shutdown`. With ``auto_commit`` a queue's position
+also rides on its next pull (COMMIT_OFFSET flag and ``commitOffset`` in the pull header, no
+request of its own), and the periodic commit skips the queues whose position the broker already
+holds. :meth:`commit` keeps its meaning: it stores every owned queue's position at once, with one
+UPDATE_CONSUMER_OFFSET per queue, and raises when one fails. An offset reset relayed by a broker
 (RESET_CONSUMER_CLIENT_OFFSET 220) moves the owned queues of that topic as a seek and commits
 them at once.
 
@@ -254,7 +258,13 @@ class AsyncLitePullConsumer(ConsumerApi):
                 if state.offset is None and state.version == version:
                     state.offset = offset
             assert state.offset is not None
-            pulled = await core.pull(mq, state.offset, suspend_ms, version=state.version)
+            pulled = await core.pull(
+                mq,
+                state.offset,
+                suspend_ms,
+                version=state.version,
+                commit_offset=core.ride_along_offset(mq),
+            )
         except asyncio.CancelledError:
             raise
         except RocketqError as exc:

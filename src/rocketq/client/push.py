@@ -348,7 +348,10 @@ class AsyncPushConsumer(ConsumerApi):
                     await asyncio.wait_for(pq.freed.wait(), FLOW_CONTROL_WAIT_S)
                 continue
             try:
-                pulled = await self._core.pull(mq, pq.pull_offset, MAX_SUSPEND_MS)
+                # the committed offset rides on the pull (not for orderly queues, whose offset is
+                # committed before the queue is unlocked and must not be overtaken)
+                ride = None if self._orderly is not None else self._core.ride_along_offset(mq)
+                pulled = await self._core.pull(mq, pq.pull_offset, MAX_SUSPEND_MS, commit_offset=ride)
             except RocketqError as exc:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await asyncio.sleep(ERROR_BACKOFF_S)

@@ -5,14 +5,34 @@ it; every method submits the matching coroutine to that loop and waits for its r
 calling thread. ``shutdown()`` shuts the producer down, stops the loop and joins the thread.
 There is no other hidden thread or global loop; several ``Producer`` objects own one each.
 Methods may be called from any thread, but not from the facade's own loop (selectors run there).
+
+:meth:`Producer.send` does its I/O in the calling thread, as blocking clients such as redis-py
+do, instead of handing the call to the loop thread and back (two thread hand-offs per send): it
+runs the same send steps as :meth:`AsyncProducer.send` (checks, queue selection, retries with
+fault back-off, one ``send_timeout_ms`` deadline: :meth:`AsyncProducer._send_steps`) and makes
+the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the same frame codec).
+Threads calling at once each get a connection of their own from a pool (a connection is never
+shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
+route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
+A producer with a ``request_handler`` (brokers call back on its connections) or with
+``auto_batch`` (sends from several threads coalesce on the loop) sends through the loop, as do
+``send_oneway`` and ``send_batch``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import threading
+from typing import Any, cast
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
-from rocketq.client.aio import AsyncProducer
+from rocketq.client._routes import TopicPublishInfo
+from rocketq.client.aio import AsyncProducer, QueueSelector, RouteStep, SendResult
+from rocketq.errors import RocketqError
+from rocketq.message import Message
+from rocketq.protocol.queue import MessageQueue
+from rocketq.remoting.blocking import BlockingConnectionPool
+from rocketq.remoting.client import DEFAULT_CONNECT_TIMEOUT_S
 
 
 class Producer(BlockingFacade[AsyncProducer]):
@@ -23,17 +43,78 @@ class Producer(BlockingFacade[AsyncProducer]):
     >>> p.shutdown()                                                   # doctest: +SKIP
     """
 
+    #: The blocking connections of :meth:`send` (None before start, after shutdown, and when
+    #: the core has a request handler or auto-batches).
+    _pool: BlockingConnectionPool | None = None
+
     @takes_arguments_of(AsyncProducer)
     def __init__(self, group: str, **kwargs: Any) -> None:
         BlockingFacade.__init__(
             self, AsyncProducer(group, **kwargs), f"rocketq-producer-{group}", f"producer {group}"
         )
+        self._pool: BlockingConnectionPool | None = None
 
     @property
     def group(self) -> str:
         return self._core.group
 
-    send = blocking(AsyncProducer.send)
+    def start(self) -> None:
+        BlockingFacade.start(self)
+        if self._pool is None and self._core.request_handler is None and not self._core.auto_batch:
+            config = self._core.config
+            self._pool = BlockingConnectionPool(
+                connect_timeout_s=DEFAULT_CONNECT_TIMEOUT_S,
+                rpc_hook=config.rpc_hook(),
+                ssl_context=config.ssl_context(),
+            )
+
+    def shutdown(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        BlockingFacade.shutdown(self)
+
+    def send(
+        self,
+        msg: Message,
+        *,
+        sharding_key: str | None = None,
+        selector: QueueSelector | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer (see :meth:`AsyncProducer.send`);
+        the broker call is made in the calling thread."""
+        pool = self._pool
+        core = self._core
+        if pool is None or self._loop is None or self._thread is threading.current_thread():
+            return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
+        prepared = core._prepare_send(msg, sharding_key, selector, queue)
+        routes = core._route_cache
+        steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, RouteStep):
+                    info = routes.cached(step.topic)
+                    if info is None or not info.queues:
+                        info = self._call(self._fetch_route(step.topic, step.timeout_s))
+                    reply: object = info
+                else:
+                    reply = pool.invoke(step.addr, step.request, step.timeout_s)
+            except (RocketqError, TimeoutError) as exc:
+                try:
+                    step = steps.throw(exc)
+                except StopIteration as done:
+                    return cast(SendResult, done.value)
+                continue
+            try:
+                step = steps.send(reply)
+            except StopIteration as done:
+                return cast(SendResult, done.value)
+
+    async def _fetch_route(self, topic: str, timeout_s: float) -> TopicPublishInfo:
+        return await asyncio.wait_for(self._core._route_cache.publish_info(topic), timeout_s)
+
     send_oneway = blocking(AsyncProducer.send_oneway)
     send_batch = blocking(AsyncProducer.send_batch)
 

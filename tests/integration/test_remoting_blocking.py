@@ -1,0 +1,184 @@
+"""Blocking remoting calls (rocketq.remoting.blocking) against a real socket server on 127.0.0.1
+whose behaviour each test scripts: stray responses and server requests are handled, timeouts
+leave the connection usable, a closed peer fails the call, the pool hands out one connection
+per concurrent caller."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from rocketq.errors import ConnectionClosed, RemotingTimeout, ResponseCode
+from rocketq.remoting import RemotingCommand, RequestCode, create_request
+from rocketq.remoting.blocking import BlockingConnection, BlockingConnectionPool
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codes import FLAG_RESPONSE
+
+
+def read_one(sock: socket.socket, decoder: FrameDecoder, pending: list[RemotingCommand]) -> RemotingCommand:
+    while not pending:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("client closed")
+        pending.extend(decoder.feed(data))
+    return pending.pop(0)
+
+
+class Server:
+    """Accepts connections; each is served by ``script(conn, read)`` in its own thread."""
+
+    def __init__(self, script: Callable[[socket.socket, Callable[[], RemotingCommand]], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.script = script
+        self.accepted = 0
+        self.threads: list[threading.Thread] = []
+        self.seen: list[RemotingCommand] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _serve(self, conn: socket.socket) -> None:
+        decoder = FrameDecoder()
+        pending: list[RemotingCommand] = []
+
+        def read() -> RemotingCommand:
+            cmd = read_one(conn, decoder, pending)
+            self.seen.append(cmd)
+            return cmd
+
+        try:
+            self.script(conn, read)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def make(script: Callable[[socket.socket, Callable[[], RemotingCommand]], None]) -> Server:
+        s = Server(script)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def ok(request: RemotingCommand, remark: str = "") -> bytes:
+    return encode(RemotingCommand.create_response(request, ResponseCode.SUCCESS, remark))
+
+
+def test_stray_response_and_server_request_then_the_answer(make_server: Callable[..., Server]) -> None:
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        request = read()
+        stray = RemotingCommand(0, opaque=request.opaque + 1000, flag=FLAG_RESPONSE)
+        ask = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "G"})
+        conn.sendall(encode(stray) + encode(ask))
+        refusal = read()
+        assert refusal.opaque == ask.opaque and refusal.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        conn.sendall(ok(request, "the answer"))
+        while True:
+            conn.sendall(ok(read()))
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0)
+    try:
+        response = conn.invoke(create_request(RequestCode.HEART_BEAT), 5.0)
+        assert response.code == ResponseCode.SUCCESS and response.remark == "the answer"
+        assert conn.invoke(create_request(RequestCode.HEART_BEAT), 5.0).code == ResponseCode.SUCCESS
+    finally:
+        conn.close()
+
+
+def test_timeout_keeps_the_connection_and_drops_the_late_answer(make_server: Callable[..., Server]) -> None:
+    release = threading.Event()
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        first = read()
+        assert release.wait(10)
+        conn.sendall(ok(first, "late"))
+        while True:
+            conn.sendall(ok(read(), "on time"))
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0)
+    try:
+        with pytest.raises(RemotingTimeout):
+            conn.invoke(create_request(RequestCode.HEART_BEAT), 0.2)
+        assert not conn.closed
+        release.set()
+        response = conn.invoke(create_request(RequestCode.HEART_BEAT), 5.0)
+        assert response.remark == "on time"
+    finally:
+        conn.close()
+
+
+def test_peer_close_fails_the_call_and_closes(make_server: Callable[..., Server]) -> None:
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        read()  # then close without answering
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0)
+    with pytest.raises(ConnectionClosed):
+        conn.invoke(create_request(RequestCode.HEART_BEAT), 5.0)
+    assert conn.closed
+    with pytest.raises(ConnectionClosed):
+        conn.invoke(create_request(RequestCode.HEART_BEAT), 5.0)
+
+
+def test_pool_one_connection_per_concurrent_caller_and_hook(make_server: Callable[..., Server]) -> None:
+    inside = threading.Barrier(3)
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        while True:
+            request = read()
+            if request.ext_fields.get("wait") == "yes":
+                inside.wait(10)
+            conn.sendall(ok(request))
+
+    server = make_server(script)
+    hooked: list[str] = []
+    pool = BlockingConnectionPool(connect_timeout_s=2.0, rpc_hook=lambda addr, cmd: hooked.append(addr))
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT, {"wait": "yes"}), 10.0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and server.accepted == 3 and pool.idle_connections == 3
+    assert hooked == [server.addr] * 3
+    # one caller at a time reuses an idle connection
+    for _ in range(5):
+        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+    assert server.accepted == 3
+    pool.close()
+    assert pool.idle_connections == 0
+    with pytest.raises(ConnectionClosed):
+        pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0)
