@@ -33,11 +33,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from rocketq.client._routes import RouteCache
-from rocketq.client.aio import _GROUP_PATTERN, GROUP_MAX_LENGTH, error_for_response
 from rocketq.client.allocate import AllocateStrategy, resolve_strategy
 from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, parse_enum
 from rocketq.client.offset_store import DEFAULT_OFFSET_STORE_DIR, LocalOffsetStore, default_offset_path
 from rocketq.client.pull_decode import PoisonRecord
+from rocketq.client.send_values import _GROUP_PATTERN, GROUP_MAX_LENGTH, error_for_response
 from rocketq.errors import ClientStateError, ConfigError, ResponseCode, RocketqError, TopicNotExist
 from rocketq.message import MessageExt
 from rocketq.protocol.heartbeat import SubscriptionData, build_subscription
