@@ -35,7 +35,12 @@ def _dashboard(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """The ``dashboard`` subcommand, and ``--dashboard-port`` on ``serve`` (added before it)."""
     p = sub.add_parser("dashboard", help="web console for a cluster (port 8080)")
-    p.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name servers, host:port;host:port")
+    p.add_argument(
+        "-n",
+        "--namesrv",
+        default="127.0.0.1:9876",
+        help="name servers, host:port;host:port (default %(default)s)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="HTTP port, 0 = a free one (default %(default)s)")
     p.add_argument(
@@ -53,7 +58,12 @@ def add_parser(sub: Any) -> None:
             default=None,
             help="also serve the web console on this port (0 = a free one; default: no console)",
         )
-        serve.add_argument("--dashboard-sample-interval", type=float, default=10.0, help=argparse.SUPPRESS)
+        serve.add_argument(
+            "--dashboard-sample-interval",
+            type=float,
+            default=10.0,
+            help="seconds between the console's TPS samples (default %(default)s)",
+        )
 
 
 async def start_alongside(args: argparse.Namespace, namesrv_addr: str) -> Any:
