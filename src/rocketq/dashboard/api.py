@@ -21,6 +21,7 @@ from rocketq.dashboard.admin import DashboardAdmin
 from rocketq.dashboard.http import HttpError, HttpServer, Request, Response, Router
 from rocketq.dashboard.sampler import TpsSampler
 from rocketq.errors import MessageNotFound, RocketqError, TopicNotExist
+from rocketq.message import decode_offset_msg_id
 
 MAX_PAGE = 500
 _SYSTEM_TOPICS = {"TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest"}
@@ -399,17 +400,32 @@ class DashboardApp:
         return Response.json({"messages": [_message(m) for m in found]})
 
     async def by_id(self, req: Request) -> Response:
+        """An offset message id is asked of the broker it names, only when that broker is one of
+        the cluster's; a client message id (UNIQ_KEY) is looked up as a key of ``topic``."""
         msg_id = req.arg("id").strip()
+        topic = req.arg("topic", "").strip()
+        if topic:
+            found = [m for m in await self.admin.query_msg_by_key(topic, msg_id, 16) if m.uniq_key == msg_id]
+            if found:
+                return Response.json({"messages": [_message(m) for m in found]})
+        m = await self._stored(msg_id)
+        return Response.json({"messages": [_message(m)]})
+
+    async def _stored(self, msg_id: str) -> MessageView:
+        """The message with offset message id ``msg_id`` from a broker of the cluster."""
         try:
-            return Response.json({"messages": [_message(await self.admin.query_msg_by_id(msg_id))]})
-        except (MessageNotFound, RocketqError, ValueError) as first:
-            topic = req.arg("topic", "")
-            if topic:  # a client message id (UNIQ_KEY) is indexed as a key
-                found = await self.admin.query_msg_by_key(topic, msg_id, 16)
-                found = [m for m in found if m.uniq_key == msg_id]
-                if found:
-                    return Response.json({"messages": [_message(m) for m in found]})
-            raise HttpError(404, f"no message with id {msg_id!r}: {first}") from None
+            addr = decode_offset_msg_id(msg_id).address
+        except (ValueError, OverflowError):
+            raise HttpError(
+                404, f"{msg_id!r} is not an offset message id (give the topic for a client id)"
+            ) from None
+        known = {e.addr for e in await self.admin.cluster_list()}
+        if addr not in known:
+            raise HttpError(404, f"message id {msg_id!r} names {addr}, which is no broker of this cluster")
+        try:
+            return await self.admin.query_msg_by_id(msg_id)
+        except RocketqError as exc:
+            raise HttpError(404, str(exc)) from None
 
     async def by_offset(self, req: Request) -> Response:
         topic, broker = req.arg("topic"), req.arg("broker")
@@ -466,10 +482,7 @@ class DashboardApp:
         msg_id = str(doc.get("msgId", "")).strip()
         if not msg_id:
             raise HttpError(400, "msgId is required")
-        try:
-            m = await self.admin.query_msg_by_id(msg_id)
-        except (MessageNotFound, RocketqError) as exc:
-            raise HttpError(404, str(exc)) from None
+        m = await self._stored(msg_id)
         group = str(doc.get("group", "") or "").strip()
         if group:
             members = []
