@@ -145,7 +145,7 @@
     const topic = current ? current.topic : values.topic;
     try {
       await api("POST", "/api/topics", { topic, readQueueNums: +values.readQueueNums, writeQueueNums: +values.writeQueueNums, perm: +values.perm });
-      status(msg, `Topic ${topic} ${current ? "updated" : "created"}.`);
+      flash = `Topic ${topic} ${current ? "updated" : "created"}.`;
       if (current) render(); else go("topic/" + enc(topic));
     } catch (e) { status(msg, e.message, true); }
   }
@@ -228,7 +228,7 @@
       if (!ok) return;
       try {
         const doc = await api("POST", `/api/groups/${enc(group)}/reset`, { topic: topicSel.value, timestamp: when });
-        status(msg, `Reset ${doc.offsets.length} queue(s) of ${doc.topic}.`);
+        flash = `Reset ${doc.offsets.length} queue(s) of ${doc.topic}.`;
         render();
       } catch (err) { status(msg, err.message, true); }
     };
@@ -288,7 +288,7 @@
       } catch (e) { status(msg, e.message, true); }
     };
     const props = Object.entries(m.properties).map(([k, v]) => ({ k, v }));
-    holder.replaceChildren(
+    holder.replaceChildren(...[
       h("h2", { tabindex: -1, id: "details-title" }, "Message ", m.msgId),
       h("div", { class: "toolbar" }, link(`trace?id=${enc(m.uniqKey || m.msgId)}`, "Trace"),
         h("button", { type: "button", id: "resend-button", onclick: resend }, "Resend")),
@@ -296,7 +296,7 @@
       m.undecodable ? h("p", { class: "error" }, m.undecodable) : null,
       h("div", { role: "group", "aria-label": "Body view", class: "toolbar" }, buttons),
       pre,
-      table("Properties", [{ key: "k", label: "Name" }, { key: "v", label: "Value" }], props, (r, k) => r[k]));
+      table("Properties", [{ key: "k", label: "Name" }, { key: "v", label: "Value" }], props, (r, k) => r[k])].filter((c) => c));
     holder.querySelector("#details-title").focus();
   }
 
@@ -377,6 +377,7 @@
   };
 
   let generation = 0;
+  let flash = null; // a message for the next page rendered (after a change)
   async function render() {
     const route = parseHash();
     const mine = ++generation;
@@ -395,6 +396,10 @@
     }
     if (mine !== generation) return;
     main.replaceChildren(...content.filter((c) => c));
+    if (flash) {
+      main.querySelector("h1")?.after(h("p", { class: "status", role: "status", id: "flash" }, flash));
+      flash = null;
+    }
     document.title = (main.querySelector("h1")?.textContent || "") + " - rocketq console";
     main.setAttribute("aria-busy", "false");
     main.setAttribute("data-loaded", route.page);
