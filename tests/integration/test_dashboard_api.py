@@ -220,3 +220,24 @@ def test_static_pages_are_served(env: tuple[InProcessCluster, Api, Admin]) -> No
     js = cluster.call(api.app.dispatch("GET", "/static/app.js"))
     assert js.status == 200 and "javascript" in js.content_type
     assert cluster.call(api.app.dispatch("GET", "/static/../api.py")).status == 404
+
+
+def test_pages_answer_quickly_with_100_topics_of_100_queues(env: tuple[InProcessCluster, Api, Admin]) -> None:
+    cluster, api, _ = env
+    for i in range(100):
+        cluster.create_topic(f"Bulk{i:03d}", 100)
+    timings: dict[str, float] = {}
+    for path, query in [
+        ("/api/cluster", {}),
+        ("/api/topics", {"page": 2}),
+        ("/api/topics/Bulk050", {}),
+        ("/api/topics/Bulk050/queues", {"page": 2}),
+        ("/api/groups", {}),
+        ("/api/dlq", {}),
+    ]:
+        began = time.perf_counter()
+        doc = api("GET", path, query)
+        timings[path] = time.perf_counter() - began
+        if path == "/api/topics/Bulk050/queues":
+            assert doc["total"] == 100 and len(doc["items"]) == 50
+    assert max(timings.values()) < 1.0, timings
