@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from _support.procs import RocketqProcess
+from _support.procs import wait_until as procs_wait
 from _support.wait import wait_until
 from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
 from rocketq.dashboard import DashboardApp
@@ -241,3 +245,34 @@ def test_pages_answer_quickly_with_100_topics_of_100_queues(env: tuple[InProcess
         if path == "/api/topics/Bulk050/queues":
             assert doc["total"] == 100 and len(doc["items"]) == 50
     assert max(timings.values()) < 1.0, timings
+
+
+def test_the_dashboard_command_serves_and_stops_on_sigterm(
+    env: tuple[InProcessCluster, Api, Admin], tmp_path: pathlib.Path
+) -> None:
+    cluster, _, admin = env
+    proc = RocketqProcess(
+        "dashboard", ["dashboard", "--namesrv", cluster.namesrv_addr, "--port", "0"], tmp_path
+    )
+    try:
+        found: dict[str, str] = {}
+
+        def ready() -> bool:
+            m = re.search(r"rocketq dashboard on (http://\S+/)", proc.log_text(None))
+            if m:
+                found["url"] = m.group(1)
+            return bool(found)
+
+        procs_wait(ready, "the dashboard's address", 20.0, proc)
+        with urllib.request.urlopen(found["url"] + "api/cluster", timeout=5) as r:
+            doc = json.loads(r.read())
+        assert {b["addr"] for b in doc["brokers"]} == {e.addr for e in admin.cluster_list()}
+        port = int(found["url"].rsplit(":", 1)[1].rstrip("/"))
+        taken = RocketqProcess(
+            "dashboard-taken", ["dashboard", "--namesrv", cluster.namesrv_addr, "--port", str(port)], tmp_path
+        )
+        assert taken.proc is not None and taken.proc.wait(20) == 1
+        assert f"port {port} is already in use" in taken.log_text()
+        assert proc.terminate() == 0
+    finally:
+        proc.close()

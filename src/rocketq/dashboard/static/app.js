@@ -361,7 +361,7 @@
 
   pages.trace = async function (route) {
     const id = route.q.get("id") || "";
-    const input = h("input", { id: "trace-id", name: "id", value: id, required: true });
+    const input = h("input", { id: "trace-id", name: "id", value: id, required: true, size: 40 });
     const out = [h("h1", { tabindex: -1 }, "Message trace"),
       h("form", { class: "inline", role: "search", onsubmit: (e) => { e.preventDefault(); go(`trace?id=${enc(input.value)}`); } },
         h("label", {}, "Message id", input), h("button", { type: "submit", class: "primary" }, "Show trace"))];
