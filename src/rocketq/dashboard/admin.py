@@ -9,13 +9,12 @@ from typing import Any
 
 from rocketq.client.admin import AsyncAdmin
 from rocketq.client.admin_views import _int
-from rocketq.errors import BodyFormatError
+from rocketq.errors import BodyFormatError, ResponseCode
 from rocketq.remoting import RequestCode
 
 #: the broker's answer to a group without online consumers (CONSUMER_NOT_ONLINE)
 _CONSUMER_NOT_ONLINE = 206
-#: REQUEST_CODE_NOT_SUPPORTED
-_NOT_SUPPORTED = 3
+_NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
 
 class DashboardAdmin(AsyncAdmin):
