@@ -425,3 +425,19 @@ def test_keyboard_navigation_reaches_and_opens_a_page(console: Console) -> None:
     console.loaded("groups")
     focused = console.driver.switch_to.active_element
     assert focused.tag_name == "h1" and focused.text == "Consumer groups"
+
+
+def test_dialog_opens_with_enter_and_escape_returns_focus(console: Console) -> None:
+    console.open("topics")
+    button = console.find("#create-topic")
+    console.driver.execute_script("arguments[0].focus()", button)
+    console.driver.switch_to.active_element.send_keys(Keys.ENTER)
+    WebDriverWait(console.driver, WAIT_S).until(
+        lambda d: d.find_element(By.ID, "dialog").get_attribute("open") is not None
+    )
+    assert console.driver.switch_to.active_element.get_attribute("id") == "new-topic-name"
+    console.driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+    WebDriverWait(console.driver, WAIT_S).until(
+        lambda d: d.find_element(By.ID, "dialog").get_attribute("open") is None
+    )
+    assert console.driver.switch_to.active_element.get_attribute("id") == "create-topic"

@@ -46,7 +46,8 @@ def test_routes_params_queries_and_errors_over_a_socket() -> None:
             body = b'{"a": 1}'
             status, doc = await _exchange(
                 server.port,
-                b"POST /api/things/%25DLQ%25g?n=3&x=y HTTP/1.1\r\nHost: t\r\nContent-Length: "
+                b"POST /api/things/%25DLQ%25g?n=3&x=y HTTP/1.1\r\nHost: t\r\nOrigin: http://t\r\n"
+                b"Content-Type: application/json\r\nContent-Length: "
                 + str(len(body)).encode()
                 + b"\r\n\r\n"
                 + body,
@@ -64,10 +65,17 @@ def test_routes_params_queries_and_errors_over_a_socket() -> None:
             assert status == 404
             status, doc = await _exchange(server.port, b"GET /boom HTTP/1.1\r\n\r\n")
             assert status == 500 and "kaput" in str(doc["error"])
-            status, doc = await _exchange(
-                server.port, b"POST /api/things/x HTTP/1.1\r\nContent-Length: 5\r\n\r\n[1,2]"
-            )
+            json_post = b"POST /api/things/x HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            status, doc = await _exchange(server.port, json_post + b"Content-Length: 5\r\n\r\n[1,2]")
             assert status == 400 and "JSON object" in str(doc["error"])
+            # what a page of another site can send: a text/plain body, or its own Origin
+            plain = b"POST /api/things/x HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}"
+            status, doc = await _exchange(server.port, plain)
+            assert status == 415 and "application/json" in str(doc["error"])
+            status, doc = await _exchange(
+                server.port, json_post + b"Origin: http://evil.example\r\nContent-Length: 2\r\n\r\n{}"
+            )
+            assert status == 403 and "own pages" in str(doc["error"])
             too_big = f"POST /api/things/x HTTP/1.1\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n".encode()
             status, doc = await _exchange(server.port, too_big)
             assert status == 413

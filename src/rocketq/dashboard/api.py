@@ -119,7 +119,8 @@ class DashboardApp:
         import json  # noqa: PLC0415
 
         raw = b"" if body is None else json.dumps(body).encode()
-        return await self.http.dispatch(Request(method, path, dict(query or {}), {}, raw))
+        headers = {"content-type": "application/json"} if raw else {}
+        return await self.http.dispatch(Request(method, path, dict(query or {}), headers, raw))
 
     def _routes(self) -> None:
         r = self.router

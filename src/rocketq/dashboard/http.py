@@ -31,7 +31,9 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    403: "Forbidden",
     413: "Payload Too Large",
+    415: "Unsupported Media Type",
     500: "Internal Server Error",
     502: "Bad Gateway",
 }
@@ -147,6 +149,19 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
     return Request(method.upper(), url.path, query, headers, body)
 
 
+def _check_same_origin(request: Request) -> None:
+    """A change must come from the console's own pages: a JSON body (which a page of another
+    site cannot send without a CORS preflight, never granted here) and, when the browser names
+    the page's origin, the same host."""
+    ctype = request.headers.get("content-type", "")
+    if request.body and not ctype.lower().startswith("application/json"):
+        raise HttpError(415, f"a request body must be application/json, not {ctype or 'untyped'}")
+    origin = request.headers.get("origin")
+    host = request.headers.get("host")
+    if origin is not None and host is not None and urlsplit(origin).netloc != host:
+        raise HttpError(403, f"changes are accepted from the console's own pages only, not from {origin}")
+
+
 def _encode(response: Response) -> bytes:
     reason = _REASONS.get(response.status, "Unknown")
     head = [
@@ -214,6 +229,8 @@ class HttpServer:
         try:
             handler, params = self.router.match(request.method, request.path)
             request.params = params
+            if request.method not in ("GET", "HEAD"):
+                _check_same_origin(request)
             return await handler(request)
         except HttpError as exc:
             return Response.json({"error": exc.message}, exc.status)
