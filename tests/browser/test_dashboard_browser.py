@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -444,3 +445,21 @@ def test_dialog_opens_with_enter_and_escape_returns_focus(console: Console) -> N
         lambda d: d.find_element(By.ID, "dialog").get_attribute("open") is None
     )
     assert console.driver.switch_to.active_element.get_attribute("id") == "create-topic"
+
+
+def test_pages_render_within_a_second_with_100_topics_of_100_queues(console: Console) -> None:
+    names = [f"Bulk{i:03d}" for i in range(100)]
+    for name in names:
+        console.admin.create_topic(name, 100, 100)
+    wait_until(lambda: set(names) <= set(console.admin.topic_list()), "100 topics routed", 30.0)
+    timings: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for route in ["topics?page=2", "topic/Bulk050?page=2", "cluster", "groups", "dlq"]:
+        console.open("cluster" if route != "cluster" else "topics")
+        began = time.perf_counter()
+        console.open(route)
+        timings[route] = time.perf_counter() - began
+        texts[route] = console.text()
+    assert "Page 2 of 2 (100 queues)" in texts["topic/Bulk050?page=2"]
+    assert "Bulk099" in texts["topics?page=2"]
+    assert max(timings.values()) < 1.0, timings
