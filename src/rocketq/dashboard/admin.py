@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from rocketq.client.admin import AsyncAdmin
-from rocketq.client.admin_views import _int
+from rocketq.client.admin_views import MessageView, _int
 from rocketq.errors import BodyFormatError, ResponseCode
 from rocketq.remoting import RequestCode
 
@@ -69,7 +69,7 @@ class DashboardAdmin(AsyncAdmin):
 
     async def pull_range(
         self, topic: str, broker_name: str, queue_id: int, offset: int, count: int
-    ) -> list[Any]:
+    ) -> list[MessageView]:
         """Up to ``count`` messages of one queue from ``offset`` on (pulls, no commit)."""
         return await self.consume_message(topic, queue_id, offset, count, broker_name=broker_name)
 

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import datetime
 import importlib.resources
+import json
 import mimetypes
 import signal
 from typing import Any
@@ -116,8 +117,6 @@ class DashboardApp:
         self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None
     ) -> Response:
         """Answer one request without a socket (for tests)."""
-        import json  # noqa: PLC0415
-
         raw = b"" if body is None else json.dumps(body).encode()
         headers = {"content-type": "application/json"} if raw else {}
         return await self.http.dispatch(Request(method, path, dict(query or {}), headers, raw))
