@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint typecheck unit fast bench bench-peers clean proto
+.PHONY: run test lint typecheck unit fast bench bench-peers clean proto browser-deps dashboard-test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,23 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(PY) -m mypy
 
-test: lint typecheck
+test: lint typecheck browser-deps
 	$(PY) -m pytest -q
+
+# the web console's browser tests (tests/browser) drive Debian's chromium through chromedriver:
+# installed with apt-get when running as root where apt-get exists; elsewhere those tests skip
+# and say why
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -qq chromium chromium-driver >/dev/null \
+	  || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+	  || echo "could not install chromium: the browser tests will skip"; \
+	else echo "chromium/chromedriver missing and apt-get not usable here: the browser tests will skip"; fi
+
+# the console: its JSON API against an in-process cluster, then its pages in headless Chromium
+dashboard-test: $(VENV)/.installed-test browser-deps
+	$(PY) -m pytest -q tests/integration/test_dashboard_api.py tests/unit/test_dashboard_http.py tests/browser
 
 unit: $(VENV)/.installed-test
 	$(PY) -m pytest -q tests/unit tests/property

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.cli.admin import add_parser as add_admin_parser
+from rocketq.cli.dashboard import add_parser as add_dashboard_parser
 from rocketq.cli.servers import add_server_parsers
 from rocketq.config import StoreConfig
 from rocketq.message import Message
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     add_server_parsers(sub)
     add_admin_parser(sub)
+    add_dashboard_parser(sub)
     add_bench_parser(sub)
     from rocketq.spark.jobs.cli import add_parser as add_spark_parser  # noqa: PLC0415 - lazy: no PySpark
 

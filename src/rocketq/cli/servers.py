@@ -148,6 +148,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
     )
     broker = Broker(broker_cfg, store_cfg)
     grpc_endpoint = None
+    dashboard = None
     try:
         try:
             await broker.start()
@@ -184,8 +185,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
             f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})" + grpc_line,
             flush=True,
         )
+        from rocketq.cli.dashboard import start_alongside  # noqa: PLC0415 - only with --dashboard-port
+
+        dashboard = await start_alongside(args, namesrv_addr)
         await stop.wait()
     finally:
+        if dashboard is not None:
+            await dashboard.close()
         if grpc_endpoint is not None:
             await grpc_endpoint.stop()
         await broker.shutdown()
