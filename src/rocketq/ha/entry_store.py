@@ -306,6 +306,12 @@ class EntryStore:
                 count += 1
         return count
 
+    def next_entry_pos(self, size: int) -> int:
+        """Where the next entry of ``size`` bytes (header included) would be written: the leader
+        encodes a record for its position before appending it."""
+        with self.lock:
+            return self._place(size)
+
     def _place(self, size: int) -> int:
         """Where an entry of ``size`` bytes would go (after padding the last file if needed)."""
         if size + fmt.MIN_BLANK_LEN > self.data_file_size:
