@@ -12,8 +12,8 @@ import struct
 from dataclasses import replace
 from typing import Any
 
-from tests._support.procs import free_port
-from tests._support.wait import wait_until_async
+from _support.procs import free_port
+from _support.wait import wait_until_async
 
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.driver_config import DLedgerConfig

@@ -9,8 +9,8 @@ import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 
-from tests._support.raft_group import OFFSET, LocalGroup, record
-from tests._support.wait import wait_until_async
+from _support.raft_group import OFFSET, LocalGroup, record
+from _support.wait import wait_until_async
 
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import AppendStatus

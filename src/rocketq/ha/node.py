@@ -16,6 +16,7 @@ code                    request / response
 ``CTL_DIGEST`` 6122     ext ``upto`` (a position): ext ``sha256`` of the data bytes from the
                         first entry up to ``upto`` (``committedPos`` when absent) and ``upto``
 ``CTL_TRANSFER`` 6123   ext ``target``: ext ``ok`` (``true`` once ``target`` leads)
+``CTL_READ`` 6124       ext ``pos``, ``size``: body = those data bytes
 ======================  ====================================================================
 
 On start it prints ``READY <address>`` on stdout; SIGTERM / SIGINT stop it cleanly.
@@ -42,12 +43,13 @@ CTL_APPEND: Final = 6120
 CTL_STATUS: Final = 6121
 CTL_DIGEST: Final = 6122
 CTL_TRANSFER: Final = 6123
+CTL_READ: Final = 6124
 _OFFSET = struct.Struct(">q")
 
 
-def record_for(payload: bytes) -> bytes:
-    """What CTL_APPEND stores for ``payload`` at physical offset ``off``: ``be64(off) + payload``."""
-    return _OFFSET.pack(0) + payload
+def record_for(payload: bytes, physical_offset: int) -> bytes:
+    """What CTL_APPEND stores for ``payload`` at ``physical_offset``."""
+    return _OFFSET.pack(physical_offset) + payload
 
 
 class ControlServer:
@@ -62,7 +64,7 @@ class ControlServer:
             return RemotingCommand.create_response(request, 1, "not started")
         if request.code == CTL_APPEND:
             payload = request.body
-            result = await group.append(lambda off: _OFFSET.pack(off) + payload)
+            result = await group.append(lambda off: record_for(payload, off))
             ext = {"status": result.status.value, "index": result.index, "pos": result.pos}
             if result.leader_id is not None:
                 ext["leader"] = result.leader_id
@@ -85,6 +87,9 @@ class ControlServer:
             return RemotingCommand.create_response(
                 request, 0, ext_fields={"sha256": digest(group, upto), "upto": upto}
             )
+        if request.code == CTL_READ:
+            pos, size = int(request.ext_fields["pos"]), int(request.ext_fields["size"])
+            return RemotingCommand.create_response(request, 0, body=group.read(pos, size))
         if request.code == CTL_TRANSFER:
             ok = await group.transfer_leadership(request.ext_fields["target"])
             return RemotingCommand.create_response(request, 0, ext_fields={"ok": ok})
