@@ -14,7 +14,6 @@ from typing import Any
 
 from _support.procs import free_port
 from _support.wait import wait_until_async
-
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.driver_config import DLedgerConfig
 from rocketq.ha.raft_types import Role

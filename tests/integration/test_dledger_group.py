@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 
 from _support.raft_group import OFFSET, LocalGroup, record
 from _support.wait import wait_until_async
-
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import AppendStatus
 
