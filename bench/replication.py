@@ -61,7 +61,9 @@ async def _leader(members: list[RaftGroupLog], timeout_s: float = 10.0) -> RaftG
     raise SystemExit("no leader elected within the deadline")
 
 
-async def appends(root: str, n: int, policy: AckPolicy, args: argparse.Namespace) -> tuple[float, float, float]:
+async def appends(
+    root: str, n: int, policy: AckPolicy, args: argparse.Namespace
+) -> tuple[float, float, float]:
     ids = [f"n{i}" for i in range(n)]
     peers = tuple((i, f"127.0.0.1:{free_port()}") for i in ids)
     data = tempfile.mkdtemp(dir=root)
@@ -118,7 +120,14 @@ async def failover(root: str, timeout_ms: int, heartbeat_ms: int) -> float:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for k, i in enumerate(ids):
         cmd = [sys.executable, "-m", "rocketq.ha.node", "--self", i, "--peers", peers, "--data-dir", data]
-        cmd += ["--seed", str(k), "--election-timeout-ms", str(timeout_ms), "--heartbeat-ms", str(heartbeat_ms)]
+        cmd += [
+            "--seed",
+            str(k),
+            "--election-timeout-ms",
+            str(timeout_ms),
+            "--heartbeat-ms",
+            str(heartbeat_ms),
+        ]
         cmd += ["--data-file-size", str(16 << 20)]
         procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     client = RemotingClient()
