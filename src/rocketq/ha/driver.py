@@ -23,7 +23,7 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   RoleChanged            ``state`` changes, the ``on_state_change`` callbacks run
   =====================  ===================================================================
 
-* **Group commit.** One flusher task runs ``EntryStore.flush`` (fsync of data, then index) on a
+* **Group commit.** One flusher task runs ``EntryStore.flush_unlocked`` (fsync of data, then index) on a
   worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
   each fsync covered: every write that arrives during an fsync is covered by the next one. Under
   ``AckPolicy.APPENDED`` (nobody waits for the fsync) the flusher pauses ``flush_interval_ms``
@@ -34,8 +34,8 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   size pushes it into the next data file is encoded a second time for that position.
 
 Not done: the store's synchronous work (mmap writes, ``currterm`` fsyncs, a lagging follower's
-reads) runs on the loop; a flush holds the store lock, so an append issued during an fsync waits
-for it.
+reads) runs on the loop. The flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so
+appends go on during them.
 """
 
 from __future__ import annotations
@@ -179,7 +179,12 @@ class RaftGroupLog:
         self._committed_pos = store.committed_pos
         peers = {i: a for i, a in cfg.peers if i != cfg.self_id}
         self._transport = PeerTransport(
-            cfg.self_id, cfg.self_address, peers, self._deliver, self._other_requests
+            cfg.self_id,
+            cfg.self_address,
+            peers,
+            self._deliver,
+            self._other_requests,
+            merge_bytes=cfg.max_batch_bytes if cfg.enable_batch_push else 0,
         )
         await self._transport.start()
         self._tasks = [
@@ -443,7 +448,7 @@ class RaftGroupLog:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             generation = self._truncations
-            flushed = await loop.run_in_executor(self._executor, store.flush)
+            flushed = await loop.run_in_executor(self._executor, store.flush_unlocked)
             if generation != self._truncations:
                 self._flush_wanted.set()  # the log changed under the fsync: report the next one
                 continue

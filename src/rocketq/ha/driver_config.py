@@ -71,6 +71,7 @@ class DLedgerConfig:
     max_pending_appends: int = 10000
     enable_batch_push: bool = False
     max_batch_bytes: int = 4096
+    max_inflight_appends: int = 1000  # append messages in flight per follower (DLedger: 1000)
     tick_ms: int = 10
     checkpoint_interval_ms: int = 3000
     seed: int | None = None
@@ -105,6 +106,7 @@ class DLedgerConfig:
                 ack_policy=self.ack_policy,
                 ack_timeout_ms=self.ack_timeout_ms,
                 max_pending_proposals=self.max_pending_appends,
+                max_inflight_msgs=self.max_inflight_appends,
                 # without batch push DLedger sends one entry per push: a batch limit of one byte
                 # still carries one entry (the core always sends at least one)
                 max_batch_bytes=self.max_batch_bytes if self.enable_batch_push else 1,
