@@ -33,7 +33,7 @@ def test_appends_go_on_while_flush_unlocked_runs(tmp_path: pathlib.Path) -> None
         t = threading.Thread(target=flusher)
         t.start()
         try:
-            for k in range(2000):
+            for _ in range(2000):
                 store.append(1, b"x" * 40)
         finally:
             stop.set()
