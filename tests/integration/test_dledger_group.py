@@ -9,9 +9,11 @@ import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from _support.raft_group import OFFSET, LocalGroup, record
 from _support.wait import wait_until_async
-from rocketq.ha.raft_types import Role
+from rocketq.ha.raft_types import AckPolicy, Role
 from rocketq.ha.replicated_log import AppendStatus
 
 
@@ -34,7 +36,10 @@ async def _same_bytes_everywhere(group: LocalGroup) -> int:
     return upto
 
 
-def test_three_members_elect_one_leader_and_commit_identical_bytes(tmp_path: object) -> None:
+@pytest.mark.parametrize("policy", list(AckPolicy), ids=lambda p: p.value)
+def test_three_members_elect_one_leader_and_commit_identical_bytes(
+    tmp_path: object, policy: AckPolicy
+) -> None:
     async def body(group: LocalGroup) -> None:
         leader = await group.leader()
         term = leader.state.term
@@ -54,9 +59,11 @@ def test_three_members_elect_one_leader_and_commit_identical_bytes(tmp_path: obj
         assert await _same_bytes_everywhere(group) >= end
         followers = [m for m in group.members.values() if m is not leader]
         assert all(m.state.role is Role.FOLLOWER for m in followers)
-        assert (await followers[0].append(record(b"x"))).status is AppendStatus.NOT_LEADER
+        refused = await followers[0].append(record(b"x"))
+        assert refused.status is AppendStatus.NOT_LEADER and refused.leader_id == leader.state.self_id
+        assert followers[0].state.leader_address == group.configs[leader.state.self_id].self_address
 
-    run(body, tmp_path)
+    run(body, tmp_path, ack_policy=policy)
 
 
 def test_follower_that_lost_its_data_directory_catches_up_from_scratch(tmp_path: object) -> None:

@@ -20,7 +20,9 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   Apply                  ``committed_pos`` advances; the committed index goes to the store
                          and into ``checkpoint`` every ``checkpoint_interval_ms``
   ProposalResult         the :meth:`append` future resolves with an :class:`AppendResult`
-  RoleChanged            ``state`` changes, the ``on_state_change`` callbacks run
+  RoleChanged            ``state`` changes (the leader's address from
+                         ``DLedgerConfig.client_addresses``, else its peer address), the
+                         ``on_state_change`` callbacks run
   =====================  ===================================================================
 
 * **Group commit.** One flusher task runs ``EntryStore.flush_unlocked`` (fsync of data, then index) on a
@@ -409,7 +411,7 @@ class RaftGroupLog:
 
     def _role_changed(self, change: RoleChanged) -> None:
         leader = change.leader_id
-        address = None if leader is None else self.config.peer_addresses.get(leader)
+        address = None if leader is None else self.config.client_address(leader)
         self._state = LogState(change.role, change.term, self.config.self_id, leader, address)
         log.info(
             "raft member %s: %s in term %d, leader %s",

@@ -77,6 +77,9 @@ class DLedgerConfig:
     seed: int | None = None
     data_file_size: int = 1 << 30
     index_file_size: int = 32 * 5 * 1024 * 1024
+    #: the address clients reach each member's broker on, by self id (``LogState.leader_address``);
+    #: a member not listed is named by its ``dLegerPeers`` address
+    client_addresses: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         ids = [i for i, _ in self.peers]
@@ -91,6 +94,9 @@ class DLedgerConfig:
     @property
     def peer_addresses(self) -> dict[str, str]:
         return dict(self.peers)
+
+    def client_address(self, member: str) -> str | None:
+        return dict(self.client_addresses).get(member) or self.peer_addresses.get(member)
 
     @property
     def self_address(self) -> str:
