@@ -1,12 +1,17 @@
-"""Raft peer messages on the wire (rocketq.ha.peer_codec) and DLedgerConfig's broker.conf keys."""
+"""Raft peer messages on the wire (rocketq.ha.peer_codec), appends as the leader's entry store
+bytes, and DLedgerConfig's broker.conf keys."""
 
 from __future__ import annotations
+
+import pathlib
 
 import pytest
 
 from rocketq.errors import ConfigError, RemoteProtocolError
 from rocketq.ha import peer_codec
 from rocketq.ha.driver_config import DLedgerConfig, parse_peers
+from rocketq.ha.entry_format import MAGIC_NOOP, MAGIC_NORMAL
+from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.raft_types import (
     AckPolicy,
     Append,
@@ -100,3 +105,32 @@ def test_broker_conf_keys() -> None:
         DLedgerConfig.from_broker_conf({**props, "enableBatchPush": "yes"})
     with pytest.raises(ConfigError, match="heartbeat"):
         DLedgerConfig.from_broker_conf(props, heartbeat_interval_ms=9000)
+
+
+def test_appends_carry_the_leaders_store_bytes_which_a_follower_takes_verbatim(
+    tmp_path: pathlib.Path,
+) -> None:
+    leader = EntryStore.open(str(tmp_path / "a"), "n0", data_file_size=4096, index_file_size=32 * 64)
+    follower = EntryStore.open(str(tmp_path / "b"), "n1", data_file_size=4096, index_file_size=32 * 64)
+    try:
+        entries = []
+        for k in range(60):  # crosses data files (padding)
+            body = b"" if k == 0 else b"%02d" % k * 17
+            magic = MAGIC_NOOP if k == 0 else MAGIC_NORMAL
+            leader.append_at(k, 1, body, magic=magic)
+            entries.append(Entry(k, 1, body, EntryKind.NOOP if k == 0 else EntryKind.NORMAL))
+        m = Append("n0", "n1", 1, -1, 0, tuple(entries), 59)
+        code, body = peer_codec.encode(m, leader.read_bytes)
+        got, raw = peer_codec.decode_raw(code, body)
+        assert got == m and raw is not None and len(raw) == 60
+        assert follower.append_entry_bytes(b"".join(raw)) == 60
+        assert follower.read_bytes(0, 1 << 20) == leader.read_bytes(0, 1 << 20)
+        # entries the store no longer holds as the message says: the entries alone (form 0)
+        stale = Append("n0", "n1", 2, 58, 1, (Entry(59, 2, entries[59].data),), 58)
+        code, body = peer_codec.encode(stale, leader.read_bytes)
+        assert peer_codec.decode_raw(code, body) == (stale, None)
+        beyond = Append("n0", "n1", 1, 59, 1, (Entry(60, 1, b"x"),), 58)
+        assert peer_codec.decode_raw(*peer_codec.encode(beyond, leader.read_bytes)) == (beyond, None)
+    finally:
+        leader.close()
+        follower.close()

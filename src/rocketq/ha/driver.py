@@ -13,8 +13,10 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   =====================  ===================================================================
   PersistHardState       ``EntryStore.set_term`` (durable) on the loop, before the next action
   TruncateLog            ``EntryStore.truncate``; the flusher's pending report is discarded
-  AppendEntries          ``EntryStore.append_at`` at the core's indexes (the leader's proposal
-                         at the position its record was encoded for, checked); then
+  AppendEntries          follower: the leader's entry bytes verbatim
+                         (``EntryStore.append_entry_bytes``: position, term order and chain
+                         checked); leader: ``EntryStore.append_at`` at the core's indexes, its
+                         proposal at the position its record was encoded for (checked); then
                          ``Persisted(synced=False)``; then the flusher is woken
   Send                   :class:`~rocketq.ha.peer_transport.PeerTransport` (never blocks)
   Apply                  ``committed_pos`` advances; the committed index goes to the store
@@ -58,6 +60,7 @@ from rocketq.ha.raft_log import RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
+    Append,
     AppendEntries,
     Apply,
     Entry,
@@ -84,6 +87,8 @@ log = logging.getLogger(__name__)
 
 #: Under APPENDED acks, at most one fsync per this many milliseconds.
 FLUSH_INTERVAL_MS = 10
+#: The leader keeps the bytes of the entries it wrote last, up to this much, for replication.
+SENT_CACHE_BYTES = 16 << 20
 
 
 class _StoreReader:
@@ -141,6 +146,10 @@ class RaftGroupLog:
         self._next_pid = 1
         self._proposing: bytes | None = None
         self._proposing_pos = -1
+        self._raw: dict[int, tuple[int, bytes]] = {}  # the append being received: index -> (term, bytes)
+        # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check)
+        self._sent_cache: dict[int, bytes] = {}
+        self._sent_cache_bytes = 0
         self._state = LogState(Role.FOLLOWER, 0, config.self_id, None, None)
         self._callbacks: list[Callable[[LogState], None]] = []
         self._state_changed = asyncio.Event()
@@ -187,6 +196,7 @@ class RaftGroupLog:
             self._deliver,
             self._other_requests,
             merge_bytes=cfg.max_batch_bytes if cfg.enable_batch_push else 0,
+            raw_reader=self._raw_entries,
         )
         await self._transport.start()
         self._tasks = [
@@ -340,9 +350,15 @@ class RaftGroupLog:
         return True
 
     # -- the loop -------------------------------------------------------------------------------
-    def _deliver(self, message: Message) -> None:
-        if self._node is not None and not self._stopped:
+    def _deliver(self, message: Message, raw: list[bytes] | None) -> None:
+        if self._node is None or self._stopped:
+            return
+        if raw is not None and isinstance(message, Append):
+            self._raw = {e.index: (e.term, r) for e, r in zip(message.entries, raw, strict=True)}
+        try:
             self._step(Receive(message))
+        finally:
+            self._raw = {}
 
     def _step(self, event: Event) -> None:
         self._events.append(event)
@@ -374,10 +390,20 @@ class RaftGroupLog:
         if isinstance(action, Send):
             self.transport.send(action.message)
         elif isinstance(action, AppendEntries):
-            for e in action.entries:
-                magic = MAGIC_NOOP if e.kind is EntryKind.NOOP else MAGIC_NORMAL
-                want = self._proposing_pos if (e.data and e.data is self._proposing) else None
-                store.append_at(e.index, e.term, e.data, magic=magic, pos=want)
+            raws = [self._raw.get(e.index) for e in action.entries] if self._raw else []
+            if raws and all(
+                r is not None and r[0] == e.term for r, e in zip(raws, action.entries, strict=True)
+            ):
+                # the leader's bytes, verbatim: index, position, term order and the chain checked
+                store.append_entry_bytes(b"".join(r[1] for r in raws if r is not None))
+            else:
+                leader = self.node.role is Role.LEADER
+                for e in action.entries:
+                    magic = MAGIC_NOOP if e.kind is EntryKind.NOOP else MAGIC_NORMAL
+                    want = self._proposing_pos if (e.data and e.data is self._proposing) else None
+                    pos = store.append_at(e.index, e.term, e.data, magic=magic, pos=want)
+                    if leader:
+                        self._cache_sent(e.index, self.read(pos, e.size))
             last = action.entries[-1]
             self._events.append(Persisted(last.index, last.term, False))
             self._flush_wanted.set()
@@ -391,10 +417,34 @@ class RaftGroupLog:
         elif isinstance(action, TruncateLog):
             store.truncate(action.from_index)
             self._truncations += 1
+            self._sent_cache.clear()
+            self._sent_cache_bytes = 0
         elif isinstance(action, RoleChanged):
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown raft action {action!r}")
+
+    def _cache_sent(self, index: int, raw: bytes) -> None:
+        cache = self._sent_cache
+        cache[index] = raw
+        self._sent_cache_bytes += len(raw)
+        while self._sent_cache_bytes > SENT_CACHE_BYTES:
+            oldest = next(iter(cache))
+            self._sent_cache_bytes -= len(cache.pop(oldest))
+
+    def _raw_entries(self, index: int, size: int) -> bytes:
+        """The store's bytes of the entries from ``index`` on, ``size`` bytes in all (the
+        transport's reader): from the leader's cache of what it just wrote, else from the store."""
+        cache = self._sent_cache
+        parts: list[bytes] = []
+        total = 0
+        while total < size:
+            raw = cache.get(index + len(parts))
+            if raw is None:
+                return self.store.read_bytes(index, size)
+            parts.append(raw)
+            total += len(raw)
+        return b"".join(parts)
 
     def _answer(self, result: ProposalResult) -> None:
         got = self._futures.pop(result.proposal_id, None)

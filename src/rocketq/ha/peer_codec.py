@@ -8,13 +8,20 @@ big-endian::
     then, by code:
     PRE_VOTE / VOTE        last_index:i64 | last_term:i64 | transfer:u8 (VOTE only)
     PRE_VOTE_REPLY / VOTE_REPLY   granted:u8
-    APPEND                 prev_index:i64 | prev_term:i64 | commit:i64 | count:u32 |
-                           count x (index:i64 | term:i64 | kind:u8 | size:u32 | data)
+    APPEND                 prev_index:i64 | prev_term:i64 | commit:i64 | count:u32 | form:u8 |
+                           form 0: count x (index:i64 | term:i64 | kind:u8 | size:u32 | data)
+                           form 1: the count entries as the leader's entry store holds them
+                                   (DLedger's 48-byte header + body each, ``EntryStore.read_bytes``)
     APPEND_REPLY           success:u8 | match:i64 | appended:i64 | synced:i64 | reject:i64 |
                            conflict_term:i64 | conflict_index:i64
     HEARTBEAT              commit:i64
     HEARTBEAT_REPLY        last:i64 | verified:i64 | appended:i64 | synced:i64
     TIMEOUT_NOW            (nothing)
+
+Form 1 is what members send: a follower appends those bytes verbatim
+(``EntryStore.append_entry_bytes``), which checks index, position, term order and both checksums,
+the chain checksum included, against its own log. Form 0 (the entries alone) is the fallback when
+no store is at hand (tests) or the leader's store no longer holds those entries.
 
 The codes are in a private range (``RAFT_CODE_BASE`` = 6100 and up) that neither RocketMQ nor
 DLedger uses on a broker port. This is not DLedger's peer protocol (DLedger speaks its own
@@ -25,9 +32,11 @@ a group; only the entry store's files are byte-compatible.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Final
 
-from rocketq.errors import RemoteProtocolError
+from rocketq.errors import RemoteProtocolError, RocketqError
+from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, decode_header
 from rocketq.ha.raft_types import (
     Append,
     AppendReply,
@@ -59,7 +68,11 @@ _TERM = struct.Struct(">q")
 _VOTE = struct.Struct(">qqB")
 _LAST = struct.Struct(">qq")
 _FLAG = struct.Struct(">B")
-_APPEND = struct.Struct(">qqqI")
+_APPEND = struct.Struct(">qqqIB")
+FORM_ENTRIES: Final = 0
+FORM_RAW: Final = 1
+#: ``raw_reader(first index, total bytes)``: the store's bytes of those entries
+RawReader = Callable[[int, int], bytes]
 _ENTRY = struct.Struct(">qqBI")
 _APPEND_REPLY = struct.Struct(">Bqqqqqq")
 _HB = struct.Struct(">q")
@@ -89,8 +102,28 @@ def _ident(value: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def encode(message: Message) -> tuple[int, bytes]:
-    """``(request code, body)`` of ``message``."""
+def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
+    """The store's bytes of ``m``'s entries, or None when the store no longer holds exactly them
+    (a leader that stepped down and truncated before the message left)."""
+    total = sum(e.size for e in m.entries)
+    try:
+        raw = raw_reader(m.entries[0].index, total)
+    except RocketqError:
+        return None
+    if len(raw) != total:
+        return None
+    off = 0
+    for e in m.entries:
+        h = decode_header(raw, off)
+        if h.index != e.index or h.term != e.term or h.size != e.size:
+            return None
+        off += h.size
+    return raw
+
+
+def encode(message: Message, raw_reader: RawReader | None = None) -> tuple[int, bytes]:
+    """``(request code, body)`` of ``message``; appends carry the store's bytes when
+    ``raw_reader`` is given (form 1)."""
     head = _ident(message.src) + _ident(message.dst) + _TERM.pack(message.term)
     m = message
     if isinstance(m, Vote):
@@ -100,8 +133,12 @@ def encode(message: Message) -> tuple[int, bytes]:
     elif isinstance(m, PreVoteReply | VoteReply):
         tail = _FLAG.pack(m.granted)
     elif isinstance(m, Append):
-        parts = [_APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries))]
-        for e in m.entries:
+        raw = _raw_entries(m, raw_reader) if raw_reader is not None and m.entries else None
+        form = FORM_ENTRIES if raw is None else FORM_RAW
+        parts = [_APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries), form)]
+        if raw is not None:
+            parts.append(raw)
+        for e in m.entries if raw is None else ():
             parts.append(_ENTRY.pack(e.index, e.term, int(e.kind), len(e.data)))
             parts.append(e.data)
         tail = b"".join(parts)
@@ -136,17 +173,60 @@ def _read_ident(body: memoryview, off: int) -> tuple[str, int]:
 
 def decode(code: int, data: bytes) -> Message:
     """The message of a request with ``code`` and body ``data``; RemoteProtocolError if malformed."""
+    return decode_raw(code, data)[0]
+
+
+def decode_raw(code: int, data: bytes) -> tuple[Message, list[bytes] | None]:
+    """The message and, for a form-1 append, each entry's store bytes (else None)."""
     try:
         return _decode(code, memoryview(data))
     except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
         raise RemoteProtocolError(f"malformed raft message (code {code}): {exc}") from exc
 
 
-def _decode(code: int, body: memoryview) -> Message:
+def _decode(code: int, body: memoryview) -> tuple[Message, list[bytes] | None]:
+    if code == CODE_APPEND:
+        return _decode_append(body)
+    return _decode_other(code, body), None
+
+
+def _head(body: memoryview) -> tuple[str, str, int, int]:
     src, off = _read_ident(body, 0)
     dst, off = _read_ident(body, off)
     (term,) = _TERM.unpack_from(body, off)
-    off += _TERM.size
+    return src, dst, term, off + _TERM.size
+
+
+def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
+    src, dst, term, off = _head(body)
+    prev_index, prev_term, commit, count, form = _APPEND.unpack_from(body, off)
+    off += _APPEND.size
+    entries: list[Entry] = []
+    raws: list[bytes] | None = [] if form == FORM_RAW else None
+    for _ in range(count):
+        if raws is not None:
+            h = decode_header(body, off)
+            if h.size < BODY_OFFSET or h.size != BODY_OFFSET + h.body_size or off + h.size > len(body):
+                raise RemoteProtocolError(f"raft append: entry {h.index} has a bad size {h.size}")
+            raw = bytes(body[off : off + h.size])
+            kind = EntryKind.NOOP if h.magic == MAGIC_NOOP else EntryKind.NORMAL
+            entries.append(Entry(h.index, h.term, raw[BODY_OFFSET:], kind))
+            raws.append(raw)
+            off += h.size
+            continue
+        index, eterm, kind_value, size = _ENTRY.unpack_from(body, off)
+        off += _ENTRY.size
+        if off + size > len(body):
+            raise RemoteProtocolError("raft append: an entry runs past the body")
+        entries.append(Entry(index, eterm, bytes(body[off : off + size]), EntryKind(kind_value)))
+        off += size
+    if form not in (FORM_ENTRIES, FORM_RAW):
+        raise RemoteProtocolError(f"raft append: unknown form {form}")
+    return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), raws
+
+
+def _decode_other(code: int, body: memoryview) -> Message:
+    src, dst, term, off = _head(body)
     if code == CODE_PRE_VOTE:
         return PreVote(src, dst, term, *_LAST.unpack_from(body, off))
     if code == CODE_VOTE:
@@ -156,18 +236,6 @@ def _decode(code: int, body: memoryview) -> Message:
         return PreVoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
     if code == CODE_VOTE_REPLY:
         return VoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
-    if code == CODE_APPEND:
-        prev_index, prev_term, commit, count = _APPEND.unpack_from(body, off)
-        off += _APPEND.size
-        entries: list[Entry] = []
-        for _ in range(count):
-            index, eterm, kind, size = _ENTRY.unpack_from(body, off)
-            off += _ENTRY.size
-            if off + size > len(body):
-                raise RemoteProtocolError("raft append: an entry runs past the body")
-            entries.append(Entry(index, eterm, bytes(body[off : off + size]), EntryKind(kind)))
-            off += size
-        return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit)
     if code == CODE_APPEND_REPLY:
         ok, match, appended, synced, reject, cterm, cindex = _APPEND_REPLY.unpack_from(body, off)
         return AppendReply(src, dst, term, bool(ok), match, appended, synced, reject, cterm, cindex)

@@ -122,20 +122,24 @@ class PeerLink:
 class PeerTransport:
     """Listens on ``listen_addr`` and sends Raft messages to the other members.
 
-    ``deliver(message)`` is called on the event loop for every Raft message addressed to
-    ``self_id``; ``other`` (optional) serves any other request code."""
+    ``deliver(message, raw)`` is called on the event loop for every Raft message addressed to
+    ``self_id`` (``raw``: an append's entries as the leader's store holds them, else None);
+    ``other`` (optional) serves any other request code. ``raw_reader`` (optional) gives appends
+    their entries' store bytes (peer_codec form 1)."""
 
     def __init__(
         self,
         self_id: str,
         listen_addr: str,
         peers: Mapping[str, str],
-        deliver: Callable[[Message], None],
+        deliver: Callable[[Message, list[bytes] | None], None],
         other: RequestHandler | None = None,
         merge_bytes: int = 0,
+        raw_reader: peer_codec.RawReader | None = None,
     ) -> None:
         self.self_id = self_id
         self.merge_bytes = merge_bytes
+        self._raw_reader = raw_reader
         self._bulk_out: dict[str, list[Message]] = {}
         self._flush_scheduled = False
         self.merged = 0
@@ -168,7 +172,7 @@ class PeerTransport:
             log.warning("raft message for unknown member %r dropped", message.dst)
             return False
         if control or self.merge_bytes <= 0:
-            code, body = peer_codec.encode(message)
+            code, body = peer_codec.encode(message, self._raw_reader)
             return link.send(code, body)
         queue = self._bulk_out.setdefault(message.dst, [])
         if queue and isinstance(message, Append):
@@ -209,18 +213,18 @@ class PeerTransport:
         for dst, messages in out.items():
             link = self.bulk[dst]
             for message in messages:
-                code, body = peer_codec.encode(message)
+                code, body = peer_codec.encode(message, self._raw_reader)
                 link.send(code, body)
 
     def _immediate(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if request.code not in peer_codec.RAFT_CODES:
             return None
-        message = peer_codec.decode(request.code, request.body)
+        message, raw = peer_codec.decode_raw(request.code, request.body)
         if message.dst != self.self_id:
             log.warning("raft message for %r arrived at %r; dropped", message.dst, self.self_id)
             return _HANDLED
         self.received += 1
-        self._deliver(message)
+        self._deliver(message, raw)
         return _HANDLED
 
     async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
