@@ -103,6 +103,7 @@ class EntryStore:
         self._term = 0
         self._voted_for: str | None = None
         self._closed = False
+        self._truncations = 0
 
     # -- life cycle -----------------------------------------------------------------------------
     @classmethod
@@ -306,6 +307,12 @@ class EntryStore:
                 count += 1
         return count
 
+    def next_entry_pos(self, size: int) -> int:
+        """Where the next entry of ``size`` bytes (header included) would be written: the leader
+        encodes a record for its position before appending it."""
+        with self.lock:
+            return self._place(size)
+
     def _place(self, size: int) -> int:
         """Where an entry of ``size`` bytes would go (after padding the last file if needed)."""
         if size + fmt.MIN_BLANK_LEN > self.data_file_size:
@@ -459,6 +466,25 @@ class EntryStore:
             self.flushed = end
             return end
 
+    def flush_unlocked(self) -> int:
+        """:meth:`flush` without holding the lock during the fsyncs, so appends go on meanwhile
+        (a group-commit flusher thread): the segments written so far are fdatasync'd, data then
+        index, and the flushed index rises to the end seen at the start, unless a truncation came
+        in between. Returns the flushed index."""
+        with self.lock:
+            if self._closed:
+                raise EntryStoreError("entry store is closed")
+            end, generation = self.end_index, self._truncations
+            data, index = list(self.data.files), list(self.index.files)
+        for queue in (data, index):
+            for mf in queue:
+                if mf.flushed_position < mf.read_position:
+                    mf.flush(0)  # a segment deleted meanwhile is skipped (it cannot be held)
+        with self.lock:
+            if generation == self._truncations:
+                self.flushed = max(self.flushed, end)
+            return self.flushed
+
     def truncate(self, from_index: int, floor: int | None = None) -> None:
         """Remove entries ``from_index`` onwards (a follower whose tail diverged). Raises
         :class:`TruncateBelowFloor` when ``from_index <= floor`` (default: the committed index)."""
@@ -468,6 +494,7 @@ class EntryStore:
                 raise TruncateBelowFloor(f"truncate from {from_index} would remove entries <= floor {floor}")
             if from_index > self.end_index:
                 return
+            self._truncations += 1
             if from_index <= self.begin_index and self.begin_index > 0:
                 raise EntryStoreError(
                     f"truncate from {from_index} would empty a log beginning at {self.begin_index}"

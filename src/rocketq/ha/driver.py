@@ -1,0 +1,520 @@
+"""The asyncio driver of DLedger mode: a :class:`RaftNode` over an :class:`EntryStore` and peers.
+
+:class:`RaftGroupLog` is the :class:`~rocketq.ha.replicated_log.ReplicatedLog` of a Raft group.
+It owns the core, the entry store and the peer transport, all on one event loop:
+
+* **Events in.** Ticks every ``tick_ms`` from the loop's monotonic clock (``Tick(elapsed_ms)``,
+  the remainder carried), peer messages from the transport (delivered inside ``data_received``),
+  proposals from :meth:`append`, write completions, transfer requests. The core's RNG is seeded
+  from ``DLedgerConfig.seed``.
+* **Actions out, in order** (``_step``): an event's actions are carried out before the next event
+  is fed; events an action produces (``Persisted`` after a write) queue behind them.
+
+  =====================  ===================================================================
+  PersistHardState       ``EntryStore.set_term`` (durable) on the loop, before the next action
+  TruncateLog            ``EntryStore.truncate``; the flusher's pending report is discarded
+  AppendEntries          follower: the leader's entry bytes verbatim
+                         (``EntryStore.append_entry_bytes``: position, term order and chain
+                         checked); leader: ``EntryStore.append_at`` at the core's indexes, its
+                         proposal at the position its record was encoded for (checked); then
+                         ``Persisted(synced=False)``; then the flusher is woken
+  Send                   :class:`~rocketq.ha.peer_transport.PeerTransport` (never blocks)
+  Apply                  ``committed_pos`` advances; the committed index goes to the store
+                         and into ``checkpoint`` every ``checkpoint_interval_ms``
+  ProposalResult         the :meth:`append` future resolves with an :class:`AppendResult`
+  RoleChanged            ``state`` changes (the leader's address from
+                         ``DLedgerConfig.client_addresses``, else its peer address), the
+                         ``on_state_change`` callbacks run
+  =====================  ===================================================================
+
+* **Group commit.** One flusher task runs ``EntryStore.flush_unlocked`` (fsync of data, then index) on a
+  worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
+  each fsync covered: every write that arrives during an fsync is covered by the next one. Under
+  ``AckPolicy.APPENDED`` (nobody waits for the fsync) the flusher pauses ``flush_interval_ms``
+  between fsyncs.
+* **Positions.** The leader asks the store where the next entry goes
+  (:meth:`EntryStore.next_entry_pos`), encodes the record for that position and proposes it, all
+  in one synchronous stretch of the loop, so nothing can be appended in between. A record whose
+  size pushes it into the next data file is encoded a second time for that position.
+
+Not done: the store's synchronous work (mmap writes, ``currterm`` fsyncs, a lagging follower's
+reads) runs on the loop. The flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so
+appends go on during them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import random
+from collections.abc import Callable, Iterator, Sequence
+
+from rocketq.ha.driver_config import DLedgerConfig
+from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, EntryNotFound, EntryStoreError
+from rocketq.ha.entry_store import EntryStore
+from rocketq.ha.peer_transport import PeerTransport
+from rocketq.ha.raft import RaftNode
+from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_types import (
+    AckPolicy,
+    Action,
+    Append,
+    AppendEntries,
+    Apply,
+    Entry,
+    EntryKind,
+    Event,
+    HardState,
+    Message,
+    Persisted,
+    PersistHardState,
+    ProposalResult,
+    Propose,
+    Receive,
+    Role,
+    RoleChanged,
+    Send,
+    Tick,
+    TransferLeadership,
+    TruncateLog,
+)
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
+from rocketq.remoting.connection import RequestHandler
+
+log = logging.getLogger(__name__)
+
+#: Under APPENDED acks, at most one fsync per this many milliseconds.
+FLUSH_INTERVAL_MS = 10
+#: The leader keeps the bytes of the entries it wrote last, up to this much, for replication.
+SENT_CACHE_BYTES = 16 << 20
+
+
+class _StoreReader:
+    """The core's :class:`~rocketq.ha.raft_log.EntryReader` over the entry store."""
+
+    def __init__(self, store: EntryStore) -> None:
+        self._store = store
+
+    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+        out: list[Entry] = []
+        total = 0
+        store = self._store
+        with store.lock:
+            i = lo
+            while i <= store.ledger_end_index:
+                e = store.get(i)
+                kind = EntryKind.NOOP if e.magic == MAGIC_NOOP else EntryKind.NORMAL
+                entry = Entry(e.index, e.term, e.body, kind)
+                if out and total + entry.size > max_bytes:
+                    break
+                out.append(entry)
+                total += entry.size
+                i += 1
+        return out
+
+
+def _term_runs(store: EntryStore) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    begin, end = store.ledger_begin_index, store.ledger_end_index
+    if end >= 0 and begin != 0:
+        raise EntryStoreError(
+            f"entry store {store.home} begins at index {begin}: a Raft group needs its log from index 0"
+        )
+    last_term = 0
+    for i in range(end + 1):
+        term = store.term_at(i)
+        if term != last_term:
+            runs.append((i, term))
+            last_term = term
+    return runs
+
+
+class RaftGroupLog:
+    """A member of a Raft group as a :class:`~rocketq.ha.replicated_log.ReplicatedLog`."""
+
+    def __init__(self, config: DLedgerConfig, *, other_requests: RequestHandler | None = None) -> None:
+        self.config = config
+        self._other_requests = other_requests
+        self._store: EntryStore | None = None
+        self._node: RaftNode | None = None
+        self._transport: PeerTransport | None = None
+        self._events: collections.deque[Event] = collections.deque()
+        self._stepping = False
+        self._futures: dict[int, tuple[asyncio.Future[AppendResult], int]] = {}
+        self._next_pid = 1
+        self._proposing: bytes | None = None
+        self._proposing_pos = -1
+        self._raw: dict[int, tuple[int, bytes]] = {}  # the append being received: index -> (term, bytes)
+        # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check)
+        self._sent_cache: dict[int, bytes] = {}
+        self._sent_cache_bytes = 0
+        self._state = LogState(Role.FOLLOWER, 0, config.self_id, None, None)
+        self._callbacks: list[Callable[[LogState], None]] = []
+        self._state_changed = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._truncations = 0
+        self._committed_pos = -1
+        self._tasks: list[asyncio.Task[None]] = []
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._failed: BaseException | None = None
+        self._stopped = False
+
+    # -- life cycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"dledger-{cfg.self_id}")
+        store = await loop.run_in_executor(
+            self._executor,
+            lambda: EntryStore.open(
+                cfg.data_dir,
+                cfg.self_id,
+                data_file_size=cfg.data_file_size,
+                index_file_size=cfg.index_file_size,
+            ),
+        )
+        self._store = store
+        store.flush()  # what recovery kept counts as fsynced in the core
+        raft_log = RaftLog.from_store(_term_runs(store), store.ledger_end_index, _StoreReader(store))
+        commit = min(store.committed_index, store.ledger_end_index)
+        self._node = RaftNode(
+            cfg.raft_config(),
+            random.Random(cfg.seed),
+            HardState(store.term, store.voted_for),
+            raft_log,
+            commit_index=commit,
+            applied_index=commit,
+        )
+        self._committed_pos = store.committed_pos
+        peers = {i: a for i, a in cfg.peers if i != cfg.self_id}
+        self._transport = PeerTransport(
+            cfg.self_id,
+            cfg.self_address,
+            peers,
+            self._deliver,
+            self._other_requests,
+            merge_bytes=cfg.max_batch_bytes if cfg.enable_batch_push else 0,
+            raw_reader=self._raw_entries,
+        )
+        await self._transport.start()
+        self._tasks = [
+            loop.create_task(self._tick_loop(), name=f"raft-tick-{cfg.self_id}"),
+            loop.create_task(self._flush_loop(), name=f"raft-flush-{cfg.self_id}"),
+            loop.create_task(self._checkpoint_loop(), name=f"raft-checkpoint-{cfg.self_id}"),
+        ]
+        log.info(
+            "raft member %s of group %s started: term %d, last index %d, commit %d",
+            cfg.self_id, cfg.group, store.term, store.ledger_end_index, commit,
+        )  # fmt: skip
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("raft task failed")
+        if self._transport is not None:
+            await self._transport.close()
+        node = self._node
+        for _pid, (fut, pos) in list(self._futures.items()):
+            if not fut.done():
+                fut.set_result(AppendResult(AppendStatus.TERM_CHANGED, -1, pos, pos + BODY_OFFSET))
+        self._futures.clear()
+        if self._store is not None:
+            store = self._store
+            if node is not None:
+                store.set_committed_index(node.commit_index)
+            await asyncio.get_running_loop().run_in_executor(self._executor, store.close)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    # -- ReplicatedLog --------------------------------------------------------------------------
+    @property
+    def state(self) -> LogState:
+        return self._state
+
+    @property
+    def committed_pos(self) -> int:
+        return self._committed_pos
+
+    @property
+    def store(self) -> EntryStore:
+        if self._store is None:
+            raise RuntimeError("raft group log is not started")
+        return self._store
+
+    @property
+    def node(self) -> RaftNode:
+        if self._node is None:
+            raise RuntimeError("raft group log is not started")
+        return self._node
+
+    @property
+    def transport(self) -> PeerTransport:
+        if self._transport is None:
+            raise RuntimeError("raft group log is not started")
+        return self._transport
+
+    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
+        self._callbacks.append(callback)
+
+    async def append(self, encode: RecordEncoder) -> AppendResult:
+        node = self._node
+        if node is None or self._stopped or self._failed is not None:
+            return AppendResult(AppendStatus.NOT_LEADER)
+        if node.role is not Role.LEADER:
+            return AppendResult(AppendStatus.NOT_LEADER, leader_id=node.leader_id)
+        if self._stepping:  # pragma: no cover - append is a coroutine, never called inside a step
+            raise RuntimeError("raft append called while the driver carries out actions")
+        store = self.store
+        # from here to the step: no await, so nothing else is appended in between
+        pos = store.next_entry_pos(BODY_OFFSET)
+        body = encode(pos + BODY_OFFSET)
+        real = store.next_entry_pos(BODY_OFFSET + len(body))
+        if real != pos:  # the record does not fit the current data file: encode it for the next
+            size, pos = len(body), real
+            body = encode(pos + BODY_OFFSET)
+            if len(body) != size:
+                raise ValueError("a record's length must not depend on its physical offset")
+        pid = self._next_pid
+        self._next_pid += 1
+        fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._futures[pid] = (fut, pos)
+        self._proposing, self._proposing_pos = body, pos
+        try:
+            self._step(Propose(pid, body))
+        finally:
+            self._proposing = None
+        return await fut
+
+    def read(self, pos: int, size: int) -> bytes:
+        store = self.store
+        out = bytearray()
+        with store.lock:
+            while size > 0:
+                mf = store.data.find_by_offset(pos)
+                rel = -1 if mf is None else pos - mf.file_from_offset
+                n = min(size, store.data_file_size - rel)
+                chunk = None if mf is None else mf.read(rel, n)
+                if chunk is None:
+                    raise EntryNotFound(f"no data at position {pos} ({size} B wanted)")
+                out += chunk
+                pos += n
+                size -= n
+        return bytes(out)
+
+    def entries_from(self, pos: int) -> Iterator[tuple[int, bytes]]:
+        store = self.store
+        hi = store.committed_index
+        lo = store.ledger_begin_index
+        if hi < 0 or lo < 0:
+            return
+        first, last = lo, hi
+        while first < last:  # first committed entry at or after pos
+            mid = (first + last) // 2
+            if store.get(mid).pos < pos:
+                first = mid + 1
+            else:
+                last = mid
+        for i in range(first, hi + 1):
+            e = store.get(i)
+            if e.pos >= pos and e.magic == MAGIC_NORMAL:
+                yield e.pos, e.body
+
+    async def transfer_leadership(self, target: str, timeout_s: float | None = None) -> bool:
+        """Ask this leader to hand leadership to ``target``; True once ``target`` leads."""
+        node = self._node
+        if node is None or node.role is not Role.LEADER or target not in node.peers:
+            return False
+        self._step(TransferLeadership(target))
+        wait = timeout_s if timeout_s is not None else 2 * self.config.election_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while self._state.leader_id != target:
+            if loop.time() >= deadline or (node.role is Role.LEADER and node.transferee is None):
+                return False  # timed out, or the core gave the transfer up
+            self._state_changed.clear()
+            try:
+                await asyncio.wait_for(self._state_changed.wait(), min(deadline - loop.time(), 0.05))
+            except TimeoutError:
+                pass
+        return True
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _deliver(self, message: Message, raw: list[bytes] | None) -> None:
+        if self._node is None or self._stopped:
+            return
+        if raw is not None and isinstance(message, Append):
+            self._raw = {e.index: (e.term, r) for e, r in zip(message.entries, raw, strict=True)}
+        try:
+            self._step(Receive(message))
+        finally:
+            self._raw = {}
+
+    def _step(self, event: Event) -> None:
+        self._events.append(event)
+        if self._stepping:
+            return
+        if self._failed is not None:
+            self._events.clear()
+            return
+        node = self.node
+        self._stepping = True
+        try:
+            while self._events:
+                for action in node.step(self._events.popleft()):
+                    self._do(action)
+        except BaseException as exc:
+            self._failed = exc
+            log.critical("raft member %s stopped on %r", self.config.self_id, exc, exc_info=True)
+            for fut, pos in self._futures.values():
+                if not fut.done():
+                    fut.set_result(AppendResult(AppendStatus.TERM_CHANGED, -1, pos, pos + BODY_OFFSET))
+            self._futures.clear()
+            self._events.clear()
+            raise
+        finally:
+            self._stepping = False
+
+    def _do(self, action: Action) -> None:
+        store = self.store
+        if isinstance(action, Send):
+            self.transport.send(action.message)
+        elif isinstance(action, AppendEntries):
+            raws = [self._raw.get(e.index) for e in action.entries] if self._raw else []
+            if raws and all(
+                r is not None and r[0] == e.term for r, e in zip(raws, action.entries, strict=True)
+            ):
+                # the leader's bytes, verbatim: index, position, term order and the chain checked
+                store.append_entry_bytes(b"".join(r[1] for r in raws if r is not None))
+            else:
+                leader = self.node.role is Role.LEADER
+                for e in action.entries:
+                    magic = MAGIC_NOOP if e.kind is EntryKind.NOOP else MAGIC_NORMAL
+                    want = self._proposing_pos if (e.data and e.data is self._proposing) else None
+                    pos = store.append_at(e.index, e.term, e.data, magic=magic, pos=want)
+                    if leader:
+                        self._cache_sent(e.index, self.read(pos, e.size))
+            last = action.entries[-1]
+            self._events.append(Persisted(last.index, last.term, False))
+            self._flush_wanted.set()
+        elif isinstance(action, Apply):
+            store.set_committed_index(action.entries[-1].index)
+            self._committed_pos = store.committed_pos
+        elif isinstance(action, ProposalResult):
+            self._answer(action)
+        elif isinstance(action, PersistHardState):
+            store.set_term(action.term, action.vote)
+        elif isinstance(action, TruncateLog):
+            store.truncate(action.from_index)
+            self._truncations += 1
+            self._sent_cache.clear()
+            self._sent_cache_bytes = 0
+        elif isinstance(action, RoleChanged):
+            self._role_changed(action)
+        else:  # pragma: no cover - the Action union is closed
+            raise TypeError(f"unknown raft action {action!r}")
+
+    def _cache_sent(self, index: int, raw: bytes) -> None:
+        cache = self._sent_cache
+        cache[index] = raw
+        self._sent_cache_bytes += len(raw)
+        while self._sent_cache_bytes > SENT_CACHE_BYTES:
+            oldest = next(iter(cache))
+            self._sent_cache_bytes -= len(cache.pop(oldest))
+
+    def _raw_entries(self, index: int, size: int) -> bytes:
+        """The store's bytes of the entries from ``index`` on, ``size`` bytes in all (the
+        transport's reader): from the leader's cache of what it just wrote, else from the store."""
+        cache = self._sent_cache
+        parts: list[bytes] = []
+        total = 0
+        while total < size:
+            raw = cache.get(index + len(parts))
+            if raw is None:
+                return self.store.read_bytes(index, size)
+            parts.append(raw)
+            total += len(raw)
+        return b"".join(parts)
+
+    def _answer(self, result: ProposalResult) -> None:
+        got = self._futures.pop(result.proposal_id, None)
+        if got is None:
+            return
+        fut, pos = got
+        status = AppendStatus.of(result.outcome)
+        if fut.done():
+            return
+        if result.index < 0:  # nothing appended
+            fut.set_result(AppendResult(status, leader_id=result.leader_id))
+        else:
+            fut.set_result(AppendResult(status, result.index, pos, pos + BODY_OFFSET, result.leader_id))
+
+    def _role_changed(self, change: RoleChanged) -> None:
+        leader = change.leader_id
+        address = None if leader is None else self.config.client_address(leader)
+        self._state = LogState(change.role, change.term, self.config.self_id, leader, address)
+        log.info(
+            "raft member %s: %s in term %d, leader %s",
+            self.config.self_id,
+            change.role.value,
+            change.term,
+            leader,
+        )
+        self._state_changed.set()
+        for callback in list(self._callbacks):
+            try:
+                callback(self._state)
+            except Exception:
+                log.exception("raft state change callback failed")
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = self.config.tick_ms / 1000
+        last = loop.time()
+        carry = 0.0
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            carry += (now - last) * 1000
+            last = now
+            ms = int(carry)
+            if ms > 0:
+                carry -= ms
+                self._step(Tick(ms))
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        store = self.store
+        node = self.node
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            generation = self._truncations
+            flushed = await loop.run_in_executor(self._executor, store.flush_unlocked)
+            if generation != self._truncations:
+                self._flush_wanted.set()  # the log changed under the fsync: report the next one
+                continue
+            if 0 <= flushed <= node.log.last_index:
+                self._step(Persisted(flushed, node.log.term_at(flushed), True))
+            if self.config.ack_policy is AckPolicy.APPENDED:
+                await asyncio.sleep(FLUSH_INTERVAL_MS / 1000)
+
+    async def _checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        store = self.store
+        written = -2
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval_ms / 1000)
+            if store.committed_index != written or store.flushed_index != store.checkpoint_flushed:
+                written = store.committed_index
+                await loop.run_in_executor(self._executor, store.persist_checkpoint)

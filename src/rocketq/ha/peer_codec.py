@@ -1,0 +1,248 @@
+"""Raft peer messages on the remoting protocol: one request code per message type, compact bodies.
+
+Every Raft message travels as a **oneway** remoting request (no response frame; the reply is a
+message of its own). The remoting header carries only the code and an opaque; the body is binary,
+big-endian::
+
+    common  src_len:u8 | src | dst_len:u8 | dst | term:i64
+    then, by code:
+    PRE_VOTE / VOTE        last_index:i64 | last_term:i64 | transfer:u8 (VOTE only)
+    PRE_VOTE_REPLY / VOTE_REPLY   granted:u8
+    APPEND                 prev_index:i64 | prev_term:i64 | commit:i64 | count:u32 | form:u8 |
+                           form 0: count x (index:i64 | term:i64 | kind:u8 | size:u32 | data)
+                           form 1: the count entries as the leader's entry store holds them
+                                   (DLedger's 48-byte header + body each, ``EntryStore.read_bytes``)
+    APPEND_REPLY           success:u8 | match:i64 | appended:i64 | synced:i64 | reject:i64 |
+                           conflict_term:i64 | conflict_index:i64
+    HEARTBEAT              commit:i64
+    HEARTBEAT_REPLY        last:i64 | verified:i64 | appended:i64 | synced:i64
+    TIMEOUT_NOW            (nothing)
+
+Form 1 is what members send: a follower appends those bytes verbatim
+(``EntryStore.append_entry_bytes``), which checks index, position, term order and both checksums,
+the chain checksum included, against its own log. Form 0 (the entries alone) is the fallback when
+no store is at hand (tests) or the leader's store no longer holds those entries.
+
+The codes are in a private range (``RAFT_CODE_BASE`` = 6100 and up) that neither RocketMQ nor
+DLedger uses on a broker port. This is not DLedger's peer protocol (DLedger speaks its own
+JSON-over-remoting RPC, spec/replication.md §1.5): a rocketq node and a DLedger node cannot form
+a group; only the entry store's files are byte-compatible.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Final
+
+from rocketq.errors import RemoteProtocolError, RocketqError
+from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, decode_header
+from rocketq.ha.raft_types import (
+    Append,
+    AppendReply,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatReply,
+    Message,
+    PreVote,
+    PreVoteReply,
+    TimeoutNow,
+    Vote,
+    VoteReply,
+)
+
+RAFT_CODE_BASE: Final = 6100
+CODE_PRE_VOTE: Final = 6100
+CODE_PRE_VOTE_REPLY: Final = 6101
+CODE_VOTE: Final = 6102
+CODE_VOTE_REPLY: Final = 6103
+CODE_APPEND: Final = 6104
+CODE_APPEND_REPLY: Final = 6105
+CODE_HEARTBEAT: Final = 6106
+CODE_HEARTBEAT_REPLY: Final = 6107
+CODE_TIMEOUT_NOW: Final = 6108
+RAFT_CODES: Final = frozenset(range(CODE_PRE_VOTE, CODE_TIMEOUT_NOW + 1))
+
+_TERM = struct.Struct(">q")
+_VOTE = struct.Struct(">qqB")
+_LAST = struct.Struct(">qq")
+_FLAG = struct.Struct(">B")
+_APPEND = struct.Struct(">qqqIB")
+FORM_ENTRIES: Final = 0
+FORM_RAW: Final = 1
+#: ``raw_reader(first index, total bytes)``: the store's bytes of those entries
+RawReader = Callable[[int, int], bytes]
+_ENTRY = struct.Struct(">qqBI")
+_APPEND_REPLY = struct.Struct(">Bqqqqqq")
+_HB = struct.Struct(">q")
+_HB_REPLY = struct.Struct(">qqqq")
+
+_CODES: Final[dict[type[Message], int]] = {
+    PreVote: CODE_PRE_VOTE,
+    PreVoteReply: CODE_PRE_VOTE_REPLY,
+    Vote: CODE_VOTE,
+    VoteReply: CODE_VOTE_REPLY,
+    Append: CODE_APPEND,
+    AppendReply: CODE_APPEND_REPLY,
+    Heartbeat: CODE_HEARTBEAT,
+    HeartbeatReply: CODE_HEARTBEAT_REPLY,
+    TimeoutNow: CODE_TIMEOUT_NOW,
+}
+
+
+def code_of(message: Message) -> int:
+    return _CODES[type(message)]
+
+
+def _ident(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    if len(raw) > 255:
+        raise ValueError(f"raft member id {value!r} is longer than 255 bytes")
+    return bytes((len(raw),)) + raw
+
+
+def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
+    """The store's bytes of ``m``'s entries, or None when the store no longer holds exactly them
+    (a leader that stepped down and truncated before the message left)."""
+    total = sum(e.size for e in m.entries)
+    try:
+        raw = raw_reader(m.entries[0].index, total)
+    except RocketqError:
+        return None
+    if len(raw) != total:
+        return None
+    off = 0
+    for e in m.entries:
+        h = decode_header(raw, off)
+        if h.index != e.index or h.term != e.term or h.size != e.size:
+            return None
+        off += h.size
+    return raw
+
+
+def encode(message: Message, raw_reader: RawReader | None = None) -> tuple[int, bytes]:
+    """``(request code, body)`` of ``message``; appends carry the store's bytes when
+    ``raw_reader`` is given (form 1)."""
+    head = _ident(message.src) + _ident(message.dst) + _TERM.pack(message.term)
+    m = message
+    if isinstance(m, Vote):
+        tail = _VOTE.pack(m.last_index, m.last_term, m.transfer)
+    elif isinstance(m, PreVote):
+        tail = _LAST.pack(m.last_index, m.last_term)
+    elif isinstance(m, PreVoteReply | VoteReply):
+        tail = _FLAG.pack(m.granted)
+    elif isinstance(m, Append):
+        raw = _raw_entries(m, raw_reader) if raw_reader is not None and m.entries else None
+        form = FORM_ENTRIES if raw is None else FORM_RAW
+        parts = [_APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries), form)]
+        if raw is not None:
+            parts.append(raw)
+        for e in m.entries if raw is None else ():
+            parts.append(_ENTRY.pack(e.index, e.term, int(e.kind), len(e.data)))
+            parts.append(e.data)
+        tail = b"".join(parts)
+    elif isinstance(m, AppendReply):
+        tail = _APPEND_REPLY.pack(
+            m.success,
+            m.match_index,
+            m.appended_index,
+            m.synced_index,
+            m.reject_index,
+            m.conflict_term,
+            m.conflict_index,
+        )
+    elif isinstance(m, Heartbeat):
+        tail = _HB.pack(m.commit)
+    elif isinstance(m, HeartbeatReply):
+        tail = _HB_REPLY.pack(m.last_index, m.verified_index, m.appended_index, m.synced_index)
+    elif isinstance(m, TimeoutNow):
+        tail = b""
+    else:
+        raise TypeError(f"no wire form for raft message {m!r}")
+    return code_of(m), head + tail
+
+
+def _read_ident(body: memoryview, off: int) -> tuple[str, int]:
+    n = body[off]
+    end = off + 1 + n
+    if end > len(body):
+        raise RemoteProtocolError("raft message: member id runs past the body")
+    return bytes(body[off + 1 : end]).decode("utf-8"), end
+
+
+def decode(code: int, data: bytes) -> Message:
+    """The message of a request with ``code`` and body ``data``; RemoteProtocolError if malformed."""
+    return decode_raw(code, data)[0]
+
+
+def decode_raw(code: int, data: bytes) -> tuple[Message, list[bytes] | None]:
+    """The message and, for a form-1 append, each entry's store bytes (else None)."""
+    try:
+        return _decode(code, memoryview(data))
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
+        raise RemoteProtocolError(f"malformed raft message (code {code}): {exc}") from exc
+
+
+def _decode(code: int, body: memoryview) -> tuple[Message, list[bytes] | None]:
+    if code == CODE_APPEND:
+        return _decode_append(body)
+    return _decode_other(code, body), None
+
+
+def _head(body: memoryview) -> tuple[str, str, int, int]:
+    src, off = _read_ident(body, 0)
+    dst, off = _read_ident(body, off)
+    (term,) = _TERM.unpack_from(body, off)
+    return src, dst, term, off + _TERM.size
+
+
+def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
+    src, dst, term, off = _head(body)
+    prev_index, prev_term, commit, count, form = _APPEND.unpack_from(body, off)
+    off += _APPEND.size
+    entries: list[Entry] = []
+    raws: list[bytes] | None = [] if form == FORM_RAW else None
+    for _ in range(count):
+        if raws is not None:
+            h = decode_header(body, off)
+            if h.size < BODY_OFFSET or h.size != BODY_OFFSET + h.body_size or off + h.size > len(body):
+                raise RemoteProtocolError(f"raft append: entry {h.index} has a bad size {h.size}")
+            raw = bytes(body[off : off + h.size])
+            kind = EntryKind.NOOP if h.magic == MAGIC_NOOP else EntryKind.NORMAL
+            entries.append(Entry(h.index, h.term, raw[BODY_OFFSET:], kind))
+            raws.append(raw)
+            off += h.size
+            continue
+        index, eterm, kind_value, size = _ENTRY.unpack_from(body, off)
+        off += _ENTRY.size
+        if off + size > len(body):
+            raise RemoteProtocolError("raft append: an entry runs past the body")
+        entries.append(Entry(index, eterm, bytes(body[off : off + size]), EntryKind(kind_value)))
+        off += size
+    if form not in (FORM_ENTRIES, FORM_RAW):
+        raise RemoteProtocolError(f"raft append: unknown form {form}")
+    return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), raws
+
+
+def _decode_other(code: int, body: memoryview) -> Message:
+    src, dst, term, off = _head(body)
+    if code == CODE_PRE_VOTE:
+        return PreVote(src, dst, term, *_LAST.unpack_from(body, off))
+    if code == CODE_VOTE:
+        li, lt, transfer = _VOTE.unpack_from(body, off)
+        return Vote(src, dst, term, li, lt, bool(transfer))
+    if code == CODE_PRE_VOTE_REPLY:
+        return PreVoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
+    if code == CODE_VOTE_REPLY:
+        return VoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
+    if code == CODE_APPEND_REPLY:
+        ok, match, appended, synced, reject, cterm, cindex = _APPEND_REPLY.unpack_from(body, off)
+        return AppendReply(src, dst, term, bool(ok), match, appended, synced, reject, cterm, cindex)
+    if code == CODE_HEARTBEAT:
+        return Heartbeat(src, dst, term, _HB.unpack_from(body, off)[0])
+    if code == CODE_HEARTBEAT_REPLY:
+        return HeartbeatReply(src, dst, term, *_HB_REPLY.unpack_from(body, off))
+    if code == CODE_TIMEOUT_NOW:
+        return TimeoutNow(src, dst, term)
+    raise RemoteProtocolError(f"request code {code} is no raft message")

@@ -1,0 +1,233 @@
+"""The Raft peer transport: remoting connections between the members of a group.
+
+Each member listens on its ``dLegerPeers`` address with a :class:`RemotingServer`; the Raft codes
+(:mod:`rocketq.ha.peer_codec`) are answered by an immediate handler that decodes the message and
+hands it to the driver inside ``data_received`` (no task per message). Other request codes go
+to an optional handler (the test node's control codes).
+
+Outbound, every peer has **two links, each its own TCP connection**: *control* (pre-votes, votes,
+heartbeats, their replies, TimeoutNow: ``raft_types.is_control``) and *bulk* (appends and their
+replies). A vote or heartbeat therefore never waits behind megabytes of entries in a socket
+buffer: the kernel and the peer's reader serve the two connections independently.
+
+Flow control. Sending never blocks the event loop and never buffers without bound:
+
+* the Raft core keeps at most ``max_inflight_msgs`` / ``max_inflight_bytes`` appends in flight
+  per follower;
+* a link whose transport write buffer is above the remoting high-water mark (4 MiB) drops what
+  it is given (counted in :attr:`PeerLink.dropped`); the core resends after its resend timeout;
+* a link that is not connected drops too, and (re)connects in the background with exponential
+  backoff (``RECONNECT_MIN_S`` doubling to ``RECONNECT_MAX_S``).
+
+Loss is part of the core's model, so dropping is always safe.
+
+Coalescing (with ``merge_bytes`` > 0, batch push on). Bulk messages are not written at once but
+at the end of the loop iteration, and consecutive appends to the same follower in the same term
+whose entries continue each other are merged into one message (first ``prev``, the entries of
+both, the later commit index) up to ``merge_bytes`` of entries: many proposals of one iteration
+(concurrent producers) then cost one frame per follower instead of one each. The follower sees
+exactly what it would have seen from the messages in sequence, and its one reply acknowledges
+them all (the core frees every in-flight slot up to the acknowledged index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from rocketq.errors import RocketqError
+from rocketq.ha import peer_codec
+from rocketq.ha.raft_types import Append, Message, is_control
+from rocketq.remoting.client import RemotingClient
+from rocketq.remoting.command import RemotingCommand
+from rocketq.remoting.connection import Connection, RequestHandler, parse_address
+from rocketq.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+RECONNECT_MIN_S: Final = 0.05
+RECONNECT_MAX_S: Final = 1.0
+CONNECT_TIMEOUT_S: Final = 1.0
+_HANDLED: Final = RemotingCommand(0)  # the immediate handler's "done" (oneway: nothing is sent)
+
+
+class PeerLink:
+    """One outbound connection to one peer; sends are fire-and-forget, dropped when not writable."""
+
+    def __init__(self, addr: str, name: str) -> None:
+        self.addr = addr
+        self.name = name
+        self._client = RemotingClient(connect_timeout_s=CONNECT_TIMEOUT_S)
+        self._conn: Connection | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._backoff = RECONNECT_MIN_S
+        self._next_attempt = 0.0
+        self._closed = False
+        self.sent = 0
+        self.dropped = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def send(self, code: int, body: bytes) -> bool:
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._conn = None
+            self._ensure_connecting()
+            self.dropped += 1
+            return False
+        if conn.writing_paused:
+            self.dropped += 1
+            return False
+        try:
+            conn.send_oneway(RemotingCommand(code, body=body))
+        except RocketqError:
+            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def _ensure_connecting(self) -> None:
+        if self._closed or self._connecting is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, self._next_attempt - loop.time())
+        self._connecting = loop.create_task(self._connect(delay))
+
+    async def _connect(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            self._conn = await self._client.connection(self.addr, CONNECT_TIMEOUT_S)
+            self._backoff = RECONNECT_MIN_S
+        except (RocketqError, OSError) as exc:
+            log.debug("raft link %s to %s: %s", self.name, self.addr, exc)
+            self._next_attempt = loop.time() + self._backoff
+            self._backoff = min(self._backoff * 2, RECONNECT_MAX_S)
+        finally:
+            self._connecting = None
+
+    async def close(self) -> None:
+        self._closed = True
+        task = self._connecting
+        if task is not None:
+            task.cancel()
+        await self._client.close(timeout_s=0.5)
+
+
+class PeerTransport:
+    """Listens on ``listen_addr`` and sends Raft messages to the other members.
+
+    ``deliver(message, raw)`` is called on the event loop for every Raft message addressed to
+    ``self_id`` (``raw``: an append's entries as the leader's store holds them, else None);
+    ``other`` (optional) serves any other request code. ``raw_reader`` (optional) gives appends
+    their entries' store bytes (peer_codec form 1)."""
+
+    def __init__(
+        self,
+        self_id: str,
+        listen_addr: str,
+        peers: Mapping[str, str],
+        deliver: Callable[[Message, list[bytes] | None], None],
+        other: RequestHandler | None = None,
+        merge_bytes: int = 0,
+        raw_reader: peer_codec.RawReader | None = None,
+    ) -> None:
+        self.self_id = self_id
+        self.merge_bytes = merge_bytes
+        self._raw_reader = raw_reader
+        self._bulk_out: dict[str, list[Message]] = {}
+        self._flush_scheduled = False
+        self.merged = 0
+        host, port = parse_address(listen_addr)
+        self._deliver = deliver
+        self._other = other
+        self.server = RemotingServer(host, port, self._handle, immediate=self._immediate)
+        self.control = {p: PeerLink(a, f"{self_id}->{p}/control") for p, a in peers.items()}
+        self.bulk = {p: PeerLink(a, f"{self_id}->{p}/bulk") for p, a in peers.items()}
+        self.received = 0
+
+    async def start(self) -> None:
+        await self.server.start()
+        for links in (self.control, self.bulk):
+            for link in links.values():
+                link._ensure_connecting()
+
+    async def close(self) -> None:
+        for links in (self.control, self.bulk):
+            for link in links.values():
+                await link.close()
+        await self.server.close(timeout_s=0.5)
+
+    def send(self, message: Message) -> bool:
+        """Send (control) or queue for the end of this loop iteration (bulk, when coalescing)."""
+        control = is_control(message)
+        links = self.control if control else self.bulk
+        link = links.get(message.dst)
+        if link is None:
+            log.warning("raft message for unknown member %r dropped", message.dst)
+            return False
+        if control or self.merge_bytes <= 0:
+            code, body = peer_codec.encode(message, self._raw_reader)
+            return link.send(code, body)
+        queue = self._bulk_out.setdefault(message.dst, [])
+        if queue and isinstance(message, Append):
+            merged = self._merge(queue[-1], message)
+            if merged is not None:
+                queue[-1] = merged
+                self.merged += 1
+                return True
+        queue.append(message)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_bulk)
+        return True
+
+    def _merge(self, first: Message, second: Append) -> Append | None:
+        if not isinstance(first, Append) or first.term != second.term:
+            return None
+        if second.prev_index != first.prev_index + len(first.entries):
+            return None
+        if not first.entries and second.prev_term != first.prev_term:
+            return None
+        size = sum(e.size for e in first.entries) + sum(e.size for e in second.entries)
+        if first.entries and size > self.merge_bytes:
+            return None
+        return Append(
+            first.src,
+            first.dst,
+            first.term,
+            first.prev_index,
+            first.prev_term,
+            first.entries + second.entries,
+            max(first.commit, second.commit),
+        )
+
+    def _flush_bulk(self) -> None:
+        self._flush_scheduled = False
+        out, self._bulk_out = self._bulk_out, {}
+        for dst, messages in out.items():
+            link = self.bulk[dst]
+            for message in messages:
+                code, body = peer_codec.encode(message, self._raw_reader)
+                link.send(code, body)
+
+    def _immediate(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        if request.code not in peer_codec.RAFT_CODES:
+            return None
+        message, raw = peer_codec.decode_raw(request.code, request.body)
+        if message.dst != self.self_id:
+            log.warning("raft message for %r arrived at %r; dropped", message.dst, self.self_id)
+            return _HANDLED
+        self.received += 1
+        self._deliver(message, raw)
+        return _HANDLED
+
+    async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        if self._other is not None:
+            return await self._other(conn, request)
+        return RemotingCommand.create_response(request, 3, f"request code {request.code} not supported")
