@@ -127,7 +127,7 @@ class MessageStore:
         self.config = config = config or StoreConfig()
         self.root = config.store_path_root_dir
         self.delay_levels = parse_delay_levels(config.message_delay_level)
-        self.commitlog = CommitLog(config, on_flushed=self._on_commitlog_flushed)
+        self.commitlog = self._new_commitlog(config)
         self.consume_queues = ConsumeQueueStore(config)
         self.commitlog.reserve_queue_file = self.consume_queues.reserve
         self.checkpoint: StoreCheckpoint | None = None
@@ -156,6 +156,10 @@ class MessageStore:
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.
         self.index_windows_skipped = 0
+
+    def _new_commitlog(self, config: StoreConfig) -> CommitLog:
+        """The CommitLog implementation (DLedger mode overrides it: store/dledger_store.py)."""
+        return CommitLog(config, on_flushed=self._on_commitlog_flushed)
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -942,3 +946,12 @@ class MessageStore:
             "startupRecoverMillis": str(int(self.recovery_seconds * 1000)),
             "lastExitOk": str(self.last_exit_ok).lower(),
         }
+
+
+def open_message_store(config: StoreConfig) -> MessageStore:
+    """The store ``config`` asks for: DLedger mode (``enable_dleger_commit_log``) or plain."""
+    if config.enable_dleger_commit_log:
+        from rocketq.store.dledger_store import DLedgerMessageStore  # noqa: PLC0415 - it imports this module
+
+        return DLedgerMessageStore(config)
+    return MessageStore(config)

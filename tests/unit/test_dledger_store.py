@@ -1,0 +1,143 @@
+"""MessageStore in DLedger mode on a group of one (real entry store files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from rocketq.config import StoreConfig
+from rocketq.errors import ConfigError
+from rocketq.ha import entry_format as fmt
+from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_peers, slave_broker_id
+from rocketq.message import Message
+from rocketq.protocol import record as rec
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.message_store import GetMessageStatus, MessageStore, open_message_store
+
+
+@pytest.fixture
+def dl_config(store_config: StoreConfig) -> StoreConfig:
+    return dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+
+
+@pytest.fixture
+def dl_store(dl_config: StoreConfig) -> Iterator[MessageStore]:
+    with open_message_store(dl_config) as s:
+        yield s
+
+
+def put_n(store: MessageStore, n: int, start: int = 0, topic: str = "T") -> list[int]:
+    return [
+        store.put_message(Message(topic, f"m{i}".encode(), keys=[f"k{i}"]), queue_id=i % 2).physical_offset
+        for i in range(start, start + n)
+    ]
+
+
+def bodies(store: MessageStore, qid: int, n: int = 1000) -> list[bytes]:
+    assert store.wait_dispatched(10)
+    g = store.get_message("G", "T", qid, 0, n)
+    return [m.body for m in g.messages] if g.status is GetMessageStatus.FOUND else []
+
+
+def entry_files(cfg: StoreConfig, self_id: str = "n0") -> list[str]:
+    d = os.path.join(cfg.store_path_root_dir, f"dledger-{self_id}", "data")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def test_open_message_store_picks_the_dledger_variant(dl_store: MessageStore) -> None:
+    assert isinstance(dl_store, DLedgerMessageStore)
+    info = dl_store.runtime_info()
+    assert (info["dledgerRole"], info["dledgerTerm"], info["dividedCommitlogOffset"]) == ("LEADER", "1", "0")
+
+
+def test_records_live_inside_entries_at_pos_plus_48(dl_store: MessageStore, dl_config: StoreConfig) -> None:
+    offsets = put_n(dl_store, 30)
+    assert bodies(dl_store, 0) == [f"m{i}".encode() for i in range(0, 30, 2)]
+    with open(entry_files(dl_config)[0], "rb") as f:
+        data = f.read()
+    pos, seen = 0, []
+    while pos + fmt.BODY_OFFSET <= len(data):
+        h = fmt.decode_header(data, pos)
+        if h.magic != fmt.MAGIC_NORMAL:
+            break
+        view = rec.decode_record(data[pos + fmt.BODY_OFFSET : pos + h.size], 0, check_crc=True)
+        assert view.kind is rec.RecordKind.MESSAGE
+        (phys,) = struct.unpack_from(">q", data, pos + fmt.BODY_OFFSET + 28)
+        assert phys == pos + fmt.BODY_OFFSET == h.pos + 48
+        seen.append(phys)
+        pos += h.size
+    assert seen == offsets
+    msg = dl_store.look_message_by_offset(offsets[3])
+    assert msg is not None and msg.body == b"m3" and msg.commit_log_offset == offsets[3]
+    assert dl_store.get_max_phy_offset() == pos
+
+
+def test_restart_keeps_every_message_and_queue_offsets(dl_config: StoreConfig) -> None:
+    with open_message_store(dl_config) as s:
+        put_n(s, 20)
+    with open_message_store(dl_config) as s:
+        assert bodies(s, 1) == [f"m{i}".encode() for i in range(1, 20, 2)]
+        r = s.put_message(Message("T", b"after"), queue_id=0)
+        assert r.queue_offset == 10
+        assert bodies(s, 0)[-1] == b"after"
+
+
+def test_unclean_restart_rebuilds_queues_from_committed_entries(dl_config: StoreConfig) -> None:
+    s = open_message_store(dl_config)
+    s.start()
+    put_n(s, 12)
+    assert s.wait_dispatched(10)
+    # a crash: nothing flushed or checkpointed; the files stay as the page cache has them
+    s.consume_queues.destroy()
+    s._abandon()
+    with open_message_store(dl_config) as s2:
+        assert not s2.last_exit_ok
+        assert bodies(s2, 0) == [f"m{i}".encode() for i in range(0, 12, 2)]
+        assert s2.put_message(Message("T", b"x"), queue_id=1).queue_offset == 6
+
+
+def test_adopting_a_plain_store_keeps_old_offsets(store_config: StoreConfig) -> None:
+    with MessageStore(store_config) as plain:
+        old = put_n(plain, 25)
+        old_end = plain.get_max_phy_offset()
+    dl = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+    size = store_config.mapped_file_size_commit_log
+    divided = fmt.divided_commitlog_offset(old_end - old_end % size, size)
+    for attempt in range(2):  # the second start finds the padded segment and the entries
+        with open_message_store(dl) as s:
+            assert s.runtime_info()["dividedCommitlogOffset"] == str(divided)
+            for i, off in enumerate(old):
+                m = s.look_message_by_offset(off)
+                assert m is not None and m.body == f"m{i}".encode()
+            if attempt == 0:
+                new = put_n(s, 6, start=25)
+                assert new[0] == divided + fmt.BODY_OFFSET
+                assert min(new) > max(old)
+            assert bodies(s, 0) == [f"m{i}".encode() for i in range(0, 31, 2)] + [b"q"] * attempt
+            assert s.query_messages_by_key("T", "k3", 5).messages[0].body == b"m3"
+            assert s.query_messages_by_key("T", "k27", 5).messages[0].body == b"m27"
+            assert s.put_message(Message("T", b"q"), queue_id=0).queue_offset == 16 + attempt
+
+
+def test_peers_and_broker_ids() -> None:
+    peers = parse_peers("n0-127.0.0.1:40911;n1-127.0.0.1:40912; n2-127.0.0.1:40913")
+    assert peers == {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
+    assert [slave_broker_id(peers, p) for p in peers] == [1, 2, 3]
+    for bad in ("", "n0:40911", "n0-host;n1-h:1", "n0-h:1;n0-h:2"):
+        with pytest.raises(ConfigError):
+            parse_peers(bad)
+
+
+def test_a_group_of_three_without_the_driver_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:
+    if importlib.util.find_spec("rocketq.ha.driver") is not None:
+        pytest.skip("the Raft driver is present")
+    spec = LedgerSpec(str(tmp_path), "g", "n0", parse_peers("n0-h:1;n1-h:2;n2-h:3"), 65536, 0, False)
+    with pytest.raises(ConfigError, match="Raft driver"):
+        open_ledger(spec)
+    with pytest.raises(ConfigError, match="not among"):
+        open_ledger(dataclasses.replace(spec, self_id="n9"))
