@@ -12,6 +12,7 @@ operation starts from them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Self
 
@@ -24,12 +25,15 @@ from rocketq.errors import (
     NameServerUnavailable,
     RemotingError,
     ResponseCode,
+    RocketqError,
     TopicNotExist,
 )
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 
 DEFAULT_TIMEOUT_MS = 5_000
+#: rocketq's request code for a DLedger leadership transfer (rocketq.broker.dledger_role)
+DLEDGER_LEADERSHIP_TRANSFER = 9801
 
 
 class AdminRequests:
@@ -179,5 +183,32 @@ class AdminRequests:
                 if bd is None:
                     continue
                 for broker_id, addr in bd.broker_addrs.items():
-                    entries.append(BrokerEntry(cluster, name, broker_id, addr))
+                    role, term = await self._dledger_role(addr)
+                    entries.append(BrokerEntry(cluster, name, broker_id, addr, role, term))
         return sorted(entries, key=lambda e: (e.cluster, e.broker_name, e.broker_id))
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO (28): the broker's KVTable."""
+        response = await self._broker(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        doc = json.loads(response.body or b"{}")
+        table = doc.get("table", {}) if isinstance(doc, dict) else {}
+        return {str(k): str(v) for k, v in table.items()}
+
+    async def _dledger_role(self, addr: str) -> tuple[str, str]:
+        """Role and term of a broker in DLedger mode ("" for a plain or unreachable broker)."""
+        try:
+            info = await self.broker_runtime_info(addr)
+        except (RemotingError, RocketqError, OSError, ValueError):
+            return "", ""
+        return info.get("dledgerRole", ""), info.get("dledgerTerm", "")
+
+    async def dledger_leadership_transfer(self, broker_name: str, target: str) -> str:
+        """Ask the leader (master) of DLedger group ``broker_name`` to hand leadership to the
+        peer ``target`` (a ``dLegerSelfId``); returns the broker's remark. rocketq request 9801."""
+        info = await self.cluster_info()
+        bd = info.broker_addr_table.get(broker_name)
+        addr = None if bd is None else bd.broker_addrs.get(MASTER_ID)
+        if addr is None:
+            raise ConfigError(f"broker {broker_name!r} has no master registered with the name servers")
+        response = await self._broker(addr, DLEDGER_LEADERSHIP_TRANSFER, {"target": target})
+        return response.remark or "ok"

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
 #: entries whose requests are dispatched together (per-entry parsing, one dispatcher call)
 _ENTRIES_PER_WINDOW = 1024
+#: how often dispatch looks for newly committed entries when no local append woke it
+FOLLOWER_POLL_S = 0.1
 
 
 class DLedgerReputService(ReputMessageService):
@@ -58,6 +60,8 @@ class DLedgerReputService(ReputMessageService):
             roll_next_file=commitlog.roll_next_file,
             min_offset=lambda: commitlog.divided_offset,
             delay_levels=delay_levels,
+            # entries a leader commits on a follower arrive without a local put to wake it
+            idle_wait_s=FOLLOWER_POLL_S,
         )
         self._ledger = ledger
 
@@ -177,6 +181,12 @@ class DLedgerMessageStore(MessageStore):
             dispatched,
         )
         self.recover_topic_queue_table()
+
+    def _start_services(self) -> None:
+        super()._start_services()
+        assert self.reput is not None
+        # every committed append wakes dispatch, whatever the flush type (no group commit here)
+        self.commitlog.append_listener = self.reput.wakeup
 
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every
