@@ -3,6 +3,7 @@ client, records inside entry store entries, SIGKILL and restart, ``admin cluster
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import struct
@@ -11,9 +12,11 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from procs import ProcessCluster, child_env
+from procs import ProcessCluster, RocketqProcess, child_env
 
+from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
+from rocketq.errors import RocketqError
 from rocketq.ha import entry_format as fmt
 from rocketq.protocol import record as rec
 
@@ -117,3 +120,44 @@ def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessC
         assert sorted(stored(admin)) == sorted(acked)
     with Producer("DLedgerKillPG2", namesrv_addr=cluster.namesrv_addr) as p:
         assert p.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
+
+
+def test_serve_dledger_one_writes_the_confs_and_serves(tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "data"
+    args = ["serve", "--dledger", "1", "--data-dir", str(data), "--namesrv-port", "0", "--broker-port", "0"]
+    proc = RocketqProcess("serve-dledger", args, tmp_path / "logs")
+    try:
+        endpoints = proc.wait_banner(["name server", "broker"])
+        conf = (data / "broker-n0.conf").read_text()
+        assert "enableDLegerCommitLog=true" in conf and "dLegerSelfId=n0" in conf
+        namesrv = endpoints["name server"]
+        with Admin(namesrv) as admin:
+            admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
+            wait_until(lambda: _routed(admin), "the topic's route")
+        with Producer("ServeDLedgerPG", namesrv_addr=namesrv) as p:
+            assert p.send(Message(TOPIC, b"hello")).status is SendStatus.SEND_OK
+        assert (data / "broker-a-n0" / "dledger-n0" / "data").is_dir()
+    finally:
+        assert proc.terminate() == 0, proc.log_text()
+
+
+def _routed(admin: Admin) -> bool:
+    try:
+        admin.topic_route(TOPIC)
+    except RocketqError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rocketq.ha.driver") is not None, reason="the driver is here")
+def test_serve_dledger_three_without_the_driver_says_so(tmp_path: pathlib.Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rocketq.cli", "serve", "--dledger", "3", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "needs the Raft driver (rocketq.ha.driver), which is not available yet" in done.stderr
