@@ -107,12 +107,12 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
     assert isinstance(store, DLedgerMessageStore) and store.ledger_loop is not None
     with Producer("RolePG", namesrv_addr=c.namesrv_addr) as p:
         assert p.send(Message(TOPIC, b"warm")).status is SendStatus.SEND_OK  # routes cached: a is master
-        follower = LogState(Role.FOLLOWER, 2, "n0", "n1", "127.0.0.1:1")
+        follower = LogState(Role.FOLLOWER, 2, "n0", "n1", c.broker_addrs[b])  # b plays the leader
         store.ledger_loop.loop.call_soon_threadsafe(logs[a].force, follower)
         wait_until(lambda: not store.commitlog.writable, "the follower refuses writes")
         refusal = asyncio.run(raw_send(c.broker_addrs[a]))
         assert refusal.code == ResponseCode.SERVICE_NOT_AVAILABLE
-        assert "leader is n1 at 127.0.0.1:1" in (refusal.remark or "")
+        assert f"leader is n1 at {c.broker_addrs[b]}" in (refusal.remark or "")
         # the cached route still names a as master: sends that pick its queues are retried on b
         results = [p.send(Message(TOPIC, f"m{i}".encode())) for i in range(20)]
     assert all(r.status is SendStatus.SEND_OK and r.message_queue.broker_name == b for r in results)
@@ -122,6 +122,24 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
             return broker_id in admin.cluster_info().broker_addr_table[a].broker_addrs
 
     wait_until(lambda: registered_as(1), "the follower registered as brokerId 1")
+
+    # the follower copies the leader's topics and consumer offsets (SlaveSynchronize)
+    with Admin(c.namesrv_addr) as admin:
+        admin.create_topic("OnlyOnLeader", 1, 1, broker_addr=c.broker_addrs[b])
+    leader_ctx, follower_ctx = c.broker(b).ctx, c.broker(a).ctx
+    assert leader_ctx is not None and follower_ctx is not None
+
+    async def commit() -> None:
+        leader_ctx.offsets.commit_offset("test", "SyncedCG", TOPIC, 1, 7)
+
+    c.call(commit())
+    wait_until(
+        lambda: (
+            "OnlyOnLeader" in follower_ctx.topics
+            and follower_ctx.offsets.query_offset("SyncedCG", TOPIC, 1) == 7
+        ),
+        "the follower copied the leader's topic and offset",
+    )
 
     store.ledger_loop.loop.call_soon_threadsafe(logs[a].force, None)  # leader again (term 1)
     wait_until(lambda: store.commitlog.writable, "the leader accepts writes")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -37,6 +36,7 @@ from rocketq.errors import ResponseCode, ServiceNotAvailable
 from rocketq.ha.group_config import parse_peers, slave_broker_id
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import LogState, ReplicatedLog
+from rocketq.protocol.fastjson import loads_object_keys
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request, create_response
 from rocketq.store.service import ServiceThread
@@ -81,7 +81,7 @@ class SlaveSynchronize:
         response = await self.client.invoke(addr, create_request(code), 5.0)
         if response.code != ResponseCode.SUCCESS or not response.body:
             raise ServiceNotAvailable(f"{addr} answered code {response.code} {response.remark or ''}")
-        obj = json.loads(response.body)
+        obj = loads_object_keys(response.body)  # fastjson: consumer offsets have unquoted queue ids
         if not isinstance(obj, dict):
             raise ServiceNotAvailable(f"{addr} answered no JSON object for code {code}")
         return obj

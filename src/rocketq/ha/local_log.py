@@ -85,8 +85,7 @@ class SingleNodeLog:
     async def stop(self) -> None:
         if not self._started:
             return
-        self._started = False
-        self._set_state(LogState(Role.FOLLOWER, self.store.term, self.self_id, None, None))
+        self._started = False  # appends answer NOT_LEADER from here on; no role change is announced
         self.store.close()
 
     async def append(self, encode: RecordEncoder) -> AppendResult:
