@@ -76,15 +76,19 @@ def entry_records(store_dir: pathlib.Path) -> list[tuple[int, bytes]]:
     return out
 
 
-def cluster_list_json(c: ProcessCluster) -> list[dict[str, object]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "rocketq.cli", "admin", "clusterList", "-n", c.namesrv_addr, "--json"],
+def admin_cli(c: ProcessCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rocketq.cli", "admin", *args, "-n", c.namesrv_addr],
         capture_output=True,
         text=True,
         env=child_env(),
         timeout=60,
         check=False,
     )
+
+
+def cluster_list_json(c: ProcessCluster) -> list[dict[str, object]]:
+    done = admin_cli(c, "clusterList", "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert isinstance(doc, list)
@@ -105,6 +109,12 @@ def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> Non
     rows = [r for r in cluster_list_json(cluster) if r.get("broker_name") == "broker-d"]
     assert rows and rows[0]["broker_id"] == 0
     assert (rows[0]["dledger_role"], rows[0]["dledger_term"]) == ("LEADER", "1")
+    table = admin_cli(cluster, "clusterList").stdout
+    assert "#DLedger Role" in table and "LEADER" in table
+    # a group of one can only hand leadership to itself
+    assert admin_cli(cluster, "dledgerLeadershipTransfer", "-b", "broker-d", "-t", "n0").returncode == 0
+    refused = admin_cli(cluster, "dledgerLeadershipTransfer", "-b", "broker-d", "-t", "n1")
+    assert refused.returncode == 1 and "leadership transfer to n1 refused or failed" in refused.stderr
 
 
 def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessCluster) -> None:

@@ -11,11 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from rocketq.config import StoreConfig
-from rocketq.errors import ConfigError
+from rocketq.errors import ConfigError, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_peers, slave_broker_id
+from rocketq.ha.replicated_log import AppendResult, AppendStatus
 from rocketq.message import Message
 from rocketq.protocol import record as rec
+from rocketq.store.dledger_commitlog import raise_for
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import GetMessageStatus, MessageStore, open_message_store
 
@@ -141,3 +143,45 @@ def test_a_group_of_three_without_the_driver_is_a_clear_error(tmp_path: os.PathL
         open_ledger(spec)
     with pytest.raises(ConfigError, match="not among"):
         open_ledger(dataclasses.replace(spec, self_id="n9"))
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "definite"),
+    [
+        (AppendStatus.NOT_LEADER, ResponseCode.SERVICE_NOT_AVAILABLE, True),
+        (AppendStatus.BUSY, ResponseCode.SYSTEM_BUSY, True),
+        (AppendStatus.TIMEOUT, ResponseCode.SYSTEM_ERROR, False),
+        (AppendStatus.TERM_CHANGED, ResponseCode.SYSTEM_ERROR, False),
+    ],
+)
+def test_append_outcomes_map_to_rocketmq_codes(status: AppendStatus, code: int, definite: bool) -> None:
+    with pytest.raises(RocketqError) as caught:
+        raise_for(AppendResult(status, leader_id="n2" if status is AppendStatus.NOT_LEADER else None), "h:1")
+    assert caught.value.code == code and status.definite is definite
+    if status is AppendStatus.NOT_LEADER:
+        assert "the leader is n2 at h:1" in str(caught.value)
+
+
+def test_a_follower_store_refuses_puts_and_gives_the_queue_offset_back(dl_store: MessageStore) -> None:
+    assert isinstance(dl_store, DLedgerMessageStore)
+    put_n(dl_store, 2)
+    cl = dl_store.commitlog
+    real = cl.ledger
+    assert real is not None
+
+    class Refusing:
+        state = real.state
+        committed_pos = real.committed_pos
+
+        async def append(self, encode: object) -> AppendResult:
+            assert callable(encode)
+            encode(999)  # an encoder called, then nothing appended
+            return AppendResult(AppendStatus.NOT_LEADER, leader_id="n1")
+
+    cl.ledger = Refusing()  # type: ignore[assignment]
+    try:
+        with pytest.raises(ServiceNotAvailable, match="leader is n1"):
+            dl_store.put_message(Message("T", b"no"), queue_id=0)
+    finally:
+        cl.ledger = real
+    assert dl_store.put_message(Message("T", b"yes"), queue_id=0).queue_offset == 1
