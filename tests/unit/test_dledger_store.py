@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from rocketq.config import StoreConfig
-from rocketq.errors import ConfigError, ResponseCode, RocketqError, ServiceNotAvailable
+from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_peers, slave_broker_id
 from rocketq.ha.replicated_log import AppendResult, AppendStatus
@@ -185,3 +185,12 @@ def test_a_follower_store_refuses_puts_and_gives_the_queue_offset_back(dl_store:
     finally:
         cl.ledger = real
     assert dl_store.put_message(Message("T", b"yes"), queue_id=0).queue_offset == 1
+
+
+def test_a_record_too_large_for_an_entry_is_refused_before_anything_is_assigned(
+    dl_store: MessageStore,
+) -> None:
+    # fits a plain 64 KiB CommitLog segment, not an entry of one (48 B header, 8 B blank)
+    with pytest.raises(MessageIllegal, match="does not fit a DLedger entry"):
+        dl_store.put_message(Message("T", b"x" * 65_400), queue_id=0)
+    assert dl_store.put_message(Message("T", b"ok"), queue_id=0).queue_offset == 0

@@ -73,6 +73,12 @@ class SingleNodeLog:
         with store.lock:  # nothing committed yet: the first entry's position, or where it will go
             return store._index_record(store.begin_index).pos if store.begin_index >= 0 else store.write_pos
 
+    @property
+    def ledger_end_pos(self) -> int:
+        """End of the last entry (equal to :attr:`committed_pos` except while an fsync is due);
+        the role handler waits for the two to meet before a leader takes writes."""
+        return self.store.write_pos
+
     async def start(self) -> None:
         store = self.store
         if store.term < 1:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, RocketqError, ServiceNotAvailable, SystemBusy
+from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, ReplicatedLog
 from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
@@ -166,6 +167,10 @@ class DLedgerCommitLog(CommitLog):
         if not self._accepting:
             self._check_writable()
         encoded = [self._encode(m) for m in msgs]
+        room = self.file_size - BODY_OFFSET - MIN_BLANK_LEN  # an entry never spans data files
+        for e in encoded:
+            if e[2] > room:
+                raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
         offsets: list[int] = []
         total = 0
         first_qoff = -1
