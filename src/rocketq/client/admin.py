@@ -373,6 +373,7 @@ class Admin(BlockingFacade[AsyncAdmin]):
     topic_status = blocking(AsyncAdmin.topic_status)
     cluster_info = blocking(AsyncAdmin.cluster_info)
     cluster_list = blocking(AsyncAdmin.cluster_list)
+    broker_runtime_info = blocking(AsyncAdmin.broker_runtime_info)
     dledger_leadership_transfer = blocking(AsyncAdmin.dledger_leadership_transfer)
     consumer_progress = blocking(AsyncAdmin.consumer_progress)
     query_msg_by_id = blocking(AsyncAdmin.query_msg_by_id)
