@@ -91,7 +91,10 @@ class SlaveSynchronize:
         topics = await self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
         offsets = await self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
         groups = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        before = ctx.topics.data_version.to_json()
         ctx.topics.decode(topics)
+        if ctx.topics.data_version.to_json() != before:
+            ctx.request_register()  # the slave's registration carries the topics it now has
         ctx.offsets.decode(offsets)
         ctx.groups.decode(groups)
         for persister in (ctx.topics_persister, ctx.groups_persister):
@@ -146,18 +149,6 @@ class DLedgerRoleHandler:
         self._task = self._loop.create_task(self._run(), name="dledger-role")
         if self.sync is not None:
             self._sync_task = self._loop.create_task(self._sync_loop(), name="dledger-slave-sync")
-
-    async def close(self) -> None:
-        self.gate.open.set()
-        for task in (self._task, self._sync_task):
-            if task is not None:
-                task.cancel()
-        for task in (self._task, self._sync_task):
-            if task is not None:
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
 
     # -- state changes ----------------------------------------------------------------------
     def _on_state(self, state: LogState) -> None:

@@ -10,6 +10,8 @@ Raft group (:mod:`rocketq.ha.driver`) replaces it by a constructor change.
 fits the current data file, again for the next file when the record turned out too large for the
 rest of it (the record's length does not depend on its offset, so this is known only after the
 first call). Encoders therefore assign queue offsets once and only re-pack on a second call.
+An encoder may raise (the broker refuses the put, e.g. it stopped being writable): nothing is
+appended then and the exception propagates out of ``append``.
 NOOP entries are never yielded by :meth:`SingleNodeLog.entries_from`.
 """
 
