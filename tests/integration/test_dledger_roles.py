@@ -37,6 +37,8 @@ class SteerableLog:
     def __init__(self, inner: object) -> None:
         self.inner = inner
         self.forced: LogState | None = None
+        #: the ledger end the role handler waits for (None: it does not wait for one)
+        self.ledger_end_pos: int | None = None
         self._callbacks: list[Callable[[LogState], None]] = []
 
     @property
@@ -149,3 +151,27 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
     assert handler is not None
     assert [role for role, _ in handler.history] == ["LEADER", "FOLLOWER", "LEADER"]
     wait_until(lambda: registered_as(0), "the leader registered as brokerId 0")
+
+
+def test_a_new_leader_takes_writes_only_once_caught_up(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    c, logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore) and store.ledger_loop is not None
+    log = logs[a]
+    loop = store.ledger_loop.loop
+    loop.call_soon_threadsafe(log.force, LogState(Role.FOLLOWER, 2, "n0", None, None))
+    wait_until(lambda: not store.commitlog.writable, "the follower refuses writes")
+    log.ledger_end_pos = log.committed_pos + 100  # entries this leader still has to commit
+    loop.call_soon_threadsafe(log.force, LogState(Role.LEADER, 3, "n0", "n0", c.broker_addrs[a]))
+    refused = wait_until(
+        lambda: (r := asyncio.run(raw_send(c.broker_addrs[a]))).remark and "catching up" in r.remark and r,
+        "the new leader's refusal while catching up",
+    )
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert not store.commitlog.writable
+    log.ledger_end_pos = log.committed_pos  # everything committed (and dispatched): master now
+    wait_until(lambda: store.commitlog.writable, "the caught-up leader accepts writes")
+    assert asyncio.run(raw_send(c.broker_addrs[a])).code == ResponseCode.SUCCESS

@@ -194,3 +194,14 @@ def test_a_record_too_large_for_an_entry_is_refused_before_anything_is_assigned(
     with pytest.raises(MessageIllegal, match="does not fit a DLedger entry"):
         dl_store.put_message(Message("T", b"x" * 65_400), queue_id=0)
     assert dl_store.put_message(Message("T", b"ok"), queue_id=0).queue_offset == 0
+
+
+def test_a_batch_is_one_entry_per_message_with_consecutive_queue_offsets(dl_store: MessageStore) -> None:
+    put_n(dl_store, 1)
+    r = dl_store.put_messages([Message("T", f"b{i}".encode()) for i in range(3)], queue_id=1)
+    assert (r.msg_num, r.queue_offset) == (3, 0)
+    assert r.physical_offsets is not None and len(set(r.physical_offsets)) == 3
+    for off, body in zip(r.physical_offsets, (b"b0", b"b1", b"b2"), strict=True):
+        m = dl_store.look_message_by_offset(off)
+        assert m is not None and m.body == body
+    assert bodies(dl_store, 1) == [b"b0", b"b1", b"b2"]

@@ -152,8 +152,9 @@ class DLedgerRoleHandler:
 
     # -- state changes ----------------------------------------------------------------------
     def _on_state(self, state: LogState) -> None:
-        """On the log's thread: refuse writes at once unless leader, then wake the handler."""
-        if state.role is not Role.LEADER:
+        """On the log's thread: refuse writes at once unless this is the leader already taking
+        them (a new leader is refused until caught up), then wake the handler."""
+        if state.role is not Role.LEADER or not self.master:
             self._refuse(state)
         loop = self._loop
         if loop is not None and not loop.is_closed():
