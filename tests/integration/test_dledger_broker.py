@@ -117,13 +117,18 @@ def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> Non
     assert refused.returncode == 1 and "leadership transfer to n1 refused or failed" in refused.stderr
 
 
-def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessCluster) -> None:
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessCluster, flush: str) -> None:
+    if flush == "ASYNC_FLUSH":  # acknowledged once written (page cache): kill -9 keeps it too
+        cluster.kill("broker-d")
+        cluster.start_broker("broker-d", **DLEDGER, flushDiskType=flush)
+        cluster.wait_ready()
     with Producer("DLedgerKillPG", namesrv_addr=cluster.namesrv_addr) as p:
         sent = [(f"k-{i}".encode(), p.send(Message(TOPIC, f"k-{i}".encode()))) for i in range(120)]
     acked = [body for body, r in sent if r.status is SendStatus.SEND_OK]
     assert len(acked) == 120
     cluster.kill("broker-d")
-    cluster.start_broker("broker-d", **DLEDGER)
+    cluster.start_broker("broker-d", **DLEDGER, flushDiskType=flush)
     cluster.wait_ready()
     with Admin(cluster.namesrv_addr) as admin:
         cluster.wait_until(lambda: len(stored(admin)) >= len(acked), "messages readable after restart")

@@ -58,6 +58,9 @@ class LedgerSpec:
     fsync: bool
     preferred_leader_id: str | None = None
     enable_batch_push: bool = False
+    #: this broker's remoting address (``ip:port`` clients and peers' SlaveSynchronize use); the
+    #: log reports the leader's as ``LogState.leader_address``
+    broker_address: str | None = None
 
 
 LedgerFactory = Callable[[LedgerSpec], ReplicatedLog]
@@ -73,6 +76,7 @@ def open_ledger(spec: LedgerSpec) -> ReplicatedLog:
             spec.self_id,
             data_file_size=spec.data_file_size,
             data_start_offset=spec.data_start_offset,
+            address=spec.broker_address,
             fsync=spec.fsync,
         )
     try:

@@ -147,6 +147,7 @@ class DLedgerMessageStore(MessageStore):
             fsync=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             preferred_leader_id=cfg.preferred_leader_id or None,
             enable_batch_push=cfg.enable_batch_push,
+            broker_address=cfg.store_host,
         )
 
     def _load_and_recover(self) -> None:
