@@ -12,6 +12,8 @@ operation starts from them.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from typing import Self
@@ -183,8 +185,13 @@ class AdminRequests:
                 if bd is None:
                     continue
                 for broker_id, addr in bd.broker_addrs.items():
-                    role, term = await self._dledger_role(addr)
-                    entries.append(BrokerEntry(cluster, name, broker_id, addr, role, term))
+                    entries.append(BrokerEntry(cluster, name, broker_id, addr))
+        # every broker asked at once: one that does not answer costs one timeout, not one each
+        roles = await asyncio.gather(*(self._dledger_role(e.addr) for e in entries))
+        entries = [
+            dataclasses.replace(e, dledger_role=r, dledger_term=t)
+            for e, (r, t) in zip(entries, roles, strict=True)
+        ]
         return sorted(entries, key=lambda e: (e.cluster, e.broker_name, e.broker_id))
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
