@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from _support.requests import send_request
+from _support.requests import pull_request, send_request
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode
@@ -23,10 +23,10 @@ from rocketq.testing import InProcessCluster
 TOPIC = "RoleT"
 
 
-async def raw_send(addr: str) -> RemotingCommand:
+async def raw_send(addr: str, request: RemotingCommand | None = None) -> RemotingCommand:
     client = RemotingClient()
     try:
-        return await client.invoke(addr, send_request(TOPIC, b"direct"), 5)
+        return await client.invoke(addr, request or send_request(TOPIC, b"direct"), 5)
     finally:
         await client.close()
 
@@ -135,6 +135,12 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
         leader_ctx.offsets.commit_offset("test", "SyncedCG", TOPIC, 1, 7)
 
     c.call(commit())
+    # a pull's piggybacked offset counts on a master only (RocketMQ's rule for slaves)
+    pulled = asyncio.run(
+        raw_send(c.broker_addrs[a], pull_request(TOPIC, 0, group="PiggyCG", commit_offset=5))
+    )
+    assert pulled.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND)
+    assert follower_ctx.offsets.query_offset("PiggyCG", TOPIC, 0) == -1
     wait_until(
         lambda: (
             "OnlyOnLeader" in follower_ctx.topics
