@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import threading
 
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.local_log import SingleNodeLog
@@ -81,4 +82,34 @@ def test_an_empty_store_at_a_divided_offset(tmp_path: pathlib.Path) -> None:
     run(log.start())
     assert log.committed_pos == 3 * FILE
     assert run(log.append(body_for(64, []))).physical_offset == 3 * FILE + 48
+    run(log.stop())
+
+
+def test_concurrent_appends_from_threads_each_get_their_own_entry(tmp_path: pathlib.Path) -> None:
+    log = SingleNodeLog.open(str(tmp_path), "n0", data_file_size=FILE * 16, fsync=True)
+    run(log.start())
+    assert log.append_completes_at_once
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def writer() -> None:
+        for _ in range(25):
+            coro = log.append(body_for(64, []))
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                with lock:
+                    results.append(done.value.physical_offset)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 100
+    entries = list(log.entries_from(0))
+    assert len(entries) == 100
+    # every record names the offset it was stored at
+    assert all(int.from_bytes(body[:8], "big") == pos + 48 for pos, body in entries)
+    assert log.committed_pos == log.ledger_end_pos
     run(log.stop())

@@ -30,9 +30,14 @@ log = logging.getLogger(__name__)
 
 
 class SingleNodeLog:
-    """One node, always leader. Not thread-safe beyond the entry store's own lock: call the
-    coroutines on one event loop; :meth:`read`, :meth:`entries_from` and :attr:`committed_pos`
-    may be called from any thread."""
+    """One node, always leader. :meth:`start` and :meth:`stop` belong to one event loop;
+    :meth:`append` never waits for anything (``append_completes_at_once``) and is safe in any
+    thread (the entry store's lock), as are :meth:`read`, :meth:`entries_from` and
+    :attr:`committed_pos`."""
+
+    #: the coroutine :meth:`append` returns finishes at its first step: a caller in another
+    #: thread may drive it there instead of handing it to the loop
+    append_completes_at_once = True
 
     def __init__(
         self, store: EntryStore, *, self_id: str, address: str | None = None, fsync: bool = False

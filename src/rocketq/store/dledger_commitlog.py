@@ -14,7 +14,8 @@ whose new records go to the log:
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
 
 The log runs on its own event loop thread (:class:`LedgerLoop`): the store's writers are worker
-threads and the delay services, and wait for an append's outcome there.
+threads and the delay services, and wait for an append's outcome there (a group of one, whose
+append never waits, appends in the writer's thread).
 """
 
 from __future__ import annotations
@@ -177,10 +178,7 @@ class DLedgerCommitLog(CommitLog):
         now = 0
         for e in encoded:
             put = _OneAppend(self, e)
-            try:
-                result = loop.run(ledger.append(put.encode), self._append_timeout_s)
-            except concurrent.futures.TimeoutError:
-                raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
+            result = self._append(ledger, loop, put)
             if result.status is not AppendStatus.OK:
                 put.undo_if_unwritten(result)
                 raise_for(result, ledger.state.leader_address)
@@ -203,6 +201,24 @@ class DLedgerCommitLog(CommitLog):
                 offsets if len(msgs) > 1 else None,
             )
         )
+
+    def _append(self, ledger: ReplicatedLog, loop: LedgerLoop, put: _OneAppend) -> AppendResult:
+        """The append's outcome: on the log's loop, or right here when the log's append never
+        waits (``append_completes_at_once``: a group of one), which saves the thread hand-off
+        (about 70 µs a put on a loaded machine, most of a put's cost)."""
+        if getattr(ledger, "append_completes_at_once", False):
+            coro = ledger.append(put.encode)
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                result: AppendResult = done.value
+                return result
+            coro.close()
+            raise ReplicationError("the log's append waited although it said it would not")
+        try:
+            return loop.run(ledger.append(put.encode), self._append_timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
 
 
 class _OneAppend:
