@@ -208,7 +208,7 @@ class SendMessageProcessor:
         self.ctx = ctx
         self._ids = UniqueIdGenerator()
         cfg = ctx.store.config
-        # a DLedger put waits for its append on the log's thread: never on the event loop
+        # a DLedger put may wait for its quorum (or an fsync): never on the event loop
         self._sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or cfg.enable_dleger_commit_log
 
     # -- shared checks ----------------------------------------------------------------------
