@@ -205,3 +205,11 @@ def test_a_batch_is_one_entry_per_message_with_consecutive_queue_offsets(dl_stor
         m = dl_store.look_message_by_offset(off)
         assert m is not None and m.body == body
     assert bodies(dl_store, 1) == [b"b0", b"b1", b"b2"]
+
+
+def test_a_dledger_store_does_not_start_plain(dl_config: StoreConfig) -> None:
+    with open_message_store(dl_config) as s:
+        put_n(s, 2)
+    plain = dataclasses.replace(dl_config, enable_dleger_commit_log=False)
+    with pytest.raises(ConfigError, match=r"holds DLedger entries \(dledger-n0\)"):
+        open_message_store(plain)

@@ -38,7 +38,7 @@ from enum import StrEnum
 from types import TracebackType
 
 from rocketq.config import FlushDiskType, StoreConfig
-from rocketq.errors import DiskFull, StoreLocked, SystemBusy
+from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
 from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
@@ -949,9 +949,18 @@ class MessageStore:
 
 
 def open_message_store(config: StoreConfig) -> MessageStore:
-    """The store ``config`` asks for: DLedger mode (``enable_dleger_commit_log``) or plain."""
+    """The store ``config`` asks for: DLedger mode (``enable_dleger_commit_log``) or plain. A
+    plain start of a store that holds DLedger entries is refused: its ConsumeQueues would be cut
+    back to the old CommitLog and every message since the switch hidden."""
     if config.enable_dleger_commit_log:
         from rocketq.store.dledger_store import DLedgerMessageStore  # noqa: PLC0415 - it imports this module
 
         return DLedgerMessageStore(config)
+    root = config.store_path_root_dir
+    held = sorted(n for n in os.listdir(root) if n.startswith("dledger-")) if os.path.isdir(root) else []
+    if held:
+        raise ConfigError(
+            f"store {root} holds DLedger entries ({', '.join(held)}): start it with "
+            "enableDLegerCommitLog=true (a plain start would hide every message written since)"
+        )
     return MessageStore(config)
