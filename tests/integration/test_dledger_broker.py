@@ -176,3 +176,30 @@ def test_serve_dledger_three_without_the_driver_says_so(tmp_path: pathlib.Path) 
     )
     assert done.returncode == 1
     assert "needs the Raft driver (rocketq.ha.driver), which is not available yet" in done.stderr
+
+
+def test_a_plain_broker_switched_to_dledger_keeps_its_messages(tmp_path: pathlib.Path) -> None:
+    c = ProcessCluster(tmp_path, ("broker-d",), cluster="AdoptCluster")
+    try:
+        c.start_namesrv()
+        c.start_broker("broker-d", mappedFileSizeCommitLog=str(64 * 1024))  # plain CommitLog
+        c.wait_ready()
+        c.create_topic(TOPIC, QUEUES)
+        with Producer("AdoptPG", namesrv_addr=c.namesrv_addr) as p:
+            old = [p.send(Message(TOPIC, f"old-{i}".encode())) for i in range(50)]
+        assert c.processes["broker-d"].terminate() == 0
+        c.start_broker("broker-d", **DLEDGER)
+        c.wait_ready()
+        with Producer("AdoptPG2", namesrv_addr=c.namesrv_addr) as p:
+            new = [p.send(Message(TOPIC, f"new-{i}".encode())) for i in range(30)]
+        old_offsets = [int(r.offset_msg_id[-16:], 16) for r in old]
+        new_offsets = [int(r.offset_msg_id[-16:], 16) for r in new]
+        assert min(new_offsets) > max(old_offsets) and min(new_offsets) % (64 * 1024) == fmt.BODY_OFFSET
+        want = sorted([f"old-{i}".encode() for i in range(50)] + [f"new-{i}".encode() for i in range(30)])
+        with Admin(c.namesrv_addr) as admin:
+            c.wait_until(lambda: len(stored(admin)) >= 80, "old and new messages consumable")
+            assert sorted(stored(admin)) == want
+            msg = admin.query_msg_by_id(old[0].offset_msg_id)
+            assert msg.body == b"old-0"
+    finally:
+        c.close()
