@@ -131,8 +131,12 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
     leader_ctx, follower_ctx = c.broker(b).ctx, c.broker(a).ctx
     assert leader_ctx is not None and follower_ctx is not None
 
+    leader_schedule, follower_schedule = c.store(b).schedule, store.schedule
+    assert leader_schedule is not None and follower_schedule is not None
+
     async def commit() -> None:
         leader_ctx.offsets.commit_offset("test", "SyncedCG", TOPIC, 1, 7)
+        leader_schedule.adopt_offsets({**leader_schedule.offset_table, 18: 9})  # delay level 18 progress
 
     c.call(commit())
     # a pull's piggybacked offset counts on a master only (RocketMQ's rule for slaves)
@@ -145,8 +149,9 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
         lambda: (
             "OnlyOnLeader" in follower_ctx.topics
             and follower_ctx.offsets.query_offset("SyncedCG", TOPIC, 1) == 7
+            and follower_schedule.offset_table.get(18) == 9
         ),
-        "the follower copied the leader's topic and offset",
+        "the follower copied the leader's topic, consumer offset and delay progress",
     )
 
     store.ledger_loop.loop.call_soon_threadsafe(logs[a].force, None)  # leader again (term 1)

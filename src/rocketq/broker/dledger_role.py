@@ -36,6 +36,7 @@ from rocketq.errors import ResponseCode, ServiceNotAvailable
 from rocketq.ha.group_config import parse_peers, slave_broker_id
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import LogState, ReplicatedLog
+from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import loads_object_keys
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request, create_response
@@ -102,6 +103,12 @@ class SlaveSynchronize:
                 persister.request()
         if ctx.offsets_persister is not None and ctx.offsets.begin_persist():
             ctx.offsets_persister.request()
+        schedule = ctx.store.schedule
+        if schedule is not None:  # RocketMQ's syncDelayOffset: the leader's delay progress wins
+            delay = await self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
+            table = delay.get("offsetTable")
+            if isinstance(table, dict):
+                schedule.adopt_offsets({int(k): int(v) for k, v in table.items() if str(k).isdigit()})
         self.rounds += 1
 
 
@@ -282,6 +289,14 @@ def attach_role_handler(broker: Broker) -> list[asyncio.Task[None]]:
             )
         return create_response(request, ResponseCode.SUCCESS, f"leadership transferred to {target}")
 
+    async def delay_offsets(_conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET (45): the delay levels' progress, for the followers' copy."""
+        schedule = store.schedule
+        table = {} if schedule is None else dict(sorted(schedule.offset_table.items()))
+        body = fastjson.dumps({"offsetTable": table}).encode()
+        return create_response(request, ResponseCode.SUCCESS, body=body)
+
     broker._handlers[DLEDGER_LEADERSHIP_TRANSFER] = transfer
+    broker._handlers.setdefault(RequestCode.GET_ALL_DELAY_OFFSET, delay_offsets)
     ctx.dledger_role = handler
     return [t for t in (handler._task, handler._sync_task) if t is not None]
