@@ -139,12 +139,16 @@ def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessC
 
 def test_serve_dledger_one_writes_the_confs_and_serves(tmp_path: pathlib.Path) -> None:
     data = tmp_path / "data"
+    base = tmp_path / "base.conf"
+    base.write_text("mappedFileSizeCommitLog=65536\nbrokerName=ignored\n")
     args = ["serve", "--dledger", "1", "--data-dir", str(data), "--namesrv-port", "0", "--broker-port", "0"]
+    args += ["-c", str(base)]
     proc = RocketqProcess("serve-dledger", args, tmp_path / "logs")
     try:
         endpoints = proc.wait_banner(["name server", "broker"])
         conf = (data / "broker-n0.conf").read_text()
         assert "enableDLegerCommitLog=true" in conf and "dLegerSelfId=n0" in conf
+        assert "mappedFileSizeCommitLog=65536" in conf and "brokerName=broker-a" in conf
         namesrv = endpoints["name server"]
         with Admin(namesrv) as admin:
             admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")

@@ -1,7 +1,8 @@
 """``rocketq serve --dledger N``: a name server (this process) and a DLedger group of N brokers,
 each its own ``rocketq broker -c DIR/broker-nI.conf`` process.
 
-The confs are written into ``--data-dir`` first, so each broker can also be run on its own later
+The confs (``-c broker.conf`` gives the settings the group's keys leave open) are written into
+``--data-dir`` first, so each broker can also be run on its own later
 with the same command. Broker ``nI`` listens on ``--broker-port + 10 * I`` (a free port each with
 ``--broker-port 0``) and its peers replicate on ``40911 + I`` (free ports with 0). A group of one
 runs on :class:`~rocketq.ha.local_log.SingleNodeLog`; a larger group needs the Raft driver
@@ -21,6 +22,7 @@ import time
 
 from rocketq.errors import ClusterStartError, ConfigError
 from rocketq.namesrv.server import NameServer, NamesrvConfig
+from rocketq.properties import parse_properties
 
 DLEDGER_BASE_PORT = 40911
 READY_TIMEOUT_S = 60.0
@@ -40,11 +42,16 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     peer_ports = [DLEDGER_BASE_PORT + i if args.broker_port else _free_port(host) for i in range(count)]
     peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
     os.makedirs(args.data_dir, exist_ok=True)
+    base: dict[str, str] = {}
+    if args.config:  # -c broker.conf gives the other settings; the group's keys below win
+        with open(args.config, encoding="utf-8") as f:
+            base = parse_properties(f.read())
     out: dict[str, str] = {}
     for sid, port in zip(ids, ports, strict=True):
         path = os.path.join(args.data_dir, f"broker-{sid}.conf")
         lines = {
-            "brokerClusterName": "DefaultCluster",
+            **base,
+            "brokerClusterName": base.get("brokerClusterName", "DefaultCluster"),
             "brokerName": group,
             "brokerId": "0",
             "namesrvAddr": namesrv_addr,
