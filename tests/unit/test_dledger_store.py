@@ -14,6 +14,7 @@ from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_peers, slave_broker_id
+from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import AppendResult, AppendStatus
 from rocketq.message import Message
 from rocketq.protocol import record as rec
@@ -213,3 +214,16 @@ def test_a_dledger_store_does_not_start_plain(dl_config: StoreConfig) -> None:
     plain = dataclasses.replace(dl_config, enable_dleger_commit_log=False)
     with pytest.raises(ConfigError, match=r"holds DLedger entries \(dledger-n0\)"):
         open_message_store(plain)
+
+
+def test_dispatch_reaches_a_committed_noop(dl_store: MessageStore) -> None:
+    # a new Raft leader's first entry is a NOOP: the leader waits for dispatch to reach it
+    assert isinstance(dl_store, DLedgerMessageStore)
+    put_n(dl_store, 3)
+    ledger = dl_store.ledger
+    assert isinstance(ledger, SingleNodeLog)
+    index, _ = ledger.store.append(ledger.store.term, b"", magic=fmt.MAGIC_NOOP)
+    ledger.store.set_committed_index(index)
+    assert dl_store.wait_dispatched(10) and dl_store.dispatch_behind_bytes() == 0
+    r = dl_store.put_message(Message("T", b"after-noop"), queue_id=0)
+    assert r.queue_offset == 2 and bodies(dl_store, 0)[-1] == b"after-noop"

@@ -59,7 +59,7 @@ def test_an_entry_pushed_to_the_next_file_is_encoded_again_for_its_offset(tmp_pa
     run(log.stop())
 
 
-def test_restart_commits_what_recovery_kept_and_skips_noops(tmp_path: pathlib.Path) -> None:
+def test_restart_commits_what_recovery_kept_and_yields_noops_empty(tmp_path: pathlib.Path) -> None:
     log = SingleNodeLog.open(str(tmp_path), "n0", data_file_size=FILE)
     run(log.start())
     run(log.append(body_for(64, [])))
@@ -72,7 +72,8 @@ def test_restart_commits_what_recovery_kept_and_skips_noops(tmp_path: pathlib.Pa
     again = SingleNodeLog.open(str(tmp_path), "n0", data_file_size=FILE)
     run(again.start())
     assert again.state.term == 1
-    assert [pos for pos, _ in again.entries_from(0)] == [0, 112 + 48]
+    entries = list(again.entries_from(0))
+    assert [(pos, len(body)) for pos, body in entries] == [(0, 64), (112, 0), (112 + 48, 64)]
     assert again.committed_pos == 112 + 48 + 112
     run(again.stop())
 

@@ -12,7 +12,8 @@ rest of it (the record's length does not depend on its offset, so this is known 
 first call). Encoders therefore assign queue offsets once and only re-pack on a second call.
 An encoder may raise (the broker refuses the put, e.g. it stopped being writable): nothing is
 appended then and the exception propagates out of ``append``.
-NOOP entries are never yielded by :meth:`SingleNodeLog.entries_from`.
+:meth:`SingleNodeLog.entries_from` yields every committed entry, a NOOP with an empty body (which
+dispatch skips): a dispatcher that never saw the last entry would never reach ``committed_pos``.
 """
 
 from __future__ import annotations
@@ -136,8 +137,9 @@ class SingleNodeLog:
                     return
                 entry = store.get(index)
             index += 1
-            if entry.magic != MAGIC_NOOP:
-                yield entry.pos, entry.body
+            # a NOOP is yielded too (empty body): dispatch must reach committed_pos, and a new
+            # leader waits for exactly that
+            yield entry.pos, b"" if entry.magic == MAGIC_NOOP else entry.body
 
     def on_state_change(self, callback: Callable[[LogState], None]) -> None:
         self._callbacks.append(callback)
