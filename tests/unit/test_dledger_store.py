@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.ha import entry_format as fmt
@@ -227,3 +228,13 @@ def test_dispatch_reaches_a_committed_noop(dl_store: MessageStore) -> None:
     assert dl_store.wait_dispatched(10) and dl_store.dispatch_behind_bytes() == 0
     r = dl_store.put_message(Message("T", b"after-noop"), queue_id=0)
     assert r.queue_offset == 2 and bodies(dl_store, 0)[-1] == b"after-noop"
+
+
+def test_delay_delivery_rewrites_through_the_log(dl_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(dl_config, message_delay_level="1s 2s")
+    with open_message_store(cfg) as s:
+        r = s.put_message(Message("D", b"later", delay_level=1), queue_id=1)
+        wait_until(lambda: s.get_max_offset("D", 1) == 1, "the delayed message delivered", 10, 0.01)
+        delivered = s.get_message("G", "D", 1, 0).messages[0]
+        assert delivered.body == b"later" and delivered.commit_log_offset > r.physical_offset
+        assert (delivered.commit_log_offset - fmt.BODY_OFFSET) in [pos for pos, _ in s.ledger.entries_from(0)]  # type: ignore[union-attr]
