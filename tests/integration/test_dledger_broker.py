@@ -117,6 +117,7 @@ def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> Non
     assert refused.returncode == 1 and "leadership transfer to n1 refused or failed" in refused.stderr
 
 
+@pytest.mark.slow  # kills a broker process
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
 def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessCluster, flush: str) -> None:
     if flush == "ASYNC_FLUSH":  # acknowledged once written (page cache): kill -9 keeps it too
