@@ -107,7 +107,7 @@ def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> Non
     # the offset message ids name the entries' body offsets
     assert [int(r.offset_msg_id[-16:], 16) for r in results] == [phys for phys, _ in records]
     rows = [r for r in cluster_list_json(cluster) if r.get("broker_name") == "broker-d"]
-    assert rows and rows[0]["broker_id"] == 0
+    assert len(rows) == 1 and rows[0]["broker_id"] == 0  # registered as slave first, then master
     assert (rows[0]["dledger_role"], rows[0]["dledger_term"]) == ("LEADER", "1")
     table = admin_cli(cluster, "clusterList").stdout
     assert "#DLedger Role" in table and "LEADER" in table

@@ -151,6 +151,9 @@ class DLedgerRoleHandler:
             if svc is not None:
                 svc.fault_hook = self.gate
         self._refuse(self.ledger.state)
+        # a slave until the role is applied (RocketMQ starts DLedger brokers without a master id)
+        self.ctx.is_master = False
+        self._set_broker_id(self.slave_id, register=False)
         self.ledger.on_state_change(self._on_state)
         self._changed.set()
         self._task = self._loop.create_task(self._run(), name="dledger-role")
@@ -227,13 +230,13 @@ class DLedgerRoleHandler:
             state.leader_id,
         )
 
-    def _set_broker_id(self, broker_id: int) -> None:
+    def _set_broker_id(self, broker_id: int, *, register: bool = True) -> None:
         ctx = self.ctx
         if ctx.config.broker_id != broker_id:
             ctx.config = dataclasses.replace(ctx.config, broker_id=broker_id)
         if self.registrar is not None:
             self.registrar.cfg = dataclasses.replace(self.registrar.cfg, broker_id=broker_id)
-        if self._register_now is not None:
+        if register and self._register_now is not None:
             self._register_now()
 
     # -- slave sync -------------------------------------------------------------------------
