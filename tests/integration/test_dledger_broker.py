@@ -106,8 +106,15 @@ def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> Non
     assert [b for _, b in records] == [f"m-{i}".encode() for i in range(300)]
     # the offset message ids name the entries' body offsets
     assert [int(r.offset_msg_id[-16:], 16) for r in results] == [phys for phys, _ in records]
-    rows = [r for r in cluster_list_json(cluster) if r.get("broker_name") == "broker-d"]
-    assert len(rows) == 1 and rows[0]["broker_id"] == 0  # registered as slave first, then master
+
+    def rows_of_d() -> list[dict[str, object]]:
+        return [r for r in cluster_list_json(cluster) if r.get("broker_name") == "broker-d"]
+
+    # registered as slave first, then as master: the master entry replaces the slave one
+    cluster.wait_until(
+        lambda: [r["broker_id"] for r in rows_of_d()] == [0], "broker-d listed once, as master"
+    )
+    rows = rows_of_d()
     assert (rows[0]["dledger_role"], rows[0]["dledger_term"]) == ("LEADER", "1")
     table = admin_cli(cluster, "clusterList").stdout
     assert "#DLedger Role" in table and "LEADER" in table
