@@ -123,6 +123,23 @@ class StoreConfig:
     #: How often retention measures the disk and deletes what it may.
     clean_resource_interval_ms: int = 10_000
 
+    #: DLedger mode (RocketMQ ``enableDLegerCommitLog``): the CommitLog is a replicated log
+    #: (docs/replication.md §4). The ``d_leger_*`` names are RocketMQ's keys, misspelling included.
+    enable_dleger_commit_log: bool = False
+    #: ``dLegerGroup`` (RocketMQ sets it to the broker name).
+    d_leger_group: str = ""
+    #: ``dLegerPeers``: ``n0-127.0.0.1:40911;n1-127.0.0.1:40912;...`` (replication addresses).
+    d_leger_peers: str = ""
+    #: ``dLegerSelfId``: this broker's id in ``d_leger_peers``.
+    d_leger_self_id: str = ""
+    #: ``preferredLeaderId``: the peer leadership is handed to when it is up to date.
+    preferred_leader_id: str = ""
+    #: ``enableBatchPush``: replicate entries in batches.
+    enable_batch_push: bool = False
+    #: ``storePathDLedgerCommitLog``: base directory of the entry store (``dledger-<selfId>/``
+    #: under it); default the store root, as RocketMQ's ``storeBaseDir``.
+    store_path_dledger_commit_log: str | None = None
+
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name, enum_type in (("flush_disk_type", FlushDiskType), ("broker_role", BrokerRole)):

@@ -31,6 +31,7 @@ from rocketq.errors import ServiceNotAvailable, StoreError
 from rocketq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
+    from rocketq.broker.dledger_role import DLedgerRoleHandler
     from rocketq.broker.pop.service import PopService
     from rocketq.broker.trace import BrokerTracer
 
@@ -67,6 +68,10 @@ class BrokerContext:
     tps: TpsSampler = field(default_factory=TpsSampler)
     boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     accepting: bool = True
+    #: False while this broker is a DLedger follower: master-only work (transaction checks) pauses
+    is_master: bool = True
+    #: The DLedger role handler (DLedger mode only; broker/dledger_role.py).
+    dledger_role: DLedgerRoleHandler | None = None
     _in_flight: int = field(default=0, init=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 

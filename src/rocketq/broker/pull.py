@@ -294,9 +294,15 @@ class PullMessageProcessor:
         )
 
     def _commit_pulled_offset(self, conn: Connection, header: PullMessageRequestHeader) -> None:
-        """Store the offset the consumer sent along with its pull (never on a slave)."""
-        if header.has_commit_offset_flag and self.ctx.store.config.broker_role is not BrokerRole.SLAVE:
-            self.ctx.offsets.commit_offset(
+        """Store the offset the consumer sent along with its pull (never on a slave, nor on a
+        DLedger follower)."""
+        ctx = self.ctx
+        if (
+            header.has_commit_offset_flag
+            and ctx.is_master
+            and ctx.store.config.broker_role is not BrokerRole.SLAVE
+        ):
+            ctx.offsets.commit_offset(
                 conn.remote_address,
                 header.consumer_group,
                 header.topic,

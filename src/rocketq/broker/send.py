@@ -209,7 +209,9 @@ class SendMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._ids = UniqueIdGenerator()
-        self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        cfg = ctx.store.config
+        # a DLedger put may wait for its quorum (or an fsync): never on the event loop
+        self._sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or cfg.enable_dleger_commit_log
 
     # -- shared checks ----------------------------------------------------------------------
     def _check_broker_writeable(self) -> None:

@@ -60,6 +60,7 @@ from rocketq.broker.config_file import PersistScheduler
 from rocketq.broker.consumer_manage import ConsumerManageProcessor
 from rocketq.broker.consumer_offset import ConsumerOffsetManager
 from rocketq.broker.context import BrokerContext
+from rocketq.broker.dledger_role import attach_role_handler
 from rocketq.broker.long_polling import (
     LONG_POLLING_CHECK_INTERVAL_S,
     SHORT_POLLING_CHECK_INTERVAL_S,
@@ -86,7 +87,7 @@ from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCod
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
 from rocketq.remoting.server import RemotingServer
-from rocketq.store.message_store import MessageStore
+from rocketq.store.message_store import MessageStore, open_message_store
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class Broker:
 
         store_config = dataclasses.replace(self.store_config, store_host=self.broker_addr)
         self.store_config = store_config
-        store = MessageStore(store_config)
+        store = open_message_store(store_config)
 
         def store_opened() -> None:
             self.store = store
@@ -297,6 +298,7 @@ class Broker:
 
         self._install_handlers(ctx)
         start_tracer(ctx)
+        self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")

@@ -281,8 +281,8 @@ class TransactionService:
 
     # -- check service ----------------------------------------------------------------------
     async def check(self) -> None:
-        """One pass of the transaction state check."""
-        if self._check_lock.locked():
+        """One pass of the transaction state check (none on a DLedger follower)."""
+        if self._check_lock.locked() or not self.ctx.is_master:
             return
         async with self._check_lock:
             await self._check()

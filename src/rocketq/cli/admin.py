@@ -196,16 +196,24 @@ def _admin_topic_status(admin: Admin, args: argparse.Namespace) -> None:
 
 def _admin_cluster_list(admin: Admin, args: argparse.Namespace) -> None:
     entries = admin.cluster_list()
-    _out(
-        args,
-        [dataclasses.asdict(e) for e in entries],
-        lambda: print(
-            _table(
-                ["#Cluster Name", "#Broker Name", "#BID", "#Addr"],
-                [(e.cluster, e.broker_name, e.broker_id, e.addr) for e in entries],
-            )
-        ),
-    )
+    dledger = any(e.dledger_role for e in entries)  # the role columns only when some broker has one
+    docs = [dataclasses.asdict(e) for e in entries]
+    if not dledger:
+        for d in docs:
+            del d["dledger_role"], d["dledger_term"]
+    head = ["#Cluster Name", "#Broker Name", "#BID", "#Addr"]
+    rows: list[tuple[object, ...]] = [(e.cluster, e.broker_name, e.broker_id, e.addr) for e in entries]
+    if dledger:
+        head += ["#DLedger Role", "#Term"]
+        rows = [
+            (*r, e.dledger_role or "-", e.dledger_term or "-") for r, e in zip(rows, entries, strict=True)
+        ]
+    _out(args, docs, lambda: print(_table(head, rows)))
+
+
+def _admin_dledger_transfer(admin: Admin, args: argparse.Namespace) -> None:
+    remark = admin.dledger_leadership_transfer(args.broker, args.target)
+    _out(args, {"broker": args.broker, "target": args.target, "result": remark}, lambda: print(remark))
 
 
 def _admin_broker_status(admin: Admin, args: argparse.Namespace) -> None:
@@ -514,6 +522,13 @@ def add_parser(sub: Any) -> None:
     cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
     p = cmd("brokerStatus", _admin_broker_status, "show a broker's runtime figures (all brokers without -b)")
     p.add_argument("-b", "--broker-addr", help="broker address host:port")
+    p = cmd(
+        "dledgerLeadershipTransfer",
+        _admin_dledger_transfer,
+        "hand the leadership of a DLedger group to another peer",
+    )
+    p.add_argument("-b", "--broker", required=True, help="broker name (the DLedger group)")
+    p.add_argument("-t", "--target", required=True, help="dLegerSelfId of the new leader, e.g. n1")
     p = cmd("consumerProgress", _admin_consumer_progress, "show a group's offsets and lag")
     p.add_argument("-g", "--group", required=True, help="consumer group")
     p.add_argument("-t", "--topic", help="only this topic (default: every topic of the group)")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
+from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, RocketqError
 from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
@@ -117,6 +118,9 @@ async def _serve_async(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if args.dledger is not None:
+        await serve_dledger(args, stop)
+        return
     # a broker.conf (-c) gives the defaults; the serve flags below always win
     base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
     # the name server speaks the broker.conf's tls.server.* settings too
@@ -250,4 +254,11 @@ def add_server_parsers(sub: Any) -> None:
     )
     serve.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
     serve.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
+    serve.add_argument(
+        "--dledger",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a DLedger group of N brokers, each its own process (confs written into --data-dir)",
+    )
     serve.set_defaults(func=_serve)

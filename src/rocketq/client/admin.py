@@ -208,18 +208,6 @@ class AsyncAdmin(AdminMessages):
             raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
-    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
-        """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's ``table``), what mqadmin's
-        ``brokerStatus`` prints."""
-        response = await self._broker(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        try:
-            table = fastjson.loads((response.body or b"").decode("utf-8")).get("table")
-        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
-            raise BodyFormatError(f"broker {broker_addr}: runtime info does not parse: {exc}") from None
-        if not isinstance(table, dict):
-            raise BodyFormatError(f"broker {broker_addr}: no table in the runtime info")
-        return {str(k): str(v) for k, v in table.items()}
-
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min/max offset and last update time of every queue of ``topic``."""
         out: list[QueueStatus] = []
@@ -386,6 +374,7 @@ class Admin(BlockingFacade[AsyncAdmin]):
     topic_status = blocking(AsyncAdmin.topic_status)
     cluster_info = blocking(AsyncAdmin.cluster_info)
     cluster_list = blocking(AsyncAdmin.cluster_list)
+    dledger_leadership_transfer = blocking(AsyncAdmin.dledger_leadership_transfer)
     consumer_progress = blocking(AsyncAdmin.consumer_progress)
     query_msg_by_id = blocking(AsyncAdmin.query_msg_by_id)
     query_msg_by_key = blocking(AsyncAdmin.query_msg_by_key)

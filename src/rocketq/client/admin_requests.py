@@ -12,6 +12,8 @@ operation starts from them.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Self
 
@@ -19,17 +21,22 @@ from rocketq.client.admin_views import BrokerEntry
 from rocketq.client.aio import AsyncProducer, error_for_response
 from rocketq.client.config import ClientConfig, resolve_config
 from rocketq.errors import (
+    BodyFormatError,
     ClientStateError,
     ConfigError,
     NameServerUnavailable,
     RemotingError,
     ResponseCode,
+    RocketqError,
     TopicNotExist,
 )
+from rocketq.protocol import fastjson
 from rocketq.protocol.route import MASTER_ID, ClusterInfo, TopicList, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 
 DEFAULT_TIMEOUT_MS = 5_000
+#: rocketq's request code for a DLedger leadership transfer (rocketq.broker.dledger_role)
+DLEDGER_LEADERSHIP_TRANSFER = 9801
 
 
 class AdminRequests:
@@ -180,4 +187,41 @@ class AdminRequests:
                     continue
                 for broker_id, addr in bd.broker_addrs.items():
                     entries.append(BrokerEntry(cluster, name, broker_id, addr))
+        # every broker asked at once: one that does not answer costs one timeout, not one each
+        roles = await asyncio.gather(*(self._dledger_role(e.addr) for e in entries))
+        entries = [
+            dataclasses.replace(e, dledger_role=r, dledger_term=t)
+            for e, (r, t) in zip(entries, roles, strict=True)
+        ]
         return sorted(entries, key=lambda e: (e.cluster, e.broker_name, e.broker_id))
+
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's ``table``), what mqadmin's
+        ``brokerStatus`` prints."""
+        response = await self._broker(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        try:
+            table = fastjson.loads((response.body or b"").decode("utf-8")).get("table")
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise BodyFormatError(f"broker {broker_addr}: runtime info does not parse: {exc}") from None
+        if not isinstance(table, dict):
+            raise BodyFormatError(f"broker {broker_addr}: no table in the runtime info")
+        return {str(k): str(v) for k, v in table.items()}
+
+    async def _dledger_role(self, addr: str) -> tuple[str, str]:
+        """Role and term of a broker in DLedger mode ("" for a plain or unreachable broker)."""
+        try:
+            info = await self.broker_runtime_info(addr)
+        except (RemotingError, RocketqError, OSError, ValueError):
+            return "", ""
+        return info.get("dledgerRole", ""), info.get("dledgerTerm", "")
+
+    async def dledger_leadership_transfer(self, broker_name: str, target: str) -> str:
+        """Ask the leader (master) of DLedger group ``broker_name`` to hand leadership to the
+        peer ``target`` (a ``dLegerSelfId``); returns the broker's remark. rocketq request 9801."""
+        info = await self.cluster_info()
+        bd = info.broker_addr_table.get(broker_name)
+        addr = None if bd is None else bd.broker_addrs.get(MASTER_ID)
+        if addr is None:
+            raise ConfigError(f"broker {broker_name!r} has no master registered with the name servers")
+        response = await self._broker(addr, DLEDGER_LEADERSHIP_TRANSFER, {"target": target})
+        return response.remark or "ok"

@@ -36,6 +36,9 @@ class BrokerEntry:
     broker_name: str
     broker_id: int
     addr: str
+    #: DLedger mode: the broker's role in its group and the term (its runtime info; else "")
+    dledger_role: str = ""
+    dledger_term: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from enum import StrEnum
 from types import TracebackType
 
 from rocketq.config import FlushDiskType, StoreConfig
-from rocketq.errors import DiskFull, StoreLocked, SystemBusy
+from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
 from rocketq.message import (
     TOPIC_PATTERN,
     BrokerMessage,
@@ -146,7 +146,7 @@ class MessageStore:
         self.config = config = config or StoreConfig()
         self.root = config.store_path_root_dir
         self.delay_levels = parse_delay_levels(config.message_delay_level)
-        self.commitlog = CommitLog(config, on_flushed=self._on_commitlog_flushed)
+        self.commitlog = self._new_commitlog(config)
         self.consume_queues = ConsumeQueueStore(config)
         self.commitlog.reserve_queue_file = self.consume_queues.reserve
         self.checkpoint: StoreCheckpoint | None = None
@@ -177,6 +177,10 @@ class MessageStore:
         self.index_windows_skipped = 0
         #: (CommitLog offset, bytes, file name) of every quarantined damaged range (``quarantine/``).
         self.quarantined: list[tuple[int, int, str]] = []
+
+    def _new_commitlog(self, config: StoreConfig) -> CommitLog:
+        """The CommitLog implementation (DLedger mode overrides it: store/dledger_store.py)."""
+        return CommitLog(config, on_flushed=self._on_commitlog_flushed)
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -1108,3 +1112,21 @@ class MessageStore:
             # offset:bytes of each damaged range recovery skipped (files in quarantine/)
             "commitLogQuarantine": ",".join(f"{off}:{size}" for off, size, _ in self.quarantined),
         }
+
+
+def open_message_store(config: StoreConfig) -> MessageStore:
+    """The store ``config`` asks for: DLedger mode (``enable_dleger_commit_log``) or plain. A
+    plain start of a store that holds DLedger entries is refused: its ConsumeQueues would be cut
+    back to the old CommitLog and every message since the switch hidden."""
+    if config.enable_dleger_commit_log:
+        from rocketq.store.dledger_store import DLedgerMessageStore  # noqa: PLC0415 - it imports this module
+
+        return DLedgerMessageStore(config)
+    root = config.store_path_root_dir
+    held = sorted(n for n in os.listdir(root) if n.startswith("dledger-")) if os.path.isdir(root) else []
+    if held:
+        raise ConfigError(
+            f"store {root} holds DLedger entries ({', '.join(held)}): start it with "
+            "enableDLegerCommitLog=true (a plain start would hide every message written since)"
+        )
+    return MessageStore(config)

@@ -150,6 +150,14 @@ class ScheduleMessageService(ServiceThread):
             self._dirty = True  # written by the next attempt
             raise
 
+    def adopt_offsets(self, table: dict[int, int]) -> None:
+        """Take another broker's progress as this one's (a DLedger follower copies its leader's,
+        RocketMQ's ``syncDelayOffset``); written by the next persist."""
+        with self._lock:
+            if table != self.offset_table:
+                self.offset_table = dict(table)
+                self._dirty = True
+
     # -- lifecycle --------------------------------------------------------------------------
     def shutdown(self) -> None:
         super().shutdown()

@@ -1,0 +1,130 @@
+"""``rocketq serve --dledger N``: a name server (this process) and a DLedger group of N brokers,
+each its own ``rocketq broker -c DIR/broker-nI.conf`` process.
+
+The confs (``-c broker.conf`` gives the settings the group's keys leave open) are written into
+``--data-dir`` first, so each broker can also be run on its own later
+with the same command. Broker ``nI`` listens on ``--broker-port + 10 * I`` (a free port each with
+``--broker-port 0``) and its peers replicate on ``40911 + I`` (free ports with 0). A group of one
+runs on :class:`~rocketq.ha.local_log.SingleNodeLog`; a larger group needs the Raft driver
+(``rocketq.ha.driver``) and is refused with a clear error while it is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from rocketq.errors import ClusterStartError, ConfigError
+from rocketq.namesrv.server import NameServer, NamesrvConfig
+from rocketq.properties import parse_properties
+
+DLEDGER_BASE_PORT = 40911
+READY_TIMEOUT_S = 60.0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dict[str, str]:
+    """Write ``broker-nI.conf`` for every peer into the data directory; self id → path."""
+    host, group = args.host, args.broker_name
+    ids = [f"n{i}" for i in range(count)]
+    ports = [args.broker_port + 10 * i if args.broker_port else _free_port(host) for i in range(count)]
+    peer_ports = [DLEDGER_BASE_PORT + i if args.broker_port else _free_port(host) for i in range(count)]
+    peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
+    os.makedirs(args.data_dir, exist_ok=True)
+    base: dict[str, str] = {}
+    if args.config:  # -c broker.conf gives the other settings; the group's keys below win
+        with open(args.config, encoding="utf-8") as f:
+            base = parse_properties(f.read())
+    out: dict[str, str] = {}
+    for sid, port in zip(ids, ports, strict=True):
+        path = os.path.join(args.data_dir, f"broker-{sid}.conf")
+        lines = {
+            **base,
+            "brokerClusterName": base.get("brokerClusterName", "DefaultCluster"),
+            "brokerName": group,
+            "brokerId": "0",
+            "namesrvAddr": namesrv_addr,
+            "brokerIP1": host,
+            "bindAddress": host,
+            "listenPort": str(port),
+            "fastListenPortEnable": "false",
+            "storePathRootDir": os.path.abspath(os.path.join(args.data_dir, f"{group}-{sid}")),
+            "flushDiskType": args.flush,
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": group,
+            "dLegerPeers": peers,
+            "dLegerSelfId": sid,
+            "preferredLeaderId": "n0",
+        }
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+        out[sid] = path
+    return out
+
+
+async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    count = args.dledger
+    if count < 1:
+        raise ConfigError(f"--dledger {count}: a group has at least one broker")
+    if count > 1 and importlib.util.find_spec("rocketq.ha.driver") is None:
+        raise ConfigError(
+            f"--dledger {count} needs the Raft driver (rocketq.ha.driver), which is not available yet; "
+            "--dledger 1 runs a group of one"
+        )
+    began = time.monotonic()
+    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
+    await namesrv.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        namesrv_addr = f"{args.host}:{namesrv.port}"
+        confs = broker_confs(args, namesrv_addr, count)
+        for sid, conf in confs.items():
+            log_path = os.path.join(args.data_dir, f"broker-{sid}.log")
+            with open(log_path, "ab") as log_file:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "rocketq.cli", "broker", "-c", conf],
+                        stdout=log_file,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            info = namesrv.routes.cluster_info()
+            group = info.broker_addr_table.get(args.broker_name)
+            if group is not None and len(group.broker_addrs) >= count:
+                break
+            dead = [p.args for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                why = "exited" if dead else f"did not register within {READY_TIMEOUT_S:.0f} s"
+                raise ClusterStartError(
+                    f"a broker of the DLedger group {why}; see {args.data_dir}/broker-n*.log"
+                )
+            await asyncio.sleep(0.1)
+        lines = [f"rocketq ready in {time.monotonic() - began:.2f} s", f"  name server  {namesrv_addr}"]
+        for broker_id, addr in sorted(group.broker_addrs.items()):
+            lines.append(f"  broker       {addr}  ({args.broker_name}, brokerId {broker_id})")
+        lines.append(f"  confs        {', '.join(confs.values())}")
+        print("\n".join(lines), flush=True)
+        await stop.wait()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                await asyncio.to_thread(p.wait, 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        await namesrv.close()

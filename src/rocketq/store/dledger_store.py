@@ -1,0 +1,250 @@
+"""MessageStore in DLedger mode (``enable_dleger_commit_log``; docs/replication.md §4).
+
+Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the old CommitLog
+(an adopted store's segments; none in a store that was always in DLedger mode):
+
+1. pad the last old segment with a BLANK and mark it full; ``divided_offset`` is its end
+   (RocketMQ's ``dividedCommitlogOffset``), or where the entry store's first data file starts;
+2. open the replicated log (a factory: a group of one, or the Raft driver) with its first data
+   file at ``divided_offset``, and start it on its own loop thread;
+3. rebuild the ConsumeQueues and the index of the replicated part from the committed entries
+   (the old CommitLog's recovery already cut the units past its end), then the queue-offset
+   table from the ConsumeQueues.
+
+Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
+CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
+carry no record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from rocketq.config import FlushDiskType, StoreConfig
+from rocketq.ha.entry_format import BODY_OFFSET
+from rocketq.ha.group_config import LedgerFactory, LedgerSpec, open_ledger, parse_peers
+from rocketq.ha.replicated_log import ReplicatedLog
+from rocketq.protocol import record as rec
+from rocketq.store.commitlog import CommitLog
+from rocketq.store.dispatch import Dispatcher, ReputMessageService
+from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop
+from rocketq.store.message_store import MessageStore
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
+
+log = logging.getLogger(__name__)
+_BLANK = struct.Struct(">ii")
+#: entries whose requests are dispatched together (per-entry parsing, one dispatcher call)
+_ENTRIES_PER_WINDOW = 1024
+#: how often dispatch looks for newly committed entries when no local append woke it
+FOLLOWER_POLL_S = 0.1
+
+
+class DLedgerReputService(ReputMessageService):
+    """ReputMessageService over committed entries (``reput_from_offset`` is an entry position:
+    every entry before it is dispatched)."""
+
+    def __init__(
+        self,
+        commitlog: DLedgerCommitLog,
+        ledger: ReplicatedLog,
+        dispatchers: list[Dispatcher],
+        *,
+        delay_levels: dict[int, int] | None,
+    ) -> None:
+        super().__init__(
+            commitlog,
+            dispatchers,
+            limit=lambda: commitlog.max_offset,
+            roll_next_file=commitlog.roll_next_file,
+            min_offset=lambda: commitlog.divided_offset,
+            delay_levels=delay_levels,
+            # entries a leader commits on a follower arrive without a local put to wake it
+            idle_wait_s=FOLLOWER_POLL_S,
+        )
+        self._ledger = ledger
+
+    def do_reput(self) -> int:
+        count = 0
+        limit = self._limit()
+        self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
+        if self.reput_from_offset < limit:
+            pending: list[DispatchRequest] = []
+            entries = 0
+            end = self.reput_from_offset
+            for pos, body in self._ledger.entries_from(self.reput_from_offset):
+                nxt = pos + BODY_OFFSET + len(body)
+                if self._stopped_hard or nxt > limit:
+                    break
+                if body:
+                    reqs, used, stop = parse_window(body, pos + BODY_OFFSET, self._delay_levels)
+                    if stop is rec.RecordKind.CORRUPT or used != len(body):
+                        log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
+                    if isinstance(reqs, DispatchBatch):
+                        count += self._dispatch(pending) + self._dispatch(reqs)
+                        pending = []
+                    else:
+                        pending.extend(reqs)
+                end = nxt
+                entries += 1
+                if entries >= _ENTRIES_PER_WINDOW:
+                    count += self._dispatch(pending)
+                    pending, entries = [], 0
+                    self.reput_from_offset = end
+                    self._notify_progress()
+            count += self._dispatch(pending)
+            self.reput_from_offset = end
+        self.dispatched_records += count
+        self._notify_progress()
+        return count
+
+    def _dispatch(self, reqs: list[DispatchRequest]) -> int:
+        if not reqs:
+            return 0
+        for dispatcher in self.dispatchers:
+            dispatcher(reqs)
+        for listener in self.arrival_listeners:
+            listener(reqs)
+        for topic, listener in self.topic_listeners:
+            if isinstance(reqs, DispatchBatch):
+                mine = reqs.of_topic(topic)
+            else:
+                mine = [r for r in reqs if r.topic == topic]
+            if mine:
+                listener(mine)
+        return len(reqs)
+
+
+class DLedgerMessageStore(MessageStore):
+    """See the module docstring. ``ledger_factory`` builds the replicated log (default:
+    :func:`rocketq.ha.group_config.open_ledger`)."""
+
+    commitlog: DLedgerCommitLog
+
+    def __init__(
+        self, config: StoreConfig | None = None, *, ledger_factory: LedgerFactory | None = None
+    ) -> None:
+        super().__init__(config)
+        self.ledger_factory = ledger_factory or open_ledger
+        self.ledger: ReplicatedLog | None = None
+        self.ledger_loop: LedgerLoop | None = None
+
+    def _new_commitlog(self, config: StoreConfig) -> CommitLog:
+        return DLedgerCommitLog(config, on_flushed=self._on_commitlog_flushed)
+
+    def ledger_spec(self, data_start_offset: int) -> LedgerSpec:
+        cfg = self.config
+        self_id = cfg.d_leger_self_id or "n0"
+        peers = parse_peers(cfg.d_leger_peers) if cfg.d_leger_peers else {self_id: "127.0.0.1:40911"}
+        return LedgerSpec(
+            base_dir=cfg.store_path_dledger_commit_log or self.root,
+            group=cfg.d_leger_group,
+            self_id=self_id,
+            peers=peers,
+            data_file_size=cfg.mapped_file_size_commit_log,
+            data_start_offset=data_start_offset,
+            fsync=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            preferred_leader_id=cfg.preferred_leader_id or None,
+            enable_batch_push=cfg.enable_batch_push,
+            broker_address=cfg.store_host,
+        )
+
+    def _load_and_recover(self) -> None:
+        super()._load_and_recover()  # the old CommitLog: recovered, dispatched, units past it cut
+        cl = self.commitlog
+        divided = self._pad_old_commitlog()
+        spec = self.ledger_spec(divided)
+        if divided == 0:
+            divided = _first_data_file(os.path.join(spec.base_dir, f"dledger-{spec.self_id}", "data"))
+        loop = LedgerLoop()
+        try:
+            ledger = self.ledger_factory(spec)
+            loop.run(ledger.start(), 60)
+        except BaseException:
+            loop.stop()
+            raise
+        self.ledger, self.ledger_loop = ledger, loop
+        cl.attach(ledger, loop, divided)
+        if divided > 0 and cl.queue.last() is None:
+            log.info("DLedger entries start at %d (no old CommitLog segments)", divided)
+        # Rebuild what the replicated part contributes to the ConsumeQueues and the index.
+        self.consume_queues.truncate_dirty(divided)
+        if self.index_service is not None:
+            self.index_service.discard_beyond(divided)
+        self.reput = DLedgerReputService(cl, ledger, self._dispatchers(), delay_levels=self.delay_levels)
+        self.reput.reput_from_offset = divided
+        dispatched = self.reput.do_reput()
+        log.info(
+            "DLedger CommitLog from %d, committed up to %d: %d records dispatched",
+            divided,
+            cl.max_offset,
+            dispatched,
+        )
+        self.recover_topic_queue_table()
+
+    def _start_services(self) -> None:
+        super()._start_services()
+        assert self.reput is not None
+        # every committed append wakes dispatch, whatever the flush type (no group commit here)
+        self.commitlog.append_listener = self.reput.wakeup
+
+    def recover_topic_queue_table(self) -> None:
+        """Each queue's next offset from its ConsumeQueue (a new leader does this once every
+        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``)."""
+        table = self.commitlog.topic_queue_table
+        with self.commitlog._put_lock:
+            table.clear()
+            table.update(self.consume_queues.max_offsets())
+
+    def _pad_old_commitlog(self) -> int:
+        """Fill the rest of the last old segment with a BLANK; its end is ``divided_offset``
+        (0 without old segments)."""
+        q = self.commitlog.queue
+        last = q.last()
+        if last is None:
+            return 0
+        if not last.is_full():
+            left = last.file_size - last.wrote_position
+            if left >= _BLANK.size:
+                _BLANK.pack_into(last.write_target, last.wrote_position, left, rec.BLANK_MAGIC_CODE)
+            last.wrote_position = last.file_size
+            if last.write_buffer is None:
+                last.committed_position = last.file_size
+            while not q.flush(0):
+                pass
+            log.info("old CommitLog segment %d padded; DLedger entries follow it", last.file_from_offset)
+        return last.file_from_offset + last.file_size
+
+    def _abandon(self) -> None:
+        super()._abandon()
+        ledger, loop = self.ledger, self.ledger_loop
+        if ledger is not None and loop is not None:
+            try:
+                loop.run(ledger.stop(), 10)
+            except Exception:
+                log.exception("stopping the replicated log failed")
+        if loop is not None:
+            loop.stop()
+
+    def runtime_info(self) -> dict[str, str]:
+        info = super().runtime_info()
+        ledger = self.ledger
+        if ledger is not None:
+            st = ledger.state
+            info["dledgerRole"] = st.role.value
+            info["dledgerTerm"] = str(st.term)
+            info["dledgerSelfId"] = st.self_id
+            info["dledgerLeaderId"] = st.leader_id or ""
+            info["dledgerCommittedPos"] = str(ledger.committed_pos)
+            info["dividedCommitlogOffset"] = str(self.commitlog.divided_offset)
+        return info
+
+
+def _first_data_file(directory: str) -> int:
+    """The start offset of the first data file of an entry store (0 when there is none)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.isdigit()]
+    except FileNotFoundError:
+        return 0
+    return min((int(n) for n in names), default=0)

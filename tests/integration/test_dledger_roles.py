@@ -1,0 +1,188 @@
+"""The DLedger role handler of a running broker, driven by a log whose role the test sets: a
+follower refuses sends at once with SERVICE_NOT_AVAILABLE naming the leader (the producer
+retries on another broker), registers as a slave, and takes writes again once leader."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from _support.requests import pull_request, send_request
+from _support.wait import wait_until
+from rocketq.client import Admin, Message, Producer, SendStatus
+from rocketq.errors import ResponseCode
+from rocketq.ha.group_config import LedgerSpec, open_ledger
+from rocketq.ha.raft_types import Role
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
+from rocketq.remoting import RemotingClient, RemotingCommand
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.testing import InProcessCluster
+
+TOPIC = "RoleT"
+
+
+async def raw_send(addr: str, request: RemotingCommand | None = None) -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(addr, request or send_request(TOPIC, b"direct"), 5)
+    finally:
+        await client.close()
+
+
+class SteerableLog:
+    """A group of one whose role the test overrides (a test double of ReplicatedLog)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.forced: LogState | None = None
+        #: the ledger end the role handler waits for (None: it does not wait for one)
+        self.ledger_end_pos: int | None = None
+        self._callbacks: list[Callable[[LogState], None]] = []
+
+    @property
+    def state(self) -> LogState:
+        return self.forced or self.inner.state  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def committed_pos(self) -> int:
+        return self.inner.committed_pos  # type: ignore[attr-defined,no-any-return]
+
+    async def start(self) -> None:
+        await self.inner.start()  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        await self.inner.stop()  # type: ignore[attr-defined]
+
+    async def append(self, encode: RecordEncoder) -> AppendResult:
+        if self.forced is not None and self.forced.role is not Role.LEADER:
+            return AppendResult(AppendStatus.NOT_LEADER, leader_id=self.forced.leader_id)
+        return await self.inner.append(encode)  # type: ignore[attr-defined,no-any-return]
+
+    def read(self, pos: int, size: int) -> bytes:
+        return self.inner.read(pos, size)  # type: ignore[attr-defined,no-any-return]
+
+    def entries_from(self, pos: int):  # type: ignore[no-untyped-def]
+        return self.inner.entries_from(pos)  # type: ignore[attr-defined]
+
+    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
+        self._callbacks.append(callback)
+
+    async def transfer_leadership(self, target: str) -> bool:
+        return False
+
+    def force(self, state: LogState | None) -> None:
+        self.forced = state
+        for callback in self._callbacks:
+            callback(self.state)
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[InProcessCluster, dict[str, SteerableLog]]]:
+    logs: dict[str, SteerableLog] = {}
+
+    def factory(spec: LedgerSpec) -> SteerableLog:
+        log = SteerableLog(open_ledger(spec))
+        logs[spec.base_dir] = log
+        return log
+
+    monkeypatch.setattr("rocketq.store.dledger_store.open_ledger", factory)
+    with InProcessCluster(
+        2,
+        data_dir=str(tmp_path),
+        store_options={"enable_dleger_commit_log": True, "d_leger_self_id": "n0"},
+        broker_options={"register_broker_interval_ms": 1000},
+    ) as c:
+        c.create_topic(TOPIC, 2)
+        yield c, {name: logs[c.store(name).root] for name in c.broker_names}
+
+
+def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    c, logs = cluster
+    a, b = c.broker_names
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore) and store.ledger_loop is not None
+    with Producer("RolePG", namesrv_addr=c.namesrv_addr) as p:
+        assert p.send(Message(TOPIC, b"warm")).status is SendStatus.SEND_OK  # routes cached: a is master
+        follower = LogState(Role.FOLLOWER, 2, "n0", "n1", c.broker_addrs[b])  # b plays the leader
+        store.ledger_loop.loop.call_soon_threadsafe(logs[a].force, follower)
+        wait_until(lambda: not store.commitlog.writable, "the follower refuses writes")
+        refusal = asyncio.run(raw_send(c.broker_addrs[a]))
+        assert refusal.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert f"leader is n1 at {c.broker_addrs[b]}" in (refusal.remark or "")
+        # the cached route still names a as master: sends that pick its queues are retried on b
+        results = [p.send(Message(TOPIC, f"m{i}".encode())) for i in range(20)]
+    assert all(r.status is SendStatus.SEND_OK and r.message_queue.broker_name == b for r in results)
+
+    def registered_as(broker_id: int) -> bool:
+        with Admin(c.namesrv_addr) as admin:
+            return broker_id in admin.cluster_info().broker_addr_table[a].broker_addrs
+
+    wait_until(lambda: registered_as(1), "the follower registered as brokerId 1")
+
+    # the follower copies the leader's topics and consumer offsets (SlaveSynchronize)
+    with Admin(c.namesrv_addr) as admin:
+        admin.create_topic("OnlyOnLeader", 1, 1, broker_addr=c.broker_addrs[b])
+    leader_ctx, follower_ctx = c.broker(b).ctx, c.broker(a).ctx
+    assert leader_ctx is not None and follower_ctx is not None
+
+    leader_schedule, follower_schedule = c.store(b).schedule, store.schedule
+    assert leader_schedule is not None and follower_schedule is not None
+
+    async def commit() -> None:
+        leader_ctx.offsets.commit_offset("test", "SyncedCG", TOPIC, 1, 7)
+        leader_schedule.adopt_offsets({**leader_schedule.offset_table, 18: 9})  # delay level 18 progress
+
+    c.call(commit())
+    # a pull's piggybacked offset counts on a master only (RocketMQ's rule for slaves)
+    pulled = asyncio.run(
+        raw_send(c.broker_addrs[a], pull_request(TOPIC, 0, group="PiggyCG", commit_offset=5))
+    )
+    assert pulled.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND)
+    assert follower_ctx.offsets.query_offset("PiggyCG", TOPIC, 0) == -1
+    wait_until(
+        lambda: (
+            "OnlyOnLeader" in follower_ctx.topics
+            and follower_ctx.offsets.query_offset("SyncedCG", TOPIC, 1) == 7
+            and follower_schedule.offset_table.get(18) == 9
+        ),
+        "the follower copied the leader's topic, consumer offset and delay progress",
+    )
+
+    store.ledger_loop.loop.call_soon_threadsafe(logs[a].force, None)  # leader again (term 1)
+    wait_until(lambda: store.commitlog.writable, "the leader accepts writes")
+    back = asyncio.run(raw_send(c.broker_addrs[a]))
+    assert back.code == ResponseCode.SUCCESS, back.remark
+    handler = c.broker(a).ctx.dledger_role  # type: ignore[union-attr]
+    assert handler is not None
+    assert [role for role, _ in handler.history] == ["LEADER", "FOLLOWER", "LEADER"]
+    wait_until(lambda: registered_as(0), "the leader registered as brokerId 0")
+
+
+def test_a_new_leader_takes_writes_only_once_caught_up(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    c, logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore) and store.ledger_loop is not None
+    log = logs[a]
+    loop = store.ledger_loop.loop
+    loop.call_soon_threadsafe(log.force, LogState(Role.FOLLOWER, 2, "n0", None, None))
+    wait_until(lambda: not store.commitlog.writable, "the follower refuses writes")
+    log.ledger_end_pos = log.committed_pos + 100  # entries this leader still has to commit
+    loop.call_soon_threadsafe(log.force, LogState(Role.LEADER, 3, "n0", "n0", c.broker_addrs[a]))
+    refused = wait_until(
+        lambda: (r := asyncio.run(raw_send(c.broker_addrs[a]))).remark and "catching up" in r.remark and r,
+        "the new leader's refusal while catching up",
+    )
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert not store.commitlog.writable
+    log.ledger_end_pos = log.committed_pos  # everything committed (and dispatched): master now
+    wait_until(lambda: store.commitlog.writable, "the caught-up leader accepts writes")
+    assert asyncio.run(raw_send(c.broker_addrs[a])).code == ResponseCode.SUCCESS

@@ -1,0 +1,240 @@
+"""MessageStore in DLedger mode on a group of one (real entry store files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from _support.wait import wait_until
+from rocketq.config import StoreConfig
+from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, RocketqError, ServiceNotAvailable
+from rocketq.ha import entry_format as fmt
+from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_peers, slave_broker_id
+from rocketq.ha.local_log import SingleNodeLog
+from rocketq.ha.replicated_log import AppendResult, AppendStatus
+from rocketq.message import Message
+from rocketq.protocol import record as rec
+from rocketq.store.dledger_commitlog import raise_for
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.message_store import GetMessageStatus, MessageStore, open_message_store
+
+
+@pytest.fixture
+def dl_config(store_config: StoreConfig) -> StoreConfig:
+    return dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+
+
+@pytest.fixture
+def dl_store(dl_config: StoreConfig) -> Iterator[MessageStore]:
+    with open_message_store(dl_config) as s:
+        yield s
+
+
+def put_n(store: MessageStore, n: int, start: int = 0, topic: str = "T") -> list[int]:
+    return [
+        store.put_message(Message(topic, f"m{i}".encode(), keys=[f"k{i}"]), queue_id=i % 2).physical_offset
+        for i in range(start, start + n)
+    ]
+
+
+def bodies(store: MessageStore, qid: int, n: int = 1000) -> list[bytes]:
+    assert store.wait_dispatched(10)
+    g = store.get_message("G", "T", qid, 0, n)
+    return [m.body for m in g.messages] if g.status is GetMessageStatus.FOUND else []
+
+
+def entry_files(cfg: StoreConfig, self_id: str = "n0") -> list[str]:
+    d = os.path.join(cfg.store_path_root_dir, f"dledger-{self_id}", "data")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def test_open_message_store_picks_the_dledger_variant(dl_store: MessageStore) -> None:
+    assert isinstance(dl_store, DLedgerMessageStore)
+    info = dl_store.runtime_info()
+    assert (info["dledgerRole"], info["dledgerTerm"], info["dividedCommitlogOffset"]) == ("LEADER", "1", "0")
+
+
+def test_records_live_inside_entries_at_pos_plus_48(dl_store: MessageStore, dl_config: StoreConfig) -> None:
+    offsets = put_n(dl_store, 30)
+    assert bodies(dl_store, 0) == [f"m{i}".encode() for i in range(0, 30, 2)]
+    with open(entry_files(dl_config)[0], "rb") as f:
+        data = f.read()
+    pos, seen = 0, []
+    while pos + fmt.BODY_OFFSET <= len(data):
+        h = fmt.decode_header(data, pos)
+        if h.magic != fmt.MAGIC_NORMAL:
+            break
+        view = rec.decode_record(data[pos + fmt.BODY_OFFSET : pos + h.size], 0, check_crc=True)
+        assert view.kind is rec.RecordKind.MESSAGE
+        (phys,) = struct.unpack_from(">q", data, pos + fmt.BODY_OFFSET + 28)
+        assert phys == pos + fmt.BODY_OFFSET == h.pos + 48
+        seen.append(phys)
+        pos += h.size
+    assert seen == offsets
+    msg = dl_store.look_message_by_offset(offsets[3])
+    assert msg is not None and msg.body == b"m3" and msg.commit_log_offset == offsets[3]
+    assert dl_store.get_max_phy_offset() == pos
+
+
+def test_restart_keeps_every_message_and_queue_offsets(dl_config: StoreConfig) -> None:
+    with open_message_store(dl_config) as s:
+        put_n(s, 20)
+    with open_message_store(dl_config) as s:
+        assert bodies(s, 1) == [f"m{i}".encode() for i in range(1, 20, 2)]
+        r = s.put_message(Message("T", b"after"), queue_id=0)
+        assert r.queue_offset == 10
+        assert bodies(s, 0)[-1] == b"after"
+
+
+def test_unclean_restart_rebuilds_queues_from_committed_entries(dl_config: StoreConfig) -> None:
+    s = open_message_store(dl_config)
+    s.start()
+    put_n(s, 12)
+    assert s.wait_dispatched(10)
+    # a crash: nothing flushed or checkpointed; the files stay as the page cache has them
+    s.consume_queues.destroy()
+    s._abandon()
+    with open_message_store(dl_config) as s2:
+        assert not s2.last_exit_ok
+        assert bodies(s2, 0) == [f"m{i}".encode() for i in range(0, 12, 2)]
+        assert s2.put_message(Message("T", b"x"), queue_id=1).queue_offset == 6
+
+
+def test_adopting_a_plain_store_keeps_old_offsets(store_config: StoreConfig) -> None:
+    with MessageStore(store_config) as plain:
+        old = put_n(plain, 25)
+        old_end = plain.get_max_phy_offset()
+    dl = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+    size = store_config.mapped_file_size_commit_log
+    divided = fmt.divided_commitlog_offset(old_end - old_end % size, size)
+    for attempt in range(2):  # the second start finds the padded segment and the entries
+        with open_message_store(dl) as s:
+            assert s.runtime_info()["dividedCommitlogOffset"] == str(divided)
+            for i, off in enumerate(old):
+                m = s.look_message_by_offset(off)
+                assert m is not None and m.body == f"m{i}".encode()
+            if attempt == 0:
+                new = put_n(s, 6, start=25)
+                assert new[0] == divided + fmt.BODY_OFFSET
+                assert min(new) > max(old)
+            assert bodies(s, 0) == [f"m{i}".encode() for i in range(0, 31, 2)] + [b"q"] * attempt
+            assert s.query_messages_by_key("T", "k3", 5).messages[0].body == b"m3"
+            assert s.query_messages_by_key("T", "k27", 5).messages[0].body == b"m27"
+            assert s.put_message(Message("T", b"q"), queue_id=0).queue_offset == 16 + attempt
+
+
+def test_peers_and_broker_ids() -> None:
+    peers = parse_peers("n0-127.0.0.1:40911;n1-127.0.0.1:40912; n2-127.0.0.1:40913")
+    assert peers == {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
+    assert [slave_broker_id(peers, p) for p in peers] == [1, 2, 3]
+    for bad in ("", "n0:40911", "n0-host;n1-h:1", "n0-h:1;n0-h:2"):
+        with pytest.raises(ConfigError):
+            parse_peers(bad)
+
+
+def test_a_group_of_three_without_the_driver_is_a_clear_error(tmp_path: os.PathLike[str]) -> None:
+    if importlib.util.find_spec("rocketq.ha.driver") is not None:
+        pytest.skip("the Raft driver is present")
+    spec = LedgerSpec(str(tmp_path), "g", "n0", parse_peers("n0-h:1;n1-h:2;n2-h:3"), 65536, 0, False)
+    with pytest.raises(ConfigError, match="Raft driver"):
+        open_ledger(spec)
+    with pytest.raises(ConfigError, match="not among"):
+        open_ledger(dataclasses.replace(spec, self_id="n9"))
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "definite"),
+    [
+        (AppendStatus.NOT_LEADER, ResponseCode.SERVICE_NOT_AVAILABLE, True),
+        (AppendStatus.BUSY, ResponseCode.SYSTEM_BUSY, True),
+        (AppendStatus.TIMEOUT, ResponseCode.SYSTEM_ERROR, False),
+        (AppendStatus.TERM_CHANGED, ResponseCode.SYSTEM_ERROR, False),
+    ],
+)
+def test_append_outcomes_map_to_rocketmq_codes(status: AppendStatus, code: int, definite: bool) -> None:
+    with pytest.raises(RocketqError) as caught:
+        raise_for(AppendResult(status, leader_id="n2" if status is AppendStatus.NOT_LEADER else None), "h:1")
+    assert caught.value.code == code and status.definite is definite
+    if status is AppendStatus.NOT_LEADER:
+        assert "the leader is n2 at h:1" in str(caught.value)
+
+
+def test_a_follower_store_refuses_puts_and_gives_the_queue_offset_back(dl_store: MessageStore) -> None:
+    assert isinstance(dl_store, DLedgerMessageStore)
+    put_n(dl_store, 2)
+    cl = dl_store.commitlog
+    real = cl.ledger
+    assert real is not None
+
+    class Refusing:
+        state = real.state
+        committed_pos = real.committed_pos
+
+        async def append(self, encode: object) -> AppendResult:
+            assert callable(encode)
+            encode(999)  # an encoder called, then nothing appended
+            return AppendResult(AppendStatus.NOT_LEADER, leader_id="n1")
+
+    cl.ledger = Refusing()  # type: ignore[assignment]
+    try:
+        with pytest.raises(ServiceNotAvailable, match="leader is n1"):
+            dl_store.put_message(Message("T", b"no"), queue_id=0)
+    finally:
+        cl.ledger = real
+    assert dl_store.put_message(Message("T", b"yes"), queue_id=0).queue_offset == 1
+
+
+def test_a_record_too_large_for_an_entry_is_refused_before_anything_is_assigned(
+    dl_store: MessageStore,
+) -> None:
+    # fits a plain 64 KiB CommitLog segment, not an entry of one (48 B header, 8 B blank)
+    with pytest.raises(MessageIllegal, match="does not fit a DLedger entry"):
+        dl_store.put_message(Message("T", b"x" * 65_400), queue_id=0)
+    assert dl_store.put_message(Message("T", b"ok"), queue_id=0).queue_offset == 0
+
+
+def test_a_batch_is_one_entry_per_message_with_consecutive_queue_offsets(dl_store: MessageStore) -> None:
+    put_n(dl_store, 1)
+    r = dl_store.put_messages([Message("T", f"b{i}".encode()) for i in range(3)], queue_id=1)
+    assert (r.msg_num, r.queue_offset) == (3, 0)
+    assert r.physical_offsets is not None and len(set(r.physical_offsets)) == 3
+    for off, body in zip(r.physical_offsets, (b"b0", b"b1", b"b2"), strict=True):
+        m = dl_store.look_message_by_offset(off)
+        assert m is not None and m.body == body
+    assert bodies(dl_store, 1) == [b"b0", b"b1", b"b2"]
+
+
+def test_a_dledger_store_does_not_start_plain(dl_config: StoreConfig) -> None:
+    with open_message_store(dl_config) as s:
+        put_n(s, 2)
+    plain = dataclasses.replace(dl_config, enable_dleger_commit_log=False)
+    with pytest.raises(ConfigError, match=r"holds DLedger entries \(dledger-n0\)"):
+        open_message_store(plain)
+
+
+def test_dispatch_reaches_a_committed_noop(dl_store: MessageStore) -> None:
+    # a new Raft leader's first entry is a NOOP: the leader waits for dispatch to reach it
+    assert isinstance(dl_store, DLedgerMessageStore)
+    put_n(dl_store, 3)
+    ledger = dl_store.ledger
+    assert isinstance(ledger, SingleNodeLog)
+    index, _ = ledger.store.append(ledger.store.term, b"", magic=fmt.MAGIC_NOOP)
+    ledger.store.set_committed_index(index)
+    assert dl_store.wait_dispatched(10) and dl_store.dispatch_behind_bytes() == 0
+    r = dl_store.put_message(Message("T", b"after-noop"), queue_id=0)
+    assert r.queue_offset == 2 and bodies(dl_store, 0)[-1] == b"after-noop"
+
+
+def test_delay_delivery_rewrites_through_the_log(dl_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(dl_config, message_delay_level="1s 2s")
+    with open_message_store(cfg) as s:
+        r = s.put_message(Message("D", b"later", delay_level=1), queue_id=1)
+        wait_until(lambda: s.get_max_offset("D", 1) == 1, "the delayed message delivered", 10, 0.01)
+        delivered = s.get_message("G", "D", 1, 0).messages[0]
+        assert delivered.body == b"later" and delivered.commit_log_offset > r.physical_offset
+        assert (delivered.commit_log_offset - fmt.BODY_OFFSET) in [pos for pos, _ in s.ledger.entries_from(0)]  # type: ignore[union-attr]
