@@ -268,8 +268,9 @@ TOPIC = "TlsTopic"
 
 
 class TlsCluster:
-    def __init__(self, root: pathlib.Path, certs: Certs) -> None:
+    def __init__(self, root: pathlib.Path, certs: Certs, broker_mode: str = "permissive") -> None:
         self.root, self.certs = root, certs
+        self.broker_mode = broker_mode
         self.namesrv_addr = f"{HOST}:{free_port()}"
         self.broker_port = free_port()
         self.broker_addr = f"{HOST}:{self.broker_port}"
@@ -304,7 +305,7 @@ class TlsCluster:
                 "fastListenPortEnable": "false",
                 "registerNameServerPeriod": "1000",
                 "storePathRootDir": str(self.root / "store"),
-                "tls.server.mode": "permissive",
+                "tls.server.mode": self.broker_mode,
                 "tls.enable": "true",  # registrations with the name server
                 **tls,
             },

@@ -48,7 +48,7 @@ from rocketq.spark.offsets import (
     spec_offset_for,
     split_range,
 )
-from rocketq.spark.options import ReadOptions
+from rocketq.spark.options import ReadOptions, TlsOptions
 from rocketq.spark.pull import read_range
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class QueuePartition(InputPartition):
     pull_batch_size: int
     request_timeout_ms: int
     keys: tuple[str, str] | None = field(default=None, repr=False)
+    tls: TlsOptions | None = None
 
 
 @dataclass
@@ -140,6 +141,7 @@ def make_partitions(opts: ReadOptions, plan: RangePlan) -> list[QueuePartition]:
                     pull_batch_size=opts.pull_batch_size,
                     request_timeout_ms=opts.request_timeout_ms,
                     keys=opts.keys,
+                    tls=opts.tls,
                 )
             )
     return out
@@ -159,7 +161,7 @@ def read_partition(part: QueuePartition) -> Iterator[Any]:
         check_data_loss(part.ref, lost_from, lost_to, fail_on_data_loss=part.fail_on_data_loss)
 
     async def pump() -> None:
-        client = RemotingClient(rpc_hook=cluster.acl_hook(part.keys))
+        client = RemotingClient(rpc_hook=cluster.acl_hook(part.keys), ssl=cluster.ssl_context(part.tls))
         pending: list[Any] = []
         try:
             async for messages in read_range(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,7 +29,7 @@ from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
 from rocketq.protocol.route import MASTER_ID
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.spark.offsets import QueueRef
-from rocketq.spark.options import ReadOptions
+from rocketq.spark.options import ReadOptions, TlsOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,9 +65,23 @@ def acl_hook(keys: tuple[str, str] | None) -> AclClientRpcHook | None:
     return AclClientRpcHook(*keys) if keys is not None else None
 
 
-def acl_config(keys: tuple[str, str] | None) -> ClientConfig | None:
-    """A client config with the options' ACL account; None without one."""
-    return ClientConfig(access_key=keys[0], secret_key=keys[1]) if keys is not None else None
+def ssl_context(tls: TlsOptions | None) -> ssl.SSLContext | None:
+    """The client TLS context of the options ``tls``/``tlsCaPath``/…; None without TLS."""
+    return tls.context() if tls is not None else None
+
+
+def acl_config(keys: tuple[str, str] | None, tls: TlsOptions | None = None) -> ClientConfig | None:
+    """A client config with the options' ACL account and TLS; None without either."""
+    if keys is None and tls is None:
+        return None
+    fields: dict[str, object] = {}
+    if keys is not None:
+        fields.update(access_key=keys[0], secret_key=keys[1])
+    if tls is not None:
+        fields.update(
+            tls=True, tls_ca_path=tls.ca_path, tls_cert_path=tls.cert_path, tls_key_path=tls.key_path
+        )
+    return ClientConfig(**fields)  # type: ignore[arg-type]
 
 
 def run(
@@ -74,14 +89,15 @@ def run(
     timeout_ms: int,
     work: Callable[[Session], Awaitable[T]],
     keys: tuple[str, str] | None = None,
+    tls: TlsOptions | None = None,
 ) -> T:
     """Run ``work(session)`` with fresh clients on a private event loop; both sign their
-    requests with ``keys`` (access key, secret key) when given."""
+    requests with ``keys`` (access key, secret key) when given, and connect with ``tls``."""
 
     async def main() -> T:
-        client = RemotingClient(rpc_hook=acl_hook(keys))
+        client = RemotingClient(rpc_hook=acl_hook(keys), ssl=ssl_context(tls))
         try:
-            async with AsyncAdmin(name_server, config=acl_config(keys), timeout_ms=timeout_ms) as admin:
+            async with AsyncAdmin(name_server, config=acl_config(keys, tls), timeout_ms=timeout_ms) as admin:
                 return await work(Session(admin, client, timeout_ms / 1000))
         finally:
             await client.close()
@@ -124,7 +140,9 @@ async def queue_ranges_async(session: Session, opts: ReadOptions) -> dict[QueueR
 
 def queue_ranges(opts: ReadOptions) -> dict[QueueRef, QueueRange]:
     """Every queue of the option's topics with its min/max offset (sorted by topic, broker, id)."""
-    return run(opts.name_server, opts.request_timeout_ms, lambda s: queue_ranges_async(s, opts), opts.keys)
+    return run(
+        opts.name_server, opts.request_timeout_ms, lambda s: queue_ranges_async(s, opts), opts.keys, opts.tls
+    )
 
 
 def offsets_at(
@@ -145,7 +163,7 @@ def offsets_at(
             out[ref] = int(response.ext_fields.get("offset", info.max_offset))
         return out
 
-    return run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
+    return run(opts.name_server, opts.request_timeout_ms, work, opts.keys, opts.tls)
 
 
 def commit_offsets(
@@ -171,7 +189,7 @@ def commit_offsets(
             except RocketqError as exc:
                 log.warning("commit of offset %d of %s for group %s failed: %s", offset, ref, group, exc)
 
-    run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
+    run(opts.name_server, opts.request_timeout_ms, work, opts.keys, opts.tls)
 
 
 __all__ = [

@@ -40,6 +40,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
 from rocketq.protocol.topic import TRANS_OP_HALF_TOPIC
@@ -175,6 +176,7 @@ async def commit_halves(
     marks: Mapping[str, int] | None = None,
     on_marks: Callable[[dict[str, int]], None] | None = None,
     rpc_hook: RpcHook | None = None,
+    ssl: SSLContext | None = None,
 ) -> CommitReport:
     """Commit every half (see the module rules); raises CommitIncomplete when some brokers did
     not confirm theirs within ``retry_ms`` of the first failure (or by ``deadline_ms``).
@@ -190,7 +192,7 @@ async def commit_halves(
             b.names.add(m.broker)
     report = CommitReport()
     timeout_s = timeout_ms / 1000
-    client = RemotingClient(rpc_hook=rpc_hook)
+    client = RemotingClient(rpc_hook=rpc_hook, ssl=ssl)
     loop = asyncio.get_running_loop()
     first_failure: float | None = None
     try:

@@ -28,16 +28,25 @@ writeTimeoutMs          600000     write: staged rows must be committed within t
 sendTimeoutMs           3000       write: timeout of one send
 commitRetryMs           60000      write: how long the driver retries the commit on a broker
                                    that fails (e.g. restarts) before naming the rows in doubt
+accessKey / secretKey   —          ACL account every request is signed with
+tls                     false      connect to the name servers and brokers with TLS
+tlsCaPath               —          PEM CA that signed the servers' certificates (default: the
+                                   system's CAs); host names are not checked, as in RocketMQ
+tlsCertPath/tlsKeyPath  —          PEM client certificate and key, for servers that ask
 ======================  =========  ===========================================================
+
+File paths are opened where the connections are made: on the driver and on every executor.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rocketq.errors import ConfigError
+from rocketq.remoting.tls import client_context
 from rocketq.spark.offsets import OffsetSpec, parse_offset_spec, parse_tag_expression
 
 DEFAULT_PULL_BATCH_SIZE = 32
@@ -95,6 +104,19 @@ class _Options:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsOptions:
+    """TLS to the cluster (option ``tls=true``): the CA and client certificate files."""
+
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """A client context (ConfigError when a file is missing or not PEM)."""
+        return client_context(self.ca_path, cert_path=self.cert_path, key_path=self.key_path)
+
+
+@dataclass(frozen=True, slots=True)
 class ReadOptions:
     """Options of a batch or streaming read."""
 
@@ -115,6 +137,8 @@ class ReadOptions:
     request_timeout_ms: int
     #: ACL account (options ``accessKey``/``secretKey``) every request is signed with.
     keys: tuple[str, str] | None = field(default=None, repr=False)
+    #: TLS to the cluster (options ``tls``, ``tlsCaPath``, ``tlsCertPath``, ``tlsKeyPath``).
+    tls: TlsOptions | None = None
 
     def matches_topic(self, topic: str) -> bool:
         if self.topic_pattern is not None:
@@ -128,6 +152,20 @@ def _keys(opts: _Options) -> tuple[str, str] | None:
         opts.problems.append("accessKey and secretKey must be given together")
         return None
     return (access_key.strip(), secret_key.strip()) if access_key and secret_key else None
+
+
+def _tls(opts: _Options) -> TlsOptions | None:
+    enabled = opts.boolean("tls", False)
+    ca, cert, key = opts.get("tlsCaPath"), opts.get("tlsCertPath"), opts.get("tlsKeyPath")
+    if bool(cert) != bool(key):
+        opts.problems.append("tlsCertPath and tlsKeyPath must be given together")
+    if not enabled:
+        if ca or cert or key:
+            opts.problems.append("tlsCaPath/tlsCertPath/tlsKeyPath are given but tls is not true")
+        return None
+    return TlsOptions(
+        ca.strip() if ca else None, cert.strip() if cert else None, key.strip() if key else None
+    )
 
 
 def _name_server(opts: _Options) -> str:
@@ -202,6 +240,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         request_timeout_ms=opts.integer("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS, low=1)
         or DEFAULT_REQUEST_TIMEOUT_MS,
         keys=_keys(opts),
+        tls=_tls(opts),
     )
     opts.raise_problems("streaming read" if streaming else "read")
     return options
@@ -221,6 +260,8 @@ class WriteOptions:
     commit_retry_ms: int = DEFAULT_COMMIT_RETRY_MS
     #: ACL account (options ``accessKey``/``secretKey``) every request is signed with.
     keys: tuple[str, str] | None = field(default=None, repr=False)
+    #: TLS to the cluster (options ``tls``, ``tlsCaPath``, ``tlsCertPath``, ``tlsKeyPath``).
+    tls: TlsOptions | None = None
 
 
 def _or_default(value: int | None, default: int) -> int:
@@ -249,9 +290,10 @@ def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOpti
         checkpoint_location=checkpoint,
         commit_retry_ms=_or_default(opts.integer("commitRetryMs", None, low=0), DEFAULT_COMMIT_RETRY_MS),
         keys=_keys(opts),
+        tls=_tls(opts),
     )
     opts.raise_problems("streaming write" if streaming else "write")
     return options
 
 
-__all__ = ["ReadOptions", "WriteOptions", "parse_read_options", "parse_write_options"]
+__all__ = ["ReadOptions", "TlsOptions", "WriteOptions", "parse_read_options", "parse_write_options"]

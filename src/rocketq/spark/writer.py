@@ -71,7 +71,7 @@ from rocketq.protocol.topic import TRANS_HALF_TOPIC
 from rocketq.remoting import RemotingClient, RequestCode
 from rocketq.spark import cluster
 from rocketq.spark.commit import CommitIncomplete, CommitReport, commit_halves, end_each
-from rocketq.spark.options import WriteOptions
+from rocketq.spark.options import TlsOptions, WriteOptions
 from rocketq.spark.pull import pull_once
 from rocketq.spark.staged import (
     COMMIT,
@@ -154,7 +154,7 @@ async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_
 
     producer = AsyncTransactionProducer(
         group,
-        config=cluster.acl_config(opts.keys),
+        config=cluster.acl_config(opts.keys, opts.tls),
         namesrv_addr=opts.name_server,
         check_listener=check,
         send_timeout_ms=opts.send_timeout_ms,
@@ -184,7 +184,7 @@ async def _stage(opts: WriteOptions, group: str, rows: Iterator[Any], partition_
         if staged:
             log.warning("write task %d failed; rolling back %d staged messages", partition_id, len(staged))
             try:
-                await end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys)
+                await end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys, opts.tls)
             except RocketqError as exc:
                 log.warning(
                     "rollback after a failed write task incomplete (the broker's check "
@@ -213,10 +213,11 @@ async def end_transactions(
     kind: int,
     timeout_ms: int,
     keys: tuple[str, str] | None = None,
+    tls: TlsOptions | None = None,
 ) -> int:
-    """END_TRANSACTION ``kind`` for every half, once (signed with ``keys`` when given);
-    StagedWriteError names the failures."""
-    client = RemotingClient(rpc_hook=cluster.acl_hook(keys))
+    """END_TRANSACTION ``kind`` for every half, once (signed with ``keys`` when given, over
+    ``tls`` when given); StagedWriteError names the failures."""
+    client = RemotingClient(rpc_hook=cluster.acl_hook(keys), ssl=cluster.ssl_context(tls))
     try:
         failures = await end_each(client, group, staged, kind, timeout_ms / 1000)
     finally:
@@ -279,6 +280,7 @@ def commit_staged(
             marks=marks,
             on_marks=on_marks,
             rpc_hook=cluster.acl_hook(opts.keys),
+            ssl=cluster.ssl_context(opts.tls),
         )
     )
     log.info(
@@ -293,7 +295,7 @@ def commit_staged(
 
 def rollback_staged(opts: WriteOptions, group: str, staged: Sequence[StagedMessage]) -> None:
     try:
-        asyncio.run(end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys))
+        asyncio.run(end_transactions(group, staged, ROLLBACK, opts.request_timeout_ms, opts.keys, opts.tls))
     except StagedWriteError as exc:
         log.warning("%s (the broker's check discards them)", exc)
 
@@ -319,7 +321,7 @@ def half_queue_marks(opts: WriteOptions) -> dict[str, int]:
                 marks[entry.addr] = 0  # no half queue yet
         return marks
 
-    return cluster.run(opts.name_server, opts.request_timeout_ms, work, opts.keys)
+    return cluster.run(opts.name_server, opts.request_timeout_ms, work, opts.keys, opts.tls)
 
 
 async def _halves_of_group(
@@ -373,7 +375,7 @@ def sweep_rollback(
         return found
 
     async def work() -> int:
-        client = RemotingClient(rpc_hook=cluster.acl_hook(opts.keys))
+        client = RemotingClient(rpc_hook=cluster.acl_hook(opts.keys), ssl=cluster.ssl_context(opts.tls))
         loop = asyncio.get_running_loop()
         positions = dict(marks)
         ended = 0
