@@ -55,33 +55,6 @@ PERM_ANY: Final = 2
 PERM_PUB: Final = 4
 PERM_SUB: Final = 8
 
-#: Request codes only admin accounts may send: RocketMQ's ``Permission.ADMIN_CODE`` (the first
-#: five) and the other codes that change or erase state for everybody.
-ADMIN_CODES: Final = frozenset(
-    {
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        RequestCode.UPDATE_BROKER_CONFIG,
-        RequestCode.DELETE_TOPIC_IN_BROKER,
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-        RequestCode.DELETE_SUBSCRIPTIONGROUP,
-        # rocketq additions
-        RequestCode.UPDATE_AND_CREATE_TOPIC_LIST,
-        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-        RequestCode.RESET_CONSUMER_OFFSET_IN_BROKER,
-        RequestCode.CLONE_GROUP_OFFSET,
-        RequestCode.PUT_KV_CONFIG,
-        RequestCode.DELETE_KV_CONFIG,
-        RequestCode.REGISTER_BROKER,
-        RequestCode.UNREGISTER_BROKER,
-        RequestCode.BROKER_HEARTBEAT,
-        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-        RequestCode.ADD_WRITE_PERM_OF_BROKER,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV,
-        RequestCode.REGISTER_TOPIC_IN_NAMESRV,
-        RequestCode.UPDATE_NAMESRV_CONFIG,
-    }
-)
-
 #: The name-server codes checked when the name server has ACL on (all admin-only); the others
 #: (route and cluster queries) stay open, as in RocketMQ 4.x, whose name server has no ACL.
 NAMESRV_PROTECTED_CODES: Final = frozenset(
@@ -97,6 +70,26 @@ NAMESRV_PROTECTED_CODES: Final = frozenset(
         RequestCode.REGISTER_TOPIC_IN_NAMESRV,
         RequestCode.UPDATE_NAMESRV_CONFIG,
     }
+)
+
+#: Request codes only admin accounts may send: RocketMQ's ``Permission.ADMIN_CODE`` (the first
+#: five) and the other codes that change or erase state for everybody, the name server's among them.
+ADMIN_CODES: Final = (
+    frozenset(
+        {
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            RequestCode.UPDATE_BROKER_CONFIG,
+            RequestCode.DELETE_TOPIC_IN_BROKER,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP,
+            # rocketq additions
+            RequestCode.UPDATE_AND_CREATE_TOPIC_LIST,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            RequestCode.RESET_CONSUMER_OFFSET_IN_BROKER,
+            RequestCode.CLONE_GROUP_OFFSET,
+        }
+    )
+    | NAMESRV_PROTECTED_CODES
 )
 
 _MIN_KEY_LENGTH: Final = 7  # RocketMQ: "length should longer than 6"

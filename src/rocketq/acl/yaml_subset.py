@@ -13,6 +13,7 @@ loader stores it into a String field); an empty value is None. Callers convert b
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from rocketq.errors import ConfigError
@@ -109,14 +110,20 @@ class _Parser:
             return self.sequence(line.indent)
         return self.mapping(line.indent)
 
-    def mapping(self, indent: int) -> dict[str, YamlValue]:
-        out: dict[str, YamlValue] = {}
+    def lines_at(self, indent: int) -> Iterator[_Line]:
+        """The lines of the block at ``indent``, from the current one (the caller moves ``pos``
+        past each line it takes) to the first less indented one; a more indented one is an error."""
         while self.pos < len(self.lines):
             line = self.lines[self.pos]
             if line.indent < indent:
-                break
+                return
             if line.indent > indent:
                 raise ConfigError(f"line {line.number}: unexpected indentation")
+            yield line
+
+    def mapping(self, indent: int) -> dict[str, YamlValue]:
+        out: dict[str, YamlValue] = {}
+        for line in self.lines_at(indent):
             entry = _split_key(line.text, line.number)
             if entry is None:
                 raise ConfigError(f"line {line.number}: expected 'key: value', got {line.text!r}")
@@ -129,12 +136,7 @@ class _Parser:
 
     def sequence(self, indent: int) -> list[YamlValue]:
         out: list[YamlValue] = []
-        while self.pos < len(self.lines):
-            line = self.lines[self.pos]
-            if line.indent < indent:
-                break
-            if line.indent > indent:
-                raise ConfigError(f"line {line.number}: unexpected indentation")
+        for line in self.lines_at(indent):
             if not (line.text == "-" or line.text.startswith("- ")):
                 break  # a mapping key at the sequence's indentation ends it
             rest = line.text[1:].lstrip(" ")

@@ -187,26 +187,8 @@ class BrokerTracer:
             msg = view_to_message(view)
             if retry and not self.traced(msg.properties.get(PROPERTY_RETRY_TOPIC, topic)):
                 continue
-            d = _Delivery(
-                self._ids.next_id(),
-                msg.client_msg_id,
-                _field(msg.properties.get(PROPERTY_KEYS)),
-                group,
-                client,
-                now,
-            )
-            self._remember((group, msg.topic, msg.queue_id), msg.queue_offset, msg.commit_log_offset, d)
-            record = tr.TraceRecord(
-                tr.SUB_BEFORE,
-                timestamp=now,
-                region_id=self.region,
-                group=group,
-                request_id=d.request_id,
-                msg_id=d.msg_id,
-                retry_times=msg.reconsume_times,
-                keys=d.keys,
-            )
-            self._add(client, record)
+            key = (group, msg.topic, msg.queue_id)
+            self._delivery_begins(client, group, key, msg.queue_offset, msg, msg.reconsume_times, now)
 
     def sent_back(
         self, client: str, group: str, original: MessageExt, new_topic: str, result: PutMessageResult
@@ -272,20 +254,7 @@ class BrokerTracer:
             old = self._take(key, offset)
             if old is not None and not old.failed:
                 self._add(old.client, self._sub_after(old, now, success=False))
-            keys = _field(msg.properties.get(PROPERTY_KEYS))
-            d = _Delivery(self._ids.next_id(), msg.client_msg_id, keys, group, client, now)
-            self._remember(key, offset, msg.commit_log_offset, d)
-            before = tr.TraceRecord(
-                tr.SUB_BEFORE,
-                timestamp=now,
-                region_id=self.region,
-                group=group,
-                request_id=d.request_id,
-                msg_id=d.msg_id,
-                retry_times=attempt - 1,
-                keys=keys,
-            )
-            self._add(client, before)
+            self._delivery_begins(client, group, key, offset, msg, attempt - 1, now)
 
     def pop_acked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         d = self._take((group, topic, queue_id), offset)
@@ -311,6 +280,32 @@ class BrokerTracer:
         self._add(self.ctx.broker_addr, self._retry_pub(group, msg, dlq, result, now))
 
     # -- pending deliveries ----------------------------------------------------------------------
+    def _delivery_begins(
+        self,
+        client: str,
+        group: str,
+        key: tuple[str, str, int],
+        queue_offset: int,
+        msg: MessageExt,
+        retry_times: int,
+        now: int,
+    ) -> None:
+        """``msg`` delivered to ``client``: its SubBefore, and the delivery kept until it ends."""
+        keys = _field(msg.properties.get(PROPERTY_KEYS))
+        d = _Delivery(self._ids.next_id(), msg.client_msg_id, keys, group, client, now)
+        self._remember(key, queue_offset, msg.commit_log_offset, d)
+        record = tr.TraceRecord(
+            tr.SUB_BEFORE,
+            timestamp=now,
+            region_id=self.region,
+            group=group,
+            request_id=d.request_id,
+            msg_id=d.msg_id,
+            retry_times=retry_times,
+            keys=keys,
+        )
+        self._add(client, record)
+
     def _retry_pub(
         self, group: str, msg: MessageExt, new_topic: str, result: PutMessageResult, now: int
     ) -> tr.TraceRecord:
@@ -370,14 +365,7 @@ class BrokerTracer:
         found = self._by_offset.pop((group, phys), None)
         if found is None:
             return None
-        key, queue_offset = found
-        waiting = self._pending.get(key)
-        if waiting is None:
-            return None
-        d = waiting.pop(queue_offset, None)
-        if not waiting:
-            del self._pending[key]
-        return d
+        return self._take(*found)
 
     # -- buffer and writer -----------------------------------------------------------------------
     def _add(self, client: str, record: tr.TraceRecord) -> None:

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
@@ -52,6 +52,18 @@ def _port_taken(exc: OSError, what: str, host: str, port: int, change: str) -> C
         f"cannot listen on {host}:{port} for the {what}: port {port} is already in use "
         f"(another process listens there); choose another with {change}"
     )
+
+
+async def _start_listening(start: Awaitable[None], what: str, host: str, port: int, change: str) -> None:
+    """Await a server's ``start()``; a port another process holds is the one-line ConfigError
+    of :func:`_port_taken`."""
+    try:
+        await start
+    except OSError as exc:
+        taken = _port_taken(exc, what, host, port, change)
+        if taken is None:
+            raise
+        raise taken from None
 
 
 def _fail(command: str, exc: RocketqError) -> int:
@@ -127,13 +139,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
     namesrv = NameServer(
         NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host, tls=base_cfg.tls)
     )
-    try:
-        await namesrv.start()
-    except OSError as exc:
-        taken = _port_taken(exc, "name server", args.host, args.namesrv_port, "--namesrv-port")
-        if taken is None:
-            raise
-        raise taken from None
+    await _start_listening(namesrv.start(), "name server", args.host, args.namesrv_port, "--namesrv-port")
     namesrv_addr = f"{args.host}:{namesrv.port}"
     broker_cfg = dataclasses.replace(
         base_cfg,
@@ -154,13 +160,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
     grpc_endpoint = None
     dashboard = None
     try:
-        try:
-            await broker.start()
-        except OSError as exc:
-            taken = _port_taken(exc, "broker", args.host, args.broker_port, "--broker-port")
-            if taken is None:
-                raise
-            raise taken from None
+        await _start_listening(broker.start(), "broker", args.host, args.broker_port, "--broker-port")
         grpc_line = ""
         if args.grpc_port is None or args.grpc_port >= 0:  # with aclEnable, the same rules (proxy/auth.py)
             port = DEFAULT_GRPC_PORT if args.grpc_port is None else args.grpc_port

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -55,9 +55,11 @@ from rocketq.client.send_values import (
     RouteStep,
     SendResult,
     SendStatus,
+    SendSteps,
     _Prepared,
     encode_batch_body,
     error_for_response,
+    resume_send,
     validate_group,
     validate_message,
 )
@@ -451,23 +453,18 @@ class AsyncProducer:
     ) -> SendResult:
         remoting, routes = self._running()
         steps = self._send_steps(p, sharding_key, selector, queue, msg)
-        step = next(steps)
-        while True:
+        step: RouteStep | InvokeStep | SendResult = next(steps)
+        while not isinstance(step, SendResult):
+            outcome: object
             try:
                 if isinstance(step, RouteStep):
-                    reply: object = await asyncio.wait_for(routes.publish_info(step.topic), step.timeout_s)
+                    outcome = await asyncio.wait_for(routes.publish_info(step.topic), step.timeout_s)
                 else:
-                    reply = await remoting.invoke(step.addr, step.request, step.timeout_s)
+                    outcome = await remoting.invoke(step.addr, step.request, step.timeout_s)
             except (RocketqError, TimeoutError) as exc:
-                try:
-                    step = steps.throw(exc)
-                except StopIteration as done:
-                    return cast(SendResult, done.value)
-                continue
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return cast(SendResult, done.value)
+                outcome = exc
+            step = resume_send(steps, outcome)
+        return step
 
     def _send_steps(
         self,
@@ -476,7 +473,7 @@ class AsyncProducer:
         selector: QueueSelector | None,
         queue: MessageQueue | None,
         msg: Message,
-    ) -> Generator[RouteStep | InvokeStep, object, SendResult]:
+    ) -> SendSteps:
         """The send with retries, without I/O: yields the route lookups and broker calls it
         needs and takes their results (or their exceptions, thrown in); returns the SendResult.
         The asyncio producer and the blocking facade each drive it with their own I/O."""
@@ -567,9 +564,11 @@ __all__ = [
     "RouteStep",
     "SendResult",
     "SendStatus",
+    "SendSteps",
     "encode_batch_body",
     "error_for_response",
     "parse_namesrv_addrs",
+    "resume_send",
     "validate_group",
     "validate_message",
 ]

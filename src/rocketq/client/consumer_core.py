@@ -55,9 +55,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from rocketq.client._routes import RouteCache
 from rocketq.client.aio import error_for_response
+from rocketq.client.config import resolve_config
 from rocketq.client.consumer_queues import (
     DEFAULT_PULL_BATCH_SIZE,
     DEFAULT_REBALANCE_INTERVAL_MS,
@@ -102,6 +105,17 @@ MAX_SUSPEND_MS = 15_000
 SUSPEND_MARGIN_S = 5.0
 #: Pause before trying again when pulls failed.
 ERROR_BACKOFF_S = 1.0
+#: The constructor keywords a consumer facade passes on to its core unchanged.
+_CORE_KEYWORDS = (
+    "pull_batch_size",
+    "auto_commit",
+    "consume_from_where",
+    "consume_timestamp_ms",
+    "rebalance_interval_ms",
+    "allocate_strategy",
+    "message_model",
+    "offset_store_dir",
+)
 
 
 def reset_offset_table(body: bytes) -> dict[MessageQueue, int]:
@@ -126,6 +140,25 @@ class ConsumerCore(GroupMembership):
     intervals. ``consume_type`` is what heartbeats say (CONSUME_ACTIVELY for the lite pull
     consumer, CONSUME_PASSIVELY for the push consumer). ``consume_timestamp_ms`` is the start
     for ``CONSUME_FROM_TIMESTAMP`` (default: 30 minutes ago, as RocketMQ)."""
+
+    @classmethod
+    def of_facade(cls, consume_type: str, arguments: Mapping[str, Any]) -> ConsumerCore:
+        """The core of a consumer facade, from its constructor's arguments (its ``locals()``;
+        each facade keeps its explicit signature): the client settings resolved over its
+        ``config`` (``auto_commit_interval_ms`` is ``persist_consumer_offset_interval_ms``), and
+        the keywords of :data:`_CORE_KEYWORDS` it has passed on as they are."""
+        a = arguments
+        cfg = resolve_config(
+            a["config"],
+            namesrv_addr=a["namesrv_addr"],
+            instance_name=a["instance_name"],
+            client_ip=a["client_ip"],
+            request_timeout_ms=a["request_timeout_ms"],
+            heartbeat_interval_ms=a["heartbeat_interval_ms"],
+            persist_consumer_offset_interval_ms=a["auto_commit_interval_ms"],
+        )
+        core_keywords = {name: a[name] for name in _CORE_KEYWORDS if name in a}
+        return cls(a["group"], cfg, consume_type=consume_type, **core_keywords)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

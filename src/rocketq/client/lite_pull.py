@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy, allocate_averagely
-from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel
 from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
@@ -111,28 +111,7 @@ class AsyncLitePullConsumer(ConsumerApi):
             raise ConfigError(
                 f"invalid lite pull consumer config: poll_timeout_ms={poll_timeout_ms} must be > 0"
             )
-        cfg = resolve_config(
-            config,
-            namesrv_addr=namesrv_addr,
-            instance_name=instance_name,
-            client_ip=client_ip,
-            request_timeout_ms=request_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            persist_consumer_offset_interval_ms=auto_commit_interval_ms,
-        )
-        self._core = ConsumerCore(
-            group,
-            cfg,
-            consume_type="CONSUME_ACTIVELY",
-            pull_batch_size=pull_batch_size,
-            auto_commit=auto_commit,
-            consume_from_where=consume_from_where,
-            consume_timestamp_ms=consume_timestamp_ms,
-            rebalance_interval_ms=rebalance_interval_ms,
-            allocate_strategy=allocate_strategy,
-            message_model=message_model,
-            offset_store_dir=offset_store_dir,
-        )
+        self._core = ConsumerCore.of_facade("CONSUME_ACTIVELY", locals())
         self._core.poison_action = "skipped: not delivered, the offset moves past it"
         self.poll_timeout_ms = poll_timeout_ms
         self._rr = 0

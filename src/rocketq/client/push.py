@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 
 from rocketq.client._facade import BlockingFacade, takes_arguments_of
 from rocketq.client.allocate import AllocateStrategy
-from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel, resolve_config
+from rocketq.client.config import ClientConfig, ConsumeFromWhere, MessageModel
 from rocketq.client.consumer_api import ConsumerApi, ConsumerFacade
 from rocketq.client.consumer_core import (
     DEFAULT_PULL_BATCH_SIZE,
@@ -158,28 +158,7 @@ class AsyncPushConsumer(ConsumerApi):
             problems.append(f"max_reconsume_times={max_reconsume_times} must be >= 0")
         if problems:
             raise ConfigError("invalid push consumer config: " + "; ".join(problems))
-        cfg = resolve_config(
-            config,
-            namesrv_addr=namesrv_addr,
-            instance_name=instance_name,
-            client_ip=client_ip,
-            request_timeout_ms=request_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            persist_consumer_offset_interval_ms=auto_commit_interval_ms,
-        )
-        self._core = ConsumerCore(
-            group,
-            cfg,
-            consume_type="CONSUME_PASSIVELY",
-            pull_batch_size=pull_batch_size,
-            auto_commit=True,
-            consume_from_where=consume_from_where,
-            consume_timestamp_ms=consume_timestamp_ms,
-            rebalance_interval_ms=rebalance_interval_ms,
-            allocate_strategy=allocate_strategy,
-            message_model=message_model,
-            offset_store_dir=offset_store_dir,
-        )
+        self._core = ConsumerCore.of_facade("CONSUME_PASSIVELY", locals())
         self.consume_thread_nums = consume_thread_nums
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.max_reconsume_times = max_reconsume_times

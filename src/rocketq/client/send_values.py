@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from rocketq.errors import (
     ConfigError,
@@ -92,6 +93,23 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     transaction_id: str | None = None
+
+
+#: The I/O-free send (:meth:`AsyncProducer._send_steps`): yields its steps, takes their results
+#: and returns the SendResult.
+SendSteps = Generator[RouteStep | InvokeStep, object, SendResult]
+
+
+def resume_send(steps: SendSteps, outcome: object) -> RouteStep | InvokeStep | SendResult:
+    """Resume a send with ``outcome``, what its last step gave (an exception it raised is thrown
+    in): its next step, or its SendResult once it has finished. The one way both drivers of
+    the send loop (the asyncio producer, the blocking facade) hand it their I/O's results."""
+    try:
+        if isinstance(outcome, BaseException):
+            return steps.throw(outcome)
+        return steps.send(outcome)
+    except StopIteration as done:
+        return cast(SendResult, done.value)
 
 
 #: ``selector(queues, message) -> queue``: picks one of the topic's writable queues.

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, cast
+from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client._routes import TopicPublishInfo
-from rocketq.client.aio import AsyncProducer, QueueSelector, RouteStep, SendResult
+from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
@@ -91,26 +91,21 @@ class Producer(BlockingFacade[AsyncProducer]):
         prepared = core._prepare_send(msg, sharding_key, selector, queue)
         routes = core._route_cache
         steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
-        step = next(steps)
-        while True:
+        step: RouteStep | InvokeStep | SendResult = next(steps)
+        while not isinstance(step, SendResult):
+            outcome: object
             try:
                 if isinstance(step, RouteStep):
                     info = routes.cached(step.topic)
                     if info is None or not info.queues:
                         info = self._call(self._fetch_route(step.topic, step.timeout_s))
-                    reply: object = info
+                    outcome = info
                 else:
-                    reply = pool.invoke(step.addr, step.request, step.timeout_s)
+                    outcome = pool.invoke(step.addr, step.request, step.timeout_s)
             except (RocketqError, TimeoutError) as exc:
-                try:
-                    step = steps.throw(exc)
-                except StopIteration as done:
-                    return cast(SendResult, done.value)
-                continue
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return cast(SendResult, done.value)
+                outcome = exc
+            step = resume_send(steps, outcome)
+        return step
 
     async def _fetch_route(self, topic: str, timeout_s: float) -> TopicPublishInfo:
         return await asyncio.wait_for(self._core._route_cache.publish_info(topic), timeout_s)

@@ -156,6 +156,14 @@ def _bool(text: str) -> bool:
     return text.lower() == "true"  # Java's Boolean.parseBoolean
 
 
+def _stamped(f: list[str], n: int) -> TraceRecord:
+    """A record of type ``f[0]`` with at least ``n`` fields, its timeStamp, regionId and
+    groupName (fields 1 to 3, where every type but SubAfter has them) read; the caller reads
+    the rest."""
+    _need(f, n)
+    return TraceRecord(f[0], timestamp=_int(f, 1, "timeStamp"), region_id=f[2], group=f[3])
+
+
 def decode_record(text: str) -> TraceRecord | None:
     """One record's text (without its FIELD_SPLITOR); None for a type this reader does not know
     (RocketMQ's decoder skips those too). BodyFormatError when a known type lacks fields."""
@@ -166,21 +174,11 @@ def decode_record(text: str) -> TraceRecord | None:
         return None
     t = f[0]
     if t == PUB:
-        _need(f, 13)
-        r = TraceRecord(
-            t,
-            timestamp=_int(f, 1, "timeStamp"),
-            region_id=f[2],
-            group=f[3],
-            topic=f[4],
-            msg_id=f[5],
-            tags=f[6],
-            keys=f[7],
-            store_host=f[8],
-            body_length=_int(f, 9, "bodyLength"),
-            cost_ms=_int(f, 10, "costTime"),
-            msg_type=_int(f, 11, "msgType"),
-        )
+        r = _stamped(f, 13)
+        r.topic, r.msg_id, r.tags, r.keys, r.store_host = f[4:9]
+        r.body_length = _int(f, 9, "bodyLength")
+        r.cost_ms = _int(f, 10, "costTime")
+        r.msg_type = _int(f, 11, "msgType")
         if len(f) == 13:
             r.offset_msg_id = None
             r.success = _bool(f[12])
@@ -191,17 +189,11 @@ def decode_record(text: str) -> TraceRecord | None:
                 r.client_host = f[14]
         return r
     if t == SUB_BEFORE:
-        _need(f, 8)
-        return TraceRecord(
-            t,
-            timestamp=_int(f, 1, "timeStamp"),
-            region_id=f[2],
-            group=f[3],
-            request_id=f[4],
-            msg_id=f[5],
-            retry_times=_int(f, 6, "retryTimes"),
-            keys=f[7],
-        )
+        r = _stamped(f, 8)
+        r.request_id, r.msg_id = f[4:6]
+        r.retry_times = _int(f, 6, "retryTimes")
+        r.keys = f[7]
+        return r
     if t == SUB_AFTER:
         _need(f, 6)
         return TraceRecord(
@@ -216,33 +208,17 @@ def decode_record(text: str) -> TraceRecord | None:
             group=f[8] if len(f) >= 9 else None,
         )
     if t == END_TRANSACTION:
-        _need(f, 13)
-        return TraceRecord(
-            t,
-            timestamp=_int(f, 1, "timeStamp"),
-            region_id=f[2],
-            group=f[3],
-            topic=f[4],
-            msg_id=f[5],
-            tags=f[6],
-            keys=f[7],
-            store_host=f[8],
-            msg_type=_int(f, 9, "msgType"),
-            transaction_id=f[10],
-            transaction_state=f[11],
-            from_transaction_check=_bool(f[12]),
-        )
+        r = _stamped(f, 13)
+        r.topic, r.msg_id, r.tags, r.keys, r.store_host = f[4:9]
+        r.msg_type = _int(f, 9, "msgType")
+        r.transaction_id, r.transaction_state = f[10:12]
+        r.from_transaction_check = _bool(f[12])
+        return r
     if t == RECALL:
-        _need(f, 7)
-        return TraceRecord(
-            t,
-            timestamp=_int(f, 1, "timeStamp"),
-            region_id=f[2],
-            group=f[3],
-            topic=f[4],
-            msg_id=f[5],
-            success=_bool(f[6]),
-        )
+        r = _stamped(f, 7)
+        r.topic, r.msg_id = f[4:6]
+        r.success = _bool(f[6])
+        return r
     return None
 
 

@@ -90,18 +90,12 @@ class ServerLimits:
     max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{name}={getattr(self, name)} is negative"
-            for name in (
-                "idle_timeout_s",
-                "max_buffered_bytes",
-                "partial_frame_timeout_s",
-                "max_connections_per_host",
-            )
-            if getattr(self, name) < 0
-        ]
-        if self.max_in_flight_requests < 1:
-            problems.append(f"max_in_flight_requests={self.max_in_flight_requests} is below 1")
+        problems = _problems(
+            self,
+            ("idle_timeout_s", "max_buffered_bytes", "partial_frame_timeout_s", "max_connections_per_host"),
+            "max_in_flight_requests",
+            "is negative",
+        )
         if problems:
             raise ConfigError("invalid ServerLimits: " + "; ".join(problems))
 
@@ -142,18 +136,26 @@ def limits_from(settings: LimitSettings) -> ServerLimits:
 
 def limit_problems(settings: LimitSettings) -> list[str]:
     """What is wrong with a configuration's limit fields (for its ``__post_init__``)."""
-    problems = [
-        f"{name}={getattr(settings, name)} is negative (0 disables the limit)"
-        for name in (
+    return _problems(
+        settings,
+        (
             "server_channel_max_idle_time_seconds",
             "server_buffered_frames_max_bytes",
             "server_partial_frame_timeout_ms",
             "server_max_connections_per_host",
-        )
-        if getattr(settings, name) < 0
-    ]
-    if settings.server_max_in_flight_requests < 1:
-        problems.append(f"server_max_in_flight_requests={settings.server_max_in_flight_requests} is below 1")
+        ),
+        "server_max_in_flight_requests",
+        "is negative (0 disables the limit)",
+    )
+
+
+def _problems(obj: object, limits: tuple[str, ...], in_flight: str, negative: str) -> list[str]:
+    """The checks of a set of limits (0 turns each off, a negative one is wrong) and of the
+    in-flight request cap (at least 1), by the fields' names in ``obj``."""
+    problems = [f"{name}={getattr(obj, name)} {negative}" for name in limits if getattr(obj, name) < 0]
+    cap = getattr(obj, in_flight)
+    if cap < 1:
+        problems.append(f"{in_flight}={cap} is below 1")
     return problems
 
 

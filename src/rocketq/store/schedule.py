@@ -97,10 +97,47 @@ class ScheduleStore(Protocol):
     def put_redelivered(self, msg: BrokerMessage) -> bool: ...
 
 
-class ScheduleMessageService(ServiceThread):
+class RePutService(ServiceThread):
+    """A thread that re-puts the messages of one system topic when due and persists its progress
+    (``persist``): woken by an arrival on ``wake_topic``, persisting once more at shutdown."""
+
+    wake_topic: str
+    #: What shutdown's log line says was not persisted, and what that means after a restart.
+    persisted_what: str
+    lost_at_restart: str
+
+    def persist(self) -> None:
+        raise NotImplementedError
+
+    def may_persist(self) -> bool:
+        """False while writing would overwrite state this instance has not read."""
+        return True
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self.may_persist():
+            try:
+                self.persist()
+            except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
+                log.error(
+                    "%s not persisted at shutdown (%s); %s", self.persisted_what, exc, self.lost_at_restart
+                )
+
+    def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
+        """Arrival listener: a new message of ``wake_topic`` may be due before the next wake-up."""
+        wake_topic = self.wake_topic
+        if not self._wakeup.is_set() and any(r.topic == wake_topic for r in reqs):
+            self._wakeup.set()
+
+
+class ScheduleMessageService(RePutService):
     """Delivers delayed messages when due; persists the level offsets every ``persist_interval_s``."""
 
     name = "ScheduleMessageService"
+    wake_topic = SCHEDULE_TOPIC
+    persisted_what = "delay offsets"
+    lost_at_restart = "delayed messages delivered since the last write are delivered again after the restart"
 
     def __init__(
         self,
@@ -157,23 +194,6 @@ class ScheduleMessageService(ServiceThread):
             if table != self.offset_table:
                 self.offset_table = dict(table)
                 self._dirty = True
-
-    # -- lifecycle --------------------------------------------------------------------------
-    def shutdown(self) -> None:
-        super().shutdown()
-        try:
-            self.persist()
-        except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
-            log.error(
-                "delay offsets not persisted at shutdown (%s); delayed messages delivered since "
-                "the last write are delivered again after the restart",
-                exc,
-            )
-
-    def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
-        """Arrival listener: a new delayed message may be due before the thread's next wake-up."""
-        if not self._wakeup.is_set() and any(r.topic == SCHEDULE_TOPIC for r in reqs):
-            self._wakeup.set()
 
     # -- delivery ---------------------------------------------------------------------------
     def on_start(self) -> None:

@@ -100,8 +100,7 @@ from rocketq.message import (
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue
-from rocketq.store.record_scan import DispatchRequest
-from rocketq.store.service import ServiceThread
+from rocketq.store.schedule import RePutService
 
 log = logging.getLogger(__name__)
 
@@ -296,10 +295,15 @@ class TimerServiceConfig:
     snapshot_interval_ms: int = 5000
 
 
-class TimerMessageService(ServiceThread):
+class TimerMessageService(RePutService):
     """Holds timer messages and re-puts them to their topics when due (see the module docstring)."""
 
     name = "TimerMessageService"
+    wake_topic = TIMER_TOPIC
+    persisted_what = "timer snapshot"
+    lost_at_restart = (
+        "the restart re-reads timers from the previous snapshot (due ones may be delivered twice)"
+    )
 
     def __init__(
         self,
@@ -380,22 +384,8 @@ class TimerMessageService(ServiceThread):
                 raise
 
     # -- lifecycle --------------------------------------------------------------------------
-    def shutdown(self) -> None:
-        super().shutdown()
-        if self._loaded:  # never overwrite a snapshot this instance did not read
-            try:
-                self.persist()
-            except OSError as exc:  # a full disk must not turn a clean shutdown into a crash
-                log.error(
-                    "timer snapshot not persisted at shutdown (%s); the restart re-reads timers "
-                    "from the previous snapshot (due ones may be delivered twice)",
-                    exc,
-                )
-
-    def on_dispatch(self, reqs: list[DispatchRequest]) -> None:
-        """Arrival listener: a new timer unit is in the ConsumeQueue."""
-        if not self._wakeup.is_set() and any(r.topic == TIMER_TOPIC for r in reqs):
-            self._wakeup.set()
+    def may_persist(self) -> bool:
+        return self._loaded  # never overwrite a snapshot this instance did not read
 
     def on_start(self) -> None:
         log.info("TimerMessageService started: %d pending, queue offset %d", len(self._heap), self.cq_offset)
