@@ -118,8 +118,16 @@ def _run_server(
         return _fail(command, taken)
 
 
+def _metrics_port(args: argparse.Namespace) -> dict[str, object]:
+    """``--metrics-port P``: metricsExporterType=PROM on port P (docs/metrics.md)."""
+    if args.metrics_port is None:
+        return {}
+    return {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": args.metrics_port}
+
+
 def _namesrv(args: argparse.Namespace) -> int:
-    overrides = {"listen_port": args.port} if args.port is not None else {}
+    overrides: dict[str, object] = {"listen_port": args.port} if args.port is not None else {}
+    overrides.update(_metrics_port(args))
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
     where = (config.bind_address, config.listen_port, "--port (or listenPort in namesrv.conf)")
     return _run_server("namesrv", "name server", *where, lambda: run_namesrv(config))
@@ -135,6 +143,7 @@ def _broker(args: argparse.Namespace) -> int:
         changes["listen_port"] = args.port
     if args.namesrv_addr is not None:
         changes["namesrv_addr"] = args.namesrv_addr
+    changes.update(_metrics_port(args))
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
     where = (broker_cfg.bind_address, broker_cfg.listen_port, "--port (or listenPort in broker.conf)")
@@ -167,6 +176,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
         bind_address=args.host,
         listen_port=args.broker_port,
         fast_listen_port_enable=False,
+        **_metrics_port(args),  # type: ignore[arg-type]
     )
     store_cfg = dataclasses.replace(
         base_store,
@@ -174,6 +184,9 @@ async def _serve_async(args: argparse.Namespace) -> None:
         flush_disk_type=args.flush,
     )
     broker = Broker(broker_cfg, store_cfg)
+    if broker_cfg.metrics_enabled:  # one /metrics for both: the name server's families join
+        namesrv.count_metrics()
+        broker.extra_metrics.append(namesrv.metric_families)
     grpc_endpoint = None
     try:
         try:
@@ -208,7 +221,9 @@ async def _serve_async(args: argparse.Namespace) -> None:
             f"rocketq ready in {time.monotonic() - began:.2f} s\n"
             f"  name server  {namesrv_addr}\n"
             f"  broker       {broker.broker_addr}  ({args.broker_name}, "
-            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})" + grpc_line,
+            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})"
+            + grpc_line
+            + (f"\n  metrics      {broker.metrics_url}" if broker.metrics_url else ""),
             flush=True,
         )
         await stop.wait()
@@ -724,6 +739,16 @@ def _add_admin_parser(sub: Any) -> None:
     )
 
 
+def _add_metrics_port(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = a free port; default: off, "
+        "or metricsExporterType=PROM in the .conf)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rocketq`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
@@ -746,11 +771,13 @@ def build_parser() -> argparse.ArgumentParser:
     namesrv = sub.add_parser("namesrv", help="run a name server (port 9876)")
     namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
     namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
+    _add_metrics_port(namesrv)
     namesrv.set_defaults(func=_namesrv)
     broker = sub.add_parser("broker", help="run a broker (port 10911)")
     broker.add_argument("-c", "--config", help="broker.conf in RocketMQ's key=value format")
     broker.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
     broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
+    _add_metrics_port(broker)
     broker.set_defaults(func=_broker)
     serve = sub.add_parser("serve", help="name server and broker in one process")
     serve.add_argument(
@@ -783,6 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--grpc-tls-cert", default=None, help="PEM certificate: serve gRPC over TLS")
     serve.add_argument("--grpc-tls-key", default=None, help="PEM private key of --grpc-tls-cert")
+    _add_metrics_port(serve)
     serve.set_defaults(func=_serve)
     _add_admin_parser(sub)
     add_bench_parser(sub)

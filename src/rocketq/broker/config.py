@@ -31,7 +31,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
+from rocketq.config import StoreConfig, from_rocketmq_properties, metrics_config_problems, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
 
@@ -121,6 +121,15 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 
+    #: ``PROM`` serves Prometheus metrics at ``/metrics`` (docs/metrics.md); ``DISABLE`` (the
+    #: default) serves none. RocketMQ 5's ``MetricsExporterType``; its OTLP_GRPC and LOG
+    #: exporters are not offered and are refused.
+    metrics_exporter_type: str = "DISABLE"
+    #: Port of the ``/metrics`` endpoint (RocketMQ 5's default); 0 picks a free one.
+    metrics_prom_exporter_port: int = 5557
+    #: Address the endpoint listens on; empty = ``broker_ip1``, as in RocketMQ.
+    metrics_prom_exporter_host: str = ""
+
     def __post_init__(self) -> None:
         problems: list[str] = []
         for name in ("broker_cluster_name", "broker_name"):
@@ -152,6 +161,7 @@ class BrokerConfig:
             problems.append(f"transaction_timeout_ms={self.transaction_timeout_ms} is negative")
         if self.transaction_check_max < 0:
             problems.append(f"transaction_check_max={self.transaction_check_max} is negative")
+        problems += metrics_config_problems(self.metrics_exporter_type, self.metrics_prom_exporter_port)
         if problems:
             raise ConfigError("invalid BrokerConfig: " + "; ".join(problems))
 
@@ -164,6 +174,15 @@ class BrokerConfig:
     @property
     def ha_server_addr(self) -> str:
         return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_listen_port}"
+
+    @property
+    def metrics_enabled(self) -> bool:
+        """True when ``/metrics`` is served (``metricsExporterType=PROM``)."""
+        return self.metrics_exporter_type.upper() == "PROM"
+
+    @property
+    def metrics_host(self) -> str:
+        return self.metrics_prom_exporter_host or self.broker_ip1
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -31,6 +31,7 @@ from rocketq.errors import ServiceNotAvailable, StoreError
 from rocketq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
+    from rocketq.broker.metrics import BrokerMetrics
     from rocketq.broker.pop.service import PopService
 
 P = ParamSpec("P")
@@ -60,6 +61,8 @@ class BrokerContext:
     executor: concurrent.futures.ThreadPoolExecutor | None = None
     #: Pop consumption engine (gRPC SimpleConsumer / PushConsumer), set by the broker at start.
     pop: PopService | None = None
+    #: The counters of ``/metrics`` (set by the broker when it serves metrics; None: count nothing).
+    metrics: BrokerMetrics | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
     tps: TpsSampler = field(default_factory=TpsSampler)
     boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)

@@ -283,6 +283,16 @@ class PullMessageProcessor:
         if allow_suspend:
             self._commit_pulled_offset(conn, header)
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
+        metrics = self.ctx.metrics
+        if metrics is not None and body:
+            metrics.pulled(
+                header.topic,
+                header.consumer_group,
+                len(result.buffers),
+                len(body),
+                header.queue_id,
+                result.next_begin_offset,
+            )
         return create_response(
             request,
             code,

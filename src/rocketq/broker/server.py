@@ -44,6 +44,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from rocketq.broker.admin import AdminBrokerProcessor
 from rocketq.broker.admin_groups import AdminGroupProcessor
@@ -81,6 +82,10 @@ from rocketq.remoting.command import RemotingCommand, create_request, create_res
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from rocketq.metrics.exposition import Family
+    from rocketq.metrics.http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +140,10 @@ class Broker:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._metrics_server: MetricsServer | None = None
+        #: More metric families for this broker's ``/metrics`` (``rocketq serve`` adds its name
+        #: server's): coroutines called at every scrape, on the loop.
+        self.extra_metrics: list[Callable[[], Awaitable[list[Family]]]] = []
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -285,7 +294,11 @@ class Broker:
         await _run_to_end(pop.start, pop_loaded)
         store.reput.arrival_listeners.append(pop.arrival_listener)
 
+        if cfg.metrics_enabled:
+            self._count_metrics(ctx)
         self._install_handlers(ctx)
+        if ctx.metrics is not None:
+            ctx.metrics.instrument(self._handlers, self._immediate_handlers)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -295,6 +308,30 @@ class Broker:
         self._every(
             cfg.transaction_check_interval_ms / 1000, self.transactions.check, "broker-transaction-check"
         )
+        if ctx.metrics is not None:
+            await self._serve_metrics(ctx)
+
+    # -- metrics (docs/metrics.md) ----------------------------------------------------------
+    def _count_metrics(self, ctx: BrokerContext) -> None:
+        from rocketq.broker.metrics import BrokerMetrics  # noqa: PLC0415 - only with metrics on
+
+        ctx.metrics = BrokerMetrics(ctx.config)
+        ctx.store.put_latency = ctx.metrics.put_latency
+
+    async def _serve_metrics(self, ctx: BrokerContext) -> None:
+        from rocketq.broker.metrics import serve_metrics  # noqa: PLC0415
+
+        self._metrics_server = await serve_metrics(ctx, self.extra_metrics)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port/metrics`` while metrics are served, else None."""
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    async def _stop_metrics(self) -> None:
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            await server.close()
 
     @staticmethod
     def _load_metadata(
@@ -374,6 +411,7 @@ class Broker:
         self._ready = False
         ctx = self.ctx
         log.info("broker %s shutting down", self.config.broker_name)
+        await self._stop_metrics()
         await self._stop_periodic()
         if self.registrar is not None:
             await self.registrar.unregister_all()
@@ -409,6 +447,7 @@ class Broker:
         """Undo a failed start."""
         self._ready = False
         self._started = False
+        await self._stop_metrics()
         if self.ctx is not None:
             await self.ctx.hold.stop()
             if self.ctx.pop is not None:

@@ -52,10 +52,10 @@ import signal
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rocketq.config import field_for_rocketmq_key
-from rocketq.errors import RequestHeaderError, ResponseCode
+from rocketq.errors import ConfigError, RequestHeaderError, ResponseCode
 from rocketq.namesrv.config import DEFAULT_NAMESRV_PORT, NamesrvConfig, rocketmq_key
 from rocketq.namesrv.routes import RemovedBroker, RouteTable
 from rocketq.properties import parse_properties
@@ -78,6 +78,11 @@ from rocketq.remoting import (
     eventloop,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+
+if TYPE_CHECKING:
+    from rocketq.metrics.exposition import Family
+    from rocketq.metrics.http import MetricsServer
+    from rocketq.namesrv.metrics import NamesrvMetrics
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +185,10 @@ class NameServer:
             RequestCode.QUERY_DATA_VERSION: self._query_data_version,
             RequestCode.BROKER_HEARTBEAT: self._broker_heartbeat,
         }
+        self.metrics: NamesrvMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
+        if self._config.metrics_enabled:
+            self.count_metrics()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -212,15 +221,61 @@ class NameServer:
                 self.routes.load_kv_config(table)
                 log.info("loaded KV config from %s (%d namespaces)", path, len(table))
         await self._server.start()
+        if self._config.metrics_enabled:
+            await self._serve_metrics()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         self._started = True
         log.info("name server listening on %s", self.address)
+
+    # -- metrics (docs/metrics.md) ------------------------------------------------------------
+
+    def count_metrics(self) -> NamesrvMetrics:
+        """Start counting requests (once); ``rocketq serve`` serves the result on its broker's
+        ``/metrics`` through :meth:`metric_families`."""
+        if self.metrics is None:
+            from rocketq.namesrv.metrics import NamesrvMetrics  # noqa: PLC0415 - only with metrics
+
+            self.metrics = NamesrvMetrics(f"{self._config.bind_address}:{self._config.listen_port}")
+            self.metrics.instrument(self._processors)
+        return self.metrics
+
+    async def metric_families(self) -> list[Family]:
+        metrics = self.count_metrics()
+        metrics.base = (("node_type", "nameserver"), ("node_id", self.address))
+        return metrics.families(self.routes)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    async def _serve_metrics(self) -> None:
+        from rocketq.metrics.exposition import render  # noqa: PLC0415
+        from rocketq.metrics.http import MetricsServer  # noqa: PLC0415
+
+        async def collect() -> str:
+            return render(await self.metric_families())
+
+        cfg = self._config
+        host = cfg.metrics_prom_exporter_host or cfg.bind_address
+        server = MetricsServer(host, cfg.metrics_prom_exporter_port, collect)
+        try:
+            await server.start()
+        except OSError as exc:
+            await self._server.close()
+            raise ConfigError(
+                f"cannot serve metrics on {host}:{cfg.metrics_prom_exporter_port}: {exc.strerror or exc}; "
+                "choose another metricsPromExporterPort (--metrics-port)"
+            ) from None
+        self._metrics_server = server
 
     async def close(self) -> None:
         if not self._started:
             await self._server.close()  # a start cancelled part-way may have left it listening
             return
         self._started = False
+        metrics_server, self._metrics_server = self._metrics_server, None
+        if metrics_server is not None:
+            await metrics_server.close()
         task, self._scan_task = self._scan_task, None
         if task is not None:
             task.cancel()

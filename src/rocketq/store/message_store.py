@@ -40,6 +40,7 @@ from types import TracebackType
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import DiskFull, StoreLocked, SystemBusy
 from rocketq.message import BrokerMessage, Message, MessageExt, decode_offset_msg_id, pack_socket_addr
+from rocketq.metrics.exposition import ThreadHistograms
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.store.checkpoint import StoreCheckpoint
@@ -61,6 +62,8 @@ from rocketq.store.timer import (
 )
 
 log = logging.getLogger(__name__)
+
+_perf_ns = time.perf_counter_ns
 
 
 class GetMessageStatus(StrEnum):
@@ -152,6 +155,10 @@ class MessageStore:
         self.recovery_seconds = 0.0
         self.started = False
         self.stats = StoreStats()
+        #: Seconds a put_message / put_messages call takes (the flush wait under SYNC_FLUSH
+        #: included), per calling thread; None (the default) measures nothing. Set by the broker
+        #: when it serves metrics.
+        self.put_latency: ThreadHistograms | None = None
         self._index_dir_missing = False
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.
@@ -566,6 +573,8 @@ class MessageStore:
 
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
+        timed = self.put_latency
+        began = _perf_ns() if timed is not None else 0
         self._throttle()
         try:
             r = self.commitlog.put_message(self._inner(msg, queue_id))
@@ -574,12 +583,16 @@ class MessageStore:
             raise
         self.stats.put_count += 1
         self.stats.put_bytes += r.size
+        if timed is not None:
+            timed.local().observe((_perf_ns() - began) / 1e9)
         return r
 
     def put_messages(
         self, msgs: Sequence[Message | BrokerMessage], queue_id: int | None = None
     ) -> PutMessageResult:
         """Store a batch under one lock acquisition; consecutive queue offsets per queue."""
+        timed = self.put_latency
+        began = _perf_ns() if timed is not None else 0
         self._throttle()
         try:
             r = self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
@@ -588,6 +601,8 @@ class MessageStore:
             raise
         self.stats.put_count += r.msg_num
         self.stats.put_bytes += r.size
+        if timed is not None:
+            timed.local().observe((_perf_ns() - began) / 1e9)
         return r
 
     def put_redelivered(self, msg: BrokerMessage) -> bool:
