@@ -2,6 +2,7 @@
 
     python bench/send_path.py                 # 5 rounds of 20,000 sends
     python bench/send_path.py --rounds 9 --count 40000
+    python bench/send_path.py --metrics       # the same with /metrics served (counting on)
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -66,9 +67,13 @@ def main() -> int:
     ap.add_argument(
         "--burst", type=int, default=32, help="frames written together, answers read before the next"
     )
+    ap.add_argument(
+        "--metrics", action="store_true", help="serve /metrics (metricsExporterType=PROM, a free port)"
+    )
     args = ap.parse_args()
 
-    with InProcessCluster() as cluster:
+    options = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0} if args.metrics else {}
+    with InProcessCluster(broker_options=options) as cluster:
         cluster.create_topic(TOPIC, QUEUES)
 
         async def loop_thread_ident() -> int:

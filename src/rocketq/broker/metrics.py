@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from bisect import bisect_left
+from bisect import bisect_left as _bisect_left
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -70,6 +70,7 @@ NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
 _DELAY_KEYS = frozenset(
     {PROPERTY_DELAY_TIME_LEVEL, "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"}
 )
+_TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
 _SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"
 
 
@@ -79,6 +80,8 @@ def message_type(props: Mapping[str, str], half: bool) -> str:
     normal."""
     if half:
         return TRANSACTION
+    if _TYPED_KEYS.isdisjoint(props):  # the common case, one test
+        return NORMAL
     if PROPERTY_SHARDING_KEY in props:
         return FIFO
     if not _DELAY_KEYS.isdisjoint(props):
@@ -131,7 +134,7 @@ class BrokerMetrics:
             c = self.messages_in[key] = [0] * (len(MESSAGE_SIZE_BOUNDS) + 3)
         c[0] += count
         c[1] += size
-        c[2 + bisect_left(MESSAGE_SIZE_BOUNDS, size // count if count > 1 else size)] += count
+        c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
 
     def pulled(self, topic: str, group: str, count: int, size: int, queue_id: int, next_offset: int) -> None:
         """A pull answered ``count`` messages (``size`` bytes) of a queue, up to ``next_offset``."""

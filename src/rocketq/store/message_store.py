@@ -25,6 +25,7 @@ segment whose first record is older than the checkpoint's timestamps.
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import errno
 import fcntl
@@ -64,6 +65,7 @@ from rocketq.store.timer import (
 log = logging.getLogger(__name__)
 
 _perf_ns = time.perf_counter_ns
+_bisect_left = bisect.bisect_left
 
 
 class GetMessageStatus(StrEnum):
@@ -584,7 +586,10 @@ class MessageStore:
         self.stats.put_count += 1
         self.stats.put_bytes += r.size
         if timed is not None:
-            timed.local().observe((_perf_ns() - began) / 1e9)
+            hist = timed.local()
+            seconds = (_perf_ns() - began) / 1e9
+            hist.counts[_bisect_left(hist.bounds, seconds)] += 1
+            hist.sum += seconds
         return r
 
     def put_messages(
@@ -602,7 +607,10 @@ class MessageStore:
         self.stats.put_count += r.msg_num
         self.stats.put_bytes += r.size
         if timed is not None:
-            timed.local().observe((_perf_ns() - began) / 1e9)
+            hist = timed.local()
+            seconds = (_perf_ns() - began) / 1e9
+            hist.counts[_bisect_left(hist.bounds, seconds)] += 1
+            hist.sum += seconds
         return r
 
     def put_redelivered(self, msg: BrokerMessage) -> bool:
