@@ -65,6 +65,9 @@ from rocketq.store.timer import (
 log = logging.getLogger(__name__)
 
 _perf_ns = time.perf_counter_ns
+#: One put in this many is timed for ``put_latency``: two clock reads per put would cost the
+#: send path more than every counter of the broker together (docs/metrics.md, Cost).
+PUT_LATENCY_SAMPLE = 16
 _bisect_left = bisect.bisect_left
 
 
@@ -158,9 +161,10 @@ class MessageStore:
         self.started = False
         self.stats = StoreStats()
         #: Seconds a put_message / put_messages call takes (the flush wait under SYNC_FLUSH
-        #: included), per calling thread; None (the default) measures nothing. Set by the broker
-        #: when it serves metrics.
+        #: included), one put in PUT_LATENCY_SAMPLE timed, per calling thread; None (the
+        #: default) measures nothing. Set by the broker when it serves metrics.
         self.put_latency: ThreadHistograms | None = None
+        self._puts_seen = 0
         self._index_dir_missing = False
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.
@@ -576,7 +580,11 @@ class MessageStore:
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
         timed = self.put_latency
-        began = _perf_ns() if timed is not None else 0
+        began = 0
+        if timed is not None:
+            self._puts_seen = seen = self._puts_seen + 1
+            if not seen % PUT_LATENCY_SAMPLE:
+                began = _perf_ns()
         self._throttle()
         try:
             r = self.commitlog.put_message(self._inner(msg, queue_id))
@@ -585,7 +593,7 @@ class MessageStore:
             raise
         self.stats.put_count += 1
         self.stats.put_bytes += r.size
-        if timed is not None:
+        if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
             hist.counts[_bisect_left(hist.bounds, seconds)] += 1
@@ -597,7 +605,11 @@ class MessageStore:
     ) -> PutMessageResult:
         """Store a batch under one lock acquisition; consecutive queue offsets per queue."""
         timed = self.put_latency
-        began = _perf_ns() if timed is not None else 0
+        began = 0
+        if timed is not None:
+            self._puts_seen = seen = self._puts_seen + 1
+            if not seen % PUT_LATENCY_SAMPLE:
+                began = _perf_ns()
         self._throttle()
         try:
             r = self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
@@ -606,7 +618,7 @@ class MessageStore:
             raise
         self.stats.put_count += r.msg_num
         self.stats.put_bytes += r.size
-        if timed is not None:
+        if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
             hist.counts[_bisect_left(hist.bounds, seconds)] += 1
