@@ -70,7 +70,8 @@ NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
 _DELAY_KEYS = frozenset(
     {PROPERTY_DELAY_TIME_LEVEL, "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"}
 )
-_TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
+#: Properties that make a message other than ``normal``.
+TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
 _SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"
 #: Sends recorded before they are folded into the counters (see BrokerMetrics.fold).
 FOLD_BATCH = 1024
@@ -86,7 +87,7 @@ def message_type(props: Mapping[str, str], half: bool) -> str:
     normal."""
     if half:
         return TRANSACTION
-    if _TYPED_KEYS.isdisjoint(props):  # the common case, one test
+    if TYPED_KEYS.isdisjoint(props):  # the common case, one test
         return NORMAL
     if PROPERTY_SHARDING_KEY in props:
         return FIFO
@@ -444,6 +445,7 @@ def store_families(store: MessageStore, base: Labels) -> list[Family]:
 __all__ = [
     "MESSAGE_SIZE_BOUNDS",
     "PUT_SECONDS_BOUNDS",
+    "TYPED_KEYS",
     "BrokerMetrics",
     "message_type",
     "serve_metrics",

@@ -45,7 +45,7 @@ import random
 import zlib
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.metrics import FOLD_BATCH, NORMAL, TRANSACTION, SendKind
+from rocketq.broker.metrics import FOLD_BATCH, NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -398,7 +398,9 @@ class SendMessageProcessor:
         if half:
             ensure_half_topics(self.ctx)
             msg = to_half_message(msg, props)
-        kind = TRANSACTION if half else props
+        # the common case is one set test; the properties are not kept (a dict held until the
+        # fold would survive garbage collections and cost more than the test)
+        kind = TRANSACTION if half else NORMAL if TYPED_KEYS.isdisjoint(props) else message_type(props, False)
         return msg, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), kind
 
     def _retry_or_dlq(
