@@ -2,7 +2,7 @@
 
 Counting (the hot paths pay no lock per message)::
 
-    send (loop thread)  appended to pending_in, folded by 1024   → messages_in / throughput_in /
+    send (loop thread)  appended to pending_in, folded each 1 s  → messages_in / throughput_in /
                                                                   message_size, per (topic, type)
     pull (loop thread)  pulled(topic, group, n, bytes, queue, next offset)
                                                                → messages_out / throughput_out,
@@ -73,8 +73,8 @@ _DELAY_KEYS = frozenset(
 #: Properties that make a message other than ``normal``.
 TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
 _SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"
-#: Sends recorded before they are folded into the counters (see BrokerMetrics.fold).
-FOLD_BATCH = 1024
+#: How often the loop folds what the send path recorded into the counters (BrokerMetrics.fold).
+FOLD_INTERVAL_S = 1.0
 
 #: What a send records as its message type: the label itself, or the send's properties (the
 #: type is derived from them when folded, off the send path).
@@ -138,16 +138,15 @@ class BrokerMetrics:
     def stored(self, topic: str, kind: SendKind, size: int, count: int = 1) -> None:
         """``count`` messages of ``size`` bytes in all were stored for a send to ``topic``;
         ``kind`` is the message type, or the send's properties to derive it from."""
-        pending = self.pending_in
-        pending.append((topic, kind, size, count))
-        if len(pending) >= FOLD_BATCH:
-            self.fold()
+        self.pending_in.append((topic, kind, size, count))
 
     def fold(self) -> None:
-        """Add the sends recorded since the last fold to ``messages_in``. The send path only
-        appends to :attr:`pending_in` (a tuple and a list append per send: in the middle of a
-        send every further dict lookup costs several times what it costs here, in a tight
-        loop over a batch); the loop folds every FOLD_BATCH sends and before every scrape."""
+        """Add the sends and request latencies recorded since the last fold to the counters.
+        The send path only appends to :attr:`pending_in` (a tuple and a list append per send:
+        in the middle of a send every further dict lookup costs several times what it costs
+        here, in a tight loop over a batch); the broker folds every FOLD_INTERVAL_S on its loop
+        and before every scrape."""
+        self.rpc.fold()
         pending, self.pending_in = self.pending_in, []
         table = self.messages_in
         for topic, kind, size, count in pending:

@@ -45,7 +45,7 @@ import random
 import zlib
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.metrics import FOLD_BATCH, NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
+from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -341,10 +341,7 @@ class SendMessageProcessor:
             result = store.put_message(msg)
         metrics = self.ctx.metrics
         if metrics is not None:  # BrokerMetrics.stored, inlined on this path: [2] size, [6] msg_num
-            pending = metrics.pending_in
-            pending.append((header.topic, kind, result[2], result[6]))
-            if len(pending) >= FOLD_BATCH:
-                metrics.fold()
+            metrics.pending_in.append((header.topic, kind, result[2], result[6]))
         if result.status is PutMessageStatus.PUT_OK:
             # the common answer, written straight to bytes (a response command and its generic
             # encoding cost a send several µs more; tests check the bytes are the same)

@@ -62,6 +62,7 @@ from rocketq.broker.long_polling import (
     PullRequestHoldService,
 )
 from rocketq.broker.loop_coalesce import LoopWakeup
+from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.pop_processor import PopMessageProcessor
 from rocketq.broker.pull import PullMessageProcessor
@@ -309,6 +310,7 @@ class Broker:
             cfg.transaction_check_interval_ms / 1000, self.transactions.check, "broker-transaction-check"
         )
         if ctx.metrics is not None:
+            self._every(FOLD_INTERVAL_S, ctx.metrics.fold, "broker-metrics-fold")
             await self._serve_metrics(ctx)
 
     # -- metrics (docs/metrics.md) ----------------------------------------------------------
@@ -319,7 +321,7 @@ class Broker:
         ctx.store.put_latency = ctx.metrics.put_latency
 
     async def _serve_metrics(self, ctx: BrokerContext) -> None:
-        from rocketq.broker.metrics import serve_metrics  # noqa: PLC0415
+        from rocketq.broker.metrics import serve_metrics  # noqa: PLC0415 - only with metrics on
 
         self._metrics_server = await serve_metrics(ctx, self.extra_metrics)
 

@@ -7,9 +7,9 @@ metrics are on; with metrics off nothing is wrapped and a request pays nothing (
 handler reads ``perf_counter_ns`` before and after and adds the elapsed milliseconds to the
 histogram of its (request code, response code) pair, no lock (every handler runs on the
 server's event loop thread). On the hottest path, an immediate handler's SUCCESS, the elapsed
-time is only appended to a list and folded into the histogram by the batch (every 1024, and
-before every scrape): in the middle of a send each extra lookup costs several times what it
-costs in a tight loop. The latency of a
+time is only appended to a list, folded into the histogram by the batch (:meth:`RpcLatency.fold`,
+which the broker calls every second and before every scrape): in the middle of a send each
+extra lookup costs several times what it costs in a tight loop. The latency of a
 request answered inside ``data_received`` (the immediate table) is recorded there; one the
 immediate handler passes on is recorded by the task path instead, never twice. A held pull's
 latency includes its hold (RocketMQ labels those ``is_long_polling``; rocketq tells them by
@@ -35,8 +35,6 @@ from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHan
 
 #: RocketMQ's ``rpc_latency`` buckets (milliseconds).
 RPC_LATENCY_MS_BOUNDS = (1, 3, 5, 10, 100, 1000, 3000)
-#: SUCCESS latencies of an immediate handler kept before they are folded into the histogram.
-FOLD_BATCH = 1024
 
 _REQUEST_NAMES = {int(c): c.name.lower() for c in RequestCode}
 _RESPONSE_NAMES = {int(c): c.name.lower() for c in ResponseCode}
@@ -113,14 +111,11 @@ class RpcLatency:
             except RocketqError as exc:
                 record(code, int(exc.code), clock() - began)
                 raise
-            if response is None:
-                return None
             if response.__class__ is bytes:  # the pre-encoded SUCCESS answer of a send
-                ok.append(clock() - began)
-                if len(ok) >= FOLD_BATCH:
-                    self._fold(code, ok)
+                ok.append(clock() - began)  # folded by fold(): every second and at each scrape
                 return response
-            record(code, response.code, clock() - began)  # type: ignore[union-attr]
+            if response is not None:
+                record(code, response.code, clock() - began)  # type: ignore[union-attr]
             return response
 
         return timed_now
@@ -140,7 +135,8 @@ class RpcLatency:
         elapsed.clear()
 
     def fold(self) -> None:
-        """Fold every pending SUCCESS latency into its histogram (the scrape does, on the loop)."""
+        """Fold every pending SUCCESS latency into its histogram (on the loop: the broker every
+        second and before every scrape)."""
         for code, elapsed in self._pending:
             if elapsed:
                 self._fold(code, elapsed)
