@@ -395,9 +395,17 @@ class SendMessageProcessor:
         if half:
             ensure_half_topics(self.ctx)
             msg = to_half_message(msg, props)
-        # the common case is one set test; the properties are not kept (a dict held until the
-        # fold would survive garbage collections and cost more than the test)
-        kind = TRANSACTION if half else NORMAL if TYPED_KEYS.isdisjoint(props) else message_type(props, False)
+        kind = NORMAL
+        if self.ctx.metrics is not None:
+            # the common case is one set test; the properties are not kept (a dict held until
+            # the fold would survive garbage collections and cost more than the test)
+            kind = (
+                TRANSACTION
+                if half
+                else NORMAL
+                if TYPED_KEYS.isdisjoint(props)
+                else message_type(props, False)
+            )
         return msg, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), kind
 
     def _retry_or_dlq(
