@@ -3,6 +3,8 @@
     python bench/send_path.py                 # 5 rounds of 20,000 sends
     python bench/send_path.py --rounds 9 --count 40000
     python bench/send_path.py --trace         # with brokerTraceEnable=true (a Pub record per send)
+    python bench/send_path.py --metrics       # the same with /metrics served (counting on)
+    python bench/send_path.py --metrics-ab    # one broker, rounds alternating counting off / on
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -27,6 +29,8 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
@@ -62,6 +66,27 @@ def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
                 answered += 1
 
 
+def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any, Any, None]]:
+    """A coroutine function that turns the broker's metrics counting off or on, on its loop:
+    the handler tables without or with their timing wrappers, the context's counters, the
+    store's put timing (what a broker started with metrics off or on has)."""
+    broker = cluster.broker(cluster.broker_names[0])
+    ctx = broker.ctx
+    assert ctx is not None and ctx.metrics is not None
+    metrics, put_latency = ctx.metrics, ctx.store.put_latency
+    tables = [broker._handlers, broker._immediate_handlers]  # the bench reaches in on purpose
+    wrapped = [dict(t) for t in tables]
+    bare = [{code: getattr(h, "__wrapped__", h) for code, h in t.items()} for t in tables]
+
+    async def switch(on: bool) -> None:
+        for table, handlers in zip(tables, wrapped if on else bare, strict=True):
+            table.update(handlers)  # type: ignore[attr-defined]
+        ctx.metrics = metrics if on else None
+        ctx.store.put_latency = put_latency if on else None
+
+    return switch
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="measured rounds (after one warm-up round)")
@@ -70,9 +95,21 @@ def main() -> int:
         "--burst", type=int, default=32, help="frames written together, answers read before the next"
     )
     ap.add_argument("--trace", action="store_true", help="run the broker with brokerTraceEnable=true")
+    ap.add_argument(
+        "--metrics", action="store_true", help="serve /metrics (metricsExporterType=PROM, a free port)"
+    )
+    ap.add_argument(
+        "--metrics-ab",
+        action="store_true",
+        help="serve /metrics and alternate rounds with counting off and on (the same broker, caches and "
+        "machine load for both: the cost of counting without the noise between processes)",
+    )
     args = ap.parse_args()
 
-    options = {"broker_trace_enable": True} if args.trace else {}
+    with_metrics = args.metrics or args.metrics_ab
+    options: dict[str, object] = {"broker_trace_enable": True} if args.trace else {}
+    if with_metrics:
+        options.update(metrics_exporter_type="PROM", metrics_prom_exporter_port=0)
     with InProcessCluster(broker_options=options) as cluster:
         cluster.create_topic(TOPIC, QUEUES)
 
@@ -83,23 +120,39 @@ def main() -> int:
         host, port = cluster.broker_addrs[cluster.broker_names[0]].rsplit(":", 1)
         per_msg: list[float] = []
         process: list[float] = []
+        by_mode: dict[bool, list[float]] = {False: [], True: []}
+        switch = counting_switch(cluster) if args.metrics_ab else None
+        rounds = args.rounds * 2 if args.metrics_ab else args.rounds
         with socket.create_connection((host, int(port))) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             send_all(sock, frames(args.count), args.burst)  # warm-up: topic caches, layouts
-            for _ in range(args.rounds):
+            for i in range(rounds):
+                counting = i % 4 in (1, 2)  # off, on, on, off, ...: no side of a pair always goes first
+                if switch is not None:
+                    cluster.call(switch(counting))
                 batch = frames(args.count)
                 cluster.wait_dispatched()
                 cpu0, all0 = time.clock_gettime(clock), time.process_time()
                 send_all(sock, batch, args.burst)
                 per_msg.append((time.clock_gettime(clock) - cpu0) / args.count * 1e6)
+                by_mode[counting].append(per_msg[-1])
                 cluster.wait_dispatched()
                 process.append((time.process_time() - all0) / args.count * 1e6)
         cluster.wait_dispatched()
         stored = sum(cluster.store().get_max_offset(TOPIC, q) for q in range(QUEUES))
         traces = cluster.store().get_max_offset("RMQ_SYS_TRACE_TOPIC", 0)
-    expected = args.count * (args.rounds + 1)
+    expected = args.count * (rounds + 1)
     if stored != expected:
         raise RuntimeError(f"{stored} messages in the queues, expected {expected}")
+    if args.metrics_ab:
+        off, on = statistics.median(by_mode[False]), statistics.median(by_mode[True])
+        print(
+            f"SEND_MESSAGE_V2, bursts of {args.burst}: broker loop-thread CPU per message, counting off "
+            f"{' / '.join(f'{x:.1f}' for x in by_mode[False])} µs (median {off:.1f}), on "
+            f"{' / '.join(f'{x:.1f}' for x in by_mode[True])} µs (median {on:.1f}): "
+            f"{(on / off - 1) * 100:+.1f} %"
+        )
+        return 0
     print(
         f"SEND_MESSAGE_V2, bursts of {args.burst}: broker loop-thread CPU per message "
         f"{' / '.join(f'{x:.1f}' for x in per_msg)} µs "

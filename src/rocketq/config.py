@@ -257,12 +257,37 @@ def from_rocketmq_properties(cls: type[T], props: dict[str, str], **overrides: A
     return cls(**kwargs)
 
 
+#: RocketMQ 5's ``MetricsExporterType`` names; rocketq serves PROM only.
+METRICS_EXPORTER_TYPES = ("DISABLE", "OTLP_GRPC", "PROM", "LOG")
+
+
+def metrics_config_problems(exporter_type: str, port: int) -> list[str]:
+    """What is wrong with ``metricsExporterType`` / ``metricsPromExporterPort`` (broker and name
+    server share the keys)."""
+    problems = []
+    kind = exporter_type.upper()
+    if kind not in METRICS_EXPORTER_TYPES:
+        problems.append(
+            f"metrics_exporter_type={exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
+        )
+    elif kind not in ("DISABLE", "PROM"):
+        problems.append(
+            f"metrics_exporter_type={exporter_type!r} is not supported: rocketq serves Prometheus "
+            "metrics only (PROM) or none (DISABLE)"
+        )
+    if not 0 <= port <= 65535:
+        problems.append(f"metrics_prom_exporter_port={port} is outside 0..65535")
+    return problems
+
+
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
+    "METRICS_EXPORTER_TYPES",
     "BrokerRole",
     "FlushDiskType",
     "StoreConfig",
     "field_for_rocketmq_key",
     "from_rocketmq_properties",
+    "metrics_config_problems",
     "not_positive",
 ]

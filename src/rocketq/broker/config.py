@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketq.acl.plain import resolve_acl_file
-from rocketq.config import StoreConfig, from_rocketmq_properties, not_positive
+from rocketq.config import StoreConfig, from_rocketmq_properties, metrics_config_problems, not_positive
 from rocketq.errors import ConfigError
 from rocketq.properties import parse_properties
 from rocketq.remoting.limits import (
@@ -164,6 +164,15 @@ class BrokerConfig:
     #: ... and stop reading a connection with this many requests unanswered.
     server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
 
+    #: ``PROM`` serves Prometheus metrics at ``/metrics`` (docs/metrics.md); ``DISABLE`` (the
+    #: default) serves none. RocketMQ 5's ``MetricsExporterType``; its OTLP_GRPC and LOG
+    #: exporters are not offered and are refused.
+    metrics_exporter_type: str = "DISABLE"
+    #: Port of the ``/metrics`` endpoint (RocketMQ 5's default); 0 picks a free one.
+    metrics_prom_exporter_port: int = 5557
+    #: Address the endpoint listens on; empty = ``broker_ip1``, as in RocketMQ.
+    metrics_prom_exporter_host: str = ""
+
     def __post_init__(self) -> None:
         if not self.broker_ip1:
             ip1 = local_ip() if is_wildcard_address(self.bind_address) else self.bind_address.strip()
@@ -203,6 +212,7 @@ class BrokerConfig:
         problems += limit_problems(self)
         if bool(self.access_key) != bool(self.secret_key):
             problems.append("accessKey and secretKey must be given together")
+        problems += metrics_config_problems(self.metrics_exporter_type, self.metrics_prom_exporter_port)
         if problems:
             raise ConfigError("invalid BrokerConfig: " + "; ".join(problems))
 
@@ -239,6 +249,15 @@ class BrokerConfig:
     @property
     def ha_server_addr(self) -> str:
         return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_listen_port}"
+
+    @property
+    def metrics_enabled(self) -> bool:
+        """True when ``/metrics`` is served (``metricsExporterType=PROM``)."""
+        return self.metrics_exporter_type.upper() == "PROM"
+
+    @property
+    def metrics_host(self) -> str:
+        return self.metrics_prom_exporter_host or self.broker_ip1
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -32,6 +32,7 @@ from rocketq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
     from rocketq.broker.dledger_role import DLedgerRoleHandler
+    from rocketq.broker.metrics import BrokerMetrics
     from rocketq.broker.pop.service import PopService
     from rocketq.broker.trace import BrokerTracer
 
@@ -64,6 +65,8 @@ class BrokerContext:
     pop: PopService | None = None
     #: Message trace recorder (``brokerTraceEnable``), set by the broker at start; None = off.
     trace: BrokerTracer | None = None
+    #: The counters of ``/metrics`` (set by the broker when it serves metrics; None: count nothing).
+    metrics: BrokerMetrics | None = None
     locks: RebalanceLockManager = field(default_factory=RebalanceLockManager)
     tps: TpsSampler = field(default_factory=TpsSampler)
     boot_timestamp_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)

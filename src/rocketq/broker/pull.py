@@ -285,6 +285,16 @@ class PullMessageProcessor:
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
         if self.ctx.trace is not None and body:
             self.ctx.trace.delivered(conn.remote_address, header.consumer_group, header.topic, result.buffers)
+        metrics = self.ctx.metrics
+        if metrics is not None and body:
+            metrics.pulled(
+                header.topic,
+                header.consumer_group,
+                len(result.buffers),
+                len(body),
+                header.queue_id,
+                result.next_begin_offset,
+            )
         return create_response(
             request,
             code,

@@ -47,33 +47,26 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from rocketq.acl.plain import PlainAclValidator, RateLimitedLog
 from rocketq.acl.signature import AclClientRpcHook
-from rocketq.broker.admin import AdminBrokerProcessor
-from rocketq.broker.admin_groups import AdminGroupProcessor
-from rocketq.broker.admin_stats import AdminStatsProcessor
-from rocketq.broker.client_config import ClientConfigProcessor
 from rocketq.broker.client_manager import Channel, ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import PersistScheduler
-from rocketq.broker.consumer_manage import ConsumerManageProcessor
 from rocketq.broker.consumer_offset import ConsumerOffsetManager
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.dledger_role import attach_role_handler
+from rocketq.broker.handlers import request_tables
 from rocketq.broker.long_polling import (
     LONG_POLLING_CHECK_INTERVAL_S,
     SHORT_POLLING_CHECK_INTERVAL_S,
     PullRequestHoldService,
 )
 from rocketq.broker.loop_coalesce import LoopWakeup
+from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
-from rocketq.broker.pop_processor import PopMessageProcessor
-from rocketq.broker.pull import PullMessageProcessor
-from rocketq.broker.query import QueryMessageProcessor
 from rocketq.broker.registration import NameServerRegistrar
-from rocketq.broker.reset_offset import ResetOffsetProcessor
-from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
@@ -88,6 +81,10 @@ from rocketq.remoting.command import RemotingCommand, create_request, create_res
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
+
+if TYPE_CHECKING:
+    from rocketq.metrics.exposition import Family
+    from rocketq.metrics.http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +142,10 @@ class Broker:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._metrics_server: MetricsServer | None = None
+        #: More metric families for this broker's ``/metrics`` (``rocketq serve`` adds its name
+        #: server's): coroutines called at every scrape, on the loop.
+        self.extra_metrics: list[Callable[[], Awaitable[list[Family]]]] = []
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -296,9 +297,13 @@ class Broker:
         await _run_to_end(pop.start, pop_loaded)
         store.reput.arrival_listeners.append(pop.arrival_listener)
 
-        self._install_handlers(ctx)
+        if cfg.metrics_enabled:
+            self._count_metrics(ctx)
+        self._handlers, self._immediate_handlers, self.transactions = request_tables(ctx)
         start_tracer(ctx)
         self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
+        if ctx.metrics is not None:
+            ctx.metrics.instrument(self._handlers, self._immediate_handlers)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -308,6 +313,31 @@ class Broker:
         self._every(
             cfg.transaction_check_interval_ms / 1000, self.transactions.check, "broker-transaction-check"
         )
+        if ctx.metrics is not None:
+            self._every(FOLD_INTERVAL_S, ctx.metrics.fold, "broker-metrics-fold")
+            await self._serve_metrics(ctx)
+
+    # -- metrics (docs/metrics.md) ----------------------------------------------------------
+    def _count_metrics(self, ctx: BrokerContext) -> None:
+        from rocketq.broker.metrics import BrokerMetrics  # noqa: PLC0415 - only with metrics on
+
+        ctx.metrics = BrokerMetrics(ctx.config)
+        ctx.store.put_latency = ctx.metrics.put_latency
+
+    async def _serve_metrics(self, ctx: BrokerContext) -> None:
+        from rocketq.broker.metrics import serve_metrics  # noqa: PLC0415 - only with metrics on
+
+        self._metrics_server = await serve_metrics(ctx, self.extra_metrics)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port/metrics`` while metrics are served, else None."""
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    async def _stop_metrics(self) -> None:
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            await server.close()
 
     @staticmethod
     def _load_metadata(
@@ -317,68 +347,6 @@ class Broker:
         groups.load()
         offsets.load()
 
-    def _install_handlers(self, ctx: BrokerContext) -> None:
-        send = SendMessageProcessor(ctx)
-        pull = PullMessageProcessor(ctx)
-        query = QueryMessageProcessor(ctx)
-        consumer = ConsumerManageProcessor(ctx)
-        admin = AdminBrokerProcessor(ctx)
-        stats = AdminStatsProcessor(ctx)
-        groups = AdminGroupProcessor(ctx)
-        broker2client = ResetOffsetProcessor(ctx)
-        transactions = self.transactions = TransactionService(ctx)
-        pop = PopMessageProcessor(ctx)
-        client_config = ClientConfigProcessor(ctx)
-        rc = RequestCode
-        self._handlers = {
-            rc.SEND_MESSAGE: send.send_message,
-            rc.SEND_MESSAGE_V2: send.send_message,
-            rc.SEND_BATCH_MESSAGE: send.send_message,
-            rc.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
-            rc.END_TRANSACTION: transactions.end_transaction,
-            rc.PULL_MESSAGE: pull.process,
-            rc.LITE_PULL_MESSAGE: pull.process,
-            rc.POP_MESSAGE: pop.pop_message,
-            rc.ACK_MESSAGE: pop.ack_message,
-            rc.CHANGE_MESSAGE_INVISIBLETIME: pop.change_invisible_time,
-            rc.QUERY_MESSAGE: query.query_message,
-            rc.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
-            rc.HEART_BEAT: consumer.heartbeat,
-            rc.UNREGISTER_CLIENT: consumer.unregister_client,
-            rc.CHECK_CLIENT_CONFIG: client_config.check_client_config,
-            rc.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
-            rc.GET_CONSUMER_CONNECTION_LIST: consumer.get_consumer_connection_list,
-            rc.GET_PRODUCER_CONNECTION_LIST: consumer.get_producer_connection_list,
-            rc.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
-            rc.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
-            rc.LOCK_BATCH_MQ: consumer.lock_batch_mq,
-            rc.UNLOCK_BATCH_MQ: consumer.unlock_batch_mq,
-            rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
-            rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,
-            rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
-            rc.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
-            rc.GET_MAX_OFFSET: admin.get_max_offset,
-            rc.GET_MIN_OFFSET: admin.get_min_offset,
-            rc.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
-            rc.GET_TOPIC_STATS_INFO: stats.get_topic_stats_info,
-            rc.GET_CONSUME_STATS: stats.get_consume_stats,
-            rc.QUERY_TOPIC_CONSUME_BY_WHO: stats.query_topic_consume_by_who,
-            rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.update_and_create_subscription_group,
-            rc.DELETE_SUBSCRIPTIONGROUP: groups.delete_subscription_group,
-            rc.DELETE_TOPIC_IN_BROKER: groups.delete_topic_in_broker,
-            rc.INVOKE_BROKER_TO_RESET_OFFSET: broker2client.reset_offset,
-            rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: broker2client.get_consumer_status,
-        }
-        self._immediate_handlers = {
-            rc.SEND_MESSAGE: send.send_message_now,
-            rc.SEND_MESSAGE_V2: send.send_message_now,
-            rc.SEND_BATCH_MESSAGE: send.send_message_now,
-            rc.PULL_MESSAGE: pull.process_now,
-            rc.LITE_PULL_MESSAGE: pull.process_now,
-        }
-
     async def shutdown(self) -> None:
         """Stop serving and close the store cleanly (see the module docstring)."""
         if not self._started:
@@ -387,6 +355,7 @@ class Broker:
         self._ready = False
         ctx = self.ctx
         log.info("broker %s shutting down", self.config.broker_name)
+        await self._stop_metrics()
         await self._stop_periodic()
         if self.registrar is not None:
             await self.registrar.unregister_all()
@@ -423,6 +392,7 @@ class Broker:
         """Undo a failed start."""
         self._ready = False
         self._started = False
+        await self._stop_metrics()
         if self.ctx is not None:
             await self.ctx.hold.stop()
             if self.ctx.pop is not None:

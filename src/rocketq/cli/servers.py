@@ -26,7 +26,8 @@ from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, RocketqError
-from rocketq.namesrv.server import NameServer, NamesrvConfig, run_namesrv
+from rocketq.namesrv.run import run_namesrv
+from rocketq.namesrv.server import NameServer, NamesrvConfig
 from rocketq.properties import parse_properties
 from rocketq.proxy.server import DEFAULT_GRPC_PORT, GrpcConfig, GrpcEndpoint
 from rocketq.remoting import eventloop
@@ -95,8 +96,26 @@ def _warn_listen(warnings: list[str]) -> None:
         logging.getLogger("rocketq.cli").warning("%s", warning)
 
 
+def _metrics_port(args: argparse.Namespace) -> dict[str, object]:
+    """``--metrics-port P``: metricsExporterType=PROM on port P (docs/metrics.md)."""
+    if args.metrics_port is None:
+        return {}
+    return {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": args.metrics_port}
+
+
+def _add_metrics_port(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = a free port; default: off, "
+        "or metricsExporterType=PROM in the .conf)",
+    )
+
+
 def _namesrv(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {"listen_port": args.port} if args.port is not None else {}
+    overrides.update(_metrics_port(args))
     if args.bind is not None:
         overrides["bind_address"] = args.bind
     config = NamesrvConfig.from_rocketmq_properties(_read_properties(args.config), **overrides)
@@ -116,6 +135,7 @@ def _broker(args: argparse.Namespace) -> int:
         changes["listen_port"] = args.port
     if args.namesrv_addr is not None:
         changes["namesrv_addr"] = args.namesrv_addr
+    changes.update(_metrics_port(args))
     if changes:
         broker_cfg = dataclasses.replace(broker_cfg, **changes)  # type: ignore[arg-type]
     _warn_listen(broker_cfg.listen_warnings())
@@ -149,6 +169,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
         bind_address=args.host,
         listen_port=args.broker_port,
         fast_listen_port_enable=False,
+        **_metrics_port(args),  # type: ignore[arg-type]
     )
     _warn_listen(broker_cfg.listen_warnings())
     store_cfg = dataclasses.replace(
@@ -157,6 +178,9 @@ async def _serve_async(args: argparse.Namespace) -> None:
         flush_disk_type=args.flush,
     )
     broker = Broker(broker_cfg, store_cfg)
+    if broker_cfg.metrics_enabled:  # one /metrics for both: the name server's families join
+        namesrv.count_metrics()
+        broker.extra_metrics.append(namesrv.metric_families)
     grpc_endpoint = None
     dashboard = None
     try:
@@ -186,7 +210,9 @@ async def _serve_async(args: argparse.Namespace) -> None:
             f"rocketq ready in {time.monotonic() - began:.2f} s\n"
             f"  name server  {namesrv_addr}\n"
             f"  broker       {broker.broker_addr}  ({args.broker_name}, "
-            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})" + grpc_line,
+            f"data in {store_cfg.store_path_root_dir}, {store_cfg.flush_disk_type.value})"
+            + grpc_line
+            + (f"\n  metrics      {broker.metrics_url}" if broker.metrics_url else ""),
             flush=True,
         )
         from rocketq.cli.dashboard import start_alongside  # noqa: PLC0415 - only with --dashboard-port
@@ -216,12 +242,14 @@ def add_server_parsers(sub: Any) -> None:
     namesrv.add_argument("-c", "--config", help="namesrv.conf in RocketMQ's key=value format")
     namesrv.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
     namesrv.add_argument("--bind", default=None, help=_BIND_HELP)
+    _add_metrics_port(namesrv)
     namesrv.set_defaults(func=_namesrv)
     broker = sub.add_parser("broker", help="run a broker (port 10911)")
     broker.add_argument("-c", "--config", help="broker.conf in RocketMQ's key=value format")
     broker.add_argument("--port", type=int, default=None, help="listen port (overrides listenPort)")
     broker.add_argument("-n", "--namesrv-addr", default=None, help="name servers, host:port;host:port")
     broker.add_argument("--bind", default=None, help=_BIND_HELP)
+    _add_metrics_port(broker)
     broker.set_defaults(func=_broker)
     serve = sub.add_parser("serve", help="name server and broker in one process")
     serve.add_argument(
@@ -261,4 +289,5 @@ def add_server_parsers(sub: Any) -> None:
         metavar="N",
         help="a DLedger group of N brokers, each its own process (confs written into --data-dir)",
     )
+    _add_metrics_port(serve)
     serve.set_defaults(func=_serve)

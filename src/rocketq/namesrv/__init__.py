@@ -5,7 +5,8 @@ brokers and clients: :mod:`rocketq.protocol.route`. Modules::
 
     routes.py   RouteTable: brokers, topics' queue data, clusters, liveness, KV config (pure)
     config.py   NamesrvConfig: the name server's settings
-    server.py   NameServer (request processors on a RemotingServer), run_namesrv
+    server.py   NameServer (request processors on a RemotingServer)
+    run.py      serve_namesrv / run_namesrv: a name server as a process
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
         RemovedBroker,
         RouteTable,
     )
-    from rocketq.namesrv.server import NameServer, run_namesrv, serve_namesrv
+    from rocketq.namesrv.run import run_namesrv, serve_namesrv
+    from rocketq.namesrv.server import NameServer
 
 # Imported from their modules on first use (PEP 562).
 _EXPORTS: dict[str, str] = {
@@ -34,8 +36,8 @@ _EXPORTS: dict[str, str] = {
     "RegisterBrokerResult": "rocketq.namesrv.routes",
     "RemovedBroker": "rocketq.namesrv.routes",
     "RouteTable": "rocketq.namesrv.routes",
-    "run_namesrv": "rocketq.namesrv.server",
-    "serve_namesrv": "rocketq.namesrv.server",
+    "run_namesrv": "rocketq.namesrv.run",
+    "serve_namesrv": "rocketq.namesrv.run",
 }
 
 __all__ = [

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketq.config import from_rocketmq_properties, not_positive
+from rocketq.config import from_rocketmq_properties, metrics_config_problems, not_positive
 from rocketq.errors import ConfigError
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
@@ -77,6 +77,13 @@ class NamesrvConfig:
     #: ... and stop reading a connection with this many requests unanswered.
     server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
 
+    #: ``PROM`` serves Prometheus metrics at ``/metrics``; ``DISABLE`` (default) none. The
+    #: broker's keys (RocketMQ 5's name server has no metrics; its controller uses these names).
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_port: int = 5557
+    #: Address of the metrics endpoint; empty = ``bind_address``.
+    metrics_prom_exporter_host: str = ""
+
     def __post_init__(self) -> None:
         problems = []
         if not 0 <= self.listen_port <= 65535:
@@ -88,8 +95,13 @@ class NamesrvConfig:
             "max_frame_size_bytes",
         )
         problems += limit_problems(self)
+        problems += metrics_config_problems(self.metrics_exporter_type, self.metrics_prom_exporter_port)
         if problems:
             raise ConfigError("invalid NamesrvConfig: " + "; ".join(problems))
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_exporter_type.upper() == "PROM"
 
     def listen_warnings(self) -> list[str]:
         """What to warn about at start: listening on every interface without ACL."""

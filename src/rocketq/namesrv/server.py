@@ -55,11 +55,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import signal
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rocketq.acl.address import host_of
 from rocketq.acl.plain import (
@@ -89,9 +88,13 @@ from rocketq.remoting import (
     RemotingServer,
     RequestCode,
     create_response,
-    eventloop,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+
+if TYPE_CHECKING:
+    from rocketq.metrics.exposition import Family
+    from rocketq.metrics.http import MetricsServer
+    from rocketq.namesrv.metrics import NamesrvMetrics
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +202,10 @@ class NameServer:
             RequestCode.QUERY_DATA_VERSION: self._query_data_version,
             RequestCode.BROKER_HEARTBEAT: self._broker_heartbeat,
         }
+        self.metrics: NamesrvMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
+        if self._config.metrics_enabled:
+            self.count_metrics()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -234,15 +241,46 @@ class NameServer:
                 self.routes.load_kv_config(table)
                 log.info("loaded KV config from %s (%d namespaces)", path, len(table))
         await self._server.start()
+        if self._config.metrics_enabled:
+            await self._serve_metrics()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         self._started = True
         log.info("name server listening on %s", self.address)
+
+    # -- metrics (docs/metrics.md) ------------------------------------------------------------
+
+    def count_metrics(self) -> NamesrvMetrics:
+        """Start counting requests (once); ``rocketq serve`` serves the result on its broker's
+        ``/metrics`` through :meth:`metric_families`."""
+        if self.metrics is None:
+            from rocketq.namesrv.metrics import NamesrvMetrics  # noqa: PLC0415 - only with metrics
+
+            self.metrics = NamesrvMetrics(f"{self._config.bind_address}:{self._config.listen_port}")
+            self.metrics.instrument(self._processors)
+        return self.metrics
+
+    async def metric_families(self) -> list[Family]:
+        metrics = self.count_metrics()
+        metrics.base = (("node_type", "nameserver"), ("node_id", self.address))
+        return metrics.families(self.routes)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    async def _serve_metrics(self) -> None:
+        from rocketq.namesrv.metrics import serve_metrics  # noqa: PLC0415 - only with metrics on
+
+        self._metrics_server = await serve_metrics(self._config, self.metric_families, self._server)
 
     async def close(self) -> None:
         if not self._started:
             await self._server.close()  # a start cancelled part-way may have left it listening
             return
         self._started = False
+        metrics_server, self._metrics_server = self._metrics_server, None
+        if metrics_server is not None:
+            await metrics_server.close()
         task, self._scan_task = self._scan_task, None
         if task is not None:
             task.cancel()
@@ -550,39 +588,6 @@ class NameServer:
         return create_response(request, ResponseCode.SUCCESS)
 
 
-# ---------------------------------------------------------------------------------------------
-# Running as a process
-
-
-async def serve_namesrv(config: NamesrvConfig, stop: asyncio.Event | None = None) -> None:
-    """Run a name server until ``stop`` is set, or SIGINT/SIGTERM when no event is given."""
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / no support
-                pass
-    server = NameServer(config)
-    await server.start()
-    try:
-        await stop.wait()
-        log.info("name server on %s shutting down", server.address)
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        await server.close()
-
-
-def run_namesrv(config: NamesrvConfig | None = None) -> int:
-    """Run a name server in this process until SIGINT or SIGTERM; returns the exit status (0)."""
-    eventloop.run(serve_namesrv(config or NamesrvConfig()))
-    return 0
-
-
 __all__ = [
     "CONFIG_BLACK_LIST",
     "DEFAULT_NAMESRV_PORT",
@@ -591,6 +596,4 @@ __all__ = [
     "NamesrvConfig",
     "parse_properties",
     "rocketmq_key",
-    "run_namesrv",
-    "serve_namesrv",
 ]

@@ -26,6 +26,7 @@ import heapq
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from rocketq.errors import (
@@ -34,11 +35,15 @@ from rocketq.errors import (
     ServiceNotAvailable,
     WriteBufferPoolExhausted,
 )
+from rocketq.metrics.exposition import Histogram
 from rocketq.store.mapped_file import MappedFile
 from rocketq.store.service import ServiceThread
 from rocketq.store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
+
+#: Bounds (seconds) of the segment-creation histogram (fallocate, mmap, optional warm-up).
+ALLOCATE_SECONDS_BOUNDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 
 
 @dataclass(order=True)
@@ -97,6 +102,11 @@ class AllocateMappedFileService(ServiceThread):
         self._lock = threading.Lock()  # _table and _queue
         self.has_exception = False
         self.last_error: BaseException | None = None
+        #: Segments created, failed attempts, and seconds per creation (this service's thread
+        #: writes them; read at scrape time).
+        self.created = 0
+        self.failures = 0
+        self.create_seconds = Histogram(ALLOCATE_SECONDS_BOUNDS)
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -165,12 +175,14 @@ class AllocateMappedFileService(ServiceThread):
     def _create(self, req: AllocateRequest) -> None:
         if req.mapped_file is not None:
             return
+        began = time.perf_counter()
         try:
             os.makedirs(os.path.dirname(req.path) or ".", exist_ok=True)
             mf = MappedFile(req.path, req.file_size, transient_pool=self.transient_pool)
             if self.warm_mapped_file and req.file_size >= self.warm_min_size:
                 mf.warm_up(self.sync_flush, self.flush_least_pages_when_warm)
         except Exception as exc:
+            self.failures += 1
             if not self.has_exception or str(exc) != str(self.last_error):
                 log.warning("creating segment %s failed, will retry: %s", req.path, exc)
             self.has_exception = True
@@ -182,5 +194,7 @@ class AllocateMappedFileService(ServiceThread):
             return
         self.has_exception = False
         self.last_error = None
+        self.created += 1
+        self.create_seconds.observe(time.perf_counter() - began)
         req.mapped_file = mf
         req.done.set()

@@ -1,0 +1,153 @@
+"""The text exposition writer (rocketq.metrics.exposition), the metrics settings, and the
+message-type label of a send."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from _support.metrics import PROMTOOL, check_exposition, promtool_problems, value
+from rocketq.broker.config import BrokerConfig, broker_config_from_properties
+from rocketq.broker.metrics import BrokerMetrics, message_type
+from rocketq.errors import ConfigError
+from rocketq.metrics.exposition import COUNTER, GAUGE, HISTOGRAM, Family, Histogram, ThreadHistograms, render
+from rocketq.namesrv.config import NamesrvConfig
+
+
+def test_render_writes_counters_gauges_and_cumulative_histograms() -> None:
+    hist = Histogram((1, 5))
+    for x in (0.5, 1, 2, 7, 9):
+        hist.observe(x)
+    text = render(
+        [
+            Family("demo_requests_total", COUNTER, "Requests.").add({"code": "a"}, 3),
+            Family("demo_depth", GAUGE, "Depth.").add((), 2.5),
+            Family("demo_latency", HISTOGRAM, "Latency.").add({"code": "a"}, hist),
+        ]
+    )
+    assert text == (
+        "# HELP demo_requests_total Requests.\n"
+        "# TYPE demo_requests_total counter\n"
+        'demo_requests_total{code="a"} 3\n'
+        "# HELP demo_depth Depth.\n"
+        "# TYPE demo_depth gauge\n"
+        "demo_depth 2.5\n"
+        "# HELP demo_latency Latency.\n"
+        "# TYPE demo_latency histogram\n"
+        'demo_latency_bucket{code="a",le="1.0"} 2\n'
+        'demo_latency_bucket{code="a",le="5.0"} 3\n'
+        'demo_latency_bucket{code="a",le="+Inf"} 5\n'
+        'demo_latency_sum{code="a"} 19.5\n'
+        'demo_latency_count{code="a"} 5\n'
+    )
+    samples = check_exposition(text)
+    assert value(samples, "demo_latency_count", code="a") == 5
+
+
+def test_label_values_and_help_are_escaped() -> None:
+    nasty = 'a"b\\c\nd'
+    text = render([Family("demo_x", GAUGE, "Help with \\ and\nnewline.").add({"topic": nasty}, 1)])
+    assert 'demo_x{topic="a\\"b\\\\c\\nd"} 1' in text
+    assert "# HELP demo_x Help with \\\\ and\\nnewline.\n" in text
+    samples = check_exposition(text)
+    assert value(samples, "demo_x", topic=nasty) == 1
+
+
+def test_families_of_one_name_are_merged_and_types_must_agree() -> None:
+    a = Family("demo_up", GAUGE, "Up.").add({"node": "a"}, 1)
+    b = Family("demo_up", GAUGE, "Other help.").add({"node": "b"}, 1)
+    text = render([a, b])
+    assert text.count("# TYPE demo_up gauge") == 1
+    assert 'demo_up{node="a"} 1\ndemo_up{node="b"} 1\n' in text
+    check_exposition(text)
+    with pytest.raises(ValueError, match="demo_up is both a gauge and a counter"):
+        render([a, Family("demo_up", COUNTER, "Up.")])
+
+
+def test_family_and_histogram_refuse_bad_input() -> None:
+    with pytest.raises(ValueError, match="ascend"):
+        Histogram((5, 1))
+    with pytest.raises(ValueError, match="ascend"):
+        Histogram((1, 1))
+    with pytest.raises(ValueError, match="metric type"):
+        Family("x", "summary", "")
+    with pytest.raises(TypeError, match="is a histogram"):
+        Family("x", HISTOGRAM, "").add((), 1)
+    with pytest.raises(TypeError, match="is a gauge"):
+        Family("x", GAUGE, "").add((), Histogram((1,)))
+
+
+def test_thread_histograms_lose_no_observation() -> None:
+    hists = ThreadHistograms((10,))
+
+    def observe() -> None:
+        local = hists.local()
+        for _ in range(20_000):
+            local.observe(1)
+
+    threads = [threading.Thread(target=observe) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    merged = hists.merged()
+    assert merged.count == 80_000
+    assert merged.counts == [80_000, 0]
+
+
+def test_message_type_follows_rocketmq() -> None:
+    assert message_type({}, half=True) == "transaction"
+    assert message_type({"__SHARDINGKEY": "k", "DELAY": "3"}, half=False) == "fifo"
+    assert message_type({"DELAY": "3"}, half=False) == "delay"
+    assert message_type({"TIMER_DELIVER_MS": "1"}, half=False) == "delay"
+    assert message_type({"__STARTDELIVERTIME": "1"}, half=False) == "delay"
+    assert message_type({"TAGS": "a"}, half=False) == "normal"
+
+
+def test_broker_counters_render_with_rocketmq_labels() -> None:
+    metrics = BrokerMetrics(BrokerConfig(broker_name="b1", broker_cluster_name="c1"))
+    metrics.stored("T", "normal", 300)
+    metrics.stored("T", "normal", 5000 * 2, count=2)  # a batch: 5000 B per message
+    metrics.pulled("T", "G", 3, 10300, queue_id=0, next_offset=3)
+    metrics.sent_to_dlq("T", "G")
+    samples = check_exposition(render(metrics._counter_families()))
+    base = {"cluster": "c1", "node_type": "broker", "node_id": "b1"}
+    labels = {**base, "topic": "T", "message_type": "normal", "is_system": "false"}
+    assert value(samples, "rocketmq_messages_in_total", **labels) == 3
+    assert value(samples, "rocketmq_throughput_in_total", **labels) == 10300
+    assert value(samples, "rocketmq_message_size_bucket", le="1024.0", **labels) == 1
+    assert value(samples, "rocketmq_message_size_bucket", le="4096.0", **labels) == 1
+    assert value(samples, "rocketmq_message_size_bucket", le="524288.0", **labels) == 3
+    assert value(samples, "rocketmq_message_size_count", **labels) == 3
+    out = {**base, "topic": "T", "consumer_group": "G", "is_retry": "false", "is_system": "false"}
+    assert value(samples, "rocketmq_messages_out_total", **out) == 3
+    assert value(samples, "rocketmq_throughput_out_total", **out) == 10300
+    assert value(samples, "rocketmq_send_to_dlq_messages_total", **out) == 1
+
+
+def test_metrics_settings_use_rocketmq_keys_and_refuse_what_rocketq_does_not_serve() -> None:
+    assert not BrokerConfig().metrics_enabled
+    cfg = broker_config_from_properties(
+        {"metricsExporterType": "PROM", "metricsPromExporterPort": "0", "metricsPromExporterHost": "::1"}
+    )
+    assert cfg.metrics_enabled
+    assert (cfg.metrics_prom_exporter_port, cfg.metrics_host) == (0, "::1")
+    assert BrokerConfig(metrics_exporter_type="prom", broker_ip1="10.1.2.3").metrics_host == "10.1.2.3"
+    with pytest.raises(ConfigError, match=r"OTLP_GRPC.*not supported.*PROM"):
+        BrokerConfig(metrics_exporter_type="OTLP_GRPC")
+    with pytest.raises(ConfigError, match=re.escape("'JMX' is not one of DISABLE, OTLP_GRPC, PROM, LOG")):
+        BrokerConfig(metrics_exporter_type="JMX")
+    with pytest.raises(ConfigError, match=re.escape("metrics_prom_exporter_port=70000 is outside 0..65535")):
+        NamesrvConfig(metrics_exporter_type="PROM", metrics_prom_exporter_port=70000)
+    ns = NamesrvConfig.from_rocketmq_properties(
+        {"metricsExporterType": "PROM", "metricsPromExporterPort": "9"}
+    )
+    assert ns.metrics_enabled and ns.metrics_prom_exporter_port == 9
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+def test_promtool_is_strict_enough_to_catch_a_broken_exposition() -> None:
+    broken = "# TYPE demo_x counter\ndemo_x 1\n# TYPE demo_x counter\ndemo_x 2\n"
+    assert promtool_problems(broken) is not None
