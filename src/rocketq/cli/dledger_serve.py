@@ -26,6 +26,10 @@ from rocketq.properties import parse_properties
 
 DLEDGER_BASE_PORT = 40911
 READY_TIMEOUT_S = 60.0
+#: Raft timing of the groups ``serve`` writes (DLedger's defaults, 6000 / 2000 ms, make a
+#: fail-over take 6 to 12 s); a ``-c`` conf's ``dLegerElectionTimeoutMs`` etc. win
+SERVE_ELECTION_TIMEOUT_MS = 1000
+SERVE_HEARTBEAT_MS = 200
 
 
 def _free_port(host: str) -> int:
@@ -41,6 +45,7 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     ports = [args.broker_port + 10 * i if args.broker_port else _free_port(host) for i in range(count)]
     peer_ports = [DLEDGER_BASE_PORT + i if args.broker_port else _free_port(host) for i in range(count)]
     peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
+    brokers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, ports, strict=True))
     os.makedirs(args.data_dir, exist_ok=True)
     base: dict[str, str] = {}
     if args.config:  # -c broker.conf gives the other settings; the group's keys below win
@@ -67,6 +72,12 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
             "dLegerSelfId": sid,
             "preferredLeaderId": "n0",
         }
+        if count > 1:
+            # each member's broker address (a follower names the leader's to clients and copies
+            # its metadata from it), and Raft timing short enough to try fail-over by hand
+            lines["dLegerBrokerAddresses"] = brokers
+            lines.setdefault("dLegerElectionTimeoutMs", str(SERVE_ELECTION_TIMEOUT_MS))
+            lines.setdefault("dLegerHeartbeatIntervalMs", str(SERVE_HEARTBEAT_MS))
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
         out[sid] = path
@@ -103,7 +114,8 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
         while True:
             info = namesrv.routes.cluster_info()
             group = info.broker_addr_table.get(args.broker_name)
-            if group is not None and len(group.broker_addrs) >= count:
+            # all registered, one of them as master (each registers as a slave first)
+            if group is not None and len(group.broker_addrs) >= count and 0 in group.broker_addrs:
                 break
             dead = [p.args for p in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
