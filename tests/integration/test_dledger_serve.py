@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from procs import RocketqProcess, child_env
+from procs import RocketqProcess, child_env, free_port, write_broker_conf
 
 from _support.wait import collect_until, wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, MessageQueue, Producer, SendStatus
@@ -271,3 +271,69 @@ def test_sigkill_of_the_master_while_sending_loses_no_acknowledged_message(group
         assert not {m.body for m in got} & set(first)
     finally:
         admin.shutdown()
+
+
+def test_three_broker_processes_without_broker_addresses_find_the_master(tmp_path: pathlib.Path) -> None:
+    """Three ``rocketq broker -c`` processes whose confs name only the peers: the slaves learn
+    the master's address from the name server and copy its topics."""
+    ns_port = free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    ports = [free_port() for _ in range(3)]
+    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    procs = [RocketqProcess("namesrv", ["namesrv", "--port", str(ns_port)], tmp_path / "logs")]
+    try:
+        for i, port in enumerate(ports):
+            conf = write_broker_conf(
+                tmp_path / f"broker-n{i}.conf",
+                {
+                    "brokerName": BROKER,
+                    "namesrvAddr": namesrv,
+                    "brokerIP1": "127.0.0.1",
+                    "listenPort": str(port),
+                    "storePathRootDir": str(tmp_path / f"store-n{i}"),
+                    "enableDLegerCommitLog": "true",
+                    "dLegerPeers": peers,
+                    "dLegerSelfId": f"n{i}",
+                    "dLegerElectionTimeoutMs": "1000",
+                    "dLegerHeartbeatIntervalMs": "200",
+                },
+            )
+            procs.append(RocketqProcess(f"broker-n{i}", ["broker", "-c", str(conf)], tmp_path / "logs"))
+        with Admin(namesrv) as admin:
+
+            def master() -> str | None:
+                for p in procs:
+                    p.check_alive()
+                try:
+                    group = admin.cluster_info().broker_addr_table.get(BROKER)
+                except RocketqError:
+                    return None
+                return None if group is None or len(group.broker_addrs) < 3 else group.broker_addrs.get(0)
+
+            leader = wait_until(master, "three brokers registered, one as master", WAIT_S)
+            admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")  # on the master only
+        slaves = [f"127.0.0.1:{p}" for p in ports if f"127.0.0.1:{p}" != leader]
+        for addr in slaves:
+            wait_until(lambda a=addr: TOPIC in _topics_on(a), f"the slave {addr} holding the topic", WAIT_S)
+    except BaseException:
+        for p in procs:
+            print(p.diagnostics())
+        raise
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def _topics_on(addr: str) -> set[str]:
+    async def query() -> set[str]:
+        client = RemotingClient()
+        try:
+            response = await client.invoke(addr, create_request(RequestCode.GET_ALL_TOPIC_CONFIG), 5)
+        finally:
+            await client.close()
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            return set()
+        table = json.loads(response.body).get("topicConfigTable", {})
+        return set(table) if isinstance(table, dict) else set()
+
+    return asyncio.run(query())
