@@ -164,3 +164,40 @@ def test_votes_and_heartbeats_get_through_a_flood_of_appends(tmp_path: object) -
         await group.wait_committed(leader.committed_pos)
 
     run(body, tmp_path, enable_batch_push=True, max_batch_bytes=256 * 1024)
+
+
+def test_an_encoder_that_raises_appends_nothing_and_a_spilling_record_is_encoded_twice(
+    tmp_path: object,
+) -> None:
+    """The broker's encoder may raise (writes switched off): nothing is appended. A record that
+    does not fit the rest of a data file is encoded again for the next file's position."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        end = leader.ledger_end_pos
+
+        def refuse(_offset: int) -> bytes:
+            raise RuntimeError("writes are switched off")
+
+        with pytest.raises(RuntimeError, match="switched off"):
+            await leader.append(refuse)
+        assert leader.ledger_end_pos == end
+        offsets: list[int] = []
+
+        def encode(offset: int) -> bytes:
+            offsets.append(offset)
+            return OFFSET.pack(offset) + b"x" * 3000
+
+        size = leader.store.data_file_size
+        while len(offsets) < 2:  # fill the data file until a record spills into the next one
+            offsets.clear()
+            result = await leader.append(encode)
+            assert result.status is AppendStatus.OK
+        assert offsets[-1] == result.physical_offset and result.pos % size == 0
+        assert offsets[0] // size == result.pos // size - 1
+        assert leader.read(result.physical_offset, 8) == OFFSET.pack(result.physical_offset)
+        await group.wait_committed(leader.ledger_end_pos)
+        bodies = [b for m in group.members.values() for _, b in m.entries_from(result.pos)]
+        assert bodies == [OFFSET.pack(result.physical_offset) + b"x" * 3000] * 3
+
+    run(body, tmp_path, data_file_size=64 * 1024)
