@@ -179,6 +179,7 @@ def test_three_brokers_one_master_two_slaves_same_term(group: Group) -> None:
         assert sorted(_stored(admin)) == sorted(sent)
 
 
+@pytest.mark.slow  # kills a broker process (about 8 s here; the README's rule for make fast)
 def test_sigkill_of_the_master_while_sending_loses_no_acknowledged_message(group: Group) -> None:
     admin = Admin(group.namesrv)
     admin.start()
