@@ -139,6 +139,14 @@ class StoreConfig:
     #: ``storePathDLedgerCommitLog``: base directory of the entry store (``dledger-<selfId>/``
     #: under it); default the store root, as RocketMQ's ``storeBaseDir``.
     store_path_dledger_commit_log: str | None = None
+    #: ``dLegerBrokerAddresses`` (rocketq): ``n0-127.0.0.1:10911;n1-...``, each member's broker
+    #: remoting address, so a follower names the leader's broker to clients and copies its
+    #: metadata from it (``rocketq serve --dledger N`` writes it).
+    d_leger_broker_addresses: str = ""
+    #: ``dLegerElectionTimeoutMs`` / ``dLegerHeartbeatIntervalMs`` (rocketq): Raft timing; 0 keeps
+    #: DLedger's defaults (6000 / 2000 ms). ``serve --dledger N`` uses 1000 / 200.
+    d_leger_election_timeout_ms: int = 0
+    d_leger_heartbeat_interval_ms: int = 0
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -3,7 +3,6 @@ client, records inside entry store entries, SIGKILL and restart, ``admin cluster
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import struct
@@ -174,20 +173,6 @@ def _routed(admin: Admin) -> bool:
     except RocketqError:
         return False
     return True
-
-
-@pytest.mark.skipif(importlib.util.find_spec("rocketq.ha.driver") is not None, reason="the driver is here")
-def test_serve_dledger_three_without_the_driver_says_so(tmp_path: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rocketq.cli", "serve", "--dledger", "3", "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1
-    assert "needs the Raft driver (rocketq.ha.driver), which is not available yet" in done.stderr
 
 
 def test_a_plain_broker_switched_to_dledger_keeps_its_messages(tmp_path: pathlib.Path) -> None:

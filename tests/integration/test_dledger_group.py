@@ -99,7 +99,12 @@ def test_restart_of_all_members_keeps_the_committed_data(tmp_path: object) -> No
         await group.wait_committed(new_leader.committed_pos)
         for i in group.members:
             assert group.digest(i, committed) == before, i
-        assert len(list(new_leader.entries_from(0))) == 26
+        entries = list(new_leader.entries_from(0))
+        # 26 records, and each term's NOOP (empty body: dispatch walks it to the committed end)
+        assert len([b for _, b in entries if b]) == 26
+        assert len([b for _, b in entries if not b]) == 2
+        last_pos, last_body = entries[-1]
+        assert last_pos + 48 + len(last_body) == new_leader.committed_pos
 
     run(body, tmp_path)
 
@@ -159,3 +164,40 @@ def test_votes_and_heartbeats_get_through_a_flood_of_appends(tmp_path: object) -
         await group.wait_committed(leader.committed_pos)
 
     run(body, tmp_path, enable_batch_push=True, max_batch_bytes=256 * 1024)
+
+
+def test_an_encoder_that_raises_appends_nothing_and_a_spilling_record_is_encoded_twice(
+    tmp_path: object,
+) -> None:
+    """The broker's encoder may raise (writes switched off): nothing is appended. A record that
+    does not fit the rest of a data file is encoded again for the next file's position."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        end = leader.ledger_end_pos
+
+        def refuse(_offset: int) -> bytes:
+            raise RuntimeError("writes are switched off")
+
+        with pytest.raises(RuntimeError, match="switched off"):
+            await leader.append(refuse)
+        assert leader.ledger_end_pos == end
+        offsets: list[int] = []
+
+        def encode(offset: int) -> bytes:
+            offsets.append(offset)
+            return OFFSET.pack(offset) + b"x" * 3000
+
+        size = leader.store.data_file_size
+        while len(offsets) < 2:  # fill the data file until a record spills into the next one
+            offsets.clear()
+            result = await leader.append(encode)
+            assert result.status is AppendStatus.OK
+        assert offsets[-1] == result.physical_offset and result.pos % size == 0
+        assert offsets[0] // size == result.pos // size - 1
+        assert leader.read(result.physical_offset, 8) == OFFSET.pack(result.physical_offset)
+        await group.wait_committed(leader.ledger_end_pos)
+        bodies = [b for m in group.members.values() for _, b in m.entries_from(result.pos)]
+        assert bodies == [OFFSET.pack(result.physical_offset) + b"x" * 3000] * 3
+
+    run(body, tmp_path, data_file_size=64 * 1024)

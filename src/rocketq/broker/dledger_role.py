@@ -38,6 +38,7 @@ from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import LogState, ReplicatedLog
 from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import loads_object_keys
+from rocketq.protocol.route import ClusterInfo
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request, create_response
 from rocketq.store.service import ServiceThread
@@ -174,7 +175,12 @@ class DLedgerRoleHandler:
         if state.role is Role.LEADER:
             reason = f"DLedger leader of term {state.term} is catching up before it accepts writes"
         else:
-            where = f"{state.leader_id} at {state.leader_address}" if state.leader_id else "not known yet"
+            if not state.leader_id:
+                where = "not known yet"
+            elif state.leader_address:
+                where = f"{state.leader_id} at {state.leader_address}"
+            else:  # dLegerBrokerAddresses does not name it: the name servers list the master
+                where = f"{state.leader_id} (its broker registers as brokerId 0)"
             reason = f"this broker is a DLedger {state.role.value.lower()}; the leader is {where}"
         self.store.commitlog.set_writable(False, reason, error=ServiceNotAvailable)
 
@@ -240,12 +246,36 @@ class DLedgerRoleHandler:
             self._register_now()
 
     # -- slave sync -------------------------------------------------------------------------
+    async def _master_from_namesrv(self) -> str | None:
+        """The group's master (brokerId 0) as the name servers list it: the leader's broker address
+        when ``dLegerBrokerAddresses`` does not give it (RocketMQ's slaves learn it the same way,
+        from their registration)."""
+        sync, cfg = self.sync, self.ctx.config
+        if sync is None:
+            return None
+        for addr in cfg.namesrv_addrs:
+            try:
+                response = await sync.client.invoke(
+                    addr, create_request(RequestCode.GET_BROKER_CLUSTER_INFO), 3.0
+                )
+            except Exception:  # that name server is down: ask the next
+                continue
+            if response.code != ResponseCode.SUCCESS or not response.body:
+                continue
+            group = ClusterInfo.decode(response.body).broker_addr_table.get(cfg.broker_name)
+            master = None if group is None else group.broker_addrs.get(0)
+            if master and master != cfg.broker_addr:
+                return master
+        return None
+
     async def _sync_loop(self) -> None:
         assert self.sync is not None
         last_error = 0.0
         while True:
             state = self.ledger.state
             master = state.leader_address
+            if master is None and state.leader_id not in (None, state.self_id) and not self.master:
+                master = await self._master_from_namesrv()
             if master and state.leader_id != state.self_id and not self.master:
                 try:
                     await self.sync.sync_all(master)

@@ -5,15 +5,17 @@ The confs (``-c broker.conf`` gives the settings the group's keys leave open) ar
 ``--data-dir`` first, so each broker can also be run on its own later
 with the same command. Broker ``nI`` listens on ``--broker-port + 10 * I`` (a free port each with
 ``--broker-port 0``) and its peers replicate on ``40911 + I`` (free ports with 0). A group of one
-runs on :class:`~rocketq.ha.local_log.SingleNodeLog`; a larger group needs the Raft driver
-(``rocketq.ha.driver``) and is refused with a clear error while it is missing.
+runs on :class:`~rocketq.ha.local_log.SingleNodeLog`, a larger one on the Raft driver
+(``rocketq.ha.driver.open_group_log``); its confs also carry ``dLegerBrokerAddresses`` and a
+1000 / 200 ms election timeout / heartbeat (``dLegerElectionTimeoutMs``,
+``dLegerHeartbeatIntervalMs``). The banner lists each broker with its brokerId, self id and pid
+once all are registered and n0 (``preferredLeaderId``) is the master.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import socket
 import subprocess
@@ -26,6 +28,10 @@ from rocketq.properties import parse_properties
 
 DLEDGER_BASE_PORT = 40911
 READY_TIMEOUT_S = 60.0
+#: Raft timing of the groups ``serve`` writes (DLedger's defaults, 6000 / 2000 ms, make a
+#: fail-over take 6 to 12 s); a ``-c`` conf's ``dLegerElectionTimeoutMs`` etc. win
+SERVE_ELECTION_TIMEOUT_MS = 1000
+SERVE_HEARTBEAT_MS = 200
 
 
 def _free_port(host: str) -> int:
@@ -41,6 +47,7 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     ports = [args.broker_port + 10 * i if args.broker_port else _free_port(host) for i in range(count)]
     peer_ports = [DLEDGER_BASE_PORT + i if args.broker_port else _free_port(host) for i in range(count)]
     peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
+    brokers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, ports, strict=True))
     os.makedirs(args.data_dir, exist_ok=True)
     base: dict[str, str] = {}
     if args.config:  # -c broker.conf gives the other settings; the group's keys below win
@@ -67,6 +74,12 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
             "dLegerSelfId": sid,
             "preferredLeaderId": "n0",
         }
+        if count > 1:
+            # each member's broker address (a follower names the leader's to clients and copies
+            # its metadata from it), and Raft timing short enough to try fail-over by hand
+            lines["dLegerBrokerAddresses"] = brokers
+            lines.setdefault("dLegerElectionTimeoutMs", str(SERVE_ELECTION_TIMEOUT_MS))
+            lines.setdefault("dLegerHeartbeatIntervalMs", str(SERVE_HEARTBEAT_MS))
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
         out[sid] = path
@@ -77,11 +90,6 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
     count = args.dledger
     if count < 1:
         raise ConfigError(f"--dledger {count}: a group has at least one broker")
-    if count > 1 and importlib.util.find_spec("rocketq.ha.driver") is None:
-        raise ConfigError(
-            f"--dledger {count} needs the Raft driver (rocketq.ha.driver), which is not available yet; "
-            "--dledger 1 runs a group of one"
-        )
     began = time.monotonic()
     namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
     await namesrv.start()
@@ -99,11 +107,19 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
                         stderr=subprocess.STDOUT,
                     )
                 )
+        by_port: dict[str, tuple[str, int]] = {}  # listen port -> (self id, pid)
+        for (sid, conf), proc in zip(confs.items(), procs, strict=True):
+            with open(conf, encoding="utf-8") as f:
+                by_port[parse_properties(f.read()).get("listenPort", "")] = (sid, proc.pid)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             info = namesrv.routes.cluster_info()
             group = info.broker_addr_table.get(args.broker_name)
-            if group is not None and len(group.broker_addrs) >= count:
+            # all registered, n0 (preferredLeaderId) as master: each registers as a slave first,
+            # and whoever wins the first election hands leadership to n0 once it is caught up
+            master = None if group is None else group.broker_addrs.get(0)
+            master_id = None if master is None else by_port.get(master.rpartition(":")[2], ("?", 0))[0]
+            if group is not None and len(group.broker_addrs) >= count and master_id == "n0":
                 break
             dead = [p.args for p in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
@@ -114,7 +130,10 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
             await asyncio.sleep(0.1)
         lines = [f"rocketq ready in {time.monotonic() - began:.2f} s", f"  name server  {namesrv_addr}"]
         for broker_id, addr in sorted(group.broker_addrs.items()):
-            lines.append(f"  broker       {addr}  ({args.broker_name}, brokerId {broker_id})")
+            sid, pid = by_port.get(addr.rpartition(":")[2], ("?", 0))
+            lines.append(
+                f"  broker       {addr}  ({args.broker_name}, brokerId {broker_id}, {sid}, pid {pid})"
+            )
         lines.append(f"  confs        {', '.join(confs.values())}")
         print("\n".join(lines), flush=True)
         await stop.wait()

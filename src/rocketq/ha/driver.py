@@ -51,9 +51,11 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+from rocketq.errors import ConfigError
 from rocketq.ha.driver_config import DLedgerConfig
 from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, EntryNotFound, EntryStoreError
 from rocketq.ha.entry_store import EntryStore
+from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
 from rocketq.ha.raft_log import RaftLog
@@ -84,6 +86,8 @@ from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, Reco
 from rocketq.remoting.connection import RequestHandler
 
 log = logging.getLogger(__name__)
+
+__all__ = ["RaftGroupLog", "config_of", "open_group_log"]
 
 #: Under APPENDED acks, at most one fsync per this many milliseconds.
 FLUSH_INTERVAL_MS = 10
@@ -173,6 +177,7 @@ class RaftGroupLog:
                 cfg.self_id,
                 data_file_size=cfg.data_file_size,
                 index_file_size=cfg.index_file_size,
+                data_start_offset=cfg.data_start_offset,
             ),
         )
         self._store = store
@@ -245,6 +250,12 @@ class RaftGroupLog:
     @property
     def committed_pos(self) -> int:
         return self._committed_pos
+
+    @property
+    def ledger_end_pos(self) -> int:
+        """End of the last entry in this member's log; a new leader's role handler waits until
+        :attr:`committed_pos` reaches it (its NOOP, and everything before, committed)."""
+        return self.store.write_pos
 
     @property
     def store(self) -> EntryStore:
@@ -327,8 +338,8 @@ class RaftGroupLog:
                 last = mid
         for i in range(first, hi + 1):
             e = store.get(i)
-            if e.pos >= pos and e.magic == MAGIC_NORMAL:
-                yield e.pos, e.body
+            if e.pos >= pos:  # NOOPs too (empty body): dispatch reaches the committed end
+                yield e.pos, (e.body if e.magic == MAGIC_NORMAL else b"")
 
     async def transfer_leadership(self, target: str, timeout_s: float | None = None) -> bool:
         """Ask this leader to hand leadership to ``target``; True once ``target`` leads."""
@@ -518,3 +529,40 @@ class RaftGroupLog:
             if store.committed_index != written or store.flushed_index != store.checkpoint_flushed:
                 written = store.committed_index
                 await loop.run_in_executor(self._executor, store.persist_checkpoint)
+
+
+def config_of(spec: LedgerSpec) -> DLedgerConfig:
+    """The member settings a broker's :class:`LedgerSpec` gives: the store in
+    ``<base_dir>/dledger-<self_id>/`` (its first data file at ``data_start_offset``), acks after
+    fsync under SYNC_FLUSH, else after the write (RocketMQ's DLedger default), and each member's
+    broker address as the leader address the broker reports to clients and copies metadata from."""
+    unknown = sorted(set(spec.broker_addresses or {}) - set(spec.peers))
+    if unknown:
+        raise ConfigError(f"dLegerBrokerAddresses names {', '.join(unknown)}, not among dLegerPeers")
+    clients = dict(spec.broker_addresses or {})
+    if spec.broker_address:
+        clients[spec.self_id] = spec.broker_address
+    timing: dict[str, int] = {}
+    if spec.election_timeout_ms is not None:
+        timing["election_timeout_ms"] = spec.election_timeout_ms
+    if spec.heartbeat_interval_ms is not None:
+        timing["heartbeat_interval_ms"] = spec.heartbeat_interval_ms
+    return DLedgerConfig(
+        self_id=spec.self_id,
+        peers=tuple(spec.peers.items()),
+        data_dir=spec.base_dir,
+        group=spec.group or "default",
+        ack_policy=AckPolicy.FSYNCED if spec.fsync else AckPolicy.APPENDED,
+        preferred_leader_id=spec.preferred_leader_id,
+        enable_batch_push=spec.enable_batch_push,
+        data_file_size=spec.data_file_size,
+        data_start_offset=spec.data_start_offset,
+        client_addresses=tuple(clients.items()),
+        **timing,
+    )
+
+
+def open_group_log(spec: LedgerSpec) -> RaftGroupLog:
+    """The Raft group member of a broker (``rocketq.ha.group_config.open_ledger``'s factory for
+    groups of more than one); started by the broker's store on its log loop."""
+    return RaftGroupLog(config_of(spec))

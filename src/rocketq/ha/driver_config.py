@@ -76,9 +76,13 @@ class DLedgerConfig:
     checkpoint_interval_ms: int = 3000
     seed: int | None = None
     data_file_size: int = 1 << 30
+    #: where the first data file of an empty store starts (an adopted store's
+    #: ``dividedCommitlogOffset``; a multiple of ``data_file_size``)
+    data_start_offset: int = 0
     index_file_size: int = 32 * 5 * 1024 * 1024
     #: the address clients reach each member's broker on, by self id (``LogState.leader_address``);
-    #: a member not listed is named by its ``dLegerPeers`` address
+    #: when empty every member is named by its ``dLegerPeers`` address, otherwise a member not
+    #: listed has no known address (None)
     client_addresses: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -96,7 +100,9 @@ class DLedgerConfig:
         return dict(self.peers)
 
     def client_address(self, member: str) -> str | None:
-        return dict(self.client_addresses).get(member) or self.peer_addresses.get(member)
+        if not self.client_addresses:
+            return self.peer_addresses.get(member)
+        return dict(self.client_addresses).get(member) or None
 
     @property
     def self_address(self) -> str:

@@ -40,6 +40,17 @@ def parse_peers(text: str) -> dict[str, str]:
     return peers
 
 
+def parse_broker_addresses(text: str) -> dict[str, str]:
+    """``dLegerBrokerAddresses``, ``n0-127.0.0.1:10911;n1-...``: each member's broker remoting
+    address by self id (same form as ``dLegerPeers``; empty: none)."""
+    if not text.strip():
+        return {}
+    try:
+        return parse_peers(text)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("dLegerPeers", "dLegerBrokerAddresses")) from None
+
+
 def slave_broker_id(peers: dict[str, str], self_id: str) -> int:
     """RocketMQ's broker id of a follower: its self id's index in ``dLegerPeers`` plus one."""
     return list(peers).index(self_id) + 1
@@ -61,6 +72,13 @@ class LedgerSpec:
     #: this broker's remoting address (``ip:port`` clients and peers' SlaveSynchronize use); the
     #: log reports the leader's as ``LogState.leader_address``
     broker_address: str | None = None
+    #: the other members' broker remoting addresses by self id (``dLegerBrokerAddresses``); a
+    #: leader not named here has no known address (``LogState.leader_address`` None)
+    broker_addresses: dict[str, str] | None = None
+    #: Raft timing (``dLegerElectionTimeoutMs``, ``dLegerHeartbeatIntervalMs``); None: DLedger's
+    #: defaults, 6000 and 2000 ms
+    election_timeout_ms: int | None = None
+    heartbeat_interval_ms: int | None = None
 
 
 LedgerFactory = Callable[[LedgerSpec], ReplicatedLog]

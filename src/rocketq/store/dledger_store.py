@@ -24,7 +24,13 @@ import struct
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
-from rocketq.ha.group_config import LedgerFactory, LedgerSpec, open_ledger, parse_peers
+from rocketq.ha.group_config import (
+    LedgerFactory,
+    LedgerSpec,
+    open_ledger,
+    parse_broker_addresses,
+    parse_peers,
+)
 from rocketq.ha.replicated_log import ReplicatedLog
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog
@@ -148,6 +154,9 @@ class DLedgerMessageStore(MessageStore):
             preferred_leader_id=cfg.preferred_leader_id or None,
             enable_batch_push=cfg.enable_batch_push,
             broker_address=cfg.store_host,
+            broker_addresses=parse_broker_addresses(cfg.d_leger_broker_addresses),
+            election_timeout_ms=cfg.d_leger_election_timeout_ms or None,
+            heartbeat_interval_ms=cfg.d_leger_heartbeat_interval_ms or None,
         )
 
     def _load_and_recover(self) -> None:
