@@ -56,7 +56,7 @@ from rocketq.message import (
     pack_socket_addr,
 )
 from rocketq.store import MessageStore
-from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.store_queries import GetMessageStatus
 
 HERE = pathlib.Path(__file__).resolve().parent
 WRITER_PATH = HERE / "sigkill_indexed_writer.py"

@@ -37,7 +37,7 @@ from _support.rocketmq_fixture import (
 )
 from rocketq.message import Message, MessageExt
 from rocketq.store import MessageStore, StoreConfig
-from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.store_queries import GetMessageStatus
 
 COMMITLOG_FILE_SIZE = 64 * 1024
 CQ_FILE_SIZE = 20 * 50

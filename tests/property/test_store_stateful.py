@@ -43,7 +43,7 @@ from rocketq.protocol import record as rec
 from rocketq.store import MessageStore
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.mapped_file import offset_to_file_name
-from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.store_queries import GetMessageStatus
 
 SEGMENT = 16 * 1024
 TOPICS = ("SfA", "SfB", "SfC")

@@ -29,7 +29,7 @@ from rocketq.protocol.headers import (
 )
 from rocketq.protocol.heartbeat import SUB_ALL, build_subscription, parse_heartbeat
 from rocketq.remoting.command import decode_json_header
-from rocketq.store.message_store import GetMessageResult, GetMessageStatus
+from rocketq.store.store_queries import GetMessageResult, GetMessageStatus
 
 # -- SEND_MESSAGE / SEND_MESSAGE_V2 headers ----------------------------------------------------------
 

@@ -19,7 +19,8 @@ from rocketq.message import BrokerMessage, pack_socket_addr
 from rocketq.protocol import record as rec
 from rocketq.store import PutMessageStatus
 from rocketq.store import commitlog as commitlog_module
-from rocketq.store.commitlog import CommitLog, PutMessageResult, QueueOffsetTable
+from rocketq.store.commitlog import CommitLog, PutMessageResult
+from rocketq.store.queue_offsets import QueueOffsetTable
 
 PROPS = b"UNIQ_KEY\x010123456789ABCDEF\x02TAGS\x01TagA\x02"
 

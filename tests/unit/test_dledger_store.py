@@ -21,7 +21,8 @@ from rocketq.message import Message
 from rocketq.protocol import record as rec
 from rocketq.store.dledger_commitlog import raise_for
 from rocketq.store.dledger_store import DLedgerMessageStore
-from rocketq.store.message_store import GetMessageStatus, MessageStore, open_message_store
+from rocketq.store.message_store import MessageStore, open_message_store
+from rocketq.store.store_queries import GetMessageStatus
 
 
 @pytest.fixture

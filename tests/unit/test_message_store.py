@@ -17,9 +17,9 @@ from rocketq.errors import DiskFull
 from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
 from rocketq.store import MessageStore
 from rocketq.store.dispatch import parse_delay_levels
-from rocketq.store.message_store import GetMessageStatus
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.retention import decide, is_delete_hour
+from rocketq.store.store_queries import GetMessageStatus
 
 
 @pytest.fixture

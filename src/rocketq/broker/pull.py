@@ -66,7 +66,7 @@ from rocketq.protocol.route import MASTER_ID
 from rocketq.protocol.topic import is_readable
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
-from rocketq.store.message_store import GetMessageResult, GetMessageStatus
+from rocketq.store.store_queries import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
 

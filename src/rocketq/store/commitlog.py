@@ -22,11 +22,15 @@ Invariants:
 * queue offsets are consecutive per (topic, queue id), assigned under the put lock, and only to
   normal and COMMIT records (PREPARED/ROLLBACK records carry queue offset 0, as in RocketMQ);
 * a rejected message (too large, bad topic) writes nothing and consumes no queue offset.
+
+This module is the write path under the lock and the reads. Beside it: ``commitlog_encode.py``
+(validation and record layouts for the general path; the fast paths use its cached layouts
+directly), ``commitlog_lifecycle.py`` (segments, flush/commit services, start and stop, positions,
+the writable flag) and ``queue_offsets.py`` (the topic-queue offset table).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import mmap
 import os
@@ -34,31 +38,25 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 from itertools import accumulate
 from operator import itemgetter
 
 from rocketq.config import FlushDiskType, StoreConfig
-from rocketq.errors import (
-    MessageBodyTooLarge,
-    MessageIllegal,
-    PropertiesTooLarge,
-    ServiceNotAvailable,
-    StoreNotWritable,
-    StoreShutdown,
-)
+from rocketq.errors import MessageIllegal, ServiceNotAvailable, StoreNotWritable
 from rocketq.message import (
     BrokerMessage,
     MessageExt,
     create_offset_msg_id,
     pack_socket_addr,
-    validate_topic,
 )
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import MESSAGE_MAGIC_CODE
 from rocketq.store import record_scan
 from rocketq.store.allocate import AllocateMappedFileService
+from rocketq.store.commitlog_encode import RECORD_SLACK, RecordEncoder, TopicInfo
+from rocketq.store.commitlog_lifecycle import CommitLogLifecycle
 from rocketq.store.flush import (
     CommitRealTimeService,
     FlushListener,
@@ -66,6 +64,7 @@ from rocketq.store.flush import (
     GroupCommitService,
 )
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.queue_offsets import QueueOffsetTable
 from rocketq.store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -75,9 +74,6 @@ _size_into = _SIZE.pack_into  # bound once: saves the put an attribute lookup
 _crc32 = zlib.crc32
 _time_ns = time.time_ns
 _BLANK = struct.Struct(">ii")
-_NOT_IN_QUEUE = frozenset((rec.TRANSACTION_PREPARED_TYPE, rec.TRANSACTION_ROLLBACK_TYPE))
-#: RocketMQ's encoder allows a whole record up to maxMessageSize + 64 KiB.
-_RECORD_SLACK = 64 * 1024
 
 
 class PutMessageStatus(StrEnum):
@@ -166,78 +162,7 @@ _second = itemgetter(1)
 _PUT_OK = PutMessageStatus.PUT_OK
 
 
-# (message, layout, record length, body CRC, sys flag, in ConsumeQueue?, topic bytes, properties, magic)
-_Encoded = tuple[BrokerMessage, struct.Struct, int, int, int, bool, bytes, bytes, int]
-
-#: Per topic: UTF-8 bytes, needs V2, compiled V1/IPv4 layouts keyed ``body_len << 16 | props_len``
-#: (only shapes within every limit), and the topic's next queue offsets (queue id → offset).
-_TopicInfo = tuple[bytes, bool, dict[int, tuple[struct.Struct, int]], dict[int, int]]
-
-
-class QueueOffsetTable(MutableMapping[tuple[str, int], int]):
-    """The next queue offset of every (topic, queue id): RocketMQ's ``topicQueueTable``.
-
-    A mapping keyed ``(topic, queue_id)`` for everyone else; underneath, one small dict per topic
-    keyed by queue id, which the put path reaches through its per-topic cache. That saves the
-    put a key tuple, its hash and a probe of a table of every queue on the broker. The per-topic
-    dicts are never replaced, only emptied (:meth:`clear`), so references the cache holds stay
-    valid.
-    """
-
-    __slots__ = ("_topics",)
-
-    def __init__(self) -> None:
-        self._topics: dict[str, dict[int, int]] = {}
-
-    def of_topic(self, topic: str) -> dict[int, int]:
-        """The live queue id → next offset dict of ``topic`` (created empty). ``setdefault`` is
-        atomic, so writers meeting a new topic at once all get the same dict."""
-        d = self._topics.get(topic)
-        if d is None:
-            d = self._topics.setdefault(topic, {})
-        return d
-
-    def __getitem__(self, key: tuple[str, int]) -> int:
-        d = self._topics.get(key[0])
-        if d is None:
-            raise KeyError(key)
-        try:
-            return d[key[1]]
-        except KeyError:
-            raise KeyError(key) from None
-
-    def __setitem__(self, key: tuple[str, int], value: int) -> None:
-        self.of_topic(key[0])[key[1]] = value
-
-    def __delitem__(self, key: tuple[str, int]) -> None:
-        d = self._topics.get(key[0])
-        if d is None or key[1] not in d:
-            raise KeyError(key)
-        del d[key[1]]
-
-    def __iter__(self) -> Iterator[tuple[str, int]]:
-        for topic, d in list(self._topics.items()):
-            for qid in list(d):
-                yield (topic, qid)
-
-    def __len__(self) -> int:
-        return sum(len(d) for d in self._topics.values())
-
-    def __contains__(self, key: object) -> bool:
-        if not isinstance(key, tuple) or len(key) != 2:
-            return False
-        d = self._topics.get(key[0])
-        return d is not None and key[1] in d
-
-    def clear(self) -> None:
-        for d in self._topics.values():
-            d.clear()
-
-    def __repr__(self) -> str:
-        return f"QueueOffsetTable({dict(self.items())!r})"
-
-
-class CommitLog:
+class CommitLog(RecordEncoder, CommitLogLifecycle):
     def __init__(self, config: StoreConfig, *, on_flushed: FlushListener | None = None) -> None:
         self.config = config
         self.file_size = config.mapped_file_size_commit_log
@@ -258,9 +183,9 @@ class CommitLog:
         self.queue = MappedFileQueue(config.commit_log_dir, self.file_size, allocator=self.allocator)
         self._put_lock = threading.Lock()
         self.topic_queue_table = QueueOffsetTable()
-        self._topic_cache: dict[str, _TopicInfo] = {}
+        self._topic_cache: dict[str, TopicInfo] = {}
         self._max_body = config.max_message_size
-        self._max_record = config.max_message_size + _RECORD_SLACK
+        self._max_record = config.max_message_size + RECORD_SLACK
         self._max_props = config.max_properties_size
         self._prop_crc = config.enabled_append_prop_crc
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -310,239 +235,7 @@ class CommitLog:
         self._wake_commit = config.wake_commit_when_put_message and self.commit_service is not None
         self._update_after_put()
 
-    @property
-    def append_listener(self) -> Callable[[], None] | None:
-        """Called after every append, outside the put lock (wakes the dispatcher)."""
-        return self._append_listener
-
-    @append_listener.setter
-    def append_listener(self, listener: Callable[[], None] | None) -> None:
-        self._append_listener = listener
-        self._update_after_put()
-
-    def _update_after_put(self) -> None:
-        listener = self._append_listener
-        commit = self._commit_waker() if self._wake_commit else None
-        if listener is not None and commit is not None:
-            wake_commit, wake_listener = commit, listener
-
-            def both() -> None:
-                wake_commit()
-                wake_listener()
-
-            self._after_put = both
-        else:
-            self._after_put = listener or commit
-
-    def _commit_waker(self) -> Callable[[], None] | None:
-        """With the write-buffer pool: what a put calls to wake the commit service.
-
-        The service commits only when at least ``commit_commit_log_least_pages`` pages of the
-        current segment are uncommitted or a thorough commit is due; woken otherwise it finds
-        nothing to do. So a put wakes it only then: two comparisons instead of an ``Event.set``
-        (a condition variable under a lock) and a spurious round of the service per put.
-        """
-        svc = self.commit_service
-        if svc is None:
-            return None
-        least = svc.least_pages
-        wakeup = svc.wakeup
-
-        def wake_commit_if_due() -> None:
-            mf = self._cur
-            if (
-                mf is None
-                or (mf.wrote_position >> 12) - (mf.committed_position >> 12) >= least
-                or mf.store_timestamp >= svc.thorough_due_ms
-            ):
-                wakeup()
-
-        return wake_commit_if_due
-
-    # -- lifecycle --------------------------------------------------------------------------
-    def load(self) -> None:
-        """Map the existing segments (recovery then sets the write position)."""
-        self.queue.load()
-        log.info("CommitLog loaded %d segments from %s", len(self.queue.files), self.queue.directory)
-
-    def start(self) -> None:
-        if self.transient_pool is not None:
-            self.transient_pool.init()
-            self._attach_write_buffer()
-        self.allocator.start()
-        self.flush_service.start()
-        if self.commit_service is not None:
-            self.commit_service.start()
-        self._running = True
-        self._started = True
-        self._update_accepting()
-
-    def _attach_write_buffer(self) -> None:
-        """After recovery, the partly written last segment also appends through a write buffer."""
-        last = self.queue.last()
-        pool = self.transient_pool
-        if last is None or pool is None or last.is_full() or last.write_buffer is not None:
-            return
-        buf = pool.borrow_buffer()
-        if buf is None:
-            return
-        pos = last.wrote_position
-        buf[0:pos] = last.mm[0:pos]
-        last.write_buffer = buf
-        last._transient_pool = pool
-
-    def shutdown_writes(self) -> None:
-        """Refuse new puts (StoreShutdown); under SYNC_FLUSH make what is written durable."""
-        with self._put_lock:
-            self._running = False
-            self._update_accepting()
-        if self.group_commit is not None:
-            self.group_commit.wait(self.max_offset, self._sync_timeout_s)
-
-    def shutdown(self) -> None:
-        """Stop accepting writes and make everything durable."""
-        if not self._started:
-            self.queue.shutdown()
-            return
-        self._started = False
-        self.shutdown_writes()
-        if self.commit_service is not None:
-            self.commit_service.shutdown()
-        self.flush_service.shutdown()
-        # Whatever the services left (e.g. the tail of a write buffer) is committed and synced here.
-        while not self.queue.commit(0):
-            pass
-        for _ in range(10):
-            if self.queue.flush(0):
-                break
-        end = self.max_offset
-        self.allocator.shutdown()
-        self.queue.shutdown()
-        if self.transient_pool is not None:
-            self.transient_pool.destroy()
-        log.info("CommitLog shut down at offset %d", end)
-
-    # -- positions --------------------------------------------------------------------------
-    @property
-    def min_offset(self) -> int:
-        first = self.queue.first()
-        if first is None:
-            return -1
-        return first.file_from_offset
-
-    @property
-    def max_offset(self) -> int:
-        """End of data readers can see (committed data with the write-buffer pool)."""
-        return self.queue.max_offset
-
-    @property
-    def flushed_where(self) -> int:
-        return self.queue.flushed_where
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
-
     # -- write path -------------------------------------------------------------------------
-    def _topic_info(self, topic: str) -> _TopicInfo:
-        info = self._topic_cache.get(topic)
-        if info is None:
-            validate_topic(topic)
-            info = (
-                topic.encode("utf-8"),
-                len(topic) > rec.MAX_TOPIC_LENGTH_V1,
-                {},
-                self.topic_queue_table.of_topic(topic),
-            )
-            if len(self._topic_cache) > 100_000:
-                self._topic_cache.clear()
-            self._topic_cache[topic] = info
-        return info
-
-    def _encode(self, m: BrokerMessage) -> _Encoded:
-        """Validate one message and compute its layout; raises before anything is written."""
-        topic = m.topic
-        info = self._topic_cache.get(topic)
-        if info is None:
-            info = self._topic_info(topic)
-        topic_b, v2, shapes, _ = info
-        body = m.body
-        bl = len(body)
-        props = m.properties
-        pl = len(props)
-        born = m.born_host
-        tl = len(topic_b)
-        length = self._v1_base_len + bl + tl + pl
-        if (
-            not v2
-            and len(born) == 8
-            and not self._prop_crc
-            and bl <= self._max_body
-            and pl <= self._max_props
-            and length <= self._max_record
-            and length + rec.END_FILE_MIN_BLANK_LENGTH <= self.file_size
-        ):
-            # Only shapes that passed every limit are cached: the put fast path trusts them.
-            shape = shapes.get(bl << 16 | pl)
-            if shape is not None:
-                fmt = shape[0]
-            else:
-                fmt = rec.record_layout(8, self._store_host_len, False, bl, tl, pl)
-                if len(shapes) >= 4096:
-                    shapes.clear()
-                shapes[bl << 16 | pl] = (fmt, length)
-            sys_flag = (m.sys_flag & ~0x30) | self._store_v6
-            tx = sys_flag & 0xC
-            return (m, fmt, length, _crc32(body) & 0x7FFFFFFF, sys_flag, tx not in _NOT_IN_QUEUE,
-                    topic_b, props, MESSAGE_MAGIC_CODE)  # fmt: skip
-        if bl > self._max_body:
-            raise MessageBodyTooLarge(f"message body {bl} B exceeds max {self._max_body} B")
-        if self._prop_crc:
-            props = rec.properties_with_crc_slot(props)
-            pl = len(props)
-        if pl > self._max_props:
-            raise PropertiesTooLarge(f"message properties {pl} B exceed max {self._max_props} B")
-        if len(born) not in (8, 20):
-            raise MessageIllegal(f"born host of {len(born)} bytes is neither IPv4 (8) nor IPv6 (20)")
-        sys_flag = (m.sys_flag & ~0x30) | (rec.BORNHOST_V6_FLAG if len(born) == 20 else 0) | self._store_v6
-        length = 72 + len(born) + self._store_host_len + bl + (2 if v2 else 1) + tl + 2 + pl
-        if length > self._max_record or length + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise MessageIllegal(
-                f"record of {length} B exceeds the limit of {min(self._max_record, self.file_size - 8)} B"
-            )
-        fmt = rec.record_layout(len(born), self._store_host_len, v2, bl, tl, pl)
-        tx = sys_flag & 0xC
-        magic = rec.MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE
-        return (
-            m,
-            fmt,
-            length,
-            _crc32(body) & 0x7FFFFFFF,
-            sys_flag,
-            tx not in _NOT_IN_QUEUE,
-            topic_b,
-            props,
-            magic,
-        )
-
-    def set_writable(
-        self, writable: bool, reason: str = "", *, error: type[ServiceNotAvailable] | None = None
-    ) -> None:
-        """Accept or refuse writes (disk full, role change); ``reason`` appears in the error."""
-        with self._put_lock:
-            self.writable = writable
-            self.not_writable_reason = reason
-            self._not_writable_error = error or StoreNotWritable
-            self._update_accepting()
-
-    def _update_accepting(self) -> None:
-        self._accepting = self._running and self.writable
-
-    def _check_writable(self) -> None:
-        if not self._running:
-            raise StoreShutdown("message store is shut down")
-        if not self.writable:
-            raise self._not_writable_error(f"message store is not writable: {self.not_writable_reason}")
-
     def put_message(self, m: BrokerMessage) -> PutMessageResult:
         """Append one message. Raises :class:`~rocketq.errors.MessageIllegal` (nothing written) or
         :class:`~rocketq.errors.ServiceNotAvailable`; returns FLUSH_DISK_TIMEOUT when a sync flush
@@ -793,10 +486,6 @@ class CommitLog:
             return self._await_flush(result)
         return result
 
-    def _after_append(self) -> None:
-        if self.commit_service is not None:
-            self.commit_service.wakeup()
-
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
         assert self.group_commit is not None
         if not self.group_commit.wait(result.next_offset, self._sync_timeout_s):
@@ -805,14 +494,6 @@ class CommitLog:
             )
             return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
         return result
-
-    def submit_flush(self, next_offset: int) -> concurrent.futures.Future[bool]:
-        """Future completing once everything before ``next_offset`` is durable (SYNC_FLUSH)."""
-        if self.group_commit is None:
-            fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
-            fut.set_result(True)
-            return fut
-        return self.group_commit.submit(next_offset)
 
     # -- read path --------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes | None:

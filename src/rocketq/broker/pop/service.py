@@ -92,7 +92,7 @@ from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
 from rocketq.protocol.topic import DLQ_NUMS_PER_GROUP, PERM_READ, PERM_WRITE, dlq_topic
 from rocketq.store.commitlog import PutMessageStatus
-from rocketq.store.message_store import GetMessageStatus
+from rocketq.store.store_queries import GetMessageStatus
 
 if TYPE_CHECKING:
     from rocketq.broker.context import BrokerContext
