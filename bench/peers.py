@@ -180,6 +180,32 @@ async def gather_limited(n: int, limit: int, one: Callable[[int], Awaitable[None
     await asyncio.gather(*(guarded(i) for i in range(n)))
 
 
+async def timed_sends(n: int, limit: int, one: Callable[[int], Awaitable[None]], meter: Meter) -> None:
+    """Time ``one(0..n-1)``: one after the other when ``limit`` is 1, else ``limit`` in flight."""
+    meter.start()
+    if limit == 1:
+        for i in range(n):
+            await one(i)
+    else:
+        await gather_limited(n, limit, one)
+    meter.stop()
+
+
+def count_until_idle(n: int, poll: Callable[[], int]) -> int:
+    """Call ``poll`` (it returns how many messages it consumed) until ``n`` are counted or none
+    came for ``IDLE_LIMIT_S``; returns the count."""
+    got = 0
+    idle_since = time.monotonic()
+    while got < n:
+        k = poll()
+        if k:
+            got += k
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > IDLE_LIMIT_S:
+            break
+    return got
+
+
 # -- the servers ---------------------------------------------------------------------------------
 class Peer:
     """One server process and the workloads run against it through its Python client."""
@@ -219,6 +245,15 @@ class Peer:
         body = b"x" * case.size
         fn = getattr(self, "run_" + case.workload.replace("-", "_"))
         return int(fn(body, n, tag, meter))
+
+    def _run_async(self, body: bytes, n: int, tag: str, meter: Meter, limit: int) -> int:
+        raise NotImplementedError
+
+    def run_send_async(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
+        return self._run_async(body, n, tag, meter, 1)
+
+    def run_send64(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
+        return self._run_async(body, n, tag, meter, IN_FLIGHT)
 
 
 class RocketqPeer(Peer):
@@ -306,22 +341,10 @@ class RocketqPeer(Peer):
                     result = await p.send(Message(tag, body))
                     ok += result.status is SendStatus.SEND_OK
 
-                meter.start()
-                if limit == 1:
-                    for i in range(n):
-                        await one(i)
-                else:
-                    await gather_limited(n, limit, one)
-                meter.stop()
+                await timed_sends(n, limit, one, meter)
                 return ok
 
         return asyncio.run(main())
-
-    def run_send_async(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
-        return self._run_async(body, n, tag, meter, 1)
-
-    def run_send64(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
-        return self._run_async(body, n, tag, meter, IN_FLIGHT)
 
     def run_consume(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
         p = self._producer()
@@ -338,18 +361,15 @@ class RocketqPeer(Peer):
             c.assign(queues)
             for mq in queues:
                 c.seek_to_begin(mq)
-            got = 0
-            meter.start()
-            idle_since = time.monotonic()
-            while got < n:
+
+            def poll() -> int:
                 msgs = c.poll(timeout_ms=1000)
-                if msgs:
-                    got += len(msgs)
-                    if not on_pull:
-                        c.commit()
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > IDLE_LIMIT_S:
-                    break
+                if msgs and not on_pull:
+                    c.commit()
+                return len(msgs)
+
+            meter.start()
+            got = count_until_idle(n, poll)
             if on_pull:
                 c.commit()  # the positions the last pulls did not carry yet
             meter.stop()
@@ -454,24 +474,12 @@ class RedisPeer(Peer):
                     entry_id = await r.xadd(tag, {"b": body})
                     ok += bool(entry_id)
 
-                meter.start()
-                if limit == 1:
-                    for i in range(n):
-                        await one(i)
-                else:
-                    await gather_limited(n, limit, one)
-                meter.stop()
+                await timed_sends(n, limit, one, meter)
                 return ok
             finally:
                 await r.aclose()
 
         return asyncio.run(main())
-
-    def run_send_async(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
-        return self._run_async(body, n, tag, meter, 1)
-
-    def run_send64(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
-        return self._run_async(body, n, tag, meter, IN_FLIGHT)
 
     def run_consume(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
         r = self._client()
@@ -482,18 +490,16 @@ class RedisPeer(Peer):
                     pipe.xadd(tag, {"b": body})
                 pipe.execute()
             r.xgroup_create(tag, "PeersCG", id="0")
-            got = 0
-            meter.start()
-            idle_since = time.monotonic()
-            while got < n:
+
+            def poll() -> int:
                 reply = r.xreadgroup("PeersCG", "c1", {tag: ">"}, count=BATCH, block=1000)
                 entries = reply[0][1] if reply else []
                 if entries:
                     r.xack(tag, "PeersCG", *(entry_id for entry_id, _ in entries))
-                    got += len(entries)
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > IDLE_LIMIT_S:
-                    break
+                return len(entries)
+
+            meter.start()
+            got = count_until_idle(n, poll)
             meter.stop()
             return got
         finally:
