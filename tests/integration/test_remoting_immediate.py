@@ -9,8 +9,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from test_remoting_transport import RawPeer
 
+from _support.remoting import RawPeer
 from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
 from rocketq.remoting import (
     Connection,

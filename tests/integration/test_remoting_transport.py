@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
+from _support.remoting import WAIT_S, RawPeer, run
 from _support.wait import wait_until_async
 from rocketq.errors import ConnectionClosed, MessageIllegal, RemotingConnectError, RemotingTimeout
 from rocketq.remoting import (
@@ -25,16 +26,7 @@ from rocketq.remoting import (
     encode,
 )
 
-T = TypeVar("T")
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-WAIT_S = 10.0  # upper bound for anything that should happen promptly
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, 60)
-
-    return asyncio.run(bounded())
 
 
 async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -45,47 +37,6 @@ async def start(handler: Handler = echo, **kwargs: Any) -> RemotingServer:
     server = RemotingServer("127.0.0.1", 0, handler, **kwargs)
     await server.start()
     return server
-
-
-class RawPeer:
-    """A bare socket client, to send exactly the bytes a test wants and read what comes back."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.decoder = FrameDecoder()
-        self.received: list[RemotingCommand] = []
-
-    @classmethod
-    async def connect(cls, server: RemotingServer) -> RawPeer:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        return cls(reader, writer)
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def next_command(self) -> RemotingCommand:
-        while not self.received:
-            data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
-            if not data:
-                raise ConnectionError("EOF")
-            self.received += self.decoder.feed(data)
-        return self.received.pop(0)
-
-    async def wait_closed_by_peer(self) -> None:
-        try:
-            while await asyncio.wait_for(self.reader.read(65536), WAIT_S):
-                pass
-        except ConnectionResetError:
-            pass
-
-    async def close(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except ConnectionError:
-            pass
 
 
 def test_request_response() -> None:

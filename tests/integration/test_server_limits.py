@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from _support.remoting import WAIT_S, closed_by_server, run
 from _support.wait import wait_until_async
 from rocketq.broker.config import broker_config_from_properties
 from rocketq.errors import ConfigError
@@ -30,18 +30,9 @@ from rocketq.remoting import (
 from rocketq.remoting.codec import FrameDecoder
 from rocketq.remoting.limits import ServerLimits
 
-T = TypeVar("T")
-WAIT_S = 10.0
 HOST = "127.0.0.1"
 #: Limits that stay out of the way of a test about another one.
 QUIET = {"idle_timeout_s": 0.0, "partial_frame_timeout_s": 0.0}
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, 60)
-
-    return asyncio.run(bounded())
 
 
 async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -58,18 +49,6 @@ async def served(client: RemotingClient, server: RemotingServer) -> None:
     """A normal client's request is answered."""
     response = await client.invoke(server.address, create_request(RequestCode.HEART_BEAT, body=b"hi"), WAIT_S)
     assert response.code == 0 and response.body == b"hi"
-
-
-async def closed_by_server(reader: asyncio.StreamReader) -> bool:
-    """Read until the server closes the connection (EOF or reset); False on a timeout."""
-    try:
-        while await asyncio.wait_for(reader.read(65536), WAIT_S):
-            pass
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        return False
-    return True
 
 
 def partial_frame(declared: int, sent: int) -> bytes:
