@@ -219,18 +219,7 @@ class ReputMessageService(ServiceThread):
                 if first > file_size - pos or first > self._commitlog._max_record:
                     stop = rec.RecordKind.CORRUPT
             if reqs:
-                for dispatcher in self.dispatchers:
-                    dispatcher(reqs)
-                for listener in self.arrival_listeners:
-                    listener(reqs)
-                for topic, listener in self.topic_listeners:
-                    if isinstance(reqs, DispatchBatch):
-                        mine = reqs.of_topic(topic)
-                    else:
-                        mine = [r for r in reqs if r.topic == topic]
-                    if mine:
-                        listener(mine)
-                count += len(reqs)
+                count += self._dispatch(reqs)
                 self.reput_from_offset = start + used
                 self._notify_progress()
             if stop is rec.RecordKind.BLANK:
@@ -243,6 +232,24 @@ class ReputMessageService(ServiceThread):
         self.dispatched_records += count
         self._notify_progress()
         return count
+
+    def _dispatch(self, reqs: list[DispatchRequest]) -> int:
+        """Hand ``reqs`` to the dispatchers, the arrival listeners and the listeners of their
+        topics; returns how many there were."""
+        if not reqs:
+            return 0
+        for dispatcher in self.dispatchers:
+            dispatcher(reqs)
+        for listener in self.arrival_listeners:
+            listener(reqs)
+        for topic, listener in self.topic_listeners:
+            if isinstance(reqs, DispatchBatch):
+                mine = reqs.of_topic(topic)
+            else:
+                mine = [r for r in reqs if r.topic == topic]
+            if mine:
+                listener(mine)
+        return len(reqs)
 
     def _skip_damage(self, start: int, limit: int) -> bool:
         """A record inside readable data that does not decode: a bug or damage. Like RocketMQ,

@@ -105,22 +105,6 @@ class DLedgerReputService(ReputMessageService):
         self._notify_progress()
         return count
 
-    def _dispatch(self, reqs: list[DispatchRequest]) -> int:
-        if not reqs:
-            return 0
-        for dispatcher in self.dispatchers:
-            dispatcher(reqs)
-        for listener in self.arrival_listeners:
-            listener(reqs)
-        for topic, listener in self.topic_listeners:
-            if isinstance(reqs, DispatchBatch):
-                mine = reqs.of_topic(topic)
-            else:
-                mine = [r for r in reqs if r.topic == topic]
-            if mine:
-                listener(mine)
-        return len(reqs)
-
 
 class DLedgerMessageStore(MessageStore):
     """See the module docstring. ``ledger_factory`` builds the replicated log (default:
