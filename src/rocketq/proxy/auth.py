@@ -196,17 +196,28 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         def metadata_of(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
             return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
+        async def refused(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any], answer: bool, code: grpc.StatusCode
+        ) -> Any:
+            """None when the call passes the check; else the refusal is logged and either answered
+            by a response carrying its status (``answer``, and the method's response has one) or
+            the call is aborted with ``code``."""
+            try:
+                checker.check(method, metadata_of(context), context.peer(), request)
+            except Refusal as refusal:
+                st = checker._refuse(refusal, context.peer())
+                if answer and has_status:
+                    assert response_type is not None
+                    return response_type(status=st)
+                await context.abort(code, refusal.reason)
+            return None
+
         if inner_unary is not None:
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                try:
-                    checker.check(method, metadata_of(context), context.peer(), request)
-                except Refusal as refusal:
-                    st = checker._refuse(refusal, context.peer())
-                    if has_status:
-                        assert response_type is not None
-                        return response_type(status=st)
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal.reason)
+                answer = await refused(request, context, True, grpc.StatusCode.PERMISSION_DENIED)
+                if answer is not None:
+                    return answer
                 return await inner_unary(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
@@ -217,15 +228,10 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if inner_stream is not None:
 
             async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-                try:
-                    checker.check(method, metadata_of(context), context.peer(), request)
-                except Refusal as refusal:
-                    st = checker._refuse(refusal, context.peer())
-                    if has_status:
-                        assert response_type is not None
-                        yield response_type(status=st)
-                        return
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal.reason)
+                answer = await refused(request, context, True, grpc.StatusCode.PERMISSION_DENIED)
+                if answer is not None:
+                    yield answer
+                    return
                 async for response in inner_stream(request, context):
                     yield response
 
@@ -238,11 +244,7 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if inner_bidi is not None:
 
             async def bidi(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-                try:
-                    checker.check(method, metadata_of(context), context.peer(), None)
-                except Refusal as refusal:
-                    checker._refuse(refusal, context.peer())
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal.reason)
+                await refused(None, context, False, grpc.StatusCode.UNAUTHENTICATED)
                 async for response in inner_bidi(requests, context):
                     yield response
 
