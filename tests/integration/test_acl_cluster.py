@@ -14,12 +14,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from procs import HOST, RocketqProcess, free_port, wait_until, write_broker_conf, write_conf
+from procs import HOST, wait_until
 from test_namesrv_server import java_register_body, java_topic, namesrv, register_request, run
 
+from _support import acl
+from _support.acl import ADMIN, PUB_ONLY, SUB_ONLY, signed_config, write_acl_file
+from _support.broker_pair import BrokerPair, push_consume_until
 from rocketq.acl.signature import AclClientRpcHook, sign_request
 from rocketq.cli import main
-from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
+from rocketq.client import Admin, Message, Producer
 from rocketq.client.config import ClientConfig
 from rocketq.errors import NoPermission, ResponseCode, RocketqError
 from rocketq.protocol import fastjson
@@ -27,104 +30,33 @@ from rocketq.remoting import RemotingClient, RequestCode, create_request
 
 CLUSTER = "AclCluster"
 TOPIC = "AclTopic"
-ADMIN = ("adminkey1", "adminsecret1")
-PUB_ONLY = ("pubonly1", "pubsecret1")
-SUB_ONLY = ("subonly1", "subsecret1")
-
-ACL_FILE = f"""\
-# rules of the ACL tests
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {PUB_ONLY[0]}
-    secretKey: {PUB_ONLY[1]}
-    defaultTopicPerm: PUB
-    defaultGroupPerm: DENY
-  - accessKey: {SUB_ONLY[0]}
-    secretKey: {SUB_ONLY[1]}
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
+ACL_FILE = "# rules of the ACL tests\nglobalWhiteRemoteAddresses:\n" + acl.ACL_FILE
 
 
-class AclCluster:
+class AclCluster(BrokerPair):
     def __init__(self, root: pathlib.Path) -> None:
-        self.root = root
-        self.acl_file = root / "plain_acl.yml"
-        self.acl_file.write_text(ACL_FILE, encoding="utf-8")
-        self.namesrv_addr = f"{HOST}:{free_port()}"
-        self.broker_port = free_port()
-        self.broker_addr = f"{HOST}:{self.broker_port}"
-        self.processes: list[RocketqProcess] = []
+        super().__init__(root)
+        self.acl_file = write_acl_file(root, ACL_FILE)
 
     def start(self) -> None:
-        port = self.namesrv_addr.rsplit(":", 1)[1]
-        conf = write_conf(
-            self.root / "namesrv.conf",
-            {"listenPort": port, "bindAddress": HOST, "aclEnable": "true", "aclFile": str(self.acl_file)},
-        )
-        self.processes.append(RocketqProcess("namesrv", ["namesrv", "-c", str(conf)], self.root / "logs"))
-        broker_conf = write_broker_conf(
-            self.root / "broker.conf",
-            {
-                "brokerClusterName": CLUSTER,
-                "brokerName": "broker-a",
-                "brokerId": "0",
-                "namesrvAddr": self.namesrv_addr,
-                "brokerIP1": HOST,
-                "bindAddress": HOST,
-                "listenPort": str(self.broker_port),
-                "fastListenPortEnable": "false",
-                "registerNameServerPeriod": "1000",
-                "storePathRootDir": str(self.root / "store"),
-                "aclEnable": "true",
-                "aclFile": str(self.acl_file),
-                "accessKey": ADMIN[0],
-                "secretKey": ADMIN[1],
-            },
-        )
-        self.processes.append(
-            RocketqProcess("broker", ["broker", "-c", str(broker_conf)], self.root / "logs")
-        )
-        self.wait_until(lambda: self.broker_addr in self.cluster_addrs(), "the broker registered")
-        with self.admin(ADMIN) as admin:
-            admin.create_topic(TOPIC, 2, 2, cluster=CLUSTER)
-            self.wait_until(lambda: self.routed(admin, TOPIC), f"route of {TOPIC}")
+        acl_keys = {"aclEnable": "true", "aclFile": str(self.acl_file)}
+        broker = {"brokerId": "0", **acl_keys, "accessKey": ADMIN[0], "secretKey": ADMIN[1]}
+        self.start_pair(CLUSTER, TOPIC, acl_keys, broker)
+
+    def probe_config(self) -> ClientConfig:
+        return self.config(None)
+
+    def admin_config(self) -> ClientConfig:
+        return self.config(ADMIN)
 
     def config(self, keys: tuple[str, str] | None) -> ClientConfig:
-        if keys is None:
-            return ClientConfig(namesrv_addr=self.namesrv_addr, access_key=None, secret_key=None)
-        return ClientConfig(namesrv_addr=self.namesrv_addr, access_key=keys[0], secret_key=keys[1])
+        return signed_config(self.namesrv_addr, keys)
 
     def admin(self, keys: tuple[str, str] | None) -> Admin:
         return Admin(config=self.config(keys), timeout_ms=3000)
 
-    def cluster_addrs(self) -> set[str]:
-        try:
-            with self.admin(None) as admin:
-                info = admin.cluster_info()
-        except RocketqError:
-            return set()
-        return {addr for addrs in info.broker_addr_table.values() for addr in addrs.broker_addrs.values()}
-
-    @staticmethod
-    def routed(admin: Admin, topic: str) -> bool:
-        try:
-            return bool(admin.topic_route(topic).queue_datas)
-        except RocketqError:
-            return False
-
-    def wait_until(self, condition: object, what: str) -> None:
-        wait_until(condition, what, 30.0, self.processes)  # type: ignore[arg-type]
-
     def log_text(self) -> str:
         return "".join(p.log_text(None) for p in self.processes)
-
-    def close(self) -> None:
-        for process in self.processes:
-            process.close()
 
 
 @pytest.fixture(scope="module")
@@ -173,26 +105,9 @@ def test_consume_needs_sub_on_topic_and_group(cluster: AclCluster) -> None:
         for queue in range(2):
             admin.consume_message(TOPIC, queue, 0, 8, broker_name="broker-a")
 
-    received: list[bytes] = []
-    consumer = PushConsumer(
-        "AclGroup",
-        config=cluster.config(SUB_ONLY),
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        rebalance_interval_ms=300,
-        heartbeat_interval_ms=1000,
+    push_consume_until(
+        cluster.config(SUB_ONLY), "AclGroup", TOPIC, b"for-the-consumer", "the SUB account consumed"
     )
-    consumer.subscribe(TOPIC, "*")
-
-    def listen(messages: list[object]) -> ConsumeStatus:
-        received.extend(m.body for m in messages)  # type: ignore[attr-defined]
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer.register_listener(listen)
-    consumer.start()
-    try:
-        wait_until(lambda: b"for-the-consumer" in received, "the SUB account consumed", 30.0)
-    finally:
-        consumer.shutdown()
     with cluster.admin(ADMIN) as admin:
         offsets = admin.consumer_progress("AclGroup", TOPIC)  # offsets were committed (SUB on the group)
         assert offsets.total_consumer_offset > 0
@@ -408,8 +323,7 @@ def test_a_broker_with_acl_on_and_no_rules_file_does_not_start(tmp_path: pathlib
 
 
 def test_an_acl_name_server_takes_only_admin_signed_registrations(tmp_path: pathlib.Path) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
+    acl_file = write_acl_file(tmp_path, ACL_FILE)
     body = java_register_body([java_topic("T", 4, 4)])
 
     async def main() -> list[int]:

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from procs import small_store_config
 
+from _support.acl import ACL_FILE, ADMIN, PUB_ONLY, SUB_ONLY, write_acl_file
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.protocol.topic import TopicConfig
 from rocketq.proxy.auth import authorization_header, grpc_signature, parse_authorization
@@ -22,23 +23,6 @@ from rocketq.proxy.v2 import service_pb2_grpc
 
 TIMEOUT_S = 10.0
 TOPIC = "GrpcAclTopic"
-ADMIN = ("adminkey1", "adminsecret1")
-PUB_ONLY = ("pubonly1", "pubsecret1")
-SUB_ONLY = ("subonly1", "subsecret1")
-ACL_FILE = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {PUB_ONLY[0]}
-    secretKey: {PUB_ONLY[1]}
-    defaultTopicPerm: PUB
-    defaultGroupPerm: DENY
-  - accessKey: {SUB_ONLY[0]}
-    secretKey: {SUB_ONLY[1]}
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
 DATE = "20231227T194619Z"
 
 
@@ -96,8 +80,7 @@ def receive_request(group: str) -> spb.ReceiveMessageRequest:
 
 
 def new_acl_broker(tmp_path: pathlib.Path, acl_text: str) -> Broker:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(acl_text, encoding="utf-8")
+    acl_file = write_acl_file(tmp_path, acl_text)
     config = BrokerConfig(
         broker_name="broker-a",
         broker_ip1="127.0.0.1",
@@ -131,8 +114,7 @@ def test_globally_white_listed_peer_needs_no_signature(tmp_path: pathlib.Path) -
 
 
 def test_grpc_calls_checked_against_plain_acl(tmp_path: pathlib.Path) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
+    acl_file = write_acl_file(tmp_path)
 
     async def run() -> None:
         config = BrokerConfig(

@@ -14,13 +14,13 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from procs import RocketqProcess, ServeProcess
-from test_grpc_acl import ACL_FILE as CALLERS_ACL_FILE
-from test_grpc_acl import PUB_ONLY, SUB_ONLY, TOPIC, meta, send_request
+from test_grpc_acl import TOPIC, meta, send_request
 
+from _support.acl import ACL_FILE as CALLERS_ACL_FILE
+from _support.acl import ADMIN, PUB_ONLY, SUB_ONLY, account, acl_broker_conf, acl_yaml, signed_config
 from _support.wait import wait_until, wait_until_async
 from rocketq.cli import main
 from rocketq.client.admin import Admin
-from rocketq.client.config import ClientConfig
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
 from rocketq.proxy.v2 import service_pb2_grpc
@@ -30,18 +30,8 @@ pytestmark = pytest.mark.slow  # rocketq serve and rocketq proxy processes
 TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
 META = (("x-mq-client-id", "proxy-acl@1"),)
-ADMIN = ("adminkey1", "adminsecret1")
 PROXY = ("proxykey1", "proxysecret1")
-ACL_FILE = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {PROXY[0]}
-    secretKey: {PROXY[1]}
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: SUB
-"""
+ACL_FILE = acl_yaml(account(ADMIN), account(PROXY, "PUB|SUB", "SUB"))
 
 
 async def send(addr: str, body: bytes) -> pb.Status:
@@ -57,15 +47,11 @@ async def send(addr: str, body: bytes) -> pb.Status:
 
 
 def test_proxy_signs_with_its_keys(tmp_path: pathlib.Path) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
-    conf = {"aclEnable": "true", "aclFile": str(acl_file), "accessKey": ADMIN[0], "secretKey": ADMIN[1]}
-    serve = ServeProcess(tmp_path, broker_conf=conf)
+    serve = ServeProcess(tmp_path, broker_conf=acl_broker_conf(tmp_path, ACL_FILE))
     proxies: list[RocketqProcess] = []
     try:
         serve.start(START_TIMEOUT_S)
-        config = ClientConfig(namesrv_addr=serve.namesrv_addr, access_key=ADMIN[0], secret_key=ADMIN[1])
-        with Admin(config=config, timeout_ms=10_000) as admin:
+        with Admin(config=signed_config(serve.namesrv_addr), timeout_ms=10_000) as admin:
             admin.create_topic(
                 "PNormal", 2, 2, 6, broker_addr=serve.broker_addr, attributes="+message.type=NORMAL"
             )
@@ -110,13 +96,9 @@ def test_proxy_keys_given_together(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _acl_serve(tmp_path: pathlib.Path, topic: str) -> ServeProcess:
     """``rocketq serve`` with ``aclEnable=true`` and ``topic`` created and routed."""
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
-    conf = {"aclEnable": "true", "aclFile": str(acl_file), "accessKey": ADMIN[0], "secretKey": ADMIN[1]}
-    serve = ServeProcess(tmp_path, broker_conf=conf)
+    serve = ServeProcess(tmp_path, broker_conf=acl_broker_conf(tmp_path, ACL_FILE))
     serve.start(START_TIMEOUT_S)
-    config = ClientConfig(namesrv_addr=serve.namesrv_addr, access_key=ADMIN[0], secret_key=ADMIN[1])
-    with Admin(config=config, timeout_ms=10_000) as admin:
+    with Admin(config=signed_config(serve.namesrv_addr), timeout_ms=10_000) as admin:
         admin.create_topic(topic, 1, 1, 6, broker_addr=serve.broker_addr, attributes="+message.type=NORMAL")
 
         def routed() -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import grpc
 import pytest
 from procs import small_store_config, write_broker_conf
 
+from _support.tls import make_cert
 from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.errors import ConfigError
@@ -25,23 +25,6 @@ from rocketq.proxy.v2 import service_pb2_grpc
 
 TIMEOUT_S = 10.0
 META = (("x-mq-client-id", "tls-client@1"),)
-
-
-def make_cert(directory: pathlib.Path, name: str = "server") -> tuple[pathlib.Path, pathlib.Path]:
-    """A self-signed certificate for ``localhost`` / 127.0.0.1 and its key (PEM)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.fail("the TLS tests need the `openssl` command line tool on PATH")
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 def new_broker(tmp_path: pathlib.Path) -> Broker:

@@ -13,10 +13,11 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from procs import HOST, RocketqProcess, ServeProcess, free_port, wait_until, write_broker_conf, write_conf
+from procs import HOST, ServeProcess, wait_until
 
+from _support.broker_pair import BrokerPair, push_consume_until
 from rocketq.cli import main
-from rocketq.client import Admin, ConsumeStatus, Message, Producer, PushConsumer
+from rocketq.client import Admin, Message, Producer
 from rocketq.client.config import ClientConfig
 from rocketq.errors import ConfigError, RemotingConnectError, RocketqError
 from rocketq.remoting import RemotingClient, RemotingServer, RequestCode, create_request
@@ -267,14 +268,11 @@ def test_settings_from_properties_and_bad_files(certs: Certs, tmp_path: pathlib.
 TOPIC = "TlsTopic"
 
 
-class TlsCluster:
+class TlsCluster(BrokerPair):
     def __init__(self, root: pathlib.Path, certs: Certs, broker_mode: str = "permissive") -> None:
-        self.root, self.certs = root, certs
+        super().__init__(root)
+        self.certs = certs
         self.broker_mode = broker_mode
-        self.namesrv_addr = f"{HOST}:{free_port()}"
-        self.broker_port = free_port()
-        self.broker_addr = f"{HOST}:{self.broker_port}"
-        self.processes: list[RocketqProcess] = []
 
     def start(self) -> None:
         c = self.certs
@@ -283,45 +281,13 @@ class TlsCluster:
             "tls.server.keyPath": str(c.server_key),
             "tls.client.trustCertPath": str(c.ca),
         }
-        conf = write_conf(
-            self.root / "namesrv.conf",
-            {
-                "listenPort": self.namesrv_addr.rsplit(":", 1)[1],
-                "bindAddress": HOST,
-                "tls.server.mode": "enforcing",
-                **tls,
-            },
-        )
-        self.processes.append(RocketqProcess("namesrv", ["namesrv", "-c", str(conf)], self.root / "logs"))
-        broker_conf = write_broker_conf(
-            self.root / "broker.conf",
-            {
-                "brokerClusterName": "TlsCluster",
-                "brokerName": "broker-a",
-                "namesrvAddr": self.namesrv_addr,
-                "brokerIP1": HOST,
-                "bindAddress": HOST,
-                "listenPort": str(self.broker_port),
-                "fastListenPortEnable": "false",
-                "registerNameServerPeriod": "1000",
-                "storePathRootDir": str(self.root / "store"),
-                "tls.server.mode": self.broker_mode,
-                "tls.enable": "true",  # registrations with the name server
-                **tls,
-            },
-        )
-        self.processes.append(
-            RocketqProcess("broker", ["broker", "-c", str(broker_conf)], self.root / "logs")
-        )
-        wait_until(
-            lambda: self.broker_addr in self.cluster_addrs(),
-            "the broker registered over TLS",
-            30.0,
-            self.processes,
-        )
-        with Admin(config=self.config(), timeout_ms=3000) as admin:
-            admin.create_topic(TOPIC, 2, 2, cluster="TlsCluster")
-            wait_until(lambda: self.routed(admin), f"route of {TOPIC}", 30.0, self.processes)
+        broker = {
+            "tls.server.mode": self.broker_mode,
+            "tls.enable": "true",  # registrations with the name server
+            **tls,
+        }
+        namesrv = {"tls.server.mode": "enforcing", **tls}
+        self.start_pair("TlsCluster", TOPIC, namesrv, broker, "the broker registered over TLS")
 
     def config(self, ca: pathlib.Path | None = None) -> ClientConfig:
         return ClientConfig(
@@ -332,24 +298,8 @@ class TlsCluster:
             secret_key=None,
         )
 
-    def cluster_addrs(self) -> set[str]:
-        try:
-            with Admin(config=self.config(), timeout_ms=3000) as admin:
-                info = admin.cluster_info()
-        except RocketqError:
-            return set()
-        return {addr for addrs in info.broker_addr_table.values() for addr in addrs.broker_addrs.values()}
-
-    @staticmethod
-    def routed(admin: Admin) -> bool:
-        try:
-            return bool(admin.topic_route(TOPIC).queue_datas)
-        except RocketqError:
-            return False
-
-    def close(self) -> None:
-        for process in self.processes:
-            process.close()
+    def probe_config(self) -> ClientConfig:
+        return self.config()
 
 
 @pytest.fixture(scope="module")
@@ -365,26 +315,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[
 def test_client_with_tls_sends_and_consumes(cluster: TlsCluster) -> None:
     with Producer("TlsProducer", config=cluster.config(), retry_times_when_send_failed=0) as producer:
         producer.send(Message(TOPIC, b"over-tls"))
-    received: list[bytes] = []
-    consumer = PushConsumer(
-        "TlsGroup",
-        config=cluster.config(),
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        rebalance_interval_ms=300,
-        heartbeat_interval_ms=1000,
-    )
-    consumer.subscribe(TOPIC, "*")
-
-    def listen(messages: list[object]) -> ConsumeStatus:
-        received.extend(m.body for m in messages)  # type: ignore[attr-defined]
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer.register_listener(listen)
-    consumer.start()
-    try:
-        wait_until(lambda: b"over-tls" in received, "the consumer received over TLS", 30.0)
-    finally:
-        consumer.shutdown()
+    push_consume_until(cluster.config(), "TlsGroup", TOPIC, b"over-tls", "the consumer received over TLS")
 
 
 def test_plaintext_and_wrong_ca_refused_by_enforcing_name_server(cluster: TlsCluster) -> None:

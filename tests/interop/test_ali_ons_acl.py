@@ -9,26 +9,16 @@ import pathlib
 from ali_ons_harness import Interop
 from test_ali_ons import has_all, message_list
 
-ADMIN = ("adminkey1", "adminsecret1")
-ONS_USER = ("onsuser1", "onssecret1")
+from _support.acl import ADMIN, account, acl_yaml, write_acl_file
 
-ACL_FILE = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {ONS_USER[0]}
-    secretKey: {ONS_USER[1]}
-    defaultTopicPerm: PUB|SUB
-    defaultGroupPerm: SUB
-"""
+ONS_USER = ("onsuser1", "onssecret1")
+ACL_FILE = acl_yaml(account(ADMIN), account(ONS_USER, "PUB|SUB", "SUB"))
 
 
 def test_ali_ons_signs_sends_and_pulls_on_an_acl_broker(
     node_bin: str, ali_ons_module: str, tmp_path: pathlib.Path
 ) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
+    acl_file = write_acl_file(tmp_path, ACL_FILE)
     broker_conf = {"aclEnable": "true", "aclFile": str(acl_file)}
     interop = Interop(node_bin, ali_ons_module, tmp_path, broker_conf=broker_conf, acl_keys=ADMIN)
     try:

@@ -14,43 +14,21 @@ from collections.abc import Iterator
 import pytest
 from grpc_harness import GrpcInterop, install_node_client, install_python_client, of
 
+from _support.acl import ADMIN, PUB_ONLY, SUB_ONLY, acl_broker_conf, signed_config
 from rocketq.acl.signature import AclClientRpcHook
 from rocketq.client.admin import Admin
-from rocketq.client.config import ClientConfig
 from rocketq.remoting import RemotingClient, RequestCode, create_request
-
-ADMIN = ("adminkey1", "adminsecret1")
-PUB_ONLY = ("pubonly1", "pubsecret1")
-SUB_ONLY = ("subonly1", "subsecret1")
-ACL_FILE = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {PUB_ONLY[0]}
-    secretKey: {PUB_ONLY[1]}
-    defaultTopicPerm: PUB
-    defaultGroupPerm: DENY
-  - accessKey: {SUB_ONLY[0]}
-    secretKey: {SUB_ONLY[1]}
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
 
 
 def start_acl_serve(
     tmp_path: pathlib.Path, client_python: str | None, node: tuple[str, str] | None
 ) -> GrpcInterop:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
-    conf = {"aclEnable": "true", "aclFile": str(acl_file), "accessKey": ADMIN[0], "secretKey": ADMIN[1]}
-    return GrpcInterop(client_python, tmp_path, broker_conf=conf, node=node)
+    return GrpcInterop(client_python, tmp_path, broker_conf=acl_broker_conf(tmp_path), node=node)
 
 
 def create_topic_and_group(env: GrpcInterop, topic: str, group: str) -> None:
     """As the admin account (the harness's helpers do not sign)."""
-    config = ClientConfig(namesrv_addr=env.namesrv_addr, access_key=ADMIN[0], secret_key=ADMIN[1])
-    with Admin(config=config, timeout_ms=10_000) as admin:
+    with Admin(config=signed_config(env.namesrv_addr), timeout_ms=10_000) as admin:
         admin.create_topic(topic, 2, 2, 6, broker_addr=env.broker_addr, attributes="+message.type=NORMAL")
     body = json.dumps({"groupName": group, "retryMaxTimes": 16}).encode()
 

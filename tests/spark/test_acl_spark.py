@@ -10,24 +10,13 @@ from typing import Any
 
 import pytest
 
+from _support.acl import ADMIN, SUB_ONLY, acl_broker_conf, signed_config
+from _support.broker_pair import topic_routed
 from _support.wait import wait_until
 from rocketq.client import Admin
-from rocketq.client.config import ClientConfig
-from rocketq.errors import ConfigError, RocketqError
+from rocketq.errors import ConfigError
 from rocketq.spark.options import parse_read_options
 
-ADMIN = ("adminkey1", "adminsecret1")
-SUB_ONLY = ("subonly1", "subsecret1")
-ACL_FILE = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: {ADMIN[1]}
-    admin: true
-  - accessKey: {SUB_ONLY[0]}
-    secretKey: {SUB_ONLY[1]}
-    defaultTopicPerm: SUB
-    defaultGroupPerm: SUB
-"""
 TOPIC = "SparkAcl"
 
 
@@ -45,22 +34,10 @@ def test_keys_options_parse_and_stay_out_of_repr() -> None:
 def test_read_and_write_sign_with_the_keys(
     spark: Any, serve_process: Callable[..., Any], tmp_path: pathlib.Path
 ) -> None:
-    acl_file = tmp_path / "plain_acl.yml"
-    acl_file.write_text(ACL_FILE, encoding="utf-8")
-    server = serve_process(
-        {"aclEnable": "true", "aclFile": str(acl_file), "accessKey": ADMIN[0], "secretKey": ADMIN[1]}
-    )
-    config = ClientConfig(namesrv_addr=server.namesrv, access_key=ADMIN[0], secret_key=ADMIN[1])
-    with Admin(config=config, timeout_ms=10_000) as admin:
+    server = serve_process(acl_broker_conf(tmp_path))
+    with Admin(config=signed_config(server.namesrv), timeout_ms=10_000) as admin:
         admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
-
-        def routed() -> bool:
-            try:
-                return bool(admin.topic_route(TOPIC).queue_datas)
-            except RocketqError:
-                return False
-
-        wait_until(routed, f"route of {TOPIC}", 30.0)
+        wait_until(lambda: topic_routed(admin, TOPIC), f"route of {TOPIC}", 30.0)
 
     def write(keys: tuple[str, str]) -> None:
         df = spark.createDataFrame([(f"row-{i}",) for i in range(20)], "text STRING").selectExpr(

@@ -5,17 +5,17 @@ the admin calls and the executors' pulls over TLS; without them the read fails."
 from __future__ import annotations
 
 import pathlib
-import shutil
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from _support.broker_pair import topic_routed
+from _support.tls import make_cert
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer
 from rocketq.client.config import ClientConfig
-from rocketq.errors import ConfigError, RocketqError
+from rocketq.errors import ConfigError
 from rocketq.spark.options import TlsOptions, parse_read_options, parse_write_options
 
 TOPIC = "SparkTls"
@@ -38,24 +38,8 @@ def test_tls_options_parse() -> None:
         parse_read_options({**NS, "tls": "maybe"}, streaming=False)
 
 
-def _self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.fail("the TLS tests need the `openssl` command line tool on PATH")
-    cert, key = directory / "server.crt", directory / "server.key"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
-
-
 def test_read_over_tls(spark: Any, serve_process: Callable[..., Any], tmp_path: pathlib.Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = make_cert(tmp_path)
     server = serve_process(
         {
             "tls.server.mode": "enforcing",
@@ -70,14 +54,7 @@ def test_read_over_tls(spark: Any, serve_process: Callable[..., Any], tmp_path: 
     )
     with Admin(config=config, timeout_ms=10_000) as admin:
         admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
-
-        def routed() -> bool:
-            try:
-                return bool(admin.topic_route(TOPIC).queue_datas)
-            except RocketqError:
-                return False
-
-        wait_until(routed, f"route of {TOPIC} over TLS", 30.0)
+        wait_until(lambda: topic_routed(admin, TOPIC), f"route of {TOPIC} over TLS", 30.0)
     expected = sorted(f"tls-{i}".encode() for i in range(10))
     with Producer("SparkTlsProducer", config=config, retry_times_when_send_failed=0) as producer:
         for body in expected:
