@@ -32,6 +32,16 @@ from rocketq.ha.raft_types import (
 )
 
 
+def sends(actions: list[object], kind: type[Message]) -> list[Message]:
+    """The messages of type ``kind`` the actions send."""
+    return [a.message for a in actions if isinstance(a, Send) and isinstance(a.message, kind)]
+
+
+def first(actions: list[object], kind: type) -> int:
+    """The index of the first action of type ``kind``."""
+    return next(i for i, a in enumerate(actions) if isinstance(a, kind))
+
+
 @dataclass
 class Disk:
     hard_state: HardState = field(default_factory=HardState)

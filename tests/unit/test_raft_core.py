@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests._support.raft_cluster import Cluster
+from tests._support.raft_cluster import Cluster, first, sends
 
 from rocketq.ha.raft import RaftNode
 from rocketq.ha.raft_types import (
@@ -18,7 +18,6 @@ from rocketq.ha.raft_types import (
     HardState,
     Heartbeat,
     HeartbeatReply,
-    Message,
     Outcome,
     Persisted,
     PersistHardState,
@@ -32,15 +31,6 @@ from rocketq.ha.raft_types import (
     Vote,
     VoteReply,
 )
-
-
-def sends(actions: list[object], kind: type[Message]) -> list[Message]:
-    return [a.message for a in actions if isinstance(a, Send) and isinstance(a.message, kind)]
-
-
-def first(actions: list[object], kind: type) -> int:
-    return next(i for i, a in enumerate(actions) if isinstance(a, kind))
-
 
 # ------------------------------------------------------------------------------------- elections
 

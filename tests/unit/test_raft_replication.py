@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests._support.raft_cluster import Cluster
+from tests._support.raft_cluster import Cluster, sends
 
 from rocketq.ha.raft import RaftNode
 from rocketq.ha.raft_types import (
@@ -16,7 +16,6 @@ from rocketq.ha.raft_types import (
     HardState,
     Heartbeat,
     HeartbeatReply,
-    Message,
     Outcome,
     Persisted,
     PreVote,
@@ -24,22 +23,12 @@ from rocketq.ha.raft_types import (
     RaftConfig,
     Receive,
     Role,
-    Send,
     TimeoutNow,
     TransferLeadership,
     TruncateLog,
     Vote,
     is_control,
 )
-
-
-def sends(actions: list[object], kind: type[Message]) -> list[Message]:
-    return [a.message for a in actions if isinstance(a, Send) and isinstance(a.message, kind)]
-
-
-def first(actions: list[object], kind: type) -> int:
-    return next(i for i, a in enumerate(actions) if isinstance(a, kind))
-
 
 # ------------------------------------------------------------------------------------- log repair
 
