@@ -127,6 +127,54 @@ def time_millis_to_human_string(ms: int) -> str:
 
 
 # -- §1.2: one CommitLog record, field by field ----------------------------------------------------
+def assemble_record(
+    *,
+    magic: bytes,
+    body_crc_value: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic: bytes,
+    properties: bytes,
+    topic_len_width: int,
+) -> bytes:
+    """The fields of spec §1.2 in their order, each as given (no checks): TOTALSIZE counts the
+    record, the TOPIC LENGTH takes ``topic_len_width`` bytes (1 in V1 records, 2 in V2)."""
+    topic_len = struct.pack(">b", len(topic)) if topic_len_width == 1 else struct.pack(">h", len(topic))
+    fields = [
+        magic,  # 2 MAGICCODE
+        struct.pack(">i", body_crc_value),  # 3 BODYCRC
+        struct.pack(">i", queue_id),  # 4 QUEUEID
+        struct.pack(">i", flag),  # 5 FLAG
+        struct.pack(">q", queue_offset),  # 6 QUEUEOFFSET
+        struct.pack(">q", physical_offset),  # 7 PHYSICALOFFSET
+        struct.pack(">i", sys_flag),  # 8 SYSFLAG
+        struct.pack(">q", born_timestamp),  # 9 BORNTIMESTAMP
+        born_host,  # 10 BORNHOST
+        struct.pack(">q", store_timestamp),  # 11 STORETIMESTAMP
+        store_host,  # 12 STOREHOST
+        struct.pack(">i", reconsume_times),  # 13 RECONSUMETIMES
+        struct.pack(">q", prepared_transaction_offset),  # 14 PREPARED TRANSACTION OFFSET
+        struct.pack(">i", len(body)),  # 15 BODY LENGTH
+        body,  # 16 BODY
+        topic_len,  # 17 TOPIC LENGTH
+        topic,  # 18 TOPIC
+        struct.pack(">h", len(properties)),  # 19 PROPERTIES LENGTH
+        properties,  # 20 PROPERTIES
+    ]
+    rest = b"".join(fields)
+    return struct.pack(">i", 4 + len(rest)) + rest  # 1 TOTALSIZE
+
+
 def encode_v1_record(
     *,
     topic: str,
@@ -151,29 +199,25 @@ def encode_v1_record(
     assert len(store_host) == (20 if sys_flag & STOREHOST_V6_FLAG else 8)
     # calMsgLength: 72 + BH + SH + bodyLen + TL(1) + topicLen + 2 + propLen
     total = 72 + len(born_host) + len(store_host) + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)
-    fields = [
-        struct.pack(">i", total),  # 1 TOTALSIZE
-        struct.pack(">i", MESSAGE_MAGIC_CODE_V1),  # 2 MAGICCODE
-        struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF),  # 3 BODYCRC, masked
-        struct.pack(">i", queue_id),  # 4 QUEUEID
-        struct.pack(">i", flag),  # 5 FLAG
-        struct.pack(">q", queue_offset),  # 6 QUEUEOFFSET
-        struct.pack(">q", physical_offset),  # 7 PHYSICALOFFSET
-        struct.pack(">i", sys_flag),  # 8 SYSFLAG
-        struct.pack(">q", born_timestamp),  # 9 BORNTIMESTAMP
-        born_host,  # 10 BORNHOST
-        struct.pack(">q", store_timestamp),  # 11 STORETIMESTAMP
-        store_host,  # 12 STOREHOST
-        struct.pack(">i", reconsume_times),  # 13 RECONSUMETIMES
-        struct.pack(">q", prepared_transaction_offset),  # 14 PREPARED TRANSACTION OFFSET
-        struct.pack(">i", len(body)),  # 15 BODY LENGTH
-        body,  # 16 BODY
-        struct.pack(">b", len(topic_bytes)),  # 17 TOPIC LENGTH (V1: 1 signed byte)
-        topic_bytes,  # 18 TOPIC
-        struct.pack(">h", len(props_bytes)),  # 19 PROPERTIES LENGTH
-        props_bytes,  # 20 PROPERTIES
-    ]
-    record = b"".join(fields)
+    record = assemble_record(
+        magic=struct.pack(">i", MESSAGE_MAGIC_CODE_V1),
+        body_crc_value=zlib.crc32(body) & 0x7FFFFFFF,  # masked
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_timestamp,
+        born_host=born_host,
+        store_timestamp=store_timestamp,
+        store_host=store_host,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+        body=body,
+        topic=topic_bytes,
+        properties=props_bytes,
+        topic_len_width=1,  # V1: 1 signed byte
+    )
     assert len(record) == total
     return record
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from _support.rocketmq_fixture import assemble_record
 from rocketq.message import decode_properties
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import (
@@ -55,53 +56,6 @@ def masked_crc(data: bytes) -> int:
     return zlib.crc32(data) & 0x7FFFFFFF
 
 
-def build_by_hand(
-    *,
-    magic: bytes,
-    body_crc_value: int,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    physical_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
-    born_host: bytes,
-    store_timestamp: int,
-    store_host: bytes,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-    body: bytes,
-    topic: bytes,
-    properties: bytes,
-    topic_len_width: int,
-) -> bytes:
-    """Assemble a record field by field following the table in spec §1.2."""
-    topic_len = struct.pack(">b", len(topic)) if topic_len_width == 1 else struct.pack(">h", len(topic))
-    fields = [
-        magic,  # 2 MAGICCODE
-        struct.pack(">i", body_crc_value),  # 3 BODYCRC
-        struct.pack(">i", queue_id),  # 4 QUEUEID
-        struct.pack(">i", flag),  # 5 FLAG
-        struct.pack(">q", queue_offset),  # 6 QUEUEOFFSET
-        struct.pack(">q", physical_offset),  # 7 PHYSICALOFFSET
-        struct.pack(">i", sys_flag),  # 8 SYSFLAG
-        struct.pack(">q", born_timestamp),  # 9 BORNTIMESTAMP
-        born_host,  # 10 BORNHOST
-        struct.pack(">q", store_timestamp),  # 11 STORETIMESTAMP
-        store_host,  # 12 STOREHOST
-        struct.pack(">i", reconsume_times),  # 13 RECONSUMETIMES
-        struct.pack(">q", prepared_transaction_offset),  # 14 PREPARED TRANSACTION OFFSET
-        struct.pack(">i", len(body)),  # 15 BODY LENGTH
-        body,  # 16 BODY
-        topic_len,  # 17 TOPIC LENGTH
-        topic,  # 18 TOPIC
-        struct.pack(">h", len(properties)),  # 19 PROPERTIES LENGTH
-        properties,  # 20 PROPERTIES
-    ]
-    rest = b"".join(fields)
-    return struct.pack(">i", 4 + len(rest)) + rest  # 1 TOTALSIZE
-
-
 @dataclass(frozen=True)
 class Fields:
     """The caller-supplied fields of one record."""
@@ -133,7 +87,7 @@ class Fields:
             sys_flag |= 0x10
         if len(self.store_host) == 20:
             sys_flag |= 0x20
-        return build_by_hand(
+        return assemble_record(
             magic=DISK_MAGIC_V2 if v2 else DISK_MAGIC_V1,
             body_crc_value=masked_crc(self.body),
             queue_id=self.queue_id,
