@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from procs import ServeProcess, child_env
+from procs import ServeProcess
+from test_admin import run_admin
 from test_client_producer import HOST, Cluster
 
 from rocketq.client.admin import Admin
@@ -94,17 +93,6 @@ def served(tmp_path: pathlib.Path) -> Iterator[ServeProcess]:
         yield server
     finally:
         server.stop()
-
-
-def run_admin(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rocketq.cli", "admin", *args, "-n", namesrv],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=child_env(),
-    )
 
 
 def test_cli_update_and_delete_sub_group(served: ServeProcess) -> None:
