@@ -114,19 +114,8 @@ def test_globally_white_listed_peer_needs_no_signature(tmp_path: pathlib.Path) -
 
 
 def test_grpc_calls_checked_against_plain_acl(tmp_path: pathlib.Path) -> None:
-    acl_file = write_acl_file(tmp_path)
-
     async def run() -> None:
-        config = BrokerConfig(
-            broker_name="broker-a",
-            broker_ip1="127.0.0.1",
-            bind_address="127.0.0.1",
-            listen_port=0,
-            namesrv_addr=None,
-            acl_enable=True,
-            acl_file=str(acl_file),
-        )
-        broker = Broker(config, small_store_config(tmp_path / "store"))
+        broker = new_acl_broker(tmp_path, ACL_FILE)
         await broker.start()
         ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
         try:
