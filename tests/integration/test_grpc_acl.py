@@ -10,10 +10,10 @@ import pathlib
 
 import grpc
 import pytest
-from procs import small_store_config
+from test_proxy_tls import new_broker
 
 from _support.acl import ACL_FILE, ADMIN, PUB_ONLY, SUB_ONLY, write_acl_file
-from rocketq.broker import Broker, BrokerConfig
+from rocketq.broker import Broker
 from rocketq.protocol.topic import TopicConfig
 from rocketq.proxy.auth import authorization_header, grpc_signature, parse_authorization
 from rocketq.proxy.server import GrpcConfig, GrpcEndpoint
@@ -81,16 +81,7 @@ def receive_request(group: str) -> spb.ReceiveMessageRequest:
 
 def new_acl_broker(tmp_path: pathlib.Path, acl_text: str) -> Broker:
     acl_file = write_acl_file(tmp_path, acl_text)
-    config = BrokerConfig(
-        broker_name="broker-a",
-        broker_ip1="127.0.0.1",
-        bind_address="127.0.0.1",
-        listen_port=0,
-        namesrv_addr=None,
-        acl_enable=True,
-        acl_file=str(acl_file),
-    )
-    return Broker(config, small_store_config(tmp_path / "store"))
+    return new_broker(tmp_path, acl_enable=True, acl_file=str(acl_file))
 
 
 def test_globally_white_listed_peer_needs_no_signature(tmp_path: pathlib.Path) -> None:

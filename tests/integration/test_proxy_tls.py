@@ -8,6 +8,7 @@ import asyncio
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import grpc
 import pytest
@@ -27,13 +28,16 @@ TIMEOUT_S = 10.0
 META = (("x-mq-client-id", "tls-client@1"),)
 
 
-def new_broker(tmp_path: pathlib.Path) -> Broker:
+def new_broker(tmp_path: pathlib.Path, **fields: Any) -> Broker:
+    """An in-process broker on a free loopback port, without name servers; ``fields`` are further
+    ``BrokerConfig`` fields."""
     config = BrokerConfig(
         broker_name="broker-a",
         broker_ip1="127.0.0.1",
         bind_address="127.0.0.1",
         listen_port=0,
         namesrv_addr=None,
+        **fields,
     )
     return Broker(config, small_store_config(tmp_path / "store"))
 
