@@ -30,7 +30,6 @@ and the previous rules stay in force.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -43,7 +42,7 @@ from rocketq.acl.address import AddressMatcher, compile_address_pattern, host_of
 from rocketq.acl.signature import ACCESS_KEY, signature_matches
 from rocketq.acl.yaml_subset import parse_yaml
 from rocketq.errors import ConfigError, ResponseCode
-from rocketq.protocol import fastjson
+from rocketq.protocol.heartbeat import loads_body
 from rocketq.protocol.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand, create_response
@@ -293,14 +292,10 @@ def load_plain_acl(path: str | os.PathLike[str]) -> PlainAclConfig:
 def _heartbeat_resources(body: bytes, need: dict[str, int]) -> None:
     if not body:
         return
-    text = body.decode("utf-8", "replace")
     try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):
-        try:
-            obj = fastjson.loads(text)
-        except ValueError:
-            return  # the processor answers the malformed body
+        obj = loads_body(body)
+    except ValueError:
+        return  # the processor answers the malformed body
     if not isinstance(obj, dict):
         return
     for consumer in obj.get("consumerDataSet") or ():

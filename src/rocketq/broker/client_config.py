@@ -28,16 +28,14 @@ before its first heartbeat, which is what creates an auto-created group.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from rocketq.broker.context import BrokerContext
 from rocketq.errors import BodyFormatError, ResponseCode, SubscriptionParseFailed
 from rocketq.filter import compile_filter
-from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import as_str
-from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData
+from rocketq.protocol.heartbeat import EXPRESSION_TAG, SubscriptionData, loads_body
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
 
@@ -48,14 +46,10 @@ def _load_body(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object; None for an empty body. Raises BodyFormatError."""
     if not body:
         return None
-    text = body.decode("utf-8", "replace")
     try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):
-        try:
-            obj = fastjson.loads(text)
-        except ValueError as exc:
-            raise BodyFormatError(f"CHECK_CLIENT_CONFIG body ({len(body)} B) is not JSON: {exc}") from None
+        obj = loads_body(body)
+    except ValueError as exc:
+        raise BodyFormatError(f"CHECK_CLIENT_CONFIG body ({len(body)} B) is not JSON: {exc}") from None
     if obj is None:
         return None
     if not isinstance(obj, dict):
