@@ -7,8 +7,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable, Mapping
 
-from procs import HOST, RocketqProcess, free_port, wait_until, write_broker_conf, write_conf
-
+from _support.procs import HOST, RocketqProcess, free_port, wait_until, write_broker_conf, write_conf
 from rocketq.client import Admin, ConsumeStatus, PushConsumer
 from rocketq.client.config import ClientConfig
 from rocketq.errors import RocketqError
