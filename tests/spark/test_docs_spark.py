@@ -22,20 +22,12 @@ import pytest
 
 from _support.doc_blocks import python_blocks, with_endpoint
 from _support.procs import child_env
+from _support.spark_log import LOG4J2
 from rocketq.client import Admin, Message, MessageQueue, Producer
 from rocketq.client.admin import wait_for_route
 
 BLOCKS = python_blocks("spark.md")
 RUN_DEADLINE_S = 420
-QUIET_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 def _seed(namesrv: str) -> None:
@@ -73,7 +65,7 @@ def test_every_block_of_spark_md_runs(serve_process: Callable[..., Any], tmp_pat
     work = tmp_path / "cwd"
     work.mkdir()
     (tmp_path / "conf").mkdir()
-    (tmp_path / "conf" / "log4j2.properties").write_text(QUIET_LOG4J2, encoding="utf-8")
+    (tmp_path / "conf" / "log4j2.properties").write_text(LOG4J2, encoding="utf-8")
     (work / "run_blocks.py").write_text(_script(server.namesrv), encoding="utf-8")
     env = child_env()
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
