@@ -6,7 +6,9 @@ permissions FORBIDDEN in the response's status; Telemetry without a signature is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -84,97 +86,89 @@ def new_acl_broker(tmp_path: pathlib.Path, acl_text: str) -> Broker:
     return new_broker(tmp_path, acl_enable=True, acl_file=str(acl_file))
 
 
+@contextlib.asynccontextmanager
+async def acl_stub(
+    tmp_path: pathlib.Path, acl_text: str
+) -> AsyncIterator[service_pb2_grpc.MessagingServiceStub]:
+    """A started ACL broker with :data:`TOPIC` and its gRPC endpoint; a stub on a channel to it."""
+    broker = new_acl_broker(tmp_path, acl_text)
+    await broker.start()
+    ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
+    try:
+        await ep.start()
+        assert broker.ctx is not None
+        broker.ctx.topics.update(TopicConfig(TOPIC, 1, 1))
+        async with grpc.aio.insecure_channel(ep.address) as channel:
+            yield service_pb2_grpc.MessagingServiceStub(channel)
+    finally:
+        await ep.stop()
+        await broker.shutdown()
+
+
 def test_globally_white_listed_peer_needs_no_signature(tmp_path: pathlib.Path) -> None:
     async def run() -> None:
-        broker = new_acl_broker(tmp_path, "globalWhiteRemoteAddresses:\n  - 127.0.0.1\n" + ACL_FILE)
-        await broker.start()
-        ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
-        try:
-            await ep.start()
-            assert broker.ctx is not None
-            broker.ctx.topics.update(TopicConfig(TOPIC, 1, 1))
-            async with grpc.aio.insecure_channel(ep.address) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                sent = await stub.SendMessage(send_request(b"W-1"), timeout=TIMEOUT_S, metadata=meta(None))
-                assert sent.status.code == pb.OK, sent.status
-        finally:
-            await ep.stop()
-            await broker.shutdown()
+        async with acl_stub(tmp_path, "globalWhiteRemoteAddresses:\n  - 127.0.0.1\n" + ACL_FILE) as stub:
+            sent = await stub.SendMessage(send_request(b"W-1"), timeout=TIMEOUT_S, metadata=meta(None))
+            assert sent.status.code == pb.OK, sent.status
 
     asyncio.run(run())
 
 
 def test_grpc_calls_checked_against_plain_acl(tmp_path: pathlib.Path) -> None:
     async def run() -> None:
-        broker = new_acl_broker(tmp_path, ACL_FILE)
-        await broker.start()
-        ep = GrpcEndpoint(broker, GrpcConfig("127.0.0.1", 0))
-        try:
-            await ep.start()
-            assert broker.ctx is not None
-            broker.ctx.topics.update(TopicConfig(TOPIC, 1, 1))
-            async with grpc.aio.insecure_channel(ep.address) as channel:
-                stub = service_pb2_grpc.MessagingServiceStub(channel)
-                route = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
-                r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(SUB_ONLY))
-                assert r.status.code == pb.OK, r.status
-                r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(None))
-                assert r.status.code == pb.UNAUTHORIZED
-                assert "No authorization in gRPC call QueryRoute" in r.status.message
-                r = await stub.QueryRoute(
-                    route, timeout=TIMEOUT_S, metadata=meta(SUB_ONLY, secret="wrong-secret")
-                )
-                assert (r.status.code, r.status.message) == (
-                    pb.UNAUTHORIZED,
-                    "signature mismatch for accessKey subonly1",
-                )
-                r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(("nobody1", "x")))
-                assert (
-                    r.status.code == pb.UNAUTHORIZED
-                    and "No acl config for accessKey nobody1" in r.status.message
-                )
+        async with acl_stub(tmp_path, ACL_FILE) as stub:
+            route = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC))
+            r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(SUB_ONLY))
+            assert r.status.code == pb.OK, r.status
+            r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(None))
+            assert r.status.code == pb.UNAUTHORIZED
+            assert "No authorization in gRPC call QueryRoute" in r.status.message
+            r = await stub.QueryRoute(
+                route, timeout=TIMEOUT_S, metadata=meta(SUB_ONLY, secret="wrong-secret")
+            )
+            assert (r.status.code, r.status.message) == (
+                pb.UNAUTHORIZED,
+                "signature mismatch for accessKey subonly1",
+            )
+            r = await stub.QueryRoute(route, timeout=TIMEOUT_S, metadata=meta(("nobody1", "x")))
+            assert (
+                r.status.code == pb.UNAUTHORIZED and "No acl config for accessKey nobody1" in r.status.message
+            )
 
-                sent = await stub.SendMessage(
-                    send_request(b"M-1"), timeout=TIMEOUT_S, metadata=meta(PUB_ONLY, upper=True)
-                )
-                assert sent.status.code == pb.OK, sent.status
-                sent = await stub.SendMessage(
-                    send_request(b"M-2"), timeout=TIMEOUT_S, metadata=meta(SUB_ONLY)
-                )
-                assert sent.status.code == pb.FORBIDDEN
-                assert sent.status.message == f"No permission to PUB topic {TOPIC} for accessKey subonly1"
+            sent = await stub.SendMessage(
+                send_request(b"M-1"), timeout=TIMEOUT_S, metadata=meta(PUB_ONLY, upper=True)
+            )
+            assert sent.status.code == pb.OK, sent.status
+            sent = await stub.SendMessage(send_request(b"M-2"), timeout=TIMEOUT_S, metadata=meta(SUB_ONLY))
+            assert sent.status.code == pb.FORBIDDEN
+            assert sent.status.message == f"No permission to PUB topic {TOPIC} for accessKey subonly1"
 
-                async def receive(keys: tuple[str, str]) -> list[spb.ReceiveMessageResponse]:
-                    call = stub.ReceiveMessage(
-                        receive_request("AclGroup"), timeout=TIMEOUT_S, metadata=meta(keys)
-                    )
-                    return [response async for response in call]
-
-                refused = await receive(PUB_ONLY)  # a PUB-only account cannot consume
-                assert [x.status.code for x in refused] == [pb.FORBIDDEN]
-                assert "No permission to SUB" in refused[0].status.message
-                got = await receive(SUB_ONLY)
-                assert [m.body for x in got if x.HasField("message") for m in [x.message]] == [b"M-1"]
-                handle = next(
-                    x.message.system_properties.receipt_handle for x in got if x.HasField("message")
+            async def receive(keys: tuple[str, str]) -> list[spb.ReceiveMessageResponse]:
+                call = stub.ReceiveMessage(
+                    receive_request("AclGroup"), timeout=TIMEOUT_S, metadata=meta(keys)
                 )
-                ack = spb.AckMessageRequest(
-                    group=pb.Resource(name="AclGroup"),
-                    topic=pb.Resource(name=TOPIC),
-                    entries=[spb.AckMessageEntry(message_id="M-1", receipt_handle=handle)],
-                )
-                acked = await stub.AckMessage(ack, timeout=TIMEOUT_S, metadata=meta(PUB_ONLY))
-                assert acked.status.code == pb.FORBIDDEN
-                acked = await stub.AckMessage(ack, timeout=TIMEOUT_S, metadata=meta(ADMIN))
-                assert acked.status.code == pb.OK, acked.status
+                return [response async for response in call]
 
-                telemetry = stub.Telemetry(metadata=meta(None), timeout=TIMEOUT_S)
-                with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await telemetry.read()
-                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
-                assert "No authorization in gRPC call Telemetry" in (info.value.details() or "")
-        finally:
-            await ep.stop()
-            await broker.shutdown()
+            refused = await receive(PUB_ONLY)  # a PUB-only account cannot consume
+            assert [x.status.code for x in refused] == [pb.FORBIDDEN]
+            assert "No permission to SUB" in refused[0].status.message
+            got = await receive(SUB_ONLY)
+            assert [m.body for x in got if x.HasField("message") for m in [x.message]] == [b"M-1"]
+            handle = next(x.message.system_properties.receipt_handle for x in got if x.HasField("message"))
+            ack = spb.AckMessageRequest(
+                group=pb.Resource(name="AclGroup"),
+                topic=pb.Resource(name=TOPIC),
+                entries=[spb.AckMessageEntry(message_id="M-1", receipt_handle=handle)],
+            )
+            acked = await stub.AckMessage(ack, timeout=TIMEOUT_S, metadata=meta(PUB_ONLY))
+            assert acked.status.code == pb.FORBIDDEN
+            acked = await stub.AckMessage(ack, timeout=TIMEOUT_S, metadata=meta(ADMIN))
+            assert acked.status.code == pb.OK, acked.status
+
+            telemetry = stub.Telemetry(metadata=meta(None), timeout=TIMEOUT_S)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await telemetry.read()
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "No authorization in gRPC call Telemetry" in (info.value.details() or "")
 
     asyncio.run(run())
