@@ -17,11 +17,13 @@ import os
 import pathlib
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from _support.procs import ServeProcess, child_env, small_store_config
+from _support.procs import ServeProcess, child_env, free_port, small_store_config
 from rocketq.client import Admin
 from rocketq.config import StoreConfig
 from rocketq.message import Message
@@ -150,8 +152,22 @@ def test_damaged_record_is_quarantined_and_the_rest_kept(
         assert m is not None and m.body == body_of(VICTIM + 1)
 
 
+def _gauge(url: str, name: str) -> float:
+    """One sample of ``name`` from a /metrics scrape."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not in the scrape of {url}")
+
+
 def test_rocketq_serve_on_a_damaged_store(tmp_path: pathlib.Path) -> None:
-    server = ServeProcess(tmp_path)
+    metrics_port = free_port()
+    server = ServeProcess(
+        tmp_path, broker_conf={"metricsExporterType": "PROM", "metricsPromExporterPort": str(metrics_port)}
+    )
     try:
         server.start()
         with Admin(namesrv_addr=server.namesrv_addr) as admin:
@@ -177,6 +193,9 @@ def test_rocketq_serve_on_a_damaged_store(tmp_path: pathlib.Path) -> None:
         victim = written[VICTIM]
         assert table["commitLogQuarantinedRanges"] == "1"
         assert table["commitLogQuarantine"] == f"{victim.physical_offset}:{victim.size}"
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert _gauge(url, "rocketq_store_quarantined_ranges") == 1
+        assert _gauge(url, "rocketq_store_quarantined_bytes") == victim.size
         with Admin(namesrv_addr=server.namesrv_addr) as admin:
             got = {
                 (q, m.queue_offset): m.body

@@ -387,6 +387,26 @@ def store_families(store: MessageStore, base: Labels) -> list[Family]:
             base, store.stats.put_failures
         )
     )
+    quarantined = list(store.quarantined)
+    out.append(
+        Family(
+            "rocketq_store_quarantined_ranges",
+            GAUGE,
+            "Damaged CommitLog ranges recovery quarantined and stepped over (count; docs/operations.md).",
+        ).add(base, len(quarantined))
+    )
+    out.append(
+        Family(
+            "rocketq_store_quarantined_bytes", GAUGE, "Bytes of the quarantined CommitLog ranges (bytes)."
+        ).add(base, sum(size for _, size, _ in quarantined))
+    )
+    out.append(
+        Family(
+            "rocketq_store_consume_queues_rebuilt_total",
+            COUNTER,
+            "ConsumeQueues rebuilt from the CommitLog after a unit disagreed with its record (count).",
+        ).add(base, store.stats.queues_rebuilt)
+    )
     flush = Family(
         "rocketq_store_flush_latency_seconds", HISTOGRAM, "Time one CommitLog flush takes (seconds)."
     )
