@@ -255,13 +255,15 @@ def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:
     return OffsetMessageId(address, int.from_bytes(raw[ip_len + 4 :], "big", signed=True))
 
 
-def _local_ip_bytes() -> bytes:
+def local_ip() -> str:
+    """The IPv4 address of the interface that routes outwards (127.0.0.1 when there is none): the
+    default of client ids, message ids and a broker's ``brokerIP1``."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))  # no packet is sent for a UDP connect
-            return socket.inet_aton(s.getsockname()[0])
+            return str(s.getsockname()[0])
     except OSError:
-        return socket.inet_aton("127.0.0.1")
+        return "127.0.0.1"
 
 
 class UniqueIdGenerator:
@@ -275,7 +277,7 @@ class UniqueIdGenerator:
 
     def __init__(self, ip: bytes | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._clock_ms = clock_ms
-        ip = ip if ip is not None else _local_ip_bytes()
+        ip = ip if ip is not None else socket.inet_aton(local_ip())
         fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
         self._prefix = fixed.hex().upper()
         self._counter = itertools.count(random.getrandbits(15))

@@ -34,6 +34,7 @@ from typing import Any
 from rocketq.acl.plain import resolve_acl_file
 from rocketq.config import StoreConfig, from_rocketmq_properties, metrics_config_problems, not_positive
 from rocketq.errors import ConfigError
+from rocketq.message import local_ip
 from rocketq.properties import parse_properties
 from rocketq.remoting.limits import (
     DEFAULT_MAX_BUFFERED_BYTES,
@@ -54,16 +55,6 @@ KEY_ALIASES: dict[str, str] = {
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionTimeOut": "transaction_timeout_ms",
 }
-
-
-def local_ip() -> str:
-    """The IPv4 address of the interface that routes outwards (127.0.0.1 when there is none)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # a UDP connect sends no packet
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 def _namesrv_from_env() -> str | None:

@@ -31,13 +31,13 @@ import enum
 import itertools
 import os
 import re
-import socket
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocketq.errors import ConfigError
+from rocketq.message import local_ip
 
 if TYPE_CHECKING:
     from rocketq.acl.signature import AclClientRpcHook
@@ -97,16 +97,6 @@ def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"name server address {addr!r} is not host:port")
     return addrs
-
-
-def local_ip() -> str:
-    """This host's outward IPv4 address (the one a UDP socket towards a private net would use)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 def pid_instance_name() -> str:

@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from rocketq.acl.address import host_of
 from rocketq.acl.plain import (
     PERM_PUB,
     PERM_SUB,
@@ -108,9 +109,7 @@ def signature_matches(signature: str, secret_key: str, date_time: str) -> bool:
 
 def _host_of_peer(peer: str) -> str:
     """``ipv4:1.2.3.4:5`` → ``1.2.3.4``; ``ipv6:[::1]:5`` → ``::1``."""
-    _, _, address = peer.partition(":")
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    return host.strip("[]")
+    return host_of(peer.partition(":")[2])
 
 
 def needed_resources(method: str, request: Any) -> dict[str, int]:
