@@ -1,0 +1,404 @@
+"""A DLedger group of three broker processes under network, process and disk faults.
+
+Each test starts a :class:`rocketq.testing.chaos.cluster.ChaosGroup` (a name server and three
+``rocketq broker -c`` processes, every peer link through its own FaultProxy; election timeout
+1000 ms, heartbeats every 200 ms), creates a topic, runs a producer of the real client (SYNC
+sends, one at a time, a new body per send) while the fault is injected, and checks:
+
+* no acknowledged message is lost: after the faults heal every acknowledged body is read back
+  from the group; nothing is stored that was not sent;
+* at most one leader per term, in every sample of the members' own views taken meanwhile;
+* the group becomes writable again (acknowledgements after the fault);
+* every member ends with the same committed bytes (the entry store's data files compared up to
+  the committed position all three report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import pathlib
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from _support.requests import send_request
+from _support.wait import wait_until
+from rocketq.client import Admin, Message, Producer, SendStatus
+from rocketq.errors import ResponseCode, RocketqError
+from rocketq.message import decode_offset_msg_id
+from rocketq.remoting import RemotingClient
+from rocketq.remoting.codes import RequestCode
+from rocketq.remoting.command import create_request
+from rocketq.testing.chaos.cluster import ChaosGroup, ChaosUnsupported, NodeState
+
+TOPIC = "ChaosT"
+QUEUES = 4
+BROKER = "broker-a"
+WAIT_S = 30.0
+FINAL = b"final"  # the body of the sends that make every member learn the commit index
+
+pytestmark = pytest.mark.slow  # each test runs broker processes through faults (5 to 20 s)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _call(addr: str, request: Any, timeout_s: float) -> Any:
+    async def main() -> Any:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, request, timeout_s)
+        finally:
+            await client.close()
+
+    return asyncio.run(asyncio.wait_for(main(), timeout_s + 5))
+
+
+def _topics_on(addr: str) -> set[str]:
+    try:
+        response = _call(addr, create_request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
+    except (RocketqError, OSError, TimeoutError):
+        return set()
+    if response.code != ResponseCode.SUCCESS or not response.body:
+        return set()
+    table = json.loads(response.body).get("topicConfigTable", {})
+    return set(table) if isinstance(table, dict) else set()
+
+
+@contextlib.contextmanager
+def chaos_group(tmp_path: pathlib.Path, **kwargs: Any) -> Iterator[ChaosGroup]:
+    group = ChaosGroup(tmp_path / "group", **kwargs)
+    try:
+        try:
+            group.start()
+        except ChaosUnsupported as exc:
+            pytest.skip(str(exc))
+        with Admin(group.namesrv_addr) as admin:
+            admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
+        for node in group.node_ids:  # the slaves copy the topic, so a new master routes it
+            addr = group.broker_addr(node)
+            wait_until(lambda a=addr: TOPIC in _topics_on(a), f"node {node} holding the topic", WAIT_S)
+        yield group
+    except BaseException:
+        print(group.logs())
+        raise
+    finally:
+        group.stop()
+
+
+class Writer:
+    """A producer thread: SYNC sends one at a time, a new body each; what was acknowledged
+    (body, when the send began, the acknowledging broker) and what failed (indeterminate)."""
+
+    def __init__(self, namesrv: str, prefix: str, pad: int = 0) -> None:
+        self.namesrv = namesrv
+        self.prefix = prefix
+        self.pad = b"." * pad
+        self.acked: list[tuple[bytes, float, str]] = []
+        self.latencies: list[float] = []
+        self.failed: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"writer-{prefix}")
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        with Producer(
+            f"{self.prefix}PG", namesrv_addr=self.namesrv, send_timeout_ms=3000, route_refresh_interval_ms=300
+        ) as producer:
+            i = 0
+            while not self._stop.is_set():
+                body = f"{self.prefix}-{i}".encode() + self.pad
+                i += 1
+                began = time.monotonic()
+                try:
+                    result = producer.send(Message(TOPIC, body))
+                except RocketqError:
+                    self.failed.add(body)
+                    continue
+                if result.status is SendStatus.SEND_OK:
+                    self.latencies.append(time.monotonic() - began)
+                    self.acked.append((body, began, decode_offset_msg_id(result.offset_msg_id).address))
+                else:
+                    self.failed.add(body)
+
+    def wait_acked(self, more: int, what: str, timeout_s: float = WAIT_S) -> None:
+        target = len(self.acked) + more
+        wait_until(lambda: len(self.acked) >= target, f"{more} more acknowledgements {what}", timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+        assert not self._thread.is_alive(), "the writer did not stop"
+
+    @property
+    def bodies(self) -> set[bytes]:
+        return {b for b, _, _ in self.acked}
+
+
+class Monitor:
+    """Samples every member's own view while a scenario runs: leaders by term."""
+
+    def __init__(self, group: ChaosGroup) -> None:
+        self.group = group
+        self.leaders: dict[int, set[int]] = defaultdict(set)
+        self.terms: dict[int, list[int]] = defaultdict(list)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raft-monitor")
+
+    def __enter__(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for node, st in self.group.states().items():
+                self.terms[node].append(st.term)
+                if st.role == "LEADER":
+                    self.leaders[st.term].add(node)
+
+    def assert_one_leader_per_term(self) -> None:
+        two = {term: nodes for term, nodes in self.leaders.items() if len(nodes) > 1}
+        assert not two, f"two leaders in one term: {two}"
+
+
+def _stored(namesrv: str) -> list[bytes]:
+    out: list[bytes] = []
+    with Admin(namesrv) as admin:
+        for qid in range(QUEUES):
+            offset = 0
+            while batch := admin.consume_message(TOPIC, qid, offset, 256, broker_name=BROKER):
+                out.extend(m.body for m in batch)
+                offset = batch[-1].queue_offset + 1
+    return out
+
+
+def assert_nothing_acknowledged_lost(group: ChaosGroup, *writers: Writer) -> list[bytes]:
+    acked = set().union(*(w.bodies for w in writers))
+    sent = acked | set().union(*(w.failed for w in writers)) | {FINAL}
+    group.wait_leader(WAIT_S)
+    stored = wait_until(
+        lambda: (s := _stored(group.namesrv_addr)) and acked <= set(s) and s,
+        "every acknowledged message readable",
+        WAIT_S,
+    )
+    assert set(stored) <= sent, sorted(set(stored) - sent)[:5]
+    return stored
+
+
+def _converged(group: ChaosGroup) -> int | None:
+    states = group.states()
+    positions = {st.committed_pos for st in states.values()}
+    if len(states) < group.size or len(positions) != 1:
+        return None
+    return positions.pop()
+
+
+def assert_same_committed_bytes(group: ChaosGroup) -> int:
+    """Every member reports the same committed position (a last send carries the commit index
+    to followers that learned it on no heartbeat yet) and holds the same bytes up to it."""
+    with Producer("FinalPG", namesrv_addr=group.namesrv_addr) as producer:
+        for _ in range(2):
+            assert producer.send(Message(TOPIC, FINAL)).status is SendStatus.SEND_OK
+    end = wait_until(lambda: _converged(group), "every member at the same committed position", WAIT_S)
+    logs = [group.read_log(node, end) for node in group.node_ids]
+    assert len(logs[0]) > 0 and all(len(x) == len(logs[0]) for x in logs)
+    for node in group.node_ids[1:]:
+        assert logs[node] == logs[0], f"node {node}'s committed bytes differ from node 0's"
+    return end
+
+
+def _followers(group: ChaosGroup, leader: int) -> list[int]:
+    return [n for n in group.node_ids if n != leader]
+
+
+def _state(group: ChaosGroup, node: int) -> NodeState:
+    return wait_until(lambda: group.state(node), f"node {node} answering", WAIT_S)
+
+
+# -- scenarios --------------------------------------------------------------------------------------
+def test_isolated_leader_acknowledges_nothing_steps_down_and_truncates_its_uncommitted_tail(
+    tmp_path: pathlib.Path,
+) -> None:
+    with (
+        chaos_group(tmp_path) as group,
+        Monitor(group) as monitor,
+        Writer(group.namesrv_addr, "iso") as writer,
+    ):
+        writer.wait_acked(30, "before the fault")
+        old = group.wait_leader()
+        old_addr = group.broker_addr(old)
+        old_term = _state(group, old).term
+        group.isolate(old)
+        isolated_at = time.monotonic()
+
+        # sends straight to the old leader append to its log but can never commit there
+        direct = [f"direct-{i}".encode() for i in range(3)]
+        for body in direct:
+            try:
+                response = _call(old_addr, send_request(TOPIC, body, queue_id=0), 5)
+            except (RocketqError, TimeoutError):
+                continue  # no answer: indeterminate, fine
+            print(f"the isolated leader answered {body!r}: {response.code} {response.remark}")
+            assert response.code != ResponseCode.SUCCESS, f"the isolated leader acknowledged {body!r}"
+
+        new = group.wait_leader(WAIT_S, among=_followers(group, old))
+        assert _state(group, new).term > old_term
+        writer.wait_acked(30, "from the new leader")
+        late = [(b, addr) for b, began, addr in writer.acked if began > isolated_at and addr == old_addr]
+        assert not late, f"the isolated leader acknowledged {late[:3]}"
+
+        group.heal()
+        rejoined = wait_until(
+            lambda: (st := group.state(old)) and st.role == "FOLLOWER" and st.term > old_term and st,
+            "the old leader following a newer term",
+            WAIT_S,
+        )
+        assert rejoined.leader_id in (group.self_id(n) for n in _followers(group, old))
+        writer.wait_acked(20, "after the heal")
+        writer.stop()
+        assert_same_committed_bytes(group)  # the old leader's uncommitted entries are gone
+        stored = assert_nothing_acknowledged_lost(group, writer)
+        assert not set(direct) & set(stored)  # never committed, so truncated
+        monitor.assert_one_leader_per_term()
+
+
+def test_asymmetric_links_a_deaf_and_then_a_mute_leader_leave_the_group_safe_and_writable(
+    tmp_path: pathlib.Path,
+) -> None:
+    with (
+        chaos_group(tmp_path) as group,
+        Monitor(group) as monitor,
+        Writer(group.namesrv_addr, "asym") as writer,
+    ):
+        writer.wait_acked(20, "before the faults")
+        # the leader's messages go out, but nothing comes back: it must give up (check-quorum)
+        deaf = group.wait_leader()
+        for follower in _followers(group, deaf):
+            group.block(follower, deaf)
+        group.wait_leader(WAIT_S, among=_followers(group, deaf))
+        writer.wait_acked(20, "with the old leader deaf")
+        group.heal()
+        writer.wait_acked(10, "after the first heal")
+
+        # the leader hears everything but cannot send: the others elect a leader of their own
+        mute = group.wait_leader()
+        for follower in _followers(group, mute):
+            group.block(mute, follower)
+        group.wait_leader(WAIT_S, among=_followers(group, mute))
+        writer.wait_acked(20, "with the old leader mute")
+        group.heal()
+        writer.wait_acked(10, "after the second heal")
+        writer.stop()
+        assert_same_committed_bytes(group)
+        assert_nothing_acknowledged_lost(group, writer)
+        monitor.assert_one_leader_per_term()
+
+
+def test_a_slow_follower_does_not_hold_commits_back_and_catches_up_while_still_slow(
+    tmp_path: pathlib.Path,
+) -> None:
+    delay_ms = 300
+    with chaos_group(tmp_path) as group, Writer(group.namesrv_addr, "slow") as writer:
+        writer.wait_acked(20, "before the fault")
+        leader = group.wait_leader()
+        slow, _other = _followers(group, leader)
+        group.slow(leader, slow, delay_ms)
+        group.slow(slow, leader, delay_ms)
+        term = _state(group, leader).term
+        before = len(writer.latencies)
+        writer.wait_acked(100, "with one follower slow")
+        during = sorted(writer.latencies[before:])
+        median = during[len(during) // 2]
+        # a commit waiting on the slow follower would take a round trip of 2 * delay_ms
+        assert median < delay_ms / 1000, f"median send {median * 1000:.0f} ms with the slow follower"
+        writer.stop()
+        assert_same_committed_bytes(group)  # caught up through the delay
+        assert group.leader() == leader and _state(group, leader).term == term  # no election
+        group.heal()
+        assert_nothing_acknowledged_lost(group, writer)
+
+
+def test_a_leader_losing_its_unsynced_tail_recovers_and_catches_up(tmp_path: pathlib.Path) -> None:
+    with (
+        chaos_group(tmp_path, seed=11) as group,
+        Monitor(group) as monitor,
+        Writer(group.namesrv_addr, "lost") as writer,
+    ):
+        writer.wait_acked(50, "before the fault")
+        old = group.wait_leader()
+        lost = group.lose_unsynced(old)
+        print(f"power loss on node {old}: {lost}")
+        assert lost.written_end > lost.durable_end  # something was at risk
+        assert not group.alive(old)
+        group.wait_leader(WAIT_S, among=_followers(group, old))
+        writer.wait_acked(30, "with the old leader down")
+        group.restart(old)
+        writer.wait_acked(20, "after the restart")
+        writer.stop()
+        assert_same_committed_bytes(group)
+        assert_nothing_acknowledged_lost(group, writer)
+        monitor.assert_one_leader_per_term()
+        log = pathlib.Path(group.log_path(old)).read_text(errors="replace")
+        assert "Traceback" not in log
+
+
+def test_a_partitioned_follower_campaigns_without_raising_its_term_and_rejoins_without_disruption(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Spec §3.3 scenario 12: a node that was cut off must not come back with an inflated term
+    and depose a healthy leader (pre-vote: its campaigns fail without a term change)."""
+    with (
+        chaos_group(tmp_path) as group,
+        Monitor(group) as monitor,
+        Writer(group.namesrv_addr, "stale") as writer,
+    ):
+        writer.wait_acked(20, "before the fault")
+        leader = group.wait_leader()
+        term = _state(group, leader).term
+        cut_off = _followers(group, leader)[0]
+        group.isolate(cut_off)
+        wait_until(
+            lambda: (st := group.state(cut_off)) and st.role in ("PRE_CANDIDATE", "CANDIDATE"),
+            "the cut-off follower campaigning",
+            WAIT_S,
+        )
+        # the partition lasts four election timeouts (1000 ms each, randomized up to 2000 ms):
+        # at least two campaigns; its log falls behind meanwhile
+        until = time.monotonic() + 4.0
+        wait_until(lambda: time.monotonic() >= until, "the partition to last 4 s", 10)
+        writer.wait_acked(20, "during the partition")
+        assert set(monitor.terms[cut_off]) == {term}, (
+            f"the cut-off follower's terms: {set(monitor.terms[cut_off])}"
+        )
+        group.heal()
+        wait_until(
+            lambda: (
+                (st := group.state(cut_off))
+                and st.role == "FOLLOWER"
+                and st.leader_id == group.self_id(leader)
+            ),
+            "the follower following the same leader again",
+            WAIT_S,
+        )
+        writer.wait_acked(20, "after the heal")
+        writer.stop()
+        assert_same_committed_bytes(group)
+        assert group.leader() == leader
+        assert {st.term for st in group.states().values()} == {term}  # nobody's term moved
+        assert set(monitor.leaders) == {term}
+        assert_nothing_acknowledged_lost(group, writer)
