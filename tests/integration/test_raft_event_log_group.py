@@ -76,3 +76,47 @@ def test_without_the_setting_no_event_log_is_written(tmp_path: pathlib.Path) -> 
 
     asyncio.run(asyncio.wait_for(main(), 50))
     assert not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_a_stale_leader_s_uncommitted_tail_is_logged_as_a_truncation_above_the_commit(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The leader appends with both followers down (nothing commits), is stopped, the followers
+    elect a new leader that commits other entries, and the old leader rejoins: it cuts its tail,
+    and the event log shows that truncation, as a follower, above its committed index."""
+
+    async def main() -> str:
+        group = LocalGroup(
+            str(tmp_path / "data"), event_log_path=str(tmp_path / "ev-{selfId}.jsonl"), ack_timeout_ms=300
+        )
+        await group.start()
+        try:
+            leader = await group.leader()
+            assert (await leader.append(record(b"committed"))).status is AppendStatus.OK
+            await group.wait_committed(leader.committed_pos)
+            old = leader.state.self_id
+            others = tuple(i for i in group.members if i != old)
+            await group.stop(*others)
+            for k in range(3):
+                result = await leader.append(record(b"stale%d" % k))
+                assert result.status is not AppendStatus.OK
+            await group.stop(old)
+            await group.start(*others)
+            new = await group.leader()
+            for k in range(5):
+                assert (await new.append(record(b"fresh%d" % k * 10))).status is AppendStatus.OK
+            await group.start(old)
+            await group.wait_committed(new.committed_pos)
+            return old
+        finally:
+            await group.stop()
+
+    old = asyncio.run(asyncio.wait_for(main(), 50))
+    events = _events(tmp_path)
+    cuts = [e for e in events[old] if e["ev"] == "truncate"]
+    assert cuts, events[old]
+    assert all(c["role"] == "FOLLOWER" and c["from"] > c["commit"] and c["to"] >= c["from"] for c in cuts)
+    res = check_events(e for evs in events.values() for e in evs)
+    assert res.valid, str(res)
+    res = check_replicas([read_replica(str(tmp_path / "data"), sid) for sid in ("n0", "n1", "n2")])
+    assert res.valid, str(res)

@@ -27,9 +27,8 @@ It owns the core, the entry store and the peer transport, all on one event loop:
                          ``on_state_change`` callbacks run
   =====================  ===================================================================
 
-  With ``DLedgerConfig.event_log_path`` set, role changes, granted votes (a ``VoteReply`` sent
-  with ``granted``), commit advances and truncations also go to the member's
-  :class:`~rocketq.ha.event_log.EventLog` as they are carried out; without it nothing is written.
+  With ``DLedgerConfig.event_log_path`` set, role changes, votes granted, commits and truncations
+  also go to the member's :class:`~rocketq.ha.event_log.EventLog` as they are carried out.
 
 * **Group commit.** One flusher task runs ``EntryStore.flush_unlocked`` (fsync of data, then index) on a
   worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
@@ -250,7 +249,7 @@ class RaftGroupLog:
                 store.set_committed_index(node.commit_index)
             await asyncio.get_running_loop().run_in_executor(self._executor, store.close)
         if self._elog is not None:
-            self._elog.event("stop", commit=-1 if node is None else node.commit_index)
+            self._elog.event("stop", commit=self._store.committed_index if self._store else -1)
             self._elog.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
@@ -443,12 +442,9 @@ class RaftGroupLog:
         elif isinstance(action, PersistHardState):
             store.set_term(action.term, action.vote)
         elif isinstance(action, TruncateLog):
-            if self._elog is not None:
+            if self._elog is not None:  # commit: what was applied so far, not the core's new index
                 node = self.node
-                self._elog.event(
-                    "truncate", **{"from": action.from_index, "to": store.ledger_end_index},
-                    commit=node.commit_index, role=node.role.value, term=node.term,
-                )  # fmt: skip
+                self._elog.truncated(action.from_index, store.ledger_end_index, store.committed_index, node)
             store.truncate(action.from_index)
             self._truncations += 1
             self._sent_cache.clear()
@@ -506,10 +502,7 @@ class RaftGroupLog:
         )
         self._state_changed.set()
         if self._elog is not None:
-            self._elog.event(
-                "role", role=change.role.value, term=change.term, leader=leader,
-                ledgerEnd=self.store.ledger_end_index, commit=self.node.commit_index,
-            )  # fmt: skip
+            self._elog.role(change, self.store.ledger_end_index, self.store.committed_index)
         for callback in list(self._callbacks):
             try:
                 callback(self._state)

@@ -37,7 +37,17 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
+
+from rocketq.ha.raft_types import Role, RoleChanged
+
+
+class _Member(Protocol):
+    """What a truncation line reads of the member (a :class:`~rocketq.ha.raft.RaftNode`)."""
+
+    role: Role
+    term: int
+
 
 #: At most one ``commit`` line per this many milliseconds (the latest value is never lost to
 #: order: it is written before any later line).
@@ -87,6 +97,17 @@ class EventLog:
         """Write one line of kind ``ev`` (any held commit value first)."""
         self._release_commit()
         self._write(ev, fields)
+
+    def role(self, change: RoleChanged, ledger_end: int, commit: int) -> None:
+        self.event(
+            "role", role=change.role.value, term=change.term, leader=change.leader_id, ledgerEnd=ledger_end,
+            commit=commit,
+        )  # fmt: skip
+
+    def truncated(self, from_index: int, to_index: int, commit: int, member: _Member) -> None:
+        """Entries ``from_index..to_index`` are about to be removed; ``commit`` as applied so far."""
+        fields = {"from": from_index, "to": to_index, "commit": commit}
+        self.event("truncate", **fields, role=member.role.value, term=member.term)
 
     def commit(self, index: int) -> None:
         """The committed index advanced to ``index`` (coalesced, see the module docstring)."""
