@@ -55,6 +55,16 @@ def test_leader_nemeses_target_the_leader_and_params_are_drawn() -> None:
     assert {f.nemesis for f in faults} == {"kill-leader", "isolate-leader", "asymmetric", "clock-jump"}
 
 
+def test_each_once_strikes_every_nemesis_once_in_a_seeded_order() -> None:
+    cfg = ScheduleConfig(fault_min_s=2.0, fault_max_s=3.0, gap_min_s=1.0, gap_max_s=2.0)
+    faults = schedule(random.Random(3), NEMESES, 100.0, cfg, each_once=True)
+    assert sorted(f.nemesis for f in faults) == sorted(NEMESES)
+    other = schedule(random.Random(4), NEMESES, 100.0, cfg, each_once=True)
+    assert [f.nemesis for f in faults] != [f.nemesis for f in other]
+    with pytest.raises(ValueError, match="do not fit"):
+        schedule(random.Random(3), NEMESES, 30.0, cfg, each_once=True)
+
+
 def test_too_short_a_run_has_no_fault_and_bad_input_is_refused() -> None:
     assert schedule(random.Random(1), ("kill",), 10.0) == []
     with pytest.raises(ValueError, match="unknown"):

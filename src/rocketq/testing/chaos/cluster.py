@@ -213,6 +213,7 @@ class ChaosGroup:
         conf: Mapping[str, str] | None = None,
         seed: int | None = None,
         verbose: bool = True,
+        node_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"size={size}: a group has at least one broker")
@@ -237,6 +238,8 @@ class ChaosGroup:
         self.conf = dict(conf or {})
         self.rng = random.Random(seed)
         self.verbose = verbose
+        #: extra environment of a node's broker process (the clock-jump shim, for one)
+        self.node_env = {n: dict(env) for n, env in (node_env or {}).items()}
         self.namesrv_addr = ""
         self.nodes: list[_Node] = []
         self._namesrv: subprocess.Popen[bytes] | None = None
@@ -690,7 +693,7 @@ class ChaosGroup:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=_child_env(),
+                env={**_child_env(), **self.node_env.get(node.index, {})},
             )
         node.paused = False
 

@@ -141,20 +141,30 @@ def schedule(
     nemeses: Sequence[str],
     duration_s: float,
     config: ScheduleConfig | None = None,
+    *,
+    each_once: bool = False,
 ) -> list[Fault]:
-    """The faults of one run, in order; empty when the run is too short for one fault."""
+    """The faults of one run, in order; empty when the run is too short for one fault.
+
+    ``each_once``: every nemesis strikes exactly once, in a seeded order, and the schedule ends
+    there (a short run that still covers them all); :class:`ValueError` when they do not fit."""
     cfg = config or ScheduleConfig()
     unknown = [n for n in nemeses if n not in NEMESES]
     if unknown or not nemeses:
         named = unknown or list(nemeses)
         raise ValueError(f"unknown or no nemeses {named}; choose from {', '.join(NEMESES)}")
     end = duration_s - cfg.tail_s
+    order = list(nemeses)
+    rng.shuffle(order)
     faults: list[Fault] = []
     t = cfg.lead_s
-    while True:
+    while not each_once or len(faults) < len(order):
         length = round(rng.uniform(cfg.fault_min_s, cfg.fault_max_s), 3)
         if t + length > end:
+            if each_once:
+                raise ValueError(f"{len(order)} faults do not fit in {duration_s:g} s; make the run longer")
             return faults
-        nemesis = rng.choice(list(nemeses))
+        nemesis = order[len(faults)] if each_once else rng.choice(order)
         faults.append(Fault(nemesis, round(t, 3), length, _target(nemesis, rng), _params(nemesis, rng, cfg)))
         t += length + rng.uniform(cfg.gap_min_s, cfg.gap_max_s)
+    return faults
