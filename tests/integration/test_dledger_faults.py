@@ -22,15 +22,18 @@ import pathlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import pytest
 
+from _support.raft_group import LocalGroup
 from _support.requests import send_request
+from _support.tmpfs import fill, small_tmpfs
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
+from rocketq.ha.raft_types import Role
 from rocketq.message import decode_offset_msg_id
 from rocketq.remoting import RemotingClient
 from rocketq.remoting.codes import RequestCode
@@ -43,7 +46,7 @@ BROKER = "broker-a"
 WAIT_S = 30.0
 FINAL = b"final"  # the body of the sends that make every member learn the commit index
 
-pytestmark = pytest.mark.slow  # each test runs broker processes through faults (5 to 20 s)
+SLOW = pytest.mark.slow  # the process tests run broker processes through faults (10 to 30 s each)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -187,9 +190,13 @@ def _stored(namesrv: str) -> list[bytes]:
     return out
 
 
-def assert_nothing_acknowledged_lost(group: ChaosGroup, *writers: Writer) -> list[bytes]:
-    acked = set().union(*(w.bodies for w in writers))
-    sent = acked | set().union(*(w.failed for w in writers)) | {FINAL}
+def assert_nothing_acknowledged_lost(
+    group: ChaosGroup, *writers: Writer, acked: Collection[bytes] = (), sent: Collection[bytes] = ()
+) -> list[bytes]:
+    """Every body acknowledged to a writer (or in ``acked``) is stored; nothing stored that was
+    not sent (by a writer, in ``sent``, or a FINAL)."""
+    acked = set(acked).union(*(w.bodies for w in writers))
+    sent = acked | set(sent) | set().union(*(w.failed for w in writers)) | {FINAL}
     group.wait_leader(WAIT_S)
     stored = wait_until(
         lambda: (s := _stored(group.namesrv_addr)) and acked <= set(s) and s,
@@ -231,6 +238,7 @@ def _state(group: ChaosGroup, node: int) -> NodeState:
 
 
 # -- scenarios --------------------------------------------------------------------------------------
+@SLOW
 def test_isolated_leader_acknowledges_nothing_steps_down_and_truncates_its_uncommitted_tail(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -277,6 +285,7 @@ def test_isolated_leader_acknowledges_nothing_steps_down_and_truncates_its_uncom
         monitor.assert_one_leader_per_term()
 
 
+@SLOW
 def test_asymmetric_links_a_deaf_and_then_a_mute_leader_leave_the_group_safe_and_writable(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -309,6 +318,7 @@ def test_asymmetric_links_a_deaf_and_then_a_mute_leader_leave_the_group_safe_and
         monitor.assert_one_leader_per_term()
 
 
+@SLOW
 def test_a_slow_follower_does_not_hold_commits_back_and_catches_up_while_still_slow(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -333,6 +343,7 @@ def test_a_slow_follower_does_not_hold_commits_back_and_catches_up_while_still_s
         assert_nothing_acknowledged_lost(group, writer)
 
 
+@SLOW
 def test_a_leader_losing_its_unsynced_tail_recovers_and_catches_up(tmp_path: pathlib.Path) -> None:
     with (
         chaos_group(tmp_path, seed=11) as group,
@@ -357,6 +368,7 @@ def test_a_leader_losing_its_unsynced_tail_recovers_and_catches_up(tmp_path: pat
         assert "Traceback" not in log
 
 
+@SLOW
 def test_a_partitioned_follower_campaigns_without_raising_its_term_and_rejoins_without_disruption(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -402,3 +414,92 @@ def test_a_partitioned_follower_campaigns_without_raising_its_term_and_rejoins_w
         assert {st.term for st in group.states().values()} == {term}  # nobody's term moved
         assert set(monitor.leaders) == {term}
         assert_nothing_acknowledged_lost(group, writer)
+
+
+@SLOW
+def test_a_full_disk_on_a_follower_and_then_on_the_leader(tmp_path: pathlib.Path) -> None:
+    """A follower whose disk fills stops replicating without failing for good (its Raft member
+    used to stop on the first DiskFull until the broker restarted:
+    test_regression_a_follower_out_of_disk_catches_up_once_there_is_room); the leader and
+    the other follower commit on. A leader whose disk fills refuses sends with a clear status
+    (SERVICE_NOT_AVAILABLE, "disk full"). Space back: writes resume, everyone catches up."""
+    conf = {"mappedFileSizeCommitLog": str(256 << 10)}  # a new data file every ~250 sends
+    with chaos_group(tmp_path, preferred_leader=0, tmpfs_nodes=(0, 2), conf=conf) as group:
+        leader, full = 0, 2
+        assert group.wait_leader() == leader
+        with Writer(group.namesrv_addr, "df", pad=1000) as writer:
+            writer.wait_acked(20, "before the fault")
+            group.disk_full(full)
+            behind_at = wait_until(
+                lambda: (st := group.state(full)) and st.committed_pos,
+                "the full follower's committed position",
+                WAIT_S,
+            )
+            writer.wait_acked(600, "with a follower's disk full")  # past two data files
+            assert _state(group, full).committed_pos < _state(group, leader).committed_pos
+            assert "Traceback" not in pathlib.Path(group.log_path(full)).read_text(errors="replace")
+            group.disk_full(full, False)
+            writer.wait_acked(20, "after the follower's disk has room")
+            print(f"the full follower stayed at or below {behind_at} meanwhile")
+        assert_same_committed_bytes(group)
+
+        group.disk_full(leader)
+        answers: list[str] = []
+        direct: dict[bytes, bool] = {}  # body -> acknowledged
+
+        def refused() -> bool:
+            body = f"direct-{len(direct)}".encode()
+            direct[body] = False
+            try:
+                response = _call(group.broker_addr(leader), send_request(TOPIC, body, queue_id=0), 5)
+            except (RocketqError, TimeoutError) as exc:
+                answers.append(repr(exc))
+                return False
+            answers.append(f"{response.code} {response.remark}")
+            direct[body] = response.code == ResponseCode.SUCCESS  # room left in reserved files
+            return response.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk full" in (
+                response.remark or ""
+            )
+
+        wait_until(refused, "the full leader refusing with 'disk full'", WAIT_S)
+        group.disk_full(leader, False)
+        with Writer(group.namesrv_addr, "df2") as writer2:
+            writer2.wait_acked(20, "after the leader's disk has room")
+        assert_same_committed_bytes(group)
+        acked = {b for b, ok in direct.items() if ok}
+        assert_nothing_acknowledged_lost(group, writer, writer2, acked=acked, sent=set(direct))
+        print(f"the full leader answered: {answers[-3:]} ({len(acked)} of {len(direct)} stored)")
+
+
+def test_regression_a_follower_out_of_disk_catches_up_once_there_is_room(tmp_path: pathlib.Path) -> None:
+    """In process: a follower's entry store on a small tmpfs fills up. Its Raft member used to
+    stop for good on the first DiskFull (the broker stayed up, a follower that never replicated
+    again); now it rebuilds its core from the store, stays out of the way while the disk is full
+    (the other two commit), and catches up once the space is back."""
+    data = tmp_path / "group"
+
+    async def main() -> None:
+        group = LocalGroup(str(data))
+        await group.start()
+        try:
+            leader = await group.leader()
+            follower = next(i for i, m in group.members.items() if m is not leader)
+            filler = fill(data / f"dledger-{follower}")
+            for k in range(60):  # 60 * 40 KiB: the 1 MiB data files roll over twice
+                result = await group.append(b"%05d" % k + b"x" * (40 << 10))
+                assert result.status.value == "OK", result
+            stuck = group.members[follower]
+            assert stuck._failed is None and stuck.state.role is Role.FOLLOWER
+            assert stuck.committed_pos < leader.committed_pos
+            filler.unlink()
+            assert (await group.append(b"after")).status.value == "OK"
+            await group.wait_committed(leader.committed_pos, 20)
+            upto = leader.committed_pos
+            assert len({group.digest(i, upto) for i in group.members}) == 1
+        finally:
+            await group.stop()
+
+    with contextlib.ExitStack() as mounts:
+        for i in range(3):  # whoever follows: each member's store on its own 4 MiB tmpfs
+            mounts.enter_context(small_tmpfs(data / f"dledger-n{i}", "4m"))
+        asyncio.run(asyncio.wait_for(main(), 60))

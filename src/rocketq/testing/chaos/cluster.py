@@ -107,13 +107,16 @@ OP_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 90.0
 #: One request to a broker (its role); a paused broker counts as not answering.
 QUERY_TIMEOUT_S = 1.0
-#: Small segments, so a tmpfs of a few MiB holds a store: CommitLog (DLedger data) files,
-#: ConsumeQueue files, index files.
+#: Small segments, so a small tmpfs holds a store: CommitLog (DLedger data) files,
+#: ConsumeQueue files, index files; disk usage checked every 500 ms (a full disk refuses writes,
+#: and accepts them again, that soon). The entry store's index file is 160 MiB (not configurable
+#: from broker.conf), hence the default ``tmpfs_size`` of 200 MiB.
 STORE_DEFAULTS = {
     "mappedFileSizeCommitLog": str(4 << 20),
     "mappedFileSizeConsumeQueue": str(1000 * 20),
     "maxHashSlotNum": "64",
     "maxIndexNum": "256",
+    "cleanResourceInterval": "500",
 }
 
 
@@ -209,7 +212,7 @@ class ChaosGroup:
         flush: str = "ASYNC_FLUSH",
         preferred_leader: int | None = None,
         tmpfs_nodes: Collection[int] = (),
-        tmpfs_size: str = "48m",
+        tmpfs_size: str = "200m",
         conf: Mapping[str, str] | None = None,
         seed: int | None = None,
         verbose: bool = True,
