@@ -11,7 +11,7 @@ import pytest
 from rocketq.testing.chaos.check import CheckResult
 from rocketq.testing.chaos.history import Op
 from rocketq.testing.chaos.report import Outage, Window
-from rocketq.testing.chaos.run import RunResult, _acks, _Striker, campaign_markdown
+from rocketq.testing.chaos.run import RunResult, _acks, _Striker, campaign_markdown, write_results
 from rocketq.testing.chaos.schedule import NEMESES, Fault
 
 
@@ -112,3 +112,15 @@ def test_campaign_table_counts_runs_and_links_charts() -> None:
     assert "1 runs, 3 acknowledged sends, 1 faults." in text
     assert "| 7 | 120 | 1 | 3 | 0 | 0 | 2 | 0 | 0 | 0 | [png](chaos/seed-7.png) |" in text
     assert "| `kill` | 1 | 0 | 1.25 | 1.25 | 1.25 |" in text
+
+
+def test_results_replace_only_the_campaign_block(tmp_path: pathlib.Path) -> None:
+    doc = tmp_path / "chaos.md"
+    doc.write_text("# Title\n\n<!-- campaign -->\nold\n<!-- /campaign -->\n\n## Bugs\n", encoding="utf-8")
+    write_results(doc, "new table\n", "--runs 2")
+    text = doc.read_text(encoding="utf-8")
+    assert text.startswith("# Title\n\n<!-- campaign -->\n`python -m rocketq.testing.chaos.run --runs 2`")
+    assert "new table" in text and "old" not in text and text.endswith("<!-- /campaign -->\n\n## Bugs\n")
+    fresh = tmp_path / "new.md"
+    write_results(fresh, "t\n", "")
+    assert fresh.read_text(encoding="utf-8").endswith("t\n<!-- /campaign -->\n")

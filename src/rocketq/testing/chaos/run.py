@@ -390,6 +390,23 @@ def campaign_markdown(runs: Sequence[RunResult], charts: dict[int, str]) -> str:
     return "\n\n".join(["\n".join(summary), "\n".join(lines), markdown_table(summarize(outages))]) + "\n"
 
 
+BEGIN = "<!-- campaign -->"
+END = "<!-- /campaign -->"
+
+
+def write_results(path: pathlib.Path, results: str, command: str) -> None:
+    """Put ``results`` between the campaign markers of ``path`` (the rest of the document stays),
+    or write a file of its own when ``path`` has no markers or does not exist."""
+    block = f"{BEGIN}\n`python -m rocketq.testing.chaos.run {command}`\n\n{results}{END}"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     about = (__doc__ or "").split("\n")[0]
     p = argparse.ArgumentParser(prog="python -m rocketq.testing.chaos.run", description=about)
@@ -443,7 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped {k}: {v}")
     print(markdown_table(summarize([o for r in runs for o in r.outages])))
     if args.markdown is not None:
-        args.markdown.write_text(campaign_markdown(runs, charts), encoding="utf-8")
+        write_results(
+            args.markdown, campaign_markdown(runs, charts), " ".join(sys.argv[1:] if argv is None else argv)
+        )
     return 0 if all(r.valid for r in runs) else 1
 
 
