@@ -285,7 +285,7 @@ def test_check_merges_every_part() -> None:
         [*clean_events(), ev("role", "n2", role="LEADER", term=1, leader="n2", ledgerEnd=0, commit=0)],
         [dump("n0", ENTRIES, 1), dump("n1", [(0, 1, 0, 10)], 1)],
     )
-    assert res.anomalies == {"lost": 1, "election_safety": 1, "replica_divergence": 2}
+    assert res.anomalies == {"lost": 1, "election_safety": 1, "replica_divergence": 3}
     assert not res.valid
     text = str(res)
     assert text.startswith("INVALID") and "election_safety: 1" in text

@@ -38,7 +38,8 @@ truncation_below_commit  a truncation removed an entry at or below the committed
 leader_truncation        a member truncated its log while leader
 replica_divergence       two replicas differ at an index both have committed (index, term,
                          position, checksum), an index with one term on both differs (log
-                         matching), or their data bytes differ before the shortest committed end
+                         matching), their data bytes differ before the shortest committed end,
+                         or a replica lacks entries it had committed
 cq_divergence            two replicas' ConsumeQueues point one (topic, queue, offset) at two
                          CommitLog offsets
 =======================  =========================================================================
@@ -391,6 +392,13 @@ def check_replicas(dumps: Sequence[ReplicaDump]) -> CheckResult:
     res = CheckResult()
     by_index = [{e[0]: e for e in d.entries} for d in dumps]
     shortest = min((d.committed_index for d in dumps), default=-1)
+    for d in dumps:
+        last = d.entries[-1][0] if d.entries else -1
+        if d.committed_index > last:
+            res.add(
+                "replica_divergence",
+                f"{d.node} committed index {d.committed_index} past its last entry {last}",
+            )
     for i, a in enumerate(dumps):
         for j in range(i + 1, len(dumps)):
             b = dumps[j]
