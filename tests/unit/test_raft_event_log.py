@@ -12,6 +12,7 @@ import pytest
 from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.ha.driver_config import DLedgerConfig
 from rocketq.ha.event_log import EventLog, event_log_path, read_events
+from rocketq.ha.node import parse_args
 
 
 def test_lines_are_written_at_once_in_order(tmp_path: pathlib.Path) -> None:
@@ -81,3 +82,12 @@ def test_the_setting_from_broker_conf_and_its_placeholder() -> None:
     assert cfg.d_leger_event_log_path == "/y/e.jsonl"
     assert StoreConfig().d_leger_event_log_path == ""
     assert event_log_path("/y/{selfId}/e-{selfId}", "n2") == "/y/n2/e-n2"
+
+
+def test_the_node_process_option() -> None:
+    argv = ["--self", "n0", "--peers", "n0-127.0.0.1:40911;n1-127.0.0.1:40912", "--data-dir", "/tmp/g"]
+    assert parse_args(argv).event_log_path is None
+    assert (
+        parse_args([*argv, "--event-log", "/tmp/g/ev-{selfId}.jsonl"]).event_log_path
+        == "/tmp/g/ev-{selfId}.jsonl"
+    )
