@@ -50,7 +50,7 @@ def _routed(admin: Admin, topic: str) -> bool:
         return False
 
 
-@pytest.mark.slow  # three broker processes, one killed, about 25 s
+@pytest.mark.slow  # three broker processes, one killed: 30 to 45 s here
 def test_workload_through_a_leader_kill_has_no_anomaly(tmp_path: pathlib.Path) -> None:
     data = tmp_path / "data"
     events_dir = tmp_path / "events"

@@ -11,7 +11,7 @@ from typing import Any
 from _support.raft_group import LocalGroup, record
 from rocketq.ha.event_log import read_events
 from rocketq.ha.replicated_log import AppendStatus
-from rocketq.testing.chaos.check import check_events, check_replicas
+from rocketq.testing.chaos.check import check_committed_prefix, check_events, check_replicas
 from rocketq.testing.chaos.replicas import read_replica
 
 
@@ -118,5 +118,8 @@ def test_a_stale_leader_s_uncommitted_tail_is_logged_as_a_truncation_above_the_c
     assert all(c["role"] == "FOLLOWER" and c["from"] > c["commit"] and c["to"] >= c["from"] for c in cuts)
     res = check_events(e for evs in events.values() for e in evs)
     assert res.valid, str(res)
-    res = check_replicas([read_replica(str(tmp_path / "data"), sid) for sid in ("n0", "n1", "n2")])
+    dumps = [read_replica(str(tmp_path / "data"), sid) for sid in ("n0", "n1", "n2")]
+    res = check_replicas(dumps)
     assert res.valid, str(res)
+    res = check_committed_prefix((e for evs in events.values() for e in evs), dumps)
+    assert res.valid and res.stats["committed_reports"] > 0, str(res)

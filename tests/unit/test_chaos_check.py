@@ -12,6 +12,7 @@ from rocketq.testing.chaos.check import (
     CheckResult,
     ReplicaDump,
     check,
+    check_committed_prefix,
     check_events,
     check_history,
     check_replicas,
@@ -285,7 +286,16 @@ def test_check_merges_every_part() -> None:
         [*clean_events(), ev("role", "n2", role="LEADER", term=1, leader="n2", ledgerEnd=0, commit=0)],
         [dump("n0", ENTRIES, 1), dump("n1", [(0, 1, 0, 10)], 1)],
     )
-    assert res.anomalies == {"lost": 1, "election_safety": 1, "replica_divergence": 2}
+    assert res.anomalies == {"lost": 1, "election_safety": 1, "replica_divergence": 3}
     assert not res.valid
     text = str(res)
     assert text.startswith("INVALID") and "election_safety: 1" in text
+
+
+def test_committed_overwritten() -> None:
+    events = [ev("commit", "n0", commit=1, term=1), ev("commit", "n1", commit=2, term=2)]
+    assert check_committed_prefix(events, [dump("n0", ENTRIES, 2), dump("n1", ENTRIES[:2], 1)]).valid
+    changed = [(0, 1, 0, 11), (1, 3, 60, 40)]  # index 1 reported committed in term 1, now term 3
+    res = check_committed_prefix(events, [dump("n0", ENTRIES, 2), dump("n2", changed, 1)])
+    assert only(res) == {"committed_overwritten": 1}
+    assert "index 1 committed in term 1" in res.examples["committed_overwritten"][0]

@@ -461,7 +461,7 @@ class RaftGroupLog:
             store.set_committed_index(action.entries[-1].index)
             self._committed_pos = store.committed_pos
             if self._elog is not None:
-                self._elog.commit(action.entries[-1].index)
+                self._elog.commit(action.entries[-1].index, action.entries[-1].term)
         elif isinstance(action, ProposalResult):
             self._answer(action)
         elif isinstance(action, PersistHardState):

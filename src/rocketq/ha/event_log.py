@@ -16,7 +16,7 @@ Every line has ``ev`` (the kind), ``node`` (self id), ``pid``, ``wall_ms`` (epoc
 ``role``      ``role`` (LEADER / FOLLOWER / CANDIDATE / PRE_CANDIDATE), ``term``,
               ``leader`` (null when unknown), ``ledgerEnd``, ``commit``
 ``vote``      ``term``, ``candidate``: this member granted its vote
-``commit``    ``commit``: the committed index advanced to this value
+``commit``    ``commit``: the committed index advanced to this value; ``term``: its entry's
 ``truncate``  ``from``, ``to`` (the entries removed, inclusive), ``commit`` (the committed
               index at that moment), ``role``, ``term``
 ``stop``      ``commit``
@@ -72,7 +72,7 @@ class EventLog:
         parent = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(parent, exist_ok=True)
         self._file: TextIO | None = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self._held_commit: int | None = None
+        self._held_commit: tuple[int, int] | None = None
         self._last_commit_ns = 0
         self._last_commit = -2
 
@@ -91,7 +91,7 @@ class EventLog:
         if held is not None:
             self._held_commit = None
             self._last_commit_ns = time.monotonic_ns()
-            self._write("commit", {"commit": held})
+            self._write("commit", {"commit": held[0], "term": held[1]})
 
     def event(self, ev: str, **fields: Any) -> None:
         """Write one line of kind ``ev`` (any held commit value first)."""
@@ -109,12 +109,13 @@ class EventLog:
         fields = {"from": from_index, "to": to_index, "commit": commit}
         self.event("truncate", **fields, role=member.role.value, term=member.term)
 
-    def commit(self, index: int) -> None:
-        """The committed index advanced to ``index`` (coalesced, see the module docstring)."""
+    def commit(self, index: int, term: int) -> None:
+        """The committed index advanced to ``index``, an entry of ``term`` (coalesced, see the
+        module docstring)."""
         if index == self._last_commit:
             return
         self._last_commit = index
-        self._held_commit = index
+        self._held_commit = (index, term)
         if time.monotonic_ns() - self._last_commit_ns >= self._interval_ns:
             self._release_commit()
 

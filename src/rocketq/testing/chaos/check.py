@@ -38,9 +38,13 @@ truncation_below_commit  a truncation removed an entry at or below the committed
 leader_truncation        a member truncated its log while leader
 replica_divergence       two replicas differ at an index both have committed (index, term,
                          position, checksum), an index with one term on both differs (log
-                         matching), or their data bytes differ before the shortest committed end
+                         matching), their data bytes differ before the shortest committed end,
+                         or a replica lacks entries it had committed
 cq_divergence            two replicas' ConsumeQueues point one (topic, queue, offset) at two
                          CommitLog offsets
+committed_overwritten    a member reported index i of term t committed (``commit`` line), and a
+                         replica holds index i with another term at the end (leader
+                         completeness: the committed prefix never changes; Raft's Figure 8)
 =======================  =========================================================================
 """
 
@@ -71,6 +75,7 @@ RAFT_CLASSES: tuple[str, ...] = (
     "leader_truncation",
     "replica_divergence",
     "cq_divergence",
+    "committed_overwritten",
 )
 ANOMALY_CLASSES: tuple[str, ...] = QUEUE_CLASSES + RAFT_CLASSES
 #: Examples kept per class.
@@ -391,6 +396,13 @@ def check_replicas(dumps: Sequence[ReplicaDump]) -> CheckResult:
     res = CheckResult()
     by_index = [{e[0]: e for e in d.entries} for d in dumps]
     shortest = min((d.committed_index for d in dumps), default=-1)
+    for d in dumps:
+        last = d.entries[-1][0] if d.entries else -1
+        if d.committed_index > last:
+            res.add(
+                "replica_divergence",
+                f"{d.node} committed index {d.committed_index} past its last entry {last}",
+            )
     for i, a in enumerate(dumps):
         for j in range(i + 1, len(dumps)):
             b = dumps[j]
@@ -440,13 +452,37 @@ def _check_cqs(dumps: Sequence[ReplicaDump], res: CheckResult) -> None:
                     )
 
 
+def check_committed_prefix(events: Iterable[Mapping[str, Any]], dumps: Sequence[ReplicaDump]) -> CheckResult:
+    """Every (index, term) a ``commit`` line reported is what every replica holding that index
+    holds at the end (spec §3.3, leader completeness)."""
+    res = CheckResult()
+    reported: dict[int, dict[int, set[str]]] = collections.defaultdict(lambda: collections.defaultdict(set))
+    for ev in events:
+        if ev["ev"] == "commit" and "term" in ev:
+            reported[int(ev["commit"])][int(ev["term"])].add(str(ev["node"]))
+    terms = [(d.node, {e[0]: e[1] for e in d.entries}) for d in dumps]
+    for index, by_term in sorted(reported.items()):
+        for term, who in sorted(by_term.items()):
+            for node, held in terms:
+                if index in held and held[index] != term:
+                    res.add(
+                        "committed_overwritten",
+                        f"index {index} committed in term {term} (by {sorted(who)}), "
+                        f"{node} holds term {held[index]}",
+                    )
+    res.stats["committed_reports"] = sum(len(t) for t in reported.values())
+    return res
+
+
 def check(
     ops: Sequence[Op],
     events: Iterable[Mapping[str, Any]] = (),
     replicas: Sequence[ReplicaDump] = (),
 ) -> CheckResult:
-    """Everything: :func:`check_history`, :func:`check_events`, :func:`check_replicas`."""
+    """Everything: :func:`check_history`, :func:`check_events`, :func:`check_replicas` and, with
+    both events and replicas, :func:`check_committed_prefix`."""
+    events = list(events)
     res = check_history(ops).merge(check_events(events))
     if replicas:
-        res = res.merge(check_replicas(replicas))
+        res = res.merge(check_replicas(replicas)).merge(check_committed_prefix(events, replicas))
     return res

@@ -43,7 +43,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -248,8 +248,3 @@ def write_history(path: str, ops: Iterable[Op]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for op in ops:
             f.write(json.dumps(op.to_json(), separators=(",", ":")) + "\n")
-
-
-def sends(ops: Sequence[Op]) -> list[Op]:
-    """The send lines of a history, in order."""
-    return [op for op in ops if op.type == "send"]

@@ -10,8 +10,9 @@ offset, until a zero header (never written), a blank (the rest of the file), or 
 
 * :func:`read_replica` gives a :class:`~rocketq.testing.chaos.check.ReplicaDump`: every entry's
   (index, term, pos, chain crc), the committed index of ``checkpoint`` (written every few
-  seconds, so possibly behind the member's real one: never ahead), the data bytes up to the end
-  of the last entry, and the ConsumeQueues when asked for.
+  seconds, so possibly behind the member's real one; past the last entry read only when
+  committed entries were lost, which the checker reports), the data bytes up to the end of the
+  last entry, and the ConsumeQueues when asked for.
 * :func:`replica_drain` turns a replica's committed entries into ``drain`` ops (one per queue,
   ``node`` the self id): the messages each replica would serve, so the checker compares every
   (queue, offset) across replicas, the leader's drain and the clients' reads.
@@ -69,7 +70,7 @@ def _walk(data_dir: str) -> tuple[list[fmt.Entry], bytes, int]:
                 break
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 off, full = 0, False
-                while off + fmt.BODY_OFFSET <= size:
+                while off + fmt.MIN_BLANK_LEN <= size:  # a blank header fits in the last 8 bytes
                     magic, length = struct.unpack_from(">ii", buf, off)
                     if magic == fmt.BLANK_MAGIC:
                         full = True  # the rest of the file is padding: go on in the next
@@ -131,7 +132,7 @@ def read_replica(
     return ReplicaDump(
         node=self_id,
         entries=[(e.index, e.term, e.pos, e.chain_crc) for e in entries],
-        committed_index=min(_committed_index(ledger), entries[-1].index if entries else -1),
+        committed_index=_committed_index(ledger),
         data=data if with_data else None,
         start_offset=start,
         consume_queues=read_consume_queues(store_root, wanted) if wanted else None,
