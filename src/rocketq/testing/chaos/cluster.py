@@ -241,7 +241,7 @@ class ChaosGroup:
         self.rng = random.Random(seed)
         self.verbose = verbose
         self.namesrv_addr = ""
-        self.nodes: list[_Node] = []
+        self._nodes: list[_Node] = []
         self._namesrv: subprocess.Popen[bytes] | None = None
         self._proxies: dict[tuple[int, int], FaultProxy] = {}
         self._blocked: set[tuple[int, int]] = set()
@@ -255,7 +255,7 @@ class ChaosGroup:
             os.makedirs(self.root, exist_ok=True)
             self._start_namesrv()
             self._write_confs()
-            for node in self.nodes:
+            for node in self._nodes:
                 self._spawn(node)
             self._wait_started(timeout_s)
         except BaseException:
@@ -266,12 +266,12 @@ class ChaosGroup:
     def stop(self) -> None:
         """Stop every process (SIGCONT, SIGTERM, SIGKILL after 15 s), the proxies, unmount the
         tmpfs. Safe to call more than once."""
-        for node in self.nodes:
+        for node in self._nodes:
             if node.proc is not None and node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.proc.pid, signal.SIGCONT)
                 node.proc.terminate()
-        procs = [n.proc for n in self.nodes] + [self._namesrv]
+        procs = [n.proc for n in self._nodes] + [self._namesrv]
         if self._namesrv is not None and self._namesrv.poll() is None:
             self._namesrv.terminate()
         for proc in procs:
@@ -306,7 +306,7 @@ class ChaosGroup:
 
     def node_of(self, addr_or_self_id: str) -> int:
         """The node with this broker address or self id."""
-        for n in self.nodes:
+        for n in self._nodes:
             if addr_or_self_id in (n.broker_addr, n.sid):
                 return n.index
         raise KeyError(f"no node {addr_or_self_id!r} in the group")
@@ -338,12 +338,15 @@ class ChaosGroup:
 
     def proxy(self, src: int, dst: int) -> FaultProxy:
         """P[src→dst]: what ``src`` sends to ``dst`` passes it."""
-        return self._proxies[(self._node(src).index, self._node(dst).index)]
+        pair = (self._node(src).index, self._node(dst).index)
+        if pair[0] == pair[1]:
+            raise ValueError(f"no proxy from node {src} to itself")
+        return self._proxies[pair]
 
     def logs(self, tail_chars: int = 6000) -> str:
         """The end of every log, for a failing test to print."""
         out = []
-        for path in [os.path.join(self.root, "namesrv.log")] + [n.log_path for n in self.nodes]:
+        for path in [os.path.join(self.root, "namesrv.log")] + [n.log_path for n in self._nodes]:
             with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
                 out.append(f"--- {path} ---\n{f.read()[-tail_chars:]}")
         return "\n".join(out)
@@ -590,9 +593,9 @@ class ChaosGroup:
 
     # -- internals --------------------------------------------------------------------------------
     def _node(self, node: int) -> _Node:
-        if not isinstance(node, int) or not 0 <= node < len(self.nodes):
+        if not isinstance(node, int) or not 0 <= node < len(self._nodes):
             raise ValueError(f"node {node!r} is not one of 0 .. {self.size - 1}")
-        return self.nodes[node]
+        return self._nodes[node]
 
     def _start_namesrv(self) -> None:
         log_path = os.path.join(self.root, "namesrv.log")
@@ -642,25 +645,25 @@ class ChaosGroup:
         for index, (sid, path) in enumerate(confs.items()):
             with open(path, encoding="utf-8") as f:
                 props = parse_properties(f.read())
-            self.nodes.append(_Node(index, sid, path, props, self.root))
-        for node in self.nodes:
+            self._nodes.append(_Node(index, sid, path, props, self.root))
+        for node in self._nodes:
             if node.index in self.tmpfs_nodes:
                 self._mount(node)
-        real = {n.sid: n.peer_addr for n in self.nodes}
-        for a in self.nodes:
-            for b in self.nodes:
+        real = {n.sid: n.peer_addr for n in self._nodes}
+        for a in self._nodes:
+            for b in self._nodes:
                 if a is not b:
                     self._proxies[(a.index, b.index)] = FaultProxy(real[b.sid]).start()
-        for node in self.nodes:
+        for node in self._nodes:
             peers = ";".join(
                 f"{m.sid}-{m.peer_addr if m is node else self._proxies[(node.index, m.index)].listen_addr}"
-                for m in self.nodes
+                for m in self._nodes
             )
             node.props["dLegerPeers"] = peers
             if self.preferred_leader is None:
                 node.props.pop("preferredLeaderId", None)
             else:
-                node.props["preferredLeaderId"] = self.nodes[self.preferred_leader].sid
+                node.props["preferredLeaderId"] = self._nodes[self.preferred_leader].sid
             with open(node.conf, "w", encoding="utf-8") as f:
                 f.write("".join(f"{k}={v}\n" for k, v in node.props.items()))
 
@@ -707,7 +710,7 @@ class ChaosGroup:
         want = None if self.preferred_leader is None else self.preferred_leader
 
         def ready() -> bool:
-            for n in self.nodes:
+            for n in self._nodes:
                 self._check_alive(n)
             states = self.states()
             if len(states) < self.size or len({(st.term, st.leader_id) for st in states.values()}) != 1:
