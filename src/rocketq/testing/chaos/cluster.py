@@ -47,23 +47,33 @@ Every operation is bounded (``OP_TIMEOUT_S``) and returns once the fault is in e
 proxy's state is changed on its loop before the call returns, a signalled process has exited
 or is stopped.
 
+Queries: ``state(node)`` / ``states()`` ask the brokers themselves (GET_BROKER_RUNTIME_INFO:
+role, term, leader, committed position; a paused or dead node gives None); ``leader()`` is the
+node that says it leads in the highest term reported; ``master()`` the node the name server
+lists as brokerId 0; ``wait_leader()`` waits until the two agree (producers then reach it);
+``read_log(node, end)`` reads a node's replicated CommitLog bytes for comparison. Timing:
+election timeout 1000 ms (randomized up to 2000), heartbeats every 200 ms, as ``serve`` writes;
+small store segments (``STORE_DEFAULTS``); the brokers log at INFO (``-v``) into
+``<root>/broker-nI.log``.
+
 **What ``lose_unsynced`` models, honestly.** A SIGKILL alone loses nothing a broker wrote: the
 kernel keeps its page cache. After the kill, the entry store under
 ``<store root>/dledger-nI/`` is cut back: its ``checkpoint`` names ``flushedIndex``, an index
 every entry up to which was fsync'd (data, then index) when the checkpoint was written; the
 broker rewrites it every 3 s, and fsyncs happen far more often in between. Everything after that
 entry's end may be lost: a point between it and the end of the written data is drawn (uniformly,
-from ``seed``), the data from there on is zeroed (so the last kept entry may be torn mid-way)
-and the index records of the entries it touches are zeroed. ``currterm`` (written durably before
-every vote) and ``checkpoint`` stay. Since fsyncs after the last checkpoint are treated as lost
-too, this can lose more than a real power loss would: under ASYNC_FLUSH (acks after the write,
-the default) that is exactly the page-cache loss a power cut causes; under SYNC_FLUSH it is a
-power cut plus a disk that dropped its last few seconds of fsync'd writes, a harder fault than
-Raft promises to survive when a second node fails too. The ConsumeQueues and the index of the
-replicated part are rebuilt from the log on every start, so they are left as they are.
+from ``seed``), the data from there on is zeroed (the entry the point falls in is torn, and
+recovery cuts it) and the index records of the entries it touches are zeroed. ``currterm``
+(written durably before every vote) and ``checkpoint`` stay. Since the fsyncs after the last
+checkpoint are treated as lost too, this can lose more than a real power cut would. Under
+ASYNC_FLUSH (acks after the write, the default) the node may lose entries it acknowledged, which
+is within what the group is built for as long as the others hold them; under SYNC_FLUSH it is a
+power cut plus a disk that dropped its last seconds of fsync'd writes, a harder fault than Raft
+promises to survive together with the loss of a second node. The ConsumeQueues and the index
+of the replicated part are rebuilt from the log on every start, so they are left as they are.
 
-Ports are picked free up front; the name server's is retried once if another process takes it
-first. Nothing here needs root except ``tmpfs_nodes`` (mount), which raises
+Ports are picked free up front (the name server's up to three times if another process takes
+it first). Nothing here needs root except ``tmpfs_nodes`` (mount), which raises
 :class:`ChaosUnsupported` where mounting is not permitted.
 """
 
@@ -721,9 +731,7 @@ class ChaosGroup:
         _wait(ready, "every broker answering, one leader known to all, registered as master", timeout_s)
 
 
-def _index_record(
-    index_dir: str, files: list[tuple[int, str]], file_size: int, i: int
-) -> fmt.IndexRecord | None:
+def _index_record(files: list[tuple[int, str]], file_size: int, i: int) -> fmt.IndexRecord | None:
     at = i * fmt.INDEX_UNIT_SIZE
     for start, path in files:
         if start <= at < start + file_size:
@@ -778,13 +786,13 @@ def _cut_unsynced(home: str, props: Mapping[str, str], rng: random.Random) -> Lo
         return LostTail(flushed, 0, 0, 0, flushed)
     durable_end = data[0][0]
     if flushed >= 0:
-        rec = _index_record(os.path.join(home, "index"), index, index_size, flushed)
+        rec = _index_record(index, index_size, flushed)
         if rec is None:
             raise ChaosError(f"{home}: the checkpoint's flushedIndex {flushed} has no index record")
         durable_end = rec.pos + rec.size
     ends: list[tuple[int, int, int]] = []  # (index, pos, end) of the entries after the flushed one
     i = flushed + 1
-    while (rec := _index_record(os.path.join(home, "index"), index, index_size, i)) is not None:
+    while (rec := _index_record(index, index_size, i)) is not None:
         ends.append((i, rec.pos, rec.pos + rec.size))
         i += 1
     written_end = ends[-1][2] if ends else durable_end
