@@ -121,20 +121,7 @@ def group(shared_group: ChaosGroup) -> Iterator[ChaosGroup]:
     """The shared group, healthy: links healed, every member running and following one leader
     (a scenario that failed half-way is repaired here, so the next one starts clean)."""
     g = shared_group
-    g.heal()
-    for node in g.node_ids:
-        if not g.alive(node):
-            g.restart(node)
-        elif g.state(node) is None:
-            g.resume(node)
-    wait_until(
-        lambda: (
-            len({(st.term, st.leader_id) for st in g.states().values()}) == 1 and len(g.states()) == g.size
-        ),
-        "every member following one leader",
-        WAIT_S,
-    )
-    g.wait_leader(WAIT_S)
+    g.recover(WAIT_S)
     try:
         yield g
     except BaseException:
@@ -599,3 +586,21 @@ def test_block_and_partition_set_the_proxy_directions_that_carry_each_pair(group
         group.heal()
     assert group.blocked() == set()
     assert all(not any(group.proxy(a, b).blocking.values()) for a in range(3) for b in range(3) if a != b)
+
+
+@SLOW
+def test_recover_undoes_every_fault_at_once(group: ChaosGroup) -> None:
+    leader = group.wait_leader()
+    a, b = _followers(group, leader)
+    group.pause(a)
+    group.kill(b)
+    group.slow(leader, a, 50)
+    group.block(leader, b)
+    assert group.state(a) is None and not group.alive(b)
+    back = group.recover(WAIT_S)
+    assert group.blocked() == set() and group.proxy(leader, a).delay_ms == 0
+    assert all(group.alive(n) for n in group.node_ids)
+    states = group.states()
+    assert len(states) == 3 and {st.leader_id for st in states.values()} == {group.self_id(back)}
+    with Producer("RecoverPG", namesrv_addr=group.namesrv_addr) as producer:
+        assert producer.send(Message(TOPIC, b"recovered")).status is SendStatus.SEND_OK

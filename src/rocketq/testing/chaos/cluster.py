@@ -41,6 +41,8 @@ any traffic the other way round a connection, P[dst→src] downstream:
                         (below)
 ``disk_full(node)``     fill the node's tmpfs (``tmpfs_nodes`` at construction);
                         ``disk_full(node, False)`` gives the space back
+``recover()``           all of it undone: healed, disks freed, paused nodes continued, dead
+                        ones restarted; returns the leader once all follow it
 ======================  ======================================================================
 
 Every operation is bounded (``OP_TIMEOUT_S``) and returns once the fault is in effect: a
@@ -542,6 +544,26 @@ class ChaosGroup:
     def lossy(self, src: int, dst: int, p: float) -> None:
         """Reset the link ``src`` → ``dst`` on a chunk with probability ``p`` (0: lossless)."""
         self.proxy(src, dst).loss_rate = p
+
+    def recover(self, timeout_s: float = OP_TIMEOUT_S) -> int:
+        """Undo every fault: heal the network, give disks their space back, continue paused
+        brokers, restart dead ones; return the leader once every member follows it in one term
+        and the name server lists it as master."""
+        self.heal()
+        for n in self._nodes:
+            if n.filler is not None:
+                self.disk_full(n.index, False)
+            if not self.alive(n.index):
+                self.restart(n.index, timeout_s)
+            elif n.paused:
+                self.resume(n.index)
+
+        def agreed() -> bool:
+            states = self.states()
+            return len(states) == self.size and len({(st.term, st.leader_id) for st in states.values()}) == 1
+
+        _wait(agreed, "every member following one leader in one term", timeout_s)
+        return self.wait_leader(timeout_s)
 
     def _apply_blocks(self) -> None:
         for (a, b), proxy in self._proxies.items():
