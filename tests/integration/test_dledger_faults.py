@@ -1,12 +1,14 @@
 """A DLedger group of three broker processes under network, process and disk faults.
 
-Each test starts a :class:`rocketq.testing.chaos.cluster.ChaosGroup` (a name server and three
+The tests run on a :class:`rocketq.testing.chaos.cluster.ChaosGroup` (a name server and three
 ``rocketq broker -c`` processes, every peer link through its own FaultProxy; election timeout
-1000 ms, heartbeats every 200 ms), creates a topic, runs a producer of the real client (SYNC
-sends, one at a time, a new body per send) while the fault is injected, and checks:
+1000 ms, heartbeats every 200 ms): one shared by the scenarios that end healed (``recover()``
+before each), its own for the disk-full one (stores on tmpfs). A topic is created on every
+member; a producer of the real client (SYNC sends, one at a time, a new body per send) runs
+while the fault is injected; each scenario checks:
 
 * no acknowledged message is lost: after the faults heal every acknowledged body is read back
-  from the group; nothing is stored that was not sent;
+  from the group; nothing with the scenario's prefix is stored that was not sent;
 * at most one leader per term, in every sample of the members' own views taken meanwhile;
 * the group becomes writable again (acknowledgements after the fault);
 * every member ends with the same committed bytes (the entry store's data files compared up to
@@ -47,7 +49,7 @@ BROKER = "broker-a"
 WAIT_S = 30.0
 FINAL = b"final"  # the body of the sends that make every member learn the commit index
 
-SLOW = pytest.mark.slow  # the process tests run broker processes through faults (10 to 30 s each)
+SLOW = pytest.mark.slow  # broker processes through faults: a few seconds to 30 s each
 
 
 # -- helpers ----------------------------------------------------------------------------------------
