@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 
-from _support.raft_group import LocalGroup
+from _support.raft_group import LocalGroup, record
 from _support.requests import send_request
 from _support.tmpfs import fill, small_tmpfs
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
-from rocketq.errors import ResponseCode, RocketqError
+from rocketq.errors import DiskFull, ResponseCode, RocketqError
 from rocketq.ha.raft_types import Role
 from rocketq.message import decode_offset_msg_id
 from rocketq.remoting import RemotingClient
@@ -606,3 +606,37 @@ def test_recover_undoes_every_fault_at_once(group: ChaosGroup) -> None:
     assert len(states) == 3 and {st.leader_id for st in states.values()} == {group.self_id(back)}
     with Producer("RecoverPG", namesrv_addr=group.namesrv_addr) as producer:
         assert producer.send(Message(TOPIC, b"recovered")).status is SendStatus.SEND_OK
+
+
+def test_a_leader_out_of_disk_fails_the_append_with_disk_full_and_steps_down(tmp_path: pathlib.Path) -> None:
+    """In process, the other half of the full-disk fix: the leader's own write fails, so the
+    proposal ends with DiskFull (definite: the entry was neither written nor sent), the member
+    becomes a follower, the other two elect a leader and commit; with space back it catches up."""
+    data = tmp_path / "group"
+
+    async def main() -> None:
+        group = LocalGroup(str(data))
+        await group.start()
+        try:
+            old = await group.leader()
+            old_id = old.config.self_id
+            filler = fill(data / f"dledger-{old_id}")
+            with pytest.raises(DiskFull):
+                for k in range(60):  # the current 1 MiB data file fills within ~25 of these
+                    result = await old.append(record(b"%05d" % k + b"y" * (40 << 10)))
+                    assert result.status.value == "OK", result
+            assert old._failed is None and old.state.role is Role.FOLLOWER
+            new = await group.leader(10, not_in=(old_id,))
+            assert (await new.append(record(b"on the others"))).status.value == "OK"
+            filler.unlink()
+            assert (await group.append(b"after")).status.value == "OK"
+            await group.wait_committed(new.committed_pos, 20)
+            upto = new.committed_pos
+            assert len({group.digest(i, upto) for i in group.members}) == 1
+        finally:
+            await group.stop()
+
+    with contextlib.ExitStack() as mounts:
+        for i in range(3):
+            mounts.enter_context(small_tmpfs(data / f"dledger-n{i}", "4m"))
+        asyncio.run(asyncio.wait_for(main(), 60))
