@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from rocketq.errors import DiskFull
 from rocketq.fileio import durable_replace
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.entry_format import (
@@ -361,8 +362,16 @@ class EntryStore:
             last = self.data.get_last_mapped_file()
         assert last is not None
         if fmt.needs_blank(len(data), self.data_file_size - last.wrote_position):
-            last.append(fmt.encode_blank(self.data_file_size - last.wrote_position))
-            last = self.data.get_last_mapped_file()
+            padded, at = last, last.wrote_position
+            padded.append(fmt.encode_blank(self.data_file_size - at))
+            try:
+                last = self.data.get_last_mapped_file()
+            except DiskFull:
+                # no next data file: take the padding back, so that the log stays as it was (the
+                # next entry, another leader's say, may fit where the padding would have been)
+                padded.write_target[at : at + fmt.MIN_BLANK_LEN] = bytes(fmt.MIN_BLANK_LEN)
+                padded.wrote_position = at
+                raise
             assert last is not None
         if last.file_from_offset + last.wrote_position != h.pos or not last.append(data):
             raise CorruptLogError(f"entry {h.index} cannot be written at {h.pos}")

@@ -41,11 +41,22 @@ any traffic the other way round a connection, P[dst→src] downstream:
                         (below)
 ``disk_full(node)``     fill the node's tmpfs (``tmpfs_nodes`` at construction);
                         ``disk_full(node, False)`` gives the space back
+``recover()``           all of it undone: healed, disks freed, paused nodes continued, dead
+                        ones restarted; returns the leader once all follow it
 ======================  ======================================================================
 
 Every operation is bounded (``OP_TIMEOUT_S``) and returns once the fault is in effect: a
 proxy's state is changed on its loop before the call returns, a signalled process has exited
 or is stopped.
+
+Queries: ``state(node)`` / ``states()`` ask the brokers themselves (GET_BROKER_RUNTIME_INFO:
+role, term, leader, committed position; a paused or dead node gives None); ``leader()`` is the
+node that says it leads in the highest term reported; ``master()`` the node the name server
+lists as brokerId 0; ``wait_leader()`` waits until the two agree (producers then reach it);
+``read_log(node, end)`` reads a node's replicated CommitLog bytes for comparison. Timing:
+election timeout 1000 ms (randomized up to 2000), heartbeats every 200 ms, as ``serve`` writes;
+small store segments (``STORE_DEFAULTS``); the brokers log at INFO (``-v``) into
+``<root>/broker-nI.log``.
 
 **What ``lose_unsynced`` models, honestly.** A SIGKILL alone loses nothing a broker wrote: the
 kernel keeps its page cache. After the kill, the entry store under
@@ -53,17 +64,18 @@ kernel keeps its page cache. After the kill, the entry store under
 every entry up to which was fsync'd (data, then index) when the checkpoint was written; the
 broker rewrites it every 3 s, and fsyncs happen far more often in between. Everything after that
 entry's end may be lost: a point between it and the end of the written data is drawn (uniformly,
-from ``seed``), the data from there on is zeroed (so the last kept entry may be torn mid-way)
-and the index records of the entries it touches are zeroed. ``currterm`` (written durably before
-every vote) and ``checkpoint`` stay. Since fsyncs after the last checkpoint are treated as lost
-too, this can lose more than a real power loss would: under ASYNC_FLUSH (acks after the write,
-the default) that is exactly the page-cache loss a power cut causes; under SYNC_FLUSH it is a
-power cut plus a disk that dropped its last few seconds of fsync'd writes, a harder fault than
-Raft promises to survive when a second node fails too. The ConsumeQueues and the index of the
-replicated part are rebuilt from the log on every start, so they are left as they are.
+from ``seed``), the data from there on is zeroed (the entry the point falls in is torn, and
+recovery cuts it) and the index records of the entries it touches are zeroed. ``currterm``
+(written durably before every vote) and ``checkpoint`` stay. Since the fsyncs after the last
+checkpoint are treated as lost too, this can lose more than a real power cut would. Under
+ASYNC_FLUSH (acks after the write, the default) the node may lose entries it acknowledged, which
+is within what the group is built for as long as the others hold them; under SYNC_FLUSH it is a
+power cut plus a disk that dropped its last seconds of fsync'd writes, a harder fault than Raft
+promises to survive together with the loss of a second node. The ConsumeQueues and the index
+of the replicated part are rebuilt from the log on every start, so they are left as they are.
 
-Ports are picked free up front; the name server's is retried once if another process takes it
-first. Nothing here needs root except ``tmpfs_nodes`` (mount), which raises
+Ports are picked free up front (the name server's up to three times if another process takes
+it first). Nothing here needs root except ``tmpfs_nodes`` (mount), which raises
 :class:`ChaosUnsupported` where mounting is not permitted.
 """
 
@@ -244,7 +256,7 @@ class ChaosGroup:
         #: extra environment of a node's broker process (the clock-jump shim, for one)
         self.node_env = {n: dict(env) for n, env in (node_env or {}).items()}
         self.namesrv_addr = ""
-        self.nodes: list[_Node] = []
+        self._nodes: list[_Node] = []
         self._namesrv: subprocess.Popen[bytes] | None = None
         self._proxies: dict[tuple[int, int], FaultProxy] = {}
         self._blocked: set[tuple[int, int]] = set()
@@ -258,7 +270,7 @@ class ChaosGroup:
             os.makedirs(self.root, exist_ok=True)
             self._start_namesrv()
             self._write_confs()
-            for node in self.nodes:
+            for node in self._nodes:
                 self._spawn(node)
             self._wait_started(timeout_s)
         except BaseException:
@@ -269,12 +281,12 @@ class ChaosGroup:
     def stop(self) -> None:
         """Stop every process (SIGCONT, SIGTERM, SIGKILL after 15 s), the proxies, unmount the
         tmpfs. Safe to call more than once."""
-        for node in self.nodes:
+        for node in self._nodes:
             if node.proc is not None and node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.proc.pid, signal.SIGCONT)
                 node.proc.terminate()
-        procs = [n.proc for n in self.nodes] + [self._namesrv]
+        procs = [n.proc for n in self._nodes] + [self._namesrv]
         if self._namesrv is not None and self._namesrv.poll() is None:
             self._namesrv.terminate()
         for proc in procs:
@@ -309,7 +321,7 @@ class ChaosGroup:
 
     def node_of(self, addr_or_self_id: str) -> int:
         """The node with this broker address or self id."""
-        for n in self.nodes:
+        for n in self._nodes:
             if addr_or_self_id in (n.broker_addr, n.sid):
                 return n.index
         raise KeyError(f"no node {addr_or_self_id!r} in the group")
@@ -341,12 +353,15 @@ class ChaosGroup:
 
     def proxy(self, src: int, dst: int) -> FaultProxy:
         """P[src→dst]: what ``src`` sends to ``dst`` passes it."""
-        return self._proxies[(self._node(src).index, self._node(dst).index)]
+        pair = (self._node(src).index, self._node(dst).index)
+        if pair[0] == pair[1]:
+            raise ValueError(f"no proxy from node {src} to itself")
+        return self._proxies[pair]
 
     def logs(self, tail_chars: int = 6000) -> str:
         """The end of every log, for a failing test to print."""
         out = []
-        for path in [os.path.join(self.root, "namesrv.log")] + [n.log_path for n in self.nodes]:
+        for path in [os.path.join(self.root, "namesrv.log")] + [n.log_path for n in self._nodes]:
             with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
                 out.append(f"--- {path} ---\n{f.read()[-tail_chars:]}")
         return "\n".join(out)
@@ -533,6 +548,26 @@ class ChaosGroup:
         """Reset the link ``src`` → ``dst`` on a chunk with probability ``p`` (0: lossless)."""
         self.proxy(src, dst).loss_rate = p
 
+    def recover(self, timeout_s: float = OP_TIMEOUT_S) -> int:
+        """Undo every fault: heal the network, give disks their space back, continue paused
+        brokers, restart dead ones; return the leader once every member follows it in one term
+        and the name server lists it as master."""
+        self.heal()
+        for n in self._nodes:
+            if n.filler is not None:
+                self.disk_full(n.index, False)
+            if not self.alive(n.index):
+                self.restart(n.index, timeout_s)
+            elif n.paused:
+                self.resume(n.index)
+
+        def agreed() -> bool:
+            states = self.states()
+            return len(states) == self.size and len({(st.term, st.leader_id) for st in states.values()}) == 1
+
+        _wait(agreed, "every member following one leader in one term", timeout_s)
+        return self.wait_leader(timeout_s)
+
     def _apply_blocks(self) -> None:
         for (a, b), proxy in self._proxies.items():
             proxy.block(to_upstream=True, on=(a, b) in self._blocked)
@@ -593,9 +628,9 @@ class ChaosGroup:
 
     # -- internals --------------------------------------------------------------------------------
     def _node(self, node: int) -> _Node:
-        if not isinstance(node, int) or not 0 <= node < len(self.nodes):
+        if not isinstance(node, int) or not 0 <= node < len(self._nodes):
             raise ValueError(f"node {node!r} is not one of 0 .. {self.size - 1}")
-        return self.nodes[node]
+        return self._nodes[node]
 
     def _start_namesrv(self) -> None:
         log_path = os.path.join(self.root, "namesrv.log")
@@ -645,25 +680,25 @@ class ChaosGroup:
         for index, (sid, path) in enumerate(confs.items()):
             with open(path, encoding="utf-8") as f:
                 props = parse_properties(f.read())
-            self.nodes.append(_Node(index, sid, path, props, self.root))
-        for node in self.nodes:
+            self._nodes.append(_Node(index, sid, path, props, self.root))
+        for node in self._nodes:
             if node.index in self.tmpfs_nodes:
                 self._mount(node)
-        real = {n.sid: n.peer_addr for n in self.nodes}
-        for a in self.nodes:
-            for b in self.nodes:
+        real = {n.sid: n.peer_addr for n in self._nodes}
+        for a in self._nodes:
+            for b in self._nodes:
                 if a is not b:
                     self._proxies[(a.index, b.index)] = FaultProxy(real[b.sid]).start()
-        for node in self.nodes:
+        for node in self._nodes:
             peers = ";".join(
                 f"{m.sid}-{m.peer_addr if m is node else self._proxies[(node.index, m.index)].listen_addr}"
-                for m in self.nodes
+                for m in self._nodes
             )
             node.props["dLegerPeers"] = peers
             if self.preferred_leader is None:
                 node.props.pop("preferredLeaderId", None)
             else:
-                node.props["preferredLeaderId"] = self.nodes[self.preferred_leader].sid
+                node.props["preferredLeaderId"] = self._nodes[self.preferred_leader].sid
             with open(node.conf, "w", encoding="utf-8") as f:
                 f.write("".join(f"{k}={v}\n" for k, v in node.props.items()))
 
@@ -710,7 +745,7 @@ class ChaosGroup:
         want = None if self.preferred_leader is None else self.preferred_leader
 
         def ready() -> bool:
-            for n in self.nodes:
+            for n in self._nodes:
                 self._check_alive(n)
             states = self.states()
             if len(states) < self.size or len({(st.term, st.leader_id) for st in states.values()}) != 1:
@@ -721,9 +756,7 @@ class ChaosGroup:
         _wait(ready, "every broker answering, one leader known to all, registered as master", timeout_s)
 
 
-def _index_record(
-    index_dir: str, files: list[tuple[int, str]], file_size: int, i: int
-) -> fmt.IndexRecord | None:
+def _index_record(files: list[tuple[int, str]], file_size: int, i: int) -> fmt.IndexRecord | None:
     at = i * fmt.INDEX_UNIT_SIZE
     for start, path in files:
         if start <= at < start + file_size:
@@ -778,13 +811,13 @@ def _cut_unsynced(home: str, props: Mapping[str, str], rng: random.Random) -> Lo
         return LostTail(flushed, 0, 0, 0, flushed)
     durable_end = data[0][0]
     if flushed >= 0:
-        rec = _index_record(os.path.join(home, "index"), index, index_size, flushed)
+        rec = _index_record(index, index_size, flushed)
         if rec is None:
             raise ChaosError(f"{home}: the checkpoint's flushedIndex {flushed} has no index record")
         durable_end = rec.pos + rec.size
     ends: list[tuple[int, int, int]] = []  # (index, pos, end) of the entries after the flushed one
     i = flushed + 1
-    while (rec := _index_record(os.path.join(home, "index"), index, index_size, i)) is not None:
+    while (rec := _index_record(index, index_size, i)) is not None:
         ends.append((i, rec.pos, rec.pos + rec.size))
         i += 1
     written_end = ends[-1][2] if ends else durable_end
