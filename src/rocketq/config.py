@@ -147,6 +147,10 @@ class StoreConfig:
     #: DLedger's defaults (6000 / 2000 ms). ``serve --dledger N`` uses 1000 / 200.
     d_leger_election_timeout_ms: int = 0
     d_leger_heartbeat_interval_ms: int = 0
+    #: ``dLegerEventLogPath`` (rocketq): a JSONL file of the member's Raft events (role changes,
+    #: votes, commit advances, truncations; ``rocketq.ha.event_log``), ``{selfId}`` replaced by
+    #: the self id; empty (the default): none.
+    d_leger_event_log_path: str = ""
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -10,6 +10,7 @@ import asyncio
 import pathlib
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from test_client_producer import Cluster
@@ -263,3 +264,51 @@ def test_auto_commit_rides_on_pulls_and_survives_a_restart(cluster: Cluster) -> 
         rest = collect_until(lambda: resumed.poll(timeout_ms=1000), 10, "messages", WAIT_S)
         assert sorted(m.body for m in rest) == sorted(m.body for m, _ in more)
         assert resumed.poll(timeout_ms=300) == []
+
+
+def test_two_long_polls_answering_together_lose_neither_answer(cluster: Cluster) -> None:
+    """Both queues' suspended pulls answer in the same loop iteration: the poll returns one
+    queue's messages and the next poll the other's (the second answer's offset move is given
+    back instead of skipping its messages)."""
+    cluster.create_topic("LPTogether", 2)
+    queues = [MessageQueue("LPTogether", "broker-a", q) for q in range(2)]
+
+    async def run() -> tuple[list[MessageExt], list[MessageExt]]:
+        async with AsyncLitePullConsumer(
+            "LPTogetherG", namesrv_addr=cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        ) as c:
+            c.assign(queues)
+            real_pull = c.core.pull
+            entered: list[MessageQueue] = []
+            gate, together = asyncio.Event(), asyncio.Event()
+            answered: list[MessageQueue] = []
+
+            async def pull(mq: MessageQueue, offset: int, suspend_ms: int, **kw: Any) -> Any:
+                if suspend_ms == 0:
+                    return await real_pull(mq, offset, suspend_ms, **kw)
+                entered.append(mq)
+                await gate.wait()
+                got = await real_pull(mq, offset, 0, **kw)
+                answered.append(mq)
+                if len(answered) == len(queues):
+                    together.set()
+                await together.wait()  # both answers complete in one loop iteration
+                return got
+
+            c.core.pull = pull  # type: ignore[method-assign]
+            first_poll = asyncio.create_task(c.poll(timeout_ms=10_000))
+            async with asyncio.timeout(WAIT_S):
+                while len(entered) < len(queues):
+                    await asyncio.sleep(0.01)  # bounded poll for both suspended pulls
+            with Producer("LPTogetherP", namesrv_addr=cluster.namesrv_addr) as p:
+                for q in queues:
+                    await asyncio.to_thread(p.send, Message("LPTogether", f"q{q.queue_id}".encode()), queue=q)
+            gate.set()
+            first = await first_poll
+            c.core.pull = real_pull  # type: ignore[method-assign]
+            second = await c.poll(timeout_ms=5_000)
+            return first, second
+
+    first, second = asyncio.run(run())
+    assert len(first) == 1 and len(second) == 1
+    assert sorted(m.body for m in first + second) == [b"q0", b"q1"]

@@ -211,13 +211,22 @@ class AsyncLitePullConsumer(ConsumerApi):
                 if left <= 0:
                     return None
                 done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                # Several pulls can answer in one loop iteration, and each moved its queue's
+                # offset: the one returned keeps its move, the others are given back (their
+                # queues' offsets go back to their first message), or their messages would be
+                # skipped by this poll and, once committed, by the whole group.
+                answered = [(tasks[t], got) for t in done if t is not changed and (got := t.result())]
                 if changed in done:
-                    return None
-                for task in done:
-                    result = task.result()
-                    if result:
-                        return tasks[task], result
-                if pending == {changed}:
+                    answered, lost = [], answered
+                else:
+                    lost = answered[1:]
+                for mq, msgs in lost:
+                    state = self._core.queue_state(mq)
+                    if state is not None:
+                        state.offset = msgs[0].queue_offset
+                if answered:
+                    return answered[0]
+                if changed in done or pending == {changed}:
                     return None
         finally:
             for task in [*tasks, changed]:

@@ -27,6 +27,9 @@ It owns the core, the entry store and the peer transport, all on one event loop:
                          ``on_state_change`` callbacks run
   =====================  ===================================================================
 
+  With ``DLedgerConfig.event_log_path`` set, role changes, votes granted, commits and truncations
+  also go to the member's :class:`~rocketq.ha.event_log.EventLog` as they are carried out.
+
 * **Group commit.** One flusher task runs ``EntryStore.flush_unlocked`` (fsync of data, then index) on a
   worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
   each fsync covered: every write that arrives during an fsync is covered by the next one. Under
@@ -55,6 +58,7 @@ from rocketq.errors import ConfigError
 from rocketq.ha.driver_config import DLedgerConfig
 from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, EntryNotFound, EntryStoreError
 from rocketq.ha.entry_store import EntryStore
+from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
@@ -81,6 +85,7 @@ from rocketq.ha.raft_types import (
     Tick,
     TransferLeadership,
     TruncateLog,
+    VoteReply,
 )
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
 from rocketq.remoting.connection import RequestHandler
@@ -164,6 +169,7 @@ class RaftGroupLog:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._failed: BaseException | None = None
         self._stopped = False
+        self._elog: EventLog | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -193,6 +199,9 @@ class RaftGroupLog:
             applied_index=commit,
         )
         self._committed_pos = store.committed_pos
+        if cfg.event_log_path:
+            self._elog = EventLog(cfg.event_log_path, cfg.self_id)
+            self._elog.event("start", term=store.term, ledgerEnd=store.ledger_end_index, commit=commit)
         peers = {i: a for i, a in cfg.peers if i != cfg.self_id}
         self._transport = PeerTransport(
             cfg.self_id,
@@ -239,6 +248,9 @@ class RaftGroupLog:
             if node is not None:
                 store.set_committed_index(node.commit_index)
             await asyncio.get_running_loop().run_in_executor(self._executor, store.close)
+        if self._elog is not None:
+            self._elog.event("stop", commit=self._store.committed_index if self._store else -1)
+            self._elog.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
@@ -400,6 +412,8 @@ class RaftGroupLog:
         store = self.store
         if isinstance(action, Send):
             self.transport.send(action.message)
+            if self._elog is not None and isinstance(action.message, VoteReply) and action.message.granted:
+                self._elog.event("vote", term=action.message.term, candidate=action.message.dst)
         elif isinstance(action, AppendEntries):
             raws = [self._raw.get(e.index) for e in action.entries] if self._raw else []
             if raws and all(
@@ -421,11 +435,16 @@ class RaftGroupLog:
         elif isinstance(action, Apply):
             store.set_committed_index(action.entries[-1].index)
             self._committed_pos = store.committed_pos
+            if self._elog is not None:
+                self._elog.commit(action.entries[-1].index, action.entries[-1].term)
         elif isinstance(action, ProposalResult):
             self._answer(action)
         elif isinstance(action, PersistHardState):
             store.set_term(action.term, action.vote)
         elif isinstance(action, TruncateLog):
+            if self._elog is not None:  # commit: what was applied so far, not the core's new index
+                node = self.node
+                self._elog.truncated(action.from_index, store.ledger_end_index, store.committed_index, node)
             store.truncate(action.from_index)
             self._truncations += 1
             self._sent_cache.clear()
@@ -482,6 +501,8 @@ class RaftGroupLog:
             leader,
         )
         self._state_changed.set()
+        if self._elog is not None:
+            self._elog.role(change, self.store.ledger_end_index, self.store.committed_index)
         for callback in list(self._callbacks):
             try:
                 callback(self._state)
@@ -558,6 +579,7 @@ def config_of(spec: LedgerSpec) -> DLedgerConfig:
         data_file_size=spec.data_file_size,
         data_start_offset=spec.data_start_offset,
         client_addresses=tuple(clients.items()),
+        event_log_path=spec.event_log_path,
         **timing,
     )
 

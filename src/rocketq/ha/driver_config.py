@@ -13,6 +13,7 @@ broker.conf key                field
 ``storePathDLedgerCommitLog``  ``data_dir`` (the entry store lives in ``<data_dir>/dledger-<self>``;
                                default ``storePathRootDir``, as RocketMQ)
 ``mappedFileSizeCommitLog``    ``data_file_size``
+``dLegerEventLogPath``         ``event_log_path`` (rocketq; empty: none, the default)
 =============================  ==============================================================
 
 Everything else keeps its default (DLedger's where DLedger has one) and is set in code.
@@ -84,6 +85,9 @@ class DLedgerConfig:
     #: when empty every member is named by its ``dLegerPeers`` address, otherwise a member not
     #: listed has no known address (None)
     client_addresses: tuple[tuple[str, str], ...] = ()
+    #: a JSONL file of this member's Raft events (:mod:`rocketq.ha.event_log`; ``{selfId}`` is
+    #: replaced by the self id); None: no event log
+    event_log_path: str | None = None
 
     def __post_init__(self) -> None:
         ids = [i for i, _ in self.peers]
@@ -149,6 +153,9 @@ class DLedgerConfig:
             "preferred_leader_id": preferred,
             "enable_batch_push": _bool(props.get("enableBatchPush", "false"), "enableBatchPush"),
         }
+        events = props.get("dLegerEventLogPath", "").strip()
+        if events:
+            kwargs["event_log_path"] = events
         size = props.get("mappedFileSizeCommitLog", "").strip()
         if size:
             if not size.isdigit():

@@ -79,6 +79,9 @@ class LedgerSpec:
     #: defaults, 6000 and 2000 ms
     election_timeout_ms: int | None = None
     heartbeat_interval_ms: int | None = None
+    #: ``dLegerEventLogPath`` (rocketq): the member's Raft event log (:mod:`rocketq.ha.event_log`);
+    #: None: none
+    event_log_path: str | None = None
 
 
 LedgerFactory = Callable[[LedgerSpec], ReplicatedLog]

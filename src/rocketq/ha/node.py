@@ -2,6 +2,7 @@
 
     python -m rocketq.ha.node --self n0 --peers 'n0-127.0.0.1:40911;n1-127.0.0.1:40912;...' \\
         --data-dir /tmp/g [--election-timeout-ms 300 --heartbeat-ms 50 --ack-policy fsync ...]
+        [--event-log /tmp/g/events-{selfId}.jsonl]   # Raft events, rocketq.ha.event_log
 
 The member listens on its own ``--peers`` address for the Raft codes and for a few control
 request codes (remoting, private range; only what tests need):
@@ -123,6 +124,7 @@ def parse_args(argv: list[str] | None = None) -> DLedgerConfig:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--data-file-size", type=int, default=1 << 30)
     p.add_argument("--index-file-size", type=int, default=32 * 5 * 1024 * 1024)
+    p.add_argument("--event-log", default=None, help="JSONL file of Raft events ({selfId}: the self id)")
     a = p.parse_args(argv)
     return DLedgerConfig(
         self_id=a.self_id,
@@ -138,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> DLedgerConfig:
         seed=a.seed,
         data_file_size=a.data_file_size,
         index_file_size=a.index_file_size,
+        event_log_path=a.event_log,
     )
 
 

@@ -141,6 +141,7 @@ class DLedgerMessageStore(MessageStore):
             broker_addresses=parse_broker_addresses(cfg.d_leger_broker_addresses),
             election_timeout_ms=cfg.d_leger_election_timeout_ms or None,
             heartbeat_interval_ms=cfg.d_leger_heartbeat_interval_ms or None,
+            event_log_path=cfg.d_leger_event_log_path or None,
         )
 
     def _load_and_recover(self) -> None:
