@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
+from rocketq import speedups as _speedups
 from rocketq.message import MessageExt, create_offset_msg_id, decode_properties, unpack_socket_addr
 
 MESSAGE_MAGIC_CODE: Final = -626843481  # DA A3 20 A7
@@ -406,3 +408,23 @@ def view_to_message(view: RecordView) -> MessageExt:
         prepared_transaction_offset=view.prepared_transaction_offset,
         msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
     )
+
+
+# -- compiled accelerator ------------------------------------------------------------------------
+#: The pure-Python record decoding, whichever implementation the public names are bound to
+#: (:mod:`rocketq.speedups`; the tests run both).
+pure_decode_record = decode_record
+pure_view_to_message = view_to_message
+#: name -> pure function, of every function of this module the compiled module replaces
+PURE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "decode_record": pure_decode_record,
+    "view_to_message": pure_view_to_message,
+}
+
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_record(
+        RecordView, RecordKind.MESSAGE, MessageExt, pure_decode_record, pure_view_to_message,
+        unpack_socket_addr, zlib.crc32,
+    )  # fmt: skip
+    decode_record = _speedups.COMPILED.decode_record
+    view_to_message = _speedups.COMPILED.view_to_message
