@@ -42,7 +42,6 @@ setup(
         Extension(
             "rocketq._speedups",
             sources=["src/rocketq/_speedups.c"],
-            extra_compile_args=["-O2"] if os.name != "nt" else [],
             optional=True,
         )
     ],

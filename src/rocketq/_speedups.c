@@ -408,7 +408,6 @@ static PyObject *view_to_message(PyObject *self, PyObject *view) {
         return PyObject_CallOneArg(st.pure_view_to_message, view);
     }
     PyObject *v[ME_COUNT] = {NULL};
-    int failed = 0;
     /* store host first, as the pure function does: an unpackable one raises before the rest */
     if (PyBytes_GET_SIZE(store)) {
         v[ME_STORE_HOST] = socket_addr(store);
@@ -418,35 +417,23 @@ static PyObject *view_to_message(PyObject *self, PyObject *view) {
         v[ME_STORE_HOST] = st.empty_str;
     }
     v[ME_PROPERTIES] = properties_dict(props);
-    if (v[ME_PROPERTIES] == NULL) {
-        failed = 1;
-        goto fail;
-    }
+    if (v[ME_PROPERTIES] == NULL) goto fail;
     if (PyBytes_GET_SIZE(born)) {
         v[ME_BORN_HOST] = socket_addr(born);
-        if (v[ME_BORN_HOST] == NULL) {
-            failed = 1;
-            goto fail;
-        }
+        if (v[ME_BORN_HOST] == NULL) goto fail;
     } else {
         Py_INCREF(st.empty_str);
         v[ME_BORN_HOST] = st.empty_str;
     }
     if (PyBytes_GET_SIZE(store)) {
         v[ME_MSG_ID] = offset_msg_id(store, offset);
-        if (v[ME_MSG_ID] == NULL) {
-            failed = 1;
-            goto fail;
-        }
+        if (v[ME_MSG_ID] == NULL) goto fail;
     } else {
         Py_INCREF(st.empty_str);
         v[ME_MSG_ID] = st.empty_str;
     }
     PyObject *msg = blank_instance(st.message_ext);
-    if (msg == NULL) {
-        failed = 1;
-        goto fail;
-    }
+    if (msg == NULL) goto fail;
     if (body == Py_None || PyBytes_GET_SIZE(body) == 0) body = st.empty_bytes;
     Py_INCREF(topic);
     v[ME_TOPIC] = topic;
@@ -471,7 +458,6 @@ static PyObject *view_to_message(PyObject *self, PyObject *view) {
     return msg;
 fail:
     for (int i = 0; i < ME_COUNT; i++) Py_XDECREF(v[i]);
-    (void)failed;
     return NULL;
 }
 
