@@ -304,9 +304,13 @@ static PyObject *decode_record(PyObject *self, PyObject *const *args, size_t nar
         if (check < 0 || read < 0 || verify < 0) {
             PyErr_Clear(); /* the pure function meets the same failure and raises it */
         } else if (pos >= 0 && !verify) {
+            /* A C-contiguous buffer of single bytes, one-dimensional: what the pure function
+             * indexes byte by byte too (len() of an array of wider items counts items). */
             Py_buffer view;
-            if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) == 0) {
-                PyObject *out = fast_decode((const unsigned char *)view.buf, view.len, pos, check, read);
+            if (PyObject_GetBuffer(args[0], &view, PyBUF_ND) == 0) {
+                PyObject *out = NULL;
+                if (view.itemsize == 1 && view.ndim == 1)
+                    out = fast_decode((const unsigned char *)view.buf, view.len, pos, check, read);
                 PyBuffer_Release(&view);
                 if (out != NULL || PyErr_Occurred()) return out;
             } else {
@@ -333,6 +337,7 @@ static PyObject *socket_addr(PyObject *raw) {
 /* rocketq.message.decode_properties: split on \x02, skip pieces shorter than 3 characters,
  * split at the first \x01, keep pairs whose key and value are both non-empty. */
 static PyObject *properties_dict(PyObject *text) {
+    if (PyUnicode_READY(text) < 0) return NULL;
     PyObject *result = PyDict_New();
     if (result == NULL) return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);

@@ -4,6 +4,7 @@ the compiled module is not in use)."""
 
 from __future__ import annotations
 
+import array
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -113,7 +114,8 @@ def test_view_to_message_agrees_on_any_view(
 
 
 def test_unusual_arguments_take_the_pure_path_and_its_errors() -> None:
-    raw = encode_record(topic="T", body=b"hello", properties=b"a\x01b\x02")
+    raw = encode_record(topic="T", body=b"hello!!!", properties=b"a\x01b\x02")
+    assert len(raw) % 4 == 0
     for args, kwargs in [
         ((raw,), {}),
         ((raw, True), {}),  # a bool is an int: position 1
@@ -125,6 +127,11 @@ def test_unusual_arguments_take_the_pure_path_and_its_errors() -> None:
         ((raw, "0"), {}),
         ((raw, 2**70), {}),
         ((raw, -(2**70)), {}),
+        ((array.array("B", raw),), {}),
+        ((array.array("i", raw),), {}),  # len() counts items, not bytes
+        ((memoryview(raw).cast("I"),), {}),
+        ((memoryview(raw * 2)[::2],), {}),  # not contiguous
+        ((memoryview(raw).cast("B", (1, len(raw))),), {}),  # two dimensions
         (("text",), {}),
         ((None,), {}),
         ((), {}),
