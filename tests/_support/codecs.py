@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator
@@ -20,11 +21,15 @@ from rocketq.protocol import record
 IMPLEMENTATIONS = ("compiled", "pure")
 
 
-def headers_missing() -> str:
-    """Why this interpreter cannot build the extension ("" when it can)."""
+def cannot_build() -> str:
+    """Why this machine cannot build the extension: no Python headers or no C compiler ("" when
+    it can)."""
     include = sysconfig.get_paths().get("include", "")
     if not os.path.exists(os.path.join(include, "Python.h")):
         return f"no Python headers (Python.h) in {include}: the C accelerator cannot be built here"
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split() or ["cc"]
+    if shutil.which(cc[0]) is None:
+        return f"no C compiler ({cc[0]} not found): the C accelerator cannot be built here"
     return ""
 
 
