@@ -32,6 +32,11 @@ End of a segment: when ``length + 8 > bytes left``, the writer puts an 8-byte bl
 Invariants the decoder keeps: it never reads outside the buffer, never raises on arbitrary
 input, and reports a record as a MESSAGE only when magic, TOTALSIZE == calMsgLength and (when
 asked) the body CRC and the optional ``__CRC32#`` whole-record CRC all agree.
+
+:func:`decode_record` and :func:`view_to_message` are bound to their compiled versions when the C
+accelerator is in use (:mod:`rocketq.speedups`); those decode clean MESSAGE records themselves and
+hand every other case to the pure functions here, which stay available as
+``pure_decode_record`` and ``pure_view_to_message``.
 """
 
 from __future__ import annotations
