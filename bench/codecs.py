@@ -13,6 +13,9 @@ shared machine disturbs much less than wall-clock time. Cases:
   Java producer sends: UNIQ_KEY, WAIT, TAGS, KEYS);
 * ``lookup``: ``MessageStore.look_message_by_offset`` of every message of a store of 20,000
   (VIEW_MESSAGE_BY_ID, queries by key and time, the console's message views read this way);
+* ``put``: ``MessageStore.put_message(Message)`` of 20,000 messages of 128 B with the same
+  properties, dispatch included (no compiled function is on this path: the check that it
+  stays as it was);
 * ``consume``: the client SDK end to end: ``rocketq bench consume`` (push consumer, 4 consume
   threads, batches of 32) reading 20,000 messages of 128 B that ``rocketq bench produce`` stored
   in a ``rocketq serve`` child before the rounds; the consumer's CPU from its start to the last
@@ -41,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benc
 
 from rocketq.message import encode_properties
 
-CASES = ("decode", "lookup", "consume")
+CASES = ("decode", "lookup", "put", "consume")
 PROPS = {
     "UNIQ_KEY": "7F0000010A2B18B4AAC2123456780001",
     "WAIT": "true",
@@ -87,6 +90,27 @@ def child_lookup(root: str) -> dict[str, float]:
         cpu = time.process_time() - t0
     assert found == len(offsets), found
     return {"cpu_us_per_msg": cpu / len(offsets) * 1e6}
+
+
+def child_put(root: str, count: int) -> dict[str, float]:
+    from rocketq.config import StoreConfig  # noqa: PLC0415
+    from rocketq.message import Message  # noqa: PLC0415
+    from rocketq.store import MessageStore  # noqa: PLC0415
+
+    msgs = [
+        Message("BenchTopic", bytes(128), tags="TagA", keys=[f"order-{i}"], properties=dict(PROPS))
+        for i in range(count)
+    ]
+    cfg = StoreConfig(store_path_root_dir=tempfile.mkdtemp(prefix="put-", dir=root))
+    with MessageStore(cfg) as store:
+        store.put_message(Message("BenchTopic", bytes(128), tags="TagA"))
+        t0 = time.process_time()
+        for i, msg in enumerate(msgs):
+            store.put_message(msg, queue_id=i % 4)
+        store.wait_dispatched()
+        cpu = time.process_time() - t0
+    shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
+    return {"cpu_us_per_msg": cpu / count * 1e6}
 
 
 def make_store(root: str, count: int) -> None:
@@ -147,6 +171,8 @@ def main() -> int:
             result = child_decode(int(rest[0]))
         elif case == "lookup":
             result = child_lookup(rest[0])
+        elif case == "put":
+            result = child_put(rest[0], int(rest[1]))
         else:
             result = child_consume(rest[0], rest[1], int(rest[2]))
         print(json.dumps({**result, "active": speedups.ACTIVE}))
@@ -154,7 +180,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    ap.add_argument("--count", type=int, default=20_000, help="messages of the lookup and consume cases")
+    ap.add_argument("--count", type=int, default=20_000, help="messages of the lookup, put and consume cases")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(CASES)
@@ -174,6 +200,8 @@ def main() -> int:
         if "lookup" in cases:
             make_store(root, args.count)
             runs["MessageStore.look_message_by_offset"] = ("lookup", [root])
+        if "put" in cases:
+            runs["MessageStore.put_message(Message), dispatch included"] = ("put", [root, str(args.count)])
         if "consume" in cases:
             from client import start_serve  # bench/client.py  # noqa: PLC0415
             from rocketq.client.bench import BenchConfig, run_produce  # noqa: PLC0415
