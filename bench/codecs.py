@@ -1,6 +1,6 @@
 """The compiled codecs (``rocketq._speedups``) against the pure-Python ones, on public paths.
 
-    python bench/codecs.py            # 3 rounds of every case (about a minute)
+    python bench/codecs.py            # 3 rounds of every case (about two minutes)
     python bench/codecs.py --rounds 5 --cases decode,lookup
 
 Every measurement runs in a child process of its own, once with ``ROCKETQ_PURE=1`` and once
