@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test lint typecheck unit fast bench bench-peers chaos clean proto browser-deps dashboard-test
 
-$(VENV)/.installed: pyproject.toml
+# setup.py builds src/rocketq/_speedups.c (optional); an editable install rebuilds it only when run again
+$(VENV)/.installed: pyproject.toml setup.py src/rocketq/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -85,4 +86,4 @@ proto: $(VENV)/.installed-test
 	$(PY) -m grpc_tools.protoc -Isrc --python_out=src --pyi_out=src --grpc_python_out=src src/rocketq/proxy/v2/*.proto
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/rocketq/_speedups*.so

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from _support.codecs import IMPLEMENTATIONS, bound
+from rocketq import speedups
 from rocketq.config import StoreConfig
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
@@ -44,3 +46,15 @@ def store_config(tmp_path: pathlib.Path) -> StoreConfig:
         max_hash_slot_num=64,
         max_index_num=256,
     )
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def codec_impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a module's tests once per codec implementation (``_support/codecs.py``): compiled
+    (skipped, saying why, when the C accelerator is not in use) and pure Python. Modules opt in
+    with ``pytestmark = pytest.mark.usefixtures("codec_impl")``."""
+    impl: str = request.param
+    if impl == "compiled" and speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    with bound(impl, request.module):
+        yield impl

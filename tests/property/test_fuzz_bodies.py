@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +18,9 @@ from rocketq.protocol import fastjson
 from rocketq.protocol.batch import BatchEntry, decode_batch, encode_batch
 from rocketq.protocol.heartbeat import parse_heartbeat
 from rocketq.protocol.record import RecordKind, RecordView, decode_record, encode_record, view_to_message
+
+# every test here runs with the compiled codecs and with the pure-Python ones
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 
 def mutate(data: bytes, draw: st.DrawFn) -> bytes:

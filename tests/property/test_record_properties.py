@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,9 @@ from rocketq.protocol.record import (
     encode_blank,
     encode_record,
 )
+
+# every test here runs with the compiled codecs and with the pure-Python ones
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

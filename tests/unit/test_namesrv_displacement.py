@@ -46,3 +46,22 @@ def test_a_closed_channel_frees_the_name() -> None:
     table = registered(real)
     table.on_channel_closed(real)
     assert table.displacement("C", "broker-a", "10.6.6.6:10911", 0, object(), 1000) is None
+
+
+def test_a_dledger_master_of_a_higher_term_takes_over_from_a_live_one() -> None:
+    """A new DLedger leader registers as master while the old one, paused or cut off from its
+    peers, still holds brokerId 0 on a live connection: the higher term wins; an equal or lower
+    term, a missing term, or a slave id does not."""
+    table = RouteTable()
+    old = object()
+    table.register_broker("C", "broker-a", "10.0.0.1:10911", 0, None, {}, DV, 0, 10_000, channel=old, term=2)
+    new = "10.0.0.2:10911"
+    assert table.displacement("C", "broker-a", new, 0, object(), 1000, term=3) is None
+    for term in (None, 1, 2):
+        found = table.displacement("C", "broker-a", new, 0, object(), 1000, term=term)
+        assert found is not None and found.reason == "broker broker-a/0 is live at 10.0.0.1:10911", term
+    plain = registered(object())  # a holder that sent no term (not a DLedger broker) keeps its id
+    assert plain.displacement("C", "broker-a", new, 0, object(), 1000, term=9) is not None
+    # the new master registers; the old one, still believing it leads in term 2, is refused
+    table.register_broker("C", "broker-a", new, 0, None, {}, DV, 1000, 10_000, channel=object(), term=3)
+    assert table.displacement("C", "broker-a", "10.0.0.1:10911", 0, old, 1500, term=2) is not None

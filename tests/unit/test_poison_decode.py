@@ -19,6 +19,9 @@ from rocketq.proxy import convert
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.spark.pull import decoded_pull
 
+# every test here runs with the compiled codecs and with the pure-Python ones
+pytestmark = pytest.mark.usefixtures("codec_impl")
+
 
 def record(offset: int, body: bytes, sys_flag: int = 0) -> bytes:
     props = encode_properties({"TAGS": "A", "UNIQ_KEY": f"U{offset}"}).encode()

@@ -41,6 +41,9 @@ from rocketq.protocol.record import (
     write_record,
 )
 
+# every test here runs with the compiled codecs and with the pure-Python ones
+pytestmark = pytest.mark.usefixtures("codec_impl")
+
 # Magic codes exactly as they appear on disk (spec §1.1), spelled out independently of the codec.
 DISK_MAGIC_V1 = bytes([0xDA, 0xA3, 0x20, 0xA7])
 DISK_MAGIC_V2 = bytes([0xDA, 0xA3, 0x20, 0xAB])

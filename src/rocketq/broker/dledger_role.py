@@ -216,7 +216,7 @@ class DLedgerRoleHandler:
         self.gate.open.set()
         self.master = True
         self.ctx.is_master = True
-        self._set_broker_id(0)
+        self._set_broker_id(0, term=state.term)
         self.role = state
         self.history.append((state.role.value, state.term))
         log.info("DLedger leader of term %d: accepting writes as master", state.term)
@@ -226,7 +226,7 @@ class DLedgerRoleHandler:
         self.gate.open.clear()
         self.master = False
         self.ctx.is_master = False
-        self._set_broker_id(self.slave_id)
+        self._set_broker_id(self.slave_id, term=state.term)
         self.role = state
         self.history.append((state.role.value, state.term))
         log.info(
@@ -236,12 +236,14 @@ class DLedgerRoleHandler:
             state.leader_id,
         )
 
-    def _set_broker_id(self, broker_id: int, *, register: bool = True) -> None:
+    def _set_broker_id(self, broker_id: int, *, register: bool = True, term: int | None = None) -> None:
         ctx = self.ctx
         if ctx.config.broker_id != broker_id:
             ctx.config = dataclasses.replace(ctx.config, broker_id=broker_id)
         if self.registrar is not None:
             self.registrar.cfg = dataclasses.replace(self.registrar.cfg, broker_id=broker_id)
+            if term is not None:
+                self.registrar.dledger_term = term
         if register and self._register_now is not None:
             self._register_now()
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from rocketq.broker.config import BrokerConfig
 from rocketq.errors import ResponseCode, RocketqError
+from rocketq.protocol.route import DLEDGER_TERM_FIELD
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request
@@ -53,8 +54,10 @@ def body_crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-def register_broker_fields(cfg: BrokerConfig, broker_addr: str, body: bytes) -> dict[str, str]:
-    return {
+def register_broker_fields(
+    cfg: BrokerConfig, broker_addr: str, body: bytes, dledger_term: int | None = None
+) -> dict[str, str]:
+    fields = {
         "brokerName": cfg.broker_name,
         "brokerAddr": broker_addr,
         "clusterName": cfg.broker_cluster_name,
@@ -64,6 +67,9 @@ def register_broker_fields(cfg: BrokerConfig, broker_addr: str, body: bytes) -> 
         "compressed": "false",
         "bodyCrc32": str(body_crc32(body)),
     }
+    if dledger_term is not None:
+        fields[DLEDGER_TERM_FIELD] = str(dledger_term)
+    return fields
 
 
 class NameServerRegistrar:
@@ -85,13 +91,15 @@ class NameServerRegistrar:
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
         self.last_results: dict[str, str] = {}
+        #: the DLedger term this broker registers in (set on each role change in DLedger mode)
+        self.dledger_term: int | None = None
 
     @property
     def addresses(self) -> list[str]:
         return self.cfg.namesrv_addrs
 
     async def _register_one(self, addr: str, body: bytes) -> str:
-        fields = register_broker_fields(self.cfg, self._broker_addr(), body)
+        fields = register_broker_fields(self.cfg, self._broker_addr(), body, self.dledger_term)
         request = create_request(RequestCode.REGISTER_BROKER, fields, body)
         timeout = self.cfg.register_broker_timeout_mills / 1000
         try:

@@ -16,6 +16,7 @@ import shutil
 import time
 from collections.abc import Sequence
 
+from rocketq import __version__, speedups
 from rocketq.bench_cli import add_parser as add_bench_parser
 from rocketq.cli.admin import add_parser as add_admin_parser
 from rocketq.cli.dashboard import add_parser as add_dashboard_parser
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``rocketq`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="rocketq", description="RocketMQ-compatible broker and store")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"rocketq {__version__} ({speedups.describe()})",
+        help="print the version and which codec implementation runs (compiled or pure Python)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="write, flush, reopen and read back an embedded store")
     demo.add_argument("--data-dir", default="demo-data", help="store directory (default %(default)s)")

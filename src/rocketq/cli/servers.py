@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from rocketq import speedups
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
 from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
@@ -229,6 +230,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    logging.getLogger("rocketq.cli").debug("%s", speedups.describe())
     try:
         eventloop.run(_serve_async(args))
     except RocketqError as exc:

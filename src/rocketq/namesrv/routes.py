@@ -121,6 +121,8 @@ class _Live:
     data_version: DataVersion
     channel: object | None
     ha_server_addr: str | None
+    #: the DLedger term the broker registered in (rocketq's ``dLegerTerm`` field), None: not sent
+    term: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,7 @@ class RouteTable:
         channel: object | None = None,
         delete_missing_topics: bool = False,
         topic_queue_mapping_info: Mapping[str, Any] | None = None,
+        term: int | None = None,
     ) -> RegisterBrokerResult:
         """Register (or refresh) one broker and, when due, its topics' queue data.
 
@@ -274,7 +277,7 @@ class RouteTable:
                 broker_addr,
                 ha_server_addr,
             )
-        self._live[key] = _Live(now_ms, heartbeat_timeout_ms, data_version, channel, ha_server_addr)
+        self._live[key] = _Live(now_ms, heartbeat_timeout_ms, data_version, channel, ha_server_addr, term)
 
         if filter_servers is not None:
             servers = tuple(filter_servers)
@@ -300,19 +303,36 @@ class RouteTable:
         broker_id: int,
         channel: object | None,
         now_ms: int,
+        term: int | None = None,
     ) -> Displacement | None:
         """Whether a registration (or unregistration) of ``broker_name``/``broker_id`` at
         ``broker_addr`` arriving on ``channel`` would displace another live broker.
 
         It would when a live broker holds that name and id at another address, or when the
         broker at ``broker_addr`` is live on another channel (a broker registers on its own
-        connection; its entry goes when that connection closes)."""
+        connection; its entry goes when that connection closes).
+
+        One exception: the master of a DLedger group (brokerId 0) is taken over by a broker that
+        registers in a higher DLedger ``term`` than the live holder's. A new leader is elected
+        while the old one may still hold its name-server connection (a paused or hung process,
+        a leader cut off from its peers only): the term says which one the group follows."""
         group = self._groups.get(broker_name)
         if group is not None:
             holder = group.addrs.get(broker_id)
             if holder is not None and holder != broker_addr:
                 live = self._live.get((group.cluster, holder))
-                if live is not None and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms:
+                newer_leader = (
+                    broker_id == MASTER_ID
+                    and term is not None
+                    and live is not None
+                    and live.term is not None
+                    and term > live.term
+                )
+                if (
+                    live is not None
+                    and live.last_update_ms + live.heartbeat_timeout_ms >= now_ms
+                    and not newer_leader
+                ):
                     return Displacement(f"broker {broker_name}/{broker_id} is live at {holder}", False)
         clusters = {cluster} if group is None else {cluster, group.cluster}
         for name in sorted(clusters):

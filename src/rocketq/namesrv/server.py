@@ -75,6 +75,7 @@ from rocketq.properties import parse_properties
 from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import dumps_sorted as dumps
 from rocketq.protocol.route import (
+    DLEDGER_TERM_FIELD,
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     KVTable,
@@ -142,6 +143,13 @@ def _bool_field(request: RemotingCommand, name: str) -> bool | None:
     """Java ``Boolean.parseBoolean``; None when absent."""
     value = request.ext_fields.get(name)
     return None if value is None else value.strip().lower() == "true"
+
+
+def _term_field(request: RemotingCommand) -> int | None:
+    """The registering broker's DLedger term; None when not sent (not a DLedger broker)."""
+    if request.ext_fields.get(DLEDGER_TERM_FIELD) is None:
+        return None
+    return _int_field(request, DLEDGER_TERM_FIELD)
 
 
 Processor = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]]
@@ -354,7 +362,8 @@ class NameServer:
         """NO_PERMISSION when this (un)registration would displace a live broker, else None."""
         if self.acl is not None:
             return None  # it passed the ACL check: an admin account or a white-listed address
-        found = self.routes.displacement(cluster, name, addr, broker_id, conn, self._clock_ms())
+        term = _term_field(request)
+        found = self.routes.displacement(cluster, name, addr, broker_id, conn, self._clock_ms(), term)
         if found is None or (found.other_connection and host_of(addr) == host_of(conn.remote_address)):
             return None  # free, or the broker itself reconnected before its old connection was seen closed
         reason = (
@@ -431,6 +440,7 @@ class NameServer:
             channel=conn,
             delete_missing_topics=self._config.delete_topic_with_broker_registration,
             topic_queue_mapping_info=body.topic_queue_mapping_info_map,
+            term=_term_field(request),
         )
         reply_body = b""
         if self._config.return_order_topic_config_to_broker:

@@ -32,16 +32,23 @@ End of a segment: when ``length + 8 > bytes left``, the writer puts an 8-byte bl
 Invariants the decoder keeps: it never reads outside the buffer, never raises on arbitrary
 input, and reports a record as a MESSAGE only when magic, TOTALSIZE == calMsgLength and (when
 asked) the body CRC and the optional ``__CRC32#`` whole-record CRC all agree.
+
+:func:`decode_record` and :func:`view_to_message` are bound to their compiled versions when the C
+accelerator is in use (:mod:`rocketq.speedups`); those decode clean MESSAGE records themselves and
+hand every other case to the pure functions here, which stay available as
+``pure_decode_record`` and ``pure_view_to_message``.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
+from rocketq import speedups as _speedups
 from rocketq.message import MessageExt, create_offset_msg_id, decode_properties, unpack_socket_addr
 
 MESSAGE_MAGIC_CODE: Final = -626843481  # DA A3 20 A7
@@ -406,3 +413,23 @@ def view_to_message(view: RecordView) -> MessageExt:
         prepared_transaction_offset=view.prepared_transaction_offset,
         msg_id=create_offset_msg_id(view.store_host, view.physical_offset) if view.store_host else "",
     )
+
+
+# -- compiled accelerator ------------------------------------------------------------------------
+#: The pure-Python record decoding, whichever implementation the public names are bound to
+#: (:mod:`rocketq.speedups`; the tests run both).
+pure_decode_record = decode_record
+pure_view_to_message = view_to_message
+#: name -> pure function, of every function of this module the compiled module replaces
+PURE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "decode_record": pure_decode_record,
+    "view_to_message": pure_view_to_message,
+}
+
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_record(
+        RecordView, RecordKind.MESSAGE, MessageExt, pure_decode_record, pure_view_to_message,
+        unpack_socket_addr, zlib.crc32,
+    )  # fmt: skip
+    decode_record = _speedups.COMPILED.decode_record
+    view_to_message = _speedups.COMPILED.view_to_message

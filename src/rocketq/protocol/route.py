@@ -67,6 +67,10 @@ from rocketq.protocol.topic import TopicConfig
 
 #: brokerId of a master (MixAll.MASTER_ID).
 MASTER_ID: Final = 0
+#: REGISTER_BROKER's field, rocketq's own, for the DLedger term a broker of a DLedger group
+#: registers in: the name server lets a broker registering as master in a higher term take over
+#: from a live master of an older term (Apache RocketMQ's name server ignores the field).
+DLEDGER_TERM_FIELD: Final = "dLegerTerm"
 #: KV namespace whose entries are ``orderTopicConf`` strings per topic (NamesrvUtil).
 NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
 

@@ -1,0 +1,497 @@
+/* rocketq._speedups: the compiled versions of the record codec's hottest functions.
+ *
+ * Optional: built by `pip install` when a C compiler and the Python headers are there
+ * (setup.py); rocketq.speedups decides at import whether it is used (ROCKETQ_PURE=1 forces the
+ * pure-Python path). Each function here has the exact semantics of its pure counterpart in
+ * rocketq/protocol/record.py: it handles the common case itself and hands every other case
+ * (a record that is not a clean MESSAGE, an argument of an unusual type, a value out of range)
+ * to the pure function, so results and errors are the pure function's by construction.
+ *
+ *   decode_record(buf, pos=0, *, check_crc=True, read_body=True, verify_prop_crc=False)
+ *   view_to_message(view)
+ *
+ * setup_record() is called once by rocketq.protocol.record with the classes and the pure
+ * functions. RecordView and MessageExt are slots dataclasses without __post_init__; their
+ * instances are filled slot by slot (the member offsets are read from the classes' slot
+ * descriptors at setup), which is what their generated __init__ does, without running it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MESSAGE_MAGIC_CODE ((int32_t)-626843481)
+#define MESSAGE_MAGIC_CODE_V2 ((int32_t)-626843477)
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+
+/* RecordView fields, in declaration (and __init__) order. */
+enum {
+    RV_KIND, RV_SIZE, RV_REASON, RV_BODY_CRC, RV_QUEUE_ID, RV_FLAG, RV_QUEUE_OFFSET,
+    RV_PHYSICAL_OFFSET, RV_SYS_FLAG, RV_BORN_TIMESTAMP, RV_BORN_HOST, RV_STORE_TIMESTAMP,
+    RV_STORE_HOST, RV_RECONSUME_TIMES, RV_PREPARED_OFFSET, RV_BODY_OFFSET, RV_BODY_LENGTH,
+    RV_BODY, RV_TOPIC, RV_PROPERTIES, RV_V2, RV_COUNT
+};
+static const char *const rv_names[RV_COUNT] = {
+    "kind", "size", "reason", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+    "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "body_offset", "body_length", "body", "topic", "properties", "v2",
+};
+
+/* MessageExt fields, in declaration order. */
+enum {
+    ME_TOPIC, ME_BODY, ME_PROPERTIES, ME_FLAG, ME_QUEUE_ID, ME_STORE_SIZE, ME_QUEUE_OFFSET,
+    ME_SYS_FLAG, ME_BORN_TIMESTAMP, ME_BORN_HOST, ME_STORE_TIMESTAMP, ME_STORE_HOST,
+    ME_COMMIT_LOG_OFFSET, ME_BODY_CRC, ME_RECONSUME_TIMES, ME_PREPARED_OFFSET, ME_MSG_ID, ME_COUNT
+};
+static const char *const me_names[ME_COUNT] = {
+    "topic", "body", "properties", "flag", "queue_id", "store_size", "queue_offset", "sys_flag",
+    "born_timestamp", "born_host", "store_timestamp", "store_host", "commit_log_offset", "body_crc",
+    "reconsume_times", "prepared_transaction_offset", "msg_id",
+};
+
+typedef struct {
+    int ready;
+    PyTypeObject *record_view;
+    PyObject *message_kind;
+    PyTypeObject *message_ext;
+    PyObject *pure_decode_record;
+    PyObject *pure_view_to_message;
+    PyObject *unpack_socket_addr;
+    PyObject *crc32;
+    PyObject *empty_str;
+    PyObject *empty_bytes;
+    Py_ssize_t rv_off[RV_COUNT];
+    Py_ssize_t me_off[ME_COUNT];
+} state_t;
+
+static state_t st;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+
+static int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int16_t be16(const unsigned char *p) {
+    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
+}
+
+/* The slot offsets of a slots class's fields; -1 with an exception set when the class is not
+ * what this module expects. */
+static int read_offsets(PyTypeObject *type, const char *const *names, Py_ssize_t *out, int n) {
+    PyObject *post_init = PyObject_GetAttrString((PyObject *)type, "__post_init__");
+    if (post_init != NULL) {
+        Py_DECREF(post_init);
+        PyErr_Format(PyExc_TypeError, "%s has a __post_init__", type->tp_name);
+        return -1;
+    }
+    PyErr_Clear();
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttrString((PyObject *)type, names[i]);
+        if (descr == NULL) return -1;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type) {
+            Py_DECREF(descr);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, names[i]);
+            return -1;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) {
+            Py_DECREF(descr);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name, names[i]);
+            return -1;
+        }
+        out[i] = m->offset;
+        Py_DECREF(descr);
+    }
+    return 0;
+}
+
+static PyObject *setup_record(PyObject *self, PyObject *args) {
+    PyObject *rv, *kind, *me, *pure_decode, *pure_v2m, *unpack, *crc32;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:setup_record", &rv, &kind, &me, &pure_decode, &pure_v2m, &unpack,
+                          &crc32))
+        return NULL;
+    if (!PyType_Check(rv) || !PyType_Check(me)) {
+        PyErr_SetString(PyExc_TypeError, "setup_record: RecordView and MessageExt must be classes");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)rv, rv_names, st.rv_off, RV_COUNT) < 0) return NULL;
+    if (read_offsets((PyTypeObject *)me, me_names, st.me_off, ME_COUNT) < 0) return NULL;
+    Py_INCREF(rv); Py_INCREF(kind); Py_INCREF(me); Py_INCREF(pure_decode); Py_INCREF(pure_v2m);
+    Py_INCREF(unpack); Py_INCREF(crc32);
+    Py_XSETREF(st.record_view, (PyTypeObject *)rv);
+    Py_XSETREF(st.message_kind, kind);
+    Py_XSETREF(st.message_ext, (PyTypeObject *)me);
+    Py_XSETREF(st.pure_decode_record, pure_decode);
+    Py_XSETREF(st.pure_view_to_message, pure_v2m);
+    Py_XSETREF(st.unpack_socket_addr, unpack);
+    Py_XSETREF(st.crc32, crc32);
+    st.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *not_ready(void) {
+    PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_record() was not called");
+    return NULL;
+}
+
+/* A new instance of a slots class with every field NULL (filled by the caller). */
+static PyObject *blank_instance(PyTypeObject *type) {
+    return type->tp_alloc(type, 0);
+}
+
+/* -- decode_record ------------------------------------------------------------------------ */
+
+/* The MESSAGE view of the clean record at data[pos:], or NULL without an exception when the
+ * record is anything else (the pure function then decides what it is), or NULL with an
+ * exception on a failure of this process (memory). */
+static PyObject *fast_decode(const unsigned char *data, Py_ssize_t end, Py_ssize_t pos, int check_crc,
+                             int read_body) {
+    if (pos > end - 8) return NULL;
+    const unsigned char *r = data + pos;
+    int32_t total = be32(r);
+    int32_t magic = be32(r + 4);
+    int v2;
+    if (magic == MESSAGE_MAGIC_CODE) v2 = 0;
+    else if (magic == MESSAGE_MAGIC_CODE_V2) v2 = 1;
+    else return NULL;
+    if (total < 91 || total > end - pos) return NULL;
+    int32_t crc = be32(r + 8);
+    int32_t queue_id = be32(r + 12);
+    int32_t flag = be32(r + 16);
+    int64_t queue_offset = be64(r + 20);
+    int64_t physical_offset = be64(r + 28);
+    int32_t sys_flag = be32(r + 36);
+    int64_t born_ts = be64(r + 40);
+    Py_ssize_t bh = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
+    Py_ssize_t sh = (sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8;
+    Py_ssize_t p = 48; /* relative to the record start from here on */
+    if (p + bh + 8 + sh + 16 > total) return NULL;
+    const unsigned char *born_host = r + p;
+    p += bh;
+    int64_t store_ts = be64(r + p);
+    p += 8;
+    const unsigned char *store_host = r + p;
+    p += sh;
+    int32_t reconsume = be32(r + p);
+    int64_t prepared = be64(r + p + 4);
+    int32_t body_len = be32(r + p + 12);
+    p += 16;
+    if (body_len < 0 || p + body_len > total) return NULL;
+    Py_ssize_t body_offset = p;
+    const unsigned char *body_ptr = r + p;
+    p += body_len;
+    Py_ssize_t tl_width = v2 ? 2 : 1;
+    if (p + tl_width > total) return NULL;
+    Py_ssize_t topic_len = v2 ? be16(r + p) : (int8_t)r[p];
+    p += tl_width;
+    if (topic_len <= 0 || p + topic_len + 2 > total) return NULL;
+    const unsigned char *topic_ptr = r + p;
+    p += topic_len;
+    Py_ssize_t props_len = be16(r + p);
+    p += 2;
+    if (props_len < 0 || p + props_len > total) return NULL;
+    if (72 + bh + sh + body_len + tl_width + topic_len + 2 + props_len != total) return NULL;
+    const unsigned char *props_ptr = r + p;
+
+    PyObject *body = NULL;
+    if (read_body || check_crc) {
+        body = PyBytes_FromStringAndSize((const char *)body_ptr, body_len);
+        if (body == NULL) return NULL;
+        if (check_crc) {
+            PyObject *computed = PyObject_CallOneArg(st.crc32, body);
+            if (computed == NULL) {
+                Py_DECREF(body);
+                return NULL;
+            }
+            unsigned long value = PyLong_AsUnsignedLongMask(computed);
+            Py_DECREF(computed);
+            if (value == (unsigned long)-1 && PyErr_Occurred()) {
+                Py_DECREF(body);
+                return NULL;
+            }
+            if ((int64_t)(value & 0x7FFFFFFFUL) != (int64_t)crc) {
+                Py_DECREF(body); /* a mismatch: the pure function names it */
+                return NULL;
+            }
+        }
+        if (!read_body) Py_CLEAR(body);
+    }
+    PyObject *view = blank_instance(st.record_view);
+    if (view == NULL) {
+        Py_XDECREF(body);
+        return NULL;
+    }
+    PyObject *v[RV_COUNT];
+    Py_INCREF(st.message_kind);
+    v[RV_KIND] = st.message_kind;
+    v[RV_SIZE] = PyLong_FromLong(total);
+    Py_INCREF(st.empty_str);
+    v[RV_REASON] = st.empty_str;
+    v[RV_BODY_CRC] = PyLong_FromLong(crc);
+    v[RV_QUEUE_ID] = PyLong_FromLong(queue_id);
+    v[RV_FLAG] = PyLong_FromLong(flag);
+    v[RV_QUEUE_OFFSET] = PyLong_FromLongLong(queue_offset);
+    v[RV_PHYSICAL_OFFSET] = PyLong_FromLongLong(physical_offset);
+    v[RV_SYS_FLAG] = PyLong_FromLong(sys_flag);
+    v[RV_BORN_TIMESTAMP] = PyLong_FromLongLong(born_ts);
+    v[RV_BORN_HOST] = PyBytes_FromStringAndSize((const char *)born_host, bh);
+    v[RV_STORE_TIMESTAMP] = PyLong_FromLongLong(store_ts);
+    v[RV_STORE_HOST] = PyBytes_FromStringAndSize((const char *)store_host, sh);
+    v[RV_RECONSUME_TIMES] = PyLong_FromLong(reconsume);
+    v[RV_PREPARED_OFFSET] = PyLong_FromLongLong(prepared);
+    v[RV_BODY_OFFSET] = PyLong_FromSsize_t(body_offset);
+    v[RV_BODY_LENGTH] = PyLong_FromLong(body_len);
+    if (body == NULL) {
+        Py_INCREF(Py_None);
+        body = Py_None;
+    }
+    v[RV_BODY] = body;
+    v[RV_TOPIC] = PyUnicode_DecodeUTF8((const char *)topic_ptr, topic_len, "replace");
+    v[RV_PROPERTIES] = PyUnicode_DecodeUTF8((const char *)props_ptr, props_len, "replace");
+    v[RV_V2] = PyBool_FromLong(v2);
+    int failed = 0;
+    for (int i = 0; i < RV_COUNT; i++) {
+        if (v[i] == NULL) failed = 1;
+        SLOT(view, st.rv_off[i]) = v[i];
+    }
+    if (failed) {
+        Py_DECREF(view);
+        return NULL;
+    }
+    return view;
+}
+
+/* The arguments other than buf and pos, by keyword: check_crc, read_body, verify_prop_crc. */
+static const char *const decode_kwnames[] = {"check_crc", "read_body", "verify_prop_crc"};
+
+static PyObject *decode_record(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (!st.ready) return not_ready();
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    /* flags[0..2]: check_crc, read_body, verify_prop_crc as given (NULL: the default) */
+    PyObject *flags[3] = {NULL, NULL, NULL};
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int usual = nargs >= 1 && nargs <= 2;
+    for (Py_ssize_t k = 0; usual && k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int slot = -1;
+        for (int j = 0; j < 3; j++) {
+            if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, decode_kwnames[j]) == 0) {
+                slot = j;
+                break;
+            }
+        }
+        if (slot < 0 || flags[slot] != NULL) usual = 0;
+        else flags[slot] = args[nargs + k];
+    }
+    if (usual) {
+        Py_ssize_t pos = 0;
+        if (nargs == 2) {
+            pos = PyLong_CheckExact(args[1]) ? PyLong_AsSsize_t(args[1]) : -1;
+            if (pos == -1 && PyErr_Occurred()) PyErr_Clear();
+        }
+        int check = flags[0] ? PyObject_IsTrue(flags[0]) : 1;
+        int read = flags[1] ? PyObject_IsTrue(flags[1]) : 1;
+        int verify = flags[2] ? PyObject_IsTrue(flags[2]) : 0;
+        if (check < 0 || read < 0 || verify < 0) {
+            PyErr_Clear(); /* the pure function meets the same failure and raises it */
+        } else if (pos >= 0 && !verify) {
+            /* A C-contiguous buffer of single bytes, one-dimensional: what the pure function
+             * indexes byte by byte too (len() of an array of wider items counts items). */
+            Py_buffer view;
+            if (PyObject_GetBuffer(args[0], &view, PyBUF_ND) == 0) {
+                PyObject *out = NULL;
+                if (view.itemsize == 1 && view.ndim == 1)
+                    out = fast_decode((const unsigned char *)view.buf, view.len, pos, check, read);
+                PyBuffer_Release(&view);
+                if (out != NULL || PyErr_Occurred()) return out;
+            } else {
+                PyErr_Clear();
+            }
+        }
+    }
+    /* Not a clean MESSAGE record, or unusual arguments: the pure function decides. */
+    return PyObject_Vectorcall(st.pure_decode_record, args, nargsf, kwnames);
+}
+
+/* -- view_to_message ---------------------------------------------------------------------- */
+
+/* "a.b.c.d:port" of a packed IPv4 socket address (rocketq.message.unpack_socket_addr); other
+ * widths go to the Python function, which knows IPv6 and raises for the rest. */
+static PyObject *socket_addr(PyObject *raw) {
+    if (PyBytes_CheckExact(raw) && PyBytes_GET_SIZE(raw) == 8) {
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
+        return PyUnicode_FromFormat("%u.%u.%u.%u:%d", b[0], b[1], b[2], b[3], (int)be32(b + 4));
+    }
+    return PyObject_CallOneArg(st.unpack_socket_addr, raw);
+}
+
+/* rocketq.message.decode_properties: split on \x02, skip pieces shorter than 3 characters,
+ * split at the first \x01, keep pairs whose key and value are both non-empty. */
+static PyObject *properties_dict(PyObject *text) {
+    if (PyUnicode_READY(text) < 0) return NULL;
+    PyObject *result = PyDict_New();
+    if (result == NULL) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t start = 0;
+    while (start <= n && n > 0) {
+        Py_ssize_t stop = start;
+        Py_ssize_t sep = -1;
+        while (stop < n) {
+            Py_UCS4 ch = PyUnicode_READ(kind, data, stop);
+            if (ch == 2) break;
+            if (ch == 1 && sep < 0) sep = stop;
+            stop++;
+        }
+        if (stop - start >= 3 && sep > start && sep + 1 < stop) {
+            PyObject *key = PyUnicode_Substring(text, start, sep);
+            PyObject *value = key ? PyUnicode_Substring(text, sep + 1, stop) : NULL;
+            if (value == NULL || PyDict_SetItem(result, key, value) < 0) {
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                Py_DECREF(result);
+                return NULL;
+            }
+            Py_DECREF(key);
+            Py_DECREF(value);
+        }
+        start = stop + 1;
+    }
+    return result;
+}
+
+static const char HEX[] = "0123456789ABCDEF";
+
+/* rocketq.message.create_offset_msg_id: packed store host ‖ int64 offset, uppercase hex. */
+static PyObject *offset_msg_id(PyObject *store_host, long long offset) {
+    Py_ssize_t hl = PyBytes_GET_SIZE(store_host);
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(store_host);
+    PyObject *out = PyUnicode_New((hl + 8) * 2, 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(out);
+    for (Py_ssize_t i = 0; i < hl; i++) {
+        *w++ = HEX[h[i] >> 4];
+        *w++ = HEX[h[i] & 15];
+    }
+    uint64_t v = (uint64_t)offset;
+    for (int i = 7; i >= 0; i--) {
+        unsigned b = (unsigned)(v >> (8 * i)) & 0xFF;
+        *w++ = HEX[b >> 4];
+        *w++ = HEX[b & 15];
+    }
+    return out;
+}
+
+static PyObject *view_to_message(PyObject *self, PyObject *view) {
+    if (!st.ready) return not_ready();
+    if (Py_TYPE(view) != st.record_view) return PyObject_CallOneArg(st.pure_view_to_message, view);
+    PyObject *f[RV_COUNT];
+    for (int i = 0; i < RV_COUNT; i++) {
+        f[i] = SLOT(view, st.rv_off[i]);
+        if (f[i] == NULL) /* a field never set: the pure function raises AttributeError */
+            return PyObject_CallOneArg(st.pure_view_to_message, view);
+    }
+    PyObject *topic = f[RV_TOPIC], *body = f[RV_BODY], *props = f[RV_PROPERTIES];
+    PyObject *born = f[RV_BORN_HOST], *store = f[RV_STORE_HOST], *phys = f[RV_PHYSICAL_OFFSET];
+    /* Only the common shapes here; anything else is the pure function's. */
+    if (!PyUnicode_CheckExact(props) || !PyBytes_CheckExact(born) || !PyBytes_CheckExact(store) ||
+        !(body == Py_None || PyBytes_CheckExact(body)) || !PyLong_CheckExact(phys))
+        return PyObject_CallOneArg(st.pure_view_to_message, view);
+    long long offset = PyLong_AsLongLong(phys);
+    if (offset == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(st.pure_view_to_message, view);
+    }
+    PyObject *v[ME_COUNT] = {NULL};
+    /* store host first, as the pure function does: an unpackable one raises before the rest */
+    if (PyBytes_GET_SIZE(store)) {
+        v[ME_STORE_HOST] = socket_addr(store);
+        if (v[ME_STORE_HOST] == NULL) return NULL;
+    } else {
+        Py_INCREF(st.empty_str);
+        v[ME_STORE_HOST] = st.empty_str;
+    }
+    v[ME_PROPERTIES] = properties_dict(props);
+    if (v[ME_PROPERTIES] == NULL) goto fail;
+    if (PyBytes_GET_SIZE(born)) {
+        v[ME_BORN_HOST] = socket_addr(born);
+        if (v[ME_BORN_HOST] == NULL) goto fail;
+    } else {
+        Py_INCREF(st.empty_str);
+        v[ME_BORN_HOST] = st.empty_str;
+    }
+    if (PyBytes_GET_SIZE(store)) {
+        v[ME_MSG_ID] = offset_msg_id(store, offset);
+        if (v[ME_MSG_ID] == NULL) goto fail;
+    } else {
+        Py_INCREF(st.empty_str);
+        v[ME_MSG_ID] = st.empty_str;
+    }
+    PyObject *msg = blank_instance(st.message_ext);
+    if (msg == NULL) goto fail;
+    if (body == Py_None || PyBytes_GET_SIZE(body) == 0) body = st.empty_bytes;
+    Py_INCREF(topic);
+    v[ME_TOPIC] = topic;
+    Py_INCREF(body);
+    v[ME_BODY] = body;
+#define COPY(me, rv)    \
+    Py_INCREF(f[rv]);   \
+    v[me] = f[rv];
+    COPY(ME_FLAG, RV_FLAG)
+    COPY(ME_QUEUE_ID, RV_QUEUE_ID)
+    COPY(ME_STORE_SIZE, RV_SIZE)
+    COPY(ME_QUEUE_OFFSET, RV_QUEUE_OFFSET)
+    COPY(ME_SYS_FLAG, RV_SYS_FLAG)
+    COPY(ME_BORN_TIMESTAMP, RV_BORN_TIMESTAMP)
+    COPY(ME_STORE_TIMESTAMP, RV_STORE_TIMESTAMP)
+    COPY(ME_COMMIT_LOG_OFFSET, RV_PHYSICAL_OFFSET)
+    COPY(ME_BODY_CRC, RV_BODY_CRC)
+    COPY(ME_RECONSUME_TIMES, RV_RECONSUME_TIMES)
+    COPY(ME_PREPARED_OFFSET, RV_PREPARED_OFFSET)
+#undef COPY
+    for (int i = 0; i < ME_COUNT; i++) SLOT(msg, st.me_off[i]) = v[i];
+    return msg;
+fail:
+    for (int i = 0; i < ME_COUNT; i++) Py_XDECREF(v[i]);
+    return NULL;
+}
+
+/* -- module ------------------------------------------------------------------------------- */
+
+static PyMethodDef methods[] = {
+    {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
+     "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
+     "unpack_socket_addr, crc32): bind the record codec to its classes and pure fallbacks"},
+    {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS,
+     "rocketq.protocol.record.decode_record, compiled"},
+    {"view_to_message", (PyCFunction)view_to_message, METH_O,
+     "rocketq.protocol.record.view_to_message, compiled"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rocketq._speedups",
+    "Compiled versions of rocketq's hottest codec functions (see rocketq.speedups).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    st.empty_str = PyUnicode_FromStringAndSize("", 0);
+    st.empty_bytes = PyBytes_FromStringAndSize("", 0);
+    if (st.empty_str == NULL || st.empty_bytes == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

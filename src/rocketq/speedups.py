@@ -1,0 +1,51 @@
+"""Which implementation of the hot codec functions is in use: compiled or pure Python.
+
+``pip install`` builds the C module :mod:`rocketq._speedups` when the machine has a C compiler
+and the Python headers (``setup.py``); without them the install still succeeds and rocketq runs
+on its pure-Python modules, which stay the reference: every compiled function has the exact
+semantics of its pure counterpart, and the tests run both.
+
+Accelerated now (a function is only compiled when it pays on a public path; see
+docs/benchmarks.md): :func:`rocketq.protocol.record.decode_record` and
+:func:`rocketq.protocol.record.view_to_message`, the record decoding of pull and pop answers
+(the consumer's ``decode_pull_body``) and of the store's message lookups.
+
+``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
+which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+from typing import Final
+
+#: The environment variable that forces the pure-Python path ("1", "true" or "yes").
+PURE_ENV: Final = "ROCKETQ_PURE"
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get(PURE_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return None, f"{PURE_ENV} is set"
+    try:
+        module = importlib.import_module("rocketq._speedups")
+    except ImportError as exc:
+        return None, f"the compiled module is not built ({exc}); pip install with a C compiler builds it"
+    return module, ""
+
+
+_LOADED = _load()
+#: The compiled module, or None on the pure path.
+COMPILED: Final[ModuleType | None] = _LOADED[0]
+#: Why the pure path is in use ("" when compiled).
+REASON: Final[str] = _LOADED[1]
+#: "compiled" or "pure".
+ACTIVE: Final = "compiled" if COMPILED is not None else "pure"
+
+
+def describe() -> str:
+    """One line for logs and ``--version``: which codec implementation runs, and why."""
+    return (
+        "codecs: compiled (rocketq._speedups)" if COMPILED is not None else f"codecs: pure Python ({REASON})"
+    )
