@@ -15,18 +15,12 @@ from rocketq.testing.chaos.run import RunResult, _acks, _Striker, campaign_markd
 from rocketq.testing.chaos.schedule import NEMESES, Fault
 
 
-class _Node:
-    filler = None
-    paused = False
-
-
 class _Group:
     """Records the calls a nemesis makes; node 1 leads."""
 
     def __init__(self) -> None:
         self.node_ids = [0, 1, 2]
         self.calls: list[tuple[object, ...]] = []
-        self.nodes = [_Node(), _Node(), _Node()]
 
     def alive(self, n: int) -> bool:
         return True

@@ -192,18 +192,11 @@ class _Striker:
             return lambda: g.disk_full(n, False)
         raise ValueError(f"unknown nemesis {kind!r}")
 
-    def heal_all(self) -> None:
-        g = self.group
-        g.heal()
-        for n in g.node_ids:
-            if n in self.offset_files:
-                clock.set_offset(self.offset_files[n], 0.0)
-            if g.nodes[n].filler is not None:
-                g.disk_full(n, False)
-            if g.nodes[n].paused:
-                g.resume(n)
-            if not g.alive(n):
-                g.restart(n)
+    def heal_all(self) -> int:
+        """Undo every fault (clocks too); return the leader once all follow it."""
+        for offset_file in self.offset_files.values():
+            clock.set_offset(offset_file, 0.0)
+        return self.group.recover(RECOVER_TIMEOUT_S)
 
 
 def _acks(ops: Sequence[Op], t0_ns: int) -> list[tuple[float, float]]:
@@ -321,7 +314,6 @@ def run_once(cfg: RunConfig) -> RunResult:
                     notes.append(f"{fault.nemesis} on n{node}: undo failed: {exc}")
                 windows.append(Window(fault.nemesis, began, time.monotonic() - t0, f"n{node}"))
             striker.heal_all()
-            group.wait_leader(RECOVER_TIMEOUT_S)
             _wait_until(t0 + cfg.duration_s)
         finally:
             for w in workloads:
@@ -332,10 +324,8 @@ def run_once(cfg: RunConfig) -> RunResult:
         try:
             for n in group.node_ids:
                 if group.alive(n):
-                    if group.nodes[n].paused:
-                        group.resume(n)
                     group.kill(n, signal.SIGTERM)  # a clean stop: checkpoints hold the commit index
-            stores = {group.self_id(n): group.nodes[n].store_root for n in group.node_ids}
+            stores = {group.self_id(n): group.data_dir(n) for n in group.node_ids}
             replica_ops = [op for sid, r in stores.items() for t in TOPICS for op in replica_drain(r, sid, t)]
             dumps = [read_replica(r, sid, topics=TOPICS) for sid, r in stores.items()]
         finally:
