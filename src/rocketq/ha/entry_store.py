@@ -355,6 +355,7 @@ class EntryStore:
         """Write entry bytes at their position (padding first), then the index record."""
         if self._closed:
             raise EntryStoreError("entry store is closed")
+        self._index_file_for(h.index)  # first: a full disk fails here, before any data is written
         last = self.data.last()
         if last is None:
             last = self.data.get_last_mapped_file(self.start_offset)
@@ -380,12 +381,18 @@ class EntryStore:
         if self.begin_index < 0:
             self.begin_index = h.index
 
-    def index_append(self, index: int, record: bytes) -> None:
+    def _index_file_for(self, index: int) -> MappedFile:
+        """The index file record ``index`` goes into, created (and later records cut) if needed."""
         off = index * INDEX_UNIT_SIZE
         if self.index.max_wrote_position != off or self.index.last() is None:
             self.index_reset_to(off)
         last = self.index.get_last_mapped_file(off)
         assert last is not None
+        return last
+
+    def index_append(self, index: int, record: bytes) -> None:
+        off = index * INDEX_UNIT_SIZE
+        last = self._index_file_for(index)
         if last.file_from_offset + last.wrote_position != off or not last.append(record):
             raise CorruptLogError(f"index record {index} cannot be written at {off}")
 
