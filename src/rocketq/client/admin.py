@@ -46,7 +46,6 @@ from rocketq.errors import (
     ResponseCode,
     TopicNotExist,
 )
-from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.protocol.route import TopicRouteData
@@ -199,13 +198,13 @@ class AsyncAdmin(AdminMessages):
     async def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every subscription group a broker has, name → its config as RocketMQ's JSON keys
         (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
-        response = await self._broker(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        try:
-            table = fastjson.loads((response.body or b"").decode("utf-8")).get("subscriptionGroupTable")
-        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
-            raise BodyFormatError(f"broker {broker_addr}: subscription groups do not parse: {exc}") from None
-        if not isinstance(table, dict):
-            raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
+        table = await self._broker_table(
+            broker_addr,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+            "subscriptionGroupTable",
+            "subscription groups",
+            "no subscriptionGroupTable in the answer",
+        )
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
