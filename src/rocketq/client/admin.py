@@ -228,10 +228,7 @@ class AsyncAdmin(AdminMessages):
 
     @staticmethod
     def _offset_table(body: bytes, what: str) -> dict[MessageQueue, Any]:
-        try:
-            doc = OBJECT_KEYS.loads(body)
-        except ValueError as exc:
-            raise BodyFormatError(f"{what}: {exc}") from None
+        doc = _object_keys_json(body, what)
         if not isinstance(doc, dict):
             raise BodyFormatError(f"{what}: not a JSON object")
         return message_queue_table(doc.get("offsetTable"))
@@ -246,10 +243,7 @@ class AsyncAdmin(AdminMessages):
         for addr in masters.values():
             response = await self._broker(addr, RequestCode.GET_CONSUME_STATS, fields)
             what = f"consume stats of group {group!r} from {addr}"
-            try:
-                doc = OBJECT_KEYS.loads(response.body)
-            except ValueError as exc:
-                raise BodyFormatError(f"{what}: {exc}") from None
+            doc = _object_keys_json(response.body, what)
             if isinstance(doc, dict) and isinstance(doc.get("consumeTps"), int | float):
                 tps += float(doc["consumeTps"])
             for mq, value in self._offset_table(response.body, what).items():
@@ -311,16 +305,22 @@ class AsyncAdmin(AdminMessages):
         for addr in masters.values():
             response = await self._broker(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
             what = f"consumer status of group {group!r} from {addr}"
-            try:
-                doc = OBJECT_KEYS.loads(response.body)
-            except ValueError as exc:
-                raise BodyFormatError(f"{what}: {exc}") from None
+            doc = _object_keys_json(response.body, what)
             members = doc.get("consumerTable") if isinstance(doc, dict) else None
             for cid, table in (members or {}).items():
                 queues = out.setdefault(str(cid), {})
                 for mq, value in message_queue_table(table).items():
                     queues[mq] = _int(value)
         return {cid: dict(sorted(q.items())) for cid, q in sorted(out.items())}
+
+
+def _object_keys_json(body: bytes, what: str) -> Any:
+    """A broker's object-keyed JSON body (:data:`OBJECT_KEYS`); BodyFormatError naming
+    ``what`` when it does not parse."""
+    try:
+        return OBJECT_KEYS.loads(body)
+    except ValueError as exc:
+        raise BodyFormatError(f"{what}: {exc}") from None
 
 
 def parse_reset_timestamp(text: str, *, now_ms: int | None = None) -> int:
