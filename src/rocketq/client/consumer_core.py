@@ -95,7 +95,7 @@ from rocketq.remoting import (
     create_request,
     create_response,
 )
-from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+from rocketq.remoting.command import not_supported_response
 
 log = logging.getLogger(__name__)
 
@@ -303,10 +303,7 @@ class ConsumerCore(GroupMembership):
         handler = self._handlers.get(request.code)
         if handler is not None:
             return await handler(request)
-        if request.is_oneway:
-            return None
-        remark = REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code)
-        return create_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+        return not_supported_response(request)
 
     async def _on_reset_offset(self, request: RemotingCommand) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (220): header ``topic``, ``group``, ``timestamp``,

@@ -61,7 +61,8 @@ from rocketq.message import (
     decode_offset_msg_id,
 )
 from rocketq.protocol.heartbeat import encode_producer_heartbeat
-from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request, create_response
+from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.command import not_supported_response
 
 log = logging.getLogger(__name__)
 
@@ -291,11 +292,7 @@ class AsyncTransactionProducer:
     # -- transaction checks ------------------------------------------------------------------
     async def _on_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if request.code != RequestCode.CHECK_TRANSACTION_STATE:
-            if request.is_oneway:
-                return None
-            return create_response(
-                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported"
-            )
+            return not_supported_response(request, f"request code {request.code} not supported")
         task = asyncio.get_running_loop().create_task(self._check(conn, request))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
