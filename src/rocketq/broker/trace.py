@@ -65,6 +65,7 @@ from rocketq.protocol.topic import (
     TRANS_HALF_TOPIC,
 )
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -379,10 +380,7 @@ class BrokerTracer:
     async def stop(self) -> None:
         """Write what is buffered and stop the writer."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self.flush()
 
     async def _run(self) -> None:

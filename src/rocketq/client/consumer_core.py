@@ -53,7 +53,6 @@ Requests from brokers:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -96,6 +95,7 @@ from rocketq.remoting import (
     create_response,
 )
 from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +196,7 @@ class ConsumerCore(GroupMembership):
             self._state = "shutdown"
             return
         self._state = "stopping"
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         try:
             await self.commit_offsets(raise_errors=False)
             if self._mode == "subscribe":

@@ -25,7 +25,6 @@ synchronous :class:`TransactionProducer` runs them in a worker thread, never on 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import inspect
@@ -63,6 +62,7 @@ from rocketq.message import (
 from rocketq.protocol.heartbeat import encode_producer_heartbeat
 from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request
 from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,7 @@ class AsyncTransactionProducer:
         """Stop heartbeating, unregister the group from the brokers, close; idempotent."""
         tasks = [t for t in (self._heartbeater, *self._checks) if t is not None]
         self._heartbeater = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         await self._unregister()
         await self._producer.shutdown()
 

@@ -49,6 +49,7 @@ from rocketq.remoting import (
     create_request,
 )
 from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +129,7 @@ class OrphanChecks:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self.remoting.close()
 
     async def _loop(self) -> None:
