@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 
+from _support.examples import register_profiles
 from rocketq.config import StoreConfig
+
+# `make fast` runs the property tests with --hypothesis-profile=fast (tests/_support/examples.py)
+register_profiles()
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
