@@ -52,7 +52,6 @@ controller mode, persisting UPDATE_NAMESRV_CONFIG changes to a properties file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -91,6 +90,7 @@ from rocketq.remoting import (
     create_response,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+from rocketq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from rocketq.metrics.exposition import Family
@@ -290,10 +290,7 @@ class NameServer:
         if metrics_server is not None:
             await metrics_server.close()
         task, self._scan_task = self._scan_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._server.close()
         log.info("name server on %s closed", self.address)
 
