@@ -52,10 +52,11 @@ unit: $(VENV)/.installed-test
 	$(PY) -m pytest -q tests/unit tests/property
 
 # the quick tier: unit, property and in-process integration tests, without the ones marked slow
-# (processes killed, long timer waits) or spark; tests/crash (kill loops), tests/interop (Node) and
-# tests/spark stay out. No lint, no typecheck.
+# (processes killed, groups of broker processes, long timer waits) or spark, and with a quarter of
+# each property test's examples (the fast Hypothesis profile, tests/_support/examples.py);
+# tests/crash (kill loops), tests/interop (Node) and tests/spark stay out. No lint, no typecheck.
 fast: $(VENV)/.installed-test
-	$(PY) -m pytest -q -m "not slow and not spark" tests/unit tests/property tests/integration
+	$(PY) -m pytest -q -m "not slow and not spark" --hypothesis-profile=fast tests/unit tests/property tests/integration
 
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py

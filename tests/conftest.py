@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 
 from _support.codecs import IMPLEMENTATIONS, bound
+from _support.examples import register_profiles
 from rocketq import speedups
 from rocketq.config import StoreConfig
+
+# `make fast` runs the property tests with --hypothesis-profile=fast (tests/_support/examples.py)
+register_profiles()
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 

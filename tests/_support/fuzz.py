@@ -18,6 +18,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
+from _support.examples import examples as scaled
+
 #: Multiplier of every fuzz test's example count (``FUZZ_EXAMPLES=20`` for a long run).
 SCALE = max(1, int(os.environ.get("FUZZ_EXAMPLES", "1")))
 #: Longest time one example may take (the machine is shared: generous, but bounded).
@@ -25,9 +27,10 @@ DEADLINE = timedelta(seconds=2)
 
 
 def fuzz(examples: int) -> Any:
-    """Hypothesis settings of a fuzz test with ``examples`` examples (times :data:`SCALE`)."""
+    """Hypothesis settings of a fuzz test with ``examples`` examples (a quarter under ``make fast``,
+    :mod:`_support.examples`; times :data:`SCALE`)."""
     return settings(
-        max_examples=examples * SCALE,
+        max_examples=scaled(examples) * SCALE,
         deadline=DEADLINE,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

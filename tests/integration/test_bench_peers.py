@@ -54,6 +54,7 @@ def table_rows(stdout: str) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.slow  # a benchmark run against a rocketq serve process
 def test_rocketq_column_of_every_workload(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "peers.json"
     done = run_peers(
@@ -80,6 +81,7 @@ def test_rocketq_column_of_every_workload(tmp_path: pathlib.Path) -> None:
         assert r["client_cpu_us_per_msg"] > 0 and r["server_cpu_us_per_msg"] >= 0
 
 
+@pytest.mark.slow  # benchmark rounds against a rocketq serve process
 def test_sync_flush_rounds_are_interleaved_and_the_best_is_kept(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "peers.json"
     done = run_peers(
@@ -102,6 +104,7 @@ def test_sync_flush_rounds_are_interleaved_and_the_best_is_kept(tmp_path: pathli
     assert [r[0] for r in rows] == ["send", "batch32"]
 
 
+@pytest.mark.slow  # a benchmark run against a rocketq serve process
 def test_a_missing_server_is_skipped_with_the_reason(tmp_path: pathlib.Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()

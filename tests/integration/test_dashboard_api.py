@@ -122,7 +122,15 @@ def test_messages_by_key_id_offset_and_time(env: tuple[InProcessCluster, Api, Ad
         {"topic": TOPIC, "broker": q.broker_name, "queue": q.queue_id, "offset": sent[2].queue_offset},
     )["messages"]
     assert at[0]["keys"] == ["dk2"]
-    timed = api("GET", "/api/messages/by-time", {"topic": TOPIC, "begin": began})["messages"]
+
+    def all_by_time() -> list[dict[str, Any]] | None:
+        # dk3 is indexed (the wait above); the later sends may not be dispatched yet
+        found: list[dict[str, Any]] = api("GET", "/api/messages/by-time", {"topic": TOPIC, "begin": began})[
+            "messages"
+        ]
+        return found if len(found) >= 8 else None
+
+    timed = wait_until(all_by_time, "all eight messages found by time")
     assert sorted(m["keys"][0] for m in timed) == sorted(f"dk{i}" for i in range(8))
     empty = api("GET", "/api/messages/by-time", {"topic": TOPIC, "begin": began, "end": began - 1})[
         "messages"

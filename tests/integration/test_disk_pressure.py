@@ -262,10 +262,12 @@ def _pressure(tmp_path: pathlib.Path, force: bool) -> None:
             serve.close()
 
 
+@pytest.mark.slow  # a rocketq serve process filled to its watermarks and restarted
 def test_pressure_refuses_writes_instead_of_deleting_unconsumed(tmp_path: pathlib.Path) -> None:
     _pressure(tmp_path, force=False)
 
 
+@pytest.mark.slow  # a rocketq serve process filled to its watermarks and restarted
 def test_forced_cleaning_deletes_unconsumed_and_warns_with_counts(tmp_path: pathlib.Path) -> None:
     _pressure(tmp_path, force=True)
 
@@ -273,6 +275,7 @@ def test_forced_cleaning_deletes_unconsumed_and_warns_with_counts(tmp_path: path
 # -- (b) disk full ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a rocketq serve process run into a full disk, stopped and restarted
 def test_disk_full_acknowledges_nothing_it_cannot_keep_and_recovers(tmp_path: pathlib.Path) -> None:
     # watermarks at 100 %: the full disk itself (ENOSPC) is what refuses, not retention
     conf = {

@@ -94,6 +94,7 @@ def cluster_list_json(c: ProcessCluster) -> list[dict[str, object]]:
     return doc
 
 
+@pytest.mark.slow  # a DLedger group of broker processes (about 15 s here)
 def test_send_consume_and_records_inside_entries(cluster: ProcessCluster) -> None:
     with Producer("DLedgerPG", namesrv_addr=cluster.namesrv_addr) as p:
         results = [p.send(Message(TOPIC, f"m-{i}".encode())) for i in range(300)]
@@ -144,6 +145,7 @@ def test_sigkill_then_restart_keeps_every_acknowledged_message(cluster: ProcessC
         assert p.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
 
 
+@pytest.mark.slow  # rocketq serve --dledger processes (about 13 s here)
 def test_serve_dledger_one_writes_the_confs_and_serves(tmp_path: pathlib.Path) -> None:
     data = tmp_path / "data"
     base = tmp_path / "base.conf"

@@ -141,6 +141,7 @@ def test_leadership_transfer_to_a_named_member_under_load(tmp_path: object) -> N
     run(body, tmp_path)
 
 
+@pytest.mark.slow  # floods the group for 3 s by design
 def test_votes_and_heartbeats_get_through_a_flood_of_appends(tmp_path: object) -> None:
     async def body(group: LocalGroup) -> None:
         leader = await group.leader()

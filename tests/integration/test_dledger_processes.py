@@ -11,9 +11,14 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from _support.raft_procs import Control, NodeProcs
 from _support.wait import wait_until_async
 from rocketq.ha.node import record_for
+
+# every test kills or stops member processes (kill -9, SIGSTOP): not in make fast
+pytestmark = pytest.mark.slow
 
 
 def run(tmp_path: pathlib.Path, body: Callable[[NodeProcs, Control], Awaitable[None]]) -> None:

@@ -154,6 +154,7 @@ def _send_all(namesrv: str, count: int, prefix: str) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(count)]
 
 
+@pytest.mark.slow  # three broker processes (about 15 s here)
 def test_three_brokers_one_master_two_slaves_same_term(group: Group) -> None:
     def listed() -> list[dict[str, object]] | None:
         rows = group.cluster_list()
@@ -274,6 +275,7 @@ def test_sigkill_of_the_master_while_sending_loses_no_acknowledged_message(group
         admin.shutdown()
 
 
+@pytest.mark.slow  # three broker processes (about 10 s here)
 def test_three_broker_processes_without_broker_addresses_find_the_master(tmp_path: pathlib.Path) -> None:
     """Three ``rocketq broker -c`` processes whose confs name only the peers: the slaves learn
     the master's address from the name server and copy its topics."""

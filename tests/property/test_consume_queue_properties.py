@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from _support.examples import examples
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue
 
 U = 4  # units per file: files roll every four units
@@ -253,7 +254,7 @@ class ConsumeQueueMachine(RuleBasedStateMachine):
 
 
 ConsumeQueueMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -261,7 +262,7 @@ ConsumeQueueMachine.TestCase.settings = settings(
 TestConsumeQueueModel = ConsumeQueueMachine.TestCase
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     gaps=st.lists(st.integers(0, 3), min_size=0, max_size=30),
     probes=st.lists(st.integers(-5, 200), min_size=1, max_size=10),
@@ -306,7 +307,7 @@ unit_sequences = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(first_cq=st.integers(min_value=0, max_value=9), steps=unit_sequences, cut=st.integers(0, 40))
 def test_batched_put_units_writes_what_one_by_one_puts_write(
     first_cq: int, steps: list[tuple[int, int, int, int]], cut: int

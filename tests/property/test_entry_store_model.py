@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from _support.examples import examples
 from rocketq.ha.entry_format import TruncateBelowFloor
 from rocketq.ha.entry_store import EntryStore
 
@@ -123,6 +124,9 @@ class EntryStoreModel(RuleBasedStateMachine):
 
 
 EntryStoreModel.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(40),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestEntryStoreModel = EntryStoreModel.TestCase

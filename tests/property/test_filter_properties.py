@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq.errors import SubscriptionParseFailed
 from rocketq.filter import compile_filter
 from rocketq.filter.sql92 import (
@@ -31,7 +32,7 @@ from rocketq.filter.sql92 import (
 )
 from rocketq.message import tags_code
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 NAMES = st.one_of(
     st.sampled_from(["a", "b", "c", "TAGS", "x_1", "$p"]),

@@ -17,6 +17,7 @@ pytest.importorskip("atheris")
 TARGETS = pathlib.Path(__file__).with_name("atheris_targets.py")
 
 
+@pytest.mark.slow  # a 5 s coverage-guided fuzzing process
 def test_coverage_guided_run_finds_no_crash(tmp_path: pathlib.Path) -> None:
     args = ["-runs=100000", "-max_total_time=5", "-max_len=2048", f"-artifact_prefix={tmp_path}/", "-seed=1"]
     r = subprocess.run(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq.config import StoreConfig
 from rocketq.store.index_file import IndexFile, IndexService, index_key_hash
 from rocketq.store.record_scan import DispatchRequest
@@ -66,7 +67,7 @@ def test_model_keys_do_not_collide() -> None:
     assert len({h % SLOTS for h in hashes}) < len(KEYS)  # some share a slot: chains are exercised
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     msgs=message_streams(),
     queries=st.lists(
@@ -165,7 +166,7 @@ class FileModel:
 FILE_KEYS = ["T#Aa", "T#BB", "T#x", "T#y", "T#z", "T#w"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     prev_end_ts=st.one_of(st.just(0), st.integers(1, 2**41)),
     prev_end_off=st.one_of(st.just(0), st.integers(1, 2**40)),

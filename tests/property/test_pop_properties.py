@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from _support.examples import examples
 from _support.wait import wait_until
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.pop.service import PoppedMessage, PopService
@@ -288,7 +289,7 @@ class PopMachine(RuleBasedStateMachine):
 
 
 PopMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ROCKETQ_POP_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("ROCKETQ_POP_EXAMPLES", str(examples(25)))),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_send_header_decoding import numbers, texts
 
+from _support.examples import examples
 from rocketq.errors import InvalidParameter
 from rocketq.protocol.headers import (
     PullMessageRequestHeader,
@@ -70,7 +71,7 @@ def outcome(decode: Callable[[Mapping[str, str]], PullMessageRequestHeader], ext
         return ("error", str(exc))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(pull_fields())
 def test_fast_pull_decoder_matches_the_reference(ext: dict[str, str]) -> None:
     assert outcome(decode_pull_header, ext) == outcome(reference, ext)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from _support.java_hash import reference_java_hash
 from rocketq.message import (
     decode_properties,
@@ -147,7 +148,7 @@ def view_fields(view: RecordView) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(messages, st.booleans())
 def test_encode_decode_round_trip(msg: Msg, prop_crc: bool) -> None:
     raw = msg.encode(prop_crc=prop_crc)
@@ -191,7 +192,7 @@ def test_encode_decode_round_trip(msg: Msg, prop_crc: bool) -> None:
     assert decoded_props == msg.props
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(messages, min_size=1, max_size=4), st.integers(0, 64))
 def test_records_back_to_back_then_blank(msgs: list[Msg], tail: int) -> None:
     raws = [m.encode() for m in msgs]
@@ -209,7 +210,7 @@ def test_records_back_to_back_then_blank(msgs: list[Msg], tail: int) -> None:
 record_kinds = set(RecordKind)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 310), st.booleans(), st.booleans())
 def test_decode_arbitrary_bytes_never_raises(data: bytes, pos: int, check_crc: bool, verify: bool) -> None:
     view = decode_record(data, pos, check_crc=check_crc, verify_prop_crc=verify)
@@ -220,7 +221,7 @@ def test_decode_arbitrary_bytes_never_raises(data: bytes, pos: int, check_crc: b
         assert 0 < view.size <= len(data) - pos
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     small_messages,
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
@@ -238,7 +239,7 @@ def test_decode_mutated_record_never_raises(msg: Msg, edits: list[tuple[int, int
         assert view.size == len(buf)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(small_messages, st.booleans())
 def test_truncated_record_is_never_a_message(msg: Msg, prop_crc: bool) -> None:
     raw = msg.encode(prop_crc=prop_crc)
@@ -249,7 +250,7 @@ def test_truncated_record_is_never_a_message(msg: Msg, prop_crc: bool) -> None:
             assert view.kind is RecordKind.CORRUPT, n
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(messages.filter(lambda m: len(m.body) > 0), st.data())
 def test_body_byte_flip_is_corrupt_with_check_crc(msg: Msg, data: st.DataObject) -> None:
     raw = msg.encode()
@@ -267,7 +268,7 @@ def test_body_byte_flip_is_corrupt_with_check_crc(msg: Msg, data: st.DataObject)
     assert unchecked.body == bytes(bad[view.body_offset : view.body_offset + len(msg.body)])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(messages, st.data(), st.booleans())
 def test_prop_crc_catches_any_single_byte_change(msg: Msg, data: st.DataObject, check_crc: bool) -> None:
     raw = msg.encode(prop_crc=True)
@@ -285,7 +286,7 @@ def test_prop_crc_catches_any_single_byte_change(msg: Msg, data: st.DataObject, 
         assert view.kind in (RecordKind.END, RecordKind.BLANK, RecordKind.CORRUPT)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(small_messages)
 def test_prop_crc_catches_every_single_byte_flip(msg: Msg) -> None:
     raw = msg.encode(prop_crc=True)

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq.config import StoreConfig
 from rocketq.message import Message
 from rocketq.store import MessageStore
@@ -151,7 +152,9 @@ def read_queues(store: MessageStore) -> dict[tuple[int, int], bytes]:
     return seen
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(damage=damages(), abort=st.booleans())
 def test_recovery_keeps_what_damage_did_not_touch(
     pristine: Pristine, damage: list[tuple[int, str, float, int]], abort: bool

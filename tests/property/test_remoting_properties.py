@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq.errors import FrameError
 from rocketq.remoting import FrameDecoder, LanguageCode, RemotingCommand, SerializeType, encode
 
@@ -59,7 +60,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @pytest.mark.slow  # the longest codec properties stay out of make fast
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(commands(), min_size=1, max_size=8), st.lists(st.integers(min_value=0), max_size=12))
 def test_round_trip_in_any_chunking(cmds: list[RemotingCommand], cuts: list[int]) -> None:
     data = b"".join(encode(c) for c in cmds)
@@ -71,7 +72,7 @@ def test_round_trip_in_any_chunking(cmds: list[RemotingCommand], cuts: list[int]
     assert decoder.buffered == 0
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(commands())
 def test_reencoding_a_decoded_command_is_identical(cmd: RemotingCommand) -> None:
     data = encode(cmd)
@@ -87,13 +88,13 @@ def feed_all(decoder: FrameDecoder, chunks: list[bytes]) -> None:
         assert decoder.failed
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.binary(max_size=2000), st.lists(st.integers(min_value=0), max_size=8), st.integers(8, 4096))
 def test_arbitrary_bytes_raise_only_frame_error(data: bytes, cuts: list[int], max_frame: int) -> None:
     feed_all(FrameDecoder(max_frame_size=max_frame), split(data, cuts))
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.integers(0, 255), st.binary(max_size=400), st.binary(max_size=50), st.integers(-3, 3))
 def test_well_framed_garbage_headers_raise_only_frame_error(
     serialize_type: int, header: bytes, body: bytes, skew: int
@@ -127,7 +128,7 @@ header_keys = st.sampled_from(
 
 
 @pytest.mark.slow
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.dictionaries(header_keys, json_values, max_size=9) | json_values)
 def test_any_json_header_decodes_or_raises_frame_error(obj: Any) -> None:
     header = json.dumps(obj).encode()
@@ -145,7 +146,7 @@ def test_any_json_header_decodes_or_raises_frame_error(obj: Any) -> None:
     assert again == cmd
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(
         st.tuples(nonempty_texts, nonempty_texts | st.integers() | st.booleans() | st.none()),

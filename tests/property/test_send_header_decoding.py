@@ -10,6 +10,7 @@ from typing import Protocol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq.errors import InvalidParameter
 from rocketq.protocol.headers import (
     SEND_V2_TO_V1,
@@ -101,7 +102,7 @@ def outcome(decode: Decoder, ext: dict[str, str], v2: bool) -> object:
     return header
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(send_fields())
 def test_fast_decoder_matches_the_reference(case: tuple[dict[str, str], bool]) -> None:
     ext, v2 = case

@@ -36,6 +36,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from _support.examples import examples
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal
 from rocketq.message import Message, encode_properties, tags_code
@@ -482,7 +483,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=35,
+    max_examples=examples(35),
     stateful_step_count=30,
     deadline=None,
     # Without the explain phase: it replays a failing case hundreds of times more on real files.

@@ -21,13 +21,13 @@ within 20 s). The manager itself does no I/O except closing expired channels.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from rocketq.protocol.heartbeat import SubscriptionData
 from rocketq.remoting.command import RemotingCommand
+from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,13 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(slots=True, eq=False)
 class ClientChannelInfo:
     channel: Channel
     client_id: str
     language: str = "JAVA"
     version: int = 0
-    last_update_ms: int = field(default_factory=_now_ms)
+    last_update_ms: int = field(default_factory=wall_clock_ms)
 
 
 IdsChangedListener = Callable[[str, list[Channel]], None]
@@ -72,7 +68,7 @@ class ConsumerGroupInfo:
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     channels: dict[Channel, ClientChannelInfo] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
-    last_update_ms: int = field(default_factory=_now_ms)
+    last_update_ms: int = field(default_factory=wall_clock_ms)
 
     def client_ids(self) -> list[str]:
         """Client ids of the live channels (deduplicated, in registration order)."""
@@ -129,7 +125,7 @@ class ConsumerGroupInfo:
         for topic in [t for t in self.subscriptions if t not in topics]:
             del self.subscriptions[topic]
             updated = True
-        self.last_update_ms = _now_ms()
+        self.last_update_ms = wall_clock_ms()
         return updated
 
     def unregister_channel(self, channel: Channel) -> bool:
@@ -144,7 +140,7 @@ class ConsumerManager:
         *,
         channel_expired_timeout_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS,
         on_ids_changed: IdsChangedListener | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.channel_expired_timeout_ms = channel_expired_timeout_ms
         self.on_ids_changed = on_ids_changed
@@ -253,7 +249,7 @@ class ProducerManager:
         self,
         *,
         channel_expired_timeout_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.channel_expired_timeout_ms = channel_expired_timeout_ms
         self._clock_ms = clock_ms

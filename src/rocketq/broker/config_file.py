@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from rocketq.errors import DiskFull, StoreError
 from rocketq.protocol import fastjson
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def load_json_file(path: str) -> dict[str, Any] | None:
@@ -41,6 +43,22 @@ def load_json_file(path: str) -> dict[str, Any] | None:
         log.warning("%s holds a JSON %s, not an object; ignoring it", path, type(obj).__name__)
         return None
     return obj
+
+
+def named_objects(
+    obj: dict[str, Any], key: str, from_json: Callable[[str, dict[str, Any]], T]
+) -> dict[str, T]:
+    """The name → JSON-object map under ``key`` (``topicConfigTable``, ``subscriptionGroupTable``)
+    read with ``from_json(name, value)``; entries that are not objects or have no name are skipped,
+    and so is a ``key`` that holds no map."""
+    table = obj.get(key)
+    if not isinstance(table, dict):
+        return {}
+    return {
+        str(name): from_json(str(name), value)
+        for name, value in table.items()
+        if isinstance(value, dict) and name
+    }
 
 
 class JsonConfigFile:

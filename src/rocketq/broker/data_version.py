@@ -11,27 +11,23 @@ topic configs, so every change to a table must go through :meth:`DataVersion.nex
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rocketq.protocol.fastjson import as_int
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+from rocketq.wallclock import wall_clock_ms
 
 
 @dataclass(slots=True)
 class DataVersion:
     counter: int = 0
     state_version: int = 0
-    timestamp: int = field(default_factory=_now_ms)
+    timestamp: int = field(default_factory=wall_clock_ms)
 
     def next_version(self, state_version: int = 0) -> None:
         self.counter += 1
         self.state_version = state_version
-        self.timestamp = _now_ms()
+        self.timestamp = wall_clock_ms()
 
     def to_json(self) -> dict[str, Any]:
         return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}

@@ -81,6 +81,7 @@ from rocketq.remoting.command import RemotingCommand, create_request, create_res
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
+from rocketq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from rocketq.metrics.exposition import Family
@@ -428,11 +429,7 @@ class Broker:
 
     async def _stop_periodic(self) -> None:
         tasks, self._periodic = self._periodic, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
     async def __aenter__(self) -> Broker:
         await self.start()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketq.broker.config_file import JsonConfigFile
+from rocketq.broker.config_file import JsonConfigFile, named_objects
 from rocketq.broker.data_version import DataVersion
 from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import as_bool, as_int, as_str
@@ -164,11 +164,7 @@ class SubscriptionGroupManager(JsonConfigFile):
         return f"{len(self.table)} subscription groups"
 
     def decode(self, obj: dict[str, Any]) -> None:
-        table = obj.get("subscriptionGroupTable")
-        if isinstance(table, dict):
-            for name, value in table.items():
-                if isinstance(value, dict) and name:
-                    self.table[str(name)] = SubscriptionGroupConfig.from_json(str(name), value)
+        self.table.update(named_objects(obj, "subscriptionGroupTable", SubscriptionGroupConfig.from_json))
         if "dataVersion" in obj:
             self.data_version = DataVersion.from_json(obj.get("dataVersion"))
         self.top_level_extra = {

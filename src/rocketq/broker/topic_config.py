@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.config_file import JsonConfigFile
+from rocketq.broker.config_file import JsonConfigFile, named_objects
 from rocketq.broker.data_version import DataVersion
 from rocketq.errors import InvalidParameter
 from rocketq.protocol import fastjson
@@ -105,11 +105,7 @@ class TopicConfigManager(JsonConfigFile):
         return f"{len(self.table)} topic configs"
 
     def decode(self, obj: dict[str, Any]) -> None:
-        table = obj.get("topicConfigTable")
-        if isinstance(table, dict):
-            for name, value in table.items():
-                if isinstance(value, dict) and name:
-                    self.table[str(name)] = TopicConfig.from_json(str(name), value)
+        self.table.update(named_objects(obj, "topicConfigTable", TopicConfig.from_json))
         if "dataVersion" in obj:
             self.data_version = DataVersion.from_json(obj.get("dataVersion"))
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,6 +64,8 @@ from rocketq.protocol.topic import (
     TRANS_HALF_TOPIC,
 )
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.tasks import cancel_and_wait
+from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,6 @@ MAX_PENDING = 100_000
 #: Records per trace message at most (RocketMQ's trace dispatcher caps a message at 128 000 B).
 MAX_TRACE_BODY = 128_000
 _SYSTEM_PREFIXES = ("RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _field(value: str | None) -> str:
@@ -179,7 +176,7 @@ class BrokerTracer:
         retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if not retry and not self.traced(topic):
             return
-        now = _now_ms()
+        now = wall_clock_ms()
         for buf in buffers:
             view = decode_record(buf, 0, check_crc=False)
             if view.kind is not RecordKind.MESSAGE:
@@ -198,7 +195,7 @@ class BrokerTracer:
         real = original.properties.get(PROPERTY_RETRY_TOPIC, original.topic)
         if d is None and not self.traced(real):
             return
-        now = _now_ms()
+        now = wall_clock_ms()
         if d is not None:
             self._add(d.client, self._sub_after(d, now, success=False))
         self._add(client, self._retry_pub(group, original, new_topic, result, now))
@@ -208,7 +205,7 @@ class BrokerTracer:
         waiting = self._pending.get((group, topic, queue_id))
         if not waiting:
             return
-        now = _now_ms()
+        now = wall_clock_ms()
         while waiting:
             queue_offset, d = next(iter(waiting.items()))
             if queue_offset >= offset:
@@ -226,7 +223,7 @@ class BrokerTracer:
             return
         record = tr.TraceRecord(
             tr.END_TRANSACTION,
-            timestamp=_now_ms(),
+            timestamp=wall_clock_ms(),
             region_id=self.region,
             group=group,
             topic=topic,
@@ -245,7 +242,7 @@ class BrokerTracer:
     def popped(self, group: str, deliveries: Sequence[tuple[int, MessageExt, int]]) -> None:
         """Pop deliveries: (queue offset, message, delivery attempt from 1). A message popped
         again (its invisible time passed unacked) first fails its previous delivery."""
-        now = _now_ms()
+        now = wall_clock_ms()
         client = self.ctx.broker_addr
         for offset, msg, attempt in deliveries:
             if not self.traced(msg.topic):
@@ -259,7 +256,7 @@ class BrokerTracer:
     def pop_acked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         d = self._take((group, topic, queue_id), offset)
         if d is not None:
-            self._add(d.client, self._sub_after(d, _now_ms(), success=True))
+            self._add(d.client, self._sub_after(d, wall_clock_ms(), success=True))
 
     def pop_nacked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """ChangeInvisibleDuration: the delivery failed, the message comes back later (an ack
@@ -268,13 +265,13 @@ class BrokerTracer:
         d = waiting.get(offset) if waiting is not None else None
         if d is not None and not d.failed:
             d.failed = True
-            self._add(d.client, self._sub_after(d, _now_ms(), success=False))
+            self._add(d.client, self._sub_after(d, wall_clock_ms(), success=False))
 
     def pop_dead_lettered(self, group: str, msg: MessageExt, dlq: str, result: PutMessageResult) -> None:
         d = self._take((group, msg.topic, msg.queue_id), msg.queue_offset)
         if d is None and not self.traced(msg.topic):
             return
-        now = _now_ms()
+        now = wall_clock_ms()
         if d is not None and not d.failed:
             self._add(d.client, self._sub_after(d, now, success=False))
         self._add(self.ctx.broker_addr, self._retry_pub(group, msg, dlq, result, now))
@@ -379,10 +376,7 @@ class BrokerTracer:
     async def stop(self) -> None:
         """Write what is buffered and stop the writer."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self.flush()
 
     async def _run(self) -> None:
@@ -426,7 +420,7 @@ class BrokerTracer:
         for client, text, keys in batch:
             by_client.setdefault(client, []).append((text, keys))
         out: list[BrokerMessage] = []
-        now = _now_ms()
+        now = wall_clock_ms()
         for client, entries in by_client.items():
             start = 0
             while start < len(entries):

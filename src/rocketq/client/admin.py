@@ -46,7 +46,6 @@ from rocketq.errors import (
     ResponseCode,
     TopicNotExist,
 )
-from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import OBJECT_KEYS
 from rocketq.protocol.queue import MessageQueue, message_queue_table
 from rocketq.protocol.route import TopicRouteData
@@ -199,13 +198,13 @@ class AsyncAdmin(AdminMessages):
     async def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every subscription group a broker has, name → its config as RocketMQ's JSON keys
         (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
-        response = await self._broker(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        try:
-            table = fastjson.loads((response.body or b"").decode("utf-8")).get("subscriptionGroupTable")
-        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
-            raise BodyFormatError(f"broker {broker_addr}: subscription groups do not parse: {exc}") from None
-        if not isinstance(table, dict):
-            raise BodyFormatError(f"broker {broker_addr}: no subscriptionGroupTable in the answer")
+        table = await self._broker_table(
+            broker_addr,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+            "subscriptionGroupTable",
+            "subscription groups",
+            "no subscriptionGroupTable in the answer",
+        )
         return {str(k): v for k, v in table.items() if isinstance(v, dict)}
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
@@ -229,10 +228,7 @@ class AsyncAdmin(AdminMessages):
 
     @staticmethod
     def _offset_table(body: bytes, what: str) -> dict[MessageQueue, Any]:
-        try:
-            doc = OBJECT_KEYS.loads(body)
-        except ValueError as exc:
-            raise BodyFormatError(f"{what}: {exc}") from None
+        doc = _object_keys_json(body, what)
         if not isinstance(doc, dict):
             raise BodyFormatError(f"{what}: not a JSON object")
         return message_queue_table(doc.get("offsetTable"))
@@ -247,10 +243,7 @@ class AsyncAdmin(AdminMessages):
         for addr in masters.values():
             response = await self._broker(addr, RequestCode.GET_CONSUME_STATS, fields)
             what = f"consume stats of group {group!r} from {addr}"
-            try:
-                doc = OBJECT_KEYS.loads(response.body)
-            except ValueError as exc:
-                raise BodyFormatError(f"{what}: {exc}") from None
+            doc = _object_keys_json(response.body, what)
             if isinstance(doc, dict) and isinstance(doc.get("consumeTps"), int | float):
                 tps += float(doc["consumeTps"])
             for mq, value in self._offset_table(response.body, what).items():
@@ -312,16 +305,22 @@ class AsyncAdmin(AdminMessages):
         for addr in masters.values():
             response = await self._broker(addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields)
             what = f"consumer status of group {group!r} from {addr}"
-            try:
-                doc = OBJECT_KEYS.loads(response.body)
-            except ValueError as exc:
-                raise BodyFormatError(f"{what}: {exc}") from None
+            doc = _object_keys_json(response.body, what)
             members = doc.get("consumerTable") if isinstance(doc, dict) else None
             for cid, table in (members or {}).items():
                 queues = out.setdefault(str(cid), {})
                 for mq, value in message_queue_table(table).items():
                     queues[mq] = _int(value)
         return {cid: dict(sorted(q.items())) for cid, q in sorted(out.items())}
+
+
+def _object_keys_json(body: bytes, what: str) -> Any:
+    """A broker's object-keyed JSON body (:data:`OBJECT_KEYS`); BodyFormatError naming
+    ``what`` when it does not parse."""
+    try:
+        return OBJECT_KEYS.loads(body)
+    except ValueError as exc:
+        raise BodyFormatError(f"{what}: {exc}") from None
 
 
 def parse_reset_timestamp(text: str, *, now_ms: int | None = None) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Self
+from typing import Any, Self
 
 from rocketq.client.admin_views import BrokerEntry
 from rocketq.client.aio import AsyncProducer, error_for_response
@@ -115,6 +115,19 @@ class AdminRequests:
             raise error_for_response(response, addr)
         return response
 
+    async def _broker_table(self, addr: str, code: int, key: str, what: str, missing: str) -> dict[Any, Any]:
+        """The JSON object under ``key`` in the body of broker ``addr``'s answer to ``code``;
+        BodyFormatError ("broker <addr>: <what> does not parse" or "broker <addr>: <missing>")
+        when the body is not JSON or holds no object there."""
+        response = await self._broker(addr, code)
+        try:
+            table = fastjson.loads((response.body or b"").decode("utf-8")).get(key)
+        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise BodyFormatError(f"broker {addr}: {what} does not parse: {exc}") from None
+        if not isinstance(table, dict):
+            raise BodyFormatError(f"broker {addr}: {missing}")
+        return table
+
     async def _masters(self, cluster: str | None) -> dict[str, str]:
         """Broker name → master address of every broker of ``cluster`` (all clusters if None)."""
         info = await self.cluster_info()
@@ -198,13 +211,13 @@ class AdminRequests:
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         """A broker's runtime figures (GET_BROKER_RUNTIME_INFO's ``table``), what mqadmin's
         ``brokerStatus`` prints."""
-        response = await self._broker(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        try:
-            table = fastjson.loads((response.body or b"").decode("utf-8")).get("table")
-        except (UnicodeDecodeError, ValueError, AttributeError) as exc:
-            raise BodyFormatError(f"broker {broker_addr}: runtime info does not parse: {exc}") from None
-        if not isinstance(table, dict):
-            raise BodyFormatError(f"broker {broker_addr}: no table in the runtime info")
+        table = await self._broker_table(
+            broker_addr,
+            RequestCode.GET_BROKER_RUNTIME_INFO,
+            "table",
+            "runtime info",
+            "no table in the runtime info",
+        )
         return {str(k): str(v) for k, v in table.items()}
 
     async def _dledger_role(self, addr: str) -> tuple[str, str]:

@@ -33,7 +33,6 @@ Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import zlib
@@ -82,6 +81,7 @@ from rocketq.message import (
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +207,7 @@ class AsyncProducer:
         if self._batch_tasks:
             await asyncio.gather(*self._batch_tasks, return_exceptions=True)
         self._state = "shutdown"
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        await cancel_and_wait(self._refresher)
         if self._remoting is not None:
             await self._remoting.close()
         log.info("producer %s shut down", self.group)

@@ -53,7 +53,6 @@ Requests from brokers:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -95,7 +94,8 @@ from rocketq.remoting import (
     create_request,
     create_response,
 )
-from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +196,7 @@ class ConsumerCore(GroupMembership):
             self._state = "shutdown"
             return
         self._state = "stopping"
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         try:
             await self.commit_offsets(raise_errors=False)
             if self._mode == "subscribe":
@@ -303,10 +299,7 @@ class ConsumerCore(GroupMembership):
         handler = self._handlers.get(request.code)
         if handler is not None:
             return await handler(request)
-        if request.is_oneway:
-            return None
-        remark = REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code)
-        return create_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+        return not_supported_response(request)
 
     async def _on_reset_offset(self, request: RemotingCommand) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (220): header ``topic``, ``group``, ``timestamp``,

@@ -25,7 +25,6 @@ synchronous :class:`TransactionProducer` runs them in a worker thread, never on 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import inspect
@@ -61,7 +60,9 @@ from rocketq.message import (
     decode_offset_msg_id,
 )
 from rocketq.protocol.heartbeat import encode_producer_heartbeat
-from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request, create_response
+from rocketq.remoting import Connection, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +185,7 @@ class AsyncTransactionProducer:
         """Stop heartbeating, unregister the group from the brokers, close; idempotent."""
         tasks = [t for t in (self._heartbeater, *self._checks) if t is not None]
         self._heartbeater = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         await self._unregister()
         await self._producer.shutdown()
 
@@ -291,11 +288,7 @@ class AsyncTransactionProducer:
     # -- transaction checks ------------------------------------------------------------------
     async def _on_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if request.code != RequestCode.CHECK_TRANSACTION_STATE:
-            if request.is_oneway:
-                return None
-            return create_response(
-                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported"
-            )
+            return not_supported_response(request, f"request code {request.code} not supported")
         task = asyncio.get_running_loop().create_task(self._check(conn, request))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)

@@ -4,12 +4,13 @@ is read (GET_TOPIC_STATS_INFO) and kept; the rate between two samples is the top
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,8 @@ class TpsSampler:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dashboard-tps-sampler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -52,7 +52,6 @@ controller mode, persisting UPDATE_NAMESRV_CONFIG changes to a properties file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -68,14 +67,17 @@ from rocketq.acl.plain import (
     resolve_acl_file,
 )
 from rocketq.config import field_for_rocketmq_key
-from rocketq.errors import RequestHeaderError, ResponseCode
+from rocketq.errors import ResponseCode
 from rocketq.namesrv.config import DEFAULT_NAMESRV_PORT, NamesrvConfig, rocketmq_key
+from rocketq.namesrv.header_fields import bool_field as _bool_field
+from rocketq.namesrv.header_fields import field as _field
+from rocketq.namesrv.header_fields import int_field as _int_field
+from rocketq.namesrv.header_fields import term_field as _term_field
 from rocketq.namesrv.routes import RemovedBroker, RouteTable
 from rocketq.properties import parse_properties
 from rocketq.protocol import fastjson
 from rocketq.protocol.fastjson import dumps_sorted as dumps
 from rocketq.protocol.route import (
-    DLEDGER_TERM_FIELD,
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     KVTable,
@@ -91,6 +93,7 @@ from rocketq.remoting import (
     create_response,
 )
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK
+from rocketq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from rocketq.metrics.exposition import Family
@@ -110,46 +113,6 @@ CONFIG_BLACK_LIST: Final = frozenset((*_JAVA_BLACK_LIST, "listenPort", "bindAddr
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-# ---------------------------------------------------------------------------------------------
-# Header access
-
-
-def _field(request: RemotingCommand, name: str) -> str:
-    value = request.ext_fields.get(name)
-    if value is None:
-        raise RequestHeaderError(f"request code {request.code}: required header field {name!r} is missing")
-    return value
-
-
-def _int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:
-    value = request.ext_fields.get(name)
-    if value is None:
-        if default is None:
-            raise RequestHeaderError(
-                f"request code {request.code}: required header field {name!r} is missing"
-            )
-        return default
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise RequestHeaderError(
-            f"request code {request.code}: header field {name!r} is not an integer: {value!r:.40}"
-        ) from None
-
-
-def _bool_field(request: RemotingCommand, name: str) -> bool | None:
-    """Java ``Boolean.parseBoolean``; None when absent."""
-    value = request.ext_fields.get(name)
-    return None if value is None else value.strip().lower() == "true"
-
-
-def _term_field(request: RemotingCommand) -> int | None:
-    """The registering broker's DLedger term; None when not sent (not a DLedger broker)."""
-    if request.ext_fields.get(DLEDGER_TERM_FIELD) is None:
-        return None
-    return _int_field(request, DLEDGER_TERM_FIELD)
 
 
 Processor = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]]
@@ -290,10 +253,7 @@ class NameServer:
         if metrics_server is not None:
             await metrics_server.close()
         task, self._scan_task = self._scan_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._server.close()
         log.info("name server on %s closed", self.address)
 

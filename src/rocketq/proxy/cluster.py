@@ -56,14 +56,12 @@ from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_inde
 from rocketq.errors import (
     InvalidParameter,
     InvalidReceiptHandle,
-    MessageBodyTooLarge,
     NoPermission,
     RemoteProtocolError,
     RemotingError,
     ResponseCode,
     RocketqError,
     ServiceNotAvailable,
-    TopicNameInvalid,
     TopicNotExist,
 )
 from rocketq.message import (
@@ -72,17 +70,16 @@ from rocketq.message import (
     MessageExt,
     decode_offset_msg_id,
     encode_properties,
-    validate_topic,
 )
 from rocketq.protocol import record as rec
 from rocketq.protocol.headers import MAX_POLL_MS
 from rocketq.protocol.record import view_to_message
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
-from rocketq.protocol.topic import TopicConfig, is_readable, topic_max_length
+from rocketq.protocol.topic import TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
 from rocketq.proxy.servicer import consumer_group_name as _group_name
-from rocketq.proxy.servicer import receive_batch_size, receive_timing_ms
+from rocketq.proxy.servicer import message_body, receive_batch_size, receive_timing_ms, topic_name
 from rocketq.proxy.session import ClientSessionServicer, ack_entries
 from rocketq.proxy.settings import ServerSettings, reply_settings
 from rocketq.proxy.status import InvalidTransactionId
@@ -215,14 +212,7 @@ class ClusterServicer(ClientSessionServicer):
 
     @staticmethod
     def _topic_name(resource: pb.Resource) -> str:
-        name = resource.name
-        if not name:
-            raise TopicNameInvalid("topic name is empty")
-        try:
-            validate_topic(name, topic_max_length(name))
-        except TopicNameInvalid as exc:
-            raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
-        return name
+        return topic_name(resource)
 
     async def _topic_type(self, topic: str, route_data: TopicRouteData) -> str:
         cached = self._types.get(topic)
@@ -297,12 +287,7 @@ class ClusterServicer(ClientSessionServicer):
 
     async def _send_one(self, message: pb.Message) -> spb.SendResultEntry:
         topic = self._topic_name(message.topic)
-        limit = self.settings.max_body_size_bytes
-        if len(message.body) > limit:
-            raise MessageBodyTooLarge(f"message body {len(message.body)} B exceeds max {limit} B")
-        body = convert.decoded_body(message, limit)
-        if len(body) > limit:
-            raise MessageBodyTooLarge(f"inflated message body exceeds max {limit} B")
+        body = message_body(message, self.settings.max_body_size_bytes)
         route_data = await self.routes.fetch_route(topic)
         message_type = convert.declared_type(message)
         route.check_message_type(topic, await self._topic_type(topic, route_data), message_type)

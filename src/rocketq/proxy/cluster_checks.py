@@ -47,8 +47,9 @@ from rocketq.remoting import (
     RemotingCommand,
     RequestCode,
     create_request,
-    create_response,
 )
+from rocketq.remoting.command import not_supported_response
+from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +129,7 @@ class OrphanChecks:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self.remoting.close()
 
     async def _loop(self) -> None:
@@ -179,11 +177,7 @@ class OrphanChecks:
 
     async def on_request(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if request.code != RequestCode.CHECK_TRANSACTION_STATE:
-            if request.is_oneway:
-                return None
-            return create_response(
-                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported"
-            )
+            return not_supported_response(request, f"request code {request.code} not supported")
         try:
             topic, command = check_command(request, self._names.get(conn.remote_address, ""))
         except (RocketqError, KeyError, ValueError) as exc:

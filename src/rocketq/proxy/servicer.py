@@ -127,6 +127,29 @@ def receive_batch_size(request: spb.ReceiveMessageRequest) -> int:
     return min(request.batch_size, MAX_BATCH_SIZE)
 
 
+def topic_name(resource: pb.Resource) -> str:
+    """The topic a request names; TopicNameInvalid when it is empty or not a valid topic name."""
+    name = resource.name
+    if not name:
+        raise TopicNameInvalid("topic name is empty")
+    try:
+        validate_topic(name, topic_max_length(name))
+    except TopicNameInvalid as exc:
+        raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
+    return name
+
+
+def message_body(message: pb.Message, limit: int) -> bytes:
+    """The body of a message to send, inflated when the client compressed it; MessageBodyTooLarge
+    when the body as sent or as inflated exceeds ``limit`` bytes."""
+    if len(message.body) > limit:
+        raise MessageBodyTooLarge(f"message body {len(message.body)} B exceeds max {limit} B")
+    body = convert.decoded_body(message, limit)
+    if len(body) > limit:
+        raise MessageBodyTooLarge(f"inflated message body exceeds max {limit} B")
+    return body
+
+
 def consumer_group_name(resource: pb.Resource) -> str:
     """The group a consumer request names; InvalidParameter when empty, IllegalConsumerGroup
     when longer than a client may make it."""
@@ -172,13 +195,7 @@ class MessagingServicer(ClientSessionServicer):
         return route.endpoints(self.advertised_host, self.advertised_port())
 
     def _topic(self, resource: pb.Resource) -> TopicConfig:
-        name = resource.name
-        if not name:
-            raise TopicNameInvalid("topic name is empty")
-        try:
-            validate_topic(name, topic_max_length(name))
-        except TopicNameInvalid as exc:
-            raise TopicNameInvalid(f"topic {name[:64]!r} is invalid: {exc}") from None
+        name = topic_name(resource)
         tc = self.ctx.topics.select(name)
         if tc is None:
             raise TopicNotExist(f"topic {name} does not exist; create it first (rocketq admin updateTopic)")
@@ -293,12 +310,7 @@ class MessagingServicer(ClientSessionServicer):
             raise NoPermission(f"topic {topic} is not writeable")
         if tc.write_queue_nums <= 0:
             raise NoPermission(f"topic {topic} has no write queues")
-        limit = self.settings.max_body_size_bytes
-        if len(message.body) > limit:
-            raise MessageBodyTooLarge(f"message body {len(message.body)} B exceeds max {limit} B")
-        body = convert.decoded_body(message, limit)
-        if len(body) > limit:
-            raise MessageBodyTooLarge(f"inflated message body exceeds max {limit} B")
+        body = message_body(message, self.settings.max_body_size_bytes)
         message_type = convert.declared_type(message)
         route.check_message_type(topic, route.topic_message_type(tc), message_type)
         props = convert.store_properties(message, message_type, topic=topic)

@@ -40,13 +40,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rocketq.errors import LocalProtocolError, RemoteProtocolError
+from rocketq.errors import LocalProtocolError, RemoteProtocolError, ResponseCode
 from rocketq.protocol import fastjson
 from rocketq.remoting.codes import (
     CURRENT_VERSION,
     DEFAULT_LANGUAGE,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
+    REQUEST_CODE_NOT_SUPPORTED_REMARK,
     LanguageCode,
     SerializeType,
 )
@@ -198,6 +199,17 @@ class RemotingCommand:
 
 create_request = RemotingCommand.create_request
 create_response = RemotingCommand.create_response
+
+
+def not_supported_response(request: RemotingCommand, remark: str | None = None) -> RemotingCommand | None:
+    """The answer to a request whose code nothing here handles: REQUEST_CODE_NOT_SUPPORTED with
+    ``remark`` (RocketMQ's ``" request type <code> not supported"`` when None), or None for a
+    oneway request, which gets no answer."""
+    if request.is_oneway:
+        return None
+    if remark is None:
+        remark = REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code)
+    return create_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
 
 
 # ---------------------------------------------------------------------------------------------

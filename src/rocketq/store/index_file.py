@@ -93,6 +93,7 @@ from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.mapped_file import MappedFile
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -589,10 +590,6 @@ class QueryOffsetResult:
     index_last_update_phy_offset: int
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class IndexService:
     """The index files of a store: building entries from dispatched messages, and queries."""
 
@@ -601,7 +598,7 @@ class IndexService:
         config: StoreConfig,
         checkpoint: IndexCheckpoint,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
         self.checkpoint = checkpoint

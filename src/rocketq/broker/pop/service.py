@@ -93,6 +93,7 @@ from rocketq.protocol.record import view_to_message
 from rocketq.protocol.topic import DLQ_NUMS_PER_GROUP, PERM_READ, PERM_WRITE, dlq_topic
 from rocketq.store.commitlog import PutMessageStatus
 from rocketq.store.store_queries import GetMessageStatus
+from rocketq.wallclock import wall_clock_ms
 
 if TYPE_CHECKING:
     from rocketq.broker.context import BrokerContext
@@ -139,10 +140,6 @@ class _Read:
     next_offset: int | None = None
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class PopService:
     """Pop / ack / change-invisible / DLQ over the broker's store, with durable state."""
 
@@ -151,7 +148,7 @@ class PopService:
         ctx: BrokerContext,
         *,
         directory: str | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.ctx = ctx
         self.directory = directory or os.path.join(ctx.store.config.store_path_root_dir, "pop")
