@@ -10,7 +10,8 @@ import pytest
 
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.entry_store import EntryStore
-from rocketq.testing.chaos.cluster import ChaosGroup, _cut_unsynced
+from rocketq.testing.chaos.cluster import ChaosGroup
+from rocketq.testing.chaos.power_loss import cut_unsynced
 
 DATA_FILE = 4096
 INDEX_FILE = 32 * 1024
@@ -32,7 +33,7 @@ def test_a_power_loss_keeps_the_flushed_entries_and_a_prefix_of_the_rest(
     home = store.home
     del store  # no close: a close would fsync and checkpoint the rest
 
-    lost = _cut_unsynced(home, {"mappedFileSizeCommitLog": str(DATA_FILE)}, random.Random(seed))
+    lost = cut_unsynced(home, {"mappedFileSizeCommitLog": str(DATA_FILE)}, random.Random(seed))
     assert lost.flushed_index == 9 and lost.written_end == written_end
     assert lost.durable_end <= lost.cut_at <= lost.written_end
     assert 9 <= lost.kept_index <= 39
@@ -56,7 +57,7 @@ def test_a_power_loss_without_a_checkpoint_may_take_everything(tmp_path: pathlib
     del store
     cuts = set()
     for seed in range(30):
-        lost = _cut_unsynced(home, {"mappedFileSizeCommitLog": str(DATA_FILE)}, random.Random(seed))
+        lost = cut_unsynced(home, {"mappedFileSizeCommitLog": str(DATA_FILE)}, random.Random(seed))
         cuts.add(lost.cut_at)
         assert lost.flushed_index == -1 and lost.durable_end == 0
         if lost.written_end == 0:

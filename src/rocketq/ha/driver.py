@@ -1,5 +1,9 @@
 """The asyncio driver of DLedger mode: a :class:`RaftNode` over an :class:`EntryStore` and peers.
 
+One idea: carrying out the pure core's actions (persist, send, apply, acknowledge) on real files
+and sockets, and feeding it what they answer; the parts are in their own modules (transport,
+entry store, event log, config), what stays here is the loop that ties them to the core.
+
 :class:`RaftGroupLog` is the :class:`~rocketq.ha.replicated_log.ReplicatedLog` of a Raft group.
 It owns the core, the entry store and the peer transport, all on one event loop:
 

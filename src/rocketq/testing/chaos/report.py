@@ -147,7 +147,7 @@ def chart(
         raise ImportError("charts need matplotlib: pip install 'rocketq[chaos]'") from exc
     counts, p99 = per_second(acks, duration_s)
     xs = list(range(len(counts)))
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 5))
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 5), layout="constrained")
     top.plot(xs, counts, drawstyle="steps-post", color="tab:blue")
     top.set_ylabel("acked sends/s")
     bottom.plot(xs, [math.nan if v is None else v for v in p99], ".", markersize=3, color="tab:red")
@@ -157,9 +157,16 @@ def chart(
     for w in windows:
         for ax in (top, bottom):
             ax.axvspan(w.start_s, w.end_s, color="0.85", zorder=0)
-        top.text(w.start_s, 0, w.nemesis, rotation=90, fontsize=7, va="bottom")
+        top.text(
+            w.start_s,
+            0.02,
+            w.nemesis,
+            rotation=90,
+            fontsize=7,
+            va="bottom",
+            transform=top.get_xaxis_transform(),
+        )
     top.set_title(title)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
