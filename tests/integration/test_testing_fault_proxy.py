@@ -243,3 +243,150 @@ def test_stop_is_idempotent_and_ends_the_thread(cluster: InProcessCluster) -> No
     run(connect_refused())
     with pytest.raises(ValueError, match="not host:port"):
         FaultProxy("nohost")
+
+
+class _Upstream:
+    """A raw TCP server for the block / loss tests: what each connection received, and its writer."""
+
+    def __init__(self) -> None:
+        self.received: list[bytearray] = []
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got = bytearray()
+            self.received.append(got)
+            self.writers.append(writer)
+            with contextlib.suppress(OSError):
+                while chunk := await reader.read(1 << 16):
+                    got += chunk
+            writer.close()
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def got(self, k: int) -> bytes:
+        return bytes(self.received[k]) if len(self.received) > k else b""
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in self.writers:
+                writer.close()
+
+
+async def _connect(proxy: FaultProxy) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = proxy.listen_addr.split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+def test_block_discards_one_direction_while_the_other_flows_and_heal_resets_the_holed_link() -> None:
+    async def main() -> None:
+        upstream = _Upstream()
+        addr = await upstream.start()
+        try:
+            with FaultProxy(addr) as proxy:
+                reader, writer = await _connect(proxy)
+                writer.write(b"before")
+                await wait_until_async(lambda: upstream.got(0) == b"before", "the first bytes", WAIT_S)
+                assert proxy.block(to_upstream=True) == 0
+                writer.write(b"lost!")
+                await wait_until_async(lambda: proxy.bytes_dropped == 5, "the bytes discarded", WAIT_S)
+                upstream.writers[0].write(b"answer")  # the other direction still flows
+                assert await asyncio.wait_for(reader.readexactly(6), WAIT_S) == b"answer"
+                assert bytes(upstream.received[0]) == b"before" and proxy.connections == 1
+                assert proxy.block(to_upstream=True, on=False) == 1  # the stream has a hole: reset
+                with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+                    await asyncio.wait_for(reader.readexactly(1), WAIT_S)
+                writer.close()
+                _reader2, writer2 = await _connect(proxy)  # a new connection passes everything
+                writer2.write(b"after")
+                await wait_until_async(
+                    lambda: upstream.got(1) == b"after",
+                    "the bytes of the new connection",
+                    WAIT_S,
+                )
+                writer2.close()
+        finally:
+            await upstream.close()
+
+    run(main())
+
+
+def test_heal_leaves_links_that_lost_nothing_and_block_drops_what_is_still_queued() -> None:
+    async def main() -> None:
+        upstream = _Upstream()
+        addr = await upstream.start()
+        try:
+            with FaultProxy(addr) as proxy:
+                _reader, writer = await _connect(proxy)
+                writer.write(b"x")
+                await wait_until_async(lambda: upstream.got(0) == b"x", "the first byte", WAIT_S)
+                proxy.block(to_upstream=False)
+                assert proxy.block(to_upstream=False, on=False) == 0  # nothing was lost: no reset
+                proxy.delay_ms = 60_000
+                upstream.writers[0].write(b"queued")  # held in the proxy by the delay
+                await wait_until_async(lambda: proxy.bytes_to_client == 6, "the answer read", WAIT_S)
+                proxy.block(to_upstream=False)
+                proxy.delay_ms = 0
+                await wait_until_async(lambda: proxy.bytes_dropped == 6, "the queued bytes dropped", WAIT_S)
+                assert proxy.block(to_upstream=False, on=False) == 1
+                writer.close()
+        finally:
+            await upstream.close()
+
+    run(main())
+
+
+def test_block_to_the_client_makes_calls_time_out_and_heal_lets_the_client_reconnect(
+    proxy: FaultProxy,
+) -> None:
+    async def main() -> None:
+        client = RemotingClient()
+        try:
+            assert (await client.invoke(proxy.listen_addr, cluster_info(), 10)).code == 0
+            proxy.block(to_upstream=False)
+            before = proxy.bytes_to_upstream
+            with pytest.raises(RemotingTimeout):
+                await client.invoke(proxy.listen_addr, cluster_info(), 0.5)
+            assert proxy.bytes_to_upstream > before and proxy.bytes_dropped > 0  # answered, then lost
+            assert proxy.block(to_upstream=False, on=False) == 1
+            assert proxy.connections == 0
+
+            async def answered() -> bool:  # the client may try the reset connection once more
+                try:
+                    return (await client.invoke(proxy.listen_addr, cluster_info(), 10)).code == 0
+                except ConnectionClosed:
+                    return False
+
+            await wait_until_async(answered, "an answer on a new connection", WAIT_S)
+            assert proxy.accepted == 2
+        finally:
+            await client.close()
+
+    run(main())
+
+
+def test_loss_rate_resets_links_and_zero_restores_the_link(cluster: InProcessCluster) -> None:
+    with pytest.raises(ValueError, match="probability"):
+        FaultProxy(cluster.namesrv_addr, loss_rate=1.5)
+
+    async def main() -> None:
+        with FaultProxy(cluster.namesrv_addr, loss_rate=1.0, seed=7) as proxy:
+            client = RemotingClient()
+            try:
+                with pytest.raises((ConnectionClosed, RemotingTimeout)):
+                    await client.invoke(proxy.listen_addr, cluster_info(), 5)
+                assert proxy.loss_resets >= 1 and proxy.bytes_to_client == 0
+                proxy.loss_rate = 0
+                assert (await client.invoke(proxy.listen_addr, cluster_info(), 10)).code == 0
+            finally:
+                await client.close()
+
+    run(main())
+
+
+def test_loss_draws_repeat_with_the_same_seed() -> None:
+    a, b = FaultProxy("127.0.0.1:1", loss_rate=0.5, seed=3), FaultProxy("127.0.0.1:1", loss_rate=0.5, seed=3)
+    assert [a.rng.random() for _ in range(20)] == [b.rng.random() for _ in range(20)]

@@ -9,6 +9,9 @@ import threading
 
 import pytest
 
+from _support.tmpfs import fill as fill_disk
+from _support.tmpfs import small_tmpfs
+from rocketq.errors import DiskFull
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.entry_format import CorruptLogError, EntryNotFound, InconsistentAppend, TruncateBelowFloor
 from rocketq.ha.entry_store import EntryStore
@@ -375,3 +378,47 @@ def test_zeros_where_the_checkpoint_says_flushed_are_reported(tmp_path: pathlib.
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptLogError, match="checkpoint says 9 was flushed"):
         open_store(tmp_path)
+
+
+def test_regression_padding_is_taken_back_when_the_next_data_file_cannot_be_created(
+    tmp_path: pathlib.Path,
+) -> None:
+    """An entry that does not fit the rest of a data file pads it with a blank, then creates the
+    next file. On a full disk the padding used to stay: the file counted as full, and the next
+    entry from a leader, placed where the padding was, no longer fitted this log
+    (InconsistentAppend, the Raft member stopped). Now the padding is taken back."""
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        with open_store(disk) as s:
+            s.append(1, b"a" * 3000)  # 3048 of 4096 B used
+            end = s.write_pos
+            filler = fill_disk(disk)
+            with pytest.raises(DiskFull):
+                s.append(1, b"b" * 2000)  # needs the next file
+            assert s.write_pos == end and s.ledger_end_index == 0
+            assert s.next_entry_pos(48 + 500) == end  # a smaller entry still fits here
+            assert s.append_at(1, 1, b"c" * 500, pos=end) == end
+            filler.unlink()
+            assert s.append(1, b"b" * 2000)[1] == DATA  # the padding goes in now, then the next file
+        with open_store(disk) as s:
+            assert [s.get(i).body for i in range(3)] == [b"a" * 3000, b"c" * 500, b"b" * 2000]
+
+
+def test_regression_an_index_file_the_disk_cannot_hold_fails_the_append_before_any_data(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The index record of an entry is written after its data; when that needed a new index file
+    on a full disk, the data stayed written without its record, and the next entry was placed
+    after it (a position no other member had). The index file is now made ready first."""
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        with open_store(disk) as s:
+            for i in range(INDEX // fmt.INDEX_UNIT_SIZE):  # the first index file is full
+                s.append(1, bytes([i]) * 100)
+            end = s.write_pos
+            filler = fill_disk(disk)
+            with pytest.raises(DiskFull):
+                s.append(1, b"x" * 100)  # fits the data file, but needs a new index file
+            assert s.write_pos == end and s.ledger_end_index == 15
+            filler.unlink()
+            assert s.append_at(16, 1, b"y" * 100, pos=end) == end
+        with open_store(disk) as s:
+            assert s.ledger_end_index == 16 and s.get(16).body == b"y" * 100

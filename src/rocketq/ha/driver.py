@@ -1,5 +1,9 @@
 """The asyncio driver of DLedger mode: a :class:`RaftNode` over an :class:`EntryStore` and peers.
 
+One idea: carrying out the pure core's actions (persist, send, apply, acknowledge) on real files
+and sockets, and feeding it what they answer; the parts are in their own modules (transport,
+entry store, event log, config), what stays here is the loop that ties them to the core.
+
 :class:`RaftGroupLog` is the :class:`~rocketq.ha.replicated_log.ReplicatedLog` of a Raft group.
 It owns the core, the entry store and the peer transport, all on one event loop:
 
@@ -54,7 +58,7 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
 
-from rocketq.errors import ConfigError
+from rocketq.errors import ConfigError, DiskFull
 from rocketq.ha.driver_config import DLedgerConfig
 from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, EntryNotFound, EntryStoreError
 from rocketq.ha.entry_store import EntryStore
@@ -98,6 +102,8 @@ __all__ = ["RaftGroupLog", "config_of", "open_group_log"]
 FLUSH_INTERVAL_MS = 10
 #: The leader keeps the bytes of the entries it wrote last, up to this much, for replication.
 SENT_CACHE_BYTES = 16 << 20
+#: After a write fails on a full disk the member takes no messages for this long, then tries again.
+DISK_FULL_RETRY_MS = 1000
 
 
 class _StoreReader:
@@ -170,6 +176,11 @@ class RaftGroupLog:
         self._failed: BaseException | None = None
         self._stopped = False
         self._elog: EventLog | None = None
+        #: A store write failed for want of disk space and none has succeeded since: no
+        #: campaigns, and no messages until ``_disk_full_until`` (loop time)
+        self._disk_full = False
+        self._disk_full_until = 0.0
+        self._proposing_pid = -1
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -187,17 +198,8 @@ class RaftGroupLog:
             ),
         )
         self._store = store
-        store.flush()  # what recovery kept counts as fsynced in the core
-        raft_log = RaftLog.from_store(_term_runs(store), store.ledger_end_index, _StoreReader(store))
-        commit = min(store.committed_index, store.ledger_end_index)
-        self._node = RaftNode(
-            cfg.raft_config(),
-            random.Random(cfg.seed),
-            HardState(store.term, store.voted_for),
-            raft_log,
-            commit_index=commit,
-            applied_index=commit,
-        )
+        self._node = self._core_from_store()
+        commit = self._node.commit_index
         self._committed_pos = store.committed_pos
         if cfg.event_log_path:
             self._elog = EventLog(cfg.event_log_path, cfg.self_id)
@@ -222,6 +224,22 @@ class RaftGroupLog:
             "raft member %s of group %s started: term %d, last index %d, commit %d",
             cfg.self_id, cfg.group, store.term, store.ledger_end_index, commit,
         )  # fmt: skip
+
+    def _core_from_store(self) -> RaftNode:
+        """A Raft core over what the store holds durably: its term and vote, its log (all of it
+        fsynced first), its committed index; as a restart of the member builds it."""
+        store = self.store
+        store.flush()  # what the store holds counts as fsynced in the core
+        raft_log = RaftLog.from_store(_term_runs(store), store.ledger_end_index, _StoreReader(store))
+        commit = min(store.committed_index, store.ledger_end_index)
+        return RaftNode(
+            self.config.raft_config(),
+            random.Random(self.config.seed),
+            HardState(store.term, store.voted_for),
+            raft_log,
+            commit_index=commit,
+            applied_index=commit,
+        )
 
     async def stop(self) -> None:
         if self._stopped:
@@ -312,11 +330,12 @@ class RaftGroupLog:
         self._next_pid += 1
         fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._futures[pid] = (fut, pos)
-        self._proposing, self._proposing_pos = body, pos
+        self._proposing, self._proposing_pos, self._proposing_pid = body, pos, pid
         try:
             self._step(Propose(pid, body))
         finally:
             self._proposing = None
+            self._proposing_pid = -1
         return await fut
 
     def read(self, pos: int, size: int) -> bytes:
@@ -376,6 +395,8 @@ class RaftGroupLog:
     def _deliver(self, message: Message, raw: list[bytes] | None) -> None:
         if self._node is None or self._stopped:
             return
+        if self._disk_full and asyncio.get_running_loop().time() < self._disk_full_until:
+            return  # as if unreachable for a while; the leader resends
         if raw is not None and isinstance(message, Append):
             self._raw = {e.index: (e.term, r) for e, r in zip(message.entries, raw, strict=True)}
         try:
@@ -390,12 +411,14 @@ class RaftGroupLog:
         if self._failed is not None:
             self._events.clear()
             return
-        node = self.node
         self._stepping = True
         try:
             while self._events:
-                for action in node.step(self._events.popleft()):
+                for action in self.node.step(self._events.popleft()):
                     self._do(action)
+        except DiskFull as exc:
+            self._events.clear()
+            self._out_of_disk(exc)
         except BaseException as exc:
             self._failed = exc
             log.critical("raft member %s stopped on %r", self.config.self_id, exc, exc_info=True)
@@ -432,6 +455,12 @@ class RaftGroupLog:
             last = action.entries[-1]
             self._events.append(Persisted(last.index, last.term, False))
             self._flush_wanted.set()
+            if self._disk_full:
+                self._disk_full = False
+                log.warning(
+                    "raft member %s: the disk has room again; writing and campaigning again",
+                    self.config.self_id,
+                )
         elif isinstance(action, Apply):
             store.set_committed_index(action.entries[-1].index)
             self._committed_pos = store.committed_pos
@@ -453,6 +482,36 @@ class RaftGroupLog:
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown raft action {action!r}")
+
+    def _out_of_disk(self, exc: DiskFull) -> None:
+        """A store write (an entry, ``currterm``, the checkpoint before a truncation) failed on a
+        full disk; nothing of it was written. The core is rebuilt from the store, as a restart
+        would, as a follower; pending proposals end indeterminate (TERM_CHANGED), the one being
+        proposed, whose entry was neither written nor sent, with the error. Until a write
+        succeeds the member does not campaign, and it takes no messages for
+        ``DISK_FULL_RETRY_MS`` after each failure, so the others carry on without it."""
+        if not self._disk_full:
+            log.error(
+                "raft member %s: %s; it follows without writing or campaigning until there is room "
+                "(retrying every %d ms)", self.config.self_id, exc, DISK_FULL_RETRY_MS,
+            )  # fmt: skip
+        self._disk_full = True
+        self._disk_full_until = asyncio.get_running_loop().time() + DISK_FULL_RETRY_MS / 1000
+        for pid, (fut, pos) in list(self._futures.items()):
+            if fut.done():
+                continue
+            if pid == self._proposing_pid:
+                fut.set_exception(DiskFull(f"DLedger append not written: {exc}"))
+            else:
+                fut.set_result(AppendResult(AppendStatus.TERM_CHANGED, -1, pos, pos + BODY_OFFSET))
+        self._futures.clear()
+        self._sent_cache.clear()
+        self._sent_cache_bytes = 0
+        self._truncations += 1  # a flush under way reported for the old core: not delivered
+        was = self.node.role
+        self._node = self._core_from_store()
+        if was is not Role.FOLLOWER or self._state.role is not Role.FOLLOWER:
+            self._role_changed(RoleChanged(Role.FOLLOWER, self._node.term, None))
 
     def _cache_sent(self, index: int, raw: bytes) -> None:
         cache = self._sent_cache
@@ -522,12 +581,12 @@ class RaftGroupLog:
             ms = int(carry)
             if ms > 0:
                 carry -= ms
-                self._step(Tick(ms))
+                if not self._disk_full:  # no campaign while writes fail
+                    self._step(Tick(ms))
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
         store = self.store
-        node = self.node
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
@@ -536,6 +595,7 @@ class RaftGroupLog:
             if generation != self._truncations:
                 self._flush_wanted.set()  # the log changed under the fsync: report the next one
                 continue
+            node = self.node
             if 0 <= flushed <= node.log.last_index:
                 self._step(Persisted(flushed, node.log.term_at(flushed), True))
             if self.config.ack_policy is AckPolicy.APPENDED:
@@ -549,7 +609,11 @@ class RaftGroupLog:
             await asyncio.sleep(self.config.checkpoint_interval_ms / 1000)
             if store.committed_index != written or store.flushed_index != store.checkpoint_flushed:
                 written = store.committed_index
-                await loop.run_in_executor(self._executor, store.persist_checkpoint)
+                try:
+                    await loop.run_in_executor(self._executor, store.persist_checkpoint)
+                except DiskFull as exc:  # the last one written stays; try again next time
+                    log.warning("raft member %s: checkpoint not written: %s", self.config.self_id, exc)
+                    written = -2
 
 
 def config_of(spec: LedgerSpec) -> DLedgerConfig:

@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from rocketq.errors import DiskFull
 from rocketq.fileio import durable_replace
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.entry_format import (
@@ -354,6 +355,7 @@ class EntryStore:
         """Write entry bytes at their position (padding first), then the index record."""
         if self._closed:
             raise EntryStoreError("entry store is closed")
+        self._index_file_for(h.index)  # first: a full disk fails here, before any data is written
         last = self.data.last()
         if last is None:
             last = self.data.get_last_mapped_file(self.start_offset)
@@ -361,8 +363,16 @@ class EntryStore:
             last = self.data.get_last_mapped_file()
         assert last is not None
         if fmt.needs_blank(len(data), self.data_file_size - last.wrote_position):
-            last.append(fmt.encode_blank(self.data_file_size - last.wrote_position))
-            last = self.data.get_last_mapped_file()
+            padded, at = last, last.wrote_position
+            padded.append(fmt.encode_blank(self.data_file_size - at))
+            try:
+                last = self.data.get_last_mapped_file()
+            except DiskFull:
+                # no next data file: take the padding back, so that the log stays as it was (the
+                # next entry, another leader's say, may fit where the padding would have been)
+                padded.write_target[at : at + fmt.MIN_BLANK_LEN] = bytes(fmt.MIN_BLANK_LEN)
+                padded.wrote_position = at
+                raise
             assert last is not None
         if last.file_from_offset + last.wrote_position != h.pos or not last.append(data):
             raise CorruptLogError(f"entry {h.index} cannot be written at {h.pos}")
@@ -371,12 +381,18 @@ class EntryStore:
         if self.begin_index < 0:
             self.begin_index = h.index
 
-    def index_append(self, index: int, record: bytes) -> None:
+    def _index_file_for(self, index: int) -> MappedFile:
+        """The index file record ``index`` goes into, created (and later records cut) if needed."""
         off = index * INDEX_UNIT_SIZE
         if self.index.max_wrote_position != off or self.index.last() is None:
             self.index_reset_to(off)
         last = self.index.get_last_mapped_file(off)
         assert last is not None
+        return last
+
+    def index_append(self, index: int, record: bytes) -> None:
+        off = index * INDEX_UNIT_SIZE
+        last = self._index_file_for(index)
         if last.file_from_offset + last.wrote_position != off or not last.append(record):
             raise CorruptLogError(f"index record {index} cannot be written at {off}")
 

@@ -19,13 +19,36 @@ Faults (each takes effect on the proxy's loop before the method returns):
 ``refuse(True)``       connections accepted from now on are reset at once; ``refuse(False)`` ends it
 ``delay_ms = N``       each chunk is held N ms before it is delivered, in both directions (order
                        kept; applies to chunks read after the change)
+``block(up, True)``    a one-way partition: the bytes of one direction (``up``: client →
+                       upstream, else upstream → client) are read and **discarded**, also those
+                       still queued (delayed or paused) in that direction; the other direction
+                       flows. Connections stay open, so neither peer notices anything but
+                       silence, and new connections are accepted (their bytes are discarded too)
+``block(up, False)``   heal that direction: every link that discarded bytes of it is **reset**
+                       (RST to both peers), since a TCP stream with a hole cannot go on; the
+                       peers reconnect. This is what a long partition does to a real TCP
+                       connection (retransmissions time out, the connection dies); links that
+                       lost nothing go on untouched
+``loss_rate = p``      a lossy link: each chunk read (either direction) is, with probability
+                       ``p``, not delivered and its link reset instead (TCP cannot lose a few
+                       bytes without corrupting the stream; what a peer sees of a lossy path is
+                       stalls and broken connections). Chunks are what one read returned (up to
+                       64 KiB); ``seed`` makes the draws repeatable
 =====================  =========================================================================
+
+Why discard rather than hold for a partition: bytes held and delivered on heal are what TCP
+does for a partition shorter than its retransmission timeout (``pause()`` models that); a
+network partition proper loses what was sent across it, and the peers find out only by
+silence and, later, by broken connections. Held bytes would deliver stale messages long after
+the fact, which a real network does not.
 
 Invariants: bytes leave a direction in the order they arrived; a link whose one side closes
 delivers what it still holds to the other side, then closes it; reading from one side pauses
 while the other side's write buffer is above its high-water mark (back-pressure), and while the
 proxy is paused. Counters (``bytes_to_upstream``, ``bytes_to_client``) count what the proxy read
-from each side, whether or not it was delivered yet.
+from each side, whether or not it was delivered yet; ``bytes_dropped`` what ``block`` discarded,
+``loss_resets`` the links ``loss_rate`` reset. With no block and ``loss_rate`` 0 (the defaults)
+nothing is ever discarded.
 """
 
 from __future__ import annotations
@@ -35,6 +58,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import random
 import socket
 import struct
 import threading
@@ -89,6 +113,8 @@ class _Direction:
         #: queue is delivered) or "lost" (closed: close the destination once it is delivered).
         self.end: str | None = None
         self.finished = False
+        #: Bytes of this direction were discarded by ``block``: the link is reset when it heals.
+        self.holed = False
 
     @property
     def dest(self) -> asyncio.Transport | None:
@@ -100,6 +126,13 @@ class _Direction:
             proxy.bytes_to_upstream += len(data)
         else:
             proxy.bytes_to_client += len(data)
+        if proxy.blocking[self.to_upstream]:
+            self.discard(len(data))
+            return
+        if proxy.loss_rate > 0 and proxy.rng.random() < proxy.loss_rate:
+            proxy.loss_resets += 1
+            self.link.reset()
+            return
         dest = self.dest
         delay_s = proxy.delay_ms / 1000
         if not self.queue and delay_s <= 0 and not proxy.paused and dest is not None:
@@ -121,6 +154,9 @@ class _Direction:
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
                 continue
+            if proxy.blocking[self.to_upstream]:
+                self.discard(len(self.queue.popleft()[1]))
+                continue
             if proxy.paused:
                 await proxy.resumed.wait()
                 continue
@@ -132,6 +168,11 @@ class _Direction:
             dest.write(data)
         if not self.queue and self.end is not None:
             self.finish()
+
+    def discard(self, size: int) -> None:
+        """Bytes of this direction are lost to a block: the stream has a hole from now on."""
+        self.link.proxy.bytes_dropped += size
+        self.holed = True
 
     def source_ended(self, how: str) -> None:
         self.end = how
@@ -305,11 +346,27 @@ class FaultProxy:
     ...     proxy.pause(); ...; proxy.resume()
     """
 
-    def __init__(self, upstream: str, *, listen_port: int = 0, delay_ms: float = 0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        listen_port: int = 0,
+        delay_ms: float = 0,
+        loss_rate: float = 0,
+        seed: int | None = None,
+    ) -> None:
         self.upstream = upstream
         self.upstream_host, self.upstream_port = _split_addr(upstream)
         self.listen_port = listen_port
         self.delay_ms = delay_ms
+        self.loss_rate = loss_rate
+        #: The draws of ``loss_rate`` (used on the proxy's loop only).
+        self.rng = random.Random(seed)
+        #: Directions discarding their bytes, by ``to_upstream`` (see :meth:`block`).
+        self.blocking = {True: False, False: False}
+        #: Bytes discarded by ``block``; links reset by ``loss_rate``.
+        self.bytes_dropped = 0
+        self.loss_resets = 0
         #: Bytes read from clients / from the upstream since start.
         self.bytes_to_upstream = 0
         self.bytes_to_client = 0
@@ -337,6 +394,17 @@ class FaultProxy:
         if value < 0:
             raise ValueError(f"delay_ms={value} is negative")
         self._delay_ms = float(value)
+
+    @property
+    def loss_rate(self) -> float:
+        """Probability, per chunk read, that the chunk is lost and its link reset (0 = never)."""
+        return self._loss_rate
+
+    @loss_rate.setter
+    def loss_rate(self, value: float) -> None:
+        if not 0 <= value <= 1:
+            raise ValueError(f"loss_rate={value} is not a probability in [0, 1]")
+        self._loss_rate = float(value)
 
     @property
     def listen_addr(self) -> str:
@@ -420,6 +488,13 @@ class FaultProxy:
         """Reset connections accepted from now on (``on``), or accept them again."""
         self._call(lambda: setattr(self, "refusing", on))
 
+    def block(self, to_upstream: bool, on: bool = True) -> int:
+        """Discard the bytes of one direction (``on``: a one-way partition), or heal it.
+
+        ``to_upstream``: client → upstream, else upstream → client. Healing resets every link
+        that lost bytes of that direction (returns how many); blocking returns 0."""
+        return self._call(lambda: self._block(to_upstream, on))
+
     # -- loop side ------------------------------------------------------------------------------
     def _call(self, fn: Callable[[], T]) -> T:
         loop = self._loop
@@ -468,6 +543,22 @@ class FaultProxy:
             for direction in (link.up, link.down):
                 if direction.queue:
                     direction.wake()
+
+    def _block(self, to_upstream: bool, on: bool) -> int:
+        self.blocking[to_upstream] = on
+        if on:
+            for link in self.links:  # what is still queued that way is lost as well
+                direction = link.up if to_upstream else link.down
+                if direction.queue:
+                    direction.discard(sum(len(chunk) for _due, chunk in direction.queue))
+                    direction.drop()
+            return 0
+        holed = [
+            link for link in self.links if (link.up if to_upstream else link.down).holed and not link.closed
+        ]
+        for link in holed:
+            link.reset()
+        return len(holed)
 
     def _cut(self) -> int:
         links = list(self.links)
