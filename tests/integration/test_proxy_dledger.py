@@ -40,7 +40,7 @@ WAIT_S = 45.0
 #: up to 80 % of it, at most its FAILOVER_WAIT_S (15 s)
 CALL_S = 20.0
 #: from SIGKILL of the master to the first send acknowledged through the proxy (measured on the
-#: shared 2-core machine: 2.0 to 2.6 s)
+#: shared 2-core machine: about 2.5 s)
 FAILOVER_BOUND_S = 15.0
 META = (("x-mq-client-id", "dledger-grpc-test@1"),)
 _BROKER_LINE = re.compile(r"^\s+broker\s+(\S+:\d+)\s+\(\S+, brokerId (\d+), (\w+), pid (\d+)\)", re.MULTILINE)
