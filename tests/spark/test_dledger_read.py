@@ -1,6 +1,7 @@
 """The ``rocketq`` data source against a DLedger group of three broker processes
 (``rocketq serve --dledger 3``): a batch read finds every message sent, on the master; after a
-SIGKILL of the master the same messages at the same offsets on the new master; and after a
+SIGKILL of the master the same messages at the same offsets on the new master (and a partition
+planned on the dead master reads on from another member); and after a
 SIGKILL of that one too (no quorum, no master left) the same again from the last follower, which
 serves what was committed.
 
@@ -11,6 +12,7 @@ kills nothing but the broker processes whose pids the serve banner prints.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pathlib
 import re
@@ -25,6 +27,8 @@ from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
 from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.spark.batch import QueuePartition, read_partition
+from rocketq.spark.offsets import QueueRef
 
 TOPIC = "SparkGroupT"
 BROKER = "broker-a"
@@ -110,7 +114,18 @@ def _read(spark: Any, namesrv: str) -> list[tuple[int, int, bytes]]:
     return sorted((r["queueId"], r["queueOffset"], bytes(r["body"])) for r in rows)
 
 
-def test_a_batch_read_sees_the_same_committed_messages_on_every_member(spark: Any, group: Group) -> None:
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie until ``serve`` reaps it counts as gone)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def test_a_batch_read_sees_the_same_committed_messages_on_every_member(
+    spark: Any, group: Group, caplog: pytest.LogCaptureFixture
+) -> None:
     with Admin(group.namesrv) as admin:
         wait_until(lambda: 0 in group.members(admin), "a master", WAIT_S)
         admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
@@ -130,6 +145,25 @@ def test_a_batch_read_sees_the_same_committed_messages_on_every_member(spark: An
         # the master dies: the group elects another, and the read goes there
         first = group.members(admin)[0]
         os.kill(group.pids[first], signal.SIGKILL)
+        wait_until(lambda: _gone(group.pids[first]), "the killed master gone", WAIT_S)
+        # a partition planned on the old master finds another member and reads on there
+        queue0 = [(o, body) for q, o, body in on_master if q == 0]
+        part = QueuePartition(
+            ref=QueueRef(TOPIC, BROKER, 0),
+            addr=first,
+            start=0,
+            end=len(queue0),
+            tags=None,
+            offsets=None,
+            fail_on_data_loss=True,
+            pull_batch_size=32,
+            request_timeout_ms=5000,
+            name_server=group.namesrv,
+        )
+        caplog.set_level(logging.WARNING, logger="rocketq.spark.batch")
+        rerouted = [(r["queueOffset"], r["body"]) for b in read_partition(part) for r in b.to_pylist()]
+        assert rerouted == queue0
+        assert f"{first} stopped answering" in caplog.text
         second = wait_until(
             lambda: (m := group.members(admin).get(0)) not in (None, first) and m, "a new master", WAIT_S
         )
