@@ -1,7 +1,8 @@
 """Store jobs on DLedger stores, on a local Spark session and from the command line.
 
 The store is written by ``DLedgerMessageStore`` on a group of one (the CommitLog inside the entry
-store's data files, 128 KiB each) and shut down cleanly; the adopted one was a plain store first.
+store's data files, 128 KiB each) and shut down cleanly; the adopted one was a plain store first;
+the last ones by a group of three broker processes (``rocketq serve --dledger 3``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from _support.procs import RocketqProcess
+from _support.wait import wait_until
 from rocketq.cli import main
+from rocketq.client import Admin, Producer, SendStatus
 from rocketq.config import StoreConfig
 from rocketq.ha import entry_format as fmt
 from rocketq.message import Message
@@ -136,3 +140,36 @@ def test_an_adopted_store_verifies_fully(spark: Any, tmp_path: pathlib.Path) -> 
     damaged = jobs.verify(spark, str(root))
     assert [d.offset for d in damaged.damage] == [hit]
     assert "illegal magic" in damaged.damage[0].reason
+
+
+def test_the_stores_of_a_real_group_verify_clean_with_the_same_records(
+    spark: Any, tmp_path: pathlib.Path
+) -> None:
+    """``rocketq serve --dledger 3``, 300 messages, a clean stop: each member's store verifies clean
+    and holds the same records at the same offsets (followers write the leader's entry bytes)."""
+    data = tmp_path / "data"
+    args = ["serve", "--dledger", "3", "--data-dir", str(data), "--namesrv-port", "0"]
+    args += ["--broker-port", "0", "--grpc-port", "-1"]
+    serve = RocketqProcess("serve-dledger3", args, tmp_path / "logs")
+    try:
+        namesrv = serve.wait_banner(["name server", "broker"], 45.0)["name server"]
+        with Admin(namesrv) as admin:
+            admin.create_topic("JobsGroupT", 4, 4, cluster="DefaultCluster")
+            wait_until(lambda: len(admin.topic_route("JobsGroupT").queue_datas) > 0, "the route", 45.0, 0.2)
+        with Producer("JobsGroupPG", namesrv_addr=namesrv) as producer:
+            sent = [producer.send(Message("JobsGroupT", f"g-{i}".encode() * 20)) for i in range(300)]
+        assert all(r.status is SendStatus.SEND_OK for r in sent)
+    finally:
+        serve.stop()
+    exported = {}
+    for member in ("n0", "n1", "n2"):
+        root = data / f"broker-a-{member}"
+        report = jobs.verify(spark, str(root))
+        assert report.ok, report.summary()
+        assert report.records == 300, report.summary()
+        rows = (
+            jobs.read_commitlog(spark, str(root)).select("topic", "queueId", "queueOffset", "body").collect()
+        )
+        exported[member] = sorted((r["queueId"], r["queueOffset"], bytes(r["body"])) for r in rows)
+    assert exported["n0"] == exported["n1"] == exported["n2"]
+    assert sorted(body for _, _, body in exported["n0"]) == sorted(f"g-{i}".encode() * 20 for i in range(300))
