@@ -113,6 +113,7 @@ def test_command_line_verify_reports_a_corrupted_entry_at_its_offset(
     assert f"DAMAGE at offset {entry_pos} (position {entry_pos % SEGMENT}): entry " in text
     assert "bodyCrc" in text and f"DAMAGED: first damage at offset {entry_pos}" in text
     assert f"{COUNT} records" in text  # the entry's size holds: the walk went on after it
+    assert "(DLedger entries)" in text
 
 
 def test_an_adopted_store_verifies_fully(spark: Any, tmp_path: pathlib.Path) -> None:

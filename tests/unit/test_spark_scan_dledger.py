@@ -190,6 +190,7 @@ def test_an_adopted_store_verifies_old_segments_and_entries(store_config: StoreC
     assert sum(s.records for s in merged) == 200
     # the padded last old segment ends with a BLANK, as every full segment does
     assert [s.end_kind for s in merged[:-1]] == ["blank"] * (len(merged) - 1)
+    assert [s.layout for s in merged] == [s.layout for s in segments]
     rows = _exported(root)
     assert sorted(bytes(r["body"]) for r in rows) == sorted([*old.values(), *new.values()])  # type: ignore[arg-type]
 
