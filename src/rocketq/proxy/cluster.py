@@ -14,14 +14,18 @@ brokers, like RocketMQ 5's proxy in cluster mode::
                               of its masters (cached ``TOPIC_TYPE_TTL_S``)
     SendMessage               SEND_MESSAGE_V2 (310) to the master of the chosen queue: FIFO by
                               hash of the message group over the writable queues of all masters,
-                              others round-robin; TRANSACTION as a half (sysFlag PREPARED)
+                              others round-robin; TRANSACTION as a half (sysFlag PREPARED); a
+                              definite refusal (no master, connection refused, codes 14 and 2)
+                              is retried with the route fetched again, on another broker when
+                              there is one (:mod:`rocketq.proxy.failover`)
     EndTransaction            END_TRANSACTION (37, oneway) to the broker holding the half
     Heartbeat, Telemetry,     answered by the proxy (settings as in local mode)
     NotifyClientTermination
     QueryAssignment           every readable queue of each master broker (as QueryRoute)
     ReceiveMessage            POP_MESSAGE (200050, queueId -1) to the master named by the
                               request's queue, else to the next readable master (round-robin);
-                              long poll capped at ``MAX_POLL_MS``
+                              long poll capped at ``MAX_POLL_MS``; definite refusals retried as
+                              for SendMessage (pops go to masters only, as in RocketMQ 5)
     AckMessage                ACK_MESSAGE (200051) to the broker named in the receipt handle
     ChangeInvisibleDuration   CHANGE_MESSAGE_INVISIBLETIME (200053), same broker; new handle
     ForwardMessageTo-         CONSUMER_SEND_MSG_BACK (36, delay level -1: straight to
@@ -62,6 +66,7 @@ from rocketq.errors import (
     ResponseCode,
     RocketqError,
     ServiceNotAvailable,
+    SystemBusy,
     TopicNotExist,
 )
 from rocketq.message import (
@@ -73,11 +78,13 @@ from rocketq.message import (
 )
 from rocketq.protocol import record as rec
 from rocketq.protocol.headers import MAX_POLL_MS
+from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.record import view_to_message
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
-from rocketq.protocol.topic import TopicConfig, is_readable
+from rocketq.protocol.topic import PERM_WRITE, TopicConfig, is_readable
 from rocketq.proxy import convert, route, status
 from rocketq.proxy.cluster_checks import OrphanChecks, encode_transaction_id
+from rocketq.proxy.failover import NoMaster, retry_deadline, retrying
 from rocketq.proxy.servicer import consumer_group_name as _group_name
 from rocketq.proxy.servicer import message_body, receive_batch_size, receive_timing_ms, topic_name
 from rocketq.proxy.session import ClientSessionServicer, ack_entries
@@ -86,7 +93,7 @@ from rocketq.proxy.status import InvalidTransactionId
 from rocketq.proxy.telemetry import Session
 from rocketq.proxy.v2 import definition_pb2 as pb
 from rocketq.proxy.v2 import service_pb2 as spb
-from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +103,9 @@ TOPIC_TYPE_TTL_S = 10.0
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
 #: ``commitOrRollback`` of END_TRANSACTION.
 END_COMMIT, END_ROLLBACK = 8, 12
+#: How long a send or receive refused by a broker group without a writable master waits for one
+#: at most (less when the call's deadline is nearer; :mod:`rocketq.proxy.failover`).
+FAILOVER_WAIT_S = 15.0
 NOT_IN_PROXY_MODE = "not supported in proxy mode yet; connect to the broker's own gRPC endpoint"
 
 
@@ -186,8 +196,10 @@ class ClusterServicer(ClientSessionServicer):
         advertised_port: Callable[[], int],
         server_settings: ServerSettings | None = None,
         timeout_s: float = 5.0,
+        failover_wait_s: float = FAILOVER_WAIT_S,
     ) -> None:
         super().__init__()
+        self.failover_wait_s = failover_wait_s
         self.remoting = remoting
         self.routes = RouteCache(remoting, list(namesrv_addrs), timeout_s)
         self.timeout_s = timeout_s
@@ -278,28 +290,41 @@ class ClusterServicer(ClientSessionServicer):
         if not request.messages:
             return spb.SendMessageResponse(status=status.status(pb.BAD_REQUEST, "no message to send"))
         entries: list[spb.SendResultEntry] = []
+        deadline = retry_deadline(context, self.failover_wait_s)
         try:
             for message in request.messages:
-                entries.append(await self._send_one(message))
+                entries.append(await self._send_one(message, deadline))
         except Exception as exc:
             return spb.SendMessageResponse(status=_error("SendMessage", exc))
         return spb.SendMessageResponse(status=status.ok(), entries=entries)
 
-    async def _send_one(self, message: pb.Message) -> spb.SendResultEntry:
+    def _send_queue(
+        self, topic: str, route_data: TopicRouteData, fifo_group: str | None, avoid: str | None
+    ) -> tuple[MessageQueue, str]:
+        """The queue a message goes to and its master's address: FIFO by the hash of the message
+        group, others round-robin, preferring a broker other than ``avoid`` (the one that just
+        refused it)."""
+        info = TopicPublishInfo.from_route(topic, route_data)
+        if not info.queues:
+            masterless = _masterless_writers(route_data)
+            if masterless:
+                raise NoMaster(f"topic {topic}: broker {', '.join(masterless)} has no master (fail-over?)")
+            raise NoPermission(f"topic {topic} has no writable queue on a master broker")
+        queues = info.queues
+        if fifo_group is not None:
+            mq = queues[hash_queue_index(fifo_group, len(queues))]
+        else:
+            others = [q for q in queues if q.broker_name != avoid] or list(queues)
+            mq = others[next(self._rr) % len(others)]
+        return mq, info.broker_addrs[mq.broker_name]
+
+    async def _send_one(self, message: pb.Message, deadline: float) -> spb.SendResultEntry:
         topic = self._topic_name(message.topic)
         body = message_body(message, self.settings.max_body_size_bytes)
         route_data = await self.routes.fetch_route(topic)
         message_type = convert.declared_type(message)
         route.check_message_type(topic, await self._topic_type(topic, route_data), message_type)
         props = convert.store_properties(message, message_type, topic=topic)
-        info = TopicPublishInfo.from_route(topic, route_data)
-        if not info.queues:
-            raise NoPermission(f"topic {topic} has no writable queue on a master broker")
-        if message_type == pb.FIFO:
-            mq = info.queues[hash_queue_index(message.system_properties.message_group, len(info.queues))]
-        else:
-            mq = info.queues[next(self._rr) % len(info.queues)]
-        addr = info.broker_addrs[mq.broker_name]
         half = message_type == pb.TRANSACTION
         now_ms = time.time_ns() // 1_000_000
         fields: dict[str, object] = {
@@ -307,7 +332,7 @@ class ClusterServicer(ClientSessionServicer):
             "b": topic,
             "c": "TBW102",
             "d": 4,
-            "e": mq.queue_id,
+            "e": 0,
             "f": SYS_FLAG_TRANSACTION_PREPARED if half else 0,
             "g": convert.born_timestamp_ms(message, now_ms),
             "h": 0,
@@ -315,14 +340,29 @@ class ClusterServicer(ClientSessionServicer):
             "j": 0,
             "k": False,
             "m": False,
-            "n": mq.broker_name,
+            "n": "",
         }
-        req = create_request(RequestCode.SEND_MESSAGE_V2, fields, body)
-        response = await self.remoting.invoke(addr, req, self.timeout_s)
-        if response.code != ResponseCode.SUCCESS:
-            raise _send_error(
-                response.code, f"broker {mq.broker_name} refused the message: {response.remark}"
-            )
+        fifo_group = message.system_properties.message_group if message_type == pb.FIFO else None
+        routes: list[TopicRouteData] = [route_data]
+        tries: list[str | None] = []  # per attempt: the broker that refused it, if it got that far
+
+        async def attempt() -> tuple[MessageQueue, RemotingCommand]:
+            if tries:  # refused: the group may have a new master by now
+                routes[0] = await self.routes.fetch_route(topic)
+            avoid = tries[-1] if tries else None
+            tries.append(None)
+            mq, addr = self._send_queue(topic, routes[0], fifo_group, avoid)
+            tries[-1] = mq.broker_name
+            fields["e"], fields["n"] = mq.queue_id, mq.broker_name
+            req = create_request(RequestCode.SEND_MESSAGE_V2, fields, body)
+            response = await self.remoting.invoke(addr, req, self.timeout_s)
+            if response.code != ResponseCode.SUCCESS:
+                raise _send_error(
+                    response.code, f"broker {mq.broker_name} at {addr} refused the message: {response.remark}"
+                )
+            return mq, response
+
+        mq, response = await retrying(deadline, f"send to topic {topic}", attempt)
         ext = response.ext_fields
         queue_offset = int(ext.get("queueOffset", -1))
         transaction_id = ""
@@ -415,37 +455,48 @@ class ClusterServicer(ClientSessionServicer):
         try:
             topic = self._topic_name(request.message_queue.topic)
             group = _group_name(request.group)
-            invisible_ms, poll_ms = receive_timing_ms(request, context)
-            poll_ms = min(poll_ms, MAX_POLL_MS)
-            route_data = await self.routes.fetch_route(topic)
-            brokers = self._readable_brokers(route_data)
-            wanted = request.message_queue.broker.name
-            if wanted in brokers:
-                broker_name = wanted
-            elif brokers:
-                broker_name = brokers[next(self._rr) % len(brokers)]
-            else:
-                raise NoPermission(f"topic {topic} has no readable queue on a master broker")
-            addr = self._master(route_data, broker_name)
-            assert addr is not None  # _readable_brokers only names brokers with a master
-            expression = request.filter_expression
-            fields: dict[str, object] = {
-                "consumerGroup": group,
-                "topic": topic,
-                "queueId": -1,
-                "maxMsgNums": receive_batch_size(request),
-                "invisibleTime": invisible_ms,
-                "pollTime": poll_ms,
-                "bornTime": time.time_ns() // 1_000_000,
-                "initMode": 0,
-                "expType": "SQL92" if expression.type == pb.SQL else "TAG",
-                "exp": expression.expression or "*",
-                "order": "false",
-            }
-            req = create_request(RequestCode.POP_MESSAGE, fields)
-            response = await self.remoting.invoke(addr, req, poll_ms / 1000 + self.timeout_s)
-            if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
-                raise _remoting_error(response.code, f"broker {broker_name}: {response.remark}")
+            invisible_ms, _ = receive_timing_ms(request, context)
+            deadline = retry_deadline(context, self.failover_wait_s)
+
+            async def attempt() -> tuple[str, RemotingCommand]:
+                # the long poll ends before the call's deadline, also after refused attempts
+                poll_ms = min(receive_timing_ms(request, context)[1], MAX_POLL_MS)
+                route_data = await self.routes.fetch_route(topic)
+                brokers = self._readable_brokers(route_data)
+                wanted = request.message_queue.broker.name
+                if wanted in brokers:
+                    broker_name = wanted
+                elif brokers:
+                    broker_name = brokers[next(self._rr) % len(brokers)]
+                elif masterless := _masterless_readers(route_data):
+                    raise NoMaster(
+                        f"topic {topic}: broker {', '.join(masterless)} has no master (fail-over?)"
+                    )
+                else:
+                    raise NoPermission(f"topic {topic} has no readable queue on a master broker")
+                addr = self._master(route_data, broker_name)
+                assert addr is not None  # _readable_brokers only names brokers with a master
+                expression = request.filter_expression
+                fields: dict[str, object] = {
+                    "consumerGroup": group,
+                    "topic": topic,
+                    "queueId": -1,
+                    "maxMsgNums": receive_batch_size(request),
+                    "invisibleTime": invisible_ms,
+                    "pollTime": poll_ms,
+                    "bornTime": time.time_ns() // 1_000_000,
+                    "initMode": 0,
+                    "expType": "SQL92" if expression.type == pb.SQL else "TAG",
+                    "exp": expression.expression or "*",
+                    "order": "false",
+                }
+                req = create_request(RequestCode.POP_MESSAGE, fields)
+                response = await self.remoting.invoke(addr, req, poll_ms / 1000 + self.timeout_s)
+                if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
+                    raise _remoting_error(response.code, f"broker {broker_name} at {addr}: {response.remark}")
+                return broker_name, response
+
+            broker_name, response = await retrying(deadline, f"receive from topic {topic}", attempt)
             popped = decode_popped(response.body or b"") if response.code == ResponseCode.SUCCESS else []
         except Exception as exc:
             yield spb.ReceiveMessageResponse(status=_error("ReceiveMessage", exc))
@@ -561,7 +612,35 @@ class ClusterServicer(ClientSessionServicer):
         return spb.ForwardMessageToDeadLetterQueueResponse(status=status.ok())
 
 
+def _masterless_writers(route_data: TopicRouteData) -> list[str]:
+    """Broker names the route gives writable queues but no master (their group is electing one)."""
+    masters = {bd.broker_name for bd in route_data.broker_datas if bd.broker_addrs.get(MASTER_ID)}
+    return sorted(
+        {
+            qd.broker_name
+            for qd in route_data.queue_datas
+            if qd.perm & PERM_WRITE and qd.write_queue_nums > 0 and qd.broker_name not in masters
+        }
+    )
+
+
+def _masterless_readers(route_data: TopicRouteData) -> list[str]:
+    """Broker names the route gives readable queues but no master."""
+    masters = {bd.broker_name for bd in route_data.broker_datas if bd.broker_addrs.get(MASTER_ID)}
+    return sorted(
+        {
+            qd.broker_name
+            for qd in route_data.queue_datas
+            if is_readable(qd.perm) and qd.read_queue_nums > 0 and qd.broker_name not in masters
+        }
+    )
+
+
 def _send_error(code: int, text: str) -> RocketqError:
+    if code == ResponseCode.SERVICE_NOT_AVAILABLE:
+        return ServiceNotAvailable(text)
+    if code == ResponseCode.SYSTEM_BUSY:
+        return SystemBusy(text)
     if code == ResponseCode.TOPIC_NOT_EXIST:
         return TopicNotExist(text)
     if code == ResponseCode.MESSAGE_ILLEGAL:
@@ -575,8 +654,6 @@ def _remoting_error(code: int, text: str) -> RocketqError:
     """The error of a refused pop request."""
     if code == ResponseCode.INVALID_PARAMETER:
         return InvalidParameter(text)
-    if code == ResponseCode.SERVICE_NOT_AVAILABLE:
-        return ServiceNotAvailable(text)
     return _send_error(code, text)
 
 

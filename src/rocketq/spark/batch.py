@@ -13,7 +13,11 @@ Planning (driver side, in Spark's planner worker)::
 Reading (executor side): :func:`read_partition` pulls ``[start, end)`` from the broker named in
 the partition (see :mod:`rocketq.spark.pull`) and yields ``pyarrow.RecordBatch``es of up to
 ``ROWS_PER_BATCH`` rows. Everything ``read()`` needs is in :class:`QueuePartition`, which is
-pickled to the executors.
+pickled to the executors. When the broker it names stops answering (a DLedger group's master
+killed, say), the partition asks the name server for the broker name's read address again
+(master, else a slave: :func:`rocketq.spark.cluster.read_addresses`) and goes on from the next
+unread offset there, for up to ``REROUTE_WAIT_S``: a pull is a read, so repeating it is safe, and
+every member of a DLedger group serves the same committed messages at the same offsets.
 
 Filters accepted with ``pushFilters=true`` (others are left to Spark)::
 
@@ -30,12 +34,20 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from rocketq.client.admin import AsyncAdmin
+from rocketq.errors import (
+    ConnectionClosed,
+    RemotingConnectError,
+    RemotingTimeout,
+    RocketqError,
+)
 from rocketq.remoting import RemotingClient
 from rocketq.spark import cluster
 from rocketq.spark.arrow import to_record_batch
@@ -55,6 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Rows per Arrow record batch handed to Spark.
 ROWS_PER_BATCH = 8192
+#: How long a partition whose broker stopped answering looks for another member of its group.
+REROUTE_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,8 @@ class QueuePartition(InputPartition):
     request_timeout_ms: int
     keys: tuple[str, str] | None = field(default=None, repr=False)
     tls: TlsOptions | None = None
+    #: The name server to find the broker again when ``addr`` stops answering (None: do not).
+    name_server: str | None = None
 
 
 @dataclass
@@ -142,9 +158,33 @@ def make_partitions(opts: ReadOptions, plan: RangePlan) -> list[QueuePartition]:
                     request_timeout_ms=opts.request_timeout_ms,
                     keys=opts.keys,
                     tls=opts.tls,
+                    name_server=opts.name_server,
                 )
             )
     return out
+
+
+async def _read_address_again(part: QueuePartition, failed: str, deadline: float) -> str | None:
+    """The read address of ``part``'s broker name as the name server lists it now, once that is
+    another than the ``failed`` one; None when none is listed before ``deadline`` (monotonic)."""
+    assert part.name_server is not None
+    delay = 0.2
+    while True:
+        try:
+            async with AsyncAdmin(
+                part.name_server,
+                config=cluster.acl_config(part.keys, part.tls),
+                timeout_ms=part.request_timeout_ms,
+            ) as admin:
+                addr = cluster.read_addresses(await admin.topic_route(part.ref.topic)).get(part.ref.broker)
+            if addr is not None and addr != failed:
+                return addr
+        except RocketqError as exc:
+            log.info("%s: looking up the broker again: %s", part.ref, exc)
+        if time.monotonic() + delay >= deadline:
+            return None
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, 1.0)
 
 
 # -- reading (executors) ---------------------------------------------------------------------------
@@ -163,29 +203,53 @@ def read_partition(part: QueuePartition) -> Iterator[Any]:
     async def pump() -> None:
         client = RemotingClient(rpc_hook=cluster.acl_hook(part.keys), ssl=cluster.ssl_context(part.tls))
         pending: list[Any] = []
+        addr, position = part.addr, part.start
+        deadline: float | None = None
         try:
-            async for messages in read_range(
-                client,
-                part.addr,
-                part.ref.topic,
-                part.ref.queue_id,
-                part.start,
-                part.end,
-                batch_size=part.pull_batch_size,
-                timeout_s=part.request_timeout_ms / 1000,
-                on_loss=on_loss,
-            ):
-                kept = messages
-                if part.tags is not None:
-                    kept = [m for m in kept if m.properties.get("TAGS") in part.tags]
-                if part.offsets is not None:
-                    kept = [m for m in kept if m.queue_offset in part.offsets]
-                pending.extend(kept)
-                if len(pending) >= ROWS_PER_BATCH:
-                    await asyncio.to_thread(out.put, pending)
-                    pending = []
-                if stop.is_set():
-                    return
+            while True:
+                try:
+                    async for messages in read_range(
+                        client,
+                        addr,
+                        part.ref.topic,
+                        part.ref.queue_id,
+                        position,
+                        part.end,
+                        batch_size=part.pull_batch_size,
+                        timeout_s=part.request_timeout_ms / 1000,
+                        on_loss=on_loss,
+                    ):
+                        position = messages[-1].queue_offset + 1
+                        kept = messages
+                        if part.tags is not None:
+                            kept = [m for m in kept if m.properties.get("TAGS") in part.tags]
+                        if part.offsets is not None:
+                            kept = [m for m in kept if m.queue_offset in part.offsets]
+                        pending.extend(kept)
+                        if len(pending) >= ROWS_PER_BATCH:
+                            await asyncio.to_thread(out.put, pending)
+                            pending = []
+                        if stop.is_set():
+                            return
+                    break
+                except (RemotingConnectError, ConnectionClosed, RemotingTimeout) as exc:
+                    if part.name_server is None:
+                        raise
+                    if deadline is None:
+                        deadline = time.monotonic() + REROUTE_WAIT_S
+                    failed = addr
+                    found = await _read_address_again(part, failed, deadline)
+                    if found is None:
+                        raise
+                    addr = found
+                    log.warning(
+                        "%s: %s stopped answering (%s); reading on from offset %d on %s",
+                        part.ref,
+                        failed,
+                        exc,
+                        position,
+                        addr,
+                    )
             if pending:
                 await asyncio.to_thread(out.put, pending)
         finally:

@@ -6,10 +6,16 @@ stream-source runner, the commit worker), so each call here opens its own
 :class:`~rocketq.client.admin.AsyncAdmin` on a private event loop (``asyncio.run``) and closes it
 before returning. One call costs one route lookup per topic plus one request per broker::
 
-    queue_ranges:   GET_ROUTEINFO_BY_TOPIC (105) per topic → master address per broker
-                    GET_TOPIC_STATS_INFO (202) per master → min/max offset per queue
+    queue_ranges:   GET_ROUTEINFO_BY_TOPIC (105) per topic → read address per broker
+                    GET_TOPIC_STATS_INFO (202) per read address → min/max offset per queue
     offsets_at:     SEARCH_OFFSET_BY_TIMESTAMP (29) per queue
     commit_offsets: UPDATE_CONSUMER_OFFSET (15) per queue (answered, so failures are seen)
+
+The read address of a broker name is its master's, or, while the route lists no master, its
+slave with the lowest broker id: RocketMQ's consumers read from a slave when the master is
+unavailable (``findBrokerAddressInSubscribe``). In a DLedger group every member serves the
+committed messages only (dispatch stops at the committed position), so a read from a follower,
+or from the new master after a fail-over, returns the same messages at the same offsets.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from rocketq.acl.signature import AclClientRpcHook
 from rocketq.client.admin import AsyncAdmin
 from rocketq.client.aio import error_for_response
 from rocketq.client.config import ClientConfig
-from rocketq.errors import ResponseCode, RocketqError, TopicNotExist
-from rocketq.protocol.route import MASTER_ID
+from rocketq.errors import BodyFormatError, ResponseCode, RocketqError, TopicNotExist
+from rocketq.protocol.fastjson import OBJECT_KEYS
+from rocketq.protocol.queue import message_queue_table
+from rocketq.protocol.route import MASTER_ID, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.spark.offsets import QueueRef
 from rocketq.spark.options import ReadOptions, TlsOptions
@@ -111,13 +119,31 @@ async def _topics(admin: AsyncAdmin, opts: ReadOptions) -> list[str]:
     return [t for t in await admin.topic_list() if opts.matches_topic(t)]
 
 
-async def _masters(admin: AsyncAdmin, topic: str) -> dict[str, str]:
-    route = await admin.topic_route(topic)
-    return {
-        bd.broker_name: bd.broker_addrs[MASTER_ID]
-        for bd in route.broker_datas
-        if bd.broker_addrs.get(MASTER_ID)
-    }
+def read_addresses(route: TopicRouteData) -> dict[str, str]:
+    """Broker name → the address to read from: the master's, else the slave with the lowest id."""
+    out: dict[str, str] = {}
+    for bd in route.broker_datas:
+        addrs = {bid: addr for bid, addr in bd.broker_addrs.items() if addr}
+        if addrs:
+            out[bd.broker_name] = addrs[MASTER_ID] if MASTER_ID in addrs else addrs[min(addrs)]
+    return out
+
+
+async def _queue_offsets(session: Session, topic: str, addr: str) -> list[tuple[str, int, int, int]]:
+    """(broker name, queue id, min offset, max offset) of each queue of ``topic`` on ``addr``."""
+    what = f"topic stats of {topic!r} from {addr}"
+    response = await session.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}, what)
+    try:
+        doc = OBJECT_KEYS.loads(response.body or b"{}")
+    except ValueError as exc:
+        raise BodyFormatError(f"{what}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BodyFormatError(f"{what}: not a JSON object")
+    out = []
+    for mq, value in message_queue_table(doc.get("offsetTable")).items():
+        v = value if isinstance(value, dict) else {}
+        out.append((mq.broker_name, mq.queue_id, int(v.get("minOffset", 0)), int(v.get("maxOffset", 0))))
+    return out
 
 
 async def queue_ranges_async(session: Session, opts: ReadOptions) -> dict[QueueRef, QueueRange]:
@@ -125,16 +151,16 @@ async def queue_ranges_async(session: Session, opts: ReadOptions) -> dict[QueueR
     out: dict[QueueRef, QueueRange] = {}
     for topic in await _topics(admin, opts):
         try:
-            masters = await _masters(admin, topic)
-            statuses = await admin.topic_status(topic)
+            addrs = read_addresses(await admin.topic_route(topic))
         except TopicNotExist:
             if opts.topic_pattern is None:
                 raise
             continue  # deleted between the topic list and the route lookup
-        for q in statuses:
-            addr = masters.get(q.broker_name)
-            if addr is not None:
-                out[QueueRef(topic, q.broker_name, q.queue_id)] = QueueRange(q.min_offset, q.max_offset, addr)
+        if not addrs and opts.topic_pattern is None:
+            raise TopicNotExist(f"topic {topic!r} has no broker in its route")
+        for name, addr in sorted(addrs.items()):
+            for broker, queue_id, lo, hi in await _queue_offsets(session, topic, addr):
+                out[QueueRef(topic, broker or name, queue_id)] = QueueRange(lo, hi, addr)
     return dict(sorted(out.items()))
 
 
@@ -199,5 +225,6 @@ __all__ = [
     "offsets_at",
     "queue_ranges",
     "queue_ranges_async",
+    "read_addresses",
     "run",
 ]

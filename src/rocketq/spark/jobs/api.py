@@ -261,6 +261,8 @@ class SegmentReport:
     damage: list[Damage] = field(default_factory=list)
     #: (offset, size) of each damaged range recovery quarantined (a filler record in its place).
     quarantined: list[tuple[int, int]] = field(default_factory=list)
+    #: :data:`scan.COMMITLOG`, or :data:`scan.DLEDGER` for an entry data file of a DLedger store.
+    layout: str = scan.COMMITLOG
 
     @property
     def ok(self) -> bool:
@@ -301,8 +303,9 @@ class VerifyReport:
             lines.append("note: an abort file is present: the store did not shut down cleanly")
         for s in self.segments:
             blank = f", BLANK at {s.blank_offset}" if s.blank_offset is not None else ""
+            name = s.segment if s.layout == scan.COMMITLOG else f"{s.segment} (DLedger entries)"
             lines.append(
-                f"  {s.segment}: {s.records} records, {s.record_bytes} B, ends: {s.end_kind}{blank}, "
+                f"  {name}: {s.records} records, {s.record_bytes} B, ends: {s.end_kind}{blank}, "
                 f"valid data to offset {s.valid_end}"
             )
             for offset, size in s.quarantined:
@@ -335,7 +338,7 @@ def _merge_reports(segments: list[scan.Segment], reports: list[scan.TaskReport])
         by_path.setdefault(r.task.path, []).append(r)
     out: list[SegmentReport] = []
     for i, seg in enumerate(segments):
-        sr = SegmentReport(os.path.basename(seg.path), seg.start_offset, seg.size_bytes)
+        sr = SegmentReport(os.path.basename(seg.path), seg.start_offset, seg.size_bytes, layout=seg.layout)
         for r in by_path.get(seg.path, []):
             sr.records += r.records
             sr.record_bytes += r.record_bytes

@@ -50,7 +50,11 @@ def add_parser(sub: Any) -> None:
     jobs = spark.add_subparsers(dest="spark_command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("store_dir", help="store root (with commitlog/) or the commitlog directory itself")
+        p.add_argument(
+            "store_dir",
+            help="store root (with commitlog/ or a DLedger dledger-<selfId>/), the commitlog directory, "
+            "or a dledger-<selfId> directory",
+        )
         p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
         p.add_argument(
             "--split-bytes",

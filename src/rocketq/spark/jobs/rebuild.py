@@ -17,6 +17,9 @@ indexed messages); only their names differ. The broker names a file by the wall 
 creates it; the rebuild names it by the store time of the message that makes it necessary (bumped
 by 1 ms when taken), so names still sort in creation order and a query behaves the same.
 
+An entry data file of a DLedger store is walked entry by entry (:mod:`.scan_entries`) and the
+record inside each entry goes through the same parser; damaged entries are reported by ``verify``.
+
 A walk stops at the BLANK marker or at zeros. A record that does not decode is skipped by its
 size when the size is plausible, otherwise the rest of the segment is left out, as the broker's
 dispatcher does; both are counted in :class:`DispatchSummary`.
@@ -37,7 +40,7 @@ from rocketq.store.consume_queue import ConsumeQueueStore
 from rocketq.store.index_file import IndexService
 from rocketq.store.record_scan import DispatchRequest, parse_window
 
-from .scan import ScanTask
+from .scan import DLEDGER, ScanTask, StopKind, WalkResult, iter_entry_chunks
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,9 @@ def dispatch_rows(
     A trailing row ``("", -1, offset, skipped, abandoned, 0, 0, "", None, 0)`` reports damage
     skipped (records) and abandoned (bytes) when there was any.
     """
+    if task.layout == DLEDGER:
+        yield from _entry_dispatch_rows(task, delay_levels, window_bytes)
+        return
     base = task.segment_offset
     skipped = abandoned = 0
     stop_at: int | None = None
@@ -128,6 +134,46 @@ def dispatch_rows(
             None,
             0,
         )
+
+
+def _row(r: DispatchRequest) -> DispatchRow:
+    return (
+        r.topic,
+        r.queue_id,
+        r.commit_log_offset,
+        r.msg_size,
+        r.tags_code,
+        r.store_timestamp,
+        r.consume_queue_offset,
+        r.keys,
+        r.uniq_key,
+        r.sys_flag,
+    )
+
+
+def _entry_dispatch_rows(
+    task: ScanTask, delay_levels: dict[int, int] | None, window_bytes: int
+) -> Iterator[DispatchRow]:
+    """:func:`dispatch_rows` of an entry data file: the record of every entry, parsed alone."""
+    walk = WalkResult()
+    skipped = 0
+    for chunk in iter_entry_chunks(task, walk, chunk_bytes=window_bytes):
+        for start in chunk.starts.tolist():
+            size = int.from_bytes(chunk.data[start : start + 4], "big", signed=True)
+            reqs, _, stop = parse_window(
+                chunk.data[start : start + size], chunk.base_offset + start, delay_levels
+            )
+            if stop is rec.RecordKind.CORRUPT or not reqs:
+                log.error("record at offset %d does not decode; skipping it", chunk.base_offset + start)
+                skipped += 1
+            for r in reqs:
+                yield _row(r)
+    abandoned = 0
+    if walk.stop is StopKind.DAMAGED:
+        abandoned = task.segment_offset + task.end - walk.valid_end
+        log.error("dispatch of %s stops at offset %d: the rest does not decode", task.path, walk.valid_end)
+    if skipped or abandoned:
+        yield ("", -1, walk.valid_end, skipped, abandoned, 0, 0, "", None, 0)
 
 
 def _request(row: DispatchRow) -> DispatchRequest:

@@ -35,10 +35,14 @@ from rocketq.spark.jobs.scan_columns import (
     select_rows,
     to_export_batch,
 )
+from rocketq.spark.jobs.scan_entries import iter_entry_chunks
 from rocketq.spark.jobs.scan_plan import (
+    COMMITLOG,
+    DLEDGER,
     ScanTask,
     Segment,
     commitlog_dir,
+    dledger_data_dir,
     hop_boundaries,
     list_segments,
     plan_tasks,
@@ -73,9 +77,10 @@ def iter_columns(
 ) -> Iterator[RecordColumns]:
     """Decoded columns of every sound record of ``task``, chunk by chunk. Damage (and, with
     ``check_crc``, body CRC mismatches) goes to ``walk.damage``; records with a wrong CRC are
-    still returned."""
+    still returned. A DLedger entry data file is walked entry by entry (:mod:`.scan_entries`)."""
     seg = task.segment_name
-    for chunk in iter_chunks(task, walk, chunk_bytes=chunk_bytes):
+    walker = iter_entry_chunks if task.layout == DLEDGER else iter_chunks
+    for chunk in walker(task, walk, chunk_bytes=chunk_bytes):
         cols, cut = decode_chunk(chunk, walk.damage, seg)
         if check_crc and len(cols):
             for i in cols.crc_mismatches().tolist():
@@ -211,7 +216,9 @@ def count_records(task: ScanTask, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> 
 
 
 __all__ = [
+    "COMMITLOG",
     "DEFAULT_CHUNK_BYTES",
+    "DLEDGER",
     "EXPORT_COLUMNS",
     "EXPORT_DDL",
     "EXPORT_SCHEMA",
@@ -228,10 +235,12 @@ __all__ = [
     "commitlog_dir",
     "count_records",
     "decode_chunk",
+    "dledger_data_dir",
     "export_batches",
     "hop_boundaries",
     "iter_chunks",
     "iter_columns",
+    "iter_entry_chunks",
     "list_segments",
     "offset_msg_ids",
     "plan_tasks",

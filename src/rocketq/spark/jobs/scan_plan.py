@@ -13,6 +13,14 @@ the 8 bytes of TOTALSIZE and MAGICCODE of each record. The hop pass runs in the 
 every page of the segment once; it is done only for segments above ``split_bytes``. Where the
 hops stop (BLANK, zeros, damage) no boundary can be proven, and the rest of the segment stays in
 the last task.
+
+DLedger stores (:func:`dledger_data_dir`). In DLedger mode the CommitLog lives inside the entry
+store: data files ``dledger-<selfId>/data/<20-digit start position>``, each entry a 48-byte header
+and one CommitLog record at ``pos + 48`` (``rocketq.ha.entry_format``). Their segments have the
+layout :data:`DLEDGER` and are walked entry by entry (:mod:`.scan_entries`); a store adopted from a
+plain one keeps its old segments (``commitlog/``, layout :data:`COMMITLOG`) below the first data
+file, so :func:`list_segments` gives both, in offset order. Entry data files are not split (an
+entry cannot be found again in the middle of a file either, and no hop pass is done for them).
 """
 
 from __future__ import annotations
@@ -32,22 +40,29 @@ _HEAD = struct.Struct(">ii")
 _V1 = rec.MESSAGE_MAGIC_CODE
 _V2 = rec.MESSAGE_MAGIC_CODE_V2
 _MIN_RECORD = 91  # V1, IPv4 hosts, empty body, properties and a 0-byte topic
+#: Segment layouts: plain CommitLog files, or DLedger entry data files.
+COMMITLOG: Final = "commitlog"
+DLEDGER: Final = "dledger"
+_DLEDGER_PREFIX: Final = "dledger-"
 
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One CommitLog file: its path, the CommitLog offset it starts at and its length."""
+    """One CommitLog file: its path, the CommitLog offset it starts at and its length; ``layout``
+    :data:`DLEDGER` for an entry data file of a DLedger store."""
 
     path: str
     start_offset: int
     size_bytes: int
+    layout: str = COMMITLOG
 
 
 @dataclass(frozen=True, slots=True)
 class ScanTask:
     """Bytes ``[begin, end)`` of one segment (positions within the file); ``begin`` is a record
     start. ``to_segment_end`` tells whether the range reaches the end of the file, where the
-    scan must meet a BLANK marker, zeros or the exact end of the file."""
+    scan must meet a BLANK marker, zeros or the exact end of the file. ``layout`` is the
+    segment's (:data:`DLEDGER`: a whole entry data file, walked entry by entry)."""
 
     index: int
     path: str
@@ -55,6 +70,7 @@ class ScanTask:
     begin: int
     end: int
     to_segment_end: bool
+    layout: str = COMMITLOG
 
     @property
     def size_bytes(self) -> int:
@@ -72,6 +88,7 @@ class ScanTask:
             "begin": self.begin,
             "end": self.end,
             "to_segment_end": self.to_segment_end,
+            "layout": self.layout,
         }
 
     @classmethod
@@ -83,6 +100,7 @@ class ScanTask:
             int(obj["begin"]),
             int(obj["end"]),
             bool(obj["to_segment_end"]),
+            str(obj.get("layout", COMMITLOG)),
         )
 
 
@@ -92,20 +110,66 @@ def commitlog_dir(store_dir: str) -> str:
     return candidate if os.path.isdir(candidate) else store_dir
 
 
+def dledger_data_dir(store_dir: str) -> str | None:
+    """The entry data directory of a DLedger store, or None for a plain store.
+
+    ``store_dir`` may be the broker's store root (or ``storePathDLedgerCommitLog``) holding one
+    ``dledger-<selfId>/``, that ``dledger-<selfId>/`` directory, or its ``data/`` directory. A root
+    holding the entry stores of several members is refused: name one of them."""
+    norm = os.path.normpath(store_dir)
+    if os.path.basename(norm) == "data" and os.path.basename(os.path.dirname(norm)).startswith(
+        _DLEDGER_PREFIX
+    ):
+        return norm
+    if os.path.basename(norm).startswith(_DLEDGER_PREFIX) and os.path.isdir(os.path.join(norm, "data")):
+        return os.path.join(norm, "data")
+    if not os.path.isdir(norm):
+        return None
+    found = sorted(
+        name
+        for name in os.listdir(norm)
+        if name.startswith(_DLEDGER_PREFIX) and os.path.isdir(os.path.join(norm, name, "data"))
+    )
+    if len(found) > 1:
+        raise StoreError(
+            f"{store_dir} holds the entry stores of several DLedger members ({', '.join(found)}); "
+            f"name one, e.g. {os.path.join(store_dir, found[0])}"
+        )
+    return os.path.join(norm, found[0], "data") if found else None
+
+
+def _numbered_files(directory: str, layout: str) -> list[Segment]:
+    out = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if len(name) == _SEGMENT_NAME_DIGITS and name.isdigit() and os.path.isfile(path):
+            out.append(Segment(path, int(name), os.path.getsize(path), layout))
+    return out
+
+
 def list_segments(store_dir: str) -> list[Segment]:
     """The CommitLog segments of a store (root or ``commitlog/`` directory), oldest first.
 
     Only files named by 20 decimal digits count (RocketMQ's ``offset2FileName``); raises
-    :class:`StoreError` when there are none.
+    :class:`StoreError` when there are none. For a DLedger store (:func:`dledger_data_dir`) these
+    are the entry data files, after the old plain segments below the first of them
+    (``dividedCommitlogOffset``) when the store was adopted from a plain one.
     """
+    entries_dir = dledger_data_dir(store_dir)
+    if entries_dir is not None:
+        entries = _numbered_files(entries_dir, DLEDGER)
+        # the old CommitLog sits in the store root, next to dledger-<selfId>/
+        old_dir = os.path.join(os.path.dirname(os.path.dirname(entries_dir)), "commitlog")
+        old = _numbered_files(old_dir, COMMITLOG) if os.path.isdir(old_dir) else []
+        if entries:
+            old = [s for s in old if s.start_offset < entries[0].start_offset]
+        if not old and not entries:
+            raise StoreError(f"no entry data files (files named by 20 digits) in {entries_dir}")
+        return old + entries
     directory = commitlog_dir(store_dir)
     if not os.path.isdir(directory):
         raise StoreError(f"store directory {store_dir} does not exist")
-    segments = []
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if len(name) == _SEGMENT_NAME_DIGITS and name.isdigit() and os.path.isfile(path):
-            segments.append(Segment(path, int(name), os.path.getsize(path)))
+    segments = _numbered_files(directory, COMMITLOG)
     if not segments:
         raise StoreError(f"no CommitLog segments (files named by 20 digits) in {directory}")
     return segments
@@ -149,13 +213,21 @@ def plan_tasks(segments: Sequence[Segment], *, split_bytes: int | None = None) -
     tasks: list[ScanTask] = []
     for seg in segments:
         cuts: list[int] = []
-        if split_bytes is not None and seg.size_bytes > split_bytes:
+        if split_bytes is not None and seg.size_bytes > split_bytes and seg.layout == COMMITLOG:
             targets = list(range(split_bytes, seg.size_bytes, split_bytes))
             cuts = [c for c in hop_boundaries(seg.path, targets, limit=seg.size_bytes) if c > 0]
             cuts = sorted(set(cuts))
         edges = [0, *cuts, seg.size_bytes]
         for i in range(len(edges) - 1):
             tasks.append(
-                ScanTask(len(tasks), seg.path, seg.start_offset, edges[i], edges[i + 1], i == len(edges) - 2)
+                ScanTask(
+                    len(tasks),
+                    seg.path,
+                    seg.start_offset,
+                    edges[i],
+                    edges[i + 1],
+                    i == len(edges) - 2,
+                    seg.layout,
+                )
             )
     return tasks
