@@ -87,6 +87,14 @@ def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any
     return switch
 
 
+def paired(by_mode: dict[bool, list[float]]) -> str:
+    """The median of the on/off ratios of neighbouring rounds (the i-th off round against the
+    i-th on round: off, on, on, off, ... puts each pair next to each other), a figure that a
+    drift of the machine's load over the run moves less than the ratio of the two medians."""
+    ratios = [on / off for off, on in zip(by_mode[False], by_mode[True], strict=True)]
+    return f"paired median {(statistics.median(ratios) - 1) * 100:+.1f} % over {len(ratios)} pairs"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="measured rounds (after one warm-up round)")
@@ -121,6 +129,7 @@ def main() -> int:
         per_msg: list[float] = []
         process: list[float] = []
         by_mode: dict[bool, list[float]] = {False: [], True: []}
+        process_by_mode: dict[bool, list[float]] = {False: [], True: []}
         switch = counting_switch(cluster) if args.metrics_ab else None
         rounds = args.rounds * 2 if args.metrics_ab else args.rounds
         with socket.create_connection((host, int(port))) as sock:
@@ -138,6 +147,7 @@ def main() -> int:
                 by_mode[counting].append(per_msg[-1])
                 cluster.wait_dispatched()
                 process.append((time.process_time() - all0) / args.count * 1e6)
+                process_by_mode[counting].append(process[-1])
         cluster.wait_dispatched()
         stored = sum(cluster.store().get_max_offset(TOPIC, q) for q in range(QUEUES))
         traces = cluster.store().get_max_offset("RMQ_SYS_TRACE_TOPIC", 0)
@@ -150,7 +160,12 @@ def main() -> int:
             f"SEND_MESSAGE_V2, bursts of {args.burst}: broker loop-thread CPU per message, counting off "
             f"{' / '.join(f'{x:.1f}' for x in by_mode[False])} µs (median {off:.1f}), on "
             f"{' / '.join(f'{x:.1f}' for x in by_mode[True])} µs (median {on:.1f}): "
-            f"{(on / off - 1) * 100:+.1f} %"
+            f"{(on / off - 1) * 100:+.1f} %; {paired(by_mode)}"
+        )
+        p_off, p_on = statistics.median(process_by_mode[False]), statistics.median(process_by_mode[True])
+        print(
+            f"process CPU per message, counting off median {p_off:.1f} µs, on {p_on:.1f} µs: "
+            f"{(p_on / p_off - 1) * 100:+.1f} %; {paired(process_by_mode)}"
         )
         return 0
     print(

@@ -2,22 +2,26 @@
 
 Counting (the hot paths pay no lock per message)::
 
-    send (loop thread)  appended to pending_in, folded each 1 s  → messages_in / throughput_in /
-                                                                  message_size, per (topic, type)
+    send (loop thread)  stored(topic, type, bytes, n): three  → messages_in / throughput_in /
+                        increments of the topic's slot          message_size, per (topic, type)
     pull (loop thread)  pulled(topic, group, n, bytes, queue, next offset)
                                                                → messages_out / throughput_out,
                                                                   and the group's pull offsets
+    pop (loop thread)   popped(topic, group, deliveries)      → messages_out / throughput_out
+                        (remoting POP_MESSAGE and the gRPC endpoint's ReceiveMessage)
     every request       the handler tables are wrapped once    → rpc_latency by (request code,
                         (instrument()) when metrics are on        response code)
     store put           MessageStore.put_latency, one histogram per calling thread
     store services      group commit, flush, allocation: plain ints of their one thread
 
-Each counter is a plain int in a dict (or list) that one thread writes: the event loop, which
-runs every send and pull handler, or one store service thread. A scrape (:meth:`collect`)
-copies the loop's counters on the loop, then computes the gauges from existing state in a
-worker thread: consumer lag from the store's max offsets and the committed offsets, storage
-size from the file system, flush and dispatch lag from the CommitLog positions. Nothing is
-sampled in the background.
+Each counter is a plain int in a list that one thread writes and that lives as long as the
+broker: the event loop, which runs every send, pull and pop handler, or one store service
+thread. A message adds to ints that exist already; it allocates nothing that outlives it (no
+record queued for later), so counting adds no work for the garbage collector. A scrape
+(:meth:`collect`) copies the loop's counters on the loop, then computes the gauges from
+existing state in a worker thread: consumer lag from the store's max offsets and the committed
+offsets, storage size from the file system, flush and dispatch lag from the CommitLog
+positions. Nothing is sampled in the background.
 
 Gauges per (consumer group, topic), RocketMQ's ``ConsumerLagCalculator``: over the topic's read
 queues, lag = max offset − committed offset (an uncommitted queue counts from its min offset),
@@ -58,6 +62,7 @@ from rocketq.remoting.rpc_metrics import RpcLatency
 if TYPE_CHECKING:
     from rocketq.broker.config import BrokerConfig
     from rocketq.broker.context import BrokerContext
+    from rocketq.broker.pop.service import PoppedMessage
     from rocketq.store.message_store import MessageStore
 
 #: RocketMQ's ``message_size`` buckets (bytes): 1 KiB, 4 KiB, 512 KiB, 1, 2, 4 MiB.
@@ -73,11 +78,12 @@ _DELAY_KEYS = frozenset(
 #: Properties that make a message other than ``normal``.
 TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
 _SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"
-#: How often the loop folds what the send path recorded into the counters (BrokerMetrics.fold).
-FOLD_INTERVAL_S = 1.0
+#: Slots of a send counter: messages, bytes, then one per message_size bucket (+Inf last).
+_IN_SLOTS = len(MESSAGE_SIZE_BOUNDS) + 3
+_FIRST_SIZE_BOUND = MESSAGE_SIZE_BOUNDS[0]
 
 #: What a send records as its message type: the label itself, or the send's properties (the
-#: type is derived from them when folded, off the send path).
+#: type is derived from them).
 SendKind = str | Mapping[str, str]
 
 
@@ -121,10 +127,11 @@ class BrokerMetrics:
             ("node_type", "broker"),
             ("node_id", config.broker_name),
         )
-        #: (topic, message type) → [messages, bytes, per-bucket counts of message_size…]
-        self.messages_in: dict[tuple[str, str], list[int]] = {}
-        #: Sends not yet folded into messages_in: (topic, kind, bytes, messages).
-        self.pending_in: list[tuple[str, SendKind, int, int]] = []
+        #: topic → [messages, bytes, per-bucket counts of message_size…] of ``normal`` sends
+        #: (nearly all of them: one lookup by the topic string, whose hash Python keeps)
+        self.messages_in: dict[str, list[int]] = {}
+        #: (topic, message type) → the same, for the other message types
+        self.typed_in: dict[tuple[str, str], list[int]] = {}
         #: (topic, consumer group) → [messages, bytes]
         self.messages_out: dict[tuple[str, str], list[int]] = {}
         #: (consumer group, topic) → queue id → next offset a pull answered with
@@ -137,27 +144,33 @@ class BrokerMetrics:
     # -- counting (event loop thread) ---------------------------------------------------------
     def stored(self, topic: str, kind: SendKind, size: int, count: int = 1) -> None:
         """``count`` messages of ``size`` bytes in all were stored for a send to ``topic``;
-        ``kind`` is the message type, or the send's properties to derive it from."""
-        self.pending_in.append((topic, kind, size, count))
+        ``kind`` is the message type, or the send's properties to derive it from.
 
-    def fold(self) -> None:
-        """Add the sends and request latencies recorded since the last fold to the counters.
-        The send path only appends to :attr:`pending_in` (a tuple and a list append per send:
-        in the middle of a send every further dict lookup costs several times what it costs
-        here, in a tight loop over a batch); the broker folds every FOLD_INTERVAL_S on its loop
-        and before every scrape."""
-        self.rpc.fold()
-        pending, self.pending_in = self.pending_in, []
-        table = self.messages_in
-        for topic, kind, size, count in pending:
-            mtype = kind if isinstance(kind, str) else message_type(kind, False)
-            key = (topic, mtype)
-            c = table.get(key)
-            if c is None:
-                c = table[key] = [0] * (len(MESSAGE_SIZE_BOUNDS) + 3)
-            c[0] += count
-            c[1] += size
+        Three increments of the topic's slot, a list that lives as long as the broker: one
+        lookup by the topic string, no record kept for later, nothing to fold."""
+        c = self.messages_in.get(topic) if kind is NORMAL else None
+        if c is None:
+            c = self._typed_slot(topic, kind)
+        c[0] += count
+        c[1] += size
+        if size <= _FIRST_SIZE_BOUND:  # so is each message's share: the first bucket
+            c[2] += count
+        else:
             c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
+
+    def _typed_slot(self, topic: str, kind: SendKind) -> list[int]:
+        mtype = kind if isinstance(kind, str) else message_type(kind, False)
+        if mtype == NORMAL:
+            table: dict[str, list[int]] = self.messages_in
+            c = table.get(topic)
+            if c is None:
+                c = table[topic] = [0] * _IN_SLOTS
+            return c
+        key = (topic, mtype)
+        c = self.typed_in.get(key)
+        if c is None:
+            c = self.typed_in[key] = [0] * _IN_SLOTS
+        return c
 
     def pulled(self, topic: str, group: str, count: int, size: int, queue_id: int, next_offset: int) -> None:
         """A pull answered ``count`` messages (``size`` bytes) of a queue, up to ``next_offset``."""
@@ -171,6 +184,17 @@ class BrokerMetrics:
         if offsets is None:
             offsets = self.pull_offsets[(group, topic)] = {}
         offsets[queue_id] = next_offset
+
+    def popped(self, topic: str, group: str, deliveries: Sequence[PoppedMessage]) -> None:
+        """A pop (remoting POP_MESSAGE, or the gRPC endpoint's ReceiveMessage) handed
+        ``deliveries`` of ``topic`` to ``group``: each delivery counts, a redelivery again (as
+        RocketMQ counts every message a pop answers); bytes are the records' stored sizes."""
+        key = (topic, group)
+        c = self.messages_out.get(key)
+        if c is None:
+            c = self.messages_out[key] = [0, 0]
+        c[0] += len(deliveries)
+        c[1] += sum(item.message.store_size for item in deliveries)
 
     def sent_to_dlq(self, topic: str, group: str) -> None:
         key = (topic, group)
@@ -191,12 +215,12 @@ class BrokerMetrics:
         return families + loop_gauges + store_families
 
     def _counter_families(self) -> list[Family]:
-        self.fold()
         base = self.base
         m_in = Family("rocketmq_messages_in_total", COUNTER, "Messages stored by sends (count).")
         t_in = Family("rocketmq_throughput_in_total", COUNTER, "Bytes of messages stored by sends.")
         size = Family("rocketmq_message_size", HISTOGRAM, "Size of the messages stored by sends (bytes).")
-        for (topic, mtype), c in list(self.messages_in.items()):
+        sends = [((topic, NORMAL), c) for topic, c in list(self.messages_in.items())]
+        for (topic, mtype), c in sorted(sends + list(self.typed_in.items())):
             labels = (*base, ("topic", topic), ("message_type", mtype), ("is_system", _is_system(topic)))
             m_in.add(labels, c[0])
             t_in.add(labels, c[1])
@@ -204,8 +228,10 @@ class BrokerMetrics:
             hist.counts = c[2:]
             hist.sum = c[1]
             size.add(labels, hist)
-        m_out = Family("rocketmq_messages_out_total", COUNTER, "Messages answered to pulls (count).")
-        t_out = Family("rocketmq_throughput_out_total", COUNTER, "Bytes of messages answered to pulls.")
+        m_out = Family("rocketmq_messages_out_total", COUNTER, "Messages answered to pulls and pops (count).")
+        t_out = Family(
+            "rocketmq_throughput_out_total", COUNTER, "Bytes of messages answered to pulls and pops."
+        )
         for (topic, group), c in list(self.messages_out.items()):
             labels = (*base, *_group_labels(topic, group))
             m_out.add(labels, c[0])
