@@ -5,6 +5,7 @@
     python bench/send_path.py --trace         # with brokerTraceEnable=true (a Pub record per send)
     python bench/send_path.py --metrics       # the same with /metrics served (counting on)
     python bench/send_path.py --metrics-ab    # one broker, rounds alternating counting off / on
+    python bench/send_path.py --metrics-ab --handler   # the same, the send handler alone (no sockets)
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from broker import QUEUES, Ids, encode_latency_frames
 from rocketq.errors import ResponseCode
 from rocketq.remoting.codec import FrameDecoder
+from rocketq.remoting.command import RemotingCommand
 from rocketq.testing import InProcessCluster
 
 TOPIC = "SendPathBench"
@@ -87,12 +89,77 @@ def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any
     return switch
 
 
+def deferred_counting(cluster: InProcessCluster) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A coroutine function that finishes, on the loop, the counting a round left for later: a
+    send appends a record that the broker folds into the counters once a second
+    (``BrokerMetrics.fold``). Rounds call it before their clock stops, so each round pays for
+    folding its own records, not whichever round the timer happens to hit (an off round after
+    an on round, half of the time: that hid part of the cost of counting)."""
+    ctx = cluster.broker(cluster.broker_names[0]).ctx
+    assert ctx is not None and ctx.metrics is not None
+    metrics = ctx.metrics
+
+    async def settle() -> None:
+        if ctx.metrics is not None:  # counting on
+            metrics.fold()
+
+    return settle
+
+
 def paired(by_mode: dict[bool, list[float]]) -> str:
     """The median of the on/off ratios of neighbouring rounds (the i-th off round against the
     i-th on round: off, on, on, off, ... puts each pair next to each other), a figure that a
     drift of the machine's load over the run moves less than the ratio of the two medians."""
     ratios = [on / off for off, on in zip(by_mode[False], by_mode[True], strict=True)]
     return f"paired median {(statistics.median(ratios) - 1) * 100:+.1f} % over {len(ratios)} pairs"
+
+
+class _Peer:
+    """What the send handler reads of its connection."""
+
+    remote_address = "127.0.0.1:40000"
+    remote_host = "127.0.0.1"
+
+
+def handler_ab(rounds: int, count: int) -> int:
+    """``--metrics-ab --handler``: rounds of ``count`` decoded SEND_MESSAGE_V2 requests handed to
+    the broker's immediate dispatch one after another on its loop thread (what ``data_received``
+    does with a decoded frame), counting off and on alternating as ``--metrics-ab`` does; loop
+    thread CPU per send."""
+    options: dict[str, object] = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with InProcessCluster(broker_options=options) as cluster:
+        cluster.create_topic(TOPIC, QUEUES)
+        broker = cluster.broker(cluster.broker_names[0])
+        switch, settle = counting_switch(cluster), deferred_counting(cluster)
+        peer = _Peer()
+
+        def requests() -> list[RemotingCommand]:
+            return FrameDecoder().feed(b"".join(frames(count)))
+
+        async def run(counting: bool, batch: list[RemotingCommand]) -> float:
+            await switch(counting)
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+            handle = broker._handle_now  # the bench reaches in on purpose
+            began = time.clock_gettime(clock)
+            for request in batch:
+                if handle(peer, request).__class__ is not bytes:  # type: ignore[arg-type]
+                    raise RuntimeError("a send was not answered at once with SUCCESS")
+            await settle()
+            return (time.clock_gettime(clock) - began) / len(batch) * 1e6
+
+        cluster.call(run(True, requests()))  # warm-up
+        by_mode: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(rounds * 2):
+            counting = i % 4 in (1, 2)
+            batch = requests()
+            cluster.wait_dispatched()
+            by_mode[counting].append(cluster.call(run(counting, batch)))
+    off, on = statistics.median(by_mode[False]), statistics.median(by_mode[True])
+    print(
+        f"SEND_MESSAGE_V2 handler alone: loop-thread CPU per send, counting off median {off:.2f} µs, "
+        f"on {on:.2f} µs: {(on / off - 1) * 100:+.1f} %; {paired(by_mode)}"
+    )
+    return 0
 
 
 def main() -> int:
@@ -112,7 +179,17 @@ def main() -> int:
         help="serve /metrics and alternate rounds with counting off and on (the same broker, caches and "
         "machine load for both: the cost of counting without the noise between processes)",
     )
+    ap.add_argument(
+        "--handler",
+        action="store_true",
+        help="with --metrics-ab: call the broker's immediate dispatch (ACL check, handler, the timing "
+        "wrapper) with decoded requests on its loop thread, no sockets: the send handler alone",
+    )
     args = ap.parse_args()
+    if args.handler:
+        if not args.metrics_ab:
+            ap.error("--handler goes with --metrics-ab")
+        return handler_ab(args.rounds, args.count)
 
     with_metrics = args.metrics or args.metrics_ab
     options: dict[str, object] = {"broker_trace_enable": True} if args.trace else {}
@@ -131,6 +208,7 @@ def main() -> int:
         by_mode: dict[bool, list[float]] = {False: [], True: []}
         process_by_mode: dict[bool, list[float]] = {False: [], True: []}
         switch = counting_switch(cluster) if args.metrics_ab else None
+        settle = deferred_counting(cluster) if args.metrics_ab else None
         rounds = args.rounds * 2 if args.metrics_ab else args.rounds
         with socket.create_connection((host, int(port))) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -143,6 +221,8 @@ def main() -> int:
                 cluster.wait_dispatched()
                 cpu0, all0 = time.clock_gettime(clock), time.process_time()
                 send_all(sock, batch, args.burst)
+                if settle is not None:
+                    cluster.call(settle())
                 per_msg.append((time.clock_gettime(clock) - cpu0) / args.count * 1e6)
                 by_mode[counting].append(per_msg[-1])
                 cluster.wait_dispatched()

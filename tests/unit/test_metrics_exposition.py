@@ -11,9 +11,12 @@ import pytest
 from _support.metrics import PROMTOOL, check_exposition, promtool_problems, value
 from rocketq.broker.config import BrokerConfig, broker_config_from_properties
 from rocketq.broker.metrics import BrokerMetrics, message_type
-from rocketq.errors import ConfigError
+from rocketq.errors import ConfigError, ResponseCode, SystemBusy
 from rocketq.metrics.exposition import COUNTER, GAUGE, HISTOGRAM, Family, Histogram, ThreadHistograms, render
 from rocketq.namesrv.config import NamesrvConfig
+from rocketq.remoting.codes import RequestCode
+from rocketq.remoting.command import RemotingCommand
+from rocketq.remoting.rpc_metrics import RpcLatency
 
 
 def test_render_writes_counters_gauges_and_cumulative_histograms() -> None:
@@ -151,3 +154,42 @@ def test_metrics_settings_use_rocketmq_keys_and_refuse_what_rocketq_does_not_ser
 def test_promtool_is_strict_enough_to_catch_a_broken_exposition() -> None:
     broken = "# TYPE demo_x counter\ndemo_x 1\n# TYPE demo_x counter\ndemo_x 2\n"
     assert promtool_problems(broken) is not None
+
+
+def test_rpc_latency_counts_every_request_in_its_bucket_and_the_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The immediate wrapper's fast path (first bucket, held in its closure), a slower SUCCESS,
+    an answer that is a command, an error, and a typed send batch: exact buckets, counts and
+    sums in milliseconds."""
+    ticks = iter([0, 400_000, 0, 1_000_000, 0, 2_500_000, 0, 7_000, 0, 50_000])
+    monkeypatch.setattr("time.perf_counter_ns", lambda: next(ticks))
+    answers: list[object] = [b"ok", b"ok", b"ok", RemotingCommand(code=ResponseCode.SUCCESS), "boom"]
+
+    def send_now(conn: object, request: object) -> object:
+        answer = answers.pop(0)
+        if answer == "boom":
+            raise SystemBusy("busy")
+        return answer
+
+    rpc = RpcLatency()
+    immediate: dict[int, object] = {int(RequestCode.SEND_MESSAGE_V2): send_now}
+    rpc.instrument({}, immediate)  # type: ignore[arg-type]
+    timed = immediate[int(RequestCode.SEND_MESSAGE_V2)]
+    assert getattr(timed, "__wrapped__", None) is send_now
+    for _ in range(4):
+        timed(None, None)  # type: ignore[operator]
+    with pytest.raises(SystemBusy):
+        timed(None, None)  # type: ignore[operator]
+    rpc.record(int(RequestCode.PULL_MESSAGE), int(ResponseCode.PULL_NOT_FOUND), 4_000_000_000)
+    samples = check_exposition(render([rpc.family((("node_type", "broker"),))]))
+    ok = {"request_code": "send_message_v2", "response_code": "success"}
+    # 0.4 ms, exactly 1 ms (le is inclusive), 0.007 ms (a command): the first bucket; 2.5 ms
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="1.0", **ok) == 3
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="3.0", **ok) == 4
+    assert value(samples, "rocketmq_rpc_latency_count", **ok) == 4
+    assert value(samples, "rocketmq_rpc_latency_sum", **ok) == pytest.approx(0.4 + 1.0 + 2.5 + 0.007)
+    busy = {"request_code": "send_message_v2", "response_code": "system_busy"}
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="1.0", **busy) == 1
+    assert value(samples, "rocketmq_rpc_latency_sum", **busy) == pytest.approx(0.05)
+    held = {"request_code": "pull_message", "response_code": "pull_not_found"}
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="3000.0", **held) == 0
+    assert value(samples, "rocketmq_rpc_latency_count", **held) == 1

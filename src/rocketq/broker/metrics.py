@@ -2,8 +2,8 @@
 
 Counting (the hot paths pay no lock per message)::
 
-    send (loop thread)  stored(topic, type, bytes, n): three  → messages_in / throughput_in /
-                        increments of the topic's slot          message_size, per (topic, type)
+    send (loop thread)  appended to pending_in, folded each 1 s  → messages_in / throughput_in /
+                                                                  message_size, per (topic, type)
     pull (loop thread)  pulled(topic, group, n, bytes, queue, next offset)
                                                                → messages_out / throughput_out,
                                                                   and the group's pull offsets
@@ -14,14 +14,12 @@ Counting (the hot paths pay no lock per message)::
     store put           MessageStore.put_latency, one histogram per calling thread
     store services      group commit, flush, allocation: plain ints of their one thread
 
-Each counter is a plain int in a list that one thread writes and that lives as long as the
-broker: the event loop, which runs every send, pull and pop handler, or one store service
-thread. A message adds to ints that exist already; it allocates nothing that outlives it (no
-record queued for later), so counting adds no work for the garbage collector. A scrape
-(:meth:`collect`) copies the loop's counters on the loop, then computes the gauges from
-existing state in a worker thread: consumer lag from the store's max offsets and the committed
-offsets, storage size from the file system, flush and dispatch lag from the CommitLog
-positions. Nothing is sampled in the background.
+Each counter is a plain int in a dict (or list) that one thread writes: the event loop, which
+runs every send, pull and pop handler, or one store service thread. A scrape (:meth:`collect`)
+copies the loop's counters on the loop, then computes the gauges from existing state in a
+worker thread: consumer lag from the store's max offsets and the committed offsets, storage
+size from the file system, flush and dispatch lag from the CommitLog positions. Nothing is
+sampled in the background.
 
 Gauges per (consumer group, topic), RocketMQ's ``ConsumerLagCalculator``: over the topic's read
 queues, lag = max offset − committed offset (an uncommitted queue counts from its min offset),
@@ -78,12 +76,11 @@ _DELAY_KEYS = frozenset(
 #: Properties that make a message other than ``normal``.
 TYPED_KEYS = _DELAY_KEYS | {PROPERTY_SHARDING_KEY}
 _SYSTEM_GROUP_PREFIX = "cid_rmq_sys_"
-#: Slots of a send counter: messages, bytes, then one per message_size bucket (+Inf last).
-_IN_SLOTS = len(MESSAGE_SIZE_BOUNDS) + 3
-_FIRST_SIZE_BOUND = MESSAGE_SIZE_BOUNDS[0]
+#: How often the loop folds what the send path recorded into the counters (BrokerMetrics.fold).
+FOLD_INTERVAL_S = 1.0
 
 #: What a send records as its message type: the label itself, or the send's properties (the
-#: type is derived from them).
+#: type is derived from them when folded, off the send path).
 SendKind = str | Mapping[str, str]
 
 
@@ -127,11 +124,10 @@ class BrokerMetrics:
             ("node_type", "broker"),
             ("node_id", config.broker_name),
         )
-        #: topic → [messages, bytes, per-bucket counts of message_size…] of ``normal`` sends
-        #: (nearly all of them: one lookup by the topic string, whose hash Python keeps)
-        self.messages_in: dict[str, list[int]] = {}
-        #: (topic, message type) → the same, for the other message types
-        self.typed_in: dict[tuple[str, str], list[int]] = {}
+        #: (topic, message type) → [messages, bytes, per-bucket counts of message_size…]
+        self.messages_in: dict[tuple[str, str], list[int]] = {}
+        #: Sends not yet folded into messages_in: (topic, kind, bytes, messages).
+        self.pending_in: list[tuple[str, SendKind, int, int]] = []
         #: (topic, consumer group) → [messages, bytes]
         self.messages_out: dict[tuple[str, str], list[int]] = {}
         #: (consumer group, topic) → queue id → next offset a pull answered with
@@ -144,33 +140,27 @@ class BrokerMetrics:
     # -- counting (event loop thread) ---------------------------------------------------------
     def stored(self, topic: str, kind: SendKind, size: int, count: int = 1) -> None:
         """``count`` messages of ``size`` bytes in all were stored for a send to ``topic``;
-        ``kind`` is the message type, or the send's properties to derive it from.
+        ``kind`` is the message type, or the send's properties to derive it from."""
+        self.pending_in.append((topic, kind, size, count))
 
-        Three increments of the topic's slot, a list that lives as long as the broker: one
-        lookup by the topic string, no record kept for later, nothing to fold."""
-        c = self.messages_in.get(topic) if kind is NORMAL else None
-        if c is None:
-            c = self._typed_slot(topic, kind)
-        c[0] += count
-        c[1] += size
-        if size <= _FIRST_SIZE_BOUND:  # so is each message's share: the first bucket
-            c[2] += count
-        else:
-            c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
-
-    def _typed_slot(self, topic: str, kind: SendKind) -> list[int]:
-        mtype = kind if isinstance(kind, str) else message_type(kind, False)
-        if mtype == NORMAL:
-            table: dict[str, list[int]] = self.messages_in
-            c = table.get(topic)
+    def fold(self) -> None:
+        """Add the sends and request latencies recorded since the last fold to the counters.
+        The send path only appends to :attr:`pending_in` (a tuple and a list append per send:
+        in the middle of a send every further dict lookup costs several times what it costs
+        here, in a tight loop over a batch); the broker folds every FOLD_INTERVAL_S on its loop
+        and before every scrape."""
+        self.rpc.fold()
+        pending, self.pending_in = self.pending_in, []
+        table = self.messages_in
+        for topic, kind, size, count in pending:
+            mtype = kind if isinstance(kind, str) else message_type(kind, False)
+            key = (topic, mtype)
+            c = table.get(key)
             if c is None:
-                c = table[topic] = [0] * _IN_SLOTS
-            return c
-        key = (topic, mtype)
-        c = self.typed_in.get(key)
-        if c is None:
-            c = self.typed_in[key] = [0] * _IN_SLOTS
-        return c
+                c = table[key] = [0] * (len(MESSAGE_SIZE_BOUNDS) + 3)
+            c[0] += count
+            c[1] += size
+            c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
 
     def pulled(self, topic: str, group: str, count: int, size: int, queue_id: int, next_offset: int) -> None:
         """A pull answered ``count`` messages (``size`` bytes) of a queue, up to ``next_offset``."""
@@ -215,12 +205,12 @@ class BrokerMetrics:
         return families + loop_gauges + store_families
 
     def _counter_families(self) -> list[Family]:
+        self.fold()
         base = self.base
         m_in = Family("rocketmq_messages_in_total", COUNTER, "Messages stored by sends (count).")
         t_in = Family("rocketmq_throughput_in_total", COUNTER, "Bytes of messages stored by sends.")
         size = Family("rocketmq_message_size", HISTOGRAM, "Size of the messages stored by sends (bytes).")
-        sends = [((topic, NORMAL), c) for topic, c in list(self.messages_in.items())]
-        for (topic, mtype), c in sorted(sends + list(self.typed_in.items())):
+        for (topic, mtype), c in list(self.messages_in.items()):
             labels = (*base, ("topic", topic), ("message_type", mtype), ("is_system", _is_system(topic)))
             m_in.add(labels, c[0])
             t_in.add(labels, c[1])

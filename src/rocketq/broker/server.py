@@ -64,6 +64,7 @@ from rocketq.broker.long_polling import (
     PullRequestHoldService,
 )
 from rocketq.broker.loop_coalesce import LoopWakeup
+from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.registration import NameServerRegistrar
 from rocketq.broker.subscription_group import SubscriptionGroupManager
@@ -313,6 +314,7 @@ class Broker:
             cfg.transaction_check_interval_ms / 1000, self.transactions.check, "broker-transaction-check"
         )
         if ctx.metrics is not None:
+            self._every(FOLD_INTERVAL_S, ctx.metrics.fold, "broker-metrics-fold")
             await self._serve_metrics(ctx)
 
     # -- metrics (docs/metrics.md) ----------------------------------------------------------

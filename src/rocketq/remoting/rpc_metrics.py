@@ -3,13 +3,13 @@ response code (RocketMQ 5's ``RemotingMetricsManager``), shared by the broker an
 
 :meth:`RpcLatency.instrument` wraps the handlers of a server's dispatch tables once, when
 metrics are on; with metrics off nothing is wrapped and a request pays nothing (a wrapper's
-``__wrapped__`` is the handler it times). A wrapped handler reads ``perf_counter_ns`` before and
-after and adds one to the bucket of the elapsed time, and the time to the sum, in a list of
-plain ints per (request code, response code), no lock (every handler runs on the server's event
-loop thread). Every request is timed and counted: ``_count`` is the number of requests. The
-bounds are kept in nanoseconds, so a request below the first bound (nearly every send) finds its
-bucket with one comparison; the immediate handler of a code holds its SUCCESS counts itself, so
-the hottest path (a send answered at once) looks nothing up. The latency of a
+``__wrapped__`` is the handler it times). A wrapped
+handler reads ``perf_counter_ns`` before and after and adds the elapsed milliseconds to the
+histogram of its (request code, response code) pair, no lock (every handler runs on the
+server's event loop thread). On the hottest path, an immediate handler's SUCCESS, the elapsed
+time is only appended to a list, folded into the histogram by the batch (:meth:`RpcLatency.fold`,
+which the broker calls every second and before every scrape): in the middle of a send each
+extra lookup costs several times what it costs in a tight loop. The latency of a
 request answered inside ``data_received`` (the immediate table) is recorded there; one the
 immediate handler passes on is recorded by the task path instead, never twice. A held pull's
 latency includes its hold (RocketMQ labels those ``is_long_polling``; rocketq tells them by
@@ -45,33 +45,22 @@ def code_name(code: int, names: Mapping[int, str] = _REQUEST_NAMES) -> str:
     return names.get(code) or str(code)
 
 
-#: The bounds in nanoseconds, the unit a request is timed in: its bucket is found without a
-#: float division (``v`` ns ≤ ``b`` ms exactly when ``v`` ≤ ``b``·10⁶).
-_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_MS_BOUNDS)
-_FIRST_NS = _BOUNDS_NS[0]
-#: Index of the sum (nanoseconds) in a slot, after the per-bucket counts (+Inf last).
-_SUM = len(_BOUNDS_NS) + 1
-
-
 class RpcLatency:
     """Latency histograms (milliseconds) by (request code, response code)."""
 
     def __init__(self) -> None:
-        #: (request code, response code) → [per-bucket counts (+Inf last)…, sum of nanoseconds]
-        self.table: dict[tuple[int, int], list[int]] = {}
-
-    def slot(self, code: int, response_code: int) -> list[int]:
-        """The counts of (``code``, ``response_code``), created empty on first use."""
-        key = (code, response_code)
-        counts = self.table.get(key)
-        if counts is None:
-            counts = self.table[key] = [0] * (_SUM + 1)
-        return counts
+        self.table: dict[tuple[int, int], Histogram] = {}
+        #: Per immediate handler: its code and the SUCCESS latencies (ns) not yet folded.
+        self._pending: list[tuple[int, list[int]]] = []
 
     def record(self, code: int, response_code: int, elapsed_ns: int) -> None:
-        counts = self.slot(code, response_code)
-        counts[0 if elapsed_ns <= _FIRST_NS else bisect_left(_BOUNDS_NS, elapsed_ns)] += 1
-        counts[_SUM] += elapsed_ns
+        key = (code, response_code)
+        hist = self.table.get(key)
+        if hist is None:
+            hist = self.table[key] = Histogram(RPC_LATENCY_MS_BOUNDS)
+        ms = elapsed_ns / 1e6
+        hist.counts[bisect_left(RPC_LATENCY_MS_BOUNDS, ms)] += 1
+        hist.sum += ms
 
     def instrument(
         self,
@@ -107,13 +96,12 @@ class RpcLatency:
         return timed
 
     def _timed_now(self, code: int, handler: ImmediateHandler) -> ImmediateHandler:
-        # The hottest wrapper (every send under ASYNC_FLUSH): a SUCCESS answer adds to the
-        # counts of its code held by this closure, no lookup, and in the common case (at most
-        # the first bound) no search of the bounds either.
+        # The hottest wrapper (every send under ASYNC_FLUSH): a SUCCESS answer's elapsed time is
+        # appended to a list of its code and folded into the histogram by the batch (fold()).
         record = self.record
         clock = time.perf_counter_ns
-        ok = self.slot(code, int(ResponseCode.SUCCESS))
-        bounds, first, total = _BOUNDS_NS, _FIRST_NS, _SUM
+        ok: list[int] = []
+        self._pending.append((code, ok))
 
         @functools.wraps(handler)
         def timed_now(conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
@@ -124,9 +112,7 @@ class RpcLatency:
                 record(code, int(exc.code), clock() - began)
                 raise
             if response.__class__ is bytes:  # the pre-encoded SUCCESS answer of a send
-                elapsed = clock() - began
-                ok[0 if elapsed <= first else bisect_left(bounds, elapsed)] += 1
-                ok[total] += elapsed
+                ok.append(clock() - began)  # folded by fold(): every second and at each scrape
                 return response
             if response is not None:
                 record(code, response.code, clock() - began)  # type: ignore[union-attr]
@@ -134,19 +120,37 @@ class RpcLatency:
 
         return timed_now
 
+    def _fold(self, code: int, elapsed: list[int]) -> None:
+        key = (code, int(ResponseCode.SUCCESS))
+        hist = self.table.get(key)
+        if hist is None:
+            hist = self.table[key] = Histogram(RPC_LATENCY_MS_BOUNDS)
+        counts, bounds = hist.counts, hist.bounds
+        total = 0
+        for ns in elapsed:
+            ms = ns / 1e6
+            counts[bisect_left(bounds, ms)] += 1
+            total += ns
+        hist.sum += total / 1e6
+        elapsed.clear()
+
+    def fold(self) -> None:
+        """Fold every pending SUCCESS latency into its histogram (on the loop: the broker every
+        second and before every scrape)."""
+        for code, elapsed in self._pending:
+            if elapsed:
+                self._fold(code, elapsed)
+
     def family(self, base: Labels) -> Family:
-        """``rocketmq_rpc_latency`` with the labels ``base`` + protocol, request and response code
-        (the pairs with at least one request)."""
+        """``rocketmq_rpc_latency`` with the labels ``base`` + protocol, request and response code."""
+        self.fold()
         fam = Family(
             "rocketmq_rpc_latency", HISTOGRAM, "Time from a request's decoding to its answer (milliseconds)."
         )
-        for (code, response_code), slot in sorted(self.table.items()):
-            counts = slot[:_SUM]
-            if not any(counts):
-                continue
-            hist = Histogram(RPC_LATENCY_MS_BOUNDS)
-            hist.counts = counts
-            hist.sum = slot[_SUM] / 1e6
+        for (code, response_code), hist in sorted(self.table.items()):
+            copy = Histogram(hist.bounds)
+            copy.counts = list(hist.counts)
+            copy.sum = hist.sum
             fam.add(
                 (
                     *base,
@@ -154,7 +158,7 @@ class RpcLatency:
                     ("request_code", code_name(code)),
                     ("response_code", code_name(response_code, _RESPONSE_NAMES)),
                 ),
-                hist,
+                copy,
             )
         return fam
 
