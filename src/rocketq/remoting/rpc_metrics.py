@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +35,10 @@ from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHan
 
 #: RocketMQ's ``rpc_latency`` buckets (milliseconds).
 RPC_LATENCY_MS_BOUNDS = (1, 3, 5, 10, 100, 1000, 3000)
+
+#: The bounds in nanoseconds, the unit a request is timed in (folding compares the integers).
+_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_MS_BOUNDS)
+_FIRST_NS = _BOUNDS_NS[0]
 
 _REQUEST_NAMES = {int(c): c.name.lower() for c in RequestCode}
 _RESPONSE_NAMES = {int(c): c.name.lower() for c in ResponseCode}
@@ -125,13 +129,18 @@ class RpcLatency:
         hist = self.table.get(key)
         if hist is None:
             hist = self.table[key] = Histogram(RPC_LATENCY_MS_BOUNDS)
-        counts, bounds = hist.counts, hist.bounds
-        total = 0
-        for ns in elapsed:
-            ms = ns / 1e6
-            counts[bisect_left(bounds, ms)] += 1
-            total += ns
-        hist.sum += total / 1e6
+        counts = hist.counts
+        if max(elapsed) <= _FIRST_NS:  # the common batch: every answer within a millisecond
+            counts[0] += len(elapsed)
+        else:  # a value of ns nanoseconds is at most b ms exactly when ns <= b * 10**6
+            ordered = sorted(elapsed)
+            below = 0
+            for i, bound in enumerate(_BOUNDS_NS):
+                upto = bisect_right(ordered, bound)
+                counts[i] += upto - below
+                below = upto
+            counts[-1] += len(ordered) - below
+        hist.sum += sum(elapsed) / 1e6
         elapsed.clear()
 
     def fold(self) -> None:
