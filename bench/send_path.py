@@ -6,6 +6,7 @@
     python bench/send_path.py --metrics       # the same with /metrics served (counting on)
     python bench/send_path.py --metrics-ab    # one broker, rounds alternating counting off / on
     python bench/send_path.py --metrics-ab --handler   # the same, the send handler alone (no sockets)
+    python bench/send_path.py --metrics-ab --handler --part wrapper   # one part of counting only
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -30,7 +31,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -68,10 +69,18 @@ def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
                 answered += 1
 
 
-def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any, Any, None]]:
+#: What counting on turns on: the latency wrappers, the record of each send (and pull, pop),
+#: the store's sampled put timing.
+PARTS = ("wrapper", "record", "put")
+
+
+def counting_switch(
+    cluster: InProcessCluster, parts: Sequence[str] = PARTS
+) -> Callable[[bool], Coroutine[Any, Any, None]]:
     """A coroutine function that turns the broker's metrics counting off or on, on its loop:
     the handler tables without or with their timing wrappers, the context's counters, the
-    store's put timing (what a broker started with metrics off or on has)."""
+    store's put timing (what a broker started with metrics off or on has); ``parts`` limits
+    "on" to some of them."""
     broker = cluster.broker(cluster.broker_names[0])
     ctx = broker.ctx
     assert ctx is not None and ctx.metrics is not None
@@ -81,15 +90,15 @@ def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any
     bare = [{code: getattr(h, "__wrapped__", h) for code, h in t.items()} for t in tables]
 
     async def switch(on: bool) -> None:
-        for table, handlers in zip(tables, wrapped if on else bare, strict=True):
+        for table, handlers in zip(tables, wrapped if on and "wrapper" in parts else bare, strict=True):
             table.update(handlers)  # type: ignore[attr-defined]
-        ctx.metrics = metrics if on else None
-        ctx.store.put_latency = put_latency if on else None
+        ctx.metrics = metrics if on and "record" in parts else None
+        ctx.store.put_latency = put_latency if on and "put" in parts else None
 
     return switch
 
 
-def deferred_counting(cluster: InProcessCluster) -> Callable[[], Coroutine[Any, Any, None]]:
+def deferred_counting(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any, Any, None]]:
     """A coroutine function that finishes, on the loop, the counting a round left for later: a
     send appends a record that the broker folds into the counters once a second
     (``BrokerMetrics.fold``). Rounds call it before their clock stops, so each round pays for
@@ -99,8 +108,8 @@ def deferred_counting(cluster: InProcessCluster) -> Callable[[], Coroutine[Any, 
     assert ctx is not None and ctx.metrics is not None
     metrics = ctx.metrics
 
-    async def settle() -> None:
-        if ctx.metrics is not None:  # counting on
+    async def settle(on: bool) -> None:
+        if on:
             metrics.fold()
 
     return settle
@@ -121,7 +130,7 @@ class _Peer:
     remote_host = "127.0.0.1"
 
 
-def handler_ab(rounds: int, count: int) -> int:
+def handler_ab(rounds: int, count: int, parts: Sequence[str] = PARTS) -> int:
     """``--metrics-ab --handler``: rounds of ``count`` decoded SEND_MESSAGE_V2 requests handed to
     the broker's immediate dispatch one after another on its loop thread (what ``data_received``
     does with a decoded frame), counting off and on alternating as ``--metrics-ab`` does; loop
@@ -130,7 +139,7 @@ def handler_ab(rounds: int, count: int) -> int:
     with InProcessCluster(broker_options=options) as cluster:
         cluster.create_topic(TOPIC, QUEUES)
         broker = cluster.broker(cluster.broker_names[0])
-        switch, settle = counting_switch(cluster), deferred_counting(cluster)
+        switch, settle = counting_switch(cluster, parts), deferred_counting(cluster)
         peer = _Peer()
 
         def requests() -> list[RemotingCommand]:
@@ -144,7 +153,7 @@ def handler_ab(rounds: int, count: int) -> int:
             for request in batch:
                 if handle(peer, request).__class__ is not bytes:  # type: ignore[arg-type]
                     raise RuntimeError("a send was not answered at once with SUCCESS")
-            await settle()
+            await settle(counting)
             return (time.clock_gettime(clock) - began) / len(batch) * 1e6
 
         cluster.call(run(True, requests()))  # warm-up
@@ -157,6 +166,7 @@ def handler_ab(rounds: int, count: int) -> int:
     off, on = statistics.median(by_mode[False]), statistics.median(by_mode[True])
     print(
         f"SEND_MESSAGE_V2 handler alone: loop-thread CPU per send, counting off median {off:.2f} µs, "
+        f"{'+'.join(parts)} "
         f"on {on:.2f} µs: {(on / off - 1) * 100:+.1f} %; {paired(by_mode)}"
     )
     return 0
@@ -185,11 +195,19 @@ def main() -> int:
         help="with --metrics-ab: call the broker's immediate dispatch (ACL check, handler, the timing "
         "wrapper) with decoded requests on its loop thread, no sockets: the send handler alone",
     )
+    ap.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        help="with --handler: counting on turns on only this part (repeatable; default all)",
+    )
     args = ap.parse_args()
+    if args.part and not args.handler:
+        ap.error("--part goes with --handler")
     if args.handler:
         if not args.metrics_ab:
             ap.error("--handler goes with --metrics-ab")
-        return handler_ab(args.rounds, args.count)
+        return handler_ab(args.rounds, args.count, args.part or PARTS)
 
     with_metrics = args.metrics or args.metrics_ab
     options: dict[str, object] = {"broker_trace_enable": True} if args.trace else {}
@@ -222,7 +240,7 @@ def main() -> int:
                 cpu0, all0 = time.clock_gettime(clock), time.process_time()
                 send_all(sock, batch, args.burst)
                 if settle is not None:
-                    cluster.call(settle())
+                    cluster.call(settle(counting))
                 per_msg.append((time.clock_gettime(clock) - cpu0) / args.count * 1e6)
                 by_mode[counting].append(per_msg[-1])
                 cluster.wait_dispatched()
