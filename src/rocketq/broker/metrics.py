@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left as _bisect_left
-from bisect import bisect_right as _bisect_right
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,6 +50,7 @@ from rocketq.metrics.exposition import (
     Histogram,
     Labels,
     ThreadHistograms,
+    add_to_buckets,
     render,
 )
 from rocketq.metrics.http import MetricsServer
@@ -98,24 +98,6 @@ def message_type(props: Mapping[str, str], half: bool) -> str:
     if not _DELAY_KEYS.isdisjoint(props):
         return DELAY
     return NORMAL
-
-
-def add_to_buckets(counts: list[int], at: int, bounds: Sequence[int], values: Sequence[int]) -> None:
-    """Add ``values`` to the per-bucket counts ``counts[at:]`` of a histogram with upper bounds
-    ``bounds`` (inclusive; +Inf last): what ``counts[at + bisect_left(bounds, v)] += 1`` for
-    each value does, by a sort and one bisection per bound."""
-    if not values:
-        return
-    if max(values) <= bounds[0]:
-        counts[at] += len(values)
-        return
-    ordered = sorted(values)
-    below = 0
-    for i, bound in enumerate(bounds):
-        upto = _bisect_right(ordered, bound)
-        counts[at + i] += upto - below
-        below = upto
-    counts[at + len(bounds)] += len(ordered) - below
 
 
 def _is_system(topic: str, group: str = "") -> str:
@@ -521,7 +503,6 @@ __all__ = [
     "PUT_SECONDS_BOUNDS",
     "TYPED_KEYS",
     "BrokerMetrics",
-    "add_to_buckets",
     "message_type",
     "serve_metrics",
     "store_families",

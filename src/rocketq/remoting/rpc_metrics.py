@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import functools
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any
 
 from rocketq.errors import ResponseCode, RocketqError
-from rocketq.metrics.exposition import HISTOGRAM, Family, Histogram, Labels
+from rocketq.metrics.exposition import HISTOGRAM, Family, Histogram, Labels, add_to_buckets
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
@@ -38,7 +38,6 @@ RPC_LATENCY_MS_BOUNDS = (1, 3, 5, 10, 100, 1000, 3000)
 
 #: The bounds in nanoseconds, the unit a request is timed in (folding compares the integers).
 _BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_MS_BOUNDS)
-_FIRST_NS = _BOUNDS_NS[0]
 
 _REQUEST_NAMES = {int(c): c.name.lower() for c in RequestCode}
 _RESPONSE_NAMES = {int(c): c.name.lower() for c in ResponseCode}
@@ -129,17 +128,8 @@ class RpcLatency:
         hist = self.table.get(key)
         if hist is None:
             hist = self.table[key] = Histogram(RPC_LATENCY_MS_BOUNDS)
-        counts = hist.counts
-        if max(elapsed) <= _FIRST_NS:  # the common batch: every answer within a millisecond
-            counts[0] += len(elapsed)
-        else:  # a value of ns nanoseconds is at most b ms exactly when ns <= b * 10**6
-            ordered = sorted(elapsed)
-            below = 0
-            for i, bound in enumerate(_BOUNDS_NS):
-                upto = bisect_right(ordered, bound)
-                counts[i] += upto - below
-                below = upto
-            counts[-1] += len(ordered) - below
+        # a value of ns nanoseconds is at most b ms exactly when ns <= b * 10**6
+        add_to_buckets(hist.counts, 0, _BOUNDS_NS, elapsed)
         hist.sum += sum(elapsed) / 1e6
         elapsed.clear()
 
