@@ -5,6 +5,8 @@
     python bench/send_path.py --trace         # with brokerTraceEnable=true (a Pub record per send)
     python bench/send_path.py --metrics       # the same with /metrics served (counting on)
     python bench/send_path.py --metrics-ab    # one broker, rounds alternating counting off / on
+    python bench/send_path.py --metrics-ab --handler   # the same, the send handler alone (no sockets)
+    python bench/send_path.py --metrics-ab --handler --part wrapper   # one part of counting only
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -29,7 +31,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -37,6 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from broker import QUEUES, Ids, encode_latency_frames
 from rocketq.errors import ResponseCode
 from rocketq.remoting.codec import FrameDecoder
+from rocketq.remoting.command import RemotingCommand
 from rocketq.testing import InProcessCluster
 
 TOPIC = "SendPathBench"
@@ -66,10 +69,18 @@ def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
                 answered += 1
 
 
-def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any, Any, None]]:
+#: What counting on turns on: the latency wrappers, the record of each send (and pull, pop),
+#: the store's sampled put timing.
+PARTS = ("wrapper", "record", "put")
+
+
+def counting_switch(
+    cluster: InProcessCluster, parts: Sequence[str] = PARTS
+) -> Callable[[bool], Coroutine[Any, Any, None]]:
     """A coroutine function that turns the broker's metrics counting off or on, on its loop:
     the handler tables without or with their timing wrappers, the context's counters, the
-    store's put timing (what a broker started with metrics off or on has)."""
+    store's put timing (what a broker started with metrics off or on has); ``parts`` limits
+    "on" to some of them."""
     broker = cluster.broker(cluster.broker_names[0])
     ctx = broker.ctx
     assert ctx is not None and ctx.metrics is not None
@@ -79,12 +90,86 @@ def counting_switch(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any
     bare = [{code: getattr(h, "__wrapped__", h) for code, h in t.items()} for t in tables]
 
     async def switch(on: bool) -> None:
-        for table, handlers in zip(tables, wrapped if on else bare, strict=True):
+        for table, handlers in zip(tables, wrapped if on and "wrapper" in parts else bare, strict=True):
             table.update(handlers)  # type: ignore[attr-defined]
-        ctx.metrics = metrics if on else None
-        ctx.store.put_latency = put_latency if on else None
+        ctx.metrics = metrics if on and "record" in parts else None
+        ctx.store.put_latency = put_latency if on and "put" in parts else None
 
     return switch
+
+
+def deferred_counting(cluster: InProcessCluster) -> Callable[[bool], Coroutine[Any, Any, None]]:
+    """A coroutine function that finishes, on the loop, the counting a round left for later: a
+    send appends a record that the broker folds into the counters once a second
+    (``BrokerMetrics.fold``). Rounds call it before their clock stops, so each round pays for
+    folding its own records, not whichever round the timer happens to hit (an off round after
+    an on round, half of the time: that hid part of the cost of counting)."""
+    ctx = cluster.broker(cluster.broker_names[0]).ctx
+    assert ctx is not None and ctx.metrics is not None
+    metrics = ctx.metrics
+
+    async def settle(on: bool) -> None:
+        if on:
+            metrics.fold()
+
+    return settle
+
+
+def paired(by_mode: dict[bool, list[float]]) -> str:
+    """The median of the on/off ratios of neighbouring rounds (the i-th off round against the
+    i-th on round: off, on, on, off, ... puts each pair next to each other), a figure that a
+    drift of the machine's load over the run moves less than the ratio of the two medians."""
+    ratios = [on / off for off, on in zip(by_mode[False], by_mode[True], strict=True)]
+    return f"paired median {(statistics.median(ratios) - 1) * 100:+.1f} % over {len(ratios)} pairs"
+
+
+class _Peer:
+    """What the send handler reads of its connection."""
+
+    remote_address = "127.0.0.1:40000"
+    remote_host = "127.0.0.1"
+
+
+def handler_ab(rounds: int, count: int, parts: Sequence[str] = PARTS) -> int:
+    """``--metrics-ab --handler``: rounds of ``count`` decoded SEND_MESSAGE_V2 requests handed to
+    the broker's immediate dispatch one after another on its loop thread (what ``data_received``
+    does with a decoded frame), counting off and on alternating as ``--metrics-ab`` does; loop
+    thread CPU per send."""
+    options: dict[str, object] = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with InProcessCluster(broker_options=options) as cluster:
+        cluster.create_topic(TOPIC, QUEUES)
+        broker = cluster.broker(cluster.broker_names[0])
+        switch, settle = counting_switch(cluster, parts), deferred_counting(cluster)
+        peer = _Peer()
+
+        def requests() -> list[RemotingCommand]:
+            return FrameDecoder().feed(b"".join(frames(count)))
+
+        async def run(counting: bool, batch: list[RemotingCommand]) -> float:
+            await switch(counting)
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+            handle = broker._handle_now  # the bench reaches in on purpose
+            began = time.clock_gettime(clock)
+            for request in batch:
+                if handle(peer, request).__class__ is not bytes:  # type: ignore[arg-type]
+                    raise RuntimeError("a send was not answered at once with SUCCESS")
+            await settle(counting)
+            return (time.clock_gettime(clock) - began) / len(batch) * 1e6
+
+        cluster.call(run(True, requests()))  # warm-up
+        by_mode: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(rounds * 2):
+            counting = i % 4 in (1, 2)
+            batch = requests()
+            cluster.wait_dispatched()
+            by_mode[counting].append(cluster.call(run(counting, batch)))
+    off, on = statistics.median(by_mode[False]), statistics.median(by_mode[True])
+    print(
+        f"SEND_MESSAGE_V2 handler alone: loop-thread CPU per send, counting off median {off:.2f} µs, "
+        f"{'+'.join(parts)} "
+        f"on {on:.2f} µs: {(on / off - 1) * 100:+.1f} %; {paired(by_mode)}"
+    )
+    return 0
 
 
 def main() -> int:
@@ -104,7 +189,25 @@ def main() -> int:
         help="serve /metrics and alternate rounds with counting off and on (the same broker, caches and "
         "machine load for both: the cost of counting without the noise between processes)",
     )
+    ap.add_argument(
+        "--handler",
+        action="store_true",
+        help="with --metrics-ab: call the broker's immediate dispatch (ACL check, handler, the timing "
+        "wrapper) with decoded requests on its loop thread, no sockets: the send handler alone",
+    )
+    ap.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        help="with --handler: counting on turns on only this part (repeatable; default all)",
+    )
     args = ap.parse_args()
+    if args.part and not args.handler:
+        ap.error("--part goes with --handler")
+    if args.handler:
+        if not args.metrics_ab:
+            ap.error("--handler goes with --metrics-ab")
+        return handler_ab(args.rounds, args.count, args.part or PARTS)
 
     with_metrics = args.metrics or args.metrics_ab
     options: dict[str, object] = {"broker_trace_enable": True} if args.trace else {}
@@ -121,7 +224,9 @@ def main() -> int:
         per_msg: list[float] = []
         process: list[float] = []
         by_mode: dict[bool, list[float]] = {False: [], True: []}
+        process_by_mode: dict[bool, list[float]] = {False: [], True: []}
         switch = counting_switch(cluster) if args.metrics_ab else None
+        settle = deferred_counting(cluster) if args.metrics_ab else None
         rounds = args.rounds * 2 if args.metrics_ab else args.rounds
         with socket.create_connection((host, int(port))) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -134,10 +239,13 @@ def main() -> int:
                 cluster.wait_dispatched()
                 cpu0, all0 = time.clock_gettime(clock), time.process_time()
                 send_all(sock, batch, args.burst)
+                if settle is not None:
+                    cluster.call(settle(counting))
                 per_msg.append((time.clock_gettime(clock) - cpu0) / args.count * 1e6)
                 by_mode[counting].append(per_msg[-1])
                 cluster.wait_dispatched()
                 process.append((time.process_time() - all0) / args.count * 1e6)
+                process_by_mode[counting].append(process[-1])
         cluster.wait_dispatched()
         stored = sum(cluster.store().get_max_offset(TOPIC, q) for q in range(QUEUES))
         traces = cluster.store().get_max_offset("RMQ_SYS_TRACE_TOPIC", 0)
@@ -150,7 +258,12 @@ def main() -> int:
             f"SEND_MESSAGE_V2, bursts of {args.burst}: broker loop-thread CPU per message, counting off "
             f"{' / '.join(f'{x:.1f}' for x in by_mode[False])} µs (median {off:.1f}), on "
             f"{' / '.join(f'{x:.1f}' for x in by_mode[True])} µs (median {on:.1f}): "
-            f"{(on / off - 1) * 100:+.1f} %"
+            f"{(on / off - 1) * 100:+.1f} %; {paired(by_mode)}"
+        )
+        p_off, p_on = statistics.median(process_by_mode[False]), statistics.median(process_by_mode[True])
+        print(
+            f"process CPU per message, counting off median {p_off:.1f} µs, on {p_on:.1f} µs: "
+            f"{(p_on / p_off - 1) * 100:+.1f} %; {paired(process_by_mode)}"
         )
         return 0
     print(

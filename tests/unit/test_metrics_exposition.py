@@ -3,6 +3,8 @@ message-type label of a send."""
 
 from __future__ import annotations
 
+import bisect
+import random
 import re
 import threading
 
@@ -10,10 +12,13 @@ import pytest
 
 from _support.metrics import PROMTOOL, check_exposition, promtool_problems, value
 from rocketq.broker.config import BrokerConfig, broker_config_from_properties
-from rocketq.broker.metrics import BrokerMetrics, message_type
-from rocketq.errors import ConfigError
+from rocketq.broker.metrics import MESSAGE_SIZE_BOUNDS, BrokerMetrics, message_type
+from rocketq.errors import ConfigError, ResponseCode, SystemBusy
 from rocketq.metrics.exposition import COUNTER, GAUGE, HISTOGRAM, Family, Histogram, ThreadHistograms, render
 from rocketq.namesrv.config import NamesrvConfig
+from rocketq.remoting.codes import RequestCode
+from rocketq.remoting.command import RemotingCommand
+from rocketq.remoting.rpc_metrics import RPC_LATENCY_MS_BOUNDS, RpcLatency
 
 
 def test_render_writes_counters_gauges_and_cumulative_histograms() -> None:
@@ -151,3 +156,86 @@ def test_metrics_settings_use_rocketmq_keys_and_refuse_what_rocketq_does_not_ser
 def test_promtool_is_strict_enough_to_catch_a_broken_exposition() -> None:
     broken = "# TYPE demo_x counter\ndemo_x 1\n# TYPE demo_x counter\ndemo_x 2\n"
     assert promtool_problems(broken) is not None
+
+
+def test_rpc_latency_counts_every_request_in_its_bucket_and_the_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The immediate wrapper's fast path (first bucket, held in its closure), a slower SUCCESS,
+    an answer that is a command, an error, and a typed send batch: exact buckets, counts and
+    sums in milliseconds."""
+    ticks = iter([0, 400_000, 0, 1_000_000, 0, 2_500_000, 0, 7_000, 0, 50_000])
+    monkeypatch.setattr("time.perf_counter_ns", lambda: next(ticks))
+    answers: list[object] = [b"ok", b"ok", b"ok", RemotingCommand(code=ResponseCode.SUCCESS), "boom"]
+
+    def send_now(conn: object, request: object) -> object:
+        answer = answers.pop(0)
+        if answer == "boom":
+            raise SystemBusy("busy")
+        return answer
+
+    rpc = RpcLatency()
+    immediate: dict[int, object] = {int(RequestCode.SEND_MESSAGE_V2): send_now}
+    rpc.instrument({}, immediate)  # type: ignore[arg-type]
+    timed = immediate[int(RequestCode.SEND_MESSAGE_V2)]
+    assert getattr(timed, "__wrapped__", None) is send_now
+    for _ in range(4):
+        timed(None, None)  # type: ignore[operator]
+    with pytest.raises(SystemBusy):
+        timed(None, None)  # type: ignore[operator]
+    rpc.record(int(RequestCode.PULL_MESSAGE), int(ResponseCode.PULL_NOT_FOUND), 4_000_000_000)
+    samples = check_exposition(render([rpc.family((("node_type", "broker"),))]))
+    ok = {"request_code": "send_message_v2", "response_code": "success"}
+    # 0.4 ms, exactly 1 ms (le is inclusive), 0.007 ms (a command): the first bucket; 2.5 ms
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="1.0", **ok) == 3
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="3.0", **ok) == 4
+    assert value(samples, "rocketmq_rpc_latency_count", **ok) == 4
+    assert value(samples, "rocketmq_rpc_latency_sum", **ok) == pytest.approx(0.4 + 1.0 + 2.5 + 0.007)
+    busy = {"request_code": "send_message_v2", "response_code": "system_busy"}
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="1.0", **busy) == 1
+    assert value(samples, "rocketmq_rpc_latency_sum", **busy) == pytest.approx(0.05)
+    held = {"request_code": "pull_message", "response_code": "pull_not_found"}
+    assert value(samples, "rocketmq_rpc_latency_bucket", le="3000.0", **held) == 0
+    assert value(samples, "rocketmq_rpc_latency_count", **held) == 1
+
+
+def test_fold_adds_a_batch_up_as_record_by_record() -> None:
+    """Sends of one topic and type (added up as a batch) and mixed ones (record by record) end
+    in the counts that adding each record to its own bucket gives; sizes on the bounds too."""
+    rng = random.Random(7)
+    sizes = [1, 1024, 1025, 4096, 4097, 512 * 1024, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1]
+    one_kind = [("T", "normal", rng.choice(sizes), 1) for _ in range(300)]
+    mixed = [
+        (rng.choice("AB"), rng.choice(["normal", "fifo"]), rng.randint(1, 5_000_000), rng.randint(1, 3))
+        for _ in range(300)
+    ]
+    for records in (one_kind, mixed, one_kind[:1], [("T", "normal", 300, 1)] * 5):
+        metrics = BrokerMetrics(BrokerConfig())
+        for topic, kind, size, count in records:
+            metrics.stored(topic, kind, size, count)
+        metrics.fold()
+        expected: dict[tuple[str, str], list[int]] = {}
+        for topic, kind, size, count in records:
+            c = expected.setdefault((topic, kind), [0] * (len(MESSAGE_SIZE_BOUNDS) + 3))
+            c[0] += count
+            c[1] += size
+            c[2 + bisect.bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
+        assert metrics.messages_in == expected
+
+
+def test_rpc_latency_fold_puts_values_on_a_bound_in_that_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    elapsed_ms = [0.001, 1, 1.000001, 3, 5, 9.9, 10, 100, 1000, 3000, 3000.000001, 60_000]
+    ticks = iter([t for ms in elapsed_ms for t in (0, round(ms * 1_000_000))])
+    monkeypatch.setattr("time.perf_counter_ns", lambda: next(ticks))
+    rpc = RpcLatency()
+    immediate: dict[int, object] = {int(RequestCode.SEND_MESSAGE_V2): lambda conn, request: b"ok"}
+    rpc.instrument({}, immediate)  # type: ignore[arg-type]
+    for _ in elapsed_ms:
+        immediate[int(RequestCode.SEND_MESSAGE_V2)](None, None)  # type: ignore[operator]
+    hist = dict(rpc.family(()).samples)[
+        (("protocol_type", "remoting"), ("request_code", "send_message_v2"), ("response_code", "success"))
+    ]
+    assert isinstance(hist, Histogram)
+    expected = [0] * (len(RPC_LATENCY_MS_BOUNDS) + 1)
+    for ms in elapsed_ms:
+        expected[bisect.bisect_left(RPC_LATENCY_MS_BOUNDS, ms)] += 1
+    assert hist.counts == expected == [2, 2, 1, 2, 1, 1, 1, 2]
+    assert hist.sum == pytest.approx(sum(elapsed_ms))

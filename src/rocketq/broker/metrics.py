@@ -7,13 +7,15 @@ Counting (the hot paths pay no lock per message)::
     pull (loop thread)  pulled(topic, group, n, bytes, queue, next offset)
                                                                → messages_out / throughput_out,
                                                                   and the group's pull offsets
+    pop (loop thread)   popped(topic, group, deliveries)      → messages_out / throughput_out
+                        (remoting POP_MESSAGE and the gRPC endpoint's ReceiveMessage)
     every request       the handler tables are wrapped once    → rpc_latency by (request code,
                         (instrument()) when metrics are on        response code)
     store put           MessageStore.put_latency, one histogram per calling thread
     store services      group commit, flush, allocation: plain ints of their one thread
 
 Each counter is a plain int in a dict (or list) that one thread writes: the event loop, which
-runs every send and pull handler, or one store service thread. A scrape (:meth:`collect`)
+runs every send, pull and pop handler, or one store service thread. A scrape (:meth:`collect`)
 copies the loop's counters on the loop, then computes the gauges from existing state in a
 worker thread: consumer lag from the store's max offsets and the committed offsets, storage
 size from the file system, flush and dispatch lag from the CommitLog positions. Nothing is
@@ -48,6 +50,7 @@ from rocketq.metrics.exposition import (
     Histogram,
     Labels,
     ThreadHistograms,
+    add_to_buckets,
     render,
 )
 from rocketq.metrics.http import MetricsServer
@@ -58,6 +61,7 @@ from rocketq.remoting.rpc_metrics import RpcLatency
 if TYPE_CHECKING:
     from rocketq.broker.config import BrokerConfig
     from rocketq.broker.context import BrokerContext
+    from rocketq.broker.pop.service import PoppedMessage
     from rocketq.store.message_store import MessageStore
 
 #: RocketMQ's ``message_size`` buckets (bytes): 1 KiB, 4 KiB, 512 KiB, 1, 2, 4 MiB.
@@ -145,9 +149,18 @@ class BrokerMetrics:
         The send path only appends to :attr:`pending_in` (a tuple and a list append per send:
         in the middle of a send every further dict lookup costs several times what it costs
         here, in a tight loop over a batch); the broker folds every FOLD_INTERVAL_S on its loop
-        and before every scrape."""
+        and before every scrape. When the records since the last fold are single messages of
+        one topic and type (a second of one producer's traffic, say), the batch is added up
+        by whole-list operations (sum, sort, bisect) instead of record by record."""
         self.rpc.fold()
         pending, self.pending_in = self.pending_in, []
+        if not pending:
+            return
+        topics, kinds, sizes, counts = zip(*pending, strict=True)
+        n = len(pending)
+        if counts.count(1) == n and topics.count(topics[0]) == n and kinds.count(kinds[0]) == n:
+            self._add_single_messages(topics[0], kinds[0], sizes)
+            return
         table = self.messages_in
         for topic, kind, size, count in pending:
             mtype = kind if isinstance(kind, str) else message_type(kind, False)
@@ -158,6 +171,17 @@ class BrokerMetrics:
             c[0] += count
             c[1] += size
             c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
+
+    def _add_single_messages(self, topic: str, kind: SendKind, sizes: Sequence[int]) -> None:
+        """Sends of one message each, all to ``topic`` with message type ``kind``."""
+        mtype = kind if isinstance(kind, str) else message_type(kind, False)
+        key = (topic, mtype)
+        c = self.messages_in.get(key)
+        if c is None:
+            c = self.messages_in[key] = [0] * (len(MESSAGE_SIZE_BOUNDS) + 3)
+        add_to_buckets(c, 2, MESSAGE_SIZE_BOUNDS, sizes)
+        c[0] += len(sizes)
+        c[1] += sum(sizes)
 
     def pulled(self, topic: str, group: str, count: int, size: int, queue_id: int, next_offset: int) -> None:
         """A pull answered ``count`` messages (``size`` bytes) of a queue, up to ``next_offset``."""
@@ -171,6 +195,17 @@ class BrokerMetrics:
         if offsets is None:
             offsets = self.pull_offsets[(group, topic)] = {}
         offsets[queue_id] = next_offset
+
+    def popped(self, topic: str, group: str, deliveries: Sequence[PoppedMessage]) -> None:
+        """A pop (remoting POP_MESSAGE, or the gRPC endpoint's ReceiveMessage) handed
+        ``deliveries`` of ``topic`` to ``group``: each delivery counts, a redelivery again (as
+        RocketMQ counts every message a pop answers); bytes are the records' stored sizes."""
+        key = (topic, group)
+        c = self.messages_out.get(key)
+        if c is None:
+            c = self.messages_out[key] = [0, 0]
+        c[0] += len(deliveries)
+        c[1] += sum(item.message.store_size for item in deliveries)
 
     def sent_to_dlq(self, topic: str, group: str) -> None:
         key = (topic, group)
@@ -204,8 +239,10 @@ class BrokerMetrics:
             hist.counts = c[2:]
             hist.sum = c[1]
             size.add(labels, hist)
-        m_out = Family("rocketmq_messages_out_total", COUNTER, "Messages answered to pulls (count).")
-        t_out = Family("rocketmq_throughput_out_total", COUNTER, "Bytes of messages answered to pulls.")
+        m_out = Family("rocketmq_messages_out_total", COUNTER, "Messages answered to pulls and pops (count).")
+        t_out = Family(
+            "rocketmq_throughput_out_total", COUNTER, "Bytes of messages answered to pulls and pops."
+        )
         for (topic, group), c in list(self.messages_out.items()):
             labels = (*base, *_group_labels(topic, group))
             m_out.add(labels, c[0])

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 #: ``Content-Type`` of the text format.
@@ -42,6 +42,24 @@ HISTOGRAM = "histogram"
 _KINDS = (COUNTER, GAUGE, HISTOGRAM)
 
 Labels = tuple[tuple[str, str], ...]
+
+
+def add_to_buckets(counts: list[int], at: int, bounds: Sequence[int], values: Sequence[int]) -> None:
+    """Add ``values`` to the per-bucket counts ``counts[at:]`` of a histogram with upper bounds
+    ``bounds`` (inclusive; +Inf last): what ``counts[at + bisect_left(bounds, v)] += 1`` for
+    each value does, by a sort and one bisection per bound."""
+    if not values:
+        return
+    if max(values) <= bounds[0]:
+        counts[at] += len(values)
+        return
+    ordered = sorted(values)
+    below = 0
+    for i, bound in enumerate(bounds):
+        upto = bisect_right(ordered, bound)
+        counts[at + i] += upto - below
+        below = upto
+    counts[at + len(bounds)] += len(ordered) - below
 
 
 class Histogram:
@@ -204,5 +222,6 @@ __all__ = [
     "Histogram",
     "Labels",
     "ThreadHistograms",
+    "add_to_buckets",
     "render",
 ]

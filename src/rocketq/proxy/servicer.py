@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from rocketq.broker.context import BrokerContext
+from rocketq.broker.metrics import TRANSACTION
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.subscription_group import group_name_problem
 from rocketq.broker.transaction import TransactionService, ensure_half_topics, to_half_message
@@ -337,6 +338,8 @@ class MessagingServicer(ClientSessionServicer):
             msg = to_half_message(msg, props)
         await ctx.topics_durable()
         result = await self._put(msg)
+        if ctx.metrics is not None:  # rocketmq_messages_in_total etc., as a remoting send counts
+            ctx.metrics.stored(topic, TRANSACTION if half else props, result.size, result.msg_num)
         self.sessions.note_send(client_id, topic)
         return spb.SendResultEntry(
             status=status.ok(),

@@ -28,13 +28,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from rocketq.errors import ResponseCode, RocketqError
-from rocketq.metrics.exposition import HISTOGRAM, Family, Histogram, Labels
+from rocketq.metrics.exposition import HISTOGRAM, Family, Histogram, Labels, add_to_buckets
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
 
 #: RocketMQ's ``rpc_latency`` buckets (milliseconds).
 RPC_LATENCY_MS_BOUNDS = (1, 3, 5, 10, 100, 1000, 3000)
+
+#: The bounds in nanoseconds, the unit a request is timed in (folding compares the integers).
+_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_MS_BOUNDS)
 
 _REQUEST_NAMES = {int(c): c.name.lower() for c in RequestCode}
 _RESPONSE_NAMES = {int(c): c.name.lower() for c in ResponseCode}
@@ -125,13 +128,9 @@ class RpcLatency:
         hist = self.table.get(key)
         if hist is None:
             hist = self.table[key] = Histogram(RPC_LATENCY_MS_BOUNDS)
-        counts, bounds = hist.counts, hist.bounds
-        total = 0
-        for ns in elapsed:
-            ms = ns / 1e6
-            counts[bisect_left(bounds, ms)] += 1
-            total += ns
-        hist.sum += total / 1e6
+        # a value of ns nanoseconds is at most b ms exactly when ns <= b * 10**6
+        add_to_buckets(hist.counts, 0, _BOUNDS_NS, elapsed)
+        hist.sum += sum(elapsed) / 1e6
         elapsed.clear()
 
     def fold(self) -> None:

@@ -477,6 +477,8 @@ class PopService:
             if self.ctx.trace is not None:
                 self.ctx.trace.popped(group, deliver)
         await self._durable(seq)
+        if out and self.ctx.metrics is not None:  # messages_out / throughput_out (docs/metrics.md)
+            self.ctx.metrics.popped(topic, group, out)
         return out
 
     def _read(
