@@ -211,8 +211,10 @@ class Serve:
     """``rocketq serve`` (one broker and the name server in one process) or ``rocketq serve
     --dledger 3`` (the name server in this process, three broker processes) in a child process."""
 
-    def __init__(self, root: str, flush: str, members: int) -> None:
+    def __init__(self, root: str, flush: str, members: int, src: str = SRC, tag: str = "") -> None:
         self.members = members
+        self.src = src
+        self.tag = tag
         self.flush = flush
         self.data = tempfile.mkdtemp(prefix=f"serve{members}-", dir=root)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -222,7 +224,7 @@ class Serve:
 
     @property
     def label(self) -> str:
-        return "1 broker" if self.members == 1 else f"{self.members} brokers"
+        return ("1 broker" if self.members == 1 else f"{self.members} brokers") + self.tag
 
     def pids(self) -> list[int]:
         assert self.proc is not None
@@ -243,7 +245,7 @@ class Serve:
         else:
             cmd += ["--broker-port", str(free_port())]
         env = dict(os.environ)
-        env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = self.src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         out = os.path.join(self.data, "serve.log")
         with open(out, "wb") as log_file:
             self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
@@ -375,6 +377,8 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
     )
     for flush in args.flushes.split(","):
         servers = [Serve(root, flush, 1), Serve(root, flush, 3)]
+        if args.baseline_src:  # the same group on another source tree, e.g. before a change
+            servers.append(Serve(root, flush, 3, os.path.abspath(args.baseline_src), " (base)"))
         producers: list[AsyncProducer] = []
         try:
             for s in servers:
@@ -382,13 +386,19 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
             conf = servers[1].conf
             print(f"{flush}: group conf " + ", ".join(f"{k}={v}" for k, v in conf.items()))
             for s in servers:
-                p = AsyncProducer(f"ReplBench{s.members}PG", namesrv_addr=s.namesrv)
+                p = AsyncProducer(f"ReplBench{len(producers)}PG", namesrv_addr=s.namesrv)
                 await p.start()
                 producers.append(p)
                 for _ in range(50):  # routes, connections, the first files
                     await p.send(Message(TOPIC, b"w" * 128))
+            cpu0 = [s.cpu_s() for s in servers]
+            await asyncio.sleep(1.0)
+            idle = ", ".join(
+                f"{s.label} {1000 * (s.cpu_s() - c):.0f} ms" for s, c in zip(servers, cpu0, strict=True)
+            )
+            print(f"server CPU while idle, per second (ticks, heartbeats, dispatch polls): {idle}")
             cases = [(c, size) for c in clients for size in sizes]
-            samples = {(case, s.members): Sample() for case in cases for s in servers}
+            samples = {(case, s.label): Sample() for case in cases for s in servers}
             for rnd in range(args.rounds):
                 for case in cases:
                     order = list(zip(servers, producers, strict=True))
@@ -396,17 +406,17 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
                         order.reverse()
                     for s, p in order:
                         body = b"b" * case[1]
-                        await send_round(s, p, body, case[0], args.broker_seconds, samples[(case, s.members)])
-            head = f"{'flush':<11} {'senders':>7} {'body':>5} {'servers':<9} {'acks/s':>7} {'p50 ms':>7}"
+                        await send_round(s, p, body, case[0], args.broker_seconds, samples[(case, s.label)])
+            head = f"{'flush':<11} {'senders':>7} {'body':>5} {'servers':<16} {'acks/s':>7} {'p50 ms':>7}"
             print(
                 head
                 + f" {'p99 ms':>7} {'srv µs/msg':>10} {'cli µs/msg':>10}  group/1: rate (rounds), srv CPU"
             )
             for case in cases:
-                one = samples[(case, 1)]
+                one = samples[(case, servers[0].label)]
                 for s in servers:
-                    x = samples[(case, s.members)]
-                    line = f"{flush:<11} {case[0]:>7} {case[1]:>5} {s.label:<9} {x.rate:>7.0f}"
+                    x = samples[(case, s.label)]
+                    line = f"{flush:<11} {case[0]:>7} {case[1]:>5} {s.label:<16} {x.rate:>7.0f}"
                     line += (
                         f" {x.pct_ms(0.5):>7.2f} {x.pct_ms(0.99):>7.2f} {x.us_per_msg(x.server_cpu_s):>10.0f}"
                     )
@@ -542,6 +552,11 @@ if __name__ == "__main__":
     p.add_argument("--broker-clients", default="32,1", help="broker: concurrent senders per case")
     p.add_argument("--broker-seconds", type=float, default=2.0, help="broker: seconds per case and round")
     p.add_argument("--rounds", type=int, default=2, help="broker: interleaved rounds")
+    p.add_argument(
+        "--baseline-src",
+        default=None,
+        help="broker: also run the group from this source tree (a src/ directory), e.g. before a change",
+    )
     p.add_argument("--broker-failovers", type=int, default=3, help="broker fail-over rounds")
     p.add_argument("--dir", default=None, help="where the data goes (default: a temporary directory)")
     a = p.parse_args()
