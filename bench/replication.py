@@ -221,6 +221,7 @@ class Serve:
         self.namesrv = ""
         self.brokers: dict[str, tuple[str, int]] = {}  # address -> (self id, pid)
         self.conf: dict[str, str] = {}  # what serve wrote into broker-n0.conf (group only)
+        self.leader_pid = 0
 
     @property
     def label(self) -> str:
@@ -232,6 +233,10 @@ class Serve:
 
     def cpu_s(self) -> float:
         return sum(proc_cpu_s(pid) for pid in self.pids())
+
+    def leader_cpu_s(self) -> float:
+        """The process that takes the sends: the master broker (the serve process for one)."""
+        return proc_cpu_s(self.leader_pid)
 
     async def start(self) -> None:
         namesrv_port = free_port()
@@ -272,6 +277,7 @@ class Serve:
         async with AsyncAdmin(self.namesrv) as admin:
             await admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
             await _poll(lambda: _routed(admin), "the topic's route")
+        self.leader_pid = self.brokers[await self.master()][1] if self.members > 1 else self.proc.pid
 
     async def master(self) -> str:
         async with AsyncAdmin(self.namesrv) as admin:
@@ -324,9 +330,11 @@ class Sample:
     sends: int = 0
     seconds: float = 0.0
     server_cpu_s: float = 0.0
+    leader_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)  # per round
+    errors: list[str] = field(default_factory=list)  # failed sends (after the producer's retries)
 
     @property
     def rate(self) -> float:
@@ -351,15 +359,20 @@ async def send_round(
     async def sender() -> None:
         while loop.time() < end:
             t0 = time.perf_counter()
-            r = await producer.send(Message(TOPIC, body))
+            try:
+                r = await producer.send(Message(TOPIC, body))
+            except RocketqError as exc:  # counted, and shown with the figures
+                into.errors.append(f"{serve.label}: {exc}")
+                continue
             if r.status is not SendStatus.SEND_OK:
                 raise SystemExit(f"send not OK: {r}")
             lat.append(time.perf_counter() - t0)
 
-    cpu0, ccpu0, t0 = serve.cpu_s(), time.process_time(), time.perf_counter()
+    cpu0, lcpu0, ccpu0, t0 = serve.cpu_s(), serve.leader_cpu_s(), time.process_time(), time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(concurrency)))
     took = time.perf_counter() - t0
     into.server_cpu_s += serve.cpu_s() - cpu0
+    into.leader_cpu_s += serve.leader_cpu_s() - lcpu0
     into.client_cpu_s += time.process_time() - ccpu0
     into.sends += len(lat)
     into.seconds += took
@@ -390,7 +403,10 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
                 await p.start()
                 producers.append(p)
                 for _ in range(50):  # routes, connections, the first files
-                    await p.send(Message(TOPIC, b"w" * 128))
+                    try:
+                        await p.send(Message(TOPIC, b"w" * 128))
+                    except RocketqError as exc:
+                        print(f"  warm-up send to {s.label} failed: {exc}")
             cpu0 = [s.cpu_s() for s in servers]
             await asyncio.sleep(1.0)
             idle = ", ".join(
@@ -410,7 +426,8 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
             head = f"{'flush':<11} {'senders':>7} {'body':>5} {'servers':<16} {'acks/s':>7} {'p50 ms':>7}"
             print(
                 head
-                + f" {'p99 ms':>7} {'srv µs/msg':>10} {'cli µs/msg':>10}  group/1: rate (rounds), srv CPU"
+                + f" {'p99 ms':>7} {'srv µs/msg':>10} {'ldr µs/msg':>10} {'cli µs/msg':>10}"
+                + "  group/1: rate (rounds), srv CPU; 1 broker's srv µs / ldr µs"
             )
             for case in cases:
                 one = samples[(case, servers[0].label)]
@@ -420,12 +437,15 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
                     line += (
                         f" {x.pct_ms(0.5):>7.2f} {x.pct_ms(0.99):>7.2f} {x.us_per_msg(x.server_cpu_s):>10.0f}"
                     )
-                    line += f" {x.us_per_msg(x.client_cpu_s):>10.0f}"
+                    line += f" {x.us_per_msg(x.leader_cpu_s):>10.0f} {x.us_per_msg(x.client_cpu_s):>10.0f}"
                     if s.members > 1:
                         per_round = "/".join(f"{g / o:.2f}" for g, o in zip(x.rates, one.rates, strict=True))
                         cpu = x.us_per_msg(x.server_cpu_s) / one.us_per_msg(one.server_cpu_s)
-                        line += f"  {x.rate / one.rate:.2f} ({per_round}), {cpu:.2f}x"
+                        hosts = one.us_per_msg(one.server_cpu_s) / x.us_per_msg(x.leader_cpu_s)
+                        line += f"  {x.rate / one.rate:.2f} ({per_round}), {cpu:.2f}x; {hosts:.2f}"
                     print(line, flush=True)
+                    if x.errors:
+                        print(f"    {len(x.errors)} failed sends, the first: {x.errors[0]}")
         finally:
             for p in producers:
                 await p.shutdown()
