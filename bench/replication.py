@@ -1,21 +1,39 @@
-"""DLedger replication: appends through a 3-member Raft group vs a group of one, and fail-over time.
+"""DLedger replication: the Raft driver, whole brokers (serve --dledger 3 vs serve), fail-over times.
 
-    python bench/replication.py                       # both ack policies, 3 members vs 1, fail-over
-    python bench/replication.py --seconds 2 --failovers 1 --policies page_cache
+    python bench/replication.py                       # everything (a few minutes)
+    python bench/replication.py --quick               # a smoke run of every part (about a minute)
+    python bench/replication.py --parts broker,broker-failover --baseline-src /tmp/before/src
+    python bench/replication.py --parts driver --seconds 2 --policies page_cache
 
-Appends: every member of a group runs in this process (one event loop, real sockets on 127.0.0.1,
-real files in a temporary directory, ``--dir`` to choose where); ``--concurrency`` appenders each
-await one ``RaftGroupLog.append`` at a time of a ``--size``-byte record (the record names its own
-physical offset, as a CommitLog record does) for ``--seconds``. The group of one is the same
-driver with one member, so the difference is the replication: the peer transport and the
-followers' writes, which here share the one core (the whole group runs on one CPU thread of a
-2-core machine). Batch push is on (``enableBatchPush=true``, 64 KiB batches). Figures: appends/s
-and the p50/p99 latency of an append, from the call to its acknowledgement.
+Driver (``--parts driver``): every member of a group runs in this process (one event loop, real
+sockets on 127.0.0.1, real files in a temporary directory, ``--dir`` to choose where);
+``--concurrency`` appenders each await one ``RaftGroupLog.append`` at a time of a
+``--size``-byte record (the record names its own physical offset, as a CommitLog record does)
+for ``--seconds``. The group of one is the same driver with one member, so the difference is the
+replication: the peer transport and the followers' writes, which here share the one core. Batch
+push is on (``enableBatchPush=true``, 64 KiB batches). Figures: appends/s and the p50/p99 latency
+of an append, from the call to its acknowledgement.
 
-Fail-over: three ``python -m rocketq.ha.node`` processes; a client appends in sequence to the
-leader; after 50 acknowledged appends the leader is killed with SIGKILL, and the time from the
-kill to the first acknowledged append on the new leader is reported (``--failovers`` rounds,
-each on a fresh group). The election timeout and heartbeat are printed with the figures.
+Node fail-over (``--parts node-failover``): three ``python -m rocketq.ha.node`` processes; a
+client appends in sequence to the leader; after 50 acknowledged appends the leader is killed with
+SIGKILL, and the time from the kill to the first acknowledged append on the new leader is
+reported (``--failovers`` rounds, each on a fresh group), with the election timeout and heartbeat.
+
+Broker level (``--parts broker``): ``rocketq serve`` (one broker) and ``rocketq serve --dledger 3``
+(``-c`` adds ``enableBatchPush=true``; the timing serve writes into the confs is printed) run at
+once, for each ``--flushes`` mode; with ``--baseline-src DIR`` a second group runs from another
+source tree (before/after a change in one run). The same client for all: one ``AsyncProducer``
+per server, N senders (``--broker-clients``) each awaiting one send at a time, bodies of
+``--broker-sizes``; cases interleaved over ``--rounds`` rounds of ``--broker-seconds``, the
+servers' order alternating. Figures: acknowledged sends/s, p50/p99 of a send, CPU per message
+(utime + stime from ``/proc/PID/stat``) of all the server's processes, of the process that takes
+the sends (the master) and of this client process, the group's rate over the single broker's
+(per round too) and, for three machines, the single broker's server CPU over the leader's.
+
+Broker fail-over (``--parts broker-failover``): a fresh ``serve --dledger 3`` per round; a
+producer sends in sequence through the name server; after 50 acknowledged sends the master
+broker process gets SIGKILL; the time to the first acknowledged send after it (on the new
+master) is reported (``--broker-failovers`` rounds), with the timing serve wrote.
 """
 
 from __future__ import annotations
