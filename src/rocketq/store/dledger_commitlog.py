@@ -260,6 +260,8 @@ class DLedgerCommitLog(CommitLog):
                 return result
             coro.close()
             raise ReplicationError("the log's append waited although it said it would not")
+        if threading.current_thread() is loop._thread:  # it would wait for itself
+            raise RuntimeError("DLedger put called on the ledger loop itself")
         try:
             return self._append_queue(ledger, loop).submit(put.encode).result(self._append_timeout_s)
         except concurrent.futures.TimeoutError:
