@@ -43,6 +43,7 @@ import json
 import logging
 import random
 import zlib
+from collections.abc import Awaitable, Callable, Sequence
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
@@ -213,6 +214,12 @@ class SendMessageProcessor:
         cfg = ctx.store.config
         # a DLedger put may wait for its quorum (or an fsync): never on the event loop
         self._sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or cfg.enable_dleger_commit_log
+        #: DLedger mode on a Raft group: the put awaited on this loop while the log's loop waits
+        #: for the quorum, no worker thread in between (DLedgerMessageStore.quorum_put)
+        quorum_put = getattr(ctx.store, "quorum_put", None)
+        self._ledger_put: Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None = (
+            quorum_put() if quorum_put is not None else None
+        )
 
     # -- shared checks ----------------------------------------------------------------------
     def _check_broker_writeable(self) -> None:
@@ -288,14 +295,25 @@ class SendMessageProcessor:
         persister = self.ctx.topics_persister
         return persister is not None and persister.pending
 
+    def _ledger_put_now(self) -> bool:
+        """DLedger mode with dispatch in bounds: put through :attr:`_ledger_put`."""
+        if self._ledger_put is None or not self.ctx.accepting:
+            return False
+        store = self.ctx.store
+        return store.dispatch_behind_bytes() <= store.config.max_dispatch_lag_bytes // 2
+
     async def _put(self, msg: BrokerMessage) -> PutMessageResult:
         store = self.ctx.store
+        if self._ledger_put is not None and self._ledger_put_now():
+            return await self._ledger_put((msg,))
         if self._must_wait():
             return await self.ctx.blocking(store.put_message, msg)
         return store.put_message(msg)
 
     async def _put_batch(self, msgs: list[BrokerMessage]) -> PutMessageResult:
         store = self.ctx.store
+        if self._ledger_put is not None and self._ledger_put_now():
+            return await self._ledger_put(msgs)
         if self._must_wait():
             return await self.ctx.blocking(store.put_messages, msgs)
         return store.put_messages(msgs)

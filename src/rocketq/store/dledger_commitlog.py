@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, RocketqError, ServiceNotAvailable, SystemBusy
 from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN
-from rocketq.ha.replicated_log import AppendResult, AppendStatus, ReplicatedLog
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
 from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult, PutMessageStatus
@@ -100,6 +101,7 @@ class DLedgerCommitLog(CommitLog):
         #: the committed position when the log was stopped (read after it is closed)
         self._closed_at: int | None = None
         self._append_timeout_s = max(1.0, config.put_message_timeout_ms / 1000 + 1)
+        self._appends: _AppendQueue | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def attach(self, ledger: ReplicatedLog, loop: LedgerLoop, divided_offset: int) -> None:
@@ -159,7 +161,38 @@ class DLedgerCommitLog(CommitLog):
 
     def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
         """One entry per message (as RocketMQ's DLedger batch put); a failure stops the batch
-        and raises (the messages before it are stored)."""
+        and raises (the messages before it are stored). Waits for each append's outcome (a
+        writer thread: the log runs on its own loop)."""
+        ledger, loop, steps = self._start_puts(msgs)
+        try:
+            put = next(steps)
+            while True:
+                put = steps.send(self._append(ledger, loop, put))
+        except StopIteration as done:
+            result: PutMessageResult = done.value
+            return result
+
+    async def put_messages_async(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
+        """:meth:`put_messages` for a caller on an event loop (the broker's sends): the appends
+        are handed to the log's loop and their outcomes come back to the caller's loop, many
+        per wake-up of each, with no worker thread in between."""
+        ledger, loop, steps = self._start_puts(msgs)
+        appends = self._append_queue(ledger, loop)
+        try:
+            put = next(steps)
+            while True:
+                try:
+                    result = await asyncio.wait_for(appends.submit_async(put.encode), self._append_timeout_s)
+                except TimeoutError:
+                    raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
+                put = steps.send(result)
+        except StopIteration as done:
+            outcome: PutMessageResult = done.value
+            return outcome
+
+    def _start_puts(
+        self, msgs: Sequence[BrokerMessage]
+    ) -> tuple[ReplicatedLog, LedgerLoop, Generator[_OneAppend, AppendResult, PutMessageResult]]:
         if not msgs:
             raise MessageIllegal("batch is empty")
         ledger, loop = self.ledger, self.loop
@@ -172,13 +205,19 @@ class DLedgerCommitLog(CommitLog):
         for e in encoded:
             if e[2] > room:
                 raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
+        return ledger, loop, self._puts(ledger, encoded, len(msgs))
+
+    def _puts(
+        self, ledger: ReplicatedLog, encoded: list[Any], count: int
+    ) -> Generator[_OneAppend, AppendResult, PutMessageResult]:
+        """The appends of a batch, one at a time: yields each, is sent its outcome."""
         offsets: list[int] = []
         total = 0
         first_qoff = -1
         now = 0
         for e in encoded:
             put = _OneAppend(self, e)
-            result = self._append(ledger, loop, put)
+            result = yield put
             if result.status is not AppendStatus.OK:
                 put.undo_if_unwritten(result)
                 raise_for(result, ledger.state.leader_address)
@@ -197,10 +236,16 @@ class DLedgerCommitLog(CommitLog):
                 first_qoff,
                 now,
                 self._store_host,
-                len(msgs),
-                offsets if len(msgs) > 1 else None,
+                count,
+                offsets if count > 1 else None,
             )
         )
+
+    def _append_queue(self, ledger: ReplicatedLog, loop: LedgerLoop) -> _AppendQueue:
+        appends = self._appends
+        if appends is None or appends.ledger is not ledger:
+            appends = self._appends = _AppendQueue(ledger, loop)
+        return appends
 
     def _append(self, ledger: ReplicatedLog, loop: LedgerLoop, put: _OneAppend) -> AppendResult:
         """The append's outcome: on the log's loop, or right here when the log's append never
@@ -215,10 +260,99 @@ class DLedgerCommitLog(CommitLog):
                 return result
             coro.close()
             raise ReplicationError("the log's append waited although it said it would not")
+        if threading.current_thread() is loop._thread:  # it would wait for itself
+            raise RuntimeError("DLedger put called on the ledger loop itself")
         try:
-            return loop.run(ledger.append(put.encode), self._append_timeout_s)
+            return self._append_queue(ledger, loop).submit(put.encode).result(self._append_timeout_s)
         except concurrent.futures.TimeoutError:
             raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
+
+
+class _AppendQueue:
+    """Appends handed to the log's loop from other threads, as many per wake-up of the loop as
+    are waiting: they are proposed in one loop iteration, so the leader sends them to each
+    follower as one message (batch push) and gets one acknowledgement for them. Outcomes for
+    callers on an event loop (:meth:`submit_async`) go back the same way, one wake-up of the
+    caller's loop for all that completed together; a writer thread (:meth:`submit`) waits on a
+    ``concurrent.futures.Future``."""
+
+    def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
+        self.ledger = ledger
+        self._loop = loop.loop
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[RecordEncoder, _Waiter]] = []
+        #: outcomes for callers' loops, sent at the end of the log loop's iteration
+        self._replies: dict[
+            asyncio.AbstractEventLoop, list[tuple[asyncio.Future[AppendResult], _Outcome]]
+        ] = {}
+
+    def submit(self, encode: RecordEncoder) -> concurrent.futures.Future[AppendResult]:
+        done: concurrent.futures.Future[AppendResult] = concurrent.futures.Future()
+        self._submit(encode, done)
+        return done
+
+    def submit_async(self, encode: RecordEncoder) -> asyncio.Future[AppendResult]:
+        caller = asyncio.get_running_loop()
+        done: asyncio.Future[AppendResult] = caller.create_future()
+        self._submit(encode, (caller, done))
+        return done
+
+    def _submit(self, encode: RecordEncoder, waiter: _Waiter) -> None:
+        with self._lock:
+            self._waiting.append((encode, waiter))
+            first = len(self._waiting) == 1
+        if first:  # later ones join the batch the loop has not taken yet
+            self._loop.call_soon_threadsafe(self._start_all)
+
+    def _start_all(self) -> None:
+        with self._lock:
+            batch, self._waiting = self._waiting, []
+        for encode, waiter in batch:
+            # the tasks' first steps (each append's proposal) all run in the next loop iteration
+            task = self._loop.create_task(self.ledger.append(encode))
+            task.add_done_callback(functools.partial(self._done, waiter=waiter))
+
+    def _done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
+        outcome: _Outcome
+        if task.cancelled():
+            outcome = ReplicationError("DLedger append cancelled; outcome unknown")
+        else:
+            exc = task.exception()
+            outcome = exc if exc is not None else task.result()
+        if isinstance(waiter, concurrent.futures.Future):
+            if isinstance(outcome, BaseException):
+                waiter.set_exception(outcome)
+            else:
+                waiter.set_result(outcome)
+            return
+        caller, fut = waiter
+        if not self._replies:
+            self._loop.call_soon(self._send_replies)
+        self._replies.setdefault(caller, []).append((fut, outcome))
+
+    def _send_replies(self) -> None:
+        replies, self._replies = self._replies, {}
+        for caller, outcomes in replies.items():
+            try:
+                caller.call_soon_threadsafe(_resolve, outcomes)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
+
+
+_Waiter = (
+    concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, asyncio.Future[AppendResult]]
+)
+_Outcome = AppendResult | BaseException
+
+
+def _resolve(outcomes: list[tuple[asyncio.Future[AppendResult], _Outcome]]) -> None:
+    for fut, outcome in outcomes:
+        if fut.done():  # the caller gave up (timeout, cancelled request)
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
 
 
 class _OneAppend:

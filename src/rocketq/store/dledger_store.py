@@ -18,9 +18,12 @@ carry no record.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
+import time
+from collections.abc import Awaitable, Callable, Sequence
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
@@ -32,11 +35,12 @@ from rocketq.ha.group_config import (
     parse_peers,
 )
 from rocketq.ha.replicated_log import ReplicatedLog
+from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
-from rocketq.store.commitlog import CommitLog
+from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop
-from rocketq.store.message_store import MessageStore
+from rocketq.store.message_store import PUT_LATENCY_SAMPLE, MessageStore
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
 
 log = logging.getLogger(__name__)
@@ -182,6 +186,39 @@ class DLedgerMessageStore(MessageStore):
         assert self.reput is not None
         # every committed append wakes dispatch, whatever the flush type (no group commit here)
         self.commitlog.append_listener = self.reput.wakeup
+
+    def quorum_put(self) -> Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None:
+        """:meth:`put_messages_async` when a put waits for a quorum (a Raft group); None for a
+        group of one, whose append never waits and is best made in the writer's own thread."""
+        ledger = self.ledger
+        if ledger is None or getattr(ledger, "append_completes_at_once", False):
+            return None
+        return self.put_messages_async
+
+    async def put_messages_async(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
+        """:meth:`put_messages` for a caller on an event loop (the broker's sends), awaiting the
+        appends' quorum with no worker thread (:meth:`DLedgerCommitLog.put_messages_async`).
+        No back-pressure wait: a caller that finds dispatch far behind uses :meth:`put_messages`
+        in a thread instead."""
+        timed = self.put_latency
+        began = 0
+        if timed is not None:
+            self._puts_seen = seen = self._puts_seen + 1
+            if not seen % PUT_LATENCY_SAMPLE:
+                began = time.perf_counter_ns()
+        try:
+            r = await self.commitlog.put_messages_async([self._inner(m, None) for m in msgs])
+        except Exception:
+            self.stats.put_failures += 1
+            raise
+        self.stats.put_count += r.msg_num
+        self.stats.put_bytes += r.size
+        if began and timed is not None:
+            hist = timed.local()
+            seconds = (time.perf_counter_ns() - began) / 1e9
+            hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
+            hist.sum += seconds
+        return r
 
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every

@@ -1,0 +1,131 @@
+"""The broker's awaited put on a Raft group (``DLedgerMessageStore.quorum_put``): three
+DLedger stores in this process, each member's log on its own loop thread, real sockets on
+127.0.0.1 and real files. Puts awaited together on one event loop are proposed together (one
+append message per follower for many entries), commit in order and reach the followers; on a
+follower they are refused naming the leader; a group of one has no awaited put (its append never
+waits, the writer's thread makes it)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from _support.procs import free_port
+from _support.wait import wait_until
+from rocketq.config import StoreConfig
+from rocketq.errors import ServiceNotAvailable
+from rocketq.ha.driver import RaftGroupLog
+from rocketq.ha.raft_types import Append, Role
+from rocketq.ha.raft_types import Message as RaftMessage
+from rocketq.message import BrokerMessage, Message
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.message_store import open_message_store
+
+PUTS = 60
+
+
+@pytest.fixture
+def group(tmp_path: pathlib.Path, store_config: StoreConfig) -> Iterator[list[DLedgerMessageStore]]:
+    ids = ["n0", "n1", "n2"]
+    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
+    stores: list[DLedgerMessageStore] = []
+    try:
+        for i in ids:
+            cfg = dataclasses.replace(
+                store_config,
+                store_path_root_dir=str(tmp_path / i),
+                mapped_file_size_commit_log=1 << 20,
+                enable_dleger_commit_log=True,
+                d_leger_group="g",
+                d_leger_peers=peers,
+                d_leger_self_id=i,
+                enable_batch_push=True,
+                d_leger_election_timeout_ms=300,
+                d_leger_heartbeat_interval_ms=50,
+            )
+            store = open_message_store(cfg)
+            assert isinstance(store, DLedgerMessageStore)
+            store.start()
+            stores.append(store)
+        yield stores
+    finally:
+        for store in stores:
+            store.shutdown()
+
+
+def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore | None:
+    leaders = [s for s in stores if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _msg(body: bytes) -> BrokerMessage:
+    return BrokerMessage.from_message(Message("T", body), 0)
+
+
+def test_puts_awaited_together_are_proposed_together_and_commit_in_order(
+    group: list[DLedgerMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    put = leader.quorum_put()
+    assert put is not None
+    ledger = leader.ledger
+    assert isinstance(ledger, RaftGroupLog)
+    transport = ledger.transport
+    appends: list[int] = []  # entries per append message the leader sends
+    send = transport.send
+
+    def counting(message: RaftMessage) -> bool:
+        if isinstance(message, Append) and message.entries:
+            appends.append(len(message.entries))
+        return send(message)
+
+    monkeypatch.setattr(transport, "send", counting)
+
+    async def put_all() -> list[tuple[int, int]]:
+        results = await asyncio.gather(*(put([_msg(f"m{i}".encode())]) for i in range(PUTS)))
+        return [(r.queue_offset, r.physical_offset) for r in results]
+
+    placed = asyncio.run(put_all())
+    # one queue offset each, in the order of the log
+    assert sorted(q for q, _ in placed) == list(range(PUTS))
+    assert [q for q, _ in sorted(placed, key=lambda x: x[1])] == list(range(PUTS))
+    bodies = {q: f"m{i}".encode() for i, (q, _) in enumerate(placed)}
+    for store in group:
+        for q, off in placed:
+            m = wait_until(lambda s=store, o=off: s.look_message_by_offset(o), f"record {q} on a member", 30)
+            assert m.queue_offset == q and m.body == bodies[q]
+    # proposed in one go: each follower got them in a few messages, not one per entry
+    assert sum(appends) >= 2 * PUTS and len(appends) <= PUTS // 2, appends
+
+
+def test_an_awaited_put_on_a_follower_is_refused_naming_the_leader(group: list[DLedgerMessageStore]) -> None:
+    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    assert leader.ledger is not None
+    follower = next(s for s in group if s is not leader)
+    wait_until(
+        lambda: (
+            follower.ledger is not None and follower.ledger.state.leader_id == leader.ledger.state.self_id
+        ),
+        "the follower knowing the leader",
+        30,
+    )
+    put = follower.quorum_put()
+    assert put is not None
+
+    async def put_one() -> None:
+        await put([_msg(b"no")])
+
+    with pytest.raises(ServiceNotAvailable, match=f"the leader is {leader.ledger.state.self_id}"):
+        asyncio.run(put_one())
+
+
+def test_a_group_of_one_has_no_awaited_put(store_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+    with open_message_store(cfg) as store:
+        assert isinstance(store, DLedgerMessageStore)
+        assert store.quorum_put() is None
+        assert store.put_message(Message("T", b"x"), queue_id=0).queue_offset == 0
