@@ -14,7 +14,14 @@ import pytest
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull
-from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
+from rocketq.message import (
+    BrokerMessage,
+    Message,
+    UniqueIdGenerator,
+    encode_properties,
+    tags_code,
+    unpack_socket_addr,
+)
 from rocketq.store import MessageStore
 from rocketq.store.dispatch import parse_delay_levels
 from rocketq.store.record_scan import SCHEDULE_TOPIC
@@ -388,3 +395,39 @@ def test_put_yields_the_gil_to_dispatch_only_above_the_soft_lag(
         put_n(s, 300)
         assert s.wait_dispatched(10)
     assert (0 in yields) is expect_yields
+
+
+def _record_fields(store: MessageStore, offset: int) -> tuple[object, ...]:
+    ext = store.look_message_by_offset(offset)
+    assert ext is not None
+    return (ext.topic, ext.body, ext.properties, ext.queue_id, ext.flag, ext.sys_flag, ext.born_host)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_plain_message_is_stored_as_from_message_makes_it(store_config: StoreConfig, batched: bool) -> None:
+    """A ``Message`` that nothing parks takes the store's short conversion; its record must be
+    the one ``BrokerMessage.from_message`` gives (properties in the same order, same flag, born
+    host, queue), and messages that a delay level or a timer property parks still are parked."""
+    msgs = [
+        Message("T", b"a", tags="A", keys=["k1", "k2"], properties={"UNIQ_KEY": "U1", "X": "y"}, flag=3),
+        Message("T", b"b", properties={"TAGS": "first", "Z": "1"}, tags="later"),  # TAGS keeps its place
+        Message("T", b"c", properties={"WAIT": "TIMER_X"}),  # a value mentioning TIMER_ parks nothing
+        Message("T", b"d", delay_level=2),
+        Message("T", b"e", properties={"DELAY": "1"}),
+        Message("T", b"f", properties={"TIMER_DELAY_SEC": "30"}),
+    ]
+    with MessageStore(store_config) as s:
+        host = s._born_host
+        if batched:
+            r = s.put_messages(msgs[:3], queue_id=1)
+            offsets = list(r.physical_offsets)
+            offsets += [s.put_message(m, queue_id=1).physical_offset for m in msgs[3:]]
+        else:
+            offsets = [s.put_message(m, queue_id=1).physical_offset for m in msgs]
+        got = [_record_fields(s, off) for off in offsets]
+    for m, fields in zip(msgs[:3], got[:3], strict=True):
+        want = BrokerMessage.from_message(m, 1, born_host=host)
+        assert fields == ("T", m.body, want.property_map(), 1, m.flag, 0, unpack_socket_addr(host))
+        ext_props = encode_properties(fields[2]).encode()  # type: ignore[arg-type]
+        assert ext_props == want.properties
+    assert [f[0] for f in got[3:]] == [SCHEDULE_TOPIC, SCHEDULE_TOPIC, "rmq_sys_wheel_timer"]

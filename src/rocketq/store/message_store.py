@@ -34,9 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
+from rocketq import message as _message
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
-from rocketq.message import BrokerMessage, Message, pack_socket_addr
+from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, BrokerMessage, Message, pack_socket_addr
 from rocketq.metrics.exposition import ThreadHistograms
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
@@ -50,6 +51,10 @@ from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_sc
 from rocketq.store.store_queries import StoreQueries, StoreStats
 from rocketq.store.store_recovery import StoreRecovery
 from rocketq.store.timer import (
+    PROPERTY_START_DELIVER_TIME,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     TIMER_TOPIC,
     TimerMessageService,
     TimerPolicy,
@@ -65,6 +70,19 @@ _perf_ns = time.perf_counter_ns
 #: send path more than every counter of the broker together (docs/metrics.md, Cost).
 PUT_LATENCY_SAMPLE = 16
 _bisect_left = bisect.bisect_left
+_time_ns = time.time_ns
+#: Property names that can park a message in the delay-level or timer topic. A ``Message`` with
+#: none of them (and no ``delay_level``) is stored as it is: its put skips the timer and delay
+#: checks, which look for these names in the encoded properties.
+_PARKING_KEYS = frozenset(
+    (
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_START_DELIVER_TIME,
+    )
+)
 
 
 class MessageStore(StoreRecovery, StoreQueries):
@@ -90,6 +108,12 @@ class MessageStore(StoreRecovery, StoreQueries):
         #: consumer groups. Retention keeps every message at or after it (store/retention.py).
         self.consumer_progress: Callable[[], Mapping[tuple[str, int], int]] | None = None
         self._born_host = pack_socket_addr(config.store_host)
+        #: The smallest dispatch lag at which ``_throttle`` does anything: below it a put skips
+        #: the call (both limits off: never).
+        self._throttle_from = min(
+            (n for n in (config.dispatch_yield_lag_bytes, config.max_dispatch_lag_bytes) if n > 0),
+            default=1 << 62,
+        )
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._logics_flusher: threading.Thread | None = None
@@ -334,6 +358,23 @@ class MessageStore(StoreRecovery, StoreQueries):
                 f"{self.config.put_message_timeout_ms} ms; try again later"
             )
 
+    def _plain(self, msg: Message, queue_id: int | None) -> BrokerMessage | None:
+        """``msg`` as the BrokerMessage the store writes, when nothing can park it (no delay
+        level, no timer property): what ``_inner`` makes of it, without the checks. None
+        otherwise."""
+        if msg.delay_level or not _PARKING_KEYS.isdisjoint(msg.properties):
+            return None
+        return BrokerMessage(
+            msg.topic,
+            msg.body,
+            _message.encode_properties(msg.all_properties()).encode(),
+            queue_id or 0,
+            msg.flag,
+            0,
+            _time_ns() // 1_000_000,
+            self._born_host,
+        )
+
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
         timed = self.put_latency
@@ -342,14 +383,18 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        self._throttle()
+        reput = self.reput
+        if reput is not None and self.commitlog.max_offset - reput.reput_from_offset > self._throttle_from:
+            self._throttle()
         try:
-            r = self.commitlog.put_message(self._inner(msg, queue_id))
+            inner = self._plain(msg, queue_id) if type(msg) is Message else None
+            r = self.commitlog.put_message(inner or self._inner(msg, queue_id))
         except Exception:
             self.stats.put_failures += 1
             raise
-        self.stats.put_count += 1
-        self.stats.put_bytes += r.size
+        stats = self.stats
+        stats.put_count += 1
+        stats.put_bytes += r[2]
         if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
@@ -367,14 +412,23 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        self._throttle()
+        reput = self.reput
+        if reput is not None and self.commitlog.max_offset - reput.reput_from_offset > self._throttle_from:
+            self._throttle()
         try:
-            r = self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
+            inner: list[BrokerMessage] = []
+            add = inner.append
+            plain = self._plain
+            for m in msgs:
+                b = plain(m, queue_id) if type(m) is Message else None
+                add(b or self._inner(m, queue_id))
+            r = self.commitlog.put_messages(inner)
         except Exception:
             self.stats.put_failures += 1
             raise
-        self.stats.put_count += r.msg_num
-        self.stats.put_bytes += r.size
+        stats = self.stats
+        stats.put_count += r[6]
+        stats.put_bytes += r[2]
         if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
