@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 import pathlib
 import shutil
@@ -431,3 +432,25 @@ def test_plain_message_is_stored_as_from_message_makes_it(store_config: StoreCon
         ext_props = encode_properties(fields[2]).encode()  # type: ignore[arg-type]
         assert ext_props == want.properties
     assert [f[0] for f in got[3:]] == [SCHEDULE_TOPIC, SCHEDULE_TOPIC, "rmq_sys_wheel_timer"]
+
+
+def test_pull_body_is_the_records_joined_and_leaves_no_views_on_segments(
+    store_config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``get_message`` joins the records from slices of the mapped CommitLog: the body is the
+    records one after another, ``buffers`` cut from it are the records, a filter that replaces
+    the buffers changes the body, and no slice outlives the read (a segment closes cleanly)."""
+    caplog.set_level(logging.WARNING, logger="rocketq.store")
+    with MessageStore(store_config) as s:
+        put_n(s, 60)
+        g = s.get_message("G", "T", 1, 3, 8)
+        assert g.status is GetMessageStatus.FOUND and g.message_count == 8
+        assert g.queue_offsets == list(range(3, 11))
+        records = [s.commitlog.read(m.commit_log_offset, m.store_size) for m in g.messages]
+        assert g.body == b"".join(r or b"" for r in records)
+        assert g.buffers == records and g.buffer_total_size == len(g.body)
+        assert [m.body for m in g.messages] == [f"m{i}".encode() for i in range(7, 23, 2)]
+        g.buffers = g.buffers[2:4]
+        assert g.body == b"".join(records[2:4]) and g.message_count == 2
+        assert all(mf.ref_count == 1 for mf in s.commitlog.queue.files)
+    assert not [r for r in caplog.records if "exported views" in r.getMessage()]
