@@ -108,12 +108,15 @@ class MessageStore(StoreRecovery, StoreQueries):
         #: consumer groups. Retention keeps every message at or after it (store/retention.py).
         self.consumer_progress: Callable[[], Mapping[tuple[str, int], int]] | None = None
         self._born_host = pack_socket_addr(config.store_host)
-        #: The smallest dispatch lag at which ``_throttle`` does anything: below it a put skips
-        #: the call (both limits off: never).
-        self._throttle_from = min(
+        #: The dispatch lag is looked at (``_throttle``) once this many bytes were put since the
+        #: last look: a sixteenth of the smaller of its two limits, at most 256 KiB (both limits
+        #: off: never). Looking costs a put more than the rest of its bookkeeping together.
+        smallest = min(
             (n for n in (config.dispatch_yield_lag_bytes, config.max_dispatch_lag_bytes) if n > 0),
             default=1 << 62,
         )
+        self._throttle_every = min(smallest // 16, 256 * 1024) if smallest < 1 << 62 else 1 << 62
+        self._put_since_throttle = 0
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._logics_flusher: threading.Thread | None = None
@@ -383,18 +386,33 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        reput = self.reput
-        if reput is not None and self.commitlog.max_offset - reput.reput_from_offset > self._throttle_from:
+        if self._put_since_throttle >= self._throttle_every:
+            self._put_since_throttle = 0
             self._throttle()
         try:
-            inner = self._plain(msg, queue_id) if type(msg) is Message else None
-            r = self.commitlog.put_message(inner or self._inner(msg, queue_id))
+            if type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
+                # what _plain makes of it, without a call
+                inner = BrokerMessage(
+                    msg.topic,
+                    msg.body,
+                    _message.encode_properties(msg.all_properties()).encode(),
+                    queue_id or 0,
+                    msg.flag,
+                    0,
+                    _time_ns() // 1_000_000,
+                    self._born_host,
+                )
+            else:
+                inner = self._inner(msg, queue_id)
+            r = self.commitlog.put_message(inner)
         except Exception:
             self.stats.put_failures += 1
             raise
+        size = r[2]
+        self._put_since_throttle += size
         stats = self.stats
         stats.put_count += 1
-        stats.put_bytes += r[2]
+        stats.put_bytes += size
         if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
@@ -412,8 +430,8 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        reput = self.reput
-        if reput is not None and self.commitlog.max_offset - reput.reput_from_offset > self._throttle_from:
+        if self._put_since_throttle >= self._throttle_every:
+            self._put_since_throttle = 0
             self._throttle()
         try:
             inner: list[BrokerMessage] = []
@@ -426,6 +444,7 @@ class MessageStore(StoreRecovery, StoreQueries):
         except Exception:
             self.stats.put_failures += 1
             raise
+        self._put_since_throttle += r[2]
         stats = self.stats
         stats.put_count += r[6]
         stats.put_bytes += r[2]
