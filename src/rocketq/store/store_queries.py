@@ -43,6 +43,10 @@ _CHECK = struct.Struct(">i8xi4xqq")
 #: BODYLEN of a V1 record with IPv4 hosts (at byte 84), read as RocketMQ's unit check reads it
 _BODY_LEN = struct.Struct(">I")
 
+def _no_segment(offset: int) -> MappedFile | None:
+    return None
+
+
 #: the façade's logger: read problems read as the store's
 log = logging.getLogger("rocketq.store.message_store")
 
@@ -275,7 +279,9 @@ class StoreQueries:
         topic_b = topic.encode()
         topic_head = len(topic_b).to_bytes(1, "big") + topic_b if len(topic_b) < 256 else b""
         topic_span = 1 + len(topic_b)  # TOPICLEN and the topic
-        find = commitlog.queue.find_by_offset
+        # records are read in place from the segments only where the CommitLog keeps them there
+        # (a DLedger CommitLog reads its entries from the ledger: every read goes through read())
+        find = commitlog.queue.find_by_offset if type(commitlog).read is CommitLog.read else _no_segment
         file_size = commitlog.file_size
         views: list[memoryview] = []
         bases: list[memoryview] = []
