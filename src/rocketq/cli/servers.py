@@ -154,6 +154,10 @@ async def _serve_async(args: argparse.Namespace) -> None:
     if args.brokers is not None:
         await serve_brokers(args, stop)
         return
+    if args.topic:
+        raise ConfigError(
+            "--topic creates topics on the brokers of --brokers N; without it use rocketq admin updateTopic"
+        )
     if args.dledger is not None:
         await serve_dledger(args, stop)
         return

@@ -361,23 +361,6 @@ class MessageStore(StoreRecovery, StoreQueries):
                 f"{self.config.put_message_timeout_ms} ms; try again later"
             )
 
-    def _plain(self, msg: Message, queue_id: int | None) -> BrokerMessage | None:
-        """``msg`` as the BrokerMessage the store writes, when nothing can park it (no delay
-        level, no timer property): what ``_inner`` makes of it, without the checks. None
-        otherwise."""
-        if msg.delay_level or not _PARKING_KEYS.isdisjoint(msg.properties):
-            return None
-        return BrokerMessage(
-            msg.topic,
-            msg.body,
-            _message.encode_properties(msg.all_properties()).encode(),
-            queue_id or 0,
-            msg.flag,
-            0,
-            _time_ns() // 1_000_000,
-            self._born_host,
-        )
-
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
         timed = self.put_latency
@@ -391,7 +374,8 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._throttle()
         try:
             if type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
-                # what _plain makes of it, without a call
+                # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
+                # from_message's keyword call and the timer and delay scans
                 inner = BrokerMessage(
                     msg.topic,
                     msg.body,
@@ -434,12 +418,32 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._put_since_throttle = 0
             self._throttle()
         try:
+            # the Messages of a batch that nothing parks as put_message converts them, born at
+            # the same millisecond (a batch is handed over at once, as a broker stamps a
+            # MessageBatch)
             inner: list[BrokerMessage] = []
             add = inner.append
-            plain = self._plain
+            encode = _message.encode_properties
+            qid = queue_id or 0
+            born_at = _time_ns() // 1_000_000
+            born_host = self._born_host
+            parking = _PARKING_KEYS
             for m in msgs:
-                b = plain(m, queue_id) if type(m) is Message else None
-                add(b or self._inner(m, queue_id))
+                if type(m) is Message and not m.delay_level and parking.isdisjoint(m.properties):
+                    add(
+                        BrokerMessage(
+                            m.topic,
+                            m.body,
+                            encode(m.all_properties()).encode(),
+                            qid,
+                            m.flag,
+                            0,
+                            born_at,
+                            born_host,
+                        )
+                    )
+                else:
+                    add(self._inner(m, queue_id))
             r = self.commitlog.put_messages(inner)
         except Exception:
             self.stats.put_failures += 1

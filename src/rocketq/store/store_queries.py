@@ -4,9 +4,13 @@ Theory of operation: every read goes from a ConsumeQueue unit (20 bytes: CommitL
 size, tag hash) or an index entry to the CommitLog record it names; nothing here writes.
 
 * ``get_message`` (a pull): the units from a queue offset, filtered by tag hash, each checked
-  against its record's header (topic, queue id, queue offset; ``cq_repair.unit_mismatch``) and
-  answered as the raw record bytes. A unit that disagrees gets its queue rebuilt from the
-  CommitLog (``StoreRecovery.rebuild_queues``) and the read runs once more. Statuses and the
+  against its record's header (TOTALSIZE, queue id, queue offset, physical offset, topic) and
+  answered as the raw record bytes. The check runs in place on the mapped segment, held once per
+  run of units in it (one ``struct`` unpack and a topic compare per unit); a unit that fails it
+  is judged by ``cq_repair.unit_mismatch`` on a copy (other record layouts, or damage). A unit
+  that disagrees gets its queue rebuilt from the CommitLog (``StoreRecovery.rebuild_queues``)
+  and the read runs once more. The records are joined once into the answer's body from
+  ``memoryview`` slices of the segment, all released before the read returns. Statuses and the
   next offset follow RocketMQ's ``getMessage`` for offsets outside ``[min, max)``.
 * by physical offset and offset message id: the record at that CommitLog offset;
   by key: the index's candidates, checked against the message's real keys (hash collisions
@@ -42,6 +46,7 @@ from rocketq.store.record_scan import SCHEDULE_TOPIC
 _CHECK = struct.Struct(">i8xi4xqq")
 #: BODYLEN of a V1 record with IPv4 hosts (at byte 84), read as RocketMQ's unit check reads it
 _BODY_LEN = struct.Struct(">I")
+
 
 def _no_segment(offset: int) -> MappedFile | None:
     return None
