@@ -2,6 +2,7 @@
 
     python bench/store_read.py                  # everything, with a 10 GiB store for the restart
     python bench/store_read.py --quick          # smaller sizes (2 GiB store, 256 MiB tail)
+    python bench/store_read.py --quick --reads-only   # only the reads by CPU time
 
 Figures:
 * dispatch: records/s of the dispatcher alone (CommitLog → ConsumeQueue + index) against the
@@ -9,7 +10,8 @@ Figures:
   run (put, dispatch, put, dispatch, ...) by thread CPU time and by wall clock, and their ratio;
   then the put rate and the lag while a writer puts as fast as it can (async flush) with dispatch
   running beside it;
-* get_message: messages/s reading batches of 32 by queue offset;
+* get_message: messages/s reading batches of 32 by queue offset, and the least thread CPU per
+  message read (with and without building the pull body) over interleaved passes;
 * query by key: lookups/s of ``query_messages_by_key`` for random keys;
 * recovery: start-up time after a SIGKILL with an un-checkpointed tail of the given size, and
   after a clean shutdown of a large store.

@@ -3,6 +3,7 @@
     python bench/store_write.py              # the full table (about a minute)
     python bench/store_write.py --quick      # fewer messages
     python bench/store_write.py --memory 2   # also write 2 GiB and report peak RssAnon
+    python bench/store_write.py --public     # only MessageStore.put_message(Message), dispatch running
 
 The ceiling is the least work any Python writer of these records must do per message: pack the
 whole record (header, body, topic, properties) with one cached ``struct.Struct`` and CRC the body,
