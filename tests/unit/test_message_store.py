@@ -14,7 +14,7 @@ import pytest
 
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.errors import DiskFull
+from rocketq.errors import DiskFull, SystemBusy
 from rocketq.message import (
     BrokerMessage,
     Message,
@@ -454,3 +454,26 @@ def test_pull_body_is_the_records_joined_and_leaves_no_views_on_segments(
         assert g.body == b"".join(records[2:4]) and g.message_count == 2
         assert all(mf.ref_count == 1 for mf in s.commitlog.queue.files)
     assert not [r for r in caplog.records if "exported views" in r.getMessage()]
+
+
+def test_puts_are_refused_once_dispatch_is_too_far_behind(store_config: StoreConfig) -> None:
+    """The lag is looked at once per a sixteenth of the limit put, so a writer whose dispatch has
+    stopped is refused (SystemBusy) no later than a sixteenth of the limit past it, and nothing
+    refused is written."""
+    cfg = dataclasses.replace(
+        store_config, max_dispatch_lag_bytes=64 * 1024, dispatch_yield_lag_bytes=0, put_message_timeout_ms=50
+    )
+    with MessageStore(cfg) as s:
+        assert s.reput is not None
+        s.reput.stop()
+        s.reput._thread.join(10)
+        start = s.get_max_phy_offset()
+        with pytest.raises(SystemBusy, match="dispatch is"):
+            for i in range(10_000):
+                s.put_message(Message("T", b"x" * 100, properties={"UNIQ_KEY": f"U{i}"}), queue_id=0)
+        lag = s.get_max_phy_offset() - start
+        assert 64 * 1024 < lag <= 64 * 1024 + 64 * 1024 // 16 + 200
+        end = s.get_max_phy_offset()
+        with pytest.raises(SystemBusy):
+            s.put_message(Message("T", b"refused"), queue_id=0)
+        assert s.get_max_phy_offset() == end

@@ -370,8 +370,8 @@ class MessageStore(StoreRecovery, StoreQueries):
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
         if self._put_since_throttle >= self._throttle_every:
+            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
             self._put_since_throttle = 0
-            self._throttle()
         try:
             if type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
                 # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
@@ -415,8 +415,8 @@ class MessageStore(StoreRecovery, StoreQueries):
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
         if self._put_since_throttle >= self._throttle_every:
+            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
             self._put_since_throttle = 0
-            self._throttle()
         try:
             # the Messages of a batch that nothing parks as put_message converts them, born at
             # the same millisecond (a batch is handed over at once, as a broker stamps a
