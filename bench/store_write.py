@@ -3,6 +3,7 @@
     python bench/store_write.py              # the full table (about a minute)
     python bench/store_write.py --quick      # fewer messages
     python bench/store_write.py --memory 2   # also write 2 GiB and report peak RssAnon
+    python bench/store_write.py --public     # only MessageStore.put_message(Message), dispatch running
 
 The ceiling is the least work any Python writer of these records must do per message: pack the
 whole record (header, body, topic, properties) with one cached ``struct.Struct`` and CRC the body,
@@ -17,8 +18,18 @@ A last table gives the single-writer cases by the least CPU time per message ove
 interleaved turns of 10,000 messages (ceiling, store, ceiling, store, ...): the minimum, as
 ``timeit`` takes it, is the figure least disturbed by the rest of the machine.
 
-Messages reach the store as the broker hands them over (``BrokerMessage``: properties already
-encoded, as they arrive on the wire).
+Messages reach the CommitLog as the broker hands them over (``BrokerMessage``: properties
+already encoded, as they arrive on the wire).
+
+The public path (``--public`` runs only that table): an embedded store user's
+``MessageStore.put_message(Message)`` one by one and ``put_messages`` in batches of 32, with
+dispatch (``ReputMessageService``: ConsumeQueues and the index) running and each turn counted
+until everything it put is dispatched. Its figure is the CPU time of the whole process (every
+thread: writer, dispatch, flush) per message, next to the ceiling and to ``CommitLog.put_message``
+of the same records pre-encoded, in interleaved turns (ceiling, CommitLog, public, ...), least of
+each; the ratio to the ceiling is printed. The ``Message`` objects carry the same properties as
+the ``BrokerMessage`` objects (``UNIQ_KEY``, ``WAIT``, tags ``TagA``): every case writes records of the
+same size.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from rocketq.config import StoreConfig
-from rocketq.message import BrokerMessage, UniqueIdGenerator, encode_properties
+from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties
 from rocketq.protocol.record import MESSAGE_MAGIC_CODE, record_layout
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.message_store import MessageStore
@@ -56,6 +67,17 @@ def make_messages(n: int, body_size: int, queues: int = 4) -> list[BrokerMessage
         props = encode_properties({"UNIQ_KEY": ids.next_id(), "WAIT": "true", "TAGS": "TagA"}).encode()
         out.append(BrokerMessage(TOPIC, body, props, queue_id=i % queues, born_timestamp=1_700_000_000_000))
     return out
+
+
+def make_public_messages(n: int, body_size: int) -> list[Message]:
+    """What an embedded store user puts: ``Message`` objects whose records are the same size as
+    those of :func:`make_messages` (the same properties in the same order)."""
+    ids = UniqueIdGenerator()
+    body = os.urandom(body_size)
+    return [
+        Message(TOPIC, body, tags="TagA", properties={"UNIQ_KEY": ids.next_id(), "WAIT": "true"})
+        for _ in range(n)
+    ]
 
 
 class CeilingWriter:
@@ -152,6 +174,90 @@ def cpu_turns(
         os.unlink(os.path.join(base, "ceiling-turns"))
         shutil.rmtree(cfg.store_path_root_dir, ignore_errors=True)
     return best_ceiling / per_turn * 1e6, best_store / per_turn * 1e6
+
+
+def put_public(store: MessageStore, msgs: list[Message], batch: int, queues: int = 4) -> None:
+    """``MessageStore.put_message`` one by one (``batch`` 1) or ``put_messages`` in batches."""
+    if batch == 1:
+        put = store.put_message
+        for i, m in enumerate(msgs):
+            put(m, i % queues)
+    else:
+        put_batch = store.put_messages
+        for n, i in enumerate(range(0, len(msgs), batch)):
+            put_batch(msgs[i : i + batch], n % queues)
+
+
+def public_turns(base: str, cfg: StoreConfig, body: int, turns: int, per_turn: int) -> dict[str, float]:
+    """Least CPU µs per message over ``turns`` interleaved turns of ``per_turn`` messages: the
+    ceiling (writing thread), ``CommitLog.put_message`` of pre-encoded records (writing thread, no
+    dispatch), and the public path single and batched (whole process: every thread, until all is
+    dispatched). Keys: ceiling, commitlog, public, public_batch (CPU) and the same with ``_wall``."""
+    pre = make_messages(per_turn, body)
+    public = make_public_messages(per_turn, body)
+    root = cfg.store_path_root_dir
+    log_cfg = StoreConfig(
+        store_path_root_dir=root + "-log", mapped_file_size_commit_log=cfg.mapped_file_size_commit_log
+    )
+    for d in (root, log_cfg.store_path_root_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    writer = CeilingWriter(os.path.join(base, "ceiling-public"), cfg.mapped_file_size_commit_log)
+    log = CommitLog(log_cfg)
+    log.load()
+    log.start()
+    store = MessageStore(cfg)
+    store.start()
+    best = dict.fromkeys(("ceiling", "commitlog", "public", "public_batch"), math.inf)
+    wall = dict.fromkeys(best, math.inf)
+
+    def note(key: str, cpu: float, elapsed: float) -> None:
+        best[key] = min(best[key], cpu)
+        wall[key] = min(wall[key], elapsed)
+
+    try:
+        for _ in range(turns):
+            elapsed, cpu = writer.write(pre)
+            note("ceiling", cpu, elapsed)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            put_all(log, pre, 1)
+            note("commitlog", time.thread_time() - c0, time.perf_counter() - t0)
+            for key, batch in (("public", 1), ("public_batch", 32)):
+                t0, c0 = time.perf_counter(), time.process_time()
+                put_public(store, public, batch)
+                if not store.wait_dispatched(30):
+                    raise RuntimeError("dispatch did not catch up in 30 s")
+                note(key, time.process_time() - c0, time.perf_counter() - t0)
+    finally:
+        store.shutdown()
+        log.shutdown()
+        writer.close()
+        os.unlink(os.path.join(base, "ceiling-public"))
+        for d in (root, log_cfg.store_path_root_dir):
+            shutil.rmtree(d, ignore_errors=True)
+    out = {k: v / per_turn * 1e6 for k, v in best.items()}
+    out.update({f"{k}_wall": v / per_turn * 1e6 for k, v in wall.items()})
+    return out
+
+
+def print_public_table(base: str, cfg: StoreConfig, turns: int, bodies: tuple[int, ...]) -> None:
+    print()
+    print(
+        f"Public path, least CPU per message over {turns} interleaved turns of 10,000 messages "
+        "(ceiling and CommitLog: writing thread; public: whole process until dispatched):"
+    )
+    print()
+    print(
+        "| case | ceiling µs | CommitLog.put_message µs | public µs | of ceiling (CPU) | of ceiling (wall) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for body in bodies:
+        f = public_turns(base, cfg, body, turns, 10_000)
+        cases = (("put_message(Message)", "public"), ("put_messages(32 × Message)", "public_batch"))
+        for label, key in cases:
+            print(
+                f"| {label} {body} B | {f['ceiling']:.2f} | {f['commitlog']:.2f} | {f[key]:.2f} | "
+                f"{f['ceiling'] / f[key]:.0%} | {f['ceiling_wall'] / f[key + '_wall']:.0%} |"
+            )
 
 
 @dataclass
@@ -264,6 +370,11 @@ def main() -> int:
         default=15,
         help="interleaved turns of 10,000 messages for the single-writer CPU table (0: skip it)",
     )
+    ap.add_argument(
+        "--public",
+        action="store_true",
+        help="only the public-path table (MessageStore.put_message(Message) with dispatch running)",
+    )
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="rocketq-bench-")
     n_async = 60_000 if args.quick else 200_000
@@ -275,6 +386,12 @@ def main() -> int:
         return StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=seg, **kw)  # type: ignore[arg-type]
 
     pool: dict[str, object] = {"transient_store_pool_enable": True, "transient_store_pool_size": 3}
+    if args.public:
+        print(f"# rocketq store write benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+        print_public_table(base, cfg(), args.turns or 15, (128,))
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+        return 0
     rows: list[tuple[str, Result, float | None, float | None]] = []
     print(f"# rocketq store write benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
     for body in (128, 1024):
@@ -353,6 +470,7 @@ def main() -> int:
                 print(
                     f"| async {label} {body} B | {ceil_us:.2f} | {store_us:.2f} | {ceil_us / store_us:.0%} |"
                 )
+        print_public_table(base, cfg(), args.turns, (128, 1024))
     if args.memory:
         start, peak, secs = memory_run(base, args.memory)
         print(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 import pathlib
 import shutil
@@ -13,8 +14,15 @@ import pytest
 
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.errors import DiskFull
-from rocketq.message import BrokerMessage, Message, UniqueIdGenerator, encode_properties, tags_code
+from rocketq.errors import DiskFull, SystemBusy
+from rocketq.message import (
+    BrokerMessage,
+    Message,
+    UniqueIdGenerator,
+    encode_properties,
+    tags_code,
+    unpack_socket_addr,
+)
 from rocketq.store import MessageStore
 from rocketq.store.dispatch import parse_delay_levels
 from rocketq.store.record_scan import SCHEDULE_TOPIC
@@ -388,3 +396,84 @@ def test_put_yields_the_gil_to_dispatch_only_above_the_soft_lag(
         put_n(s, 300)
         assert s.wait_dispatched(10)
     assert (0 in yields) is expect_yields
+
+
+def _record_fields(store: MessageStore, offset: int) -> tuple[object, ...]:
+    ext = store.look_message_by_offset(offset)
+    assert ext is not None
+    return (ext.topic, ext.body, ext.properties, ext.queue_id, ext.flag, ext.sys_flag, ext.born_host)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_plain_message_is_stored_as_from_message_makes_it(store_config: StoreConfig, batched: bool) -> None:
+    """A ``Message`` that nothing parks takes the store's short conversion; its record must be
+    the one ``BrokerMessage.from_message`` gives (properties in the same order, same flag, born
+    host, queue), and messages that a delay level or a timer property parks still are parked."""
+    msgs = [
+        Message("T", b"a", tags="A", keys=["k1", "k2"], properties={"UNIQ_KEY": "U1", "X": "y"}, flag=3),
+        Message("T", b"b", properties={"TAGS": "first", "Z": "1"}, tags="later"),  # TAGS keeps its place
+        Message("T", b"c", properties={"WAIT": "TIMER_X"}),  # a value mentioning TIMER_ parks nothing
+        Message("T", b"d", delay_level=2),
+        Message("T", b"e", properties={"DELAY": "1"}),
+        Message("T", b"f", properties={"TIMER_DELAY_SEC": "30"}),
+    ]
+    with MessageStore(store_config) as s:
+        host = s._born_host
+        if batched:
+            r = s.put_messages(msgs[:3], queue_id=1)
+            offsets = list(r.physical_offsets)
+            offsets += [s.put_message(m, queue_id=1).physical_offset for m in msgs[3:]]
+        else:
+            offsets = [s.put_message(m, queue_id=1).physical_offset for m in msgs]
+        got = [_record_fields(s, off) for off in offsets]
+    for m, fields in zip(msgs[:3], got[:3], strict=True):
+        want = BrokerMessage.from_message(m, 1, born_host=host)
+        assert fields == ("T", m.body, want.property_map(), 1, m.flag, 0, unpack_socket_addr(host))
+        ext_props = encode_properties(fields[2]).encode()  # type: ignore[arg-type]
+        assert ext_props == want.properties
+    assert [f[0] for f in got[3:]] == [SCHEDULE_TOPIC, SCHEDULE_TOPIC, "rmq_sys_wheel_timer"]
+
+
+def test_pull_body_is_the_records_joined_and_leaves_no_views_on_segments(
+    store_config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``get_message`` joins the records from slices of the mapped CommitLog: the body is the
+    records one after another, ``buffers`` cut from it are the records, a filter that replaces
+    the buffers changes the body, and no slice outlives the read (a segment closes cleanly)."""
+    caplog.set_level(logging.WARNING, logger="rocketq.store")
+    with MessageStore(store_config) as s:
+        put_n(s, 60)
+        g = s.get_message("G", "T", 1, 3, 8)
+        assert g.status is GetMessageStatus.FOUND and g.message_count == 8
+        assert g.queue_offsets == list(range(3, 11))
+        records = [s.commitlog.read(m.commit_log_offset, m.store_size) for m in g.messages]
+        assert g.body == b"".join(r or b"" for r in records)
+        assert g.buffers == records and g.buffer_total_size == len(g.body)
+        assert [m.body for m in g.messages] == [f"m{i}".encode() for i in range(7, 23, 2)]
+        g.buffers = g.buffers[2:4]
+        assert g.body == b"".join(records[2:4]) and g.message_count == 2
+        assert all(mf.ref_count == 1 for mf in s.commitlog.queue.files)
+    assert not [r for r in caplog.records if "exported views" in r.getMessage()]
+
+
+def test_puts_are_refused_once_dispatch_is_too_far_behind(store_config: StoreConfig) -> None:
+    """The lag is looked at once per a sixteenth of the limit put, so a writer whose dispatch has
+    stopped is refused (SystemBusy) no later than a sixteenth of the limit past it, and nothing
+    refused is written."""
+    cfg = dataclasses.replace(
+        store_config, max_dispatch_lag_bytes=64 * 1024, dispatch_yield_lag_bytes=0, put_message_timeout_ms=50
+    )
+    with MessageStore(cfg) as s:
+        assert s.reput is not None
+        s.reput.stop()
+        s.reput._thread.join(10)
+        start = s.get_max_phy_offset()
+        with pytest.raises(SystemBusy, match="dispatch is"):
+            for i in range(10_000):
+                s.put_message(Message("T", b"x" * 100, properties={"UNIQ_KEY": f"U{i}"}), queue_id=0)
+        lag = s.get_max_phy_offset() - start
+        assert 64 * 1024 < lag <= 64 * 1024 + 64 * 1024 // 16 + 200
+        end = s.get_max_phy_offset()
+        with pytest.raises(SystemBusy):
+            s.put_message(Message("T", b"refused"), queue_id=0)
+        assert s.get_max_phy_offset() == end

@@ -282,7 +282,7 @@ class PullMessageProcessor:
         """The offset commit (first execution only) and the response of a pull that is not held."""
         if allow_suspend:
             self._commit_pulled_offset(conn, header)
-        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else b""
+        body = result.body if code == ResponseCode.SUCCESS else b""
         if self.ctx.trace is not None and body:
             self.ctx.trace.delivered(conn.remote_address, header.consumer_group, header.topic, result.buffers)
         metrics = self.ctx.metrics
@@ -290,7 +290,7 @@ class PullMessageProcessor:
             metrics.pulled(
                 header.topic,
                 header.consumer_group,
-                len(result.buffers),
+                result.message_count,
                 len(body),
                 header.queue_id,
                 result.next_begin_offset,

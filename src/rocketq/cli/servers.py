@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketq import speedups
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
+from rocketq.cli.brokers_serve import serve_brokers
 from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, RocketqError
@@ -151,6 +152,13 @@ async def _serve_async(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if args.brokers is not None:
+        await serve_brokers(args, stop)
+        return
+    if args.topic:
+        raise ConfigError(
+            "--topic creates topics on the brokers of --brokers N; without it use rocketq admin updateTopic"
+        )
     if args.dledger is not None:
         await serve_dledger(args, stop)
         return
@@ -290,6 +298,27 @@ def add_server_parsers(sub: Any) -> None:
         default=None,
         metavar="N",
         help="a DLedger group of N brokers, each its own process (confs written into --data-dir)",
+    )
+    serve.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N brokers of one cluster (broker-a, broker-b, ...), each its own process and store, "
+        "to use N cores (confs written into --data-dir)",
+    )
+    serve.add_argument(
+        "--topic",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="with --brokers: create topic NAME on every broker at start (repeatable)",
+    )
+    serve.add_argument(
+        "--queues",
+        type=int,
+        default=8,
+        help="with --topic: read and write queues of each topic on each broker (default %(default)s)",
     )
     _add_metrics_port(serve)
     serve.set_defaults(func=_serve)

@@ -34,9 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
+from rocketq import message as _message
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
-from rocketq.message import BrokerMessage, Message, pack_socket_addr
+from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, BrokerMessage, Message, pack_socket_addr
 from rocketq.metrics.exposition import ThreadHistograms
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
@@ -50,6 +51,10 @@ from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_sc
 from rocketq.store.store_queries import StoreQueries, StoreStats
 from rocketq.store.store_recovery import StoreRecovery
 from rocketq.store.timer import (
+    PROPERTY_START_DELIVER_TIME,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     TIMER_TOPIC,
     TimerMessageService,
     TimerPolicy,
@@ -65,6 +70,19 @@ _perf_ns = time.perf_counter_ns
 #: send path more than every counter of the broker together (docs/metrics.md, Cost).
 PUT_LATENCY_SAMPLE = 16
 _bisect_left = bisect.bisect_left
+_time_ns = time.time_ns
+#: Property names that can park a message in the delay-level or timer topic. A ``Message`` with
+#: none of them (and no ``delay_level``) is stored as it is: its put skips the timer and delay
+#: checks, which look for these names in the encoded properties.
+_PARKING_KEYS = frozenset(
+    (
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_START_DELIVER_TIME,
+    )
+)
 
 
 class MessageStore(StoreRecovery, StoreQueries):
@@ -90,6 +108,15 @@ class MessageStore(StoreRecovery, StoreQueries):
         #: consumer groups. Retention keeps every message at or after it (store/retention.py).
         self.consumer_progress: Callable[[], Mapping[tuple[str, int], int]] | None = None
         self._born_host = pack_socket_addr(config.store_host)
+        #: The dispatch lag is looked at (``_throttle``) once this many bytes were put since the
+        #: last look: a sixteenth of the smaller of its two limits, at most 256 KiB (both limits
+        #: off: never). Looking costs a put more than the rest of its bookkeeping together.
+        smallest = min(
+            (n for n in (config.dispatch_yield_lag_bytes, config.max_dispatch_lag_bytes) if n > 0),
+            default=1 << 62,
+        )
+        self._throttle_every = min(smallest // 16, 256 * 1024) if smallest < 1 << 62 else 1 << 62
+        self._put_since_throttle = 0
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._logics_flusher: threading.Thread | None = None
@@ -342,14 +369,34 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        self._throttle()
+        if self._put_since_throttle >= self._throttle_every:
+            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
+            self._put_since_throttle = 0
         try:
-            r = self.commitlog.put_message(self._inner(msg, queue_id))
+            if type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
+                # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
+                # from_message's keyword call and the timer and delay scans
+                inner = BrokerMessage(
+                    msg.topic,
+                    msg.body,
+                    _message.encode_properties(msg.all_properties()).encode(),
+                    queue_id or 0,
+                    msg.flag,
+                    0,
+                    _time_ns() // 1_000_000,
+                    self._born_host,
+                )
+            else:
+                inner = self._inner(msg, queue_id)
+            r = self.commitlog.put_message(inner)
         except Exception:
             self.stats.put_failures += 1
             raise
-        self.stats.put_count += 1
-        self.stats.put_bytes += r.size
+        size = r[2]
+        self._put_since_throttle += size
+        stats = self.stats
+        stats.put_count += 1
+        stats.put_bytes += size
         if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9
@@ -367,14 +414,44 @@ class MessageStore(StoreRecovery, StoreQueries):
             self._puts_seen = seen = self._puts_seen + 1
             if not seen % PUT_LATENCY_SAMPLE:
                 began = _perf_ns()
-        self._throttle()
+        if self._put_since_throttle >= self._throttle_every:
+            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
+            self._put_since_throttle = 0
         try:
-            r = self.commitlog.put_messages([self._inner(m, queue_id) for m in msgs])
+            # the Messages of a batch that nothing parks as put_message converts them, born at
+            # the same millisecond (a batch is handed over at once, as a broker stamps a
+            # MessageBatch)
+            inner: list[BrokerMessage] = []
+            add = inner.append
+            encode = _message.encode_properties
+            qid = queue_id or 0
+            born_at = _time_ns() // 1_000_000
+            born_host = self._born_host
+            parking = _PARKING_KEYS
+            for m in msgs:
+                if type(m) is Message and not m.delay_level and parking.isdisjoint(m.properties):
+                    add(
+                        BrokerMessage(
+                            m.topic,
+                            m.body,
+                            encode(m.all_properties()).encode(),
+                            qid,
+                            m.flag,
+                            0,
+                            born_at,
+                            born_host,
+                        )
+                    )
+                else:
+                    add(self._inner(m, queue_id))
+            r = self.commitlog.put_messages(inner)
         except Exception:
             self.stats.put_failures += 1
             raise
-        self.stats.put_count += r.msg_num
-        self.stats.put_bytes += r.size
+        self._put_since_throttle += r[2]
+        stats = self.stats
+        stats.put_count += r[6]
+        stats.put_bytes += r[2]
         if began and timed is not None:
             hist = timed.local()
             seconds = (_perf_ns() - began) / 1e9

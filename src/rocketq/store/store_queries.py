@@ -4,9 +4,13 @@ Theory of operation: every read goes from a ConsumeQueue unit (20 bytes: CommitL
 size, tag hash) or an index entry to the CommitLog record it names; nothing here writes.
 
 * ``get_message`` (a pull): the units from a queue offset, filtered by tag hash, each checked
-  against its record's header (topic, queue id, queue offset; ``cq_repair.unit_mismatch``) and
-  answered as the raw record bytes. A unit that disagrees gets its queue rebuilt from the
-  CommitLog (``StoreRecovery.rebuild_queues``) and the read runs once more. Statuses and the
+  against its record's header (TOTALSIZE, queue id, queue offset, physical offset, topic) and
+  answered as the raw record bytes. The check runs in place on the mapped segment, held once per
+  run of units in it (one ``struct`` unpack and a topic compare per unit); a unit that fails it
+  is judged by ``cq_repair.unit_mismatch`` on a copy (other record layouts, or damage). A unit
+  that disagrees gets its queue rebuilt from the CommitLog (``StoreRecovery.rebuild_queues``)
+  and the read runs once more. The records are joined once into the answer's body from
+  ``memoryview`` slices of the segment, all released before the read returns. Statuses and the
   next offset follow RocketMQ's ``getMessage`` for offsets outside ``[min, max)``.
 * by physical offset and offset message id: the record at that CommitLog offset;
   by key: the index's candidates, checked against the message's real keys (hash collisions
@@ -20,9 +24,10 @@ holds no state of its own.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from rocketq.config import StoreConfig
@@ -34,7 +39,18 @@ from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueS
 from rocketq.store.cq_repair import unit_mismatch
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.index_file import IndexService
+from rocketq.store.mapped_file import MappedFile
 from rocketq.store.record_scan import SCHEDULE_TOPIC
+
+#: TOTALSIZE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET of a record (what a ConsumeQueue unit names)
+_CHECK = struct.Struct(">i8xi4xqq")
+#: BODYLEN of a V1 record with IPv4 hosts (at byte 84), read as RocketMQ's unit check reads it
+_BODY_LEN = struct.Struct(">I")
+
+
+def _no_segment(offset: int) -> MappedFile | None:
+    return None
+
 
 #: the façade's logger: read problems read as the store's
 log = logging.getLogger("rocketq.store.message_store")
@@ -54,18 +70,71 @@ class GetMessageStatus(StrEnum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-@dataclass(slots=True)
 class GetMessageResult:
-    """Result of :meth:`MessageStore.get_message`. ``buffers`` are the raw CommitLog records (what
-    a pull response carries); ``messages`` decodes them."""
+    """Result of :meth:`MessageStore.get_message`. ``body`` is what a pull response carries: the
+    raw CommitLog records one after another, joined once from slices of the mapped segments;
+    ``buffers`` are the same records one by one (cut from ``body`` the first time they are asked
+    for, or given, as a filter that drops records does); ``messages`` decodes them."""
 
-    status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    buffers: list[bytes] = field(default_factory=list)
-    queue_offsets: list[int] = field(default_factory=list)
-    buffer_total_size: int = 0
+    __slots__ = (
+        "_body",
+        "_buffers",
+        "_ends",
+        "buffer_total_size",
+        "max_offset",
+        "min_offset",
+        "next_begin_offset",
+        "queue_offsets",
+        "status",
+    )
+
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        next_begin_offset: int,
+        min_offset: int,
+        max_offset: int,
+        buffers: list[bytes] | None = None,
+        queue_offsets: list[int] | None = None,
+        buffer_total_size: int = 0,
+    ) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.queue_offsets: list[int] = queue_offsets if queue_offsets is not None else []
+        self.buffer_total_size = buffer_total_size
+        self._buffers: list[bytes] | None = buffers if buffers is not None else []
+        self._body: bytes | None = None
+        self._ends: list[int] = []
+
+    def _set_body(self, body: bytes, ends: list[int]) -> None:
+        """The records as one bytes object, record ``i`` ending at ``ends[i]``."""
+        self._body = body
+        self._ends = ends
+        self._buffers = None
+        self.buffer_total_size = len(body)
+
+    @property
+    def buffers(self) -> list[bytes]:
+        if self._buffers is None:
+            body = self._body or b""
+            starts = [0, *self._ends[:-1]]
+            self._buffers = [body[a:b] for a, b in zip(starts, self._ends, strict=True)]
+        return self._buffers
+
+    @buffers.setter
+    def buffers(self, value: list[bytes]) -> None:
+        self._buffers = value
+        self._body = None
+        self._ends = []
+
+    @property
+    def body(self) -> bytes:
+        """The records joined: the body of a pull response."""
+        if self._body is None:
+            self._body = b"".join(self._buffers or ())
+        return self._body
 
     @property
     def messages(self) -> list[MessageExt]:
@@ -78,7 +147,13 @@ class GetMessageResult:
 
     @property
     def message_count(self) -> int:
-        return len(self.buffers)
+        return len(self._buffers) if self._buffers is not None else len(self._ends)
+
+    def __repr__(self) -> str:
+        return (
+            f"GetMessageResult({self.status.value}, next_begin_offset={self.next_begin_offset}, "
+            f"min_offset={self.min_offset}, max_offset={self.max_offset}, messages={self.message_count})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,55 +276,112 @@ class StoreQueries:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
             result.next_begin_offset = offset + 1 if offset + 1 < max_off else offset
             return result
-        commitlog_min = self.commitlog.min_offset
+        commitlog = self.commitlog
+        commitlog_min = commitlog.min_offset
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         scanned = 0
         codes = None if tags_codes is None else set(tags_codes)
         topic_b = topic.encode()
-        for phy, size, tags in zip(
-            units["offset"].tolist(), units["size"].tolist(), units["tags"].tolist(), strict=True
-        ):
-            if len(result.buffers) >= max_count or (
-                result.buffers and result.buffer_total_size + size > max_bytes
+        topic_head = len(topic_b).to_bytes(1, "big") + topic_b if len(topic_b) < 256 else b""
+        topic_span = 1 + len(topic_b)  # TOPICLEN and the topic
+        # records are read in place from the segments only where the CommitLog keeps them there
+        # (a DLedger CommitLog reads its entries from the ledger: every read goes through read())
+        find = commitlog.queue.find_by_offset if type(commitlog).read is CommitLog.read else _no_segment
+        file_size = commitlog.file_size
+        views: list[memoryview] = []
+        bases: list[memoryview] = []
+        ends: list[int] = []
+        queue_offsets = result.queue_offsets
+        held: list[MappedFile] = []
+        mapped: memoryview | None = None
+        lo = hi = readable = 0
+        total = 0
+        problem: tuple[int, str] | None = None
+        check = _CHECK.unpack_from
+        body_len = _BODY_LEN.unpack_from
+        try:
+            for phy, size, tags in zip(
+                units["offset"].tolist(), units["size"].tolist(), units["tags"].tolist(), strict=True
             ):
-                break
-            scanned += 1
-            if size == FILLER_SIZE or size <= 0:
-                continue
-            if phy < commitlog_min:
-                status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                continue
-            if codes is not None and tags not in codes:
-                continue
-            data = self.commitlog.read(phy, size)
-            if data is None and phy + size <= self.commitlog.min_offset:
-                status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                continue
-            problem = unit_mismatch(data, phy, size, topic_b, queue_id, offset + scanned - 1)
-            if problem is not None:
-                if not _repaired:
-                    # The unit disagrees with the CommitLog: rebuild the queue, then read again.
-                    where = offset + scanned - 1
-                    self.rebuild_queues({(topic, queue_id): f"unit {where} read: {problem}"})
-                    again = (group, topic, queue_id, offset, max_count, tags_codes)
-                    return self.get_message(*again, max_bytes=max_bytes, _repaired=True)
-                log.error(
-                    "%s-%d: unit %d still disagrees after a rebuild (%s); skipped",
-                    topic,
-                    queue_id,
-                    offset + scanned - 1,
-                    problem,
-                )
-                continue
-            if data is None:
-                continue
-            result.buffers.append(data)
-            result.queue_offsets.append(offset + scanned - 1)
-            result.buffer_total_size += size
+                if len(views) >= max_count or (views and total + size > max_bytes):
+                    break
+                scanned += 1
+                if size == FILLER_SIZE or size <= 0:
+                    continue
+                if phy < commitlog_min:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                if codes is not None and tags not in codes:
+                    continue
+                where = offset + scanned - 1
+                if not lo <= phy < hi:
+                    mf = find(phy)
+                    mapped = None
+                    lo = hi = 0
+                    if mf is not None and mf.hold():
+                        held.append(mf)
+                        mapped = memoryview(mf.mm)
+                        bases.append(mapped)
+                        lo = mf.file_from_offset
+                        hi = lo + file_size
+                        readable = mf.read_position
+                pos = phy - lo
+                # The unit agrees with its record when the record's TOTALSIZE, QUEUEID,
+                # QUEUEOFFSET, PHYSICALOFFSET and topic are the unit's (V1 layout, IPv4 hosts:
+                # read in place, one unpack); anything else is judged by unit_mismatch on a copy.
+                if (
+                    mapped is not None
+                    and size >= 91
+                    and pos + size <= readable
+                    and check(mapped, pos) == (size, queue_id, where, phy)
+                    and (t := pos + 88 + body_len(mapped, pos + 84)[0]) + topic_span <= pos + size
+                    and mapped[t : t + topic_span] == topic_head
+                ):
+                    piece = mapped[pos : pos + size]
+                else:
+                    data = commitlog.read(phy, size)
+                    if data is None and phy + size <= commitlog.min_offset:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                        continue
+                    bad = unit_mismatch(data, phy, size, topic_b, queue_id, where)
+                    if bad is not None:
+                        if not _repaired:
+                            problem = (where, bad)
+                            break
+                        log.error(
+                            "%s-%d: unit %d still disagrees after a rebuild (%s); skipped",
+                            topic,
+                            queue_id,
+                            where,
+                            bad,
+                        )
+                        continue
+                    if data is None:
+                        continue
+                    piece = memoryview(data)
+                total += size
+                views.append(piece)
+                ends.append(total)
+                queue_offsets.append(where)
+            if problem is None and ends:
+                body = b"".join(views)
+        finally:
+            for v in views:
+                v.release()
+            for v in bases:
+                v.release()
+            for mf in held:
+                mf.release()
+        if problem is not None:
+            # The unit disagrees with the CommitLog: rebuild the queue, then read again.
+            self.rebuild_queues({(topic, queue_id): f"unit {problem[0]} read: {problem[1]}"})
+            again = (group, topic, queue_id, offset, max_count, tags_codes)
+            return self.get_message(*again, max_bytes=max_bytes, _repaired=True)
         result.next_begin_offset = offset + scanned
-        if result.buffers:
+        if ends:
+            result._set_body(body, ends)
             status = GetMessageStatus.FOUND
-            self.stats.get_found += len(result.buffers)
+            self.stats.get_found += len(ends)
         result.status = status
         return result
 
