@@ -55,8 +55,9 @@ unit: $(VENV)/.installed-test
 # (processes killed, groups of broker processes, long timer waits) or spark, and with a quarter of
 # each property test's examples (the fast Hypothesis profile, tests/_support/examples.py);
 # tests/crash (kill loops), tests/interop (Node) and tests/spark stay out. No lint, no typecheck.
+# Two pytest-xdist workers (the suite is CPU-bound; make test stays in one process).
 fast: $(VENV)/.installed-test
-	$(PY) -m pytest -q -m "not slow and not spark" --hypothesis-profile=fast tests/unit tests/property tests/integration
+	$(PY) -m pytest -q -n 2 -m "not slow and not spark" --hypothesis-profile=fast tests/unit tests/property tests/integration
 
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py
