@@ -152,6 +152,53 @@ def test_damaged_record_is_quarantined_and_the_rest_kept(
         assert m is not None and m.body == body_of(VICTIM + 1)
 
 
+def test_regression_damage_before_a_zeroed_last_segment_keeps_the_records_after_it(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a crash the scan starts at the last segment; with that segment zeroed from its
+    start, the previous segment is scanned for its BLANK. A damaged record there used to end the
+    valid data: the intact records after it in that segment were cut. They are kept now, the
+    damaged record quarantined."""
+    segment = 64 * 1024
+    config = StoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commit_log=segment,
+        mapped_file_size_consume_queue=20 * 1000,
+        flush_disk_type="SYNC_FLUSH",
+    )
+    with MessageStore(config) as store:
+        written = []
+        while not written or written[-1].physical_offset < 2 * segment + 4096:
+            i = len(written)
+            written.append(store.put_message(Message(TOPIC, body_of(i)), i % QUEUES))
+        assert store.wait_dispatched()
+    in_second = [i for i, r in enumerate(written) if segment <= r.physical_offset < 2 * segment]
+    victim = in_second[len(in_second) // 2]
+    flip_body(config, written[victim])
+    lost = [i for i, r in enumerate(written) if r.physical_offset >= 2 * segment]
+    patch(config, 2 * segment, lambda b: bytes(len(b)), written[-1].next_offset - 2 * segment)
+    pathlib.Path(config.store_path_root_dir, "abort").write_text("crashed")
+    caplog.set_level(logging.ERROR, logger="rocketq.store")
+    with MessageStore(config) as store:
+        assert store.recovery is not None
+        plan = store.recovery.plan
+        assert [(q.offset, q.end) for q in plan.quarantined] == [
+            (written[victim].physical_offset, written[victim].next_offset)
+        ]
+        assert any("quarantined" in r.getMessage() for r in caplog.records)
+        for i, r in enumerate(written):
+            if i == victim or i in lost:
+                continue
+            m = store.look_message_by_offset(r.physical_offset)
+            assert m is not None and m.body == body_of(i), f"record {i} at {r.physical_offset} lost"
+        seen = {(q, qoff): body for q in range(QUEUES) for qoff, body in read_queue(store, q)}
+        assert seen == {
+            (i % QUEUES, r.queue_offset): body_of(i)
+            for i, r in enumerate(written)
+            if i != victim and i not in lost
+        }
+
+
 def _gauge(url: str, name: str) -> float:
     """One sample of ``name`` from a /metrics scrape."""
     with urllib.request.urlopen(url, timeout=30) as response:

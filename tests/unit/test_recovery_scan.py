@@ -195,6 +195,30 @@ def test_plan_from_a_segment_with_nothing_valid_ends_at_the_previous_blank() -> 
     assert plan.delete_segments == (2 * SEG,)
 
 
+def test_regression_damage_before_a_segment_with_nothing_valid_keeps_the_records_after_it() -> None:
+    """After a crash the scan starts at the last segment; when nothing there is valid (its start
+    zeroed) the previous segment is scanned for its BLANK. A damaged record in that segment was
+    the end of the valid data: the cut zeroed the intact records after it. It is resynced past
+    and quarantined like damage anywhere else."""
+    segments, offsets = segments_of(3)
+    known_end = 2 * SEG + 600  # the checkpoint's "CommitLog flushed up to", in segment 2
+    segments[2].data[:] = bytes(SEG)  # segment 2 zeroed from its start
+    bad = offsets[20 + 5]  # record 5 of segment 1, its body damaged
+    body = bad - SEG + rec.decode_record(segments[1].data, bad - SEG).body_offset
+    segments[1].data[body] ^= 0xFF
+    policy = recovery.ResyncPolicy(known_end, clean_shutdown=False)
+    plan = recovery.plan_recovery(segments, SEG, start_index=2, resync=policy)
+    blank = offsets[39] + (offsets[39] - offsets[38]) + 1  # record 19 of segment 1 is 1 B longer
+    assert plan.start_offset == SEG
+    assert plan.process_offset == blank
+    assert plan.records_scanned == 19  # segment 1 without its damaged record
+    assert [(q.offset, q.end, q.segment, q.records) for q in plan.quarantined] == [(bad, offsets[26], SEG, 1)]
+    assert plan.delete_segments == (2 * SEG,)
+    assert (plan.cut_segment, plan.cut_from, plan.cut_to) == (SEG, blank - SEG, SEG)
+    # without a resync policy the first damage still ends the valid data
+    assert recovery.plan_recovery(segments, SEG, start_index=2).process_offset == bad
+
+
 def test_plan_of_no_segments_is_empty() -> None:
     plan = recovery.plan_recovery([], SEG)
     assert (plan.process_offset, plan.records_scanned, plan.delete_segments, plan.cut_segment) == (

@@ -154,37 +154,40 @@ def plan_recovery(
     window = max(_WINDOW_BYTES, max_record + 8)
     ends: dict[int, int] = {}
     queue_next: record_scan.QueueNext = {}
-    process, count = _scan(
-        find, file_size, start, ends, queue_next, check_crc=check_crc, prop_crc=prop_crc, window=window
+    process, count, quarantined = _scan_resyncing(
+        find,
+        file_size,
+        start,
+        ends,
+        queue_next,
+        resync,
+        check_crc=check_crc,
+        prop_crc=prop_crc,
+        window=window,
     )
-    quarantined: list[QuarantinedRange] = []
-    while resync is not None:
-        found = find_resync(find, file_size, process, resync, check_crc=check_crc, prop_crc=prop_crc)
-        if found is None:
-            break
-        quarantined.append(found)
-        process, more = _scan(
+    if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
+        # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
+        # case the end of data is that BLANK's position. That segment is scanned like any other,
+        # damage in it resynced past: cutting at its first damaged record would take the intact
+        # records after that with it. Its result is taken only when it holds records (else the
+        # previous segment is left as it is, unscanned).
+        prev = start - file_size
+        prev_ends: dict[int, int] = {}
+        prev_next: record_scan.QueueNext = {}
+        prev_process, prev_count, prev_quarantined = _scan_resyncing(
             find,
             file_size,
-            found.end,
-            ends,
-            queue_next,
+            prev,
+            prev_ends,
+            prev_next,
+            resync,
             check_crc=check_crc,
             prop_crc=prop_crc,
             window=window,
         )
-        count += more
-    if count == 0 and start % file_size == 0 and start > segments[0].file_from_offset:
-        # Nothing valid at a segment start: the previous segment may end with a BLANK, in which
-        # case the end of data is that BLANK's position, found by scanning that segment.
-        prev = start - file_size
-        for offset, view in record_scan.iter_records(
-            find, file_size, prev, end=start, check_crc=check_crc, verify_prop_crc=prop_crc, window=window
-        ):
-            process = offset + view.size
-            count += 1
-        if count:
-            ends[prev] = process
+        if prev_count:
+            start, process, count, quarantined = prev, prev_process, prev_count, prev_quarantined
+            ends, queue_next = prev_ends, prev_next
     last = segments[-1]
     data_end = last.file_from_offset + last.read_position
     holder = find(process)
@@ -302,6 +305,43 @@ def recover_commitlog(
         report.seconds * 1000,
     )
     return report
+
+
+def _scan_resyncing(
+    find: Callable[[int], SegmentView | None],
+    file_size: int,
+    start: int,
+    ends: dict[int, int],
+    queue_next: record_scan.QueueNext,
+    resync: ResyncPolicy | None,
+    *,
+    check_crc: bool,
+    prop_crc: bool,
+    window: int,
+) -> tuple[int, int, list[QuarantinedRange]]:
+    """:func:`_scan` from ``start``, and past every damaged range ``resync`` lets it look past
+    (:func:`find_resync`): (end of the last valid record, records accepted, damaged ranges)."""
+    process, count = _scan(
+        find, file_size, start, ends, queue_next, check_crc=check_crc, prop_crc=prop_crc, window=window
+    )
+    quarantined: list[QuarantinedRange] = []
+    while resync is not None:
+        found = find_resync(find, file_size, process, resync, check_crc=check_crc, prop_crc=prop_crc)
+        if found is None:
+            break
+        quarantined.append(found)
+        process, more = _scan(
+            find,
+            file_size,
+            found.end,
+            ends,
+            queue_next,
+            check_crc=check_crc,
+            prop_crc=prop_crc,
+            window=window,
+        )
+        count += more
+    return process, count, quarantined
 
 
 def _scan(
