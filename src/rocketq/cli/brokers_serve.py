@@ -25,9 +25,9 @@ import asyncio
 import os
 import string
 import subprocess
-import sys
 import time
 
+from rocketq.cli.broker_procs import spawn_brokers, stop_brokers
 from rocketq.cli.dledger_serve import _free_ports
 from rocketq.errors import ClusterStartError, ConfigError, ResponseCode
 from rocketq.namesrv.server import NameServer, NamesrvConfig
@@ -132,16 +132,7 @@ async def serve_brokers(args: argparse.Namespace, stop: asyncio.Event) -> None:
     try:
         namesrv_addr = f"{args.host}:{namesrv.port}"
         confs = broker_confs(args, namesrv_addr, count)
-        for name, conf in confs.items():
-            log_path = os.path.join(args.data_dir, f"{name}.log")
-            with open(log_path, "ab") as log_file:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "rocketq.cli", "broker", "-c", conf],
-                        stdout=log_file,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
+        procs += spawn_brokers(confs, {name: os.path.join(args.data_dir, f"{name}.log") for name in confs})
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             table = namesrv.routes.cluster_info().broker_addr_table
@@ -172,12 +163,5 @@ async def serve_brokers(args: argparse.Namespace, stop: asyncio.Event) -> None:
         print("\n".join(lines), flush=True)
         await stop.wait()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                await asyncio.to_thread(p.wait, 30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        await stop_brokers(procs)
         await namesrv.close()

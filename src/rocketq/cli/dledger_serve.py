@@ -19,9 +19,9 @@ import asyncio
 import os
 import socket
 import subprocess
-import sys
 import time
 
+from rocketq.cli.broker_procs import spawn_brokers, stop_brokers
 from rocketq.errors import ClusterStartError, ConfigError
 from rocketq.namesrv.server import NameServer, NamesrvConfig
 from rocketq.properties import parse_properties
@@ -108,16 +108,8 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
     try:
         namesrv_addr = f"{args.host}:{namesrv.port}"
         confs = broker_confs(args, namesrv_addr, count)
-        for sid, conf in confs.items():
-            log_path = os.path.join(args.data_dir, f"broker-{sid}.log")
-            with open(log_path, "ab") as log_file:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "rocketq.cli", "broker", "-c", conf],
-                        stdout=log_file,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
+        logs = {sid: os.path.join(args.data_dir, f"broker-{sid}.log") for sid in confs}
+        procs += spawn_brokers(confs, logs)
         by_port: dict[str, tuple[str, int]] = {}  # listen port -> (self id, pid)
         for (sid, conf), proc in zip(confs.items(), procs, strict=True):
             with open(conf, encoding="utf-8") as f:
@@ -149,12 +141,5 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
         print("\n".join(lines), flush=True)
         await stop.wait()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                await asyncio.to_thread(p.wait, 30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        await stop_brokers(procs)
         await namesrv.close()
