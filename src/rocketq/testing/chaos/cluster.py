@@ -168,6 +168,26 @@ def _wait(check: Callable[[], T | None], what: str, timeout_s: float) -> T:
         time.sleep(0.05)
 
 
+def _ask(addr: str, code: int, timeout_s: float) -> bytes | None:
+    """The body of a successful answer to a request without fields; None: no answer in time, an
+    error code, or an empty body."""
+
+    async def call() -> bytes | None:
+        client = RemotingClient()
+        try:
+            response = await client.invoke(addr, create_request(code), timeout_s)
+        except (RocketqError, OSError):
+            return None
+        finally:
+            await client.close()
+        return response.body if response.code == 0 and response.body else None
+
+    try:
+        return asyncio.run(asyncio.wait_for(call(), timeout_s + 1))
+    except TimeoutError:
+        return None
+
+
 def _proc_state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -352,27 +372,12 @@ class ChaosGroup:
         n = self._node(node)
         if n.paused or not self.alive(node):
             return None
-
-        async def query() -> dict[str, str] | None:
-            client = RemotingClient()
-            try:
-                response = await client.invoke(
-                    n.broker_addr, create_request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_s
-                )
-            except (RocketqError, OSError):
-                return None
-            finally:
-                await client.close()
-            if response.code != 0 or not response.body:
-                return None
-            table = fastjson.loads(response.body.decode("utf-8")).get("table")
-            return table if isinstance(table, dict) else None
-
+        body = _ask(n.broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout_s)
         try:
-            table = asyncio.run(asyncio.wait_for(query(), timeout_s + 1))
-        except (TimeoutError, ValueError):
+            table = None if body is None else fastjson.loads(body.decode("utf-8")).get("table")
+        except ValueError:
             return None
-        if table is None or "dledgerRole" not in table:
+        if not isinstance(table, dict) or "dledgerRole" not in table:
             return None
         return NodeState(
             str(table["dledgerRole"]),
@@ -399,25 +404,14 @@ class ChaosGroup:
     def master(self) -> int | None:
         """The node the name server lists as master (brokerId 0) of the group, if any."""
 
-        async def query() -> int | None:
-            client = RemotingClient()
-            try:
-                response = await client.invoke(
-                    self.namesrv_addr, create_request(RequestCode.GET_BROKER_CLUSTER_INFO), QUERY_TIMEOUT_S
-                )
-            except (RocketqError, OSError):
-                return None
-            finally:
-                await client.close()
-            if response.code != 0 or not response.body:
-                return None
-            group = ClusterInfo.decode(response.body).broker_addr_table.get(self.broker_name)
+        body = _ask(self.namesrv_addr, RequestCode.GET_BROKER_CLUSTER_INFO, QUERY_TIMEOUT_S)
+        if body is None:
+            return None
+        try:
+            group = ClusterInfo.decode(body).broker_addr_table.get(self.broker_name)
             addr = None if group is None else group.broker_addrs.get(0)
             return None if addr is None else self.node_of(addr)
-
-        try:
-            return asyncio.run(asyncio.wait_for(query(), QUERY_TIMEOUT_S + 1))
-        except (TimeoutError, ValueError, KeyError):
+        except (ValueError, KeyError):
             return None
 
     def wait_leader(self, timeout_s: float = OP_TIMEOUT_S, among: Iterable[int] | None = None) -> int:
