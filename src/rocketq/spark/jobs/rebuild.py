@@ -84,18 +84,7 @@ def dispatch_rows(
                 data = mm[p : min(end, p + window)]
                 reqs, used, stop = parse_window(data, base + p, delay_levels)
                 for r in reqs:
-                    yield (
-                        r.topic,
-                        r.queue_id,
-                        r.commit_log_offset,
-                        r.msg_size,
-                        r.tags_code,
-                        r.store_timestamp,
-                        r.consume_queue_offset,
-                        r.keys,
-                        r.uniq_key,
-                        r.sys_flag,
-                    )
+                    yield _row(r)
                 p += used
                 window = window_bytes
                 if stop is rec.RecordKind.BLANK or stop is rec.RecordKind.END:

@@ -23,8 +23,6 @@ filling the rest of the file exactly) or zeros; non-zero bytes after the zeros a
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 from collections.abc import Iterator
 from typing import Final
@@ -40,6 +38,7 @@ from rocketq.spark.jobs.scan_walk import (
     StopKind,
     WalkResult,
     _first_nonzero,
+    mapped_range,
 )
 from rocketq.store import record_scan
 
@@ -55,102 +54,98 @@ def iter_entry_chunks(
     yield the records inside them. How the walk ended goes into ``result``."""
     seg_name = task.segment_name
     base = task.segment_offset
-    with open(task.path, "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
-        end = min(task.end, file_size)
-        if end <= task.begin:
-            result.valid_end = result.stop_offset = base + task.begin
-            result.stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
+    with mapped_range(task, result) as mapped:
+        if mapped is None:
             return
-        with mmap.mmap(f.fileno(), file_size, access=mmap.ACCESS_READ) as mm:
-            chunk_bytes = max(chunk_bytes, fmt.BODY_OFFSET)
-            p = task.begin
-            prev_chain: int | None = None
-            expected_index: int | None = None
-            min_term = 0
-            stop: StopKind | None = None
-            reason = ""
-            while stop is None:
-                w_end = min(end, p + chunk_bytes)
-                data = mm[p:w_end]
-                n = len(data)
-                q = 0
-                starts: list[int] = []
-                while True:
-                    left = n - q
-                    if left < fmt.BODY_OFFSET and w_end < end:
-                        break  # read on in the next window
-                    if left < 8:
-                        if left == 0:
-                            stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
-                        elif not any(data[q:n]):
-                            stop = StopKind.END
-                        else:
-                            stop, reason = (
-                                StopKind.DAMAGED,
-                                f"{left} bytes at the end of the file are too short",
-                            )
-                        break
-                    magic, size = _HEAD8.unpack_from(data, q)
-                    if magic == 0 and size == 0:
+        mm, end = mapped
+        chunk_bytes = max(chunk_bytes, fmt.BODY_OFFSET)
+        p = task.begin
+        prev_chain: int | None = None
+        expected_index: int | None = None
+        min_term = 0
+        stop: StopKind | None = None
+        reason = ""
+        while stop is None:
+            w_end = min(end, p + chunk_bytes)
+            data = mm[p:w_end]
+            n = len(data)
+            q = 0
+            starts: list[int] = []
+            while True:
+                left = n - q
+                if left < fmt.BODY_OFFSET and w_end < end:
+                    break  # read on in the next window
+                if left < 8:
+                    if left == 0:
+                        stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
+                    elif not any(data[q:n]):
                         stop = StopKind.END
-                        break
-                    if magic == fmt.BLANK_MAGIC:
-                        problem = fmt.blank_problem(data, q, file_size - (p + q))
-                        if problem is None:
-                            stop = StopKind.BLANK
-                        else:
-                            stop, reason = StopKind.DAMAGED, problem
-                        break
-                    if size >= fmt.BODY_OFFSET and q + size > n and w_end < end and p + q + size <= end:
-                        if q == 0:
-                            chunk_bytes = max(chunk_bytes, size)  # one entry larger than the window
-                        break
-                    h, problem = fmt.entry_problem(
-                        data,
-                        q,
-                        left,
-                        expected_pos=base + p + q,
-                        expected_index=expected_index,
-                        prev_chain=prev_chain,
-                        min_term=min_term,
-                    )
-                    if h is None or (problem is not None and not problem.startswith(_CRC_PROBLEMS)):
-                        what = f"entry {h.index}" if h is not None else "entry"
-                        stop, reason = StopKind.DAMAGED, f"{what}: {problem}"
-                        break
-                    at = base + p + q
-                    if problem is not None:
-                        result.damage.append(Damage(at, seg_name, p + q, f"entry {h.index}: {problem}", True))
-                    if h.magic == fmt.MAGIC_NORMAL and h.body_size > 0:
-                        body = q + fmt.BODY_OFFSET
-                        found, used, kind = record_scan.walk(memoryview(data)[body : q + h.size])
-                        if found == [0] and used == h.body_size and kind is None:
-                            starts.append(body)
-                        else:
-                            result.damage.append(
-                                Damage(
-                                    at,
-                                    seg_name,
-                                    p + q,
-                                    f"entry {h.index}: its {h.body_size} B body is not one CommitLog record",
-                                    True,
-                                )
+                    else:
+                        stop, reason = (
+                            StopKind.DAMAGED,
+                            f"{left} bytes at the end of the file are too short",
+                        )
+                    break
+                magic, size = _HEAD8.unpack_from(data, q)
+                if magic == 0 and size == 0:
+                    stop = StopKind.END
+                    break
+                if magic == fmt.BLANK_MAGIC:
+                    problem = fmt.blank_problem(data, q, len(mm) - (p + q))
+                    if problem is None:
+                        stop = StopKind.BLANK
+                    else:
+                        stop, reason = StopKind.DAMAGED, problem
+                    break
+                if size >= fmt.BODY_OFFSET and q + size > n and w_end < end and p + q + size <= end:
+                    if q == 0:
+                        chunk_bytes = max(chunk_bytes, size)  # one entry larger than the window
+                    break
+                h, problem = fmt.entry_problem(
+                    data,
+                    q,
+                    left,
+                    expected_pos=base + p + q,
+                    expected_index=expected_index,
+                    prev_chain=prev_chain,
+                    min_term=min_term,
+                )
+                if h is None or (problem is not None and not problem.startswith(_CRC_PROBLEMS)):
+                    what = f"entry {h.index}" if h is not None else "entry"
+                    stop, reason = StopKind.DAMAGED, f"{what}: {problem}"
+                    break
+                at = base + p + q
+                if problem is not None:
+                    result.damage.append(Damage(at, seg_name, p + q, f"entry {h.index}: {problem}", True))
+                if h.magic == fmt.MAGIC_NORMAL and h.body_size > 0:
+                    body = q + fmt.BODY_OFFSET
+                    found, used, kind = record_scan.walk(memoryview(data)[body : q + h.size])
+                    if found == [0] and used == h.body_size and kind is None:
+                        starts.append(body)
+                    else:
+                        result.damage.append(
+                            Damage(
+                                at,
+                                seg_name,
+                                p + q,
+                                f"entry {h.index}: its {h.body_size} B body is not one CommitLog record",
+                                True,
                             )
-                    prev_chain, expected_index, min_term = h.chain_crc, h.index + 1, h.term
-                    q += h.size
-                if starts or q:
-                    yield Chunk(data[:q], base + p, p, np.asarray(starts, dtype=np.int64))
-                p += q
-            result.stop = stop
-            result.stop_offset = result.valid_end = base + p
-            if stop is StopKind.BLANK:
-                result.blank_offset = base + p
-            elif stop is StopKind.DAMAGED:
-                result.damage.append(Damage(base + p, seg_name, p, reason, False))
-            elif stop is StopKind.END and (nz := _first_nonzero(mm, p, end)) is not None:
-                why = f"non-zero bytes at position {nz} after the end of data at {p}"
-                result.damage.append(Damage(base + p, seg_name, p, why, False))
+                        )
+                prev_chain, expected_index, min_term = h.chain_crc, h.index + 1, h.term
+                q += h.size
+            if starts or q:
+                yield Chunk(data[:q], base + p, p, np.asarray(starts, dtype=np.int64))
+            p += q
+        result.stop = stop
+        result.stop_offset = result.valid_end = base + p
+        if stop is StopKind.BLANK:
+            result.blank_offset = base + p
+        elif stop is StopKind.DAMAGED:
+            result.damage.append(Damage(base + p, seg_name, p, reason, False))
+        elif stop is StopKind.END and (nz := _first_nonzero(mm, p, end)) is not None:
+            why = f"non-zero bytes at position {nz} after the end of data at {p}"
+            result.damage.append(Damage(base + p, seg_name, p, why, False))
 
 
 __all__ = ["iter_entry_chunks"]

@@ -15,6 +15,7 @@ after them mean records were lost (e.g. a zeroed header), and are reported too.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -92,6 +93,22 @@ def _first_nonzero(mm: mmap.mmap, start: int, end: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def mapped_range(task: ScanTask, result: WalkResult) -> Iterator[tuple[mmap.mmap, int] | None]:
+    """The task's file mapped read-only and where its range ends (within the file); None, with
+    ``result`` set to an empty walk of the range, when the range holds nothing."""
+    with open(task.path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        end = min(task.end, file_size)
+        if end <= task.begin:
+            result.valid_end = result.stop_offset = task.segment_offset + task.begin
+            result.stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
+            yield None
+            return
+        with mmap.mmap(f.fileno(), file_size, access=mmap.ACCESS_READ) as mm:
+            yield mm, end
+
+
 def iter_chunks(
     task: ScanTask, result: WalkResult, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[Chunk]:
@@ -102,81 +119,77 @@ def iter_chunks(
     """
     seg_name = task.segment_name
     base = task.segment_offset
-    with open(task.path, "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
-        end = min(task.end, file_size)
-        if end <= task.begin:
-            result.valid_end = result.stop_offset = base + task.begin
-            result.stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
+    with mapped_range(task, result) as mapped:
+        if mapped is None:
             return
-        with mmap.mmap(f.fileno(), file_size, access=mmap.ACCESS_READ) as mm:
-            unpack = _HEAD.unpack_from
-            p = task.begin
-            while True:
-                w_end = min(end, p + chunk_bytes)
-                data = mm[p:w_end]
-                n = len(data)
-                starts, q, kind = record_scan.walk(data)
-                stop: StopKind | None = None
-                reason = ""
-                if kind is rec.RecordKind.BLANK:
-                    stop = StopKind.BLANK
-                elif kind is rec.RecordKind.END:
-                    stop = StopKind.END
-                elif kind is rec.RecordKind.CORRUPT:
-                    total, magic = unpack(data, q)
+        mm, end = mapped
+        unpack = _HEAD.unpack_from
+        p = task.begin
+        while True:
+            w_end = min(end, p + chunk_bytes)
+            data = mm[p:w_end]
+            n = len(data)
+            starts, q, kind = record_scan.walk(data)
+            stop: StopKind | None = None
+            reason = ""
+            if kind is rec.RecordKind.BLANK:
+                stop = StopKind.BLANK
+            elif kind is rec.RecordKind.END:
+                stop = StopKind.END
+            elif kind is rec.RecordKind.CORRUPT:
+                total, magic = unpack(data, q)
+                stop = StopKind.DAMAGED
+                if magic in (_V1, _V2):
+                    reason = f"record size {total} is below the minimum"
+                else:
+                    reason = f"illegal magic code 0x{magic & 0xFFFFFFFF:08X} (size field {total})"
+            elif q + 8 <= n:
+                # a record that runs past the window: damage if it runs past the range
+                total = unpack(data, q)[0]
+                if p + q + total > end:
+                    if end == len(mm):
+                        reason = f"record size {total} runs past the end of the segment"
+                    else:
+                        reason = f"record size {total} runs past the end of the task range"
                     stop = StopKind.DAMAGED
-                    if magic in (_V1, _V2):
-                        reason = f"record size {total} is below the minimum"
-                    else:
-                        reason = f"illegal magic code 0x{magic & 0xFFFFFFFF:08X} (size field {total})"
-                elif q + 8 <= n:
-                    # a record that runs past the window: damage if it runs past the range
-                    total = unpack(data, q)[0]
-                    if p + q + total > end:
-                        if end == file_size:
-                            reason = f"record size {total} runs past the end of the segment"
-                        else:
-                            reason = f"record size {total} runs past the end of the task range"
-                        stop = StopKind.DAMAGED
-                if stop is None and q + 8 > n and w_end == end:
-                    # fewer than 8 bytes left in the range
-                    if q == n:
-                        stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
-                    elif not any(data[q:n]):
-                        stop = StopKind.END
-                    else:
-                        stop = StopKind.DAMAGED
-                        reason = f"{n - q} bytes at the end of the segment are too short for a record"
-                if starts or q:
-                    yield Chunk(data[:q], base + p, p, np.asarray(starts, dtype=np.int64))
-                pos = p + q
-                if stop is not None:
-                    result.stop = stop
-                    result.stop_offset = base + pos
-                    result.valid_end = base + pos
-                    if stop is StopKind.BLANK:
-                        result.blank_offset = base + pos
-                    elif stop is StopKind.DAMAGED:
-                        result.damage.append(Damage(base + pos, seg_name, pos, reason, False))
-                    elif stop is StopKind.END:
-                        # Records after the zeros are lost: the damage is where valid data ends,
-                        # as recovery ends there too.
-                        nz = _first_nonzero(mm, pos, end)
-                        if nz is not None:
-                            result.damage.append(
-                                Damage(
-                                    base + pos,
-                                    seg_name,
-                                    pos,
-                                    f"non-zero bytes at position {nz} after the end of data at {pos}",
-                                    False,
-                                )
+            if stop is None and q + 8 > n and w_end == end:
+                # fewer than 8 bytes left in the range
+                if q == n:
+                    stop = StopKind.FULL if task.to_segment_end else StopKind.RANGE
+                elif not any(data[q:n]):
+                    stop = StopKind.END
+                else:
+                    stop = StopKind.DAMAGED
+                    reason = f"{n - q} bytes at the end of the segment are too short for a record"
+            if starts or q:
+                yield Chunk(data[:q], base + p, p, np.asarray(starts, dtype=np.int64))
+            pos = p + q
+            if stop is not None:
+                result.stop = stop
+                result.stop_offset = base + pos
+                result.valid_end = base + pos
+                if stop is StopKind.BLANK:
+                    result.blank_offset = base + pos
+                elif stop is StopKind.DAMAGED:
+                    result.damage.append(Damage(base + pos, seg_name, pos, reason, False))
+                elif stop is StopKind.END:
+                    # Records after the zeros are lost: the damage is where valid data ends,
+                    # as recovery ends there too.
+                    nz = _first_nonzero(mm, pos, end)
+                    if nz is not None:
+                        result.damage.append(
+                            Damage(
+                                base + pos,
+                                seg_name,
+                                pos,
+                                f"non-zero bytes at position {nz} after the end of data at {pos}",
+                                False,
                             )
-                    return
-                if q == 0:
-                    # one record larger than the window: read it whole
-                    (total,) = struct.unpack_from(">i", data, 0)
-                    chunk_bytes = max(chunk_bytes, total)
-                    continue
-                p = pos
+                        )
+                return
+            if q == 0:
+                # one record larger than the window: read it whole
+                (total,) = struct.unpack_from(">i", data, 0)
+                chunk_bytes = max(chunk_bytes, total)
+                continue
+            p = pos
