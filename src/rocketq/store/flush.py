@@ -7,7 +7,8 @@ SYNC_FLUSH: :class:`GroupCommitService` (group commit, leader/follower)::
           fdatasync until flushed ≥ everything appended → wake the covered writers
           → hand the next round to the first writer not covered (if any)
       otherwise → queue and sleep on an own lock (the first one queued leads after ≤ 1 ms)
-    broker (event loop): submit(next_offset) → Future, completed by the round that covers it
+    broker (event loop): put_deferred(put) → the put on the loop, its wait only noted
+      → submit(next_offset) → Future, completed by the round that covers it
 
   One ``fdatasync`` serves every writer whose record was appended before it started, so eight
   writers cost about one sync per round instead of eight. Invariants: a writer returns True
@@ -33,12 +34,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from rocketq.metrics.exposition import Histogram
 from rocketq.store.mapped_file import MappedFileQueue
 from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 FlushListener = Callable[[int], None]  # receives the store timestamp of the last flushed message
 
@@ -83,7 +88,11 @@ class GroupCommitService(ServiceThread):
     to the first writer it did not cover.
 
     Event-loop callers (the broker) use :meth:`submit`, which returns a future; the service
-    thread waits for them like a writer, and every round completes the futures it covers.
+    thread waits for them like a writer, and every round completes the futures it covers. A
+    put made through :meth:`put_deferred` does not wait at all: the store's call of
+    :meth:`wait` only notes the offset, and the caller submits it. The event loop then appends
+    (a memory copy, as under ASYNC_FLUSH) and this service's thread syncs, one round for every
+    record appended since the last: no worker thread per send.
     """
 
     name = "GroupCommitService"
@@ -107,6 +116,7 @@ class GroupCommitService(ServiceThread):
         #: made durable; written under ``_lock`` by the round's leader, read at scrape time.
         self.flush_seconds = Histogram(FLUSH_SECONDS_BOUNDS)
         self.round_sizes = Histogram(GROUP_COMMIT_SIZE_BOUNDS)
+        self._deferral = threading.local()  # .offset: set while this thread runs put_deferred
 
     @property
     def flushed_where(self) -> int:
@@ -116,6 +126,12 @@ class GroupCommitService(ServiceThread):
         """Block until everything before ``next_offset`` is durable; False after ``timeout_s``."""
         queue = self._queue
         if queue.flushed_where >= next_offset:
+            return True
+        deferral = self._deferral
+        noted = getattr(deferral, "offset", None)
+        if noted is not None:  # inside put_deferred: the caller waits through submit
+            if next_offset > noted:
+                deferral.offset = next_offset
             return True
         deadline = time.monotonic() + timeout_s
         with self._lock:
@@ -229,6 +245,19 @@ class GroupCommitService(ServiceThread):
         done = [fut for off, fut in self._futures if off <= flushed]
         self._futures = [(off, fut) for off, fut in self._futures if off > flushed]
         return done
+
+    def put_deferred(self, put: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> tuple[T, int]:
+        """Call ``put`` (a store put) on this thread without waiting for durability: every
+        :meth:`wait` it makes returns True at once. Returns the put's result and the offset
+        the put would have waited for (0: none, it was durable already); the caller must not
+        acknowledge before :meth:`submit` of that offset completes True."""
+        deferral = self._deferral
+        deferral.offset = 0
+        try:
+            result = put(*args, **kwargs)
+            return result, deferral.offset
+        finally:
+            deferral.offset = None
 
     def submit(self, next_offset: int) -> concurrent.futures.Future[bool]:
         """A future that completes True once ``flushed_where >= next_offset``."""
