@@ -215,8 +215,11 @@ def test_sync_flush_send_not_synced_in_time_answers_flush_disk_timeout_and_stays
         async with running_broker(cfg) as (broker, client, addr):
             created = await client.invoke(addr, create_topic_request("SlowT", queues=1))
             assert created.code == ResponseCode.SUCCESS
-            with HeldFlush(broker).holding():
+            with HeldFlush(broker).holding() as held:
                 answer = await client.invoke(addr, send_request("SlowT", b"late"))
+            # dispatch under SYNC_FLUSH follows the flush: let the released sync finish first
+            group_commit = broker.store.commitlog.group_commit  # type: ignore[union-attr]
+            assert await asyncio.to_thread(group_commit.wait, held.queue.max_offset, WAIT_S)
             assert answer.code == ResponseCode.FLUSH_DISK_TIMEOUT
             assert "not flushed to disk within 200 ms" in (answer.remark or "")
             assert {"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON"} <= set(answer.ext_fields)

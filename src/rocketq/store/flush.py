@@ -117,10 +117,31 @@ class GroupCommitService(ServiceThread):
         self.flush_seconds = Histogram(FLUSH_SECONDS_BOUNDS)
         self.round_sizes = Histogram(GROUP_COMMIT_SIZE_BOUNDS)
         self._deferral = threading.local()  # .offset: set while this thread runs put_deferred
+        #: The wake-up signal, a lock used as a binary semaphore (held: none pending): waking
+        #: the service is one release, its wait one acquire; an Event would add its condition
+        #: lock, which the woken thread takes again while the waker may still hold it.
+        self._signal = threading.Lock()
+        self._signal.acquire()
 
     @property
     def flushed_where(self) -> int:
         return self._queue.flushed_where
+
+    def wakeup(self) -> None:
+        try:
+            self._signal.release()
+        except RuntimeError:
+            pass  # a wake-up is pending already
+
+    def stop(self) -> None:
+        super().stop()
+        self.wakeup()
+
+    def wait_for_running(self, timeout_s: float | None) -> None:
+        if timeout_s is None:
+            self._signal.acquire()
+        else:
+            self._signal.acquire(timeout=timeout_s)
 
     def wait(self, next_offset: int, timeout_s: float) -> bool:
         """Block until everything before ``next_offset`` is durable; False after ``timeout_s``."""
