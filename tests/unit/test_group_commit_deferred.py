@@ -11,7 +11,7 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.message import Message
 from rocketq.store import MessageStore, PutMessageStatus
-from rocketq.store.flush import GroupCommitService
+from rocketq.store.flush import IDLE_CHECK_S, GroupCommitService
 from rocketq.store.mapped_file import MappedFileQueue
 
 WAIT_S = 10.0
@@ -76,3 +76,18 @@ def test_deferred_put_that_raises_leaves_no_deferral_behind(store_config: StoreC
         r = store.put_message(Message("T", b"x"))
         assert r.status is PutMessageStatus.PUT_OK
         assert store.commitlog.queue.flushed_where >= r.next_offset  # it waited for its sync
+
+
+def test_group_commit_thread_polls_only_while_something_appended_is_not_durable(
+    store_config: StoreConfig,
+) -> None:
+    cfg = dataclasses.replace(store_config, flush_disk_type="SYNC_FLUSH")
+    with MessageStore(cfg) as store:
+        service = group_commit(store)
+        store.put_message(Message("T", b"durable"))  # waits for its round
+        assert service.idle_seconds() == IDLE_CHECK_S
+        _, offset = service.put_deferred(store.put_message, Message("T", b"appended"))
+        if store.commitlog.queue.flushed_where < offset:  # not synced by a round yet
+            assert service.idle_seconds() == service.interval_s == 0.01
+        assert service.submit(offset).result(WAIT_S) is True
+        assert service.idle_seconds() == IDLE_CHECK_S

@@ -52,6 +52,8 @@ FlushListener = Callable[[int], None]  # receives the store timestamp of the las
 FLUSH_SECONDS_BOUNDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 #: Bounds of the group-commit size histogram: requests made durable by one round.
 GROUP_COMMIT_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: How long the group-commit thread sleeps when nothing waits and everything is durable.
+IDLE_CHECK_S = 1.0
 
 
 class _Waiter:
@@ -136,6 +138,16 @@ class GroupCommitService(ServiceThread):
     def stop(self) -> None:
         super().stop()
         self.wakeup()
+
+    def idle_seconds(self) -> float | None:
+        """Every record is appended by a writer that waits or a caller that submits, and both
+        get their round without this thread polling; the periodic round (every 10 ms) is kept
+        only while something appended is not durable yet. With everything durable the thread
+        sleeps until woken, checking again every :data:`IDLE_CHECK_S`."""
+        queue = self._queue
+        if queue.flushed_where < queue.max_offset:
+            return self.interval_s
+        return IDLE_CHECK_S
 
     def wait_for_running(self, timeout_s: float | None) -> None:
         if timeout_s is None:
