@@ -21,6 +21,7 @@ from rocketq.broker import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_properties
+from rocketq.protocol.topic import SCHEDULE_TOPIC
 from rocketq.remoting import RequestCode, create_request
 from rocketq.remoting.command import RemotingCommand
 
@@ -227,5 +228,21 @@ def test_sync_flush_send_not_synced_in_time_answers_flush_disk_timeout_and_stays
             pulled = await client.invoke(addr, pull("SlowT", 0, 0))
             assert pulled.code == ResponseCode.SUCCESS, pulled.remark
             assert [view.body for view in decode_records(pulled.body)] == [b"late"]
+
+    run(main())
+
+
+def test_topic_name_checks_refuse_every_time_and_pass_known_names(store_config: StoreConfig) -> None:
+    """msg_check remembers names that passed; a refused name is checked (and refused) again."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (_broker, client, addr):
+            for _ in range(2):
+                bad = await client.invoke(addr, send_request("bad topic!", b"x"))
+                assert bad.code == ResponseCode.INVALID_PARAMETER and "invalid" in (bad.remark or "")
+                system = await client.invoke(addr, send_request(SCHEDULE_TOPIC, b"x"))
+                assert system.code == ResponseCode.NO_PERMISSION and "forbidden" in (system.remark or "")
+            answers = [await client.invoke(addr, send_request("KnownT", b"m%d" % i)) for i in range(3)]
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 3
 
     run(main())

@@ -112,6 +112,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Names :meth:`SendMessageProcessor.msg_check` remembers as checked (the set starts over when full).
+CHECKED_TOPICS_MAX = 4096
+
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
@@ -222,6 +225,9 @@ class SendMessageProcessor:
         #: DLedger mode on a Raft group: the put awaited on this loop while the log's loop waits
         #: for the quorum, no worker thread in between (DLedgerMessageStore.quorum_put)
         quorum_put = getattr(ctx.store, "quorum_put", None)
+        #: topic names that passed the name checks of msg_check (valid, not a system topic
+        #: that refuses sends), so a send to a known name skips the pattern match
+        self._checked_topics: set[str] = set()
         self._ledger_put: Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None = (
             quorum_put() if quorum_put is not None else None
         )
@@ -246,12 +252,17 @@ class SendMessageProcessor:
         ctx = self.ctx
         topic = header.topic
         self._check_broker_writeable()
-        try:
-            validate_topic(topic, topic_max_length(topic))
-        except TopicNameInvalid as exc:
-            raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
-        if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+        checked = self._checked_topics
+        if topic not in checked:  # both checks depend on the name alone: once per name
+            try:
+                validate_topic(topic, topic_max_length(topic))
+            except TopicNameInvalid as exc:
+                raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+            if len(checked) >= CHECKED_TOPICS_MAX:
+                checked.clear()
+            checked.add(topic)
         if len(header.producer_group) > GROUP_NAME_MAX_LENGTH:
             raise InvalidParameter(str(group_name_too_long(header.producer_group, "producer")))
         tc = ctx.topics.select(topic)
