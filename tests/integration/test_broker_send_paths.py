@@ -1,14 +1,17 @@
 """Sends answered at once (ASYNC_FLUSH) and sends that wait (a new topic, SYNC_FLUSH), and pulls
-of fresh data read on the event loop: same answers, same records, durability kept."""
+of fresh data read on the event loop: same answers, same records, durability kept. Under
+SYNC_FLUSH the put runs on the loop too and the answer waits for the group commit that syncs it."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import pathlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from test_broker_server import WAIT_S, decode_records, dispatched, run, running_broker
@@ -18,6 +21,7 @@ from rocketq.broker import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import decode_properties
+from rocketq.protocol.topic import SCHEDULE_TOPIC
 from rocketq.remoting import RequestCode, create_request
 from rocketq.remoting.command import RemotingCommand
 
@@ -82,8 +86,8 @@ def test_async_and_sync_flush_sends_answer_and_store_alike(
     )
     # ASYNC_FLUSH: every send and the pull of fresh data ran on the event loop
     assert fast_workers == 0
-    # SYNC_FLUSH: each put waited for its group commit in a worker thread
-    assert slow_workers >= n
+    # SYNC_FLUSH: the puts ran on the loop as well, the answers waited for group commits
+    assert slow_workers == 0
     for answers in (fast, slow):
         assert [a.code for a in answers] == [ResponseCode.SUCCESS] * n
         assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(n))
@@ -139,5 +143,106 @@ def test_refused_send_on_the_immediate_path_keeps_the_connection(store_config: S
                 WAIT_S,
             )
             assert ok.code == ResponseCode.SUCCESS
+
+    run(main())
+
+
+class HeldFlush:
+    """The CommitLog's flush held at a gate: the group commit cannot make anything durable until
+    :meth:`release` (bounded: a forgotten gate opens after ``WAIT_S``)."""
+
+    def __init__(self, broker: Broker) -> None:
+        assert broker.store is not None
+        self.queue = broker.store.commitlog.queue  # type: ignore[attr-defined]
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self._flush = self.queue.flush
+
+        def held(least_pages: int) -> bool:
+            self.entered.set()
+            self.gate.wait(WAIT_S)
+            return bool(self._flush(least_pages))
+
+        self.queue.flush = held
+
+    def release(self) -> None:
+        self.gate.set()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[HeldFlush]:
+        try:
+            yield self
+        finally:
+            self.release()
+
+
+def sync_config(tmp_path: pathlib.Path, store_config: StoreConfig, **kwargs: Any) -> StoreConfig:
+    return dataclasses.replace(
+        store_config, store_path_root_dir=str(tmp_path / "sync"), flush_disk_type="SYNC_FLUSH", **kwargs
+    )
+
+
+def test_sync_flush_send_is_answered_only_once_its_record_is_durable(
+    tmp_path: pathlib.Path, store_config: StoreConfig
+) -> None:
+    async def main() -> None:
+        async with running_broker(sync_config(tmp_path, store_config)) as (broker, client, addr):
+            created = await client.invoke(addr, create_topic_request("DurT", queues=1))
+            assert created.code == ResponseCode.SUCCESS
+            with HeldFlush(broker).holding() as held:
+                sends = [
+                    asyncio.ensure_future(client.invoke(addr, send_request("DurT", b"m%d" % i)))
+                    for i in range(8)
+                ]
+                assert await asyncio.to_thread(held.entered.wait, WAIT_S)
+                # stored, the sync under way but not finished: nothing may be answered yet
+                await asyncio.wait(sends, timeout=0.3)
+                assert not any(s.done() for s in sends)
+                assert held.queue.flushed_where < held.queue.max_offset
+                held.release()
+                answers = await asyncio.gather(*sends)
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 8
+            assert held.queue.flushed_where >= held.queue.max_offset
+            assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(8))
+
+    run(main())
+
+
+def test_sync_flush_send_not_synced_in_time_answers_flush_disk_timeout_and_stays_stored(
+    tmp_path: pathlib.Path, store_config: StoreConfig
+) -> None:
+    async def main() -> None:
+        cfg = sync_config(tmp_path, store_config, sync_flush_timeout_ms=200)
+        async with running_broker(cfg) as (broker, client, addr):
+            created = await client.invoke(addr, create_topic_request("SlowT", queues=1))
+            assert created.code == ResponseCode.SUCCESS
+            with HeldFlush(broker).holding() as held:
+                answer = await client.invoke(addr, send_request("SlowT", b"late"))
+            # dispatch under SYNC_FLUSH follows the flush: let the released sync finish first
+            group_commit = broker.store.commitlog.group_commit  # type: ignore[union-attr]
+            assert await asyncio.to_thread(group_commit.wait, held.queue.max_offset, WAIT_S)
+            assert answer.code == ResponseCode.FLUSH_DISK_TIMEOUT
+            assert "not flushed to disk within 200 ms" in (answer.remark or "")
+            assert {"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON"} <= set(answer.ext_fields)
+            await dispatched(broker)
+            pulled = await client.invoke(addr, pull("SlowT", 0, 0))
+            assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+            assert [view.body for view in decode_records(pulled.body)] == [b"late"]
+
+    run(main())
+
+
+def test_topic_name_checks_refuse_every_time_and_pass_known_names(store_config: StoreConfig) -> None:
+    """msg_check remembers names that passed; a refused name is checked (and refused) again."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (_broker, client, addr):
+            for _ in range(2):
+                bad = await client.invoke(addr, send_request("bad topic!", b"x"))
+                assert bad.code == ResponseCode.INVALID_PARAMETER and "invalid" in (bad.remark or "")
+                system = await client.invoke(addr, send_request(SCHEDULE_TOPIC, b"x"))
+                assert system.code == ResponseCode.NO_PERMISSION and "forbidden" in (system.remark or "")
+            answers = [await client.invoke(addr, send_request("KnownT", b"m%d" % i)) for i in range(3)]
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 3
 
     run(main())

@@ -39,11 +39,13 @@ requested delay level is negative) it goes to %DLQ%<group> instead.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
@@ -104,8 +106,14 @@ from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import Connection
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.store.flush import GroupCommitService
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Names :meth:`SendMessageProcessor.msg_check` remembers as checked (the set starts over when full).
+CHECKED_TOPICS_MAX = 4096
 
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_MSG_REGION = "MSG_REGION"
@@ -217,8 +225,20 @@ class SendMessageProcessor:
         #: DLedger mode on a Raft group: the put awaited on this loop while the log's loop waits
         #: for the quorum, no worker thread in between (DLedgerMessageStore.quorum_put)
         quorum_put = getattr(ctx.store, "quorum_put", None)
+        #: topic names that passed the name checks of msg_check (valid, not a system topic
+        #: that refuses sends), so a send to a known name skips the pattern match
+        self._checked_topics: set[str] = set()
         self._ledger_put: Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None = (
             quorum_put() if quorum_put is not None else None
+        )
+        #: SYNC_FLUSH on a plain CommitLog: the put runs on this loop with its group-commit wait
+        #: deferred (GroupCommitService.put_deferred), and the send awaits the round that makes
+        #: it durable; no worker thread per send
+        group_commit = getattr(getattr(ctx.store, "commitlog", None), "group_commit", None)
+        self._group_commit: GroupCommitService | None = (
+            group_commit
+            if isinstance(group_commit, GroupCommitService) and not cfg.enable_dleger_commit_log
+            else None
         )
 
     # -- shared checks ----------------------------------------------------------------------
@@ -232,12 +252,17 @@ class SendMessageProcessor:
         ctx = self.ctx
         topic = header.topic
         self._check_broker_writeable()
-        try:
-            validate_topic(topic, topic_max_length(topic))
-        except TopicNameInvalid as exc:
-            raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
-        if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+        checked = self._checked_topics
+        if topic not in checked:  # both checks depend on the name alone: once per name
+            try:
+                validate_topic(topic, topic_max_length(topic))
+            except TopicNameInvalid as exc:
+                raise InvalidParameter(f"the specified topic is invalid: {exc}") from None
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+            if len(checked) >= CHECKED_TOPICS_MAX:
+                checked.clear()
+            checked.add(topic)
         if len(header.producer_group) > GROUP_NAME_MAX_LENGTH:
             raise InvalidParameter(str(group_name_too_long(header.producer_group, "producer")))
         tc = ctx.topics.select(topic)
@@ -302,10 +327,37 @@ class SendMessageProcessor:
         store = self.ctx.store
         return store.dispatch_behind_bytes() <= store.config.max_dispatch_lag_bytes // 2
 
+    def _dispatch_behind(self) -> bool:
+        store = self.ctx.store
+        return store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2
+
+    async def _put_deferred(self, put: Callable[[T], PutMessageResult], arg: T) -> PutMessageResult:
+        """``put(arg)`` on this loop with its sync-flush wait deferred, then the wait awaited:
+        the result once the record is durable, FLUSH_DISK_TIMEOUT (the record stays stored)
+        when no round covered it within ``sync_flush_timeout_ms``, as the store's own wait."""
+        group_commit = self._group_commit
+        assert group_commit is not None
+        result, offset = group_commit.put_deferred(put, arg)
+        if not offset:
+            return result
+        timeout_s = self.ctx.store.config.sync_flush_timeout_ms / 1000
+        durable = group_commit.submit(offset)
+        if not durable.done():
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(durable), timeout_s)
+            except TimeoutError:
+                log.warning("sync flush of offset %d timed out after %.1f s", offset, timeout_s)
+                return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        if not durable.result():
+            return result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        return result
+
     async def _put(self, msg: BrokerMessage) -> PutMessageResult:
         store = self.ctx.store
         if self._ledger_put is not None and self._ledger_put_now():
             return await self._ledger_put((msg,))
+        if self._group_commit is not None and not self._dispatch_behind():
+            return await self._put_deferred(store.put_message, msg)
         if self._must_wait():
             return await self.ctx.blocking(store.put_message, msg)
         return store.put_message(msg)
@@ -314,6 +366,8 @@ class SendMessageProcessor:
         store = self.ctx.store
         if self._ledger_put is not None and self._ledger_put_now():
             return await self._ledger_put(msgs)
+        if self._group_commit is not None and not self._dispatch_behind():
+            return await self._put_deferred(store.put_messages, msgs)
         if self._must_wait():
             return await self.ctx.blocking(store.put_messages, msgs)
         return store.put_messages(msgs)

@@ -7,7 +7,8 @@ SYNC_FLUSH: :class:`GroupCommitService` (group commit, leader/follower)::
           fdatasync until flushed ≥ everything appended → wake the covered writers
           → hand the next round to the first writer not covered (if any)
       otherwise → queue and sleep on an own lock (the first one queued leads after ≤ 1 ms)
-    broker (event loop): submit(next_offset) → Future, completed by the round that covers it
+    broker (event loop): put_deferred(put) → the put on the loop, its wait only noted
+      → submit(next_offset) → Future, completed by the round that covers it
 
   One ``fdatasync`` serves every writer whose record was appended before it started, so eight
   writers cost about one sync per round instead of eight. Invariants: a writer returns True
@@ -33,12 +34,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from rocketq.metrics.exposition import Histogram
 from rocketq.store.mapped_file import MappedFileQueue
 from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 FlushListener = Callable[[int], None]  # receives the store timestamp of the last flushed message
 
@@ -47,6 +52,8 @@ FlushListener = Callable[[int], None]  # receives the store timestamp of the las
 FLUSH_SECONDS_BOUNDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 #: Bounds of the group-commit size histogram: requests made durable by one round.
 GROUP_COMMIT_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: How long the group-commit thread sleeps when nothing waits and everything is durable.
+IDLE_CHECK_S = 1.0
 
 
 class _Waiter:
@@ -83,7 +90,11 @@ class GroupCommitService(ServiceThread):
     to the first writer it did not cover.
 
     Event-loop callers (the broker) use :meth:`submit`, which returns a future; the service
-    thread waits for them like a writer, and every round completes the futures it covers.
+    thread waits for them like a writer, and every round completes the futures it covers. A
+    put made through :meth:`put_deferred` does not wait at all: the store's call of
+    :meth:`wait` only notes the offset, and the caller submits it. The event loop then appends
+    (a memory copy, as under ASYNC_FLUSH) and this service's thread syncs, one round for every
+    record appended since the last: no worker thread per send.
     """
 
     name = "GroupCommitService"
@@ -107,15 +118,53 @@ class GroupCommitService(ServiceThread):
         #: made durable; written under ``_lock`` by the round's leader, read at scrape time.
         self.flush_seconds = Histogram(FLUSH_SECONDS_BOUNDS)
         self.round_sizes = Histogram(GROUP_COMMIT_SIZE_BOUNDS)
+        self._deferral = threading.local()  # .offset: set while this thread runs put_deferred
+        #: The wake-up signal, a lock used as a binary semaphore (held: none pending): waking
+        #: the service is one release, its wait one acquire; an Event would add its condition
+        #: lock, which the woken thread takes again while the waker may still hold it.
+        self._signal = threading.Lock()
+        self._signal.acquire()
 
     @property
     def flushed_where(self) -> int:
         return self._queue.flushed_where
 
+    def wakeup(self) -> None:
+        try:
+            self._signal.release()
+        except RuntimeError:
+            pass  # a wake-up is pending already
+
+    def stop(self) -> None:
+        super().stop()
+        self.wakeup()
+
+    def idle_seconds(self) -> float | None:
+        """Every record is appended by a writer that waits or a caller that submits, and both
+        get their round without this thread polling; the periodic round (every 10 ms) is kept
+        only while something appended is not durable yet. With everything durable the thread
+        sleeps until woken, checking again every :data:`IDLE_CHECK_S`."""
+        queue = self._queue
+        if queue.flushed_where < queue.max_offset:
+            return self.interval_s
+        return IDLE_CHECK_S
+
+    def wait_for_running(self, timeout_s: float | None) -> None:
+        if timeout_s is None:
+            self._signal.acquire()
+        else:
+            self._signal.acquire(timeout=timeout_s)
+
     def wait(self, next_offset: int, timeout_s: float) -> bool:
         """Block until everything before ``next_offset`` is durable; False after ``timeout_s``."""
         queue = self._queue
         if queue.flushed_where >= next_offset:
+            return True
+        deferral = self._deferral
+        noted = getattr(deferral, "offset", None)
+        if noted is not None:  # inside put_deferred: the caller waits through submit
+            if next_offset > noted:
+                deferral.offset = next_offset
             return True
         deadline = time.monotonic() + timeout_s
         with self._lock:
@@ -229,6 +278,19 @@ class GroupCommitService(ServiceThread):
         done = [fut for off, fut in self._futures if off <= flushed]
         self._futures = [(off, fut) for off, fut in self._futures if off > flushed]
         return done
+
+    def put_deferred(self, put: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> tuple[T, int]:
+        """Call ``put`` (a store put) on this thread without waiting for durability: every
+        :meth:`wait` it makes returns True at once. Returns the put's result and the offset
+        the put would have waited for (0: none, it was durable already); the caller must not
+        acknowledge before :meth:`submit` of that offset completes True."""
+        deferral = self._deferral
+        deferral.offset = 0
+        try:
+            result = put(*args, **kwargs)
+            return result, deferral.offset
+        finally:
+            deferral.offset = None
 
     def submit(self, next_offset: int) -> concurrent.futures.Future[bool]:
         """A future that completes True once ``flushed_where >= next_offset``."""
