@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from rocketq.broker.send import MAX_INFLATED_BODY_BYTES, check_sys_flag, zlib_problem
+from rocketq.broker.sys_flag import MAX_INFLATED_BODY_BYTES, check_sys_flag, zlib_problem
 from rocketq.client.admin import decode_messages as admin_decode
 from rocketq.client.consumer_core import decode_messages, decode_pull_body
 from rocketq.errors import InvalidParameter, MessageIllegal

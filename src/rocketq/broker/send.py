@@ -21,9 +21,10 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
       RMQ_SYS_TRANS_HALF_TOPIC queue 0 (``rocketq.broker.transaction``); refused (16) under
       reject_transaction_message
 
-The put itself runs on the event loop under ASYNC_FLUSH (a memory copy) and in a worker thread
-under SYNC_FLUSH (it waits for the group commit) or when dispatch is far behind (the store's
-back-pressure may wait). Store errors keep their wire codes: MessageIllegal 13 (body/properties
+The put itself runs on the event loop (a memory copy); under SYNC_FLUSH the send then awaits the
+group commit's fsync of its offset (no thread per send); when dispatch is far behind it runs in a
+worker thread (the store's back-pressure may wait). The sysFlag checks are in
+:mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
 
@@ -43,12 +44,12 @@ import asyncio
 import json
 import logging
 import random
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
+from rocketq.broker.sys_flag import CHECKED_SYS_FLAGS, check_sys_flag
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
 from rocketq.errors import (
@@ -121,64 +122,6 @@ PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
 TRANSACTION_PREPARED_TYPE = 0x4
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
-
-# MessageSysFlag bits the send path checks (spec/store-format.md §1.4).
-SYS_FLAG_COMPRESSED = 0x1
-SYS_FLAG_NEED_UNWRAP = 0x40
-SYS_FLAG_INNER_BATCH = 0x80
-COMPRESSION_TYPE_MASK = 0x700
-#: Bits that make a send go through :func:`check_sys_flag` (one test per send otherwise).
-CHECKED_SYS_FLAGS = SYS_FLAG_COMPRESSED | SYS_FLAG_NEED_UNWRAP | SYS_FLAG_INNER_BATCH
-#: Compression types (sysFlag bits 8-10) consumers can inflate: 0 (old producers) and 3 are zlib.
-_ZLIB_TYPES = (0, 3)
-_COMPRESSION_NAMES = {1: "LZ4", 2: "ZSTD"}
-#: The inflate check stops past this many inflated bytes (no producer sends a body near it:
-#: clients limit the uncompressed body to 4 MiB) rather than inflating a deflate bomb to its end.
-MAX_INFLATED_BODY_BYTES = 64 << 20
-_INFLATE_CHUNK = 1 << 20
-
-
-def check_sys_flag(sys_flag: int, body: bytes, what: str) -> None:
-    """Raise MessageIllegal (13) when a send's ``sys_flag`` asks for something stored records
-    cannot honour: a body marked compressed that is not a complete zlib stream (or uses a
-    compression this broker's consumers cannot inflate), or the batch-in-one-record bits."""
-    if sys_flag & SYS_FLAG_NEED_UNWRAP:
-        raise MessageIllegal(f"{what}: sysFlag 0x{sys_flag:X} has NEED_UNWRAP (0x40), which is not supported")
-    if sys_flag & SYS_FLAG_INNER_BATCH:
-        raise MessageIllegal(f"{what}: sysFlag 0x{sys_flag:X} has INNER_BATCH (0x80), which is not supported")
-    if sys_flag & SYS_FLAG_COMPRESSED:
-        ctype = (sys_flag & COMPRESSION_TYPE_MASK) >> 8
-        if ctype not in _ZLIB_TYPES:
-            name = _COMPRESSION_NAMES.get(ctype)
-            how = f"{name}-compressed" if name else f"compressed with unknown compression type {ctype}"
-            raise MessageIllegal(
-                f"{what}: sysFlag 0x{sys_flag:X} marks the body {how}; only zlib is supported"
-            )
-        problem = zlib_problem(body)
-        if problem:
-            raise MessageIllegal(
-                f"{what}: sysFlag 0x{sys_flag:X} marks the body zlib-compressed but {problem}"
-            )
-
-
-def zlib_problem(body: bytes) -> str:
-    """Why ``body`` is not a complete zlib stream (trailing bytes after it are allowed, as
-    inflaters ignore them), or "" when it is one. Inflated output is counted, not kept."""
-    inflater = zlib.decompressobj()
-    inflated = 0
-    data = body
-    try:
-        while not inflater.eof:
-            out = inflater.decompress(data, _INFLATE_CHUNK)
-            data = inflater.unconsumed_tail
-            if not out and not data:
-                return f"the zlib stream of {len(body)} bytes is truncated"
-            inflated += len(out)
-            if inflated > MAX_INFLATED_BODY_BYTES:
-                return f"it inflates to more than {MAX_INFLATED_BODY_BYTES} bytes"
-    except zlib.error as exc:
-        return f"it does not inflate ({exc})"
-    return ""
 
 
 def send_response_fields(
@@ -641,4 +584,4 @@ def _delay_level(props: dict[str, str]) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
-__all__ = ["SendMessageProcessor", "born_host_of", "check_sys_flag", "send_response_fields", "zlib_problem"]
+__all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]
