@@ -18,7 +18,7 @@ from rocketq.metrics.exposition import COUNTER, GAUGE, HISTOGRAM, Family, Histog
 from rocketq.namesrv.config import NamesrvConfig
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
-from rocketq.remoting.rpc_metrics import RPC_LATENCY_MS_BOUNDS, RpcLatency, ok_entry
+from rocketq.remoting.rpc_metrics import RPC_LATENCY_MS_BOUNDS, RpcLatency
 
 
 def test_render_writes_counters_gauges_and_cumulative_histograms() -> None:
@@ -241,17 +241,18 @@ def test_rpc_latency_fold_puts_values_on_a_bound_in_that_bucket(monkeypatch: pyt
     assert hist.sum == pytest.approx(sum(elapsed_ms))
 
 
-def test_rpc_latency_fold_splits_pending_successes_by_request_code() -> None:
-    """Entries of several request codes in the one pending list (as the broker's dispatch
-    appends them) end in the histogram of their own code, each with its exact count and sum."""
+def test_rpc_latency_fold_adds_pending_successes_to_their_request_code() -> None:
+    """SUCCESS latencies pending per request code (as the broker's dispatch appends them: a code
+    seen first gets its list) end in the histogram of their own code, each with its exact
+    count and sum; the lists are emptied in place (the dispatch keeps appending to them)."""
     rpc = RpcLatency()
     sends = [(int(RequestCode.SEND_MESSAGE_V2), ns) for ns in (400_000, 1_000_000, 2_500_000)]
     batches = [(int(RequestCode.SEND_BATCH_MESSAGE), ns) for ns in (7_000, 4_000_000)]
     for code, ns in sends + batches:
-        rpc.ok.append(ok_entry(code, ns))
-    held = rpc.ok
+        rpc.ok[code].append(ns)
+    held = rpc.ok[int(RequestCode.SEND_MESSAGE_V2)]
     rpc.fold()
-    assert rpc.ok is held and not held  # emptied in place: the dispatch keeps appending to it
+    assert rpc.ok[int(RequestCode.SEND_MESSAGE_V2)] is held and not held
     for code, entries in ((RequestCode.SEND_MESSAGE_V2, sends), (RequestCode.SEND_BATCH_MESSAGE, batches)):
         hist = rpc.table[(int(code), int(ResponseCode.SUCCESS))]
         expected = [0] * (len(RPC_LATENCY_MS_BOUNDS) + 1)

@@ -79,7 +79,7 @@ from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
-from rocketq.remoting.rpc_metrics import RpcLatency
+from rocketq.remoting.rpc_metrics import PendingOk, RpcLatency
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
 from rocketq.tasks import cancel_and_wait
@@ -138,7 +138,7 @@ class Broker:
         #: The request latencies (metrics on; None: nothing is timed), and its list of pending
         #: SUCCESS entries (RpcLatency.ok), None exactly when it is.
         self._rpc: RpcLatency | None = None
-        self._rpc_ok: list[int] | None = None
+        self._rpc_ok: PendingOk | None = None
         #: The plain ACL rules when ``acl_enable`` (set at start, before the port opens).
         self.acl: PlainAclValidator | None = None
         self._acl_log = RateLimitedLog(log)
@@ -502,7 +502,7 @@ class Broker:
         if pending_ok is None:
             return handler(conn, request)
         # rocketmq_rpc_latency, inline (no wrapper frame per request): a send's SUCCESS is one
-        # int appended to RpcLatency.ok, elapsed ns << OK_CODE_BITS (16) | code, folded each 1 s
+        # int appended to its code's list of RpcLatency.ok, folded each 1 s
         began = _perf_ns()
         try:
             response = handler(conn, request)
@@ -510,7 +510,7 @@ class Broker:
             self._rpc.failed(request.code, exc, _perf_ns() - began)  # type: ignore[union-attr]
             raise
         if response.__class__ is bytes:
-            pending_ok.append((_perf_ns() - began) << 16 | request.code)
+            pending_ok[request.code].append(_perf_ns() - began)
         elif response is not None:
             self._rpc.record(request.code, response.code, _perf_ns() - began)  # type: ignore[union-attr]
         return response

@@ -10,8 +10,8 @@ Two ways in. The broker times its requests inline in its own dispatch methods
 (``Broker._handle_now`` and ``Broker._handle``: no extra call frame per request); the name
 server's handler tables are wrapped once at start, :meth:`RpcLatency.instrument` (a wrapper's
 ``__wrapped__`` is the handler it times). On the hottest path, an immediate handler's SUCCESS
-(the pre-encoded answer of a send), the elapsed time is only appended to :attr:`RpcLatency.ok`,
-together with the request code in one int (:func:`ok_entry`), and folded into the histogram by
+(the pre-encoded answer of a send), the elapsed time is only appended to its request code's
+list in :attr:`RpcLatency.ok`, and folded into the histogram by
 the batch (:meth:`RpcLatency.fold`, which the broker calls every second and before every
 scrape): in the middle of a send each extra lookup costs several times what it costs in a
 tight loop. The latency of a request answered inside ``data_received`` (the immediate table)
@@ -44,11 +44,6 @@ RPC_LATENCY_MS_BOUNDS = (1, 3, 5, 10, 100, 1000, 3000)
 #: The bounds in nanoseconds, the unit a request is timed in (folding compares the integers).
 _BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_MS_BOUNDS)
 
-#: An entry of :attr:`RpcLatency.ok` is ``elapsed_ns << OK_CODE_BITS | request_code``.
-OK_CODE_BITS = 16  # Broker._handle_now inlines the 16
-_OK_CODE_MASK = (1 << OK_CODE_BITS) - 1
-_SHIFT_BACK = OK_CODE_BITS.__rrshift__
-
 _REQUEST_NAMES = {int(c): c.name.lower() for c in RequestCode}
 _RESPONSE_NAMES = {int(c): c.name.lower() for c in ResponseCode}
 
@@ -58,10 +53,13 @@ def code_name(code: int, names: Mapping[int, str] = _REQUEST_NAMES) -> str:
     return names.get(code) or str(code)
 
 
-def ok_entry(code: int, elapsed_ns: int) -> int:
-    """The :attr:`RpcLatency.ok` entry of a SUCCESS of request ``code`` (the hot paths inline
-    ``elapsed_ns << OK_CODE_BITS | code``)."""
-    return elapsed_ns << OK_CODE_BITS | code
+class PendingOk(dict[int, list[int]]):
+    """Request code → the elapsed nanoseconds of its SUCCESS answers not yet folded; a code
+    seen for the first time gets its list (``pending[code].append(ns)``, no lookup first)."""
+
+    def __missing__(self, code: int) -> list[int]:
+        pending = self[code] = []
+        return pending
 
 
 class RpcLatency:
@@ -69,10 +67,9 @@ class RpcLatency:
 
     def __init__(self) -> None:
         self.table: dict[tuple[int, int], Histogram] = {}
-        #: SUCCESS answers of immediate handlers not yet folded, each one int: the elapsed
-        #: nanoseconds shifted left by OK_CODE_BITS, or-ed with the request code (one append
-        #: per send, no tuple; request codes are below 2**16).
-        self.ok: list[int] = []
+        #: SUCCESS answers of immediate handlers not yet folded: per request code, the
+        #: elapsed nanoseconds (one int appended per send, no tuple).
+        self.ok = PendingOk()
 
     def record(self, code: int, response_code: int, elapsed_ns: int) -> None:
         key = (code, response_code)
@@ -128,7 +125,7 @@ class RpcLatency:
         # A SUCCESS answer's elapsed time is appended to ``ok`` and folded by the batch (fold()).
         record = self.record
         clock = time.perf_counter_ns
-        ok = self.ok
+        ok = self.ok[code]
 
         @functools.wraps(handler)
         def timed_now(conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
@@ -139,7 +136,7 @@ class RpcLatency:
                 record(code, int(exc.code), clock() - began)
                 raise
             if response.__class__ is bytes:  # the pre-encoded SUCCESS answer of a send
-                ok.append((clock() - began) << OK_CODE_BITS | code)
+                ok.append(clock() - began)
                 return response
             if response is not None:
                 record(code, response.code, clock() - began)  # type: ignore[union-attr]
@@ -159,14 +156,10 @@ class RpcLatency:
     def fold(self) -> None:
         """Fold every pending SUCCESS latency into its histogram (on the loop: the broker every
         second and before every scrape), by whole-list operations."""
-        ok = self.ok
-        if not ok:
-            return
-        codes = set(map(_OK_CODE_MASK.__and__, ok))
-        for code in codes:
-            entries = ok if len(codes) == 1 else [v for v in ok if v & _OK_CODE_MASK == code]
-            self._fold(code, list(map(_SHIFT_BACK, entries)))  # v >> OK_CODE_BITS
-        ok.clear()  # the same list: the broker's dispatch holds it
+        for code, elapsed in list(self.ok.items()):
+            if elapsed:
+                self._fold(code, elapsed)
+                elapsed.clear()  # the same list: the broker's dispatch may hold it
 
     def family(self, base: Labels) -> Family:
         """``rocketmq_rpc_latency`` with the labels ``base`` + protocol, request and response code."""
@@ -190,4 +183,4 @@ class RpcLatency:
         return fam
 
 
-__all__ = ["OK_CODE_BITS", "RPC_LATENCY_MS_BOUNDS", "RpcLatency", "code_name", "ok_entry"]
+__all__ = ["RPC_LATENCY_MS_BOUNDS", "PendingOk", "RpcLatency", "code_name"]
