@@ -69,8 +69,9 @@ def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
                 answered += 1
 
 
-#: What counting on turns on: the latency wrappers, the record of each send (and pull, pop),
-#: the store's sampled put timing.
+#: What counting on turns on: the request timing of the broker's dispatch ("wrapper": it was a
+#: wrapper of each handler), the record of each send (and pull, pop), the store's sampled put
+#: timing.
 PARTS = ("wrapper", "record", "put")
 
 
@@ -78,20 +79,18 @@ def counting_switch(
     cluster: InProcessCluster, parts: Sequence[str] = PARTS
 ) -> Callable[[bool], Coroutine[Any, Any, None]]:
     """A coroutine function that turns the broker's metrics counting off or on, on its loop:
-    the handler tables without or with their timing wrappers, the context's counters, the
+    the dispatch's request timing, the context's counters, the
     store's put timing (what a broker started with metrics off or on has); ``parts`` limits
     "on" to some of them."""
     broker = cluster.broker(cluster.broker_names[0])
     ctx = broker.ctx
     assert ctx is not None and ctx.metrics is not None
     metrics, put_latency = ctx.metrics, ctx.store.put_latency
-    tables = [broker._handlers, broker._immediate_handlers]  # the bench reaches in on purpose
-    wrapped = [dict(t) for t in tables]
-    bare = [{code: getattr(h, "__wrapped__", h) for code, h in t.items()} for t in tables]
+    rpc, rpc_ok = broker._rpc, broker._rpc_ok  # the bench reaches in on purpose: the dispatch's timing
 
     async def switch(on: bool) -> None:
-        for table, handlers in zip(tables, wrapped if on and "wrapper" in parts else bare, strict=True):
-            table.update(handlers)  # type: ignore[attr-defined]
+        timed = on and "wrapper" in parts
+        broker._rpc, broker._rpc_ok = (rpc, rpc_ok) if timed else (None, None)
         ctx.metrics = metrics if on and "record" in parts else None
         ctx.store.put_latency = put_latency if on and "put" in parts else None
 
@@ -192,8 +191,8 @@ def main() -> int:
     ap.add_argument(
         "--handler",
         action="store_true",
-        help="with --metrics-ab: call the broker's immediate dispatch (ACL check, handler, the timing "
-        "wrapper) with decoded requests on its loop thread, no sockets: the send handler alone",
+        help="with --metrics-ab: call the broker's immediate dispatch (ACL check, handler, the request "
+        "timing) with decoded requests on its loop thread, no sockets: the send handler alone",
     )
     ap.add_argument(
         "--part",

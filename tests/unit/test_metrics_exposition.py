@@ -239,3 +239,24 @@ def test_rpc_latency_fold_puts_values_on_a_bound_in_that_bucket(monkeypatch: pyt
         expected[bisect.bisect_left(RPC_LATENCY_MS_BOUNDS, ms)] += 1
     assert hist.counts == expected == [2, 2, 1, 2, 1, 1, 1, 2]
     assert hist.sum == pytest.approx(sum(elapsed_ms))
+
+
+def test_rpc_latency_fold_adds_pending_successes_to_their_request_code() -> None:
+    """SUCCESS latencies pending per request code (as the broker's dispatch appends them: a code
+    seen first gets its list) end in the histogram of their own code, each with its exact
+    count and sum; the lists are emptied in place (the dispatch keeps appending to them)."""
+    rpc = RpcLatency()
+    sends = [(int(RequestCode.SEND_MESSAGE_V2), ns) for ns in (400_000, 1_000_000, 2_500_000)]
+    batches = [(int(RequestCode.SEND_BATCH_MESSAGE), ns) for ns in (7_000, 4_000_000)]
+    for code, ns in sends + batches:
+        rpc.ok[code].append(ns)
+    held = rpc.ok[int(RequestCode.SEND_MESSAGE_V2)]
+    rpc.fold()
+    assert rpc.ok[int(RequestCode.SEND_MESSAGE_V2)] is held and not held
+    for code, entries in ((RequestCode.SEND_MESSAGE_V2, sends), (RequestCode.SEND_BATCH_MESSAGE, batches)):
+        hist = rpc.table[(int(code), int(ResponseCode.SUCCESS))]
+        expected = [0] * (len(RPC_LATENCY_MS_BOUNDS) + 1)
+        for _, ns in entries:
+            expected[bisect.bisect_left(RPC_LATENCY_MS_BOUNDS, ns / 1e6)] += 1
+        assert hist.counts == expected
+        assert hist.sum == pytest.approx(sum(ns for _, ns in entries) / 1e6)

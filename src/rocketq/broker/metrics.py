@@ -9,8 +9,9 @@ Counting (the hot paths pay no lock per message)::
                                                                   and the group's pull offsets
     pop (loop thread)   popped(topic, group, deliveries)      → messages_out / throughput_out
                         (remoting POP_MESSAGE and the gRPC endpoint's ReceiveMessage)
-    every request       the handler tables are wrapped once    → rpc_latency by (request code,
-                        (instrument()) when metrics are on        response code)
+    every request       timed inline by the broker's dispatch  → rpc_latency by (request code,
+                        (Broker._handle_now, _handle); a send's   response code)
+                        SUCCESS appended to rpc.ok, folded each 1 s
     store put           MessageStore.put_latency, one histogram per calling thread
     store services      group commit, flush, allocation: plain ints of their one thread
 
@@ -27,7 +28,7 @@ inflight = pulled − committed (what a consumer holds but has not committed), r
 pulled, lag latency = now − store time of the oldest unconsumed message (0 without lag). The
 pairs are those with committed offsets plus the subscriptions of online consumers.
 
-With metrics off the broker creates none of this: no wrapper, no timing, no counting call.
+With metrics off the broker creates none of this: no timing, no counting call.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from rocketq.metrics.exposition import (
 )
 from rocketq.metrics.http import MetricsServer
 from rocketq.protocol.topic import is_dlq_topic, is_retry_topic, is_system_topic
-from rocketq.remoting.connection import ImmediateHandler, RequestHandler
 from rocketq.remoting.rpc_metrics import RpcLatency
 
 if TYPE_CHECKING:
@@ -210,10 +210,6 @@ class BrokerMetrics:
     def sent_to_dlq(self, topic: str, group: str) -> None:
         key = (topic, group)
         self.dlq[key] = self.dlq.get(key, 0) + 1
-
-    def instrument(self, handlers: dict[int, RequestHandler], immediate: dict[int, ImmediateHandler]) -> None:
-        """Time every request of both handler tables (``rocketmq_rpc_latency``)."""
-        self.rpc.instrument(handlers, immediate)
 
     # -- scrape -------------------------------------------------------------------------------
     async def collect(self, ctx: BrokerContext) -> list[Family]:

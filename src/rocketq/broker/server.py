@@ -79,6 +79,7 @@ from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
 from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
+from rocketq.remoting.rpc_metrics import PendingOk, RpcLatency
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
 from rocketq.tasks import cancel_and_wait
@@ -88,6 +89,8 @@ if TYPE_CHECKING:
     from rocketq.metrics.http import MetricsServer
 
 log = logging.getLogger(__name__)
+
+_perf_ns = time.perf_counter_ns
 
 
 async def _run_to_end(fn: Callable[[], None], done: Callable[[], None]) -> None:
@@ -132,6 +135,10 @@ class Broker:
         self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
         self._immediate_handlers: dict[int, ImmediateHandler] = {}
+        #: The request latencies (metrics on; None: nothing is timed), and its list of pending
+        #: SUCCESS entries (RpcLatency.ok), None exactly when it is.
+        self._rpc: RpcLatency | None = None
+        self._rpc_ok: PendingOk | None = None
         #: The plain ACL rules when ``acl_enable`` (set at start, before the port opens).
         self.acl: PlainAclValidator | None = None
         self._acl_log = RateLimitedLog(log)
@@ -303,8 +310,8 @@ class Broker:
         self._handlers, self._immediate_handlers, self.transactions = request_tables(ctx)
         start_tracer(ctx)
         self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
-        if ctx.metrics is not None:
-            ctx.metrics.instrument(self._handlers, self._immediate_handlers)
+        if ctx.metrics is not None:  # time every request (rocketmq_rpc_latency): _handle, _handle_now
+            self._rpc, self._rpc_ok = ctx.metrics.rpc, ctx.metrics.rpc.ok
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -460,8 +467,19 @@ class Broker:
             return create_response(request, ResponseCode.SERVICE_NOT_AVAILABLE, f"broker is {state}")
         self._in_flight += 1
         self._idle.clear()
+        rpc = self._rpc
         try:
-            return await handler(conn, request)
+            if rpc is None:
+                return await handler(conn, request)
+            began = _perf_ns()  # rocketmq_rpc_latency, inline as in _handle_now
+            try:
+                response = await handler(conn, request)
+            except BaseException as exc:
+                rpc.failed(request.code, exc, _perf_ns() - began)
+                raise
+            if response is not None:
+                rpc.record(request.code, response.code, _perf_ns() - began)
+            return response
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -480,7 +498,22 @@ class Broker:
             refused = self.acl.refusal(request, conn.remote_address, self._acl_log)
             if refused is not None:
                 return refused
-        return handler(conn, request)
+        pending_ok = self._rpc_ok
+        if pending_ok is None:
+            return handler(conn, request)
+        # rocketmq_rpc_latency, inline (no wrapper frame per request): a send's SUCCESS is one
+        # int appended to its code's list of RpcLatency.ok, folded each 1 s
+        began = _perf_ns()
+        try:
+            response = handler(conn, request)
+        except BaseException as exc:
+            self._rpc.failed(request.code, exc, _perf_ns() - began)  # type: ignore[union-attr]
+            raise
+        if response.__class__ is bytes:
+            pending_ok[request.code].append(_perf_ns() - began)
+        elif response is not None:
+            self._rpc.record(request.code, response.code, _perf_ns() - began)  # type: ignore[union-attr]
+        return response
 
     def _on_connection(self, conn: Connection) -> None:
         conn.add_close_callback(self._on_channel_close)

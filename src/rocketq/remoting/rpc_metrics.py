@@ -1,19 +1,24 @@
 """``rocketmq_rpc_latency``: the time a remoting server takes per request, by request and
 response code (RocketMQ 5's ``RemotingMetricsManager``), shared by the broker and the name server.
 
-:meth:`RpcLatency.instrument` wraps the handlers of a server's dispatch tables once, when
-metrics are on; with metrics off nothing is wrapped and a request pays nothing (a wrapper's
-``__wrapped__`` is the handler it times). A wrapped
-handler reads ``perf_counter_ns`` before and after and adds the elapsed milliseconds to the
-histogram of its (request code, response code) pair, no lock (every handler runs on the
-server's event loop thread). On the hottest path, an immediate handler's SUCCESS, the elapsed
-time is only appended to a list, folded into the histogram by the batch (:meth:`RpcLatency.fold`,
-which the broker calls every second and before every scrape): in the middle of a send each
-extra lookup costs several times what it costs in a tight loop. The latency of a
-request answered inside ``data_received`` (the immediate table) is recorded there; one the
-immediate handler passes on is recorded by the task path instead, never twice. A held pull's
-latency includes its hold (RocketMQ labels those ``is_long_polling``; rocketq tells them by
-their response code, ``pull_not_found`` after a hold that found nothing).
+Every request is timed (``_count`` is the number of requests): ``perf_counter_ns`` read before
+the handler and after its answer, the elapsed milliseconds added to the histogram of the
+(request code, response code) pair, no lock (every handler runs on the server's event loop
+thread). With metrics off nothing is timed and a request pays nothing.
+
+Two ways in. The broker times its requests inline in its own dispatch methods
+(``Broker._handle_now`` and ``Broker._handle``: no extra call frame per request); the name
+server's handler tables are wrapped once at start, :meth:`RpcLatency.instrument` (a wrapper's
+``__wrapped__`` is the handler it times). On the hottest path, an immediate handler's SUCCESS
+(the pre-encoded answer of a send), the elapsed time is only appended to its request code's
+list in :attr:`RpcLatency.ok`, and folded into the histogram by
+the batch (:meth:`RpcLatency.fold`, which the broker calls every second and before every
+scrape): in the middle of a send each extra lookup costs several times what it costs in a
+tight loop. The latency of a request answered inside ``data_received`` (the immediate table)
+is recorded there; one the immediate handler passes on is recorded by the task path instead,
+never twice. A held pull's latency includes its hold (RocketMQ labels those
+``is_long_polling``; rocketq tells them by their response code, ``pull_not_found`` after a
+hold that found nothing).
 
 Label values are RocketMQ's: the code's constant name in lower case (``send_message_v2``,
 ``success``), the number for a code without a name.
@@ -48,13 +53,23 @@ def code_name(code: int, names: Mapping[int, str] = _REQUEST_NAMES) -> str:
     return names.get(code) or str(code)
 
 
+class PendingOk(dict[int, list[int]]):
+    """Request code → the elapsed nanoseconds of its SUCCESS answers not yet folded; a code
+    seen for the first time gets its list (``pending[code].append(ns)``, no lookup first)."""
+
+    def __missing__(self, code: int) -> list[int]:
+        pending = self[code] = []
+        return pending
+
+
 class RpcLatency:
     """Latency histograms (milliseconds) by (request code, response code)."""
 
     def __init__(self) -> None:
         self.table: dict[tuple[int, int], Histogram] = {}
-        #: Per immediate handler: its code and the SUCCESS latencies (ns) not yet folded.
-        self._pending: list[tuple[int, list[int]]] = []
+        #: SUCCESS answers of immediate handlers not yet folded: per request code, the
+        #: elapsed nanoseconds (one int appended per send, no tuple).
+        self.ok = PendingOk()
 
     def record(self, code: int, response_code: int, elapsed_ns: int) -> None:
         key = (code, response_code)
@@ -64,6 +79,14 @@ class RpcLatency:
         ms = elapsed_ns / 1e6
         hist.counts[bisect_left(RPC_LATENCY_MS_BOUNDS, ms)] += 1
         hist.sum += ms
+
+    def failed(self, code: int, exc: BaseException, elapsed_ns: int) -> None:
+        """Request ``code`` raised ``exc``: its wire code (SYSTEM_ERROR for anything but a
+        RocketqError), as the connection answers it."""
+        if isinstance(exc, RocketqError):
+            self.record(code, int(exc.code), elapsed_ns)
+        elif isinstance(exc, Exception):
+            self.record(code, ResponseCode.SYSTEM_ERROR, elapsed_ns)
 
     def instrument(
         self,
@@ -99,12 +122,10 @@ class RpcLatency:
         return timed
 
     def _timed_now(self, code: int, handler: ImmediateHandler) -> ImmediateHandler:
-        # The hottest wrapper (every send under ASYNC_FLUSH): a SUCCESS answer's elapsed time is
-        # appended to a list of its code and folded into the histogram by the batch (fold()).
+        # A SUCCESS answer's elapsed time is appended to ``ok`` and folded by the batch (fold()).
         record = self.record
         clock = time.perf_counter_ns
-        ok: list[int] = []
-        self._pending.append((code, ok))
+        ok = self.ok[code]
 
         @functools.wraps(handler)
         def timed_now(conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
@@ -115,7 +136,7 @@ class RpcLatency:
                 record(code, int(exc.code), clock() - began)
                 raise
             if response.__class__ is bytes:  # the pre-encoded SUCCESS answer of a send
-                ok.append(clock() - began)  # folded by fold(): every second and at each scrape
+                ok.append(clock() - began)
                 return response
             if response is not None:
                 record(code, response.code, clock() - began)  # type: ignore[union-attr]
@@ -131,14 +152,14 @@ class RpcLatency:
         # a value of ns nanoseconds is at most b ms exactly when ns <= b * 10**6
         add_to_buckets(hist.counts, 0, _BOUNDS_NS, elapsed)
         hist.sum += sum(elapsed) / 1e6
-        elapsed.clear()
 
     def fold(self) -> None:
         """Fold every pending SUCCESS latency into its histogram (on the loop: the broker every
-        second and before every scrape)."""
-        for code, elapsed in self._pending:
+        second and before every scrape), by whole-list operations."""
+        for code, elapsed in list(self.ok.items()):
             if elapsed:
                 self._fold(code, elapsed)
+                elapsed.clear()  # the same list: the broker's dispatch may hold it
 
     def family(self, base: Labels) -> Family:
         """``rocketmq_rpc_latency`` with the labels ``base`` + protocol, request and response code."""
@@ -162,4 +183,4 @@ class RpcLatency:
         return fam
 
 
-__all__ = ["RPC_LATENCY_MS_BOUNDS", "RpcLatency", "code_name"]
+__all__ = ["RPC_LATENCY_MS_BOUNDS", "PendingOk", "RpcLatency", "code_name"]
