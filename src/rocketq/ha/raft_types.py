@@ -260,6 +260,16 @@ class Propose:
 
 
 @dataclass(frozen=True, slots=True)
+class ProposeBatch:
+    """Proposals ``first_id``, ``first_id + 1``, ... of ``data`` (in order) as one event: their
+    entries are appended together (one :class:`AppendEntries`) and sent to each follower in one
+    message, each proposal answered by its own :class:`ProposalResult` as with :class:`Propose`."""
+
+    first_id: int
+    data: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Persisted:
     """The log up to ``index`` (whose entry has ``term``) is written, or fsynced when ``synced``."""
 
@@ -273,7 +283,7 @@ class TransferLeadership:
     target: str
 
 
-Event = Tick | Receive | Propose | Persisted | TransferLeadership
+Event = Tick | Receive | Propose | ProposeBatch | Persisted | TransferLeadership
 
 # ----------------------------------------------------------------------------------------- actions
 

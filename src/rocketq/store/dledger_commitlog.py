@@ -307,18 +307,37 @@ class _AppendQueue:
     def _start_all(self) -> None:
         with self._lock:
             batch, self._waiting = self._waiting, []
+        append_batch = getattr(self.ledger, "append_batch", None)
+        if append_batch is not None:  # all of them as one proposal, outcomes to the waiters directly
+            waiters: list[_Waiter | None] = [waiter for _, waiter in batch]
+
+            def done(i: int, outcome: _Outcome) -> None:
+                waiter = waiters[i]
+                if waiter is not None:
+                    waiters[i] = None
+                    self._done(outcome, waiter)
+
+            try:
+                append_batch([encode for encode, _ in batch], done)
+            except Exception as exc:  # the log stopped on it: nobody may wait forever
+                for i in range(len(waiters)):
+                    done(i, exc)
+            return
         for encode, waiter in batch:
             # the tasks' first steps (each append's proposal) all run in the next loop iteration
             task = self._loop.create_task(self.ledger.append(encode))
-            task.add_done_callback(functools.partial(self._done, waiter=waiter))
+            task.add_done_callback(functools.partial(self._task_done, waiter=waiter))
 
-    def _done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
+    def _task_done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
         outcome: _Outcome
         if task.cancelled():
             outcome = ReplicationError("DLedger append cancelled; outcome unknown")
         else:
             exc = task.exception()
             outcome = exc if exc is not None else task.result()
+        self._done(outcome, waiter)
+
+    def _done(self, outcome: _Outcome, waiter: _Waiter) -> None:
         if isinstance(waiter, concurrent.futures.Future):
             if isinstance(outcome, BaseException):
                 waiter.set_exception(outcome)
