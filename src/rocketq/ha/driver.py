@@ -191,6 +191,7 @@ class RaftGroupLog:
         self._state_changed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._unflushed = False  # written since the paced flusher's last fsync (APPENDED acks)
+        self._flusher_wake = threading.Event()  # set: the paced flusher is not idle
         self._io_lock = threading.Lock()  # the paced flusher's fsyncs and the checkpoints in turn
         self._truncations = 0
         self._committed_pos = -1
@@ -510,6 +511,8 @@ class RaftGroupLog:
             last = action.entries[-1]
             self._events.append(Persisted(last.index, last.term, False))
             self._unflushed = True
+            if not self._flusher_wake.is_set():  # the paced flusher sleeps until a write
+                self._flusher_wake.set()
             self._flush_wanted.set()
             if self._disk_full:
                 self._disk_full = False
@@ -663,7 +666,8 @@ class RaftGroupLog:
         """Under APPENDED acks nobody waits for an fsync: a thread of its own fsyncs what was
         written every ``FLUSH_INTERVAL_MS`` and reports it to the loop, so the loop hands no
         work to a thread per fsync (waking a worker from the loop cost a follower about a tenth
-        of its time under load)."""
+        of its time under load). With nothing written it sleeps until the loop's next write
+        wakes it (once per idle spell, not per write)."""
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         name = f"dledger-flush-{self.config.self_id}"
@@ -673,12 +677,17 @@ class RaftGroupLog:
             await loop.create_future()  # until the member stops
         finally:
             stop.set()
+            self._flusher_wake.set()
             await asyncio.to_thread(thread.join)
 
     def _flusher(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> None:
         store = self.store
+        wake = self._flusher_wake
         while not stop.wait(FLUSH_INTERVAL_MS / 1000):
-            if not self._unflushed:
+            if not self._unflushed:  # idle: sleep until the loop writes (no wake-ups meanwhile)
+                wake.clear()
+                if not self._unflushed:
+                    wake.wait()
                 continue
             self._unflushed = False
             generation = self._truncations
