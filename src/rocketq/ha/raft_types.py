@@ -1,11 +1,11 @@
 """The vocabulary of the Raft core: configuration, log entries, peer messages, events in, actions out.
 
 Everything here is an immutable value. :class:`rocketq.ha.raft.RaftNode` takes events
-(:class:`Tick`, :class:`Receive`, :class:`Propose`, :class:`Persisted`, :class:`TransferLeadership`)
-and returns a list of actions (:class:`PersistHardState`, :class:`TruncateLog`,
-:class:`AppendEntries`, :class:`Send`, :class:`Apply`, :class:`ProposalResult`, :class:`RoleChanged`)
-that a driver carries out **in order**. The storage interface the driver must provide is exactly
-what these actions imply:
+(:class:`Tick`, :class:`Receive`, :class:`Propose`, :class:`ProposeBatch`, :class:`Persisted`,
+:class:`TransferLeadership`) and returns a list of actions (:class:`PersistHardState`,
+:class:`TruncateLog`, :class:`AppendEntries`, :class:`Send`, :class:`Apply`,
+:class:`ProposalResult`, :class:`RoleChanged`) that a driver carries out **in order**. The
+storage interface the driver must provide is exactly what these actions imply:
 
 =====================  =====================================================================
 action                 what the driver does
