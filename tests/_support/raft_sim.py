@@ -43,6 +43,7 @@ from rocketq.ha.raft_types import (
     PreVoteReply,
     ProposalResult,
     Propose,
+    ProposeBatch,
     RaftConfig,
     Receive,
     Role,
@@ -346,12 +347,15 @@ class Simulation:
 
     def propose(self, nid: str, probe: bool = False) -> None:
         pid = self._next_pid
-        self._next_pid += 1
-        data = f"s{self.seed}p{pid}".encode()
-        self.proposals[pid] = data
+        # every fourth plain proposal is a batch of three (ProposeBatch), the RNG left alone
+        count = 3 if not probe and pid % 4 == 0 else 1
+        self._next_pid += count
+        batch = tuple(f"s{self.seed}p{p}".encode() for p in range(pid, pid + count))
+        for p, data in enumerate(batch, pid):
+            self.proposals[p] = data
         if probe:
             self.probe_pids.add(pid)
-        self.step(nid, Propose(pid, data))
+        self.step(nid, Propose(pid, batch[0]) if count == 1 else ProposeBatch(pid, batch))
 
     def leader(self) -> str | None:
         best: tuple[int, str] | None = None

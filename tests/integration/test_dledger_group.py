@@ -202,3 +202,42 @@ def test_an_encoder_that_raises_appends_nothing_and_a_spilling_record_is_encoded
         assert bodies == [OFFSET.pack(result.physical_offset) + b"x" * 3000] * 3
 
     run(body, tmp_path, data_file_size=64 * 1024)
+
+
+def test_a_batch_of_appends_spans_data_files_skips_a_raising_encoder_and_commits_everywhere(
+    tmp_path: object,
+) -> None:
+    """``append_batch``: every record is encoded for the position its entry gets (records that
+    spill into the next data file included), a raising encoder fails only its own slot, and
+    every member holds the same bytes."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        outcomes: dict[int, object] = {}
+        done = asyncio.Event()
+
+        def refuse(_offset: int) -> bytes:
+            raise RuntimeError("writes are switched off")
+
+        encoders = [record(bytes([i]) * 3000) for i in range(40)]
+        encoders[7] = refuse
+
+        def report(slot: int, outcome: object) -> None:
+            outcomes[slot] = outcome
+            if len(outcomes) == len(encoders):
+                done.set()
+
+        leader.append_batch(encoders, report)
+        await asyncio.wait_for(done.wait(), 20)
+        assert isinstance(outcomes.pop(7), RuntimeError)
+        results = [outcomes[i] for i in sorted(outcomes)]
+        assert all(getattr(r, "status", None) is AppendStatus.OK for r in results)
+        offsets = [r.physical_offset for r in results]  # type: ignore[attr-defined]
+        size = leader.store.data_file_size
+        assert len({o // size for o in offsets}) >= 2  # the batch crossed a data file end
+        for o in offsets:
+            assert leader.read(o, 8) == OFFSET.pack(o)
+        await group.wait_committed(leader.ledger_end_pos)
+        await _same_bytes_everywhere(group)
+
+    run(body, tmp_path, data_file_size=64 * 1024)

@@ -8,7 +8,7 @@ import time
 from _support.procs import free_port
 from _support.wait import wait_until_async
 from rocketq.ha.peer_transport import PeerTransport
-from rocketq.ha.raft_types import Append, Entry, Heartbeat, Message
+from rocketq.ha.raft_types import Append, AppendReply, Entry, Heartbeat, Message
 
 
 def test_a_peer_that_is_down_costs_no_wait_and_is_reached_once_it_is_up() -> None:
@@ -34,6 +34,37 @@ def test_a_peer_that_is_down_costs_no_wait_and_is_reached_once_it_is_up() -> Non
             await wait_until_async(through, "messages through after the peer came up", 10, 0.02)
             assert a.control["b"].connected and a.bulk["b"].connected
             assert next(m for m in got if isinstance(m, Append)).entries[0].data == b"x" * 100
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_appends_merge_and_replies_superseded_in_one_iteration_arrive_as_one() -> None:
+    async def main() -> None:
+        a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        got: list[Message] = []
+        a = PeerTransport("a", a_addr, {"b": b_addr}, lambda m, raw: None, merge_bytes=1 << 16)
+        b = PeerTransport("b", b_addr, {"a": a_addr}, lambda m, raw: got.append(m))
+        await b.start()
+        await a.start()
+        try:
+            await wait_until_async(lambda: a.bulk["b"].connected, "a's bulk link up", 10, 0.02)
+            for i in range(50):  # 50 appends that continue each other, commit rising: one message
+                a.send(Append("a", "b", 1, i - 1, 1 if i else 0, (Entry(i, 1, b"e%d" % i),), i - 2))
+            a.send(AppendReply("a", "b", 1, True, 49, 10, 5))
+            a.send(AppendReply("a", "b", 1, True, 49, 49, 5))  # says more: replaces the one before
+            a.send(AppendReply("a", "b", 1, True, 49, 49, 3))  # says less of the fsync: kept
+            a.send(Append("a", "b", 2, 49, 1, (Entry(50, 2, b"t2"),), 48))  # another term: not merged
+            await wait_until_async(lambda: len(got) >= 4, "the queued messages", 10, 0.02)
+            appends = [m for m in got if isinstance(m, Append)]
+            assert [([e.index for e in m.entries], m.commit) for m in appends] == [
+                (list(range(50)), 47), ([50], 48),
+            ]  # fmt: skip
+            replies = [(m.appended_index, m.synced_index) for m in got if isinstance(m, AppendReply)]
+            assert replies == [(49, 5), (49, 3)]
+            assert a.merged == 50
         finally:
             await a.close()
             await b.close()

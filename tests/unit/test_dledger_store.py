@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.util
 import os
@@ -19,7 +20,7 @@ from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import AppendResult, AppendStatus
 from rocketq.message import Message
 from rocketq.protocol import record as rec
-from rocketq.store.dledger_commitlog import raise_for
+from rocketq.store.dledger_commitlog import ReplicationError, _Expiry, raise_for
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import MessageStore, open_message_store
 from rocketq.store.store_queries import GetMessageStatus
@@ -239,3 +240,23 @@ def test_delay_delivery_rewrites_through_the_log(dl_config: StoreConfig) -> None
         delivered = s.get_message("G", "D", 1, 0).messages[0]
         assert delivered.body == b"later" and delivered.commit_log_offset > r.physical_offset
         assert (delivered.commit_log_offset - fmt.BODY_OFFSET) in [pos for pos, _ in s.ledger.entries_from(0)]  # type: ignore[union-attr]
+
+
+def test_appends_awaited_too_long_fail_as_unknown_and_answered_ones_stay() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = _Expiry(loop, 0.05)
+        answered: asyncio.Future[AppendResult] = loop.create_future()
+        late: asyncio.Future[AppendResult] = loop.create_future()
+        expiry.add(answered)
+        expiry.add(late)
+        answered.set_result(AppendResult(AppendStatus.OK, 1, 0, 48))
+        with pytest.raises(ReplicationError, match="did not finish in time"):
+            await asyncio.wait_for(late, 5)
+        assert answered.result().status is AppendStatus.OK
+        again: asyncio.Future[AppendResult] = loop.create_future()
+        expiry.add(again)  # the timer is armed again for later appends
+        with pytest.raises(ReplicationError):
+            await asyncio.wait_for(again, 5)
+
+    asyncio.run(main())

@@ -57,6 +57,27 @@ def test_round_trip_rolls_files_with_blank_padding(tmp_path: pathlib.Path) -> No
         assert s.ledger_begin_index == 0 and s.ledger_end_index == 59
 
 
+def test_placer_predicts_positions_and_append_raw_at_returns_the_stored_bytes(tmp_path: pathlib.Path) -> None:
+    with open_store(tmp_path) as s:
+        placer = s.placer()  # an empty store, then across several file ends (a full one too)
+        predicted = []
+        for i in range(60):
+            size = fmt.BODY_OFFSET + len(body_of(i))
+            pos = placer.place(size)
+            placer.take(pos, size)
+            predicted.append(pos)
+        written = []
+        for i in range(60):
+            raw = s.append_raw_at(i, 1, body_of(i), pos=predicted[i])
+            written.append(raw)
+            assert raw == s.read_bytes(i, 1)  # what a re-read would have given
+        assert [s.get(i).pos for i in range(60)] == predicted
+        with pytest.raises(InconsistentAppend):
+            s.append_raw_at(60, 1, b"x", pos=predicted[-1])  # not where the store puts it
+        with pytest.raises(fmt.EntryStoreError):
+            s.placer().place(DATA)
+
+
 def test_index_files_match_the_data(tmp_path: pathlib.Path) -> None:
     with open_store(tmp_path) as s:
         placed = fill(s, 70)

@@ -10,6 +10,7 @@ from tests._support.raft_cluster import Cluster, first, sends
 from rocketq.ha.raft import RaftNode
 from rocketq.ha.raft_types import (
     AckPolicy,
+    Append,
     AppendEntries,
     AppendReply,
     Apply,
@@ -23,6 +24,7 @@ from rocketq.ha.raft_types import (
     PersistHardState,
     PreVote,
     Propose,
+    ProposeBatch,
     RaftConfig,
     Receive,
     Role,
@@ -218,6 +220,37 @@ def test_pending_full_is_refused_before_appending() -> None:
         c.step("n0", Propose(pid, b"x"))
     assert c.results[2].outcome is Outcome.LEADER_PENDING_FULL
     assert leader.log.last_index == 2  # no-op + two proposals
+
+
+def test_a_batch_of_proposals_is_one_append_and_one_message_per_follower() -> None:
+    c = Cluster(3)
+    leader = c.elect("n0")
+    actions = c.step("n0", ProposeBatch(10, (b"a", b"bb", b"ccc")))
+    appends = [a for a in actions if isinstance(a, AppendEntries)]
+    assert len(appends) == 1 and [(e.index, e.data) for e in appends[0].entries] == [
+        (1, b"a"), (2, b"bb"), (3, b"ccc"),
+    ]  # fmt: skip
+    messages = sends(actions, Append)
+    assert sorted(m.dst for m in messages) == ["n1", "n2"]
+    assert all(isinstance(m, Append) and [e.index for e in m.entries] == [1, 2, 3] for m in messages)
+    c.deliver()
+    assert [(pid, c.results[pid].outcome, c.results[pid].index) for pid in (10, 11, 12)] == [
+        (10, Outcome.SUCCESS, 1), (11, Outcome.SUCCESS, 2), (12, Outcome.SUCCESS, 3),
+    ]  # fmt: skip
+    assert leader.commit_index == 3
+
+
+def test_a_batch_is_refused_whole_on_a_follower_and_in_part_when_pending_is_full() -> None:
+    c = Cluster(3, max_pending_proposals=2)
+    leader = c.elect("n0")
+    c.step("n1", ProposeBatch(1, (b"x", b"y")))
+    assert [c.results[p].outcome for p in (1, 2)] == [Outcome.NOT_LEADER] * 2
+    assert c.results[1].leader_id == "n0" and c.node("n1").log.last_index == 0
+    c.isolate("n0")
+    c.step("n0", ProposeBatch(5, (b"a", b"b", b"c")))
+    assert 5 not in c.results and 6 not in c.results  # pending
+    assert c.results[7].outcome is Outcome.LEADER_PENDING_FULL and c.results[7].index == -1
+    assert [e.data for e in leader.log.entries(1, leader.log.last_index)] == [b"a", b"b"]
 
 
 def test_single_member_group_elects_itself_and_commits() -> None:

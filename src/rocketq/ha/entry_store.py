@@ -63,6 +63,36 @@ log = logging.getLogger(__name__)
 AppendHook = Callable[[int, bytearray], None]
 
 
+class EntryPlacer:
+    """Where entries appended in order after a store's end go (:meth:`EntryStore.placer`): the
+    store's own placement (an entry that would end closer than ``MIN_BLANK_LEN`` bytes to its
+    data file's end goes to the next file), on a cursor, without writing."""
+
+    __slots__ = ("_cursor", "_file_end", "_file_size")
+
+    def __init__(self, cursor: int, file_end: int, file_size: int) -> None:
+        self._cursor = cursor
+        self._file_end = file_end
+        self._file_size = file_size
+
+    def place(self, size: int) -> int:
+        """The position of the next entry if it has ``size`` bytes (header included)."""
+        if size + fmt.MIN_BLANK_LEN > self._file_size:
+            raise EntryStoreError(
+                f"entry of {size} B does not fit a {self._file_size} B data file "
+                f"(max body {self._file_size - BODY_OFFSET - fmt.MIN_BLANK_LEN} B)"
+            )
+        if fmt.needs_blank(size, self._file_end - self._cursor):
+            return self._file_end
+        return self._cursor
+
+    def take(self, pos: int, size: int) -> None:
+        """The next entry has ``size`` bytes at ``pos`` (as :meth:`place` said)."""
+        if pos == self._file_end:
+            self._file_end += self._file_size
+        self._cursor = pos + size
+
+
 class EntryStore:
     """DLedger's ``DLedgerMmapFileStore``, synchronous and thread-safe. Use :meth:`open`."""
 
@@ -282,6 +312,28 @@ class EntryStore:
                 raise InconsistentAppend(f"append at index {index}, but the ledger ends at {self.end_index}")
             return self._write(index, term, body, magic, pos, None).pos
 
+    def append_raw_at(
+        self, index: int, term: int, body: bytes, *, magic: int = MAGIC_NORMAL, pos: int | None = None
+    ) -> bytes:
+        """:meth:`append_at`, returning the entry's bytes as written (what :meth:`read_bytes`
+        would give for it): the leader keeps them to send instead of reading them back."""
+        with self.lock:
+            if index != self.end_index + 1:
+                raise InconsistentAppend(f"append at index {index}, but the ledger ends at {self.end_index}")
+            return self._write_raw(index, term, body, magic, pos, None)[0]
+
+    def placer(self) -> EntryPlacer:
+        """Positions for entries appended after the current end, in order, before any is written
+        (the leader encodes a batch of records for their positions first)."""
+        with self.lock:
+            size = self.data_file_size
+            last = self.data.last()
+            if last is None:
+                return EntryPlacer(self.start_offset, self.start_offset + size, size)
+            end = last.file_from_offset + size
+            cursor = end if last.is_full() else last.file_from_offset + last.wrote_position
+            return EntryPlacer(cursor, end, size)
+
     def append_entry_bytes(self, data: bytes) -> int:
         """Append the entries of :meth:`read_bytes` (from the leader) verbatim, after checking that
         each continues this log: index, position, term order, body CRC and chain CRC. Returns the
@@ -333,6 +385,12 @@ class EntryStore:
     def _write(
         self, index: int, term: int, body: bytes, magic: int, want_pos: int | None, hook: AppendHook | None
     ) -> Entry:
+        _, h, body = self._write_raw(index, term, body, magic, want_pos, hook)
+        return Entry(magic, index, term, h.pos, body, 0, h.chain_crc, h.body_crc)
+
+    def _write_raw(
+        self, index: int, term: int, body: bytes, magic: int, want_pos: int | None, hook: AppendHook | None
+    ) -> tuple[bytes, fmt.Header, bytes]:
         if magic not in fmt.ENTRY_MAGICS:
             raise EntryStoreError(f"magic {magic} is no entry type")
         if term < self.end_term:
@@ -349,7 +407,7 @@ class EntryStore:
         data = fmt.encode_entry(magic, index, term, pos, body, self.end_chain)
         h = fmt.decode_header(data)
         self._put(data, h)
-        return Entry(magic, index, term, pos, body, 0, h.chain_crc, h.body_crc)
+        return data, h, body
 
     def _put(self, data: bytes, h: fmt.Header) -> None:
         """Write entry bytes at their position (padding first), then the index record."""

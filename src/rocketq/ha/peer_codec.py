@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Final
 
 from rocketq.errors import RemoteProtocolError, RocketqError
-from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, decode_header
+from rocketq.ha.entry_format import BODY_OFFSET, ENTRY_HEADER, MAGIC_NOOP
 from rocketq.ha.raft_types import (
     Append,
     AppendReply,
@@ -113,11 +113,12 @@ def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
     if len(raw) != total:
         return None
     off = 0
+    head = ENTRY_HEADER.unpack_from
     for e in m.entries:
-        h = decode_header(raw, off)
-        if h.index != e.index or h.term != e.term or h.size != e.size:
+        _, size, index, term, *_rest = head(raw, off)  # no Header object per entry
+        if index != e.index or term != e.term or size != e.size:
             return None
-        off += h.size
+        off += size
     return raw
 
 
@@ -205,14 +206,16 @@ def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
     raws: list[bytes] | None = [] if form == FORM_RAW else None
     for _ in range(count):
         if raws is not None:
-            h = decode_header(body, off)
-            if h.size < BODY_OFFSET or h.size != BODY_OFFSET + h.body_size or off + h.size > len(body):
-                raise RemoteProtocolError(f"raft append: entry {h.index} has a bad size {h.size}")
-            raw = bytes(body[off : off + h.size])
-            kind = EntryKind.NOOP if h.magic == MAGIC_NOOP else EntryKind.NORMAL
-            entries.append(Entry(h.index, h.term, raw[BODY_OFFSET:], kind))
+            magic, size, index, eterm, _pos, _channel, _chain, _crc, body_size = ENTRY_HEADER.unpack_from(
+                body, off
+            )
+            if size < BODY_OFFSET or size != BODY_OFFSET + body_size or off + size > len(body):
+                raise RemoteProtocolError(f"raft append: entry {index} has a bad size {size}")
+            raw = bytes(body[off : off + size])
+            kind = EntryKind.NOOP if magic == MAGIC_NOOP else EntryKind.NORMAL
+            entries.append(Entry(index, eterm, raw[BODY_OFFSET:], kind))
             raws.append(raw)
-            off += h.size
+            off += size
             continue
         index, eterm, kind_value, size = _ENTRY.unpack_from(body, off)
         off += _ENTRY.size

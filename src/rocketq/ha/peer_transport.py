@@ -27,7 +27,11 @@ whose entries continue each other are merged into one message (first ``prev``, t
 both, the later commit index) up to ``merge_bytes`` of entries: many proposals of one iteration
 (concurrent producers) then cost one frame per follower instead of one each. The follower sees
 exactly what it would have seen from the messages in sequence, and its one reply acknowledges
-them all (the core frees every in-flight slot up to the acknowledged index).
+them all (the core frees every in-flight slot up to the acknowledged index). The merge keeps the
+entries in a list with their running size (constant work per merged message, whatever the batch
+holds). Likewise a successful append reply is replaced by a later one of the same iteration that
+says at least as much (same term; match, written and fsynced ends no lower): a follower that
+acknowledges an append and then its write in one iteration sends one reply.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Final
 
 from rocketq.errors import RocketqError
 from rocketq.ha import peer_codec
-from rocketq.ha.raft_types import Append, Message, is_control
+from rocketq.ha.raft_types import Append, AppendReply, Entry, Message, is_control
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection, RequestHandler, parse_address
@@ -119,6 +123,53 @@ class PeerLink:
         await self._client.close(timeout_s=0.5)
 
 
+class _Merging:
+    """Appends to one follower being merged (see the module comment): the first one's head, the
+    entries of all of them, their size, the latest commit index."""
+
+    __slots__ = ("commit", "entries", "first", "size")
+
+    def __init__(self, first: Append) -> None:
+        self.first = first
+        self.entries: list[Entry] = list(first.entries)
+        self.size = sum(e.size for e in first.entries)
+        self.commit = first.commit
+
+    def add(self, second: Append, merge_bytes: int) -> bool:
+        first = self.first
+        if first.term != second.term or second.prev_index != first.prev_index + len(self.entries):
+            return False
+        if not self.entries and second.prev_term != first.prev_term:
+            return False
+        size = self.size + sum(e.size for e in second.entries)
+        if self.entries and size > merge_bytes:
+            return False
+        self.entries.extend(second.entries)
+        self.size = size
+        self.commit = max(self.commit, second.commit)
+        return True
+
+    def message(self) -> Append:
+        f = self.first
+        if len(self.entries) == len(f.entries) and self.commit == f.commit:
+            return f
+        return Append(f.src, f.dst, f.term, f.prev_index, f.prev_term, tuple(self.entries), self.commit)
+
+
+def _supersedes(later: AppendReply, earlier: Message | _Merging) -> bool:
+    """A successful reply that tells the leader everything ``earlier`` (one to the same leader,
+    sent before it in the same iteration) did."""
+    return (
+        isinstance(earlier, AppendReply)
+        and earlier.success
+        and later.success
+        and earlier.term == later.term
+        and later.match_index >= earlier.match_index
+        and later.appended_index >= earlier.appended_index
+        and later.synced_index >= earlier.synced_index
+    )
+
+
 class PeerTransport:
     """Listens on ``listen_addr`` and sends Raft messages to the other members.
 
@@ -140,7 +191,7 @@ class PeerTransport:
         self.self_id = self_id
         self.merge_bytes = merge_bytes
         self._raw_reader = raw_reader
-        self._bulk_out: dict[str, list[Message]] = {}
+        self._bulk_out: dict[str, list[Message | _Merging]] = {}
         self._flush_scheduled = False
         self.merged = 0
         host, port = parse_address(listen_addr)
@@ -175,44 +226,30 @@ class PeerTransport:
             code, body = peer_codec.encode(message, self._raw_reader)
             return link.send(code, body)
         queue = self._bulk_out.setdefault(message.dst, [])
-        if queue and isinstance(message, Append):
-            merged = self._merge(queue[-1], message)
-            if merged is not None:
-                queue[-1] = merged
+        if isinstance(message, Append):
+            last = queue[-1] if queue else None
+            if isinstance(last, _Merging) and last.add(message, self.merge_bytes):
                 self.merged += 1
                 return True
-        queue.append(message)
+            queue.append(_Merging(message))
+        elif queue and isinstance(message, AppendReply) and _supersedes(message, queue[-1]):
+            queue[-1] = message
+            self.merged += 1
+            return True
+        else:
+            queue.append(message)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_bulk)
         return True
-
-    def _merge(self, first: Message, second: Append) -> Append | None:
-        if not isinstance(first, Append) or first.term != second.term:
-            return None
-        if second.prev_index != first.prev_index + len(first.entries):
-            return None
-        if not first.entries and second.prev_term != first.prev_term:
-            return None
-        size = sum(e.size for e in first.entries) + sum(e.size for e in second.entries)
-        if first.entries and size > self.merge_bytes:
-            return None
-        return Append(
-            first.src,
-            first.dst,
-            first.term,
-            first.prev_index,
-            first.prev_term,
-            first.entries + second.entries,
-            max(first.commit, second.commit),
-        )
 
     def _flush_bulk(self) -> None:
         self._flush_scheduled = False
         out, self._bulk_out = self._bulk_out, {}
         for dst, messages in out.items():
             link = self.bulk[dst]
-            for message in messages:
+            for queued in messages:
+                message = queued.message() if isinstance(queued, _Merging) else queued
                 code, body = peer_codec.encode(message, self._raw_reader)
                 link.send(code, body)
 

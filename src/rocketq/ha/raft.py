@@ -73,6 +73,7 @@ from rocketq.ha.raft_types import (
     Progress,
     ProposalResult,
     Propose,
+    ProposeBatch,
     RaftConfig,
     Receive,
     Role,
@@ -146,6 +147,8 @@ class RaftNode:
             self._receive(event.message)
         elif isinstance(event, Propose):
             self._propose(event.proposal_id, event.data)
+        elif isinstance(event, ProposeBatch):
+            self._propose_batch(event.first_id, event.data)
         elif isinstance(event, Persisted):
             self._persisted(event)
         elif isinstance(event, TransferLeadership):
@@ -168,10 +171,10 @@ class RaftNode:
     # ------------------------------------------------------------------------------ plumbing
 
     def _flush_hard_state(self) -> None:
-        hs = HardState(self.term, self.vote)
-        if hs != self._persisted_hs:
-            self._persisted_hs = hs
-            self._out.append(PersistHardState(hs.term, hs.vote))
+        done = self._persisted_hs
+        if done.term != self.term or done.vote != self.vote:  # no HardState built per step
+            self._persisted_hs = HardState(self.term, self.vote)
+            self._out.append(PersistHardState(self.term, self.vote))
 
     def _send(self, message: Message) -> None:
         self._flush_hard_state()  # persist before any message that depends on term or vote
@@ -571,6 +574,33 @@ class RaftNode:
         self._pending[e.index] = (pid, self.now_ms + self.config.ack_timeout_ms)
         for peer in self.peers:
             self._send_append(peer)
+
+    def _propose_batch(self, first_id: int, data: tuple[bytes, ...]) -> None:
+        """:meth:`_propose` of each in turn, with one append of all accepted entries and one
+        round of sends to the followers (what the proposals one by one would have sent, merged)."""
+        refused: Outcome | None = None
+        leader: str | None = self.id
+        if self.role is not Role.LEADER:
+            refused, leader = Outcome.NOT_LEADER, self.leader_id
+        elif self.transferee is not None:
+            refused = Outcome.LEADER_TRANSFERRING
+        room = 0 if refused is not None else self.config.max_pending_proposals - len(self._pending)
+        take = max(0, min(room, len(data)))
+        if take:
+            nxt, term = self.log.last_index + 1, self.term
+            entries = tuple(Entry(nxt + i, term, d) for i, d in enumerate(data[:take]))
+            self.log.append(entries)
+            self._out.append(AppendEntries(entries))
+            deadline = self.now_ms + self.config.ack_timeout_ms
+            pending = self._pending
+            for i in range(take):
+                pending[nxt + i] = (first_id + i, deadline)
+        outcome = refused or Outcome.LEADER_PENDING_FULL
+        for i in range(take, len(data)):
+            self._out.append(ProposalResult(first_id + i, outcome, leader_id=leader))
+        if take:
+            for peer in self.peers:
+                self._send_append(peer)
 
     def _transfer(self, target: str) -> None:
         if self.role is not Role.LEADER or target == self.id or target not in self.progress:

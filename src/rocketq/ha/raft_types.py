@@ -1,11 +1,11 @@
 """The vocabulary of the Raft core: configuration, log entries, peer messages, events in, actions out.
 
 Everything here is an immutable value. :class:`rocketq.ha.raft.RaftNode` takes events
-(:class:`Tick`, :class:`Receive`, :class:`Propose`, :class:`Persisted`, :class:`TransferLeadership`)
-and returns a list of actions (:class:`PersistHardState`, :class:`TruncateLog`,
-:class:`AppendEntries`, :class:`Send`, :class:`Apply`, :class:`ProposalResult`, :class:`RoleChanged`)
-that a driver carries out **in order**. The storage interface the driver must provide is exactly
-what these actions imply:
+(:class:`Tick`, :class:`Receive`, :class:`Propose`, :class:`ProposeBatch`, :class:`Persisted`,
+:class:`TransferLeadership`) and returns a list of actions (:class:`PersistHardState`,
+:class:`TruncateLog`, :class:`AppendEntries`, :class:`Send`, :class:`Apply`,
+:class:`ProposalResult`, :class:`RoleChanged`) that a driver carries out **in order**. The
+storage interface the driver must provide is exactly what these actions imply:
 
 =====================  =====================================================================
 action                 what the driver does
@@ -260,6 +260,16 @@ class Propose:
 
 
 @dataclass(frozen=True, slots=True)
+class ProposeBatch:
+    """Proposals ``first_id``, ``first_id + 1``, ... of ``data`` (in order) as one event: their
+    entries are appended together (one :class:`AppendEntries`) and sent to each follower in one
+    message, each proposal answered by its own :class:`ProposalResult` as with :class:`Propose`."""
+
+    first_id: int
+    data: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Persisted:
     """The log up to ``index`` (whose entry has ``term``) is written, or fsynced when ``synced``."""
 
@@ -273,7 +283,7 @@ class TransferLeadership:
     target: str
 
 
-Event = Tick | Receive | Propose | Persisted | TransferLeadership
+Event = Tick | Receive | Propose | ProposeBatch | Persisted | TransferLeadership
 
 # ----------------------------------------------------------------------------------------- actions
 

@@ -21,6 +21,7 @@ append never waits, appends in the writer's thread).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import logging
@@ -102,6 +103,7 @@ class DLedgerCommitLog(CommitLog):
         self._closed_at: int | None = None
         self._append_timeout_s = max(1.0, config.put_message_timeout_ms / 1000 + 1)
         self._appends: _AppendQueue | None = None
+        self._expiry: _Expiry | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def attach(self, ledger: ReplicatedLog, loop: LedgerLoop, divided_offset: int) -> None:
@@ -178,14 +180,13 @@ class DLedgerCommitLog(CommitLog):
         per wake-up of each, with no worker thread in between."""
         ledger, loop, steps = self._start_puts(msgs)
         appends = self._append_queue(ledger, loop)
+        expiry = self._expiry_of(asyncio.get_running_loop())
         try:
             put = next(steps)
             while True:
-                try:
-                    result = await asyncio.wait_for(appends.submit_async(put.encode), self._append_timeout_s)
-                except TimeoutError:
-                    raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
-                put = steps.send(result)
+                fut = appends.submit_async(put.encode)
+                expiry.add(fut)
+                put = steps.send(await fut)
         except StopIteration as done:
             outcome: PutMessageResult = done.value
             return outcome
@@ -240,6 +241,12 @@ class DLedgerCommitLog(CommitLog):
                 offsets if count > 1 else None,
             )
         )
+
+    def _expiry_of(self, caller: asyncio.AbstractEventLoop) -> _Expiry:
+        expiry = self._expiry
+        if expiry is None or expiry.loop is not caller:
+            expiry = self._expiry = _Expiry(caller, self._append_timeout_s)
+        return expiry
 
     def _append_queue(self, ledger: ReplicatedLog, loop: LedgerLoop) -> _AppendQueue:
         appends = self._appends
@@ -307,18 +314,37 @@ class _AppendQueue:
     def _start_all(self) -> None:
         with self._lock:
             batch, self._waiting = self._waiting, []
+        append_batch = getattr(self.ledger, "append_batch", None)
+        if append_batch is not None:  # all of them as one proposal, outcomes to the waiters directly
+            waiters: list[_Waiter | None] = [waiter for _, waiter in batch]
+
+            def done(i: int, outcome: _Outcome) -> None:
+                waiter = waiters[i]
+                if waiter is not None:
+                    waiters[i] = None
+                    self._done(outcome, waiter)
+
+            try:
+                append_batch([encode for encode, _ in batch], done)
+            except Exception as exc:  # the log stopped on it: nobody may wait forever
+                for i in range(len(waiters)):
+                    done(i, exc)
+            return
         for encode, waiter in batch:
             # the tasks' first steps (each append's proposal) all run in the next loop iteration
             task = self._loop.create_task(self.ledger.append(encode))
-            task.add_done_callback(functools.partial(self._done, waiter=waiter))
+            task.add_done_callback(functools.partial(self._task_done, waiter=waiter))
 
-    def _done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
+    def _task_done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
         outcome: _Outcome
         if task.cancelled():
             outcome = ReplicationError("DLedger append cancelled; outcome unknown")
         else:
             exc = task.exception()
             outcome = exc if exc is not None else task.result()
+        self._done(outcome, waiter)
+
+    def _done(self, outcome: _Outcome, waiter: _Waiter) -> None:
         if isinstance(waiter, concurrent.futures.Future):
             if isinstance(outcome, BaseException):
                 waiter.set_exception(outcome)
@@ -343,6 +369,36 @@ _Waiter = (
     concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, asyncio.Future[AppendResult]]
 )
 _Outcome = AppendResult | BaseException
+
+
+class _Expiry:
+    """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
+    without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
+    leader's broker loop a heap push and a cancellation per message)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        self.loop = loop
+        self.timeout_s = timeout_s
+        self._waiting: collections.deque[tuple[float, asyncio.Future[AppendResult]]] = collections.deque()
+        self._armed = False
+
+    def add(self, fut: asyncio.Future[AppendResult]) -> None:
+        self._waiting.append((self.loop.time() + self.timeout_s, fut))
+        if not self._armed:
+            self._armed = True
+            self.loop.call_later(self.timeout_s, self._check)
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        waiting = self._waiting
+        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
+            _, fut = waiting.popleft()
+            if not fut.done():
+                fut.set_exception(ReplicationError("DLedger append did not finish in time; outcome unknown"))
+        if waiting:  # the oldest still waiting decides when to look again
+            self.loop.call_later(waiting[0][0] - now, self._check)
+        else:
+            self._armed = False
 
 
 def _resolve(outcomes: list[tuple[asyncio.Future[AppendResult], _Outcome]]) -> None:
