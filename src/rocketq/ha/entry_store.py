@@ -1,5 +1,8 @@
 """The DLedger entry store: the Raft log that is the CommitLog, on DLedger's file layout.
 
+One idea: the entry log on its files (append, read, truncate, flush, checkpoint); the byte
+format is ``entry_format``, recovery ``entry_recovery``.
+
 Directory (``DLedgerConfig.getDefaultPath``)::
 
     <base_dir>/dledger-<selfId>/

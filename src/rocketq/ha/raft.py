@@ -1,5 +1,8 @@
 """The Raft core of DLedger mode: a pure state machine, events in, actions out.
 
+One idea: the Raft rules of one member (election, replication, commit, transfer) as one state
+machine; the log view, the message types and the configuration live in their own modules.
+
 Theory of operation
 -------------------
 :class:`RaftNode` has no I/O, no clock and no threads. The driver feeds it events — elapsed time
