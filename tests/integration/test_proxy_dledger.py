@@ -223,11 +223,13 @@ def test_grpc_sends_follow_the_master_across_a_sigkill_and_lose_nothing(group: G
     assert set(out["first_read"]) == set(out["first"])
     assert out["failover_s"] < FAILOVER_BOUND_S
     # the proxy retried the group's refusals (connection refused, no master in the route, a
-    # follower's refusal) with the route fetched again until the new master took the send; only
-    # the send in flight when the master died may come back as an error (its outcome is unknown,
-    # the client sends it again)
+    # follower's refusal) with the route fetched again until the new master took the send; what
+    # may come back as an error is a send whose outcome is unknown (written to the dead master's
+    # connection, or answered indeterminately by the new leader as it takes over), which the
+    # client sends again: one in most runs, two in about one run in ten here. Without the
+    # retries every send of the fail-over (1.5-2.5 s of them) fails.
     assert group.proxy is not None and "trying again in" in group.proxy.log_text(None)
-    assert len(out["failures"]) <= 1, out["failures"]
+    assert len(out["failures"]) <= 2, out["failures"]
     everything = out["all"]
     assert set(out["acked"]) <= set(everything) and set(out["first"]) <= set(everything)
     # nothing acknowledged is lost; only a body whose send failed may be stored twice
