@@ -37,6 +37,13 @@ def cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
         c.start_namesrv()
         c.start_broker("broker-d", **DLEDGER)
         c.wait_ready()
+        with Admin(c.namesrv_addr) as admin:  # a DLedger broker registers as a slave until it leads
+
+            def master() -> bool:
+                group = admin.cluster_info().broker_addr_table.get("broker-d")
+                return group is not None and 0 in group.broker_addrs
+
+            c.wait_until(master, "broker-d registered as master (brokerId 0)")
         c.create_topic(TOPIC, QUEUES)
         yield c
     finally:
