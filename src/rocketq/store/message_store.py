@@ -361,17 +361,29 @@ class MessageStore(StoreRecovery, StoreQueries):
                 f"{self.config.put_message_timeout_ms} ms; try again later"
             )
 
-    def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
-        """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
-        timed = self.put_latency
-        began = 0
-        if timed is not None:
-            self._puts_seen = seen = self._puts_seen + 1
-            if not seen % PUT_LATENCY_SAMPLE:
-                began = _perf_ns()
+    def _put_begin(self) -> int:
+        """Before a put: the dispatch-lag check when due, and the start of the put's latency
+        sample (one put in :data:`PUT_LATENCY_SAMPLE` while metrics count; 0: not sampled)."""
         if self._put_since_throttle >= self._throttle_every:
             self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
             self._put_since_throttle = 0
+        if self.put_latency is None:
+            return 0
+        self._puts_seen = seen = self._puts_seen + 1
+        return 0 if seen % PUT_LATENCY_SAMPLE else _perf_ns()
+
+    def _put_timed(self, began: int) -> None:
+        timed = self.put_latency
+        if timed is None:
+            return
+        hist = timed.local()
+        seconds = (_perf_ns() - began) / 1e9
+        hist.counts[_bisect_left(hist.bounds, seconds)] += 1
+        hist.sum += seconds
+
+    def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
+        """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
+        began = self._put_begin()
         try:
             if type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
                 # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
@@ -397,26 +409,15 @@ class MessageStore(StoreRecovery, StoreQueries):
         stats = self.stats
         stats.put_count += 1
         stats.put_bytes += size
-        if began and timed is not None:
-            hist = timed.local()
-            seconds = (_perf_ns() - began) / 1e9
-            hist.counts[_bisect_left(hist.bounds, seconds)] += 1
-            hist.sum += seconds
+        if began:
+            self._put_timed(began)
         return r
 
     def put_messages(
         self, msgs: Sequence[Message | BrokerMessage], queue_id: int | None = None
     ) -> PutMessageResult:
         """Store a batch under one lock acquisition; consecutive queue offsets per queue."""
-        timed = self.put_latency
-        began = 0
-        if timed is not None:
-            self._puts_seen = seen = self._puts_seen + 1
-            if not seen % PUT_LATENCY_SAMPLE:
-                began = _perf_ns()
-        if self._put_since_throttle >= self._throttle_every:
-            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
-            self._put_since_throttle = 0
+        began = self._put_begin()
         try:
             # the Messages of a batch that nothing parks as put_message converts them, born at
             # the same millisecond (a batch is handed over at once, as a broker stamps a
@@ -452,11 +453,8 @@ class MessageStore(StoreRecovery, StoreQueries):
         stats = self.stats
         stats.put_count += r[6]
         stats.put_bytes += r[2]
-        if began and timed is not None:
-            hist = timed.local()
-            seconds = (_perf_ns() - began) / 1e9
-            hist.counts[_bisect_left(hist.bounds, seconds)] += 1
-            hist.sum += seconds
+        if began:
+            self._put_timed(began)
         return r
 
     def put_redelivered(self, msg: BrokerMessage) -> bool:
