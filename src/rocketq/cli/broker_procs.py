@@ -1,16 +1,23 @@
 """The broker processes of ``rocketq serve --dledger N`` and ``rocketq serve --brokers N``.
 
-Each broker is its own process, ``python -m rocketq.cli broker -c <conf>``, its output appended
-to a log file the caller names; :func:`stop_brokers` ends them together: SIGTERM to every one
-still running, then up to 30 s each to exit, SIGKILL for one that does not.
+:func:`namesrv_and_brokers` starts an in-process name server on ``--namesrv-port``, writes the
+broker confs (the caller's writer, given the name server's address) and starts one process per
+broker, ``python -m rocketq.cli broker -c <conf>``, its output appended to the log file the
+caller names; on exit it ends them together (:func:`stop_brokers`: SIGTERM to every one still
+running, then up to 30 s each to exit, SIGKILL for one that does not) and closes the name server.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import NamedTuple
+
+from rocketq.namesrv.server import NameServer, NamesrvConfig
 
 #: How long a broker may take to exit after SIGTERM before it is killed.
 STOP_TIMEOUT_S = 30.0
@@ -41,3 +48,32 @@ async def stop_brokers(procs: Iterable[subprocess.Popen[bytes]]) -> None:
             await asyncio.to_thread(p.wait, STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+class Started(NamedTuple):
+    namesrv: NameServer
+    namesrv_addr: str
+    #: broker name (or DLedger self id) → its conf file, in start order
+    confs: Mapping[str, str]
+    procs: list[subprocess.Popen[bytes]]
+
+
+@contextlib.asynccontextmanager
+async def namesrv_and_brokers(
+    args: argparse.Namespace,
+    write_confs: Callable[[str], Mapping[str, str]],
+    log_path: Callable[[str], str],
+) -> AsyncIterator[Started]:
+    """The name server and the broker processes (module docstring); ``write_confs(namesrv_addr)``
+    returns ``name → conf path``, ``log_path(name)`` where that broker's output goes."""
+    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
+    await namesrv.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        namesrv_addr = f"{args.host}:{namesrv.port}"
+        confs = write_confs(namesrv_addr)
+        procs += spawn_brokers(confs, {name: log_path(name) for name in confs})
+        yield Started(namesrv, namesrv_addr, confs, procs)
+    finally:
+        await stop_brokers(procs)
+        await namesrv.close()

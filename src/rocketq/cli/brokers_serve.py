@@ -24,13 +24,11 @@ import argparse
 import asyncio
 import os
 import string
-import subprocess
 import time
 
-from rocketq.cli.broker_procs import spawn_brokers, stop_brokers
+from rocketq.cli.broker_procs import namesrv_and_brokers
 from rocketq.cli.dledger_serve import _free_ports
 from rocketq.errors import ClusterStartError, ConfigError, ResponseCode
-from rocketq.namesrv.server import NameServer, NamesrvConfig
 from rocketq.properties import parse_properties
 from rocketq.remoting import RemotingClient
 from rocketq.remoting.codes import RequestCode
@@ -126,13 +124,17 @@ async def serve_brokers(args: argparse.Namespace, stop: asyncio.Event) -> None:
         raise ConfigError(f"--queues {args.queues}: a topic has at least one queue")
     names = broker_names(args.broker_name, count)
     began = time.monotonic()
-    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
-    await namesrv.start()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        namesrv_addr = f"{args.host}:{namesrv.port}"
-        confs = broker_confs(args, namesrv_addr, count)
-        procs += spawn_brokers(confs, {name: os.path.join(args.data_dir, f"{name}.log") for name in confs})
+    async with namesrv_and_brokers(
+        args,
+        lambda namesrv_addr: broker_confs(args, namesrv_addr, count),
+        lambda name: os.path.join(args.data_dir, f"{name}.log"),
+    ) as started:
+        namesrv, namesrv_addr, confs, procs = (
+            started.namesrv,
+            started.namesrv_addr,
+            started.confs,
+            started.procs,
+        )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             table = namesrv.routes.cluster_info().broker_addr_table
@@ -162,6 +164,3 @@ async def serve_brokers(args: argparse.Namespace, stop: asyncio.Event) -> None:
         lines.append(f"  confs        {', '.join(confs.values())}")
         print("\n".join(lines), flush=True)
         await stop.wait()
-    finally:
-        await stop_brokers(procs)
-        await namesrv.close()

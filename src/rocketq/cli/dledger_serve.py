@@ -18,12 +18,10 @@ import argparse
 import asyncio
 import os
 import socket
-import subprocess
 import time
 
-from rocketq.cli.broker_procs import spawn_brokers, stop_brokers
+from rocketq.cli.broker_procs import namesrv_and_brokers
 from rocketq.errors import ClusterStartError, ConfigError
-from rocketq.namesrv.server import NameServer, NamesrvConfig
 from rocketq.properties import parse_properties
 
 DLEDGER_BASE_PORT = 40911
@@ -102,14 +100,17 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
     if count < 1:
         raise ConfigError(f"--dledger {count}: a group has at least one broker")
     began = time.monotonic()
-    namesrv = NameServer(NamesrvConfig(listen_port=args.namesrv_port, bind_address=args.host))
-    await namesrv.start()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        namesrv_addr = f"{args.host}:{namesrv.port}"
-        confs = broker_confs(args, namesrv_addr, count)
-        logs = {sid: os.path.join(args.data_dir, f"broker-{sid}.log") for sid in confs}
-        procs += spawn_brokers(confs, logs)
+    async with namesrv_and_brokers(
+        args,
+        lambda namesrv_addr: broker_confs(args, namesrv_addr, count),
+        lambda name: os.path.join(args.data_dir, f"broker-{name}.log"),
+    ) as started:
+        namesrv, namesrv_addr, confs, procs = (
+            started.namesrv,
+            started.namesrv_addr,
+            started.confs,
+            started.procs,
+        )
         by_port: dict[str, tuple[str, int]] = {}  # listen port -> (self id, pid)
         for (sid, conf), proc in zip(confs.items(), procs, strict=True):
             with open(conf, encoding="utf-8") as f:
@@ -140,6 +141,3 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
         lines.append(f"  confs        {', '.join(confs.values())}")
         print("\n".join(lines), flush=True)
         await stop.wait()
-    finally:
-        await stop_brokers(procs)
-        await namesrv.close()
