@@ -12,12 +12,53 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from rocketq.namesrv.server import NameServer, NamesrvConfig
+from rocketq.properties import parse_properties
+
+
+def base_conf(args: argparse.Namespace) -> dict[str, str]:
+    """The settings of ``-c broker.conf`` (empty without one); the written keys win over them."""
+    if not args.config:
+        return {}
+    with open(args.config, encoding="utf-8") as f:
+        return parse_properties(f.read())
+
+
+def broker_conf(
+    base: Mapping[str, str],
+    args: argparse.Namespace,
+    *,
+    name: str,
+    namesrv_addr: str,
+    port: int,
+    store_dir: str,
+) -> dict[str, str]:
+    """The keys every served broker's conf has (the caller adds its own after them)."""
+    return {
+        **base,
+        "brokerClusterName": base.get("brokerClusterName", "DefaultCluster"),
+        "brokerName": name,
+        "brokerId": "0",
+        "namesrvAddr": namesrv_addr,
+        "brokerIP1": args.host,
+        "bindAddress": args.host,
+        "listenPort": str(port),
+        "fastListenPortEnable": "false",
+        "storePathRootDir": os.path.abspath(os.path.join(args.data_dir, store_dir)),
+        "flushDiskType": args.flush,
+    }
+
+
+def write_conf(path: str, lines: Mapping[str, str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+
 
 #: How long a broker may take to exit after SIGTERM before it is killed.
 STOP_TIMEOUT_S = 30.0

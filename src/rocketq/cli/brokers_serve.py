@@ -26,10 +26,9 @@ import os
 import string
 import time
 
-from rocketq.cli.broker_procs import namesrv_and_brokers
+from rocketq.cli.broker_procs import base_conf, broker_conf, namesrv_and_brokers, write_conf
 from rocketq.cli.dledger_serve import _free_ports
 from rocketq.errors import ClusterStartError, ConfigError, ResponseCode
-from rocketq.properties import parse_properties
 from rocketq.remoting import RemotingClient
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request
@@ -61,31 +60,15 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     else:
         ports = _free_ports(host, count)
     os.makedirs(args.data_dir, exist_ok=True)
-    base: dict[str, str] = {}
-    if args.config:  # -c broker.conf gives the other settings; the keys below win
-        with open(args.config, encoding="utf-8") as f:
-            base = parse_properties(f.read())
+    base = base_conf(args)
     out: dict[str, str] = {}
     for i, (name, port) in enumerate(zip(names, ports, strict=True)):
-        lines = {
-            **base,
-            "brokerClusterName": base.get("brokerClusterName", "DefaultCluster"),
-            "brokerName": name,
-            "brokerId": "0",
-            "namesrvAddr": namesrv_addr,
-            "brokerIP1": host,
-            "bindAddress": host,
-            "listenPort": str(port),
-            "fastListenPortEnable": "false",
-            "storePathRootDir": os.path.abspath(os.path.join(args.data_dir, name)),
-            "flushDiskType": args.flush,
-        }
+        lines = broker_conf(base, args, name=name, namesrv_addr=namesrv_addr, port=port, store_dir=name)
         if args.metrics_port is not None:
             lines["metricsExporterType"] = "PROM"
             lines["metricsPromExporterPort"] = str(args.metrics_port + i if args.metrics_port else 0)
         path = os.path.join(args.data_dir, f"{name}.conf")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+        write_conf(path, lines)
         out[name] = path
     return out
 

@@ -20,7 +20,7 @@ import os
 import socket
 import time
 
-from rocketq.cli.broker_procs import namesrv_and_brokers
+from rocketq.cli.broker_procs import base_conf, broker_conf, namesrv_and_brokers, write_conf
 from rocketq.errors import ClusterStartError, ConfigError
 from rocketq.properties import parse_properties
 
@@ -58,25 +58,14 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
     brokers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, ports, strict=True))
     os.makedirs(args.data_dir, exist_ok=True)
-    base: dict[str, str] = {}
-    if args.config:  # -c broker.conf gives the other settings; the group's keys below win
-        with open(args.config, encoding="utf-8") as f:
-            base = parse_properties(f.read())
+    base = base_conf(args)
     out: dict[str, str] = {}
     for sid, port in zip(ids, ports, strict=True):
         path = os.path.join(args.data_dir, f"broker-{sid}.conf")
-        lines = {
-            **base,
-            "brokerClusterName": base.get("brokerClusterName", "DefaultCluster"),
-            "brokerName": group,
-            "brokerId": "0",
-            "namesrvAddr": namesrv_addr,
-            "brokerIP1": host,
-            "bindAddress": host,
-            "listenPort": str(port),
-            "fastListenPortEnable": "false",
-            "storePathRootDir": os.path.abspath(os.path.join(args.data_dir, f"{group}-{sid}")),
-            "flushDiskType": args.flush,
+        lines = broker_conf(
+            base, args, name=group, namesrv_addr=namesrv_addr, port=port, store_dir=f"{group}-{sid}"
+        )
+        lines |= {
             "enableDLegerCommitLog": "true",
             "dLegerGroup": group,
             "dLegerPeers": peers,
@@ -89,8 +78,7 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
             lines["dLegerBrokerAddresses"] = brokers
             lines.setdefault("dLegerElectionTimeoutMs", str(SERVE_ELECTION_TIMEOUT_MS))
             lines.setdefault("dLegerHeartbeatIntervalMs", str(SERVE_HEARTBEAT_MS))
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+        write_conf(path, lines)
         out[sid] = path
     return out
 
