@@ -12,6 +12,7 @@ kills nothing but the broker processes whose pids the serve banner prints.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import pathlib
@@ -102,6 +103,25 @@ def _max_offsets(addr: str) -> int:
     return asyncio.run(ask())
 
 
+def _topics_on(addr: str) -> set[str]:
+    """The topics the broker at ``addr`` has a config for (empty if it cannot say)."""
+
+    async def ask() -> set[str]:
+        client = RemotingClient()
+        try:
+            response = await client.invoke(addr, create_request(RequestCode.GET_ALL_TOPIC_CONFIG), 5)
+        except RocketqError:
+            return set()
+        finally:
+            await client.close()
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            return set()
+        table = json.loads(response.body).get("topicConfigTable", {})
+        return set(table) if isinstance(table, dict) else set()
+
+    return asyncio.run(ask())
+
+
 def _read(spark: Any, namesrv: str) -> list[tuple[int, int, bytes]]:
     rows = (
         spark.read.format("rocketq")
@@ -133,9 +153,12 @@ def test_a_batch_read_sees_the_same_committed_messages_on_every_member(
         with Producer("SparkGroupPG", namesrv_addr=group.namesrv) as producer:
             sent = [producer.send(Message(TOPIC, f"s-{i}".encode())) for i in range(COUNT)]
         assert all(r.status is SendStatus.SEND_OK for r in sent)
-        # every member has dispatched all of them (followers learn the commit from heartbeats)
+        # every member has dispatched all of them (followers learn the commit from heartbeats),
+        # and knows the topic (followers copy topic configs from the master periodically, as
+        # RocketMQ's slaves do; a member promoted before its copy answers TOPIC_NOT_EXIST)
         for addr in group.pids:
             wait_until(lambda a=addr: _max_offsets(a) == COUNT, f"{addr} holding {COUNT} messages", WAIT_S)
+            wait_until(lambda a=addr: TOPIC in _topics_on(a), f"{addr} knowing {TOPIC}", WAIT_S)
 
         on_master = _read(spark, group.namesrv)
         assert len(on_master) == COUNT
