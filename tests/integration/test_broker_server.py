@@ -320,6 +320,34 @@ def test_offset_moved_and_illegal(store_config: StoreConfig) -> None:
     run(main())
 
 
+def test_regression_a_broker_that_is_not_master_never_moves_a_consumer_s_offset(
+    store_config: StoreConfig,
+) -> None:
+    """Chaos campaign seed 128: consumers pulled from a DLedger member restarted after a kill,
+    before it had rebuilt its queues; it answered PULL_OFFSET_MOVED to offset 0 and the consumers
+    read every queue again. A slave, a follower or a leader not caught up yet answers
+    PULL_RETRY_IMMEDIATELY at the requested offset instead (RocketMQ's nextOffsetCorrection with
+    offsetCheckInSlave off); the master still moves it."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            for i in range(3):
+                await client.invoke(addr, send_request("Moves", f"m{i}".encode()))
+            await dispatched(broker)
+            broker.ctx.is_master = False  # what the DLedger role handler sets on a follower
+            for offset, queue_id in ((10, 0), (5, 2)):  # past the end; a queue with nothing yet
+                kept = await client.invoke(addr, pull_request("Moves", offset, queue_id=queue_id))
+                assert kept.code == ResponseCode.PULL_RETRY_IMMEDIATELY, kept
+                assert kept.ext_fields["nextBeginOffset"] == str(offset)
+            found = await client.invoke(addr, pull_request("Moves", 0))
+            assert found.code == ResponseCode.SUCCESS
+            broker.ctx.is_master = True
+            moved = await client.invoke(addr, pull_request("Moves", 10))
+            assert moved.code == ResponseCode.PULL_OFFSET_MOVED and moved.ext_fields["nextBeginOffset"] == "0"
+
+    run(main())
+
+
 def test_consumer_offsets_update_query_and_persist(store_config: StoreConfig) -> None:
     def query(topic: str, queue_id: int, **extra: str) -> RemotingCommand:
         return create_request(

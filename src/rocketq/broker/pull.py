@@ -224,10 +224,25 @@ class PullMessageProcessor:
         ):
             return None
         result = self._read(header, *plan)
-        code = pull_status_to_code(result.status, header.queue_offset)
+        code = self._code(header, result)
         if code == ResponseCode.PULL_NOT_FOUND and header.has_suspend_flag:
             return None  # raced with a truncation: the task path reads again and may hold it
         return self._answer(conn, request, header, result, code, allow_suspend=True)
+
+    def _code(self, header: PullMessageRequestHeader, result: GetMessageResult) -> int:
+        """The response code of a read (:func:`pull_status_to_code`) under RocketMQ's slave rule
+        (``nextOffsetCorrection`` with ``offsetCheckInSlave`` off): a broker that is not the
+        master (a slave, a DLedger follower, a new leader still catching up) may not have
+        dispatched what the consumer already read, so it never moves a consumer's offset:
+        PULL_OFFSET_MOVED becomes PULL_RETRY_IMMEDIATELY at the requested offset. (Found by the
+        chaos campaign, seed 128: consumers pulled from a restarted member before it had rebuilt
+        its queues, were moved to offset 0 and read every queue again.)"""
+        ctx = self.ctx
+        code = pull_status_to_code(result.status, header.queue_offset)
+        if code != ResponseCode.PULL_OFFSET_MOVED or (ctx.is_master and ctx.config.broker_id == MASTER_ID):
+            return code
+        result.next_begin_offset = header.queue_offset
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
 
     def _plan(
         self, conn: Connection, header: PullMessageRequestHeader
@@ -347,7 +362,7 @@ class PullMessageProcessor:
             # none: the read is a memory copy, done here rather than through a worker thread
             # (which costs two thread hand-offs and a GIL round trip per pull).
             result = self._read(header, *plan)
-        code = pull_status_to_code(result.status, header.queue_offset)
+        code = self._code(header, result)
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.has_suspend_flag:
             self._commit_pulled_offset(conn, header)
