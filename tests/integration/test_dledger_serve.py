@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import pathlib
-import re
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 from procs import RocketqProcess, child_env, free_port, write_broker_conf
 
+from _support.serve_group import ServeGroup
 from _support.wait import collect_until, wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, MessageQueue, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
@@ -35,25 +35,10 @@ QUEUES = 4
 GROUP = "GroupCG"
 BROKER = "broker-a"
 WAIT_S = 45.0
-_BROKER_LINE = re.compile(r"^\s+broker\s+(\S+:\d+)\s+\(\S+, brokerId (\d+), (\w+), pid (\d+)\)", re.MULTILINE)
 
 
-class Group:
-    """The serve process, its banner's brokers ({address: (self id, pid)}) and a few queries."""
-
-    def __init__(self, tmp_path: pathlib.Path) -> None:
-        self.data = tmp_path / "data"
-        args = ["serve", "--dledger", "3", "--data-dir", str(self.data), "--namesrv-port", "0"]
-        args += ["--broker-port", "0", "--grpc-port", "-1"]
-        self.proc = RocketqProcess("serve-dledger3", args, tmp_path / "logs")
-        self.namesrv = ""
-        self.brokers: dict[str, tuple[str, int]] = {}
-
-    def start(self) -> None:
-        self.namesrv = self.proc.wait_banner(["name server", "broker"], WAIT_S)["name server"]
-        for addr, _bid, sid, pid in _BROKER_LINE.findall(self.proc.log_text(None)):
-            self.brokers[addr] = (sid, int(pid))
-        assert len(self.brokers) == 3, self.proc.log_text()
+class Group(ServeGroup):
+    """``serve --dledger 3`` (:class:`ServeGroup`) and its clusterList."""
 
     def cluster_list(self) -> list[dict[str, object]]:
         done = subprocess.run(
@@ -68,22 +53,6 @@ class Group:
         rows = json.loads(done.stdout)
         assert isinstance(rows, list)
         return [r for r in rows if r.get("broker_name") == BROKER]
-
-    def master(self, admin: Admin) -> str | None:
-        try:
-            group = admin.cluster_info().broker_addr_table.get(BROKER)
-        except RocketqError:
-            return None
-        return None if group is None else group.broker_addrs.get(0)
-
-    def logs(self) -> str:
-        out = [self.proc.diagnostics()]
-        for path in sorted(self.data.glob("broker-n*.log")):
-            out.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}")
-        return "\n".join(out)
-
-    def close(self) -> None:
-        self.proc.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import re
 import signal
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from procs import RocketqProcess
 
+from _support.serve_group import ServeGroup
 from _support.wait import wait_until, wait_until_async
 from rocketq.client import Admin
 from rocketq.errors import RocketqError
@@ -43,26 +43,18 @@ CALL_S = 20.0
 #: shared 2-core machine: about 2.5 s)
 FAILOVER_BOUND_S = 15.0
 META = (("x-mq-client-id", "dledger-grpc-test@1"),)
-_BROKER_LINE = re.compile(r"^\s+broker\s+(\S+:\d+)\s+\(\S+, brokerId (\d+), (\w+), pid (\d+)\)", re.MULTILINE)
 
 
-class GroupBehindProxy:
+class GroupBehindProxy(ServeGroup):
     """``rocketq serve --dledger 3`` (remoting only) and ``rocketq proxy`` in front of its name server."""
 
     def __init__(self, tmp_path: pathlib.Path) -> None:
-        self.data = tmp_path / "data"
-        args = ["serve", "--dledger", "3", "--data-dir", str(self.data), "--namesrv-port", "0"]
-        args += ["--broker-port", "0", "--grpc-port", "-1"]
-        self.serve = RocketqProcess("serve-dledger3", args, tmp_path / "logs")
-        self.proxy: RocketqProcess | None = None
+        super().__init__(tmp_path)
         self.tmp_path = tmp_path
-        self.namesrv = ""
-        self.pids: dict[str, int] = {}  # broker address → pid
+        self.proxy: RocketqProcess | None = None
 
     def start(self) -> None:
-        self.namesrv = self.serve.wait_banner(["name server", "broker"], WAIT_S)["name server"]
-        self.pids = {addr: int(pid) for addr, _b, _s, pid in _BROKER_LINE.findall(self.serve.log_text(None))}
-        assert len(self.pids) == 3, self.serve.log_text()
+        super().start()
         with Admin(self.namesrv) as admin:
             wait_until(lambda: self.master(admin), "a master", WAIT_S)
             admin.create_topic(TOPIC, 4, 4, cluster="DefaultCluster")
@@ -78,14 +70,6 @@ class GroupBehindProxy:
         return self.proxy.endpoints["gRPC (v5)"]
 
     @staticmethod
-    def master(admin: Admin) -> str | None:
-        try:
-            group = admin.cluster_info().broker_addr_table.get(BROKER)
-        except RocketqError:
-            return None
-        return None if group is None else group.broker_addrs.get(0)
-
-    @staticmethod
     def _routed(admin: Admin) -> bool:
         try:
             return len(admin.topic_route(TOPIC).queue_datas) > 0
@@ -93,17 +77,12 @@ class GroupBehindProxy:
             return False
 
     def logs(self) -> str:
-        out = [self.serve.diagnostics()]
-        if self.proxy is not None:
-            out.append(self.proxy.diagnostics())
-        for path in sorted(self.data.glob("broker-n*.log")):
-            out.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}")
-        return "\n".join(out)
+        return super().logs() + ("" if self.proxy is None else "\n" + self.proxy.diagnostics())
 
     def close(self) -> None:
         if self.proxy is not None:
             self.proxy.stop()
-        self.serve.stop()
+        super().close()
 
 
 @pytest.fixture

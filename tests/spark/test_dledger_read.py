@@ -16,14 +16,13 @@ import json
 import logging
 import os
 import pathlib
-import re
 import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from _support.procs import RocketqProcess
+from _support.serve_group import ServeGroup
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
@@ -36,41 +35,11 @@ BROKER = "broker-a"
 QUEUES = 4
 COUNT = 400
 WAIT_S = 45.0
-_BROKER_LINE = re.compile(r"^\s+broker\s+(\S+:\d+)\s+\(\S+, brokerId (\d+), (\w+), pid (\d+)\)", re.MULTILINE)
-
-
-class Group:
-    def __init__(self, tmp_path: pathlib.Path) -> None:
-        self.data = tmp_path / "data"
-        args = ["serve", "--dledger", "3", "--data-dir", str(self.data), "--namesrv-port", "0"]
-        args += ["--broker-port", "0", "--grpc-port", "-1"]
-        self.proc = RocketqProcess("serve-dledger3", args, tmp_path / "logs")
-        self.namesrv = ""
-        self.pids: dict[str, int] = {}
-
-    def start(self) -> None:
-        self.namesrv = self.proc.wait_banner(["name server", "broker"], WAIT_S)["name server"]
-        self.pids = {addr: int(pid) for addr, _b, _s, pid in _BROKER_LINE.findall(self.proc.log_text(None))}
-        assert len(self.pids) == 3, self.proc.log_text()
-
-    def members(self, admin: Admin) -> dict[int, str]:
-        """brokerId → address of the group as the name server lists it."""
-        try:
-            group = admin.cluster_info().broker_addr_table.get(BROKER)
-        except RocketqError:
-            return {}
-        return {} if group is None else dict(group.broker_addrs)
-
-    def logs(self) -> str:
-        out = [self.proc.diagnostics()]
-        for path in sorted(self.data.glob("broker-n*.log")):
-            out.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-4000:]}")
-        return "\n".join(out)
 
 
 @pytest.fixture
-def group(tmp_path: pathlib.Path) -> Iterator[Group]:
-    g = Group(tmp_path)
+def group(tmp_path: pathlib.Path) -> Iterator[ServeGroup]:
+    g = ServeGroup(tmp_path)
     try:
         g.start()
         yield g
@@ -78,7 +47,7 @@ def group(tmp_path: pathlib.Path) -> Iterator[Group]:
         print(g.logs())
         raise
     finally:
-        g.proc.stop()
+        g.close()
 
 
 def _max_offsets(addr: str) -> int:
@@ -144,7 +113,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_batch_read_sees_the_same_committed_messages_on_every_member(
-    spark: Any, group: Group, caplog: pytest.LogCaptureFixture
+    spark: Any, group: ServeGroup, caplog: pytest.LogCaptureFixture
 ) -> None:
     with Admin(group.namesrv) as admin:
         wait_until(lambda: 0 in group.members(admin), "a master", WAIT_S)
