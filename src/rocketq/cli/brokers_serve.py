@@ -111,13 +111,7 @@ async def serve_brokers(args: argparse.Namespace, stop: asyncio.Event) -> None:
         args,
         lambda namesrv_addr: broker_confs(args, namesrv_addr, count),
         lambda name: os.path.join(args.data_dir, f"{name}.log"),
-    ) as started:
-        namesrv, namesrv_addr, confs, procs = (
-            started.namesrv,
-            started.namesrv_addr,
-            started.confs,
-            started.procs,
-        )
+    ) as (namesrv, namesrv_addr, confs, procs):
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             table = namesrv.routes.cluster_info().broker_addr_table

@@ -92,13 +92,7 @@ async def serve_dledger(args: argparse.Namespace, stop: asyncio.Event) -> None:
         args,
         lambda namesrv_addr: broker_confs(args, namesrv_addr, count),
         lambda name: os.path.join(args.data_dir, f"broker-{name}.log"),
-    ) as started:
-        namesrv, namesrv_addr, confs, procs = (
-            started.namesrv,
-            started.namesrv_addr,
-            started.confs,
-            started.procs,
-        )
+    ) as (namesrv, namesrv_addr, confs, procs):
         by_port: dict[str, tuple[str, int]] = {}  # listen port -> (self id, pid)
         for (sid, conf), proc in zip(confs.items(), procs, strict=True):
             with open(conf, encoding="utf-8") as f:
