@@ -49,8 +49,8 @@ def test_regression_a_paused_leader_does_not_keep_its_successor_from_registering
             old = group.wait_leader()
             group.pause(old)
             paused_at = time.monotonic()
-            new = wait_until(
-                lambda: (m := group.master()) is not None and m != old and m,
+            (new,) = wait_until(  # a one-element list: node 0 is a falsy value
+                lambda: [m] if (m := group.master()) is not None and m != old else None,
                 "the new leader listed as master while the old one is still paused",
                 WAIT_S,
             )

@@ -130,9 +130,17 @@ def _end_fields(group: str, m: StagedMessage, kind: int) -> dict[str, str]:
 async def end_each(
     client: RemotingClient, group: str, staged: Sequence[StagedMessage], kind: int, timeout_s: float
 ) -> dict[StagedMessage, str]:
-    """END_TRANSACTION ``kind`` for every half; returns the failed ones with the reason."""
+    """END_TRANSACTION ``kind`` for every half; returns the failed ones with the reason.
+
+    The halves of one queue are ended one after another, in the order they were staged: a
+    commit stores the message in its queue, so ending them concurrently could store them out of
+    order (the broker looks each half up on a worker thread), and rows of one sharding key must
+    keep theirs. Queues are ended concurrently, up to ``END_CONCURRENCY`` requests per broker."""
     limits: dict[str, asyncio.Semaphore] = {}
     failures: dict[StagedMessage, str] = {}
+    lanes: dict[tuple[str, str, int], list[StagedMessage]] = {}
+    for m in staged:
+        lanes.setdefault((m.addr, m.topic, m.queue_id), []).append(m)
 
     async def end(m: StagedMessage) -> None:
         limit = limits.setdefault(m.addr, asyncio.Semaphore(END_CONCURRENCY))
@@ -146,7 +154,11 @@ async def end_each(
         if response.code != ResponseCode.SUCCESS:
             failures[m] = f"code {response.code} {response.remark or ''}".strip()
 
-    await asyncio.gather(*(end(m) for m in staged))
+    async def end_lane(lane: list[StagedMessage]) -> None:
+        for m in lane:
+            await end(m)
+
+    await asyncio.gather(*(end_lane(lane) for lane in lanes.values()))
     return failures
 
 
