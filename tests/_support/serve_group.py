@@ -5,18 +5,23 @@ only, ports picked by the OS) with its data under ``<tmp>/data``; after :meth:`s
 the name server's address and, from the banner, every broker's address, self id and pid.
 ``master(admin)`` is the address the name servers list as brokerId 0 of ``broker-a``;
 ``members(admin)`` every brokerId → address; ``logs()`` the process's and the brokers' log tails
-for a failing test to print.
+for a failing test to print; :func:`running` starts one for a fixture and closes it after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import re
+from collections.abc import Iterator
+from typing import TypeVar
 
 from procs import RocketqProcess
 
 from rocketq.client import Admin
 from rocketq.errors import RocketqError
+
+G = TypeVar("G", bound="ServeGroup")
 
 BROKER = "broker-a"
 WAIT_S = 45.0
@@ -65,3 +70,16 @@ class ServeGroup:
 
     def close(self) -> None:
         self.proc.stop()
+
+
+@contextlib.contextmanager
+def running(group: G) -> Iterator[G]:
+    """``group`` started; its logs printed when the block (setup or test) fails; closed after."""
+    try:
+        group.start()
+        yield group
+    except BaseException:
+        print(group.logs())
+        raise
+    finally:
+        group.close()

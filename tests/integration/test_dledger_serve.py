@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 from procs import RocketqProcess, child_env, free_port, write_broker_conf
 
-from _support.serve_group import ServeGroup
+from _support.serve_group import ServeGroup, running
 from _support.wait import collect_until, wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, MessageQueue, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
@@ -57,19 +57,12 @@ class Group(ServeGroup):
 
 @pytest.fixture
 def group(tmp_path: pathlib.Path) -> Iterator[Group]:
-    g = Group(tmp_path)
-    try:
-        g.start()
+    with running(Group(tmp_path)) as g:
         with Admin(g.namesrv) as admin:
             wait_until(lambda: g.master(admin), "a master", WAIT_S)
             admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
             wait_until(lambda: _routed(admin), "the topic's route", WAIT_S)
         yield g
-    except BaseException:
-        print(g.logs())
-        raise
-    finally:
-        g.close()
 
 
 def _routed(admin: Admin) -> bool:

@@ -23,7 +23,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from procs import RocketqProcess
 
-from _support.serve_group import ServeGroup
+from _support.serve_group import ServeGroup, running
 from _support.wait import wait_until, wait_until_async
 from rocketq.client import Admin
 from rocketq.errors import RocketqError
@@ -87,15 +87,8 @@ class GroupBehindProxy(ServeGroup):
 
 @pytest.fixture
 def group(tmp_path: pathlib.Path) -> Iterator[GroupBehindProxy]:
-    g = GroupBehindProxy(tmp_path)
-    try:
-        g.start()
+    with running(GroupBehindProxy(tmp_path)) as g:
         yield g
-    except BaseException:
-        print(g.logs())
-        raise
-    finally:
-        g.close()
 
 
 def _message(body: bytes, msg_id: str) -> pb.Message:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from _support.serve_group import ServeGroup
+from _support.serve_group import ServeGroup, running
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode, RocketqError
@@ -39,15 +39,8 @@ WAIT_S = 45.0
 
 @pytest.fixture
 def group(tmp_path: pathlib.Path) -> Iterator[ServeGroup]:
-    g = ServeGroup(tmp_path)
-    try:
-        g.start()
+    with running(ServeGroup(tmp_path)) as g:
         yield g
-    except BaseException:
-        print(g.logs())
-        raise
-    finally:
-        g.close()
 
 
 def _max_offsets(addr: str) -> int:
