@@ -129,11 +129,7 @@ def test_workload_through_a_leader_kill_has_no_anomaly(tmp_path: pathlib.Path) -
     events = [e for path in sorted(events_dir.glob("raft-*.jsonl")) for e in read_events(str(path))]
     result = check(ops, events, dumps)
     print(result)
-    # a consumer that re-reads from its committed offset after the fail-over is the documented
-    # at-least-once behaviour (followers copy the leader's consumer offsets every 3 s,
-    # docs/replication.md), reported but not failed here; every other class must be zero
-    others = {k: v for k, v in result.anomalies.items() if k != "nonmonotonic_poll"}
-    assert not others, str(result)
+    assert result.valid, str(result)
     assert result.stats["acked"] >= 400
     assert result.stats["leader_terms"] >= 2  # the kill made a new leader
     assert {e["node"] for e in events if e["ev"] == "start"} == set(stores)

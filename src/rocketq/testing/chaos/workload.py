@@ -287,9 +287,15 @@ class Workload:
     def _assignment(
         self, name: str, consumer: AsyncLitePullConsumer | AsyncPushConsumer, last: list[Any]
     ) -> None:
-        now = sorted(mq.queue_id for mq in consumer.assignment() if mq.topic == self.config.topic)
-        if not last or last[0] != now:
-            last[:] = [now]
+        owned = [mq for mq in consumer.assignment() if mq.topic == self.config.topic]
+        now = [mq.queue_id for mq in owned]
+        # A queue given away and owned again between two looks gets a new position object
+        # (and starts again from the committed offset): compare positions by identity, and
+        # keep them referenced so that an identity is never reused.
+        states = [consumer.core.queue_state(mq) for mq in owned]
+        same = bool(last) and last[0] == now and all(a is b for a, b in zip(last[1], states, strict=True))
+        if not same:
+            last[:] = [now, states]
             self.recorder.record(
                 Op(name, "assign", "ok", topic=self.config.topic, queues=tuple(now), **_now())
             )
