@@ -367,6 +367,12 @@ class AsyncProducer:
     async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send several messages of one topic in one SEND_BATCH_MESSAGE request; they get
         consecutive offsets in one queue. Delay levels are not allowed in batches."""
+        prepared = self._prepare_batch(msgs)
+        return await self._send_with_retries(prepared, None, None, None, msgs[0])
+
+    def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
+        """What :meth:`send_batch` does before any I/O (messages and state checked, the batch
+        body encoded); shared with the blocking facade."""
         if not msgs:
             raise MessageIllegal("batch is empty")
         topic = msgs[0].topic
@@ -393,8 +399,7 @@ class AsyncProducer:
             PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._ids.next_id(),
             PROPERTY_WAIT_STORE_MSG_OK: "true",
         }
-        prepared = _Prepared(topic, body, encode_properties(batch_props), 0, 0, ",".join(ids), True)
-        return await self._send_with_retries(prepared, None, None, None, msgs[0])
+        return _Prepared(topic, body, encode_properties(batch_props), 0, 0, ",".join(ids), True)
 
     # -- internals ---------------------------------------------------------------------------
     def _prepare(self, msg: Message) -> _Prepared:
