@@ -23,6 +23,8 @@ from rocketq.protocol import fastjson
 from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.codec import FrameDecoder
+from rocketq.remoting.codec import encode as encode_frame
 
 T = TypeVar("T")
 WAIT_S = 10.0  # bound for anything that should happen promptly
@@ -189,6 +191,50 @@ def test_batch_send(store_config: StoreConfig) -> None:
             retry = send_request("%RETRY%CG", encode_batch(entries), code=RequestCode.SEND_BATCH_MESSAGE)
             refused = await client.invoke(addr, retry)
             assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "retry" in (refused.remark or "")
+
+    run(main())
+
+
+def test_an_offset_update_behind_a_held_pull_of_its_connection_keeps_its_order(
+    store_config: StoreConfig,
+) -> None:
+    """UPDATE_CONSUMER_OFFSET is answered inside the read that brought it only while nothing
+    else of its connection is being handled: one that arrives in the same read as a pull
+    carrying a commit offset (the pull is held, its queue has nothing new) is stored after the
+    pull's offset, as the order of the two requests says, and is answered while the pull waits."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            await client.invoke(addr, send_request("Ordered", b"x"))
+            await dispatched(broker)
+            first = await client.invoke(addr, pull_request("Ordered", 0))  # the group exists now
+            assert first.code == ResponseCode.SUCCESS
+            held = pull_request("Ordered", 1, suspend=True, suspend_ms=5_000, commit_offset=5)
+            update = create_request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": "CG", "topic": "Ordered", "queueId": 0, "commitOffset": 9},
+            )
+            host, port = addr.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(encode_frame(held) + encode_frame(update))  # one write, one read
+                await writer.drain()
+                decoder, answers = FrameDecoder(), []
+                while not any(a.opaque == update.opaque for a in answers):
+                    chunk = await asyncio.wait_for(reader.read(65536), WAIT_S)
+                    assert chunk, "connection closed before the update was answered"
+                    answers += decoder.feed(chunk)
+                assert [a.code for a in answers if a.opaque == update.opaque] == [0]
+                assert not any(a.opaque == held.opaque for a in answers)  # still held
+                query = create_request(
+                    RequestCode.QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "CG", "topic": "Ordered", "queueId": 0},
+                )
+                committed = await client.invoke(addr, query)
+                assert committed.ext_fields["offset"] == "9"
+            finally:
+                writer.close()
+                await writer.wait_closed()
 
     run(main())
 

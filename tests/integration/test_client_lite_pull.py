@@ -18,7 +18,7 @@ from test_client_producer import Cluster
 from _support.wait import collect_until, wait_until
 from rocketq.client import Admin, LitePullConsumer, Message, MessageQueue, Producer, SendResult
 from rocketq.client.lite_pull import AsyncLitePullConsumer, allocate_averagely
-from rocketq.errors import ClientStateError, ConfigError
+from rocketq.errors import ClientStateError, ConfigError, TopicNotExist
 from rocketq.message import MessageExt
 
 WAIT_S = 20.0
@@ -124,6 +124,36 @@ def test_assign_poll_seek_commit_and_resume(cluster: Cluster) -> None:
         rest = collect_until(lambda: resumed.poll(timeout_ms=1000), len(expected[0]) - 20, "messages", WAIT_S)
         assert [(m.queue_id, m.queue_offset) for m in rest] == [(0, o) for o in range(20, len(expected[0]))]
         assert resumed.poll(timeout_ms=200) == []
+
+
+def test_commit_stores_every_queue_it_can_and_raises_the_first_failure(cluster: Cluster) -> None:
+    """commit() sends all the queues' offsets together: a queue whose commit fails (its topic
+    was deleted on the broker) does not keep the others from being stored, and its error is
+    raised once every queue has been tried."""
+    cluster.create_topic("CommitKept", 2)
+    cluster.create_topic("CommitGone", 2)
+    produce(cluster, "CommitKept", 10)
+    produce(cluster, "CommitGone", 10)
+    c = LitePullConsumer(
+        "CommitG",
+        namesrv_addr=cluster.namesrv_addr,
+        auto_commit=False,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    with c, Admin(cluster.namesrv_addr) as admin:
+        gone = c.fetch_message_queues("CommitGone")
+        kept = c.fetch_message_queues("CommitKept")
+        c.assign(gone + kept)
+        for i, mq in enumerate(gone + kept):
+            c.seek(mq, 1 + i % 2)
+        c.commit()
+        assert [c.committed(mq) for mq in gone + kept] == [1, 2, 1, 2]
+        for i, mq in enumerate(gone + kept):
+            c.seek(mq, 3 + i % 2)
+        admin.delete_topic("CommitGone", "DefaultCluster")
+        with pytest.raises(TopicNotExist):
+            c.commit()
+        assert [c.committed(mq) for mq in kept] == [3, 4]
 
 
 def test_seek_to_end_then_new_messages_and_offset_for_timestamp(cluster: Cluster) -> None:

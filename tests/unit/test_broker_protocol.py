@@ -18,7 +18,13 @@ from rocketq.broker.send import born_host_of
 from rocketq.broker.stats import TpsSampler
 from rocketq.errors import InvalidParameter, MessageIllegal, ResponseCode, SubscriptionParseFailed
 from rocketq.message import java_string_hash, pack_socket_addr
-from rocketq.protocol.batch import BatchEntry, decode_batch, encode_batch
+from rocketq.protocol.batch import (
+    BatchEntry,
+    decode_batch,
+    decode_batch_entries,
+    encode_batch,
+    encode_batch_entries,
+)
 from rocketq.protocol.headers import (
     SEND_V2_TO_V1,
     PullMessageRequestHeader,
@@ -166,6 +172,10 @@ def test_batch_body_round_trip_and_layout() -> None:
     total, magic, crc, flag, body_len = struct.unpack_from(">iiiii", data, 0)
     assert (total, magic, crc, flag, body_len) == (22 + 3 + 11, 0, 0, 1, 3)
     assert decode_batch(data) == entries
+    as_tuples = [(e.body, e.properties, e.flag) for e in entries]
+    assert encode_batch_entries(as_tuples) == data
+    assert decode_batch_entries(data) == as_tuples
+    assert decode_batch_entries(bytearray(data)) == as_tuples
 
 
 def test_malformed_batch_bodies_are_message_illegal() -> None:

@@ -226,7 +226,33 @@ class ConsumerManageProcessor:
             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
         )
 
+    def update_consumer_offset_now(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        """UPDATE_CONSUMER_OFFSET answered inside the transport's ``data_received`` (no task per
+        commit), or None for :meth:`update_consumer_offset` to take it: while another request of
+        the connection is still being handled (its commits, e.g. an offset riding on a pull,
+        keep their order) or while ``consumerOffset.json`` cannot be written (the commit then
+        waits for a write)."""
+        persister = self.ctx.offsets_persister
+        if conn.running_requests or (persister is not None and persister.failing):
+            return None
+        self._commit_offset(conn, request)
+        return create_response(request, ResponseCode.SUCCESS)
+
     async def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self._commit_offset(conn, request)
+        ctx = self.ctx
+        persister = ctx.offsets_persister
+        if persister is not None and persister.failing:
+            # consumerOffset.json could not be written last time (a full disk): write now and
+            # answer with the error (DiskFull, SERVICE_NOT_AVAILABLE) instead of a success a
+            # restart would forget. The offset stays in memory and is written once space is back.
+            await ctx.offsets_durable()
+        return create_response(request, ResponseCode.SUCCESS)
+
+    def _commit_offset(self, conn: Connection, request: RemotingCommand) -> None:
+        """The checks and the commit of an UPDATE_CONSUMER_OFFSET request."""
         ctx = self.ctx
         ext = request.ext_fields
         group = get_str(ext, "consumerGroup")
@@ -251,13 +277,6 @@ class ConsumerManageProcessor:
         ctx.offsets.commit_offset(conn.remote_address, group, topic, queue_id, offset)
         if ctx.trace is not None:
             ctx.trace.committed(conn.remote_address, group, topic, queue_id, offset)
-        persister = ctx.offsets_persister
-        if persister is not None and persister.failing:
-            # consumerOffset.json could not be written last time (a full disk): write now and
-            # answer with the error (DiskFull, SERVICE_NOT_AVAILABLE) instead of a success a
-            # restart would forget. The offset stays in memory and is written once space is back.
-            await ctx.offsets_durable()
-        return create_response(request, ResponseCode.SUCCESS)
 
 
 __all__ = ["ConsumerManageProcessor", "check_in_disk_by_consume_offset"]

@@ -87,5 +87,6 @@ def request_tables(
         rc.SEND_BATCH_MESSAGE: send.send_message_now,
         rc.PULL_MESSAGE: pull.process_now,
         rc.LITE_PULL_MESSAGE: pull.process_now,
+        rc.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset_now,
     }
     return handlers, immediate, transactions

@@ -63,10 +63,12 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_POP_CK,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -77,7 +79,7 @@ from rocketq.message import (
     encode_properties,
     validate_topic,
 )
-from rocketq.protocol.batch import decode_batch
+from rocketq.protocol.batch import decode_batch_entries
 from rocketq.protocol.headers import (
     SendMessageRequestHeader,
     decode_send_header,
@@ -236,12 +238,9 @@ class SendMessageProcessor:
         return random.randrange(tc.write_queue_nums)
 
     def _base_properties(self, text: str | None) -> dict[str, str]:
-        props = decode_properties(text or "")
-        props.pop(PROPERTY_POP_CK, None)
-        if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self._ids.next_id()
-        props[PROPERTY_CLUSTER] = self.ctx.config.broker_cluster_name
-        return props
+        return base_properties(
+            decode_properties(text or ""), self.ctx.config.broker_cluster_name, self._ids.next_id
+        )
 
     def _check_transaction(self, sys_flag: int, props: dict[str, str]) -> bool:
         """True for a transaction half message; refused (16) under rejectTransactionMessage."""
@@ -490,28 +489,27 @@ class SendMessageProcessor:
             if k not in (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_POP_CK, PROPERTY_DELAY_TIME_LEVEL)
         }
         born_host = born_host_of(conn.remote_address)
-        checked = header.sys_flag & CHECKED_SYS_FLAGS
+        sys_flag = header.sys_flag
+        born_timestamp = header.born_timestamp
+        checked = sys_flag & CHECKED_SYS_FLAGS
+        cluster = self.ctx.config.broker_cluster_name
+        cluster_suffix = cluster_property(cluster)
         msgs: list[BrokerMessage] = []
-        for index, entry in enumerate(decode_batch(request.body)):
+        for index, (body, raw, flag) in enumerate(decode_batch_entries(request.body)):
             if checked:
-                check_sys_flag(header.sys_flag, entry.body, f"batch message {index} to {topic}")
-            props = self._base_properties(entry.properties.decode("utf-8", "replace"))
-            if _delay_level(props) > 0:
-                raise MessageIllegal(
-                    f"batch message {index} has a delay level; batches do not support delays"
-                )
-            for k, v in shared.items():
-                props.setdefault(k, v)
+                check_sys_flag(sys_flag, body, f"batch message {index} to {topic}")
+            text = raw.decode("utf-8", "replace")
+            props = decode_properties(text)
+            properties = (
+                None
+                if cluster_suffix is None
+                else properties_as_sent(raw, text, props, shared, cluster_suffix)
+            )
+            if properties is None:
+                properties = batch_entry_properties(props, shared, cluster, self._ids.next_id, index)
             msgs.append(
                 BrokerMessage(
-                    topic=topic,
-                    body=entry.body,
-                    properties=encode_properties(props).encode("utf-8"),
-                    queue_id=queue_id,
-                    flag=entry.flag,
-                    sys_flag=header.sys_flag,
-                    born_timestamp=header.born_timestamp,
-                    born_host=born_host,
+                    topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host=born_host
                 )
             )
         return msgs, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -577,6 +575,70 @@ class SendMessageProcessor:
         if ctx.trace is not None:
             ctx.trace.sent_back(conn.remote_address, group, original, new_topic, result)
         return create_response(request, ResponseCode.SUCCESS)
+
+
+def base_properties(props: dict[str, str], cluster: str, new_id: Callable[[], str]) -> dict[str, str]:
+    """A sent message's properties as its record carries them: POP_CK dropped, UNIQ_KEY added
+    when missing (``new_id()``), CLUSTER set; ``props`` is changed and returned."""
+    props.pop(PROPERTY_POP_CK, None)
+    if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_id()
+    props[PROPERTY_CLUSTER] = cluster
+    return props
+
+
+def batch_entry_properties(
+    props: dict[str, str], shared: dict[str, str], cluster: str, new_id: Callable[[], str], index: int
+) -> bytes:
+    """The record properties of batch message ``index`` from its decoded properties ``props``
+    (changed): :func:`base_properties`, a delay level refused, the batch-wide properties
+    ``shared`` added where the message has none of its own."""
+    props = base_properties(props, cluster, new_id)
+    if _delay_level(props) > 0:
+        raise MessageIllegal(f"batch message {index} has a delay level; batches do not support delays")
+    for k, v in shared.items():
+        props.setdefault(k, v)
+    return encode_properties(props).encode("utf-8")
+
+
+def cluster_property(cluster: str) -> bytes | None:
+    """The CLUSTER property as :func:`batch_entry_properties` writes it last, or None when the
+    name is not one it writes as is (it contains a separator, or cannot be UTF-8)."""
+    if NAME_VALUE_SEPARATOR in cluster or PROPERTY_SEPARATOR in cluster:
+        return None
+    try:
+        return f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}".encode()
+    except UnicodeEncodeError:
+        return None
+
+
+def properties_as_sent(
+    raw: bytes, text: str, props: dict[str, str], shared: dict[str, str], cluster: bytes
+) -> bytes | None:
+    """What :func:`batch_entry_properties` writes for a batch message whose properties ``raw``
+    (``text`` decoded as UTF-8, ``props`` decoded from it) it would only add the CLUSTER
+    property (``cluster``, from :func:`cluster_property`) to, else None: every piece of the text
+    is one ``name\x01value\x02`` with a non-empty name and value and no name twice (so that
+    encoding ``props`` gives the text back), UNIQ_KEY is there and not empty, every batch-wide
+    property of ``shared`` is there already, and none of CLUSTER (set in its place), POP_CK
+    (dropped) and DELAY (checked) is. The text as it came, then ``cluster``, without building
+    and encoding the property map again (the usual batch of a RocketMQ client)."""
+    n = len(props)
+    if not (
+        n > 0
+        and text.count(PROPERTY_SEPARATOR) == n
+        and text.count(NAME_VALUE_SEPARATOR) == n
+        and text[-1] == PROPERTY_SEPARATOR
+        and props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        and PROPERTY_CLUSTER not in props
+        and PROPERTY_POP_CK not in props
+        and PROPERTY_DELAY_TIME_LEVEL not in props
+        and all(k in props for k in shared)
+    ):
+        return None
+    # ASCII text is the bytes it was decoded from; otherwise it is encoded again, as the
+    # general path does (invalid UTF-8 became U+FFFD)
+    return (raw if text.isascii() else text.encode("utf-8")) + cluster
 
 
 def _delay_level(props: dict[str, str]) -> int:

@@ -59,6 +59,7 @@ from rocketq.client.send_values import (
     encode_batch_body,
     error_for_response,
     resume_send,
+    validate_body,
     validate_group,
     validate_message,
 )
@@ -367,13 +368,25 @@ class AsyncProducer:
     async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send several messages of one topic in one SEND_BATCH_MESSAGE request; they get
         consecutive offsets in one queue. Delay levels are not allowed in batches."""
+        prepared = self._prepare_batch(msgs)
+        return await self._send_with_retries(prepared, None, None, None, msgs[0])
+
+    def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
+        """What :meth:`send_batch` does before any I/O (messages and state checked, the batch
+        body encoded); shared with the blocking facade."""
         if not msgs:
             raise MessageIllegal("batch is empty")
         topic = msgs[0].topic
         entries: list[tuple[bytes, bytes, int]] = []
         ids: list[str] = []
+        max_bytes = self.max_message_size_bytes
+        # one id per message (used unless it has its own UNIQ_KEY) and one for the batch
+        new_ids = self._ids.next_ids(len(msgs) + 1)
         for i, m in enumerate(msgs):
-            validate_message(m, self.max_message_size_bytes)
+            if i and m.topic == topic:
+                validate_body(m, max_bytes)  # the topic is the first message's, checked
+            else:
+                validate_message(m, max_bytes)
             if m.topic != topic:
                 raise MessageIllegal(f"batch message {i} has topic {m.topic!r}, the batch is for {topic!r}")
             if m.delay_level > 0:
@@ -381,7 +394,7 @@ class AsyncProducer:
                     f"batch message {i} has delay level {m.delay_level}; batches cannot delay"
                 )
             props = m.all_properties()
-            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self._ids.next_id())
+            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_ids[i])
             props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
             ids.append(uniq)
             entries.append((bytes(m.body), encode_properties(props).encode("utf-8"), m.flag))
@@ -390,11 +403,10 @@ class AsyncProducer:
             raise MessageBodyTooLarge(f"batch body {len(body)} B exceeds max {self.max_message_size_bytes} B")
         self._running()
         batch_props = {
-            PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: self._ids.next_id(),
+            PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: new_ids[-1],
             PROPERTY_WAIT_STORE_MSG_OK: "true",
         }
-        prepared = _Prepared(topic, body, encode_properties(batch_props), 0, 0, ",".join(ids), True)
-        return await self._send_with_retries(prepared, None, None, None, msgs[0])
+        return _Prepared(topic, body, encode_properties(batch_props), 0, 0, ",".join(ids), True)
 
     # -- internals ---------------------------------------------------------------------------
     def _prepare(self, msg: Message) -> _Prepared:

@@ -335,11 +335,16 @@ class ConsumerQueues:
     ) -> None:
         """Store the positions of ``queues`` (default: every owned queue); failures are logged,
         and with ``raise_errors`` the first is raised after trying every queue. ``changed_only``
-        skips the queues whose position this member already stored (the periodic commit)."""
+        skips the queues whose position this member already stored (the periodic commit).
+
+        The requests of all queues are in flight together (one round trip for all of them, not
+        one per queue); their brokers' addresses are looked up first, one queue after another,
+        so a route unknown yet is fetched once. Failures are logged in queue order."""
         if self.offset_store is not None:
             await self._commit_local(raise_errors=raise_errors, queues=queues)
             return
-        first: RocketqError | None = None
+        todo: list[tuple[MessageQueue, QueueState, int]] = []
+        failed: dict[MessageQueue, RocketqError] = {}
         for mq in list(self._queues if queues is None else queues):
             state = self._queues.get(mq)
             if state is None or state.offset is None:
@@ -348,10 +353,32 @@ class ConsumerQueues:
             if changed_only and offset == state.committed:
                 continue
             try:
+                await self.broker_addr(mq)
+            except RocketqError as exc:
+                failed[mq] = exc
+            todo.append((mq, state, offset))
+        outcomes: list[BaseException | None] = [None] * len(todo)
+        sent = [i for i, (mq, _, _) in enumerate(todo) if mq not in failed]
+        if len(sent) == 1:
+            mq, _, offset = todo[sent[0]]
+            try:
                 await self.update_broker_offset(mq, offset)
             except RocketqError as exc:
-                log.warning("commit of offset %d of %s failed: %s", offset, mq, exc)
-                first = first or exc
+                outcomes[sent[0]] = exc
+        elif sent:
+            answers = await asyncio.gather(
+                *(self.update_broker_offset(todo[i][0], todo[i][2]) for i in sent), return_exceptions=True
+            )
+            for i, answer in zip(sent, answers, strict=True):
+                if isinstance(answer, BaseException) and not isinstance(answer, RocketqError):
+                    raise answer
+                outcomes[i] = answer
+        first: BaseException | None = None
+        for (mq, state, offset), answered in zip(todo, outcomes, strict=True):
+            error = failed.get(mq, answered)
+            if error is not None:
+                log.warning("commit of offset %d of %s failed: %s", offset, mq, error)
+                first = first or error
                 continue
             state.committed = offset
         if first is not None and raise_errors:

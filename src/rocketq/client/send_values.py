@@ -22,7 +22,7 @@ from rocketq.errors import (
     error_for_code,
 )
 from rocketq.message import Message, validate_topic
-from rocketq.protocol.batch import BatchEntry, encode_batch
+from rocketq.protocol.batch import encode_batch_entries
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RemotingCommand
 
@@ -131,6 +131,12 @@ def validate_message(msg: Message, max_body_bytes: int) -> None:
     validate_topic(msg.topic, TOPIC_MAX_LENGTH)
     if msg.topic in NOT_ALLOWED_SEND_TOPICS:
         raise TopicNameInvalid(f"topic {msg.topic!r} is a system topic that clients may not send to")
+    validate_body(msg, max_body_bytes)
+
+
+def validate_body(msg: Message, max_body_bytes: int) -> None:
+    """The body checks of :func:`validate_message` (a batch's later messages, whose topic is the
+    first one's, already checked)."""
     if not isinstance(msg.body, bytes | bytearray | memoryview):
         raise MessageIllegal(f"message body must be bytes, not {type(msg.body).__name__}")
     if len(msg.body) == 0:
@@ -148,7 +154,7 @@ def error_for_response(response: RemotingCommand, broker: str) -> RocketqError:
 
 def encode_batch_body(entries: Sequence[tuple[bytes, bytes, int]]) -> bytes:
     """The SEND_BATCH_MESSAGE body (spec §3.8) from ``(body, properties, flag)`` entries."""
-    return encode_batch([BatchEntry(body, props, flag) for body, props, flag in entries])
+    return encode_batch_entries(entries)
 
 
 @dataclass(slots=True)

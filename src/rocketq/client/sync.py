@@ -14,20 +14,22 @@ the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the sam
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
-A producer with a ``request_handler`` (brokers call back on its connections) or with
-``auto_batch`` (sends from several threads coalesce on the loop) sends through the loop, as do
-``send_oneway`` and ``send_batch``.
+:meth:`Producer.send_batch` does the same with the batch's single request. A producer with a
+``request_handler`` (brokers call back on its connections) or with ``auto_batch`` (sends from
+several threads coalesce on the loop) sends through the loop, as does ``send_oneway``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
+from rocketq.client.send_values import _Prepared
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
@@ -89,6 +91,30 @@ class Producer(BlockingFacade[AsyncProducer]):
         if pool is None or self._loop is None or self._thread is threading.current_thread():
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         prepared = core._prepare_send(msg, sharding_key, selector, queue)
+        return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
+
+    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Send several messages of one topic in one SEND_BATCH_MESSAGE request (see
+        :meth:`AsyncProducer.send_batch`); the broker call is made in the calling thread."""
+        pool = self._pool
+        core = self._core
+        if pool is None or self._loop is None or self._thread is threading.current_thread():
+            return self._call(core.send_batch(msgs))
+        prepared = core._prepare_batch(msgs)
+        return self._send_here(pool, prepared, None, None, None, msgs[0])
+
+    def _send_here(
+        self,
+        pool: BlockingConnectionPool,
+        prepared: _Prepared,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+    ) -> SendResult:
+        """The send steps of ``prepared`` with the broker calls made on ``pool`` in this thread
+        (a route not cached yet is fetched on the loop thread)."""
+        core = self._core
         routes = core._route_cache
         steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
         step: RouteStep | InvokeStep | SendResult = next(steps)
@@ -111,7 +137,6 @@ class Producer(BlockingFacade[AsyncProducer]):
         return await asyncio.wait_for(self._core._route_cache.publish_info(topic), timeout_s)
 
     send_oneway = blocking(AsyncProducer.send_oneway)
-    send_batch = blocking(AsyncProducer.send_batch)
 
 
 __all__ = ["Producer"]
