@@ -105,8 +105,9 @@ from rocketq.protocol.topic import (
 from rocketq.remoting.codec import success_frame
 from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.connection import Connection
+from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.store.dledger_commitlog import PutCallback
 from rocketq.store.flush import GroupCommitService
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,12 @@ class SendMessageProcessor:
         self._checked_topics: set[str] = set()
         self._ledger_put: Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None = (
             quorum_put() if quorum_put is not None else None
+        )
+        #: the same put with a completion callback: a send answered from data_received and
+        #: its completion, no task per request (:meth:`_send_replicated`)
+        quorum_put_then = getattr(ctx.store, "quorum_put_then", None)
+        self._ledger_put_then: Callable[[Sequence[BrokerMessage], PutCallback], None] | None = (
+            quorum_put_then() if quorum_put_then is not None else None
         )
         #: SYNC_FLUSH on a plain CommitLog: the put runs on this loop with its group-commit wait
         #: deferred (GroupCommitService.put_deferred), and the send awaits the round that makes
@@ -335,7 +342,9 @@ class SendMessageProcessor:
         )
 
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE -----------------------------------
-    def send_message_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
+    def send_message_now(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | bytes | Deferred | None:
         """The answer to a send computed without awaiting anything, or None when the send has
         to wait (see :meth:`_must_wait`, or a topic change not yet in topics.json) and
         :meth:`send_message` must take it.
@@ -346,6 +355,8 @@ class SendMessageProcessor:
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
         if self._must_wait() or self._topics_pending():
+            if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
+                return self._send_replicated(conn, request, self._ledger_put_then)
             return None
         header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
         store = self.ctx.store
@@ -373,6 +384,37 @@ class SendMessageProcessor:
             ext = send_ok_ext_json(result, queue_id, transaction_id, cfg.region_id, cfg.trace_on)
             return success_frame(request.opaque, ext)
         return self._response(request, result, queue_id, transaction_id)
+
+    def _send_replicated(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        put_then: Callable[[Sequence[BrokerMessage], PutCallback], None],
+    ) -> Deferred | None:
+        """A send on a DLedger leader, taken inside ``data_received``: decoded and checked as
+        :meth:`send_message_now` does, the put handed to the replicated log's batches, and the
+        answer written from the put's completion (:class:`_ReplicatedSend`) once the quorum has
+        it: the responses and errors of :meth:`send_message`, without a task per request. None
+        (the task path) when this send created its topic, as in :meth:`send_message_now`."""
+        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+        kind: SendKind = NORMAL
+        if batch:
+            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
+        else:
+            msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
+            msgs = [msg]
+        if self._topics_pending():
+            return None
+        deferred = self.ctx.deferred
+        send = _ReplicatedSend(self, conn, request, header, msgs, queue_id, transaction_id, kind)
+        send.began = deferred.begin()
+        try:
+            put_then(msgs, send)
+        except BaseException:
+            deferred.dropped()  # not taken after all: the error is the immediate answer
+            raise
+        return DEFERRED
 
     async def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
@@ -577,6 +619,61 @@ class SendMessageProcessor:
         if ctx.trace is not None:
             ctx.trace.sent_back(conn.remote_address, group, original, new_topic, result)
         return create_response(request, ResponseCode.SUCCESS)
+
+
+class _ReplicatedSend:
+    """The completion of a send taken by :meth:`SendMessageProcessor._send_replicated`: called
+    with the put's result or exception on the broker's loop, it records what
+    :meth:`SendMessageProcessor.send_message` records and answers the request."""
+
+    __slots__ = ("began", "conn", "header", "kind", "msgs", "proc", "queue_id", "request", "transaction_id")
+
+    def __init__(
+        self,
+        proc: SendMessageProcessor,
+        conn: Connection,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+        msgs: list[BrokerMessage],
+        queue_id: int,
+        transaction_id: str | None,
+        kind: SendKind,
+    ) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.request = request
+        self.header = header
+        self.msgs = msgs
+        self.queue_id = queue_id
+        self.transaction_id = transaction_id
+        self.kind = kind
+        self.began = 0
+
+    def __call__(self, outcome: PutMessageResult | Exception) -> None:
+        ctx = self.proc.ctx
+        request = self.request
+        response: RemotingCommand | bytes | Exception
+        if isinstance(outcome, Exception):
+            response = outcome
+        else:
+            try:
+                header = self.header
+                if ctx.trace is not None:
+                    ctx.trace.sent(self.conn.remote_address, header.producer_group, self.msgs, outcome)
+                metrics = ctx.metrics
+                if metrics is not None:
+                    metrics.stored(header.topic, self.kind, outcome.size, outcome.msg_num)
+                if outcome.status is PutMessageStatus.PUT_OK:
+                    cfg = ctx.config
+                    ext = send_ok_ext_json(
+                        outcome, self.queue_id, self.transaction_id, cfg.region_id, cfg.trace_on
+                    )
+                    response = success_frame(request.opaque, ext)
+                else:
+                    response = self.proc._response(request, outcome, self.queue_id, self.transaction_id)
+            except Exception as exc:  # answered as the task path answers a handler's exception
+                response = exc
+        ctx.deferred.answer(self.conn, request, response, self.began)
 
 
 def _delay_level(props: dict[str, str]) -> int:

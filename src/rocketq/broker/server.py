@@ -78,7 +78,7 @@ from rocketq.remoting import eventloop
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
+from rocketq.remoting.connection import DEFERRED, Connection, Deferred, DeferringHandler, RequestHandler
 from rocketq.remoting.rpc_metrics import PendingOk, RpcLatency
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
@@ -134,7 +134,7 @@ class Broker:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
-        self._immediate_handlers: dict[int, ImmediateHandler] = {}
+        self._immediate_handlers: dict[int, DeferringHandler] = {}
         #: The request latencies (metrics on; None: nothing is timed), and its list of pending
         #: SUCCESS entries (RpcLatency.ok), None exactly when it is.
         self._rpc: RpcLatency | None = None
@@ -312,6 +312,7 @@ class Broker:
         self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
         if ctx.metrics is not None:  # time every request (rocketmq_rpc_latency): _handle, _handle_now
             self._rpc, self._rpc_ok = ctx.metrics.rpc, ctx.metrics.rpc.ok
+            ctx.deferred.rpc = ctx.metrics.rpc  # and the answers given later (DLedger sends)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -376,7 +377,7 @@ class Broker:
                 except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
                     log.error("shutting down without persisting the pop state: %s", exc)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
+            await asyncio.wait_for(self._drained(), SHUTDOWN_DRAIN_TIMEOUT_S)
         for server in (self._fast_server, self._server):
             if server is not None:
                 await server.close()
@@ -395,6 +396,12 @@ class Broker:
                     log.error("shutting down without persisting %s: %s", persister.path, exc)
         await self._release()
         log.info("broker %s shut down", self.config.broker_name)
+
+    async def _drained(self) -> None:
+        """Return once no request is running: no request task, no answer still to give."""
+        await self._idle.wait()
+        if self.ctx is not None:
+            await self.ctx.deferred.drained()
 
     async def _abandon(self) -> None:
         """Undo a failed start."""
@@ -485,7 +492,9 @@ class Broker:
             if self._in_flight == 0:
                 self._idle.set()
 
-    def _handle_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
+    def _handle_now(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | bytes | Deferred | None:
         """The answer when ``request`` needs no waiting (see the transport's immediate handler);
         None sends it down :meth:`_handle`, which also answers every request while starting or
         shutting down."""
@@ -511,7 +520,7 @@ class Broker:
             raise
         if response.__class__ is bytes:
             pending_ok[request.code].append(_perf_ns() - began)
-        elif response is not None:
+        elif response is not None and response is not DEFERRED:  # a deferred one times itself
             self._rpc.record(request.code, response.code, _perf_ns() - began)  # type: ignore[union-attr]
         return response
 
