@@ -291,10 +291,12 @@ class DLedgerCommitLog(CommitLog):
 class _AppendQueue:
     """Appends handed to the log's loop from other threads, as many per wake-up of the loop as
     are waiting: they are proposed in one loop iteration, so the leader sends them to each
-    follower as one message (batch push) and gets one acknowledgement for them. Outcomes for
-    callers on an event loop (:meth:`submit_async`) go back the same way, one wake-up of the
-    caller's loop for all that completed together; a writer thread (:meth:`submit`) waits on a
-    ``concurrent.futures.Future``."""
+    follower as one message (batch push) and gets one acknowledgement for them. A caller on an
+    event loop (:meth:`submit_async`, :meth:`submit_to`) hands over the appends of one of its
+    loop iterations together, at the iteration's end: one lock and one wake-up of the log's loop
+    for them all instead of one per append. Their outcomes go back the same way, one wake-up of
+    the caller's loop for all that completed together; a writer thread (:meth:`submit`) waits
+    on a ``concurrent.futures.Future``."""
 
     def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
         self.ledger = ledger
@@ -303,6 +305,9 @@ class _AppendQueue:
         self._waiting: list[tuple[RecordEncoder, _Waiter]] = []
         #: outcomes for callers' loops, sent at the end of the log loop's iteration
         self._replies: dict[asyncio.AbstractEventLoop, list[tuple[_Settable, _Outcome]]] = {}
+        #: appends of each caller loop's current iteration, handed over at its end (each list
+        #: is only touched on its own loop's thread)
+        self._outboxes: dict[asyncio.AbstractEventLoop, list[tuple[RecordEncoder, _Waiter]]] = {}
 
     def submit(self, encode: RecordEncoder) -> concurrent.futures.Future[AppendResult]:
         done: concurrent.futures.Future[AppendResult] = concurrent.futures.Future()
@@ -312,13 +317,29 @@ class _AppendQueue:
     def submit_async(self, encode: RecordEncoder) -> asyncio.Future[AppendResult]:
         caller = asyncio.get_running_loop()
         done: asyncio.Future[AppendResult] = caller.create_future()
-        self._submit(encode, (caller, done))
+        self.submit_to(encode, caller, done)
         return done
 
     def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: _Settable) -> None:
         """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
-        of a new future: its outcome is set on ``caller``'s loop."""
-        self._submit(encode, (caller, waiter))
+        of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
+        outbox = self._outboxes.get(caller)
+        if outbox is None:
+            outbox = self._outboxes[caller] = []
+        if not outbox:
+            caller.call_soon(self._hand_over, caller)
+        outbox.append((encode, (caller, waiter)))
+
+    def _hand_over(self, caller: asyncio.AbstractEventLoop) -> None:
+        outbox = self._outboxes.get(caller)
+        if not outbox:
+            return
+        self._outboxes[caller] = []
+        with self._lock:
+            self._waiting += outbox
+            first = len(self._waiting) == len(outbox)
+        if first:  # later ones join the batch the loop has not taken yet
+            self._loop.call_soon_threadsafe(self._start_all)
 
     def _submit(self, encode: RecordEncoder, waiter: _Waiter) -> None:
         with self._lock:
