@@ -251,8 +251,13 @@ class Broker:
         store.reput.arrival_listeners.append(hold.arrival_listener)
         if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
             # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
-            # iteration's acknowledgements are written, instead of one per message
-            store.commitlog.append_listener = LoopWakeup(asyncio.get_running_loop(), store.reput.wakeup)
+            # iteration's acknowledgements are written, instead of one per message (and in
+            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S)
+            store.commitlog.append_listener = LoopWakeup(
+                asyncio.get_running_loop(),
+                store.reput.wakeup,
+                getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0),
+            )
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="rocketq-broker"

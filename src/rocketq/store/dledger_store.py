@@ -116,6 +116,12 @@ class DLedgerMessageStore(MessageStore):
 
     commitlog: DLedgerCommitLog
 
+    #: The broker wakes dispatch for its committed puts at most this often (LoopWakeup): the
+    #: puts complete a few per loop iteration, and a wake-up of the dispatch thread each cost
+    #: the leader about as much as dispatching them. A put after a quiet interval wakes it at
+    #: once; under load records reach the ConsumeQueues up to this much later.
+    DISPATCH_WAKE_INTERVAL_S = 0.002
+
     def __init__(
         self, config: StoreConfig | None = None, *, ledger_factory: LedgerFactory | None = None
     ) -> None:
