@@ -23,7 +23,9 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
 
 The put itself runs on the event loop (a memory copy); under SYNC_FLUSH the send then awaits the
 group commit's fsync of its offset (no thread per send); when dispatch is far behind it runs in a
-worker thread (the store's back-pressure may wait). The sysFlag checks are in
+worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft group) the send
+is taken inside ``data_received`` too and answered from the put's completion once the quorum has
+it (:meth:`SendMessageProcessor._send_replicated`: no task per send). The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).

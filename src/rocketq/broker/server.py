@@ -20,13 +20,15 @@ when the start is cancelled, and what they opened is closed before the cancellat
 
 Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
 unregister from the name servers → end every held pull (each answers with what the store has)
-and every held pop receive (the pop state is made durable) and wait for in-flight requests →
-close the servers → wait for worker-thread store calls → persist offsets, topics, groups → shut
-the store down cleanly (flush, checkpoint, abort file removed) in a worker thread.
+and every held pop receive (the pop state is made durable) and wait for in-flight requests (and
+answers owed to deferred sends) → close the servers → wait for worker-thread store calls →
+persist offsets, topics, groups → shut the store down cleanly (flush, checkpoint, abort file
+removed) in a worker thread.
 
 Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
 are answered by a second table of plain functions right where the transport decodes them (no task
-per message); the others, and every request before start finishes, go through the first table.
+per message; on a DLedger leader taken there and answered when the quorum has the message,
+``DEFERRED``); the others, and every request before start finishes, go through the first table.
 With ``aclEnable=true`` every request is checked against the plain ACL rules
 (:mod:`rocketq.acl`) before either table is consulted; a refusal answers NO_PERMISSION (16) with
 a remark naming what was refused and logs a WARNING (at most one per reason every 10 s); the gRPC
