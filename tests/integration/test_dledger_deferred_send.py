@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -127,10 +128,12 @@ class Harness:
         return asyncio.run(call())
 
 
-@pytest.fixture(params=["deferred", "task"])
-def harness(
-    request: pytest.FixtureRequest, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+@contextlib.contextmanager
+def running(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, deferred: bool, **broker_options: object
 ) -> Iterator[Harness]:
+    """A one-broker cluster in DLedger mode on a :class:`HoldingLog`, its sends answered through
+    the deferred answer or (``deferred=False``) through the task path."""
     logs: list[HoldingLog] = []
 
     def factory(spec: LedgerSpec) -> HoldingLog:
@@ -138,7 +141,6 @@ def harness(
         return logs[-1]
 
     monkeypatch.setattr("rocketq.store.dledger_store.open_ledger", factory)
-    deferred = request.param == "deferred"
     if not deferred:  # the task path: the send awaits quorum_put in a request task
         monkeypatch.setattr(DLedgerMessageStore, "quorum_put_then", lambda self: None)
     send_tasks: list[int] = []
@@ -159,10 +161,19 @@ def harness(
             "d_leger_self_id": "n0",
             "put_message_timeout_ms": 1,
         },
+        broker_options=broker_options,
     ) as c:
         c.create_topic(TOPIC, 2)
         h = Harness(c, logs[0], deferred, send_tasks)
         wait_until(lambda: h.store.commitlog.writable, "the leader accepts writes")
+        yield h
+
+
+@pytest.fixture(params=["deferred", "task"])
+def harness(
+    request: pytest.FixtureRequest, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Harness]:
+    with running(tmp_path, monkeypatch, request.param == "deferred") as h:
         yield h
 
 
@@ -259,3 +270,39 @@ def test_shutdown_answers_a_send_still_awaiting_its_quorum(harness: Harness) -> 
         r = answer.result(10)
         assert r.code == ResponseCode.SUCCESS, r.remark
         stopping.result(30)
+
+
+@pytest.mark.parametrize("path", ["deferred", "task"])
+def test_request_latency_counts_each_send_once_with_its_answer(
+    path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with running(tmp_path, monkeypatch, path == "deferred", **options) as h:
+        ctx = h.cluster.broker(h.cluster.broker_names[0]).ctx
+        assert ctx is not None and ctx.metrics is not None
+        rpc = ctx.metrics.rpc
+        for i in range(5):
+            assert h.invoke(send_request(TOPIC, f"m{i}".encode())).code == ResponseCode.SUCCESS
+        answer = held_send(h, send_request(TOPIC, b"lost"))
+        h.release(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
+        assert answer.result(10).code == ResponseCode.SERVICE_NOT_AVAILABLE
+        refused = h.invoke(send_request(TOPIC, b"x", queue_id=99))
+        assert refused.code == ResponseCode.INVALID_PARAMETER
+
+        def counts() -> dict[int, int]:
+            async def read() -> dict[int, int]:
+                rpc.fold()
+                return {
+                    response: sum(hist.counts)
+                    for (code, response), hist in rpc.table.items()
+                    if code == RequestCode.SEND_MESSAGE_V2
+                }
+
+            return h.cluster.call(read())
+
+        wait_until(lambda: sum(counts().values()) >= 7, "seven sends timed")
+        assert counts() == {
+            ResponseCode.SUCCESS: 5,
+            ResponseCode.SERVICE_NOT_AVAILABLE: 1,
+            ResponseCode.INVALID_PARAMETER: 1,
+        }
