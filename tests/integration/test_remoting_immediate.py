@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -22,6 +22,7 @@ from rocketq.remoting import (
     encode,
     eventloop,
 )
+from rocketq.remoting.connection import DEFERRED, Deferred
 
 T = TypeVar("T")
 WAIT_S = 10.0
@@ -128,6 +129,72 @@ def test_pipelined_immediate_answers_keep_their_opaques(loop: str) -> None:
             await server.close()
 
     run_on(loop, main())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_deferred_answers_come_later_and_count_against_the_request_cap(loop: str) -> None:
+    async def main() -> None:
+        taken: list[RemotingCommand] = []
+        conns: list[Connection] = []
+
+        def immediate(conn: Connection, request: RemotingCommand) -> RemotingCommand | Deferred | None:
+            if request.code == NOW:
+                return create_response(request, 0, remark="now")
+            taken.append(request)
+            return DEFERRED
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            raise AssertionError("no request takes the task path here")
+
+        server = RemotingServer(
+            "127.0.0.1", 0, handler, immediate=immediate, max_pending_requests=4, on_connection=conns.append
+        )
+        await server.start()
+        try:
+            peer = await RawPeer.connect(server)
+            requests = [create_request(LATER, body=str(i).encode()) for i in range(4)]
+            await peer.send(b"".join(encode(r) for r in requests))
+            await asyncio.wait_for(_until(lambda: len(taken) == 4), WAIT_S)
+            (conn,) = conns
+            # four answers owed, no task: at the cap, so the connection stops reading
+            assert conn.running_requests == 4 and conn.reading_paused
+            later = create_request(NOW)
+            await peer.send(encode(later))
+            first, second, third, fourth = taken
+            conn.answer(third, encode(create_response(third, 0, remark="frame")))
+            assert conn.reading_paused  # three owed: more than half the cap
+            conn.answer(first, TopicNotExist("topic[T] not exist"))
+            assert not conn.reading_paused  # two owed: reading again, the NOW request is answered
+            replies = [await asyncio.wait_for(peer.next_command(), WAIT_S) for _ in range(3)]
+            assert [(r.opaque, r.code, r.remark) for r in replies] == [
+                (third.opaque, 0, "frame"),
+                (first.opaque, ResponseCode.TOPIC_NOT_EXIST, "topic[T] not exist"),
+                (later.opaque, 0, "now"),
+            ]
+            conn.answer(fourth, create_response(fourth, 0, remark="command"))
+            conn.answer(second, create_response(second, 0, remark="late"))
+            replies = [await asyncio.wait_for(peer.next_command(), WAIT_S) for _ in range(2)]
+            assert [(r.opaque, r.remark) for r in replies] == [
+                (fourth.opaque, "command"),
+                (second.opaque, "late"),
+            ]
+            assert conn.running_requests == 0
+            # an answer owed when the peer goes away is dropped, not written to a closed socket
+            await peer.send(encode(create_request(LATER)))
+            await asyncio.wait_for(_until(lambda: len(taken) == 5), WAIT_S)
+            await peer.close()
+            await asyncio.wait_for(conn.wait_closed(), WAIT_S)
+            conn.answer(taken[4], create_response(taken[4], 0))
+            assert conn.running_requests == 0
+        finally:
+            await server.close()
+
+    run_on(loop, main())
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
 
 
 def test_event_loop_choice() -> None:

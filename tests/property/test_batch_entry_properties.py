@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
-from rocketq.broker.send import batch_entry_properties, cluster_property, properties_as_sent
+from rocketq.broker.send_properties import batch_entry_properties, cluster_property, properties_as_sent
 from rocketq.errors import MessageIllegal
 from rocketq.message import decode_properties, encode_properties
 

@@ -33,6 +33,35 @@ def test_loop_wakeup_runs_once_per_iteration_on_the_loop_thread() -> None:
     asyncio.run(main())
 
 
+def test_loop_wakeup_with_an_interval_wakes_at_most_once_an_interval() -> None:
+    interval = 0.05
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fired: list[float] = []
+        wake = LoopWakeup(loop, lambda: fired.append(loop.time()), min_interval_s=interval)
+        wake()  # the first: at the end of this iteration, no timer
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(fired) == 1
+        for _ in range(3):  # a steady stream of puts over several iterations
+            for _ in range(10):
+                wake()
+            await asyncio.sleep(0)
+        assert len(fired) == 1  # held back until the interval is over
+        await wait_until_async(lambda: len(fired) == 2, "the timed wake-up", WAIT_S, 0.005)
+        assert fired[1] - fired[0] >= interval - 0.001  # the loop clock's granularity
+        await asyncio.sleep(interval * 1.5)  # a quiet interval
+        quiet = loop.time()
+        wake()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(fired) == 3 and fired[2] - quiet < interval  # at once again
+        assert wake.wakeups == 3
+
+    asyncio.run(main())
+
+
 def test_loop_wakeup_from_another_thread_or_a_closed_loop_wakes_at_once() -> None:
     calls: list[str] = []
 

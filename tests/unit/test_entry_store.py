@@ -57,6 +57,16 @@ def test_round_trip_rolls_files_with_blank_padding(tmp_path: pathlib.Path) -> No
         assert s.ledger_begin_index == 0 and s.ledger_end_index == 59
 
 
+def test_pos_at_reads_the_position_from_the_index_record(tmp_path: pathlib.Path) -> None:
+    with open_store(tmp_path) as s:
+        placed = fill(s, 40)
+        assert [s.pos_at(i) for i, _ in placed] == [pos for _, pos in placed]
+        with pytest.raises(EntryNotFound):
+            s.pos_at(40)
+        with pytest.raises(EntryNotFound):
+            s.pos_at(-1)
+
+
 def test_placer_predicts_positions_and_append_raw_at_returns_the_stored_bytes(tmp_path: pathlib.Path) -> None:
     with open_store(tmp_path) as s:
         placer = s.placer()  # an empty store, then across several file ends (a full one too)

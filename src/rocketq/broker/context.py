@@ -22,6 +22,7 @@ from rocketq.broker.client_manager import ConsumerManager, ProducerManager
 from rocketq.broker.config import BrokerConfig
 from rocketq.broker.config_file import PersistScheduler
 from rocketq.broker.consumer_offset import ConsumerOffsetManager
+from rocketq.broker.deferred import DeferredAnswers
 from rocketq.broker.long_polling import PullRequestHoldService
 from rocketq.broker.rebalance_lock import RebalanceLockManager
 from rocketq.broker.stats import TpsSampler
@@ -75,6 +76,8 @@ class BrokerContext:
     is_master: bool = True
     #: The DLedger role handler (DLedger mode only; broker/dledger_role.py).
     dledger_role: DLedgerRoleHandler | None = None
+    #: Requests taken in ``data_received`` and answered later (a DLedger leader's sends).
+    deferred: DeferredAnswers = field(default_factory=DeferredAnswers)
     _in_flight: int = field(default=0, init=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 

@@ -21,12 +21,12 @@ from rocketq.broker.reset_offset import ResetOffsetProcessor
 from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.transaction import TransactionService
 from rocketq.remoting import RequestCode
-from rocketq.remoting.connection import ImmediateHandler, RequestHandler
+from rocketq.remoting.connection import DeferringHandler, RequestHandler
 
 
 def request_tables(
     ctx: BrokerContext,
-) -> tuple[dict[int, RequestHandler], dict[int, ImmediateHandler], TransactionService]:
+) -> tuple[dict[int, RequestHandler], dict[int, DeferringHandler], TransactionService]:
     """The request table, the immediate table and the transaction service they use."""
     send = SendMessageProcessor(ctx)
     pull = PullMessageProcessor(ctx)
@@ -81,7 +81,7 @@ def request_tables(
         rc.INVOKE_BROKER_TO_RESET_OFFSET: broker2client.reset_offset,
         rc.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: broker2client.get_consumer_status,
     }
-    immediate: dict[int, ImmediateHandler] = {
+    immediate: dict[int, DeferringHandler] = {
         rc.SEND_MESSAGE: send.send_message_now,
         rc.SEND_MESSAGE_V2: send.send_message_now,
         rc.SEND_BATCH_MESSAGE: send.send_message_now,

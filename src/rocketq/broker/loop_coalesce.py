@@ -18,7 +18,11 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
   after the acknowledgements of that iteration are written and finds all of its records in one
   window (one parse, one ConsumeQueue write, one notification instead of one per message). A
   call from any other thread (pop, transactions, worker threads) wakes at once, as before; a
-  closed loop also falls back to waking at once. No polling, no timer.
+  closed loop also falls back to waking at once. No polling, no timer. With ``min_interval_s``
+  (a DLedger leader, whose puts complete a few per iteration) wake-ups are also at least that
+  far apart: one asked for sooner is made by a timer at the end of the interval, so under a
+  steady stream of puts the dispatch thread is woken at most once an interval and finds that
+  interval's records in one window; after a quiet interval the first put wakes it at once.
 * :class:`ThreadsafeBatcher` replaces one ``call_soon_threadsafe`` per dispatched window: items
   posted while a delivery is already scheduled join it, so the loop is woken (self-pipe write,
   one extra epoll return) at most once per iteration however many windows the dispatch thread
@@ -43,13 +47,19 @@ T = TypeVar("T")
 class LoopWakeup:
     """A ``wake()`` callable that, on the loop's thread, runs at most once per loop iteration."""
 
-    __slots__ = ("_loop", "_scheduled", "_thread_id", "_wake", "wakeups")
+    __slots__ = ("_interval", "_loop", "_next_at", "_scheduled", "_thread_id", "_wake", "wakeups")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None], min_interval_s: float = 0.0
+    ) -> None:
         self._loop = loop
         self._wake = wake
         self._thread_id = threading.get_ident()  # built on the loop's thread
         self._scheduled = False
+        #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
+        self._interval = min_interval_s
+        #: loop time before which a wake-up waits for the timer (with an interval)
+        self._next_at = 0.0
         #: how many times ``wake`` actually ran (tests and stats)
         self.wakeups = 0
 
@@ -61,6 +71,11 @@ class LoopWakeup:
             return
         self._scheduled = True
         try:
+            if self._interval:
+                delay = self._next_at - self._loop.time()
+                if delay > 0:
+                    self._loop.call_later(delay, self._fire)
+                    return
             self._loop.call_soon(self._fire)
         except RuntimeError:  # the loop is closed: nobody will run the callback
             self._scheduled = False
@@ -68,6 +83,8 @@ class LoopWakeup:
 
     def _fire(self) -> None:
         self._scheduled = False
+        if self._interval:
+            self._next_at = self._loop.time() + self._interval
         self._fire_now()
 
     def _fire_now(self) -> None:

@@ -23,7 +23,9 @@ Send path (``SendMessageProcessor.sendMessage`` + ``msgCheck``)::
 
 The put itself runs on the event loop (a memory copy); under SYNC_FLUSH the send then awaits the
 group commit's fsync of its offset (no thread per send); when dispatch is far behind it runs in a
-worker thread (the store's back-pressure may wait). The sysFlag checks are in
+worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft group) the send
+is taken inside ``data_received`` too and answered from the put's completion once the quorum has
+it (:meth:`SendMessageProcessor._send_replicated`: no task per send). The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
@@ -36,6 +38,10 @@ CONSUMER_SEND_MSG_BACK: the consumed message (found by commit-log offset) is re-
 %RETRY%<group> with DELAY = 3 + reconsumeTimes (or the requested level), reconsumeTimes + 1,
 RETRY_TOPIC and ORIGIN_MESSAGE_ID kept/added; once reconsumeTimes reaches the maximum (or the
 requested delay level is negative) it goes to %DLQ%<group> instead.
+
+One idea: a send request's way from header to stored record and answer (``msgCheck``, the
+record, the put by flush type, the response), for every send code; the record's properties are
+built in :mod:`rocketq.broker.send_properties`.
 """
 
 from __future__ import annotations
@@ -49,6 +55,13 @@ from typing import TypeVar
 
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
+from rocketq.broker.send_properties import (
+    base_properties,
+    batch_entry_properties,
+    cluster_property,
+    delay_level,
+    properties_as_sent,
+)
 from rocketq.broker.sys_flag import CHECKED_SYS_FLAGS, check_sys_flag
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
 from rocketq.config import FlushDiskType
@@ -63,12 +76,10 @@ from rocketq.errors import (
     TopicNotExist,
 )
 from rocketq.message import (
-    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_POP_CK,
     PROPERTY_RETRY_TOPIC,
-    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -107,8 +118,9 @@ from rocketq.protocol.topic import (
 from rocketq.remoting.codec import success_frame
 from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
-from rocketq.remoting.connection import Connection
+from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.store.dledger_commitlog import PutCallback
 from rocketq.store.flush import GroupCommitService
 
 log = logging.getLogger(__name__)
@@ -118,7 +130,6 @@ T = TypeVar("T")
 #: Names :meth:`SendMessageProcessor.msg_check` remembers as checked (the set starts over when full).
 CHECKED_TOPICS_MAX = 4096
 
-PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
@@ -175,6 +186,12 @@ class SendMessageProcessor:
         self._checked_topics: set[str] = set()
         self._ledger_put: Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None = (
             quorum_put() if quorum_put is not None else None
+        )
+        #: the same put with a completion callback: a send answered from data_received and
+        #: its completion, no task per request (:meth:`_send_replicated`)
+        quorum_put_then = getattr(ctx.store, "quorum_put_then", None)
+        self._ledger_put_then: Callable[[Sequence[BrokerMessage], PutCallback], None] | None = (
+            quorum_put_then() if quorum_put_then is not None else None
         )
         #: SYNC_FLUSH on a plain CommitLog: the put runs on this loop with its group-commit wait
         #: deferred (GroupCommitService.put_deferred), and the send awaits the round that makes
@@ -334,7 +351,9 @@ class SendMessageProcessor:
         )
 
     # -- SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE -----------------------------------
-    def send_message_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
+    def send_message_now(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | bytes | Deferred | None:
         """The answer to a send computed without awaiting anything, or None when the send has
         to wait (see :meth:`_must_wait`, or a topic change not yet in topics.json) and
         :meth:`send_message` must take it.
@@ -345,6 +364,8 @@ class SendMessageProcessor:
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
         if self._must_wait() or self._topics_pending():
+            if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
+                return self._send_replicated(conn, request, self._ledger_put_then)
             return None
         header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
         store = self.ctx.store
@@ -372,6 +393,37 @@ class SendMessageProcessor:
             ext = send_ok_ext_json(result, queue_id, transaction_id, cfg.region_id, cfg.trace_on)
             return success_frame(request.opaque, ext)
         return self._response(request, result, queue_id, transaction_id)
+
+    def _send_replicated(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        put_then: Callable[[Sequence[BrokerMessage], PutCallback], None],
+    ) -> Deferred | None:
+        """A send on a DLedger leader, taken inside ``data_received``: decoded and checked as
+        :meth:`send_message_now` does, the put handed to the replicated log's batches, and the
+        answer written from the put's completion (:class:`_ReplicatedSend`) once the quorum has
+        it: the responses and errors of :meth:`send_message`, without a task per request. None
+        (the task path) when this send created its topic, as in :meth:`send_message_now`."""
+        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+        kind: SendKind = NORMAL
+        if batch:
+            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
+        else:
+            msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
+            msgs = [msg]
+        if self._topics_pending():
+            return None
+        deferred = self.ctx.deferred
+        send = _ReplicatedSend(self, conn, request, header, msgs, queue_id, transaction_id, kind)
+        send.began = deferred.begin()
+        try:
+            put_then(msgs, send)
+        except BaseException:
+            deferred.dropped()  # not taken after all: the error is the immediate answer
+            raise
+        return DEFERRED
 
     async def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
@@ -481,7 +533,7 @@ class SendMessageProcessor:
         if header.sys_flag & TRANSACTION_TYPE_MASK:
             raise MessageIllegal("batch messages cannot be transactional")
         batch_props = decode_properties(header.properties or "")
-        if _delay_level(batch_props) > 0:
+        if delay_level(batch_props) > 0:
             raise MessageIllegal("batch messages do not support delay levels")
         shared = {
             k: v
@@ -577,73 +629,59 @@ class SendMessageProcessor:
         return create_response(request, ResponseCode.SUCCESS)
 
 
-def base_properties(props: dict[str, str], cluster: str, new_id: Callable[[], str]) -> dict[str, str]:
-    """A sent message's properties as its record carries them: POP_CK dropped, UNIQ_KEY added
-    when missing (``new_id()``), CLUSTER set; ``props`` is changed and returned."""
-    props.pop(PROPERTY_POP_CK, None)
-    if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
-        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_id()
-    props[PROPERTY_CLUSTER] = cluster
-    return props
+class _ReplicatedSend:
+    """The completion of a send taken by :meth:`SendMessageProcessor._send_replicated`: called
+    with the put's result or exception on the broker's loop, it records what
+    :meth:`SendMessageProcessor.send_message` records and answers the request."""
 
+    __slots__ = ("began", "conn", "header", "kind", "msgs", "proc", "queue_id", "request", "transaction_id")
 
-def batch_entry_properties(
-    props: dict[str, str], shared: dict[str, str], cluster: str, new_id: Callable[[], str], index: int
-) -> bytes:
-    """The record properties of batch message ``index`` from its decoded properties ``props``
-    (changed): :func:`base_properties`, a delay level refused, the batch-wide properties
-    ``shared`` added where the message has none of its own."""
-    props = base_properties(props, cluster, new_id)
-    if _delay_level(props) > 0:
-        raise MessageIllegal(f"batch message {index} has a delay level; batches do not support delays")
-    for k, v in shared.items():
-        props.setdefault(k, v)
-    return encode_properties(props).encode("utf-8")
+    def __init__(
+        self,
+        proc: SendMessageProcessor,
+        conn: Connection,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+        msgs: list[BrokerMessage],
+        queue_id: int,
+        transaction_id: str | None,
+        kind: SendKind,
+    ) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.request = request
+        self.header = header
+        self.msgs = msgs
+        self.queue_id = queue_id
+        self.transaction_id = transaction_id
+        self.kind = kind
+        self.began = 0
 
-
-def cluster_property(cluster: str) -> bytes | None:
-    """The CLUSTER property as :func:`batch_entry_properties` writes it last, or None when the
-    name is not one it writes as is (it contains a separator, or cannot be UTF-8)."""
-    if NAME_VALUE_SEPARATOR in cluster or PROPERTY_SEPARATOR in cluster:
-        return None
-    try:
-        return f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}".encode()
-    except UnicodeEncodeError:
-        return None
-
-
-def properties_as_sent(
-    raw: bytes, text: str, props: dict[str, str], shared: dict[str, str], cluster: bytes
-) -> bytes | None:
-    """What :func:`batch_entry_properties` writes for a batch message whose properties ``raw``
-    (``text`` decoded as UTF-8, ``props`` decoded from it) it would only add the CLUSTER
-    property (``cluster``, from :func:`cluster_property`) to, else None: every piece of the text
-    is one ``name\x01value\x02`` with a non-empty name and value and no name twice (so that
-    encoding ``props`` gives the text back), UNIQ_KEY is there and not empty, every batch-wide
-    property of ``shared`` is there already, and none of CLUSTER (set in its place), POP_CK
-    (dropped) and DELAY (checked) is. The text as it came, then ``cluster``, without building
-    and encoding the property map again (the usual batch of a RocketMQ client)."""
-    n = len(props)
-    if not (
-        n > 0
-        and text.count(PROPERTY_SEPARATOR) == n
-        and text.count(NAME_VALUE_SEPARATOR) == n
-        and text[-1] == PROPERTY_SEPARATOR
-        and props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        and PROPERTY_CLUSTER not in props
-        and PROPERTY_POP_CK not in props
-        and PROPERTY_DELAY_TIME_LEVEL not in props
-        and all(k in props for k in shared)
-    ):
-        return None
-    # ASCII text is the bytes it was decoded from; otherwise it is encoded again, as the
-    # general path does (invalid UTF-8 became U+FFFD)
-    return (raw if text.isascii() else text.encode("utf-8")) + cluster
-
-
-def _delay_level(props: dict[str, str]) -> int:
-    raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
-    return int(raw) if raw.isdigit() else 0
+    def __call__(self, outcome: PutMessageResult | Exception) -> None:
+        ctx = self.proc.ctx
+        request = self.request
+        response: RemotingCommand | bytes | Exception
+        if isinstance(outcome, Exception):
+            response = outcome
+        else:
+            try:
+                header = self.header
+                if ctx.trace is not None:
+                    ctx.trace.sent(self.conn.remote_address, header.producer_group, self.msgs, outcome)
+                metrics = ctx.metrics
+                if metrics is not None:
+                    metrics.stored(header.topic, self.kind, outcome.size, outcome.msg_num)
+                if outcome.status is PutMessageStatus.PUT_OK:
+                    cfg = ctx.config
+                    ext = send_ok_ext_json(
+                        outcome, self.queue_id, self.transaction_id, cfg.region_id, cfg.trace_on
+                    )
+                    response = success_frame(request.opaque, ext)
+                else:
+                    response = self.proc._response(request, outcome, self.queue_id, self.transaction_id)
+            except Exception as exc:  # answered as the task path answers a handler's exception
+                response = exc
+        ctx.deferred.answer(self.conn, request, response, self.began)
 
 
 __all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]

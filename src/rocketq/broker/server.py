@@ -20,13 +20,15 @@ when the start is cancelled, and what they opened is closed before the cancellat
 
 Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
 unregister from the name servers → end every held pull (each answers with what the store has)
-and every held pop receive (the pop state is made durable) and wait for in-flight requests →
-close the servers → wait for worker-thread store calls → persist offsets, topics, groups → shut
-the store down cleanly (flush, checkpoint, abort file removed) in a worker thread.
+and every held pop receive (the pop state is made durable) and wait for in-flight requests (and
+answers owed to deferred sends) → close the servers → wait for worker-thread store calls →
+persist offsets, topics, groups → shut the store down cleanly (flush, checkpoint, abort file
+removed) in a worker thread.
 
 Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
 are answered by a second table of plain functions right where the transport decodes them (no task
-per message); the others, and every request before start finishes, go through the first table.
+per message; on a DLedger leader taken there and answered when the quorum has the message,
+``DEFERRED``); the others, and every request before start finishes, go through the first table.
 With ``aclEnable=true`` every request is checked against the plain ACL rules
 (:mod:`rocketq.acl`) before either table is consulted; a refusal answers NO_PERMISSION (16) with
 a remark naming what was refused and logs a WARNING (at most one per reason every 10 s); the gRPC
@@ -34,6 +36,9 @@ endpoint checks the same accounts (proxy/auth.py). An unknown code answers 3 wit
 ``" request type <code> not supported"``. A processor error that is a
 :class:`~rocketq.errors.RocketqError` becomes its wire code with the message as remark (the
 transport does that); anything else becomes SYSTEM_ERROR (1).
+
+One idea: the broker process's life cycle around its processors (start, request dispatch,
+periodic tasks, shutdown); what each request does lives in the processor modules.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ from rocketq.remoting import eventloop
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.codes import REQUEST_CODE_NOT_SUPPORTED_REMARK, RequestCode
 from rocketq.remoting.command import RemotingCommand, create_request, create_response
-from rocketq.remoting.connection import Connection, ImmediateHandler, RequestHandler
+from rocketq.remoting.connection import DEFERRED, Connection, Deferred, DeferringHandler, RequestHandler
 from rocketq.remoting.rpc_metrics import PendingOk, RpcLatency
 from rocketq.remoting.server import RemotingServer
 from rocketq.store.message_store import MessageStore, open_message_store
@@ -134,7 +139,7 @@ class Broker:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
-        self._immediate_handlers: dict[int, ImmediateHandler] = {}
+        self._immediate_handlers: dict[int, DeferringHandler] = {}
         #: The request latencies (metrics on; None: nothing is timed), and its list of pending
         #: SUCCESS entries (RpcLatency.ok), None exactly when it is.
         self._rpc: RpcLatency | None = None
@@ -251,8 +256,13 @@ class Broker:
         store.reput.arrival_listeners.append(hold.arrival_listener)
         if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
             # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
-            # iteration's acknowledgements are written, instead of one per message
-            store.commitlog.append_listener = LoopWakeup(asyncio.get_running_loop(), store.reput.wakeup)
+            # iteration's acknowledgements are written, instead of one per message (and in
+            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S)
+            store.commitlog.append_listener = LoopWakeup(
+                asyncio.get_running_loop(),
+                store.reput.wakeup,
+                getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0),
+            )
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="rocketq-broker"
@@ -312,6 +322,7 @@ class Broker:
         self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
         if ctx.metrics is not None:  # time every request (rocketmq_rpc_latency): _handle, _handle_now
             self._rpc, self._rpc_ok = ctx.metrics.rpc, ctx.metrics.rpc.ok
+            ctx.deferred.rpc = ctx.metrics.rpc  # and the answers given later (DLedger sends)
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -376,7 +387,7 @@ class Broker:
                 except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
                     log.error("shutting down without persisting the pop state: %s", exc)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), SHUTDOWN_DRAIN_TIMEOUT_S)
+            await asyncio.wait_for(self._drained(), SHUTDOWN_DRAIN_TIMEOUT_S)
         for server in (self._fast_server, self._server):
             if server is not None:
                 await server.close()
@@ -395,6 +406,12 @@ class Broker:
                     log.error("shutting down without persisting %s: %s", persister.path, exc)
         await self._release()
         log.info("broker %s shut down", self.config.broker_name)
+
+    async def _drained(self) -> None:
+        """Return once no request is running: no request task, no answer still to give."""
+        await self._idle.wait()
+        if self.ctx is not None:
+            await self.ctx.deferred.drained()
 
     async def _abandon(self) -> None:
         """Undo a failed start."""
@@ -485,7 +502,9 @@ class Broker:
             if self._in_flight == 0:
                 self._idle.set()
 
-    def _handle_now(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | bytes | None:
+    def _handle_now(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | bytes | Deferred | None:
         """The answer when ``request`` needs no waiting (see the transport's immediate handler);
         None sends it down :meth:`_handle`, which also answers every request while starting or
         shutting down."""
@@ -511,7 +530,7 @@ class Broker:
             raise
         if response.__class__ is bytes:
             pending_ok[request.code].append(_perf_ns() - began)
-        elif response is not None:
+        elif response is not None and response is not DEFERRED:  # a deferred one times itself
             self._rpc.record(request.code, response.code, _perf_ns() - began)  # type: ignore[union-attr]
         return response
 

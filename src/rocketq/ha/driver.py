@@ -410,9 +410,9 @@ class RaftGroupLog:
         if hi < 0 or lo < 0:
             return
         first, last = lo, hi
-        while first < last:  # first committed entry at or after pos
+        while first < last:  # first committed entry at or after pos (index records only)
             mid = (first + last) // 2
-            if store.get(mid).pos < pos:
+            if store.pos_at(mid) < pos:
                 first = mid + 1
             else:
                 last = mid

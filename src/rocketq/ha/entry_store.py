@@ -504,6 +504,12 @@ class EntryStore:
         with self.lock:
             return fmt.decode_entry(self._raw(index)[0])
 
+    def pos_at(self, index: int) -> int:
+        """The position of entry ``index`` (from the index record: the entry is not read)."""
+        with self.lock:
+            self._check_range(index)
+            return self._index_record(index).pos
+
     def term_at(self, index: int) -> int:
         """The term of entry ``index`` (from the index record)."""
         with self.lock:

@@ -17,7 +17,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
 * an optional immediate handler is asked first, inside ``data_received``: a request it can
   answer without awaiting (a send under ASYNC_FLUSH) costs no task and no extra loop iteration;
   it returns None for anything else, which then takes the task path, and may answer with the
-  response frame already encoded (see :func:`~rocketq.remoting.codec.success_frame`);
+  response frame already encoded (see :func:`~rocketq.remoting.codec.success_frame`); it may
+  also take the request and answer later (:data:`DEFERRED`, then :meth:`Connection.answer`: a
+  send on a DLedger leader, answered when its quorum is reached), still without a task;
 * a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
   anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
   remark; oneway requests (flag bit1) never get a response;
@@ -83,6 +85,25 @@ ImmediateHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | 
 """``immediate(connection, request)``: the response when the request can be answered at once,
 without awaiting anything, or None to hand the request to the RequestHandler as usual."""
 
+
+class Deferred:
+    """The type of :data:`DEFERRED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+#: What a :data:`DeferringHandler` returns for a request it took and answers later, exactly
+#: once, through :meth:`Connection.answer` (from the connection's loop).
+DEFERRED: Final = Deferred()
+
+DeferringHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | bytes | Deferred | None"]
+"""An :data:`ImmediateHandler` that may also take the request and answer it later: it returns
+:data:`DEFERRED`, and the answer comes through :meth:`Connection.answer`. The connection's
+immediate handler is one of these."""
+
 CloseCallback = Callable[["Connection"], None]
 
 #: A transport's write buffer above this pauses the writer (serving side: stops reading).
@@ -134,7 +155,7 @@ class Connection(asyncio.Protocol):
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         serving: bool = False,
         on_made: Callable[[Connection], None] | None = None,
-        immediate: ImmediateHandler | None = None,
+        immediate: DeferringHandler | None = None,
         guard: LimitGuard | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
@@ -162,6 +183,7 @@ class Connection(asyncio.Protocol):
         self._expiring: dict[int, dict[int, tuple[asyncio.Future[RemotingCommand], int, float]]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}  # running handler tasks by sequence number
         self._task_seq = 0
+        self._deferred = 0  # requests an immediate handler took and has not answered yet
         self._backlog: collections.deque[RemotingCommand] = collections.deque()  # requests over the cap
         self._out: list[bytes] = []  # frames waiting for the _flush at the end of this iteration
         self._flush_scheduled = False
@@ -191,8 +213,8 @@ class Connection(asyncio.Protocol):
 
     @property
     def running_requests(self) -> int:
-        """Inbound requests whose handler has not finished."""
-        return len(self._tasks)
+        """Inbound requests whose handler has not finished (deferred answers included)."""
+        return len(self._tasks) + self._deferred
 
     @property
     def buffered(self) -> int:
@@ -204,7 +226,7 @@ class Connection(asyncio.Protocol):
         the idle check); clears the arrival mark."""
         active = self._active
         self._active = False
-        return active or bool(self._tasks or self._backlog or self._pending)
+        return active or bool(self._tasks or self._backlog or self._pending or self._deferred)
 
     @property
     def reading_paused(self) -> bool:
@@ -238,6 +260,22 @@ class Connection(asyncio.Protocol):
         """Mark ``cmd`` oneway (flag bit1) and send it."""
         cmd.flag |= FLAG_ONEWAY
         self.send(cmd)
+
+    def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | Exception) -> None:
+        """Answer a request the immediate handler took (:data:`DEFERRED`), on this connection's
+        loop: a response command, the response frame already encoded, or the exception the
+        request failed with (answered as a handler's exception is). Dropped, like a task's
+        answer, when the connection is gone or the request was oneway."""
+        self._deferred -= 1
+        if not request.flag & FLAG_ONEWAY:
+            if isinstance(response, Exception):
+                self._respond(request, self._error_response(request, response))
+            elif isinstance(response, RemotingCommand):
+                self._respond(request, response)
+            elif not (self._closing or self._lost):
+                self._enqueue(response)
+        if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
+            self._request_slot_freed(self._handler)
 
     async def invoke(
         self, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
@@ -526,6 +564,11 @@ class Connection(asyncio.Protocol):
             except Exception as exc:
                 response = self._error_response(cmd, exc)
             if response is not None:
+                if isinstance(response, Deferred):  # answered later through answer(): counts as running
+                    self._deferred += 1
+                    if len(self._tasks) + self._deferred >= self._max_pending_requests:
+                        self._pause_reading(_PAUSED_BY_REQUESTS)
+                    return
                 if cmd.flag & FLAG_ONEWAY:
                     return
                 if isinstance(response, RemotingCommand):
@@ -533,7 +576,7 @@ class Connection(asyncio.Protocol):
                 elif not (self._closing or self._lost):
                     self._enqueue(response)  # a frame the handler encoded itself
                 return
-        if self._backlog or len(self._tasks) >= self._max_pending_requests:
+        if self._backlog or len(self._tasks) + self._deferred >= self._max_pending_requests:
             # At the cap: park the (already decoded) request and stop reading more.
             self._backlog.append(cmd)
             self._pause_reading(_PAUSED_BY_REQUESTS)
@@ -566,16 +609,16 @@ class Connection(asyncio.Protocol):
             log.debug("request %r from %s failed: %s", cmd, self.remote_address, exc)
         else:
             code = ResponseCode.SYSTEM_ERROR
-            log.warning("handler failed for %r from %s", cmd, self.remote_address, exc_info=True)
+            log.warning("handler failed for %r from %s", cmd, self.remote_address, exc_info=exc)
         return RemotingCommand.create_response(cmd, code, str(exc) or type(exc).__name__)
 
     def _request_slot_freed(self, handler: RequestHandler) -> None:
         tasks = self._tasks
         backlog = self._backlog
         limit = self._max_pending_requests
-        while backlog and len(tasks) < limit and not self._lost:
+        while backlog and len(tasks) + self._deferred < limit and not self._lost:
             self._start(handler, backlog.popleft())
-        if not backlog and len(tasks) <= limit // 2:
+        if not backlog and len(tasks) + self._deferred <= limit // 2:
             self._resume_reading(_PAUSED_BY_REQUESTS)
 
     def _respond(self, request: RemotingCommand, response: RemotingCommand) -> None:

@@ -27,7 +27,7 @@ from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
 from rocketq.remoting.connection import (
     DEFAULT_CLOSE_TIMEOUT_S,
     Connection,
-    ImmediateHandler,
+    DeferringHandler,
     RequestHandler,
     close_connections,
     format_address,
@@ -87,7 +87,7 @@ class RemotingServer:
         max_pending_requests: int | None = None,
         on_connection: Callable[[Connection], None] | None = None,
         backlog: int = DEFAULT_BACKLOG,
-        immediate: ImmediateHandler | None = None,
+        immediate: DeferringHandler | None = None,
         ssl: ssl.SSLContext | None = None,
         tls_permissive: bool = False,
         limits: ServerLimits | None = None,

@@ -27,8 +27,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Coroutine, Generator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, RocketqError, ServiceNotAvailable, SystemBusy
@@ -191,6 +191,19 @@ class DLedgerCommitLog(CommitLog):
             outcome: PutMessageResult = done.value
             return outcome
 
+    def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
+        """:meth:`put_messages_async` without a coroutine: the appends join the same batches,
+        and ``done(result or exception)`` is called on the caller's loop when the last append's
+        outcome comes back (the same outcomes and errors, the same expiry), or right away when
+        an append fails. Errors found before anything is appended (log not open, writes off, a
+        record too large) raise here instead."""
+        ledger, loop, steps = self._start_puts(msgs)
+        put = next(steps)
+        chain = _PutChain(
+            steps, self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop()), done
+        )
+        chain.submit(put)
+
     def _start_puts(
         self, msgs: Sequence[BrokerMessage]
     ) -> tuple[ReplicatedLog, LedgerLoop, Generator[_OneAppend, AppendResult, PutMessageResult]]:
@@ -278,10 +291,12 @@ class DLedgerCommitLog(CommitLog):
 class _AppendQueue:
     """Appends handed to the log's loop from other threads, as many per wake-up of the loop as
     are waiting: they are proposed in one loop iteration, so the leader sends them to each
-    follower as one message (batch push) and gets one acknowledgement for them. Outcomes for
-    callers on an event loop (:meth:`submit_async`) go back the same way, one wake-up of the
-    caller's loop for all that completed together; a writer thread (:meth:`submit`) waits on a
-    ``concurrent.futures.Future``."""
+    follower as one message (batch push) and gets one acknowledgement for them. A caller on an
+    event loop (:meth:`submit_async`, :meth:`submit_to`) hands over the appends of one of its
+    loop iterations together, at the iteration's end: one lock and one wake-up of the log's loop
+    for them all instead of one per append. Their outcomes go back the same way, one wake-up of
+    the caller's loop for all that completed together; a writer thread (:meth:`submit`) waits
+    on a ``concurrent.futures.Future``."""
 
     def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
         self.ledger = ledger
@@ -289,9 +304,10 @@ class _AppendQueue:
         self._lock = threading.Lock()
         self._waiting: list[tuple[RecordEncoder, _Waiter]] = []
         #: outcomes for callers' loops, sent at the end of the log loop's iteration
-        self._replies: dict[
-            asyncio.AbstractEventLoop, list[tuple[asyncio.Future[AppendResult], _Outcome]]
-        ] = {}
+        self._replies: dict[asyncio.AbstractEventLoop, list[tuple[_Settable, _Outcome]]] = {}
+        #: appends of each caller loop's current iteration, handed over at its end (each list
+        #: is only touched on its own loop's thread)
+        self._outboxes: dict[asyncio.AbstractEventLoop, list[tuple[RecordEncoder, _Waiter]]] = {}
 
     def submit(self, encode: RecordEncoder) -> concurrent.futures.Future[AppendResult]:
         done: concurrent.futures.Future[AppendResult] = concurrent.futures.Future()
@@ -301,8 +317,29 @@ class _AppendQueue:
     def submit_async(self, encode: RecordEncoder) -> asyncio.Future[AppendResult]:
         caller = asyncio.get_running_loop()
         done: asyncio.Future[AppendResult] = caller.create_future()
-        self._submit(encode, (caller, done))
+        self.submit_to(encode, caller, done)
         return done
+
+    def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: _Settable) -> None:
+        """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
+        of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
+        outbox = self._outboxes.get(caller)
+        if outbox is None:
+            outbox = self._outboxes[caller] = []
+        if not outbox:
+            caller.call_soon(self._hand_over, caller)
+        outbox.append((encode, (caller, waiter)))
+
+    def _hand_over(self, caller: asyncio.AbstractEventLoop) -> None:
+        outbox = self._outboxes.get(caller)
+        if not outbox:
+            return
+        self._outboxes[caller] = []
+        with self._lock:
+            self._waiting += outbox
+            first = len(self._waiting) == len(outbox)
+        if first:  # later ones join the batch the loop has not taken yet
+            self._loop.call_soon_threadsafe(self._start_all)
 
     def _submit(self, encode: RecordEncoder, waiter: _Waiter) -> None:
         with self._lock:
@@ -365,24 +402,92 @@ class _AppendQueue:
                 pass
 
 
-_Waiter = (
-    concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, asyncio.Future[AppendResult]]
-)
+class _Settable(Protocol):
+    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future`` or a
+    :class:`_PutChain`."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: AppendResult, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+_Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, _Settable]
 _Outcome = AppendResult | BaseException
+#: ``done(result or exception)`` of :meth:`DLedgerCommitLog.put_messages_then`
+PutCallback = Callable[[PutMessageResult | Exception], None]
+
+
+class _PutChain:
+    """One append of a :meth:`DLedgerCommitLog.put_messages_then` and what follows it: the
+    waiter of that append, set on the caller's loop (:func:`_resolve`) or failed by the expiry,
+    like a future, but it runs the next step right there instead of waking a task. The appends
+    of a batch go one after the other (as :meth:`DLedgerCommitLog.put_messages_async` awaits
+    them), each with a chain of its own (its own deadline)."""
+
+    __slots__ = ("_appends", "_done", "_expiry", "_finished", "_loop", "_steps")
+
+    def __init__(
+        self,
+        steps: Generator[_OneAppend, AppendResult, PutMessageResult],
+        appends: _AppendQueue,
+        expiry: _Expiry,
+        done: PutCallback,
+    ) -> None:
+        self._steps = steps
+        self._appends = appends
+        self._expiry = expiry
+        self._loop = expiry.loop
+        self._done = done
+        #: the append has its outcome (a future's done())
+        self._finished = False
+
+    def submit(self, put: _OneAppend) -> None:
+        self._appends.submit_to(put.encode, self._loop, self)
+        self._expiry.add(self)
+
+    def done(self) -> bool:
+        return self._finished
+
+    def set_result(self, result: AppendResult, /) -> None:
+        self._finished = True
+        try:
+            put = self._steps.send(result)
+        except StopIteration as stop:
+            self._finish(stop.value)
+            return
+        except Exception as exc:  # the append did not commit (raise_for)
+            self._finish(exc)
+            return
+        _PutChain(self._steps, self._appends, self._expiry, self._done).submit(put)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._finished = True
+        self._steps.close()
+        self._finish(exception if isinstance(exception, Exception) else ReplicationError(str(exception)))
+
+    def _finish(self, outcome: PutMessageResult | Exception) -> None:
+        try:
+            self._done(outcome)
+        except Exception:
+            log.exception("the completion of a DLedger put failed")
 
 
 class _Expiry:
     """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
-    leader's broker loop a heap push and a cancellation per message)."""
+    leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
+    :class:`_PutChain` (done once its current append has its outcome; a chain's next append is
+    added again with its own deadline)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
-        self._waiting: collections.deque[tuple[float, asyncio.Future[AppendResult]]] = collections.deque()
+        self._waiting: collections.deque[tuple[float, _Settable]] = collections.deque()
         self._armed = False
 
-    def add(self, fut: asyncio.Future[AppendResult]) -> None:
+    def add(self, fut: _Settable) -> None:
         self._waiting.append((self.loop.time() + self.timeout_s, fut))
         if not self._armed:
             self._armed = True
@@ -401,7 +506,7 @@ class _Expiry:
             self._armed = False
 
 
-def _resolve(outcomes: list[tuple[asyncio.Future[AppendResult], _Outcome]]) -> None:
+def _resolve(outcomes: list[tuple[_Settable, _Outcome]]) -> None:
     for fut, outcome in outcomes:
         if fut.done():  # the caller gave up (timeout, cancelled request)
             continue

@@ -39,7 +39,7 @@ from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
-from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop
+from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop, PutCallback
 from rocketq.store.message_store import PUT_LATENCY_SAMPLE, MessageStore
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
 
@@ -115,6 +115,12 @@ class DLedgerMessageStore(MessageStore):
     :func:`rocketq.ha.group_config.open_ledger`)."""
 
     commitlog: DLedgerCommitLog
+
+    #: The broker wakes dispatch for its committed puts at most this often (LoopWakeup): the
+    #: puts complete a few per loop iteration, and a wake-up of the dispatch thread each cost
+    #: the leader about as much as dispatching them. A put after a quiet interval wakes it at
+    #: once; under load records reach the ConsumeQueues up to this much later.
+    DISPATCH_WAKE_INTERVAL_S = 0.002
 
     def __init__(
         self, config: StoreConfig | None = None, *, ledger_factory: LedgerFactory | None = None
@@ -219,6 +225,43 @@ class DLedgerMessageStore(MessageStore):
             hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
             hist.sum += seconds
         return r
+
+    def quorum_put_then(self) -> Callable[[Sequence[BrokerMessage], PutCallback], None] | None:
+        """:meth:`put_messages_then` when a put waits for a quorum (see :meth:`quorum_put`)."""
+        return None if self.quorum_put() is None else self.put_messages_then
+
+    def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
+        """:meth:`put_messages_async` for a caller that wants no task or coroutine per put (the
+        broker's sends answered from ``data_received``): the same batches and outcomes, handed
+        to ``done(result or exception)`` on the caller's loop
+        (:meth:`DLedgerCommitLog.put_messages_then`). Errors found before anything is appended
+        raise here."""
+        timed = self.put_latency
+        began = 0
+        if timed is not None:
+            self._puts_seen = seen = self._puts_seen + 1
+            if not seen % PUT_LATENCY_SAMPLE:
+                began = time.perf_counter_ns()
+        stats = self.stats
+
+        def finished(outcome: PutMessageResult | Exception) -> None:
+            if isinstance(outcome, Exception):
+                stats.put_failures += 1
+            else:
+                stats.put_count += outcome.msg_num
+                stats.put_bytes += outcome.size
+                if began and timed is not None:
+                    hist = timed.local()
+                    seconds = (time.perf_counter_ns() - began) / 1e9
+                    hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
+                    hist.sum += seconds
+            done(outcome)
+
+        try:
+            self.commitlog.put_messages_then([self._inner(m, None) for m in msgs], finished)
+        except Exception:
+            stats.put_failures += 1
+            raise
 
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every

@@ -1,0 +1,308 @@
+"""Sends on a DLedger leader answered without a task per request: the immediate handler takes
+the send inside ``data_received`` (``DEFERRED``) and the put's completion answers it.
+
+A broker in DLedger mode whose log is a group of one behind a test double that can hold appends
+and then give each the outcome the test picks (a quorum reached, leadership lost, a full disk,
+no outcome at all). Every case runs twice: through the deferred answer and through the task
+path it replaced (``quorum_put_then`` switched off), and must answer the same: codes, remarks,
+response fields, and at shutdown an answer for a send still waiting for its quorum."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from _support.requests import send_request
+from _support.wait import wait_until
+from rocketq.errors import DiskFull, ResponseCode
+from rocketq.ha.group_config import LedgerSpec, open_ledger
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
+from rocketq.message import encode_properties
+from rocketq.protocol.batch import BatchEntry, encode_batch
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode
+from rocketq.remoting.connection import Connection
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.testing import InProcessCluster
+
+TOPIC = "DeferT"
+SEND_CODES = {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+#: what a held append is given: an outcome, an exception, or None to append for real
+Outcome = AppendResult | BaseException | None
+
+
+class HoldingLog:
+    """A group of one (the real log underneath) whose appends wait, while ``holding``, for the
+    outcome :meth:`release` gives them. Not ``append_completes_at_once``: the broker awaits its
+    puts as on a Raft group."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.holding = False
+        self.held: list[asyncio.Future[Outcome]] = []  # on the log's loop
+        self.ledger_end_pos: int | None = None
+
+    @property
+    def state(self) -> LogState:
+        return self.inner.state  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def committed_pos(self) -> int:
+        return self.inner.committed_pos  # type: ignore[attr-defined,no-any-return]
+
+    async def start(self) -> None:
+        await self.inner.start()  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        await self.inner.stop()  # type: ignore[attr-defined]
+
+    async def append(self, encode: RecordEncoder) -> AppendResult:
+        if self.holding:
+            waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+            self.held.append(waiter)
+            outcome = await waiter
+            if isinstance(outcome, BaseException):
+                raise outcome
+            if outcome is not None:
+                return outcome
+        return await self.inner.append(encode)  # type: ignore[attr-defined,no-any-return]
+
+    def release(self, outcome: Outcome) -> None:
+        """On the log's loop: every held append gets ``outcome``; appends are no longer held."""
+        self.holding = False
+        held, self.held = self.held, []
+        for waiter in held:
+            waiter.set_result(outcome)
+
+    def read(self, pos: int, size: int) -> bytes:
+        return self.inner.read(pos, size)  # type: ignore[attr-defined,no-any-return]
+
+    def entries_from(self, pos: int):  # type: ignore[no-untyped-def]
+        return self.inner.entries_from(pos)  # type: ignore[attr-defined]
+
+    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
+        self.inner.on_state_change(callback)  # type: ignore[attr-defined]
+
+    async def transfer_leadership(self, target: str) -> bool:
+        return False
+
+
+@dataclass
+class Harness:
+    cluster: InProcessCluster
+    log: HoldingLog
+    deferred: bool
+    #: request tasks the broker's connections started for sends
+    send_tasks: list[int] = field(default_factory=list)
+
+    @property
+    def addr(self) -> str:
+        return self.cluster.broker_addrs[self.cluster.broker_names[0]]
+
+    @property
+    def store(self) -> DLedgerMessageStore:
+        store = self.cluster.store()
+        assert isinstance(store, DLedgerMessageStore)
+        return store
+
+    def on_log_loop(self, fn: Callable[[], None]) -> None:
+        loop = self.store.ledger_loop
+        assert loop is not None
+        loop.loop.call_soon_threadsafe(fn)
+
+    def release(self, outcome: Outcome) -> None:
+        self.on_log_loop(lambda: self.log.release(outcome))
+
+    def invoke(self, request: RemotingCommand, timeout_s: float = 10) -> RemotingCommand:
+        async def call() -> RemotingCommand:
+            client = RemotingClient()
+            try:
+                return await client.invoke(self.addr, request, timeout_s)
+            finally:
+                await client.close()
+
+        return asyncio.run(call())
+
+
+@contextlib.contextmanager
+def running(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, deferred: bool, **broker_options: object
+) -> Iterator[Harness]:
+    """A one-broker cluster in DLedger mode on a :class:`HoldingLog`, its sends answered through
+    the deferred answer or (``deferred=False``) through the task path."""
+    logs: list[HoldingLog] = []
+
+    def factory(spec: LedgerSpec) -> HoldingLog:
+        logs.append(HoldingLog(open_ledger(spec)))
+        return logs[-1]
+
+    monkeypatch.setattr("rocketq.store.dledger_store.open_ledger", factory)
+    if not deferred:  # the task path: the send awaits quorum_put in a request task
+        monkeypatch.setattr(DLedgerMessageStore, "quorum_put_then", lambda self: None)
+    send_tasks: list[int] = []
+    start = Connection._start
+
+    def counting_start(self: Connection, handler: object, cmd: RemotingCommand) -> None:
+        if cmd.code in SEND_CODES:
+            send_tasks.append(cmd.code)
+        start(self, handler, cmd)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Connection, "_start", counting_start)
+    with InProcessCluster(
+        1,
+        data_dir=str(tmp_path),
+        # an append without an outcome fails after max(1 s, putMessageTimeout + 1 s)
+        store_options={
+            "enable_dleger_commit_log": True,
+            "d_leger_self_id": "n0",
+            "put_message_timeout_ms": 1,
+        },
+        broker_options=broker_options,
+    ) as c:
+        c.create_topic(TOPIC, 2)
+        h = Harness(c, logs[0], deferred, send_tasks)
+        wait_until(lambda: h.store.commitlog.writable, "the leader accepts writes")
+        yield h
+
+
+@pytest.fixture(params=["deferred", "task"])
+def harness(
+    request: pytest.FixtureRequest, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Harness]:
+    with running(tmp_path, monkeypatch, request.param == "deferred") as h:
+        yield h
+
+
+def held_send(h: Harness, request: RemotingCommand) -> concurrent.futures.Future[RemotingCommand]:
+    """Send ``request`` from a thread while appends are held; returns once its append waits."""
+    h.log.holding = True
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    answer = pool.submit(h.invoke, request)
+    pool.shutdown(wait=False)
+    wait_until(lambda: h.log.held, "the send's append waiting for its outcome")
+    return answer
+
+
+def test_sends_are_answered_without_a_request_task_and_with_the_same_fields(harness: Harness) -> None:
+    h = harness
+    ctx = h.cluster.broker(h.cluster.broker_names[0]).ctx
+    assert ctx is not None
+    answer = held_send(h, send_request(TOPIC, b"held", queue_id=1))
+    # while the quorum is awaited the send is counted as taken (deferred path) or is a task
+    assert ctx.deferred.pending == (1 if h.deferred else 0)
+    h.release(None)
+    r = answer.result(10)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert set(r.ext_fields) == {"msgId", "queueId", "queueOffset", "transactionId", "MSG_REGION", "TRACE_ON"}
+    assert (r.ext_fields["queueId"], r.ext_fields["queueOffset"]) == ("1", "0")
+    assert r.ext_fields["TRACE_ON"] == "true" and r.ext_fields["MSG_REGION"] == "DefaultRegion"
+    for i in range(1, 6):
+        again = h.invoke(send_request(TOPIC, f"m{i}".encode(), queue_id=1))
+        assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == str(i)
+    entries = [
+        BatchEntry(f"b{i}".encode(), encode_properties({"UNIQ_KEY": f"ID{i:030d}"}).encode())
+        for i in range(3)
+    ]
+    batch = h.invoke(
+        send_request(TOPIC, encode_batch(entries), queue_id=0, code=RequestCode.SEND_BATCH_MESSAGE)
+    )
+    assert batch.code == ResponseCode.SUCCESS, batch.remark
+    assert len(batch.ext_fields["msgId"].split(",")) == 3 and batch.ext_fields["queueOffset"] == "0"
+    wait_until(lambda: ctx.deferred.pending == 0, "no answer owed")  # counted down after the write
+    # the deferred path starts no task for a send; the task path one per send
+    assert (len(h.send_tasks) == 0) if h.deferred else (len(h.send_tasks) == 7)
+    stored = [h.store.look_message_by_offset(int(r.ext_fields["msgId"][16:32], 16))]
+    assert stored[0] is not None and stored[0].body == b"held"
+
+
+def test_leadership_lost_while_the_quorum_is_awaited(harness: Harness) -> None:
+    h = harness
+    answer = held_send(h, send_request(TOPIC, b"lost"))
+    h.release(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
+    r = answer.result(10)
+    assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert (r.remark or "").startswith("this broker is not the leader of its DLedger group; the leader is n1")
+
+
+def test_a_full_disk_fails_the_send_with_service_not_available(harness: Harness) -> None:
+    h = harness
+    answer = held_send(h, send_request(TOPIC, b"full"))
+    h.release(DiskFull("no space left for the entry"))
+    r = answer.result(10)
+    assert (r.code, r.remark) == (ResponseCode.SERVICE_NOT_AVAILABLE, "no space left for the entry")
+
+
+def test_an_append_without_an_outcome_times_out_as_system_error(harness: Harness) -> None:
+    h = harness
+    answer = held_send(h, send_request(TOPIC, b"late"))
+    r = answer.result(10)  # the expiry: about 1 s
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "DLedger append did not finish in time; outcome unknown",
+    )
+    h.release(None)  # it commits after all; the send was already answered
+    ok = h.invoke(send_request(TOPIC, b"after"))
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+
+
+def test_bad_input_is_refused_before_anything_is_appended(harness: Harness) -> None:
+    h = harness
+    r = h.invoke(send_request("bad topic!", b"x"))
+    assert r.code == ResponseCode.INVALID_PARAMETER and "topic" in (r.remark or "")
+    r = h.invoke(send_request(TOPIC, b"x", queue_id=99))
+    assert r.code == ResponseCode.INVALID_PARAMETER and "queueId[99] is illegal" in (r.remark or "")
+    assert not h.log.held and h.store.stats.put_count == 0
+
+
+def test_shutdown_answers_a_send_still_awaiting_its_quorum(harness: Harness) -> None:
+    h = harness
+    broker = h.cluster.broker(h.cluster.broker_names[0])
+    answer = held_send(h, send_request(TOPIC, b"at shutdown"))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stopping = pool.submit(h.cluster.call, broker.shutdown(), 30)
+        wait_until(lambda: not broker.ready, "the broker shutting down")
+        assert not answer.done()  # shutdown waits for the send's answer before closing the port
+        h.release(None)
+        r = answer.result(10)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        stopping.result(30)
+
+
+@pytest.mark.parametrize("path", ["deferred", "task"])
+def test_request_latency_counts_each_send_once_with_its_answer(
+    path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with running(tmp_path, monkeypatch, path == "deferred", **options) as h:
+        ctx = h.cluster.broker(h.cluster.broker_names[0]).ctx
+        assert ctx is not None and ctx.metrics is not None
+        rpc = ctx.metrics.rpc
+        for i in range(5):
+            assert h.invoke(send_request(TOPIC, f"m{i}".encode())).code == ResponseCode.SUCCESS
+        answer = held_send(h, send_request(TOPIC, b"lost"))
+        h.release(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
+        assert answer.result(10).code == ResponseCode.SERVICE_NOT_AVAILABLE
+        refused = h.invoke(send_request(TOPIC, b"x", queue_id=99))
+        assert refused.code == ResponseCode.INVALID_PARAMETER
+
+        def counts() -> dict[int, int]:
+            async def read() -> dict[int, int]:
+                rpc.fold()
+                return {
+                    response: sum(hist.counts)
+                    for (code, response), hist in rpc.table.items()
+                    if code == RequestCode.SEND_MESSAGE_V2
+                }
+
+            return h.cluster.call(read())
+
+        wait_until(lambda: sum(counts().values()) >= 7, "seven sends timed")
+        assert counts() == {
+            ResponseCode.SUCCESS: 5,
+            ResponseCode.SERVICE_NOT_AVAILABLE: 1,
+            ResponseCode.INVALID_PARAMETER: 1,
+        }
