@@ -86,11 +86,11 @@ def counting_switch(
     ctx = broker.ctx
     assert ctx is not None and ctx.metrics is not None
     metrics, put_latency = ctx.metrics, ctx.store.put_latency
-    rpc, rpc_ok = broker._rpc, broker._rpc_ok  # the bench reaches in on purpose: the dispatch's timing
+    rpc, rpc_call = broker._rpc, broker._rpc_call  # the bench reaches in on purpose: the dispatch's timing
 
     async def switch(on: bool) -> None:
         timed = on and "wrapper" in parts
-        broker._rpc, broker._rpc_ok = (rpc, rpc_ok) if timed else (None, None)
+        broker._rpc, broker._rpc_call = (rpc, rpc_call) if timed else (None, None)
         ctx.metrics = metrics if on and "record" in parts else None
         ctx.store.put_latency = put_latency if on and "put" in parts else None
 
