@@ -10,20 +10,31 @@ import bisect
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rocketq import speedups
 from rocketq.broker.config import BrokerConfig
-from rocketq.broker.metrics import DELAY, FIFO, MESSAGE_SIZE_BOUNDS, NORMAL, TRANSACTION, BrokerMetrics
+from rocketq.broker.metrics import (
+    DELAY,
+    FIFO,
+    MESSAGE_SIZE_BOUNDS,
+    NORMAL,
+    PUT_SECONDS_BOUNDS,
+    TRANSACTION,
+    BrokerMetrics,
+)
+from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode, SystemBusy
-from rocketq.metrics.exposition import render
+from rocketq.message import Message
+from rocketq.metrics.exposition import ThreadHistograms, render
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.rpc_metrics import RPC_LATENCY_MS_BOUNDS, RpcLatency
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
-from rocketq.store.message_store import PUT_LATENCY_SAMPLE, put_samples
+from rocketq.store.message_store import PUT_LATENCY_SAMPLE, MessageStore, put_samples
 
 compiled_only = pytest.mark.skipif(
     speedups.COMPILED is None, reason=f"compiled counting not in use: {speedups.REASON}"
@@ -252,3 +263,24 @@ def test_the_put_sample_reads_the_clock_once_in_each_run_of_puts() -> None:
         taken = [next(samples) for _ in range(PUT_LATENCY_SAMPLE)]
         assert taken[:-1] == [0] * (PUT_LATENCY_SAMPLE - 1)
         assert 0 < taken[-1] <= time.perf_counter_ns()
+
+
+def test_a_store_times_one_put_in_each_run_of_puts_while_it_has_histograms(tmp_path: Path) -> None:
+    """The put sample restarts when the histograms are set; without them no put is timed."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path))
+    with MessageStore(cfg) as store:
+        for _ in range(5):
+            assert store.put_message(Message("T", b"before")).ok
+        hists = ThreadHistograms(PUT_SECONDS_BOUNDS)
+        store.put_latency = hists
+        assert store.put_latency is hists
+        for i in range(PUT_LATENCY_SAMPLE * 3 - 1):
+            msgs = [Message("T", b"x")] * 2
+            assert (store.put_messages(msgs) if i % 2 else store.put_message(Message("T", b"y"))).ok
+        assert hists.merged().count == 2
+        store.put_message(Message("T", b"the third"))
+        assert hists.merged().count == 3
+        store.put_latency = None
+        for _ in range(PUT_LATENCY_SAMPLE * 2):
+            store.put_message(Message("T", b"after"))
+        assert hists.merged().count == 3

@@ -138,11 +138,9 @@ class MessageStore(StoreRecovery, StoreQueries):
         self.recovery_seconds = 0.0
         self.started = False
         self.stats = StoreStats()
-        #: Seconds a put_message / put_messages call takes (the flush wait under SYNC_FLUSH
-        #: included), one put in PUT_LATENCY_SAMPLE timed, per calling thread; None (the
-        #: default) measures nothing. Set by the broker when it serves metrics.
-        self.put_latency: ThreadHistograms | None = None
-        self._put_samples = put_samples()
+        self._put_latency: ThreadHistograms | None = None
+        #: What each put's next() gives: always 0 without put_latency, else put_samples().
+        self._put_samples: Iterator[int] = itertools.repeat(0)
         self._puts_seen = 0  # the sample count of DLedgerMessageStore.put_messages_async
         self._index_dir_missing = False
         self._index_disk_full = False
@@ -374,18 +372,29 @@ class MessageStore(StoreRecovery, StoreQueries):
                 f"{self.config.put_message_timeout_ms} ms; try again later"
             )
 
+    @property
+    def put_latency(self) -> ThreadHistograms | None:
+        """Seconds a put_message / put_messages call takes (the flush wait under SYNC_FLUSH
+        included), one put in PUT_LATENCY_SAMPLE timed, per calling thread; None (the default)
+        measures nothing. Set by the broker when it serves metrics."""
+        return self._put_latency
+
+    @put_latency.setter
+    def put_latency(self, histograms: ThreadHistograms | None) -> None:
+        self._put_latency = histograms
+        # a put asks next() either way: no test of put_latency per put, on or off
+        self._put_samples = itertools.repeat(0) if histograms is None else put_samples()
+
     def _put_begin(self) -> int:
         """Before a put: the dispatch-lag check when due, and the start of the put's latency
         sample (one put in :data:`PUT_LATENCY_SAMPLE` while metrics count; 0: not sampled)."""
         if self._put_since_throttle >= self._throttle_every:
             self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
             self._put_since_throttle = 0
-        if self.put_latency is None:
-            return 0
         return next(self._put_samples)
 
     def _put_timed(self, began: int) -> None:
-        timed = self.put_latency
+        timed = self._put_latency
         if timed is None:
             return
         hist = timed.local()
