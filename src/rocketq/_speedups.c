@@ -482,6 +482,9 @@ fail:
  *       and message_size buckets added up per (topic, message type); kind is a label or the
  *       send's properties, typed as rocketq.broker.metrics.message_type types them. drain()
  *       hands over what was added, in the order (topic, type) pairs were first seen.
+ *   PutSampler(every)
+ *       the store's put sample (rocketq.store.message_store.put_samples): an iterator of 0,
+ *       every - 1 times, then the clock, over and over.
  */
 
 #include <time.h>
@@ -738,6 +741,8 @@ typedef struct {
     int nbounds;
     int64_t bounds[MAX_BOUNDS];
     PyObject *topics; /* topic -> int t: the entries of topic t are index[t * KINDS + kind] */
+    PyObject *last_topic; /* the topic of the last send and its t: a producer's sends repeat it */
+    Py_ssize_t last_t;
     Py_ssize_t *index;
     Py_ssize_t ntopics, index_cap;
     SendEntry *entries;
@@ -778,6 +783,7 @@ fail:
 }
 
 static int SendCounter_traverse(SendCounter *self, visitproc visit, void *arg) {
+    Py_VISIT(self->last_topic);
     Py_VISIT(self->topics);
     return 0;
 }
@@ -788,6 +794,7 @@ static void SendCounter_dealloc(SendCounter *self) {
     Py_XDECREF(self->sharding_key);
     Py_XDECREF(self->delay_keys);
     Py_XDECREF(self->topics);
+    Py_XDECREF(self->last_topic);
     for (Py_ssize_t i = 0; i < self->nentries; i++) Py_DECREF(self->entries[i].topic);
     PyMem_Free(self->entries);
     PyMem_Free(self->index);
@@ -821,9 +828,24 @@ static int kind_of(SendCounter *self, PyObject *kind) {
     return KIND_NORMAL;
 }
 
+/* topic equals the last send's topic: the same length and bytes (no hash of a new string). */
+static int same_topic(SendCounter *self, PyObject *topic) {
+    PyObject *last = self->last_topic;
+    if (last == NULL) return 0;
+    if (last == topic) return 1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(topic);
+    if (PyUnicode_GET_LENGTH(last) != n || PyUnicode_KIND(last) != PyUnicode_KIND(topic)) return 0;
+    return memcmp(PyUnicode_DATA(last), PyUnicode_DATA(topic), (size_t)n * PyUnicode_KIND(topic)) == 0;
+}
+
 static SendEntry *send_entry(SendCounter *self, PyObject *topic, int kind) {
     Py_ssize_t t;
-    PyObject *at = PyDict_GetItemWithError(self->topics, topic);
+    PyObject *at = NULL;
+    if (same_topic(self, topic)) {
+        t = self->last_t;
+        goto found;
+    }
+    at = PyDict_GetItemWithError(self->topics, topic);
     if (at != NULL) {
         t = PyLong_AsSsize_t(at);
     } else {
@@ -847,6 +869,10 @@ static SendEntry *send_entry(SendCounter *self, PyObject *topic, int kind) {
         for (int k = 0; k < KINDS; k++) self->index[t * KINDS + k] = -1;
         self->ntopics++;
     }
+    Py_INCREF(topic);
+    Py_XSETREF(self->last_topic, topic);
+    self->last_t = t;
+found:;
     Py_ssize_t e = self->index[t * KINDS + kind];
     if (e >= 0) return &self->entries[e];
     if (self->nentries == self->cap) {
@@ -968,6 +994,43 @@ static PyTypeObject SendCounterType = {
     .tp_methods = SendCounter_methods,
 };
 
+/* -- PutSampler -- */
+
+typedef struct {
+    PyObject_HEAD
+    long every;
+    long seen;
+} PutSampler;
+
+static PyObject *PutSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    long every;
+    if (!PyArg_ParseTuple(args, "l:PutSampler", &every)) return NULL;
+    if (every < 1) {
+        PyErr_SetString(PyExc_ValueError, "PutSampler: every must be at least 1");
+        return NULL;
+    }
+    PutSampler *self = (PutSampler *)type->tp_alloc(type, 0);
+    if (self != NULL) self->every = every;
+    return (PyObject *)self;
+}
+
+static PyObject *PutSampler_next(PutSampler *self) {
+    if (++self->seen < self->every) return PyLong_FromLong(0);
+    self->seen = 0;
+    return PyLong_FromLongLong((long long)monotonic_ns());
+}
+
+static PyTypeObject PutSamplerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.PutSampler",
+    .tp_basicsize = sizeof(PutSampler),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PutSampler(every): an iterator of 0, every - 1 times, then the clock "
+              "(time.perf_counter_ns), over and over",
+    .tp_new = PutSampler_new,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)PutSampler_next,
+};
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -994,7 +1057,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_code = PyUnicode_InternFromString("code");
     if (st.empty_str == NULL || st.empty_bytes == NULL || str_code == NULL || PyType_Ready(&RpcTimerType) < 0 ||
         PyType_Ready(&SendCounterType) < 0 || PyModule_AddObjectRef(m, "RpcTimer", (PyObject *)&RpcTimerType) < 0 ||
-        PyModule_AddObjectRef(m, "SendCounter", (PyObject *)&SendCounterType) < 0) {
+        PyModule_AddObjectRef(m, "SendCounter", (PyObject *)&SendCounterType) < 0 ||
+        PyType_Ready(&PutSamplerType) < 0 || PyModule_AddObjectRef(m, "PutSampler", (PyObject *)&PutSamplerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -48,7 +48,8 @@ def result(size: int, count: int = 1) -> PutMessageResult:
 
 def random_sends(seed: int, n: int) -> list[tuple[str, Any, int, int, bool]]:
     """(topic, kind, bytes, messages, through sent or stored): kinds as labels and as the
-    properties a send has (typed keys alone, together, none), sizes on and around the bounds."""
+    properties a send has (typed keys alone, together, none), sizes on and around the bounds,
+    topics of one length and of other kinds of characters."""
     rng = random.Random(seed)
     props = [
         {"TAGS": "a"},
@@ -67,7 +68,9 @@ def random_sends(seed: int, n: int) -> list[tuple[str, Any, int, int, bool]]:
         kind: Any = rng.choice([NORMAL, TRANSACTION, FIFO, DELAY, *props])
         count = rng.choice([1, 1, 1, 2, 7])
         size = rng.choice(sizes) * count + rng.randint(0, count - 1)
-        out.append((rng.choice(["T", "U", "%RETRY%G", "T2"]), kind, size, count, rng.random() < 0.8))
+        topic = rng.choice(["T", "U", "%RETRY%G", "T2", "T3", "Té", "T中", "TT"])
+        fresh = (topic + "!")[:-1]  # an equal str that is another object, as each decoded send has
+        out.append((fresh, kind, size, count, rng.random() < 0.8))
     return out
 
 
@@ -257,8 +260,9 @@ def test_a_timed_exception_keeps_its_traceback_and_a_failing_record_propagates()
 # -- the store's put sample ---------------------------------------------------------------------
 
 
-def test_the_put_sample_reads_the_clock_once_in_each_run_of_puts() -> None:
-    samples = put_samples()
+@pytest.mark.parametrize("compiled", MODES)
+def test_the_put_sample_reads_the_clock_once_in_each_run_of_puts(compiled: bool) -> None:
+    samples = put_samples(compiled)
     for _ in range(3):
         taken = [next(samples) for _ in range(PUT_LATENCY_SAMPLE)]
         assert taken[:-1] == [0] * (PUT_LATENCY_SAMPLE - 1)

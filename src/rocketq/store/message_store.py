@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 
 from rocketq import message as _message
+from rocketq import speedups
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
 from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, BrokerMessage, Message, pack_socket_addr
@@ -75,10 +76,16 @@ _bisect_left = bisect.bisect_left
 _time_ns = time.time_ns
 
 
-def put_samples() -> Iterator[int]:
+def put_samples(compiled: bool | None = None) -> Iterator[int]:
     """What each put's ``next()`` gives: 0 (not timed) PUT_LATENCY_SAMPLE - 1 times, then the
     clock (``perf_counter_ns``) once, over and over: the 1-in-PUT_LATENCY_SAMPLE sample without
-    a counter, a modulo or an int allocated per put, all of it in C (``int()`` is 0)."""
+    a counter, a modulo or an int allocated per put. Compiled (``rocketq._speedups.PutSampler``)
+    when the C accelerator is in use (``compiled``: see :func:`rocketq.speedups.module_for`),
+    else still all in C: a cycle of ``int`` (``int()`` is 0) and the clock, each called."""
+    module = speedups.module_for(compiled)
+    if module is not None:
+        sampler: Iterator[int] = module.PutSampler(PUT_LATENCY_SAMPLE)
+        return sampler
     clocks: tuple[Callable[[], int], ...] = (int,) * (PUT_LATENCY_SAMPLE - 1) + (_perf_ns,)
     return map(operator.call, itertools.cycle(clocks))
 
