@@ -738,6 +738,7 @@ typedef struct {
     PyObject *labels[KINDS];
     PyObject *sharding_key;
     PyObject *delay_keys; /* tuple of str */
+    uint64_t key_lengths; /* bit n: a typed key (sharding or delay) is n characters long */
     int nbounds;
     int64_t bounds[MAX_BOUNDS];
     PyObject *topics; /* topic -> int t: the entries of topic t are index[t * KINDS + kind] */
@@ -774,6 +775,15 @@ static PyObject *SendCounter_new(PyTypeObject *type, PyObject *args, PyObject *k
     self->sharding_key = sharding_key;
     Py_INCREF(delay_keys);
     self->delay_keys = delay_keys;
+    for (Py_ssize_t i = -1; i < PyTuple_GET_SIZE(delay_keys); i++) {
+        PyObject *key = i < 0 ? sharding_key : PyTuple_GET_ITEM(delay_keys, i);
+        if (!PyUnicode_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "SendCounter: the typed keys must be str");
+            goto fail;
+        }
+        Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+        self->key_lengths |= n < 64 ? (uint64_t)1 << n : ~(uint64_t)0;
+    }
     self->topics = PyDict_New();
     if (self->topics == NULL) goto fail;
     return (PyObject *)self;
@@ -817,6 +827,20 @@ static int kind_of(SendCounter *self, PyObject *kind) {
         }
         PyErr_Format(PyExc_ValueError, "unknown message type %R", kind);
         return -1;
+    }
+    if (PyDict_CheckExact(kind)) { /* no key of a typed key's length (the common case): normal */
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        int maybe = 0;
+        while (!maybe && PyDict_Next(kind, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                maybe = 1;
+            } else {
+                Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+                maybe = n >= 64 || (self->key_lengths >> n) & 1;
+            }
+        }
+        if (!maybe) return KIND_NORMAL;
     }
     int found = has_key(kind, self->sharding_key);
     if (found != 0) return found < 0 ? -1 : KIND_FIFO;

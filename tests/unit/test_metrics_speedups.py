@@ -61,6 +61,8 @@ def random_sends(seed: int, n: int) -> list[tuple[str, Any, int, int, bool]]:
         {"__STARTDELIVERTIME": "5", "KEYS": "x"},
         {"TIMER_DELAY_SEC": "1"},
         {"TIMER_DELAY_MS": "1"},
+        {"DELAX": "1", "__SHARDINGKEZ": "k"},  # a typed key's length, not its name
+        {1: "a non-str key"},
     ]
     sizes = [0, 1, 1023, 1024, 1025, 4096, 4097, 512 * 1024, 4 * 1024 * 1024, 4 * 1024 * 1024 + 1, 9 << 20]
     out = []
