@@ -482,9 +482,10 @@ fail:
  *       and message_size buckets added up per (topic, message type); kind is a label or the
  *       send's properties, typed as rocketq.broker.metrics.message_type types them. drain()
  *       hands over what was added, in the order (topic, type) pairs were first seen.
- *   PutSampler(every)
+ *   PutSampler(every, histograms=None)
  *       the store's put sample (rocketq.store.message_store.put_samples): an iterator of 0,
- *       every - 1 times, then the clock, over and over.
+ *       every - 1 times, then the clock, over and over; observe(began) adds the put it timed to
+ *       the calling thread's histogram of a ThreadHistograms (MessageStore._put_timed).
  */
 
 #include <time.h>
@@ -1024,18 +1025,35 @@ typedef struct {
     PyObject_HEAD
     long every;
     long seen;
+    PyObject *histograms;    /* a ThreadHistograms, or NULL */
+    unsigned long last_ident; /* the thread of last_hist, the last observer's histogram */
+    PyObject *last_hist;
 } PutSampler;
+
+static PyObject *str_local, *str_bounds, *str_counts, *str_sum, *int_one;
 
 static PyObject *PutSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     long every;
-    if (!PyArg_ParseTuple(args, "l:PutSampler", &every)) return NULL;
+    PyObject *histograms = Py_None;
+    if (!PyArg_ParseTuple(args, "l|O:PutSampler", &every, &histograms)) return NULL;
     if (every < 1) {
         PyErr_SetString(PyExc_ValueError, "PutSampler: every must be at least 1");
         return NULL;
     }
     PutSampler *self = (PutSampler *)type->tp_alloc(type, 0);
-    if (self != NULL) self->every = every;
+    if (self == NULL) return NULL;
+    self->every = every;
+    if (histograms != Py_None) {
+        Py_INCREF(histograms);
+        self->histograms = histograms;
+    }
     return (PyObject *)self;
+}
+
+static void PutSampler_dealloc(PutSampler *self) {
+    Py_XDECREF(self->histograms);
+    Py_XDECREF(self->last_hist);
+    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *PutSampler_next(PutSampler *self) {
@@ -1044,15 +1062,80 @@ static PyObject *PutSampler_next(PutSampler *self) {
     return PyLong_FromLongLong((long long)monotonic_ns());
 }
 
+/* What MessageStore._put_timed does: the seconds since began into the calling thread's
+ * histogram (ThreadHistograms.local(), asked again only when the thread changes). */
+static PyObject *PutSampler_observe(PutSampler *self, PyObject *arg) {
+    long long began = PyLong_AsLongLong(arg);
+    if (began == -1 && PyErr_Occurred()) return NULL;
+    double seconds = (double)(monotonic_ns() - began) / 1e9;
+    if (self->histograms == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PutSampler.observe: made without histograms");
+        return NULL;
+    }
+    unsigned long ident = PyThread_get_thread_ident();
+    if (self->last_hist == NULL || self->last_ident != ident) {
+        PyObject *hist = PyObject_CallMethodNoArgs(self->histograms, str_local);
+        if (hist == NULL) return NULL;
+        Py_XSETREF(self->last_hist, hist);
+        self->last_ident = ident;
+    }
+    PyObject *hist = self->last_hist;
+    PyObject *bounds = PyObject_GetAttr(hist, str_bounds);
+    if (bounds == NULL) return NULL;
+    PyObject *counts = PyObject_GetAttr(hist, str_counts);
+    if (counts == NULL || !PyTuple_Check(bounds) || !PyList_Check(counts) ||
+        PyList_GET_SIZE(counts) != PyTuple_GET_SIZE(bounds) + 1) {
+        if (counts != NULL) PyErr_SetString(PyExc_TypeError, "PutSampler.observe: not a Histogram");
+        Py_DECREF(bounds);
+        Py_XDECREF(counts);
+        return NULL;
+    }
+    Py_ssize_t i = 0, n = PyTuple_GET_SIZE(bounds);
+    for (; i < n; i++) { /* bisect_left */
+        double bound = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (bound == -1.0 && PyErr_Occurred()) goto fail;
+        if (bound >= seconds) break;
+    }
+    PyObject *count = PyNumber_Add(PyList_GET_ITEM(counts, i), int_one);
+    if (count == NULL) goto fail;
+    PyList_SetItem(counts, i, count);
+    PyObject *sum = PyObject_GetAttr(hist, str_sum);
+    if (sum == NULL) goto fail;
+    PyObject *add = PyFloat_FromDouble(seconds);
+    PyObject *total = add != NULL ? PyNumber_Add(sum, add) : NULL;
+    Py_DECREF(sum);
+    Py_XDECREF(add);
+    if (total == NULL) goto fail;
+    int failed = PyObject_SetAttr(hist, str_sum, total);
+    Py_DECREF(total);
+    if (failed < 0) goto fail;
+    Py_DECREF(bounds);
+    Py_DECREF(counts);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(bounds);
+    Py_DECREF(counts);
+    return NULL;
+}
+
+static PyMethodDef PutSampler_methods[] = {
+    {"observe", (PyCFunction)PutSampler_observe, METH_O,
+     "observe(began): the seconds since began (a clock this iterator gave) into the calling "
+     "thread's histogram"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject PutSamplerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.PutSampler",
     .tp_basicsize = sizeof(PutSampler),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "PutSampler(every): an iterator of 0, every - 1 times, then the clock "
-              "(time.perf_counter_ns), over and over",
+    .tp_doc = "PutSampler(every, histograms=None): an iterator of 0, every - 1 times, then the clock "
+              "(time.perf_counter_ns), over and over; observe() adds a timed put to histograms",
     .tp_new = PutSampler_new,
+    .tp_dealloc = (destructor)PutSampler_dealloc,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)PutSampler_next,
+    .tp_methods = PutSampler_methods,
 };
 
 /* -- module ------------------------------------------------------------------------------- */
@@ -1079,6 +1162,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     st.empty_str = PyUnicode_FromStringAndSize("", 0);
     st.empty_bytes = PyBytes_FromStringAndSize("", 0);
     str_code = PyUnicode_InternFromString("code");
+    str_local = PyUnicode_InternFromString("local");
+    str_bounds = PyUnicode_InternFromString("bounds");
+    str_counts = PyUnicode_InternFromString("counts");
+    str_sum = PyUnicode_InternFromString("sum");
+    int_one = PyLong_FromLong(1);
+    if (str_local == NULL || str_bounds == NULL || str_counts == NULL || str_sum == NULL || int_one == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (st.empty_str == NULL || st.empty_bytes == NULL || str_code == NULL || PyType_Ready(&RpcTimerType) < 0 ||
         PyType_Ready(&SendCounterType) < 0 || PyModule_AddObjectRef(m, "RpcTimer", (PyObject *)&RpcTimerType) < 0 ||
         PyModule_AddObjectRef(m, "SendCounter", (PyObject *)&SendCounterType) < 0 ||

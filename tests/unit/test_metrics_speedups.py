@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -290,3 +291,32 @@ def test_a_store_times_one_put_in_each_run_of_puts_while_it_has_histograms(tmp_p
         for _ in range(PUT_LATENCY_SAMPLE * 2):
             store.put_message(Message("T", b"after"))
         assert hists.merged().count == 3
+
+
+@compiled_only
+def test_the_compiled_put_observation_fills_each_threads_histogram_as_the_pure_one() -> None:
+    """PutSampler.observe against MessageStore._put_timed's arithmetic: puts that began 30 ms,
+    200 ms and 2 s ago (far from any bound) land in the same buckets, each thread's in its own
+    histogram, with sums that agree."""
+    hists = ThreadHistograms(PUT_SECONDS_BOUNDS)
+    sampler = put_samples(True, hists)
+    ago = (0.03, 0.2, 2.0, 0.03)
+
+    def observe_all() -> None:
+        for seconds in ago:
+            sampler.observe(time.perf_counter_ns() - int(seconds * 1e9))  # type: ignore[attr-defined]
+
+    observe_all()
+    other = threading.Thread(target=observe_all)
+    other.start()
+    other.join()
+    observe_all()
+    mine = hists.local()
+    expected = [0] * (len(PUT_SECONDS_BOUNDS) + 1)
+    for seconds in ago:
+        expected[bisect.bisect_left(PUT_SECONDS_BOUNDS, seconds)] += 2
+    assert mine.counts == expected
+    assert mine.sum == pytest.approx(2 * sum(ago), abs=0.05)
+    assert hists.merged().count == 3 * len(ago)
+    with pytest.raises(RuntimeError, match="without histograms"):
+        put_samples(True).observe(0)  # type: ignore[attr-defined]

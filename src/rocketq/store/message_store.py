@@ -76,15 +76,17 @@ _bisect_left = bisect.bisect_left
 _time_ns = time.time_ns
 
 
-def put_samples(compiled: bool | None = None) -> Iterator[int]:
+def put_samples(compiled: bool | None = None, histograms: ThreadHistograms | None = None) -> Iterator[int]:
     """What each put's ``next()`` gives: 0 (not timed) PUT_LATENCY_SAMPLE - 1 times, then the
     clock (``perf_counter_ns``) once, over and over: the 1-in-PUT_LATENCY_SAMPLE sample without
-    a counter, a modulo or an int allocated per put. Compiled (``rocketq._speedups.PutSampler``)
-    when the C accelerator is in use (``compiled``: see :func:`rocketq.speedups.module_for`),
-    else still all in C: a cycle of ``int`` (``int()`` is 0) and the clock, each called."""
+    a counter, a modulo or an int allocated per put. Compiled (``rocketq._speedups.PutSampler``,
+    whose ``observe(began)`` adds a timed put to ``histograms`` as MessageStore._put_timed
+    does) when the C accelerator is in use (``compiled``: see
+    :func:`rocketq.speedups.module_for`), else still all in C: a cycle of ``int`` (``int()`` is
+    0) and the clock, each called."""
     module = speedups.module_for(compiled)
     if module is not None:
-        sampler: Iterator[int] = module.PutSampler(PUT_LATENCY_SAMPLE)
+        sampler: Iterator[int] = module.PutSampler(PUT_LATENCY_SAMPLE, histograms)
         return sampler
     clocks: tuple[Callable[[], int], ...] = (int,) * (PUT_LATENCY_SAMPLE - 1) + (_perf_ns,)
     return map(operator.call, itertools.cycle(clocks))
@@ -148,6 +150,9 @@ class MessageStore(StoreRecovery, StoreQueries):
         self._put_latency: ThreadHistograms | None = None
         #: What each put's next() gives: always 0 without put_latency, else put_samples().
         self._put_samples: Iterator[int] = itertools.repeat(0)
+        #: The compiled sampler's observe, which adds a timed put to put_latency as _put_timed
+        #: does (None: _put_timed; a bound method here would make the store a reference cycle).
+        self._put_observe: Callable[[int], object] | None = None
         self._puts_seen = 0  # the sample count of DLedgerMessageStore.put_messages_async
         self._index_dir_missing = False
         self._index_disk_full = False
@@ -390,7 +395,8 @@ class MessageStore(StoreRecovery, StoreQueries):
     def put_latency(self, histograms: ThreadHistograms | None) -> None:
         self._put_latency = histograms
         # a put asks next() either way: no test of put_latency per put, on or off
-        self._put_samples = itertools.repeat(0) if histograms is None else put_samples()
+        self._put_samples = itertools.repeat(0) if histograms is None else put_samples(None, histograms)
+        self._put_observe = getattr(self._put_samples, "observe", None)  # the compiled sampler's
 
     def _put_begin(self) -> int:
         """Before a put: the dispatch-lag check when due, and the start of the put's latency
@@ -401,6 +407,10 @@ class MessageStore(StoreRecovery, StoreQueries):
         return next(self._put_samples)
 
     def _put_timed(self, began: int) -> None:
+        observe = self._put_observe
+        if observe is not None:
+            observe(began)
+            return
         timed = self._put_latency
         if timed is None:
             return
