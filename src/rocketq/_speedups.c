@@ -614,6 +614,10 @@ static PyObject *RpcTimer_call(RpcTimer *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "call(handler, conn, request) takes 3 arguments");
         return NULL;
     }
+    if (self->record == NULL || self->failed == NULL) { /* cleared by the garbage collector */
+        PyErr_SetString(PyExc_RuntimeError, "RpcTimer.call: the timer was cleared");
+        return NULL;
+    }
     PyObject *pass[3] = {NULL, args[1], args[2]};
     int64_t began = monotonic_ns();
     PyObject *response = PyObject_Vectorcall(args[0], pass + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
