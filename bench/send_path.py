@@ -7,6 +7,7 @@
     python bench/send_path.py --metrics-ab    # one broker, rounds alternating counting off / on
     python bench/send_path.py --metrics-ab --handler   # the same, the send handler alone (no sockets)
     python bench/send_path.py --metrics-ab --handler --part wrapper   # one part of counting only
+    python bench/send_path.py --metrics-ab --handler --opcodes        # bytecode per send, off / on
 
 A broker runs in this process (``rocketq.testing.InProcessCluster``: the broker ``rocketq
 serve`` runs, on an event loop in a thread of its own, ASYNC_FLUSH). A plain blocking socket
@@ -31,7 +32,9 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
+from types import FrameType
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -86,11 +89,15 @@ def counting_switch(
     ctx = broker.ctx
     assert ctx is not None and ctx.metrics is not None
     metrics, put_latency = ctx.metrics, ctx.store.put_latency
-    rpc, rpc_ok = broker._rpc, broker._rpc_ok  # the bench reaches in on purpose: the dispatch's timing
+    # the bench reaches in on purpose: the dispatch's timing (its attribute before 5bf1d4b was
+    # _rpc_ok, so this file runs in an export of the tree before too, for a comparison)
+    timing = "_rpc_call" if hasattr(broker, "_rpc_call") else "_rpc_ok"
+    rpc, rpc_call = broker._rpc, getattr(broker, timing)
 
     async def switch(on: bool) -> None:
         timed = on and "wrapper" in parts
-        broker._rpc, broker._rpc_ok = (rpc, rpc_ok) if timed else (None, None)
+        broker._rpc = rpc if timed else None
+        setattr(broker, timing, rpc_call if timed else None)
         ctx.metrics = metrics if on and "record" in parts else None
         ctx.store.put_latency = put_latency if on and "put" in parts else None
 
@@ -171,6 +178,67 @@ def handler_ab(rounds: int, count: int, parts: Sequence[str] = PARTS) -> int:
     return 0
 
 
+def handler_opcodes(count: int) -> int:
+    """``--metrics-ab --handler --opcodes``: the bytecode the broker's immediate dispatch runs per
+    SEND_MESSAGE_V2 with counting off and on (``sys.settrace`` opcode events on the loop thread
+    over ``count`` sends after a warm-up, the fold of the counting round's records included), in
+    all and by function: a deterministic count, where the CPU time swings with the machine. Code
+    compiled into ``rocketq._speedups`` runs no opcodes (its cost shows in the CPU rounds only)."""
+    options: dict[str, object] = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with InProcessCluster(broker_options=options) as cluster:
+        cluster.create_topic(TOPIC, QUEUES)
+        broker = cluster.broker(cluster.broker_names[0])
+        switch, settle = counting_switch(cluster), deferred_counting(cluster)
+        peer = _Peer()
+
+        async def run(counting: bool, batch: list[RemotingCommand], traced: bool) -> Counter[str]:
+            await switch(counting)
+            counts: Counter[str] = Counter()
+
+            def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+                frame.f_trace_opcodes, frame.f_trace_lines = True, False
+                name = frame.f_code.co_qualname
+
+                def opcode(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+                    if event == "opcode":
+                        counts[name] += 1
+                    return opcode
+
+                return opcode
+
+            handle = broker._handle_now  # the bench reaches in on purpose
+            if traced:
+                sys.settrace(tracer)
+            try:
+                for request in batch:
+                    if handle(peer, request).__class__ is not bytes:  # type: ignore[arg-type]
+                        raise RuntimeError("a send was not answered at once with SUCCESS")
+                await settle(counting)
+            finally:
+                sys.settrace(None)
+            return counts
+
+        def requests() -> list[RemotingCommand]:
+            return FrameDecoder().feed(b"".join(frames(count)))
+
+        by_mode: dict[bool, Counter[str]] = {}
+        for counting in (False, True, False, True):
+            cluster.call(run(counting, requests(), traced=False))  # warm-up: caches, specialization
+            cluster.wait_dispatched()
+            by_mode[counting] = cluster.call(run(counting, requests(), traced=True))
+    off, on = by_mode[False], by_mode[True]
+    total_off, total_on = sum(off.values()) / count, sum(on.values()) / count
+    print(
+        f"SEND_MESSAGE_V2 handler alone, opcodes per send over {count} sends: counting off "
+        f"{total_off:,.1f}, on {total_on:,.1f} ({total_on - total_off:+.1f}, "
+        f"{(total_on / total_off - 1) * 100:+.1f} %); by function, on − off:"
+    )
+    for name in sorted(set(off) | set(on), key=lambda n: -abs(on[n] - off[n])):
+        if on[name] != off[name]:
+            print(f"  {(on[name] - off[name]) / count:+8.2f}  {name}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="measured rounds (after one warm-up round)")
@@ -195,17 +263,25 @@ def main() -> int:
         "timing) with decoded requests on its loop thread, no sockets: the send handler alone",
     )
     ap.add_argument(
+        "--opcodes",
+        action="store_true",
+        help="with --handler: count the bytecode per send (sys.settrace) with counting off and on",
+    )
+    ap.add_argument(
         "--part",
         action="append",
         choices=PARTS,
         help="with --handler: counting on turns on only this part (repeatable; default all)",
     )
     args = ap.parse_args()
-    if args.part and not args.handler:
-        ap.error("--part goes with --handler")
+    if (args.part or args.opcodes) and not args.handler:
+        ap.error("--part and --opcodes go with --handler")
     if args.handler:
         if not args.metrics_ab:
             ap.error("--handler goes with --metrics-ab")
+        if args.opcodes:
+            given = args.count != ap.get_default("count")
+            return handler_opcodes(args.count if given else 200)  # traced: 200 sends unless --count
         return handler_ab(args.rounds, args.count, args.part or PARTS)
 
     with_metrics = args.metrics or args.metrics_ab

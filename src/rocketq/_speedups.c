@@ -466,6 +466,688 @@ fail:
     return NULL;
 }
 
+/* -- metrics counting ---------------------------------------------------------------------
+ *
+ * The compiled counterparts of the counting on a broker's send path (docs/metrics.md, "What it
+ * costs"); rocketq.remoting.rpc_metrics and rocketq.broker.metrics choose them when this module
+ * is in use, and their pure-Python code stays the reference (tests compare the two).
+ *
+ *   RpcTimer(bounds_ns, record, failed[, untimed]).call(handler, conn, request)
+ *       handler(conn, request) timed by the monotonic clock time.perf_counter_ns reads: a bytes
+ *       answer (a send's pre-encoded SUCCESS) is added to its request code's histogram counts
+ *       here; None and the object untimed (an answer given later, which times itself) are
+ *       not counted; any other answer goes to record(code, response.code, ns), an exception to
+ *       failed(code, exc, ns) before it propagates. drain() hands over the added counts.
+ *   SendCounter(labels, sharding_key, delay_keys, size_bounds)
+ *       sent(topic, kind, result) / stored(topic, kind, size, count=1): a send's messages, bytes
+ *       and message_size buckets added up per (topic, message type); kind is a label or the
+ *       send's properties, typed as rocketq.broker.metrics.message_type types them. drain()
+ *       hands over what was added, in the order (topic, type) pairs were first seen.
+ *   PutSampler(every, histograms=None)
+ *       the store's put sample (rocketq.store.put_latency.put_samples): an iterator of 0,
+ *       every - 1 times, then the clock, over and over; observe(began) adds the put it timed to
+ *       the calling thread's histogram of a ThreadHistograms (MessageStore._put_timed).
+ */
+
+#include <time.h>
+
+#define MAX_BOUNDS 16
+
+static PyObject *str_code;
+
+static inline int64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
+/* Histogram bounds: a tuple of 1..MAX_BOUNDS ascending ints. */
+static int read_bounds(PyObject *bounds, int64_t *out, int *n) {
+    if (!PyTuple_Check(bounds) || PyTuple_GET_SIZE(bounds) < 1 || PyTuple_GET_SIZE(bounds) > MAX_BOUNDS) {
+        PyErr_Format(PyExc_ValueError, "bounds must be a tuple of 1 to %d ints", MAX_BOUNDS);
+        return -1;
+    }
+    *n = (int)PyTuple_GET_SIZE(bounds);
+    for (int i = 0; i < *n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(bounds, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (i > 0 && v <= out[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "bounds must ascend without repeats");
+            return -1;
+        }
+        out[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+/* bisect_left(bounds, v): the bucket of v (at most bounds[i] and above the bound before). */
+static inline int bucket_of(const int64_t *bounds, int n, int64_t v) {
+    int i = 0;
+    while (i < n && bounds[i] < v) i++;
+    return i;
+}
+
+/* -- RpcTimer -- */
+
+typedef struct {
+    long code;
+    int64_t n;
+    int64_t sum;
+    int64_t counts[MAX_BOUNDS + 1];
+} OkSlot;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *record;
+    PyObject *failed;
+    PyObject *untimed; /* an answer not to count (a reference is held), or NULL */
+    int nbounds;
+    int64_t bounds[MAX_BOUNDS];
+    OkSlot *slots;
+    Py_ssize_t nslots, cap, last;
+} RpcTimer;
+
+static PyObject *RpcTimer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *bounds, *record, *failed, *untimed = NULL;
+    if (!PyArg_ParseTuple(args, "OOO|O:RpcTimer", &bounds, &record, &failed, &untimed)) return NULL;
+    if (!PyCallable_Check(record) || !PyCallable_Check(failed)) {
+        PyErr_SetString(PyExc_TypeError, "RpcTimer: record and failed must be callable");
+        return NULL;
+    }
+    RpcTimer *self = (RpcTimer *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (read_bounds(bounds, self->bounds, &self->nbounds) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(record);
+    self->record = record;
+    Py_INCREF(failed);
+    self->failed = failed;
+    Py_XINCREF(untimed);
+    self->untimed = untimed;
+    return (PyObject *)self;
+}
+
+static int RpcTimer_traverse(RpcTimer *self, visitproc visit, void *arg) {
+    Py_VISIT(self->record);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->untimed);
+    return 0;
+}
+
+static int RpcTimer_clear(RpcTimer *self) {
+    Py_CLEAR(self->record);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->untimed);
+    return 0;
+}
+
+static void RpcTimer_dealloc(RpcTimer *self) {
+    PyObject_GC_UnTrack(self);
+    RpcTimer_clear(self);
+    PyMem_Free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static OkSlot *ok_slot(RpcTimer *self, long code) {
+    if (self->last < self->nslots && self->slots[self->last].code == code) return &self->slots[self->last];
+    for (Py_ssize_t i = 0; i < self->nslots; i++) {
+        if (self->slots[i].code == code) {
+            self->last = i;
+            return &self->slots[i];
+        }
+    }
+    if (self->nslots == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 4;
+        OkSlot *grown = PyMem_Realloc(self->slots, (size_t)cap * sizeof(OkSlot));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->slots = grown;
+        self->cap = cap;
+    }
+    OkSlot *slot = &self->slots[self->nslots];
+    memset(slot, 0, sizeof(OkSlot));
+    slot->code = code;
+    self->last = self->nslots++;
+    return slot;
+}
+
+static PyObject *RpcTimer_call(RpcTimer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "call(handler, conn, request) takes 3 arguments");
+        return NULL;
+    }
+    if (self->record == NULL || self->failed == NULL) { /* cleared by the garbage collector */
+        PyErr_SetString(PyExc_RuntimeError, "RpcTimer.call: the timer was cleared");
+        return NULL;
+    }
+    PyObject *pass[3] = {NULL, args[1], args[2]};
+    int64_t began = monotonic_ns();
+    PyObject *response = PyObject_Vectorcall(args[0], pass + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    int64_t elapsed = monotonic_ns() - began;
+    if (response == NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (tb != NULL && ev != NULL) PyException_SetTraceback(ev, tb);
+        PyObject *code = PyObject_GetAttr(args[2], str_code);
+        PyObject *done = NULL;
+        if (code != NULL) {
+            done = PyObject_CallFunction(self->failed, "OOL", code, ev != NULL ? ev : Py_None,
+                                         (long long)elapsed);
+            Py_DECREF(code);
+        }
+        if (done == NULL) { /* failed() itself raised: that error goes on */
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        Py_DECREF(done);
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    if (Py_IS_TYPE(response, &PyBytes_Type)) {
+        PyObject *code = PyObject_GetAttr(args[2], str_code);
+        if (code == NULL) goto fail;
+        long c = PyLong_AsLong(code);
+        Py_DECREF(code);
+        if (c == -1 && PyErr_Occurred()) goto fail;
+        OkSlot *slot = ok_slot(self, c);
+        if (slot == NULL) goto fail;
+        slot->n++;
+        slot->sum += elapsed;
+        slot->counts[bucket_of(self->bounds, self->nbounds, elapsed)]++;
+        return response;
+    }
+    if (response != Py_None && response != self->untimed) {
+        PyObject *code = PyObject_GetAttr(args[2], str_code);
+        if (code == NULL) goto fail;
+        PyObject *answer = PyObject_GetAttr(response, str_code);
+        if (answer == NULL) {
+            Py_DECREF(code);
+            goto fail;
+        }
+        PyObject *done = PyObject_CallFunction(self->record, "OOL", code, answer, (long long)elapsed);
+        Py_DECREF(code);
+        Py_DECREF(answer);
+        if (done == NULL) goto fail;
+        Py_DECREF(done);
+    }
+    return response;
+fail:
+    Py_DECREF(response);
+    return NULL;
+}
+
+static PyObject *RpcTimer_drain(RpcTimer *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->nslots; i++) {
+        OkSlot *slot = &self->slots[i];
+        if (slot->n == 0) continue;
+        PyObject *counts = PyList_New(self->nbounds + 1);
+        if (counts == NULL) goto fail;
+        for (int b = 0; b <= self->nbounds; b++) {
+            PyObject *v = PyLong_FromLongLong(slot->counts[b]);
+            if (v == NULL) {
+                Py_DECREF(counts);
+                goto fail;
+            }
+            PyList_SET_ITEM(counts, b, v);
+        }
+        PyObject *item = Py_BuildValue("(lNL)", slot->code, counts, (long long)slot->sum);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        memset(slot->counts, 0, sizeof(slot->counts));
+        slot->n = slot->sum = 0;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef RpcTimer_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))RpcTimer_call, METH_FASTCALL,
+     "call(handler, conn, request): handler(conn, request), timed and counted"},
+    {"drain", (PyCFunction)RpcTimer_drain, METH_NOARGS,
+     "[(request code, per-bucket counts, sum of ns)] of the bytes answers since the last drain"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RpcTimerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.RpcTimer",
+    .tp_basicsize = sizeof(RpcTimer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RpcTimer(bounds_ns, record, failed): the broker dispatch's request timing",
+    .tp_new = RpcTimer_new,
+    .tp_dealloc = (destructor)RpcTimer_dealloc,
+    .tp_traverse = (traverseproc)RpcTimer_traverse,
+    .tp_clear = (inquiry)RpcTimer_clear,
+    .tp_methods = RpcTimer_methods,
+};
+
+/* -- SendCounter -- */
+
+enum { KIND_NORMAL, KIND_FIFO, KIND_DELAY, KIND_TRANSACTION, KINDS };
+
+typedef struct {
+    PyObject *topic;
+    int kind;
+    int64_t v[2 + MAX_BOUNDS + 1]; /* messages, bytes, per-bucket message counts */
+} SendEntry;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *labels[KINDS];
+    PyObject *sharding_key;
+    PyObject *delay_keys; /* tuple of str */
+    uint64_t key_lengths; /* bit n: a typed key (sharding or delay) is n characters long */
+    int nbounds;
+    int64_t bounds[MAX_BOUNDS];
+    PyObject *topics; /* topic -> int t: the entries of topic t are index[t * KINDS + kind] */
+    PyObject *last_topic; /* the topic of the last send and its t: a producer's sends repeat it */
+    Py_ssize_t last_t;
+    Py_ssize_t *index;
+    Py_ssize_t ntopics, index_cap;
+    SendEntry *entries;
+    Py_ssize_t nentries, cap;
+} SendCounter;
+
+static PyObject *SendCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *labels, *sharding_key, *delay_keys, *bounds;
+    if (!PyArg_ParseTuple(args, "O!UO!O:SendCounter", &PyTuple_Type, &labels, &sharding_key, &PyTuple_Type,
+                          &delay_keys, &bounds))
+        return NULL;
+    if (PyTuple_GET_SIZE(labels) != KINDS) {
+        PyErr_SetString(PyExc_ValueError, "SendCounter: labels are (normal, fifo, delay, transaction)");
+        return NULL;
+    }
+    SendCounter *self = (SendCounter *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (read_bounds(bounds, self->bounds, &self->nbounds) < 0) goto fail;
+    for (int k = 0; k < KINDS; k++) {
+        PyObject *label = PyTuple_GET_ITEM(labels, k);
+        if (!PyUnicode_Check(label)) {
+            PyErr_SetString(PyExc_TypeError, "SendCounter: labels must be str");
+            goto fail;
+        }
+        Py_INCREF(label);
+        self->labels[k] = label;
+    }
+    Py_INCREF(sharding_key);
+    self->sharding_key = sharding_key;
+    Py_INCREF(delay_keys);
+    self->delay_keys = delay_keys;
+    for (Py_ssize_t i = -1; i < PyTuple_GET_SIZE(delay_keys); i++) {
+        PyObject *key = i < 0 ? sharding_key : PyTuple_GET_ITEM(delay_keys, i);
+        if (!PyUnicode_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "SendCounter: the typed keys must be str");
+            goto fail;
+        }
+        Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+        self->key_lengths |= n < 64 ? (uint64_t)1 << n : ~(uint64_t)0;
+    }
+    self->topics = PyDict_New();
+    if (self->topics == NULL) goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int SendCounter_traverse(SendCounter *self, visitproc visit, void *arg) {
+    Py_VISIT(self->last_topic);
+    Py_VISIT(self->topics);
+    return 0;
+}
+
+static void SendCounter_dealloc(SendCounter *self) {
+    PyObject_GC_UnTrack(self);
+    for (int k = 0; k < KINDS; k++) Py_XDECREF(self->labels[k]);
+    Py_XDECREF(self->sharding_key);
+    Py_XDECREF(self->delay_keys);
+    Py_XDECREF(self->topics);
+    Py_XDECREF(self->last_topic);
+    for (Py_ssize_t i = 0; i < self->nentries; i++) Py_DECREF(self->entries[i].topic);
+    PyMem_Free(self->entries);
+    PyMem_Free(self->index);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int has_key(PyObject *props, PyObject *key) {
+    return PyDict_CheckExact(props) ? PyDict_Contains(props, key) : PySequence_Contains(props, key);
+}
+
+/* The message type of kind: one of the labels, or properties typed as message_type(props, False). */
+static int kind_of(SendCounter *self, PyObject *kind) {
+    if (PyUnicode_Check(kind)) {
+        for (int k = 0; k < KINDS; k++)
+            if (kind == self->labels[k]) return k;
+        for (int k = 0; k < KINDS; k++) {
+            int eq = PyUnicode_Compare(kind, self->labels[k]);
+            if (eq == -1 && PyErr_Occurred()) return -1;
+            if (eq == 0) return k;
+        }
+        PyErr_Format(PyExc_ValueError, "unknown message type %R", kind);
+        return -1;
+    }
+    if (PyDict_CheckExact(kind)) { /* no key of a typed key's length (the common case): normal */
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        int maybe = 0;
+        while (!maybe && PyDict_Next(kind, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                maybe = 1;
+            } else {
+                Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+                maybe = n >= 64 || (self->key_lengths >> n) & 1;
+            }
+        }
+        if (!maybe) return KIND_NORMAL;
+    }
+    int found = has_key(kind, self->sharding_key);
+    if (found != 0) return found < 0 ? -1 : KIND_FIFO;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->delay_keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        found = has_key(kind, PyTuple_GET_ITEM(self->delay_keys, i));
+        if (found != 0) return found < 0 ? -1 : KIND_DELAY;
+    }
+    return KIND_NORMAL;
+}
+
+/* topic equals the last send's topic: the same length and bytes (no hash of a new string). */
+static int same_topic(SendCounter *self, PyObject *topic) {
+    PyObject *last = self->last_topic;
+    if (last == NULL) return 0;
+    if (last == topic) return 1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(topic);
+    if (PyUnicode_GET_LENGTH(last) != n || PyUnicode_KIND(last) != PyUnicode_KIND(topic)) return 0;
+    return memcmp(PyUnicode_DATA(last), PyUnicode_DATA(topic), (size_t)n * PyUnicode_KIND(topic)) == 0;
+}
+
+static SendEntry *send_entry(SendCounter *self, PyObject *topic, int kind) {
+    Py_ssize_t t;
+    PyObject *at = NULL;
+    if (same_topic(self, topic)) {
+        t = self->last_t;
+        goto found;
+    }
+    at = PyDict_GetItemWithError(self->topics, topic);
+    if (at != NULL) {
+        t = PyLong_AsSsize_t(at);
+    } else {
+        if (PyErr_Occurred()) return NULL;
+        if (self->ntopics == self->index_cap) {
+            Py_ssize_t cap = self->index_cap ? self->index_cap * 2 : 8;
+            Py_ssize_t *grown = PyMem_Realloc(self->index, (size_t)(cap * KINDS) * sizeof(Py_ssize_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return NULL;
+            }
+            self->index = grown;
+            self->index_cap = cap;
+        }
+        t = self->ntopics;
+        PyObject *number = PyLong_FromSsize_t(t);
+        if (number == NULL) return NULL;
+        int failed = PyDict_SetItem(self->topics, topic, number);
+        Py_DECREF(number);
+        if (failed < 0) return NULL;
+        for (int k = 0; k < KINDS; k++) self->index[t * KINDS + k] = -1;
+        self->ntopics++;
+    }
+    Py_INCREF(topic);
+    Py_XSETREF(self->last_topic, topic);
+    self->last_t = t;
+found:;
+    Py_ssize_t e = self->index[t * KINDS + kind];
+    if (e >= 0) return &self->entries[e];
+    if (self->nentries == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 8;
+        SendEntry *grown = PyMem_Realloc(self->entries, (size_t)cap * sizeof(SendEntry));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->entries = grown;
+        self->cap = cap;
+    }
+    e = self->nentries++;
+    SendEntry *entry = &self->entries[e];
+    memset(entry, 0, sizeof(SendEntry));
+    Py_INCREF(topic);
+    entry->topic = topic;
+    entry->kind = kind;
+    self->index[t * KINDS + kind] = e;
+    return entry;
+}
+
+static PyObject *count_send(SendCounter *self, PyObject *topic, PyObject *kind, PyObject *size_obj,
+                            PyObject *count_obj) {
+    if (!PyUnicode_Check(topic)) {
+        PyErr_SetString(PyExc_TypeError, "topic must be a str");
+        return NULL;
+    }
+    long long size = PyLong_AsLongLong(size_obj);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    long long count = PyLong_AsLongLong(count_obj);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    if (count < 1 || size < 0) {
+        PyErr_Format(PyExc_ValueError, "a send stores at least one message of 0 or more bytes, not %lld of %lld",
+                     count, size);
+        return NULL;
+    }
+    int k = kind_of(self, kind);
+    if (k < 0) return NULL;
+    SendEntry *entry = send_entry(self, topic, k);
+    if (entry == NULL) return NULL;
+    entry->v[0] += count;
+    entry->v[1] += size;
+    entry->v[2 + bucket_of(self->bounds, self->nbounds, size / count)] += count;
+    Py_RETURN_NONE;
+}
+
+static PyObject *SendCounter_sent(SendCounter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "sent(topic, kind, result) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *result = args[2];
+    if (PyTuple_Check(result) && PyTuple_GET_SIZE(result) > 6)
+        return count_send(self, args[0], args[1], PyTuple_GET_ITEM(result, 2), PyTuple_GET_ITEM(result, 6));
+    PyErr_SetString(PyExc_TypeError, "sent: result must be a PutMessageResult");
+    return NULL;
+}
+
+static PyObject *SendCounter_stored(SendCounter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "stored(topic, kind, size, count=1) takes 3 or 4 arguments");
+        return NULL;
+    }
+    static PyObject *one = NULL;
+    if (one == NULL && (one = PyLong_FromLong(1)) == NULL) return NULL;
+    return count_send(self, args[0], args[1], args[2], nargs == 4 ? args[3] : one);
+}
+
+static PyObject *SendCounter_drain(SendCounter *self, PyObject *unused) {
+    int width = 2 + self->nbounds + 1;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->nentries; i++) {
+        SendEntry *entry = &self->entries[i];
+        if (entry->v[0] == 0) continue;
+        PyObject *counts = PyList_New(width);
+        if (counts == NULL) goto fail;
+        for (int b = 0; b < width; b++) {
+            PyObject *v = PyLong_FromLongLong(entry->v[b]);
+            if (v == NULL) {
+                Py_DECREF(counts);
+                goto fail;
+            }
+            PyList_SET_ITEM(counts, b, v);
+        }
+        PyObject *item = Py_BuildValue("(OON)", entry->topic, self->labels[entry->kind], counts);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        memset(entry->v, 0, sizeof(entry->v));
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef SendCounter_methods[] = {
+    {"sent", (PyCFunction)(void (*)(void))SendCounter_sent, METH_FASTCALL,
+     "sent(topic, kind, result): a single send's PutMessageResult counted"},
+    {"stored", (PyCFunction)(void (*)(void))SendCounter_stored, METH_FASTCALL,
+     "stored(topic, kind, size, count=1): count messages of size bytes in all counted"},
+    {"drain", (PyCFunction)SendCounter_drain, METH_NOARGS,
+     "[(topic, message type, [messages, bytes, per-bucket counts...])] since the last drain"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SendCounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.SendCounter",
+    .tp_basicsize = sizeof(SendCounter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SendCounter(labels, sharding_key, delay_keys, size_bounds): sends per (topic, message type)",
+    .tp_new = SendCounter_new,
+    .tp_dealloc = (destructor)SendCounter_dealloc,
+    .tp_traverse = (traverseproc)SendCounter_traverse,
+    .tp_methods = SendCounter_methods,
+};
+
+/* -- PutSampler -- */
+
+typedef struct {
+    PyObject_HEAD
+    long every;
+    long seen;
+    PyObject *histograms;    /* a ThreadHistograms, or NULL */
+    unsigned long last_ident; /* the thread of last_hist, the last observer's histogram */
+    PyObject *last_hist;
+} PutSampler;
+
+static PyObject *str_local, *str_bounds, *str_counts, *str_sum, *int_one;
+
+static PyObject *PutSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    long every;
+    PyObject *histograms = Py_None;
+    if (!PyArg_ParseTuple(args, "l|O:PutSampler", &every, &histograms)) return NULL;
+    if (every < 1) {
+        PyErr_SetString(PyExc_ValueError, "PutSampler: every must be at least 1");
+        return NULL;
+    }
+    PutSampler *self = (PutSampler *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->every = every;
+    if (histograms != Py_None) {
+        Py_INCREF(histograms);
+        self->histograms = histograms;
+    }
+    return (PyObject *)self;
+}
+
+static void PutSampler_dealloc(PutSampler *self) {
+    Py_XDECREF(self->histograms);
+    Py_XDECREF(self->last_hist);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *PutSampler_next(PutSampler *self) {
+    if (++self->seen < self->every) return PyLong_FromLong(0);
+    self->seen = 0;
+    return PyLong_FromLongLong((long long)monotonic_ns());
+}
+
+/* What MessageStore._put_timed does: the seconds since began into the calling thread's
+ * histogram (ThreadHistograms.local(), asked again only when the thread changes). */
+static PyObject *PutSampler_observe(PutSampler *self, PyObject *arg) {
+    long long began = PyLong_AsLongLong(arg);
+    if (began == -1 && PyErr_Occurred()) return NULL;
+    double seconds = (double)(monotonic_ns() - began) / 1e9;
+    if (self->histograms == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PutSampler.observe: made without histograms");
+        return NULL;
+    }
+    unsigned long ident = PyThread_get_thread_ident();
+    if (self->last_hist == NULL || self->last_ident != ident) {
+        PyObject *hist = PyObject_CallMethodNoArgs(self->histograms, str_local);
+        if (hist == NULL) return NULL;
+        Py_XSETREF(self->last_hist, hist);
+        self->last_ident = ident;
+    }
+    PyObject *hist = self->last_hist;
+    PyObject *bounds = PyObject_GetAttr(hist, str_bounds);
+    if (bounds == NULL) return NULL;
+    PyObject *counts = PyObject_GetAttr(hist, str_counts);
+    if (counts == NULL || !PyTuple_Check(bounds) || !PyList_Check(counts) ||
+        PyList_GET_SIZE(counts) != PyTuple_GET_SIZE(bounds) + 1) {
+        if (counts != NULL) PyErr_SetString(PyExc_TypeError, "PutSampler.observe: not a Histogram");
+        Py_DECREF(bounds);
+        Py_XDECREF(counts);
+        return NULL;
+    }
+    Py_ssize_t i = 0, n = PyTuple_GET_SIZE(bounds);
+    for (; i < n; i++) { /* bisect_left */
+        double bound = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (bound == -1.0 && PyErr_Occurred()) goto fail;
+        if (bound >= seconds) break;
+    }
+    PyObject *count = PyNumber_Add(PyList_GET_ITEM(counts, i), int_one);
+    if (count == NULL) goto fail;
+    PyList_SetItem(counts, i, count);
+    PyObject *sum = PyObject_GetAttr(hist, str_sum);
+    if (sum == NULL) goto fail;
+    PyObject *add = PyFloat_FromDouble(seconds);
+    PyObject *total = add != NULL ? PyNumber_Add(sum, add) : NULL;
+    Py_DECREF(sum);
+    Py_XDECREF(add);
+    if (total == NULL) goto fail;
+    int failed = PyObject_SetAttr(hist, str_sum, total);
+    Py_DECREF(total);
+    if (failed < 0) goto fail;
+    Py_DECREF(bounds);
+    Py_DECREF(counts);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(bounds);
+    Py_DECREF(counts);
+    return NULL;
+}
+
+static PyMethodDef PutSampler_methods[] = {
+    {"observe", (PyCFunction)PutSampler_observe, METH_O,
+     "observe(began): the seconds since began (a clock this iterator gave) into the calling "
+     "thread's histogram"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PutSamplerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.PutSampler",
+    .tp_basicsize = sizeof(PutSampler),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PutSampler(every, histograms=None): an iterator of 0, every - 1 times, then the clock "
+              "(time.perf_counter_ns), over and over; observe() adds a timed put to histograms",
+    .tp_new = PutSampler_new,
+    .tp_dealloc = (destructor)PutSampler_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)PutSampler_next,
+    .tp_methods = PutSampler_methods,
+};
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -489,7 +1171,20 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (m == NULL) return NULL;
     st.empty_str = PyUnicode_FromStringAndSize("", 0);
     st.empty_bytes = PyBytes_FromStringAndSize("", 0);
-    if (st.empty_str == NULL || st.empty_bytes == NULL) {
+    str_code = PyUnicode_InternFromString("code");
+    str_local = PyUnicode_InternFromString("local");
+    str_bounds = PyUnicode_InternFromString("bounds");
+    str_counts = PyUnicode_InternFromString("counts");
+    str_sum = PyUnicode_InternFromString("sum");
+    int_one = PyLong_FromLong(1);
+    if (str_local == NULL || str_bounds == NULL || str_counts == NULL || str_sum == NULL || int_one == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (st.empty_str == NULL || st.empty_bytes == NULL || str_code == NULL || PyType_Ready(&RpcTimerType) < 0 ||
+        PyType_Ready(&SendCounterType) < 0 || PyModule_AddObjectRef(m, "RpcTimer", (PyObject *)&RpcTimerType) < 0 ||
+        PyModule_AddObjectRef(m, "SendCounter", (PyObject *)&SendCounterType) < 0 ||
+        PyType_Ready(&PutSamplerType) < 0 || PyModule_AddObjectRef(m, "PutSampler", (PyObject *)&PutSamplerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,7 +8,11 @@ semantics of its pure counterpart, and the tests run both.
 Accelerated now (a function is only compiled when it pays on a public path; see
 docs/benchmarks.md): :func:`rocketq.protocol.record.decode_record` and
 :func:`rocketq.protocol.record.view_to_message`, the record decoding of pull and pop answers
-(the consumer's ``decode_pull_body``) and of the store's message lookups.
+(the consumer's ``decode_pull_body``) and of the store's message lookups; and the counting on
+a broker's send path while metrics are on (``RpcTimer``, the request timing of the broker's
+dispatch, :class:`rocketq.remoting.rpc_metrics.RpcLatency`; ``SendCounter``, the messages per
+topic and type, :class:`rocketq.broker.metrics.BrokerMetrics`), whose pure counterparts stay in
+those classes.
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.
@@ -42,6 +46,17 @@ COMPILED: Final[ModuleType | None] = _LOADED[0]
 REASON: Final[str] = _LOADED[1]
 #: "compiled" or "pure".
 ACTIVE: Final = "compiled" if COMPILED is not None else "pure"
+
+
+def module_for(compiled: bool | None = None) -> ModuleType | None:
+    """The compiled module to use, or None for the pure path: ``compiled`` None takes what is in
+    use (:data:`COMPILED`), False the pure path, True the compiled one (a ValueError, saying why,
+    when it is not in use; for tests that compare the two)."""
+    if compiled is False:
+        return None
+    if compiled and COMPILED is None:
+        raise ValueError(f"the compiled module is not in use: {REASON}")
+    return COMPILED
 
 
 def describe() -> str:

@@ -23,7 +23,7 @@ from rocketq.message import Message, MessageExt
 from rocketq.metrics.http import MetricsServer
 from rocketq.namesrv.config import NamesrvConfig
 from rocketq.namesrv.server import NameServer
-from rocketq.store.message_store import PUT_LATENCY_SAMPLE
+from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
 from rocketq.testing import InProcessCluster
 
 BROKER = "broker-a"

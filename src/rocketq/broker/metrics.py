@@ -2,16 +2,17 @@
 
 Counting (the hot paths pay no lock per message)::
 
-    send (loop thread)  appended to pending_in, folded each 1 s  → messages_in / throughput_in /
-                                                                  message_size, per (topic, type)
+    send (loop thread)  sent(topic, type or properties, result) → messages_in / throughput_in /
+                        (compiled: added up per topic and type;  message_size, per (topic, type)
+                        pure: appended to pending_in), folded each 1 s
     pull (loop thread)  pulled(topic, group, n, bytes, queue, next offset)
                                                                → messages_out / throughput_out,
                                                                   and the group's pull offsets
     pop (loop thread)   popped(topic, group, deliveries)      → messages_out / throughput_out
                         (remoting POP_MESSAGE and the gRPC endpoint's ReceiveMessage)
-    every request       timed inline by the broker's dispatch  → rpc_latency by (request code,
-                        (Broker._handle_now, _handle); a send's   response code)
-                        SUCCESS appended to rpc.ok, folded each 1 s
+    every request       timed by the broker's dispatch          → rpc_latency by (request code,
+                        (Broker._handle_now: rpc.call, compiled   response code)
+                        or pure; _handle inline), folded each 1 s
     store put           MessageStore.put_latency, one histogram per calling thread
     store services      group commit, flush, allocation: plain ints of their one thread
 
@@ -28,7 +29,10 @@ inflight = pulled − committed (what a consumer holds but has not committed), r
 pulled, lag latency = now − store time of the oldest unconsumed message (0 without lag). The
 pairs are those with committed offsets plus the subscriptions of online consumers.
 
-With metrics off the broker creates none of this: no timing, no counting call.
+With metrics off the broker creates none of this: no timing, no counting call. The counting of
+sends and the request timing are compiled when the C accelerator is in use
+(``rocketq._speedups``: SendCounter, RpcTimer; docs/metrics.md, "What it costs"); the pure code
+here and in :mod:`rocketq.remoting.rpc_metrics` is the reference, and both count the same.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rocketq import speedups
 from rocketq.broker.consumer_offset import split_offset_key
 from rocketq.errors import ConfigError
 from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_SHARDING_KEY
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
     from rocketq.broker.config import BrokerConfig
     from rocketq.broker.context import BrokerContext
     from rocketq.broker.pop.service import PoppedMessage
+    from rocketq.store.commitlog import PutMessageResult
     from rocketq.store.message_store import MessageStore
 
 #: RocketMQ's ``message_size`` buckets (bytes): 1 KiB, 4 KiB, 512 KiB, 1, 2, 4 MiB.
@@ -117,9 +123,11 @@ class _LagInput:
 
 
 class BrokerMetrics:
-    """Counters of one broker and the exposition of everything it measures."""
+    """Counters of one broker and the exposition of everything it measures. ``compiled``: None
+    counts sends and times requests with the C accelerator when it is in use, False never, True
+    always (see :func:`rocketq.speedups.module_for`)."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, compiled: bool | None = None) -> None:
         self.base: Labels = (
             ("cluster", config.broker_cluster_name),
             ("node_type", "broker"),
@@ -127,13 +135,31 @@ class BrokerMetrics:
         )
         #: (topic, message type) → [messages, bytes, per-bucket counts of message_size…]
         self.messages_in: dict[tuple[str, str], list[int]] = {}
-        #: Sends not yet folded into messages_in: (topic, kind, bytes, messages).
+        #: Sends not yet folded into messages_in: (topic, kind, bytes, messages) (pure path).
         self.pending_in: list[tuple[str, SendKind, int, int]] = []
+        module = speedups.module_for(compiled)
+        #: The compiled counts of sends not yet folded into messages_in (None: pure path).
+        self._sends = (
+            None
+            if module is None
+            else module.SendCounter(
+                (NORMAL, FIFO, DELAY, TRANSACTION),
+                PROPERTY_SHARDING_KEY,
+                tuple(sorted(_DELAY_KEYS)),
+                MESSAGE_SIZE_BOUNDS,
+            )
+        )
+        #: ``sent(topic, kind, result)``: a send to ``topic`` stored ``result`` (its
+        #: PutMessageResult: bytes, messages); ``kind`` is the message type, or the send's
+        #: properties to derive it from (at once: they are not kept). The send path's one call.
+        self.sent: Callable[[str, SendKind, PutMessageResult], object] = (
+            self._sent_pure if self._sends is None else self._sends.sent
+        )
         #: (topic, consumer group) → [messages, bytes]
         self.messages_out: dict[tuple[str, str], list[int]] = {}
         #: (consumer group, topic) → queue id → next offset a pull answered with
         self.pull_offsets: dict[tuple[str, str], dict[int, int]] = {}
-        self.rpc = RpcLatency()
+        self.rpc = RpcLatency(compiled)
         #: (topic, consumer group) → messages sent to the group's DLQ
         self.dlq: dict[tuple[str, str], int] = {}
         self.put_latency = ThreadHistograms(PUT_SECONDS_BOUNDS)
@@ -142,7 +168,27 @@ class BrokerMetrics:
     def stored(self, topic: str, kind: SendKind, size: int, count: int = 1) -> None:
         """``count`` messages of ``size`` bytes in all were stored for a send to ``topic``;
         ``kind`` is the message type, or the send's properties to derive it from."""
-        self.pending_in.append((topic, kind, size, count))
+        if self._sends is not None:
+            self._sends.stored(topic, kind, size, count)
+        else:
+            self.pending_in.append((topic, kind, size, count))
+
+    def _sent_pure(self, topic: str, kind: SendKind, result: PutMessageResult) -> None:
+        """:attr:`sent` in Python, the reference of the compiled one (result[2]: bytes, [6]:
+        messages); the common case of the type is one set test, and the properties are not
+        kept (a dict held until the fold would survive garbage collections)."""
+        self.pending_in.append(
+            (
+                topic,
+                kind
+                if kind.__class__ is str
+                else NORMAL
+                if TYPED_KEYS.isdisjoint(kind)
+                else message_type(kind, False),  # type: ignore[arg-type]
+                result[2],
+                result[6],
+            )
+        )
 
     def fold(self) -> None:
         """Add the sends and request latencies recorded since the last fold to the counters.
@@ -153,6 +199,8 @@ class BrokerMetrics:
         one topic and type (a second of one producer's traffic, say), the batch is added up
         by whole-list operations (sum, sort, bisect) instead of record by record."""
         self.rpc.fold()
+        if self._sends is not None:
+            self._fold_compiled(self._sends.drain())
         pending, self.pending_in = self.pending_in, []
         if not pending:
             return
@@ -171,6 +219,20 @@ class BrokerMetrics:
             c[0] += count
             c[1] += size
             c[2 + _bisect_left(MESSAGE_SIZE_BOUNDS, size // count)] += count
+
+    def _fold_compiled(self, counted: list[tuple[str, str, list[int]]]) -> None:
+        """What the compiled SendCounter added up since the last fold: per (topic, type), in
+        the order the pairs were first seen, [messages, bytes, per-bucket counts...] (the layout
+        of messages_in)."""
+        table = self.messages_in
+        for topic, mtype, add in counted:
+            key = (topic, mtype)
+            c = table.get(key)
+            if c is None:
+                table[key] = add
+            else:
+                for i, n in enumerate(add):
+                    c[i] += n
 
     def _add_single_messages(self, topic: str, kind: SendKind, sizes: Sequence[int]) -> None:
         """Sends of one message each, all to ``topic`` with message type ``kind``."""

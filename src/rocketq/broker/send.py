@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from rocketq.broker.context import BrokerContext
-from rocketq.broker.metrics import NORMAL, TRANSACTION, TYPED_KEYS, SendKind, message_type
+from rocketq.broker.metrics import NORMAL, TRANSACTION, SendKind
 from rocketq.broker.send_properties import (
     base_properties,
     batch_entry_properties,
@@ -384,8 +384,8 @@ class SendMessageProcessor:
         if self.ctx.trace is not None:
             self.ctx.trace.sent(conn.remote_address, header.producer_group, msgs if batch else [msg], result)
         metrics = self.ctx.metrics
-        if metrics is not None:  # BrokerMetrics.stored, inlined on this path: [2] size, [6] msg_num
-            metrics.pending_in.append((header.topic, kind, result[2], result[6]))
+        if metrics is not None:  # one call: compiled when the C accelerator is in use
+            metrics.sent(header.topic, kind, result)
         if result.status is PutMessageStatus.PUT_OK:
             # the common answer, written straight to bytes (a response command and its generic
             # encoding cost a send several µs more; tests check the bytes are the same)
@@ -441,14 +441,15 @@ class SendMessageProcessor:
             self.ctx.trace.sent(conn.remote_address, header.producer_group, msgs if batch else [msg], result)
         metrics = self.ctx.metrics
         if metrics is not None:
-            metrics.stored(header.topic, kind, result.size, result.msg_num)
+            metrics.sent(header.topic, kind, result)
         return self._response(request, result, queue_id, transaction_id)
 
     def _prepare(
         self, conn: Connection, request: RemotingCommand, header: SendMessageRequestHeader
     ) -> tuple[BrokerMessage, int, str | None, SendKind]:
         """Checks and the record of a single send: (message, queue id, transaction id, what the
-        metrics derive the ``message_type`` label from: its properties, or ``transaction``)."""
+        metrics derive the ``message_type`` label from: ``transaction``, or its properties, which
+        BrokerMetrics.sent types at once; nothing is computed for them here, metrics on or off)."""
         tc = self.msg_check(conn, header)
         queue_id = self._pick_queue(tc, header.queue_id)
         props = self._base_properties(header.properties)
@@ -473,17 +474,7 @@ class SendMessageProcessor:
         if half:
             ensure_half_topics(self.ctx)
             msg = to_half_message(msg, props)
-        kind = NORMAL
-        if self.ctx.metrics is not None:
-            # the common case is one set test; the properties are not kept (a dict held until
-            # the fold would survive garbage collections and cost more than the test)
-            kind = (
-                TRANSACTION
-                if half
-                else NORMAL
-                if TYPED_KEYS.isdisjoint(props)
-                else message_type(props, False)
-            )
+        kind: SendKind = TRANSACTION if half else props
         return msg, queue_id, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), kind
 
     def _retry_or_dlq(

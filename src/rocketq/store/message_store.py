@@ -15,15 +15,15 @@ Lifecycle::
               ``abort`` (only when everything was dispatched, as RocketMQ), unlock
 
 This module holds the lifecycle, the services, the write API (timer and delay-level topics,
-dispatch back-pressure, the sampled put latency) and what retention asks of the store. The rest
-of the store's API comes from its two base classes, which hold no state of their own:
-``store_recovery.py`` (recovery, where its scan starts, ConsumeQueue checks and rebuilds, the
-dispatch wiring) and ``store_queries.py`` (pulls, lookups by offset, id, key and time, stats).
+dispatch back-pressure) and what retention asks of the store. The rest of the store's API comes
+from its base classes: ``store_recovery.py`` (recovery, where its scan starts, ConsumeQueue
+checks and rebuilds, the dispatch wiring) and ``store_queries.py`` (pulls, lookups by offset,
+id, key and time, stats), which hold no state of their own, and ``put_latency.py`` (the sampled
+put latency of the metrics).
 """
 
 from __future__ import annotations
 
-import bisect
 import datetime as _dt
 import errno
 import fcntl
@@ -38,12 +38,12 @@ from rocketq import message as _message
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConfigError, DiskFull, StoreLocked, SystemBusy
 from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, BrokerMessage, Message, pack_socket_addr
-from rocketq.metrics.exposition import ThreadHistograms
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueueStore
 from rocketq.store.dispatch import ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
+from rocketq.store.put_latency import PutLatencySampling
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport
 from rocketq.store.retention import NOTHING_NEEDED, RetentionService, Segment, Unconsumed
@@ -65,12 +65,11 @@ from rocketq.store.timer import (
 
 log = logging.getLogger(__name__)
 
-_perf_ns = time.perf_counter_ns
 #: One put in this many is timed for ``put_latency``: two clock reads per put would cost the
 #: send path more than every counter of the broker together (docs/metrics.md, Cost).
-PUT_LATENCY_SAMPLE = 16
-_bisect_left = bisect.bisect_left
 _time_ns = time.time_ns
+
+
 #: Property names that can park a message in the delay-level or timer topic. A ``Message`` with
 #: none of them (and no ``delay_level``) is stored as it is: its put skips the timer and delay
 #: checks, which look for these names in the encoded properties.
@@ -85,7 +84,7 @@ _PARKING_KEYS = frozenset(
 )
 
 
-class MessageStore(StoreRecovery, StoreQueries):
+class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
     """The embedded RocketMQ-compatible message store (see the module docstring)."""
 
     def __init__(self, config: StoreConfig | None = None) -> None:
@@ -126,11 +125,7 @@ class MessageStore(StoreRecovery, StoreQueries):
         self.recovery_seconds = 0.0
         self.started = False
         self.stats = StoreStats()
-        #: Seconds a put_message / put_messages call takes (the flush wait under SYNC_FLUSH
-        #: included), one put in PUT_LATENCY_SAMPLE timed, per calling thread; None (the
-        #: default) measures nothing. Set by the broker when it serves metrics.
-        self.put_latency: ThreadHistograms | None = None
-        self._puts_seen = 0
+        PutLatencySampling.__init__(self)
         self._index_dir_missing = False
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.
@@ -367,19 +362,7 @@ class MessageStore(StoreRecovery, StoreQueries):
         if self._put_since_throttle >= self._throttle_every:
             self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
             self._put_since_throttle = 0
-        if self.put_latency is None:
-            return 0
-        self._puts_seen = seen = self._puts_seen + 1
-        return 0 if seen % PUT_LATENCY_SAMPLE else _perf_ns()
-
-    def _put_timed(self, began: int) -> None:
-        timed = self.put_latency
-        if timed is None:
-            return
-        hist = timed.local()
-        seconds = (_perf_ns() - began) / 1e9
-        hist.counts[_bisect_left(hist.bounds, seconds)] += 1
-        hist.sum += seconds
+        return next(self._put_samples)
 
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
