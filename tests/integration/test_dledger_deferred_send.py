@@ -27,6 +27,7 @@ from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode
 from rocketq.remoting.connection import Connection
 from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
 from rocketq.testing import InProcessCluster
 
 TOPIC = "DeferT"
@@ -306,3 +307,18 @@ def test_request_latency_counts_each_send_once_with_its_answer(
             ResponseCode.SERVICE_NOT_AVAILABLE: 1,
             ResponseCode.INVALID_PARAMETER: 1,
         }
+
+
+@pytest.mark.parametrize("path", ["deferred", "task"])
+def test_the_store_times_one_replicated_put_in_sixteen(
+    path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_port": 0}
+    with running(tmp_path, monkeypatch, path == "deferred", **options) as h:
+        broker = h.cluster.broker(h.cluster.broker_names[0])
+        store = broker.store
+        assert store is not None and store.put_latency is not None
+        for i in range(2 * PUT_LATENCY_SAMPLE):
+            assert h.invoke(send_request(TOPIC, f"m{i}".encode())).code == ResponseCode.SUCCESS
+        # the sixteenth and the thirty-second put are timed (rocketmq_store_put_latency_seconds)
+        assert sum(store.put_latency.merged().counts) == 2

@@ -18,11 +18,9 @@ carry no record.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import struct
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from rocketq.config import FlushDiskType, StoreConfig
@@ -41,7 +39,6 @@ from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop, PutCallback
 from rocketq.store.message_store import MessageStore
-from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
 
 log = logging.getLogger(__name__)
@@ -207,12 +204,7 @@ class DLedgerMessageStore(MessageStore):
         appends' quorum with no worker thread (:meth:`DLedgerCommitLog.put_messages_async`).
         No back-pressure wait: a caller that finds dispatch far behind uses :meth:`put_messages`
         in a thread instead."""
-        timed = self.put_latency
-        began = 0
-        if timed is not None:
-            self._puts_seen = seen = self._puts_seen + 1
-            if not seen % PUT_LATENCY_SAMPLE:
-                began = time.perf_counter_ns()
+        began = next(self._put_samples)  # the latency sample: 0 unless this put is timed
         try:
             r = await self.commitlog.put_messages_async([self._inner(m, None) for m in msgs])
         except Exception:
@@ -220,11 +212,8 @@ class DLedgerMessageStore(MessageStore):
             raise
         self.stats.put_count += r.msg_num
         self.stats.put_bytes += r.size
-        if began and timed is not None:
-            hist = timed.local()
-            seconds = (time.perf_counter_ns() - began) / 1e9
-            hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
-            hist.sum += seconds
+        if began:
+            self._put_timed(began)
         return r
 
     def quorum_put_then(self) -> Callable[[Sequence[BrokerMessage], PutCallback], None] | None:
@@ -237,13 +226,9 @@ class DLedgerMessageStore(MessageStore):
         to ``done(result or exception)`` on the caller's loop
         (:meth:`DLedgerCommitLog.put_messages_then`). Errors found before anything is appended
         raise here."""
-        timed = self.put_latency
-        began = 0
-        if timed is not None:
-            self._puts_seen = seen = self._puts_seen + 1
-            if not seen % PUT_LATENCY_SAMPLE:
-                began = time.perf_counter_ns()
+        began = next(self._put_samples)  # the latency sample: 0 unless this put is timed
         stats = self.stats
+        timed = self._put_timed
 
         def finished(outcome: PutMessageResult | Exception) -> None:
             if isinstance(outcome, Exception):
@@ -251,11 +236,8 @@ class DLedgerMessageStore(MessageStore):
             else:
                 stats.put_count += outcome.msg_num
                 stats.put_bytes += outcome.size
-                if began and timed is not None:
-                    hist = timed.local()
-                    seconds = (time.perf_counter_ns() - began) / 1e9
-                    hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
-                    hist.sum += seconds
+                if began:
+                    timed(began)
             done(outcome)
 
         try:

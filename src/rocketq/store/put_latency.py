@@ -51,7 +51,6 @@ class PutLatencySampling:
         #: The compiled sampler's observe, which adds a timed put to put_latency as _put_timed
         #: does (None: _put_timed; a bound method here would make the store a reference cycle).
         self._put_observe: Callable[[int], object] | None = None
-        self._puts_seen = 0  # the sample count of DLedgerMessageStore.put_messages_async
 
     @property
     def put_latency(self) -> ThreadHistograms | None:
