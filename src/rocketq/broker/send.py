@@ -367,28 +367,50 @@ class SendMessageProcessor:
             if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
                 return self._send_replicated(conn, request, self._ledger_put_then)
             return None
-        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
+        if self._topics_pending():
+            return None
         store = self.ctx.store
-        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
-        if batch:
+        result = store.put_messages(msgs) if batch else store.put_message(msgs[0])
+        self._record(conn, header, msgs, result, kind)
+        return self._answer_now(request, result, queue_id, transaction_id)
+
+    def _prepare_send(
+        self, conn: Connection, request: RemotingCommand
+    ) -> tuple[SendMessageRequestHeader, bool, list[BrokerMessage], int, str | None, SendKind]:
+        """The header, checks and records of a send request: (header, whether it is a batch,
+        its messages, queue id, transaction id, what the metrics type it by)."""
+        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
             msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
-            if self._topics_pending():
-                return None
-            result = store.put_messages(msgs)
-            kind: SendKind = NORMAL
-        else:
-            msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
-            if self._topics_pending():
-                return None
-            result = store.put_message(msg)
-        if self.ctx.trace is not None:
-            self.ctx.trace.sent(conn.remote_address, header.producer_group, msgs if batch else [msg], result)
-        metrics = self.ctx.metrics
-        if metrics is not None:  # one call: compiled when the C accelerator is in use
+            return header, True, msgs, queue_id, transaction_id, NORMAL
+        msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
+        return header, False, [msg], queue_id, transaction_id, kind
+
+    def _record(
+        self,
+        conn: Connection,
+        header: SendMessageRequestHeader,
+        msgs: list[BrokerMessage],
+        result: PutMessageResult,
+        kind: SendKind,
+    ) -> None:
+        """What a stored send records: its trace, and its metrics (one call, compiled when the
+        C accelerator is in use)."""
+        ctx = self.ctx
+        if ctx.trace is not None:
+            ctx.trace.sent(conn.remote_address, header.producer_group, msgs, result)
+        metrics = ctx.metrics
+        if metrics is not None:
             metrics.sent(header.topic, kind, result)
+
+    def _answer_now(
+        self, request: RemotingCommand, result: PutMessageResult, queue_id: int, transaction_id: str | None
+    ) -> RemotingCommand | bytes:
+        """The answer to a put: the common one (PUT_OK) written straight to bytes (a response
+        command and its generic encoding cost a send several µs more; tests check the bytes are
+        the same), any other by :meth:`_response`."""
         if result.status is PutMessageStatus.PUT_OK:
-            # the common answer, written straight to bytes (a response command and its generic
-            # encoding cost a send several µs more; tests check the bytes are the same)
             cfg = self.ctx.config
             ext = send_ok_ext_json(result, queue_id, transaction_id, cfg.region_id, cfg.trace_on)
             return success_frame(request.opaque, ext)
@@ -405,14 +427,7 @@ class SendMessageProcessor:
         answer written from the put's completion (:class:`_ReplicatedSend`) once the quorum has
         it: the responses and errors of :meth:`send_message`, without a task per request. None
         (the task path) when this send created its topic, as in :meth:`send_message_now`."""
-        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
-        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
-        kind: SendKind = NORMAL
-        if batch:
-            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
-        else:
-            msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
-            msgs = [msg]
+        header, _batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
         if self._topics_pending():
             return None
         deferred = self.ctx.deferred
@@ -426,22 +441,10 @@ class SendMessageProcessor:
         return DEFERRED
 
     async def send_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        header = decode_send_header(request.ext_fields, v2=request.code != RequestCode.SEND_MESSAGE)
-        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
-        if batch:
-            msgs, queue_id, transaction_id = self._prepare_batch(conn, request, header)
-            await self.ctx.topics_durable()
-            result = await self._put_batch(msgs)
-            kind: SendKind = NORMAL
-        else:
-            msg, queue_id, transaction_id, kind = self._prepare(conn, request, header)
-            await self.ctx.topics_durable()
-            result = await self._put(msg)
-        if self.ctx.trace is not None:
-            self.ctx.trace.sent(conn.remote_address, header.producer_group, msgs if batch else [msg], result)
-        metrics = self.ctx.metrics
-        if metrics is not None:
-            metrics.sent(header.topic, kind, result)
+        header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
+        await self.ctx.topics_durable()
+        result = await (self._put_batch(msgs) if batch else self._put(msgs[0]))
+        self._record(conn, header, msgs, result, kind)
         return self._response(request, result, queue_id, transaction_id)
 
     def _prepare(
@@ -649,30 +652,18 @@ class _ReplicatedSend:
         self.began = 0
 
     def __call__(self, outcome: PutMessageResult | Exception) -> None:
-        ctx = self.proc.ctx
+        proc = self.proc
         request = self.request
         response: RemotingCommand | bytes | Exception
         if isinstance(outcome, Exception):
             response = outcome
         else:
             try:
-                header = self.header
-                if ctx.trace is not None:
-                    ctx.trace.sent(self.conn.remote_address, header.producer_group, self.msgs, outcome)
-                metrics = ctx.metrics
-                if metrics is not None:
-                    metrics.stored(header.topic, self.kind, outcome.size, outcome.msg_num)
-                if outcome.status is PutMessageStatus.PUT_OK:
-                    cfg = ctx.config
-                    ext = send_ok_ext_json(
-                        outcome, self.queue_id, self.transaction_id, cfg.region_id, cfg.trace_on
-                    )
-                    response = success_frame(request.opaque, ext)
-                else:
-                    response = self.proc._response(request, outcome, self.queue_id, self.transaction_id)
+                proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
+                response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
-        ctx.deferred.answer(self.conn, request, response, self.began)
+        proc.ctx.deferred.answer(self.conn, request, response, self.began)
 
 
 __all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]
