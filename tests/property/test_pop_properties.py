@@ -1,13 +1,15 @@
 """PopService against a model: random receives (plain or FIFO), acks, changes of the invisible
-time, clock steps, new messages and restarts (clean, crash-like and with a torn journal tail).
+time, clock steps, new messages, dead-letter sweeps and restarts (clean, crash-like and with a
+torn journal tail).
 
 Checked on every step: an acked message is never delivered again; a message is delivered again
 only after its invisible time passed, with attempt + 1 (first deliveries have attempt 1, fresh
 messages come in queue order without gaps); FIFO never delivers from a queue that has an invisible
 in-flight message, and otherwise redelivers the expired ones first, in order; an ack succeeds
 exactly when the handle is the message's current one and not expired; a message goes to the DLQ
-only at the last attempt; the group's consumer offset is the lowest offset not done. At the end,
-with the clock far ahead, draining the queues accounts for every message: acked or in the DLQ.
+only at the last attempt, and a sweep moves every expired message at its last attempt; the
+group's consumer offset is the lowest offset not done. At the end, with the clock far ahead,
+draining the queues accounts for every message: acked or in the DLQ.
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ class PopMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.root = tempfile.mkdtemp(prefix="rocketq-pop-prop-")
-        # The model has no background dead-letter sweep: keep the service's sweeper to the pass
-        # it makes when it starts (a pass each real second made examples that ran longer than a
-        # second on a loaded machine move messages the model still counted in flight).
+        # The dead-letter sweep is a rule of the model (``sweep``), not a background task: a task's
+        # pass runs whenever the loop next runs and can straddle two rules (begun in a receive,
+        # finished in the next ack), moving messages the model still counted in flight.
         self._sweep_interval_ms = pop_service.DLQ_SWEEP_INTERVAL_MS
-        pop_service.DLQ_SWEEP_INTERVAL_MS = 10**9
+        pop_service.DLQ_SWEEP_INTERVAL_MS = 0
         self.store = MessageStore(
             StoreConfig(
                 store_path_root_dir=self.root,
@@ -169,13 +171,7 @@ class PopMachine(RuleBasedStateMachine):
         by_queue: dict[int, list[PoppedMessage]] = {}
         for m in got:
             by_queue.setdefault(m.queue_id, []).append(m)
-        # messages that went to the DLQ in this call: at their last attempt, expired, now done
-        for key, held in list(self.in_flight.items()):
-            state = self.pop.table.states.get((G, TOPIC, key[0]))
-            if state is not None and state.done(key[1]):
-                assert held.until_ms <= now and held.attempt == MAX_ATTEMPTS, f"{key} vanished: {held}"
-                del self.in_flight[key]
-                self.dlq.add(key)
+        self._account_dead_letters(now)
         for q, msgs in by_queue.items():
             mine = sorted(o for (qq, o) in self.in_flight if qq == q)
             if self.fifo:
@@ -199,6 +195,25 @@ class PopMachine(RuleBasedStateMachine):
                 held = Held(q, m.queue_offset, m.receipt_handle, m.delivery_attempt, m.invisible_until_ms)
                 self.in_flight[key] = held
                 self.handles.append(held)
+
+    def _account_dead_letters(self, now: int) -> None:
+        """Messages that went to the DLQ in the last call: at their last attempt, expired, now
+        done for the group."""
+        for key, held in list(self.in_flight.items()):
+            state = self.pop.table.states.get((G, TOPIC, key[0]))
+            if state is not None and state.done(key[1]):
+                assert held.until_ms <= now and held.attempt == MAX_ATTEMPTS, f"{key} vanished: {held}"
+                del self.in_flight[key]
+                self.dlq.add(key)
+
+    @rule()
+    def sweep(self) -> None:
+        now = self.now_ms
+        last = {k for k, h in self.in_flight.items() if h.until_ms <= now and h.attempt == MAX_ATTEMPTS}
+        moved = self._run(self.pop.sweep_dead_letters())
+        self._account_dead_letters(now)
+        assert last <= self.dlq, f"expired at the last attempt but not swept: {last - self.dlq}"
+        assert moved == len(last), (moved, last)
 
     def _valid(self, held: Held) -> bool:
         cur = self.in_flight.get((held.queue_id, held.offset))

@@ -111,7 +111,8 @@ MAX_BATCH = 1024
 #: Longest invisible time accepted (RocketMQ's proxy allows up to 12 h).
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 POP_CLIENT_HOST = "PopService"
-#: Pause between two passes of the dead-letter sweeper.
+#: Pause between two passes of the dead-letter sweeper; 0 or less: no sweeper task (passes are
+#: then made only by whoever calls :meth:`PopService.sweep_dead_letters`).
 DLQ_SWEEP_INTERVAL_MS = 1_000
 
 
@@ -337,7 +338,7 @@ class PopService:
             return []
         loop = asyncio.get_running_loop()
         self._loop = loop
-        if self._sweeper is None:
+        if self._sweeper is None and DLQ_SWEEP_INTERVAL_MS > 0:
             self._sweeper = loop.create_task(self._sweep_forever(), name="pop-dlq-sweeper")
         poll_ms = min(long_poll_ms, self.ctx.config.pop_long_polling_max_ms)
         give_up = time.monotonic() + poll_ms / 1000
