@@ -78,6 +78,55 @@ def test_loop_wakeup_from_another_thread_or_a_closed_loop_wakes_at_once() -> Non
     assert calls == ["putter", "MainThread"]
 
 
+def test_loop_wakeup_tries_on_loop_first_and_wakes_only_when_it_declines() -> None:
+    """``on_loop`` (the broker's inline dispatch) runs at the end of the iteration on the loop;
+    ``wake`` runs only when it returns False, and always for a call from another thread."""
+    calls: list[str] = []
+    answers = [True, False]
+
+    async def main() -> None:
+        def on_loop() -> bool:
+            calls.append("on_loop")
+            return answers.pop(0)
+
+        wake = LoopWakeup(asyncio.get_running_loop(), lambda: calls.append("wake"), on_loop=on_loop)
+        for _ in range(2):
+            for _ in range(10):
+                wake()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        assert calls == ["on_loop", "on_loop", "wake"]
+        assert wake.handled_on_loop == 1 and wake.wakeups == 1
+        thread = threading.Thread(target=wake)
+        thread.start()
+        thread.join()
+        assert calls == ["on_loop", "on_loop", "wake", "wake"]  # another thread: the wake itself
+
+    asyncio.run(main())
+
+
+def test_batcher_posting_on_the_loop_delivers_at_once_after_what_is_pending() -> None:
+    """An inline dispatch posts on the loop: delivered in the call, after the items other
+    threads posted before it (their scheduled delivery then finds nothing)."""
+
+    async def main() -> None:
+        got: list[list[int]] = []
+        batcher: ThreadsafeBatcher[int] = ThreadsafeBatcher(asyncio.get_running_loop(), got.append)
+        thread = threading.Thread(target=batcher.post, args=([1, 2],))
+        thread.start()
+        thread.join()
+        assert got == []  # scheduled for the loop
+        batcher.post([3])
+        assert got == [[1, 2, 3]]
+        batcher.post([4])
+        assert got == [[1, 2, 3], [4]]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert got == [[1, 2, 3], [4]] and batcher.deliveries == 2
+
+    asyncio.run(main())
+
+
 def test_batcher_delivers_everything_in_order_with_few_loop_wakeups() -> None:
     async def main() -> None:
         got: list[list[int]] = []

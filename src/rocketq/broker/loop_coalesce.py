@@ -47,13 +47,30 @@ T = TypeVar("T")
 class LoopWakeup:
     """A ``wake()`` callable that, on the loop's thread, runs at most once per loop iteration."""
 
-    __slots__ = ("_interval", "_loop", "_next_at", "_scheduled", "_thread_id", "_wake", "wakeups")
+    __slots__ = (
+        "_interval",
+        "_loop",
+        "_next_at",
+        "_on_loop",
+        "_scheduled",
+        "_thread_id",
+        "_wake",
+        "handled_on_loop",
+        "wakeups",
+    )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None], min_interval_s: float = 0.0
+        self,
+        loop: asyncio.AbstractEventLoop,
+        wake: Callable[[], None],
+        min_interval_s: float = 0.0,
+        *,
+        on_loop: Callable[[], bool] | None = None,
     ) -> None:
         self._loop = loop
         self._wake = wake
+        #: tried first when the wake-up runs on the loop; True: done there, ``wake`` is not called
+        self._on_loop = on_loop
         self._thread_id = threading.get_ident()  # built on the loop's thread
         self._scheduled = False
         #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
@@ -62,6 +79,8 @@ class LoopWakeup:
         self._next_at = 0.0
         #: how many times ``wake`` actually ran (tests and stats)
         self.wakeups = 0
+        #: how many wake-ups ``on_loop`` handled instead (tests and stats)
+        self.handled_on_loop = 0
 
     def __call__(self) -> None:
         if threading.get_ident() != self._thread_id:
@@ -85,6 +104,10 @@ class LoopWakeup:
         self._scheduled = False
         if self._interval:
             self._next_at = self._loop.time() + self._interval
+        on_loop = self._on_loop
+        if on_loop is not None and on_loop():
+            self.handled_on_loop += 1
+            return
         self._fire_now()
 
     def _fire_now(self) -> None:
@@ -106,7 +129,17 @@ class ThreadsafeBatcher(Generic[T]):
         self.deliveries = 0
 
     def post(self, items: list[T]) -> None:
-        """Queue ``items`` for the loop (any thread). Dropped if the loop is closed."""
+        """Queue ``items`` for the loop (any thread). Dropped if the loop is closed. On the
+        loop's own thread (an inline dispatch) they are delivered at once, after anything still
+        pending, without a self-pipe hop."""
+        if asyncio._get_running_loop() is self._loop:
+            with self._lock:
+                if self._pending:
+                    items = self._pending + items
+                    self._pending = []
+            self.deliveries += 1
+            self._deliver(items)
+            return
         with self._lock:
             self._pending.extend(items)
             if self._scheduled:

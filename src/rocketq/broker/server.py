@@ -47,6 +47,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -257,11 +258,19 @@ class Broker:
         if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
             # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
             # iteration's acknowledgements are written, instead of one per message (and in
-            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S)
+            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S); a small window is
+            # dispatched there by the loop itself (not in DLedger mode, whose dispatch stays
+            # on its thread)
+            interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
+            inline_bytes = store.config.inline_dispatch_max_bytes
+            reput = store.reput
             store.commitlog.append_listener = LoopWakeup(
                 asyncio.get_running_loop(),
-                store.reput.wakeup,
-                getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0),
+                reput.wakeup,
+                interval,
+                on_loop=functools.partial(reput.dispatch_inline, inline_bytes)
+                if inline_bytes > 0 and not interval
+                else None,
             )
 
         self._executor = concurrent.futures.ThreadPoolExecutor(

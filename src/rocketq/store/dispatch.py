@@ -109,6 +109,15 @@ class ReputMessageService(ServiceThread):
         self._waiting_for_space = False
         self._progress = threading.Condition()
         self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
+        #: held by whoever dispatches: the service's thread (:meth:`step`), an event loop
+        #: (:meth:`dispatch_inline`, which only tries it) or the caller of :meth:`shutdown`
+        self._dispatch_lock = threading.Lock()
+        #: set (under the lock) once shutdown has finished dispatching: nothing dispatches after
+        self._closed = False
+        #: an inline dispatch failed: leave dispatch to the thread until one of its steps succeeds
+        self._inline_failed = False
+        #: windows dispatched by :meth:`dispatch_inline` (tests and stats)
+        self.inline_dispatches = 0
 
     # -- control ----------------------------------------------------------------------------
     def add_arrival_listener(self, listener: Dispatcher, *, topic: str | None = None) -> None:
@@ -127,8 +136,10 @@ class ReputMessageService(ServiceThread):
             self.wakeup()
             self.wait_dispatched(self._limit(), 0.05)
         super().shutdown()
-        if self.behind() > 0:
-            self.do_reput()  # the thread is gone: finish in the caller
+        with self._dispatch_lock:  # waits for an inline dispatch under way
+            if self.behind() > 0:
+                self.do_reput()  # the thread is gone: finish in the caller
+            self._closed = True
 
     def behind(self) -> int:
         """Dispatch lag in bytes."""
@@ -169,10 +180,46 @@ class ReputMessageService(ServiceThread):
         self._stopped.wait(0.5)
 
     def step(self) -> None:
-        self.do_reput()
+        with self._dispatch_lock:
+            if self._closed:
+                return
+            self.do_reput()
+        self._inline_failed = False
         if self._waiting_for_space:
             self._waiting_for_space = False
             log.warning("dispatch resumed at offset %d", self.reput_from_offset)
+
+    def dispatch_inline(self, max_bytes: int) -> bool:
+        """Dispatch in the calling thread (the broker's event loop) when at most ``max_bytes``
+        wait and nobody else is dispatching; True when nothing is left for the thread to do.
+
+        False (the caller wakes the thread instead): more than ``max_bytes`` behind (a catch-up
+        or a burst is the thread's), the thread holds the dispatch lock (it is dispatching: it
+        finds these records too once woken), the service is stopped or closed, or dispatch
+        failed lately (the thread retries with its back-off and logging)."""
+        if self._closed or self._stopped.is_set() or self._inline_failed or self._waiting_for_space:
+            return False
+        behind = self._limit() - self.reput_from_offset
+        if behind <= 0:
+            return True  # already dispatched (reput_from_offset moves after the dispatchers ran)
+        if behind > max_bytes or not self._dispatch_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._closed:
+                return False
+            try:
+                if self.do_reput():
+                    self.inline_dispatches += 1
+            except Exception:
+                self._inline_failed = True
+                log.warning(
+                    "inline dispatch failed at offset %d; the dispatch thread takes over",
+                    self.reput_from_offset,
+                )
+                return False
+        finally:
+            self._dispatch_lock.release()
+        return True
 
     def do_reput(self) -> int:
         """Dispatch every record between ``reput_from_offset`` and the limit; returns the count."""
