@@ -136,3 +136,33 @@ def test_a_held_pull_is_woken_by_an_inline_dispatch(store_config: StoreConfig) -
             assert scheduled_from_threads == []
 
     run(main())
+
+
+def test_sync_flush_sends_are_dispatched_on_the_loop_after_their_round(store_config: StoreConfig) -> None:
+    """Under SYNC_FLUSH the group commit's round is carried to the loop, which dispatches the
+    round's records itself once it has answered their sends: the dispatch thread is not woken."""
+    cfg = dataclasses.replace(store_config, flush_disk_type="SYNC_FLUSH")
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            store = broker.store
+            assert store is not None and store.reput is not None
+            hop = store.flushed_dispatch_wake
+            assert isinstance(hop, LoopWakeup) and store.commitlog.append_listener is None
+            windows = Windows()
+            store.reput.dispatchers.append(windows)
+            for i in range(10):
+                answer = await client.invoke(addr, send_request(TOPIC, b"s%d" % i))
+                assert answer.code == ResponseCode.SUCCESS
+            reput = store.reput
+            await wait_until_async(
+                lambda: windows.records == 10 and reput.behind() == 0, "dispatch", 10, 0.001
+            )
+            assert set(windows.threads) == {threading.current_thread().name}
+            assert hop.wakeups == 0 and hop.handled_on_loop >= 1
+            assert store.get_max_offset(TOPIC, 0) == 10
+
+    run(main())

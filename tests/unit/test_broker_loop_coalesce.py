@@ -105,6 +105,45 @@ def test_loop_wakeup_tries_on_loop_first_and_wakes_only_when_it_declines() -> No
     asyncio.run(main())
 
 
+def test_loop_wakeup_hopping_from_threads_runs_on_the_loop_once_per_hop() -> None:
+    """With ``hop_from_threads`` (the group commit's rounds under SYNC_FLUSH) a call from another
+    thread is carried to the loop: calls made while one hop is in flight share it, and
+    ``on_loop`` runs there after the callbacks queued before the hop; a closed loop wakes at once."""
+    calls: list[str] = []
+
+    async def main() -> LoopWakeup:
+        loop = asyncio.get_running_loop()
+
+        def on_loop() -> bool:
+            calls.append("on_loop:" + threading.current_thread().name)
+            return True
+
+        wake = LoopWakeup(
+            loop, lambda: calls.append("wake:" + threading.current_thread().name), on_loop=on_loop
+        )
+        hop = LoopWakeup(loop, wake._wake, on_loop=on_loop, hop_from_threads=True)
+
+        def round_done() -> None:
+            loop.call_soon_threadsafe(calls.append, "answer")  # the round's futures, then its hook
+            for _ in range(5):
+                hop()
+
+        thread = threading.Thread(target=round_done, name="flusher")
+        thread.start()
+        thread.join()
+        assert calls == []
+        await wait_until_async(lambda: len(calls) >= 2, "the hop to run", WAIT_S, 0)
+        assert calls == ["answer", "on_loop:MainThread"]
+        assert hop.handled_on_loop == 1 and hop.wakeups == 0
+        return hop
+
+    hop = asyncio.run(main())
+    thread = threading.Thread(target=hop, name="late")
+    thread.start()
+    thread.join()
+    assert calls[-1] == "wake:late" and hop.wakeups == 1
+
+
 def test_batcher_posting_on_the_loop_delivers_at_once_after_what_is_pending() -> None:
     """An inline dispatch posts on the loop: delivered in the call, after the items other
     threads posted before it (their scheduled delivery then finds nothing)."""

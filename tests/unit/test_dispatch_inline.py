@@ -202,3 +202,56 @@ def test_no_dispatch_after_the_store_is_closed(tmp_path: Path) -> None:
     assert not reput.dispatch_inline(1 << 20)
     reput.step()  # a step of a closed service does nothing either
     assert reput.dispatched_records == dispatched
+
+
+def test_inline_dispatch_never_waits_for_a_consume_queue_rebuild(store: MessageStore) -> None:
+    """A rebuild holds the ConsumeQueues' repair lock (which dispatch waits for): the loop does
+    not wait for it, it leaves the window to the thread."""
+    reput = store.reput
+    assert reput is not None
+    gate = Gate(reput)
+    put(store, 4)
+    held = threading.Event()
+    done = threading.Event()
+
+    def rebuild() -> None:
+        with store.consume_queues.repair_lock:
+            held.set()
+            assert done.wait(WAIT_S)
+
+    rebuilder = threading.Thread(target=rebuild)
+    rebuilder.start()
+    assert held.wait(WAIT_S)
+    try:
+        assert not reput.dispatch_inline(1 << 20)
+        assert reput.dispatched_records == 0
+    finally:
+        done.set()
+        rebuilder.join(WAIT_S)
+    assert reput.dispatch_inline(1 << 20) and reput.dispatched_records == 4
+    gate.open()
+
+
+def test_a_failed_inline_dispatch_leaves_dispatch_to_the_thread_until_it_succeeds(
+    store: MessageStore,
+) -> None:
+    reput = store.reput
+    assert reput is not None
+    gate = Gate(reput)
+    failures = [RuntimeError("disk trouble")]
+
+    def flaky(reqs: list[DispatchRequest]) -> None:
+        if failures:
+            raise failures.pop()
+
+    reput.dispatchers.insert(0, flaky)
+    put(store, 4)
+    assert not reput.dispatch_inline(1 << 20)  # failed: the caller wakes the thread
+    put(store, 2)
+    assert not reput.dispatch_inline(1 << 20)  # still the thread's until one of its steps succeeds
+    gate.open()
+    assert store.wait_dispatched(WAIT_S)
+    assert store.get_max_offset(TOPIC, 0) == 3 and store.get_max_offset(TOPIC, 1) == 3
+    put(store, 2)
+    assert reput.dispatch_inline(1 << 20)  # the thread's good step gave it back
+    assert reput.behind() == 0

@@ -77,7 +77,7 @@ from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
 from rocketq.broker.transaction import TransactionService
-from rocketq.config import StoreConfig
+from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode, RocketqError
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
@@ -272,6 +272,21 @@ class Broker:
                 if inline_bytes > 0 and not interval
                 else None,
             )
+        elif (
+            store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            and store.config.inline_dispatch_max_bytes > 0
+        ):
+            # SYNC_FLUSH: records become dispatchable when a group-commit round makes them
+            # durable, and the loop answers their sends when it learns of that round: the
+            # round's call is carried to the loop, which dispatches a small window itself after
+            # those answers instead of the round waking the dispatch thread
+            reput = store.reput
+            store.flushed_dispatch_wake = LoopWakeup(
+                asyncio.get_running_loop(),
+                reput.wakeup,
+                on_loop=functools.partial(reput.dispatch_inline, store.config.inline_dispatch_max_bytes),
+                hop_from_threads=True,
+            )
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(32, 4 * (os.cpu_count() or 1)), thread_name_prefix="rocketq-broker"
@@ -452,6 +467,7 @@ class Broker:
             return
         if store.reput is not None and isinstance(store.commitlog.append_listener, LoopWakeup):
             store.commitlog.append_listener = store.reput.wakeup  # the loop is about to go
+        store.flushed_dispatch_wake = None
         if store.reput is not None and self.ctx is not None:
             with contextlib.suppress(ValueError):
                 store.reput.arrival_listeners.remove(self.ctx.hold.arrival_listener)

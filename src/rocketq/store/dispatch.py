@@ -14,6 +14,16 @@
   of polling every millisecond; it waits at most ``idle_wait_s`` when nothing happens. The broker
   coalesces the append wake-ups of its event loop to one per loop iteration
   (:mod:`rocketq.broker.loop_coalesce`), so records sent together are dispatched as one window.
+* One dispatcher at a time, not always this thread: in the broker, the event loop that put the
+  records dispatches a small window itself (:meth:`ReputMessageService.dispatch_inline`, at
+  most ``inline_dispatch_max_bytes`` behind) at the end of the loop iteration instead of waking
+  the thread (a wake-up of a sleeping thread costs more than a small window's dispatch), and
+  the same ``do_reput`` runs there: same dispatchers, same order, same damage handling, the
+  arrival listeners called on the loop. Whoever dispatches holds the dispatch lock: the thread
+  for each step, the caller of :meth:`shutdown` for the last pass; the loop only *tries* it,
+  and when it cannot (the thread is dispatching), or the window is larger (a catch-up after a
+  restart, a burst), or an inline pass failed since the thread's last good step, the loop
+  wakes the thread as before. Once shutdown has dispatched what was left nothing dispatches.
 * ``dispatch_behind_bytes`` (limit − reput_from) is the dispatch lag.
 * A BLANK marker moves to the next segment; a record that does not decode inside readable data
   is a bug or damage: it is logged and skipped by its size when the size is plausible, exactly
@@ -67,7 +77,8 @@ class ReputMessageService(ServiceThread):
     """Builds ConsumeQueue units and index entries from the CommitLog, in CommitLog order.
 
     Its thread waits up to ``idle_wait_s`` for a wakeup (a put), then dispatches everything
-    readable (:meth:`step`)."""
+    readable (:meth:`step`); the broker's loop may dispatch a small window itself
+    (:meth:`dispatch_inline`), never at the same time."""
 
     name = "ReputMessageService"
     wait_first = True
@@ -118,6 +129,9 @@ class ReputMessageService(ServiceThread):
         self._inline_failed = False
         #: windows dispatched by :meth:`dispatch_inline` (tests and stats)
         self.inline_dispatches = 0
+        #: a lock the dispatchers wait for (the ConsumeQueues' repair lock, held through a
+        #: rebuild): :meth:`dispatch_inline` only tries it, so the loop never waits for a rebuild
+        self.inline_guard: threading.RLock | None = None
 
     # -- control ----------------------------------------------------------------------------
     def add_arrival_listener(self, listener: Dispatcher, *, topic: str | None = None) -> None:
@@ -195,8 +209,9 @@ class ReputMessageService(ServiceThread):
 
         False (the caller wakes the thread instead): more than ``max_bytes`` behind (a catch-up
         or a burst is the thread's), the thread holds the dispatch lock (it is dispatching: it
-        finds these records too once woken), the service is stopped or closed, or dispatch
-        failed lately (the thread retries with its back-off and logging)."""
+        finds these records too once woken), a ConsumeQueue rebuild holds :attr:`inline_guard`,
+        the service is stopped or closed, or dispatch failed lately (the thread retries with its
+        back-off and logging)."""
         if self._closed or self._stopped.is_set() or self._inline_failed or self._waiting_for_space:
             return False
         behind = self._limit() - self.reput_from_offset
@@ -204,8 +219,9 @@ class ReputMessageService(ServiceThread):
             return True  # already dispatched (reput_from_offset moves after the dispatchers ran)
         if behind > max_bytes or not self._dispatch_lock.acquire(blocking=False):
             return False
+        guard = self.inline_guard
         try:
-            if self._closed:
+            if self._closed or (guard is not None and not guard.acquire(blocking=False)):
                 return False
             try:
                 if self.do_reput():
@@ -217,6 +233,9 @@ class ReputMessageService(ServiceThread):
                     self.reput_from_offset,
                 )
                 return False
+            finally:
+                if guard is not None:
+                    guard.release()
         finally:
             self._dispatch_lock.release()
         return True
