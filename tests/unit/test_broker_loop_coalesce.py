@@ -82,12 +82,15 @@ def test_loop_wakeup_tries_on_loop_first_and_wakes_only_when_it_declines() -> No
     """``on_loop`` (the broker's inline dispatch) runs at the end of the iteration on the loop;
     ``wake`` runs only when it returns False, and always for a call from another thread."""
     calls: list[str] = []
-    answers = [True, False]
+    answers: list[bool | None] = [True, False, None]
 
     async def main() -> None:
         def on_loop() -> bool:
             calls.append("on_loop")
-            return answers.pop(0)
+            answer = answers.pop(0)
+            if answer is None:
+                raise RuntimeError("failed on the loop")
+            return answer
 
         wake = LoopWakeup(asyncio.get_running_loop(), lambda: calls.append("wake"), on_loop=on_loop)
         for _ in range(2):
@@ -97,10 +100,14 @@ def test_loop_wakeup_tries_on_loop_first_and_wakes_only_when_it_declines() -> No
             await asyncio.sleep(0)
         assert calls == ["on_loop", "on_loop", "wake"]
         assert wake.handled_on_loop == 1 and wake.wakeups == 1
+        wake()  # on_loop raises: logged, and the thread is woken instead
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert calls == ["on_loop", "on_loop", "wake", "on_loop", "wake"] and wake.wakeups == 2
         thread = threading.Thread(target=wake)
         thread.start()
         thread.join()
-        assert calls == ["on_loop", "on_loop", "wake", "wake"]  # another thread: the wake itself
+        assert calls[-1] == "wake" and len(calls) == 6  # another thread: the wake itself
 
     asyncio.run(main())
 

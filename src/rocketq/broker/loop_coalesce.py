@@ -51,11 +51,14 @@ either taken by it or schedules the next one; nothing is left behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class LoopWakeup:
@@ -144,9 +147,15 @@ class LoopWakeup:
         if self._interval:
             self._next_at = self._loop.time() + self._interval
         on_loop = self._on_loop
-        if on_loop is not None and on_loop():
-            self.handled_on_loop += 1
-            return
+        if on_loop is not None:
+            try:
+                handled = on_loop()
+            except Exception:  # never leave the work undone: the thread takes it
+                log.exception("work on the loop failed; waking the thread instead")
+                handled = False
+            if handled:
+                self.handled_on_loop += 1
+                return
         self._fire_now()
 
     def _fire_now(self) -> None:
