@@ -84,9 +84,9 @@ class StoreConfig:
     #: The broker's event loop dispatches the records put during one of its iterations itself
     #: (instead of waking the dispatch thread) when at most this many bytes wait and the thread
     #: is not dispatching; a larger backlog is the thread's. 0: always the thread. 4 KiB (about
-    #: a dozen small records) takes the thread wake-up off a lone send, where it was a third of
-    #: the server's CPU, and leaves a batch of 32 to the thread, which dispatches it on the other
-    #: core while the loop answers (docs/benchmarks.md, "Dispatch on the loop").
+    #: a dozen small records) takes the thread's wake-up off a lone send (8 % less CPU per send)
+    #: and leaves a batch of 32 to the thread, which dispatches it on the other core while the
+    #: loop answers (docs/benchmarks.md, "Dispatch on the loop").
     inline_dispatch_max_bytes: int = 4096
     #: Longest a put waits for dispatch to catch up before failing with SystemBusy.
     put_message_timeout_ms: int = 8000

@@ -28,9 +28,10 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
 * ``on_loop`` (the broker passes the store's ``dispatch_inline`` bounded by
   ``inline_dispatch_max_bytes``): the wake-up that runs on the loop first offers the work to the
   loop itself; only when that declines (a window over the bound, the dispatch thread busy) is
-  the thread woken. A small window then costs the loop its dispatch (a few µs per record) and
-  no thread wake-up at all (55–65 µs of the waker's and the woken's CPU on this VM, plus the
-  GIL passing back and forth). Not with ``min_interval_s`` (DLedger keeps its thread).
+  the thread woken. A small window then costs the loop its dispatch and no thread wake-up: a
+  lone send's window is about 28 µs of the loop's CPU where the thread spent 38–47 µs on it, its
+  wake-up and the GIL passing included (docs/benchmarks.md, "Dispatch on the loop"). Not with
+  ``min_interval_s`` (DLedger keeps its thread).
 * ``hop_from_threads`` (SYNC_FLUSH in the broker: the group commit's round makes records
   dispatchable on the flush thread): a call from another thread is carried to the loop by one
   ``call_soon_threadsafe`` in flight at a time and runs there as a loop call, at the end of the

@@ -17,7 +17,7 @@
 * One dispatcher at a time, not always this thread: in the broker, the event loop that put the
   records dispatches a small window itself (:meth:`ReputMessageService.dispatch_inline`, at
   most ``inline_dispatch_max_bytes`` behind) at the end of the loop iteration instead of waking
-  the thread (a wake-up of a sleeping thread costs more than a small window's dispatch), and
+  the thread (for a small window the wake-up is a large share of the thread's cost), and
   the same ``do_reput`` runs there: same dispatchers, same order, same damage handling, the
   arrival listeners called on the loop. Whoever dispatches holds the dispatch lock: the thread
   for each step, the caller of :meth:`shutdown` for the last pass; the loop only *tries* it,
