@@ -42,6 +42,8 @@ def watch(broker: Broker) -> tuple[Windows, LoopWakeup]:
     assert store is not None and store.reput is not None
     windows = Windows()
     store.reput.dispatchers.append(windows)
+    # the thread's idle wait ends only when woken from now on (no periodic pass taking a window)
+    store.reput.interval_s = None
     wake = store.commitlog.append_listener
     assert isinstance(wake, LoopWakeup)
     return windows, wake
@@ -160,6 +162,7 @@ def test_sync_flush_sends_are_dispatched_on_the_loop_after_their_round(store_con
             assert isinstance(hop, LoopWakeup) and store.commitlog.append_listener is None
             windows = Windows()
             store.reput.dispatchers.append(windows)
+            store.reput.interval_s = None
             for i in range(10):
                 answer = await client.invoke(addr, send_request(TOPIC, b"s%d" % i))
                 assert answer.code == ResponseCode.SUCCESS
