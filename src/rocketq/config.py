@@ -81,6 +81,13 @@ class StoreConfig:
     #: Above this dispatch lag a put first yields the GIL (``time.sleep(0)``) so that the
     #: dispatch thread runs; 0 disables. See ``MessageStore._throttle``.
     dispatch_yield_lag_bytes: int = 4 * MiB
+    #: The broker's event loop dispatches the records put during one of its iterations itself
+    #: (instead of waking the dispatch thread) when at most this many bytes wait and the thread
+    #: is not dispatching; a larger backlog is the thread's. 0: always the thread. 4 KiB (about
+    #: a dozen small records) takes the thread's wake-up off a lone send (8 % less CPU per send)
+    #: and leaves a batch of 32 to the thread, which dispatches it on the other core while the
+    #: loop answers (docs/benchmarks.md, "Dispatch on the loop").
+    inline_dispatch_max_bytes: int = 4096
     #: Longest a put waits for dispatch to catch up before failing with SystemBusy.
     put_message_timeout_ms: int = 8000
 
@@ -175,6 +182,10 @@ class StoreConfig:
             problems.append(f"max_message_size={self.max_message_size} B must be positive")
         if not 0 < self.max_properties_size <= 32767:
             problems.append(f"max_properties_size={self.max_properties_size} B must be in 1..32767")
+        if self.inline_dispatch_max_bytes < 0:
+            problems.append(
+                f"inline_dispatch_max_bytes={self.inline_dispatch_max_bytes} B must be 0 (off) or positive"
+            )
         if self.transient_store_pool_size < 1:
             problems.append(f"transient_store_pool_size={self.transient_store_pool_size} must be at least 1")
         problems += not_positive(

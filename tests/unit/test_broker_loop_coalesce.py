@@ -78,6 +78,101 @@ def test_loop_wakeup_from_another_thread_or_a_closed_loop_wakes_at_once() -> Non
     assert calls == ["putter", "MainThread"]
 
 
+def test_loop_wakeup_tries_on_loop_first_and_wakes_only_when_it_declines() -> None:
+    """``on_loop`` (the broker's inline dispatch) runs at the end of the iteration on the loop;
+    ``wake`` runs only when it returns False, and always for a call from another thread."""
+    calls: list[str] = []
+    answers: list[bool | None] = [True, False, None]
+
+    async def main() -> None:
+        def on_loop() -> bool:
+            calls.append("on_loop")
+            answer = answers.pop(0)
+            if answer is None:
+                raise RuntimeError("failed on the loop")
+            return answer
+
+        wake = LoopWakeup(asyncio.get_running_loop(), lambda: calls.append("wake"), on_loop=on_loop)
+        for _ in range(2):
+            for _ in range(10):
+                wake()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        assert calls == ["on_loop", "on_loop", "wake"]
+        assert wake.handled_on_loop == 1 and wake.wakeups == 1
+        wake()  # on_loop raises: logged, and the thread is woken instead
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert calls == ["on_loop", "on_loop", "wake", "on_loop", "wake"] and wake.wakeups == 2
+        thread = threading.Thread(target=wake)
+        thread.start()
+        thread.join()
+        assert calls[-1] == "wake" and len(calls) == 6  # another thread: the wake itself
+
+    asyncio.run(main())
+
+
+def test_loop_wakeup_hopping_from_threads_runs_on_the_loop_once_per_hop() -> None:
+    """With ``hop_from_threads`` (the group commit's rounds under SYNC_FLUSH) a call from another
+    thread is carried to the loop: calls made while one hop is in flight share it, and
+    ``on_loop`` runs there after the callbacks queued before the hop; a closed loop wakes at once."""
+    calls: list[str] = []
+
+    async def main() -> LoopWakeup:
+        loop = asyncio.get_running_loop()
+
+        def on_loop() -> bool:
+            calls.append("on_loop:" + threading.current_thread().name)
+            return True
+
+        wake = LoopWakeup(
+            loop, lambda: calls.append("wake:" + threading.current_thread().name), on_loop=on_loop
+        )
+        hop = LoopWakeup(loop, wake._wake, on_loop=on_loop, hop_from_threads=True)
+
+        def round_done() -> None:
+            loop.call_soon_threadsafe(calls.append, "answer")  # the round's futures, then its hook
+            for _ in range(5):
+                hop()
+
+        thread = threading.Thread(target=round_done, name="flusher")
+        thread.start()
+        thread.join()
+        assert calls == []
+        await wait_until_async(lambda: len(calls) >= 2, "the hop to run", WAIT_S, 0)
+        assert calls == ["answer", "on_loop:MainThread"]
+        assert hop.handled_on_loop == 1 and hop.wakeups == 0
+        return hop
+
+    hop = asyncio.run(main())
+    thread = threading.Thread(target=hop, name="late")
+    thread.start()
+    thread.join()
+    assert calls[-1] == "wake:late" and hop.wakeups == 1
+
+
+def test_batcher_posting_on_the_loop_delivers_at_once_after_what_is_pending() -> None:
+    """An inline dispatch posts on the loop: delivered in the call, after the items other
+    threads posted before it (their scheduled delivery then finds nothing)."""
+
+    async def main() -> None:
+        got: list[list[int]] = []
+        batcher: ThreadsafeBatcher[int] = ThreadsafeBatcher(asyncio.get_running_loop(), got.append)
+        thread = threading.Thread(target=batcher.post, args=([1, 2],))
+        thread.start()
+        thread.join()
+        assert got == []  # scheduled for the loop
+        batcher.post([3])
+        assert got == [[1, 2, 3]]
+        batcher.post([4])
+        assert got == [[1, 2, 3], [4]]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert got == [[1, 2, 3], [4]] and batcher.deliveries == 2
+
+    asyncio.run(main())
+
+
 def test_batcher_delivers_everything_in_order_with_few_loop_wakeups() -> None:
     async def main() -> None:
         got: list[list[int]] = []

@@ -7,7 +7,9 @@ re-runs it once (no suspension, no offset commit) when the hold ends::
     why the hold ends                                   how it is noticed
     a message for that queue was dispatched and its     dispatcher thread → arrival listener →
       tags code (and, for SQL92, its properties)        ThreadsafeBatcher (one call_soon_threadsafe
-      pass the pull's filter                            per loop iteration, all windows) → wake
+      pass the pull's filter                            per loop iteration, all windows) → wake;
+                                                        dispatched on the loop (a small window):
+                                                        arrival listener → wake, in the call
     the queue's max offset passed the pull's offset     periodic check (5 s; 1 s without long
       (also covers filtered-out arrivals)                 polling) and once right after parking
     the hold time passed                                one timer per held pull
@@ -15,7 +17,8 @@ re-runs it once (no suspension, no offset commit) when the hold ends::
 
 Invariants and the races they close:
 
-* the arrival listener runs on the dispatcher thread; it only reads the held-queue table (a
+* the arrival listener runs on the dispatcher thread (or on the loop, for a window the loop
+  dispatched itself); it only reads the held-queue table (a
   dict membership test) and hands matching ``(queue, new max offset, tags code)`` triples to the
   event loop; everything else happens on the loop thread;
 * dispatch updates the ConsumeQueue *before* it calls arrival listeners, and a pull re-checks

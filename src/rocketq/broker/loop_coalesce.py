@@ -7,7 +7,9 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
     loop thread                                   dispatch thread (ReputMessageService)
     put (in data_received) ─► LoopWakeup ──┐
     put (in data_received) ─► LoopWakeup ──┤ one call_soon per iteration
-                                           └─► wake() ─────────────► Event.set → parse window
+                                           ├─► on_loop(): small window, thread idle:
+                                           │     dispatch here, notify held pulls directly
+                                           └─► else wake() ────────► Event.set → parse window
                                                                         │
     notify(all pending items) ◄── one call_soon_threadsafe ◄── post() ──┤ (per window)
                                   while none is in flight      post() ──┘
@@ -23,11 +25,24 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
   far apart: one asked for sooner is made by a timer at the end of the interval, so under a
   steady stream of puts the dispatch thread is woken at most once an interval and finds that
   interval's records in one window; after a quiet interval the first put wakes it at once.
+* ``on_loop`` (the broker passes the store's ``dispatch_inline`` bounded by
+  ``inline_dispatch_max_bytes``): the wake-up that runs on the loop first offers the work to the
+  loop itself; only when that declines (a window over the bound, the dispatch thread busy) is
+  the thread woken. A small window then costs the loop its dispatch and no thread wake-up: a
+  lone send's window is about 28 µs of the loop's CPU where the thread spent 38–47 µs on it, its
+  wake-up and the GIL passing included (docs/benchmarks.md, "Dispatch on the loop"). Not with
+  ``min_interval_s`` (DLedger keeps its thread).
+* ``hop_from_threads`` (SYNC_FLUSH in the broker: the group commit's round makes records
+  dispatchable on the flush thread): a call from another thread is carried to the loop by one
+  ``call_soon_threadsafe`` in flight at a time and runs there as a loop call, at the end of the
+  iteration after the round's completions, so the sends are answered before the dispatch. The
+  loop is being woken by those completions anyway; the hop adds no thread wake-up.
 * :class:`ThreadsafeBatcher` replaces one ``call_soon_threadsafe`` per dispatched window: items
   posted while a delivery is already scheduled join it, so the loop is woken (self-pipe write,
   one extra epoll return) at most once per iteration however many windows the dispatch thread
   finished meanwhile. Items are delivered in posting order; a delivery takes everything posted
-  before it ran.
+  before it ran. A post made on the loop itself (arrivals of an inline dispatch) is delivered in
+  the call, after whatever is pending: no self-pipe hop.
 
 Invariant of both: the "scheduled" flag is set before the callback is scheduled and cleared by
 the callback *before* it does its work, so an item (or append) racing with the callback is
@@ -37,23 +52,51 @@ either taken by it or schedules the next one; nothing is left behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 class LoopWakeup:
     """A ``wake()`` callable that, on the loop's thread, runs at most once per loop iteration."""
 
-    __slots__ = ("_interval", "_loop", "_next_at", "_scheduled", "_thread_id", "_wake", "wakeups")
+    __slots__ = (
+        "_hop",
+        "_hopping",
+        "_interval",
+        "_loop",
+        "_next_at",
+        "_on_loop",
+        "_scheduled",
+        "_thread_id",
+        "_wake",
+        "handled_on_loop",
+        "wakeups",
+    )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None], min_interval_s: float = 0.0
+        self,
+        loop: asyncio.AbstractEventLoop,
+        wake: Callable[[], None],
+        min_interval_s: float = 0.0,
+        *,
+        on_loop: Callable[[], bool] | None = None,
+        hop_from_threads: bool = False,
     ) -> None:
         self._loop = loop
         self._wake = wake
+        #: a call from another thread is carried to the loop (one call_soon_threadsafe in
+        #: flight) instead of waking at once: for the group commit's rounds, whose sends the
+        #: loop answers anyway
+        self._hop = hop_from_threads
+        self._hopping = False
+        #: tried first when the wake-up runs on the loop; True: done there, ``wake`` is not called
+        self._on_loop = on_loop
         self._thread_id = threading.get_ident()  # built on the loop's thread
         self._scheduled = False
         #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
@@ -62,10 +105,15 @@ class LoopWakeup:
         self._next_at = 0.0
         #: how many times ``wake`` actually ran (tests and stats)
         self.wakeups = 0
+        #: how many wake-ups ``on_loop`` handled instead (tests and stats)
+        self.handled_on_loop = 0
 
     def __call__(self) -> None:
         if threading.get_ident() != self._thread_id:
-            self._fire_now()
+            if self._hop:
+                self._hop_to_loop()
+            else:
+                self._fire_now()
             return
         if self._scheduled:
             return
@@ -81,10 +129,34 @@ class LoopWakeup:
             self._scheduled = False
             self._fire_now()
 
+    def _hop_to_loop(self) -> None:
+        if self._hopping:
+            return  # the callback in flight has not run yet: it covers this call
+        self._hopping = True
+        try:
+            self._loop.call_soon_threadsafe(self._arrived)
+        except RuntimeError:  # the loop is closed: nobody will run the callback
+            self._hopping = False
+            self._fire_now()
+
+    def _arrived(self) -> None:
+        self._hopping = False
+        self()  # on the loop: at the end of the next iteration, after the callbacks queued now
+
     def _fire(self) -> None:
         self._scheduled = False
         if self._interval:
             self._next_at = self._loop.time() + self._interval
+        on_loop = self._on_loop
+        if on_loop is not None:
+            try:
+                handled = on_loop()
+            except Exception:  # never leave the work undone: the thread takes it
+                log.exception("work on the loop failed; waking the thread instead")
+                handled = False
+            if handled:
+                self.handled_on_loop += 1
+                return
         self._fire_now()
 
     def _fire_now(self) -> None:
@@ -106,7 +178,17 @@ class ThreadsafeBatcher(Generic[T]):
         self.deliveries = 0
 
     def post(self, items: list[T]) -> None:
-        """Queue ``items`` for the loop (any thread). Dropped if the loop is closed."""
+        """Queue ``items`` for the loop (any thread). Dropped if the loop is closed. On the
+        loop's own thread (an inline dispatch) they are delivered at once, after anything still
+        pending, without a self-pipe hop."""
+        if asyncio._get_running_loop() is self._loop:
+            with self._lock:
+                if self._pending:
+                    items = self._pending + items
+                    self._pending = []
+            self.deliveries += 1
+            self._deliver(items)
+            return
         with self._lock:
             self._pending.extend(items)
             if self._scheduled:

@@ -47,6 +47,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -76,7 +77,7 @@ from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
 from rocketq.broker.transaction import TransactionService
-from rocketq.config import StoreConfig
+from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.errors import ConnectionClosed, ResponseCode, RocketqError
 from rocketq.protocol.topic import TopicConfig
 from rocketq.remoting import eventloop
@@ -257,11 +258,34 @@ class Broker:
         if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
             # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
             # iteration's acknowledgements are written, instead of one per message (and in
-            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S)
+            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S); a small window is
+            # dispatched there by the loop itself (not in DLedger mode, whose dispatch stays
+            # on its thread)
+            interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
+            inline_bytes = store.config.inline_dispatch_max_bytes
+            reput = store.reput
             store.commitlog.append_listener = LoopWakeup(
                 asyncio.get_running_loop(),
-                store.reput.wakeup,
-                getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0),
+                reput.wakeup,
+                interval,
+                on_loop=functools.partial(reput.dispatch_inline, inline_bytes)
+                if inline_bytes > 0 and not interval
+                else None,
+            )
+        elif (
+            store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            and store.config.inline_dispatch_max_bytes > 0
+        ):
+            # SYNC_FLUSH: records become dispatchable when a group-commit round makes them
+            # durable, and the loop answers their sends when it learns of that round: the
+            # round's call is carried to the loop, which dispatches a small window itself after
+            # those answers instead of the round waking the dispatch thread
+            reput = store.reput
+            store.flushed_dispatch_wake = LoopWakeup(
+                asyncio.get_running_loop(),
+                reput.wakeup,
+                on_loop=functools.partial(reput.dispatch_inline, store.config.inline_dispatch_max_bytes),
+                hop_from_threads=True,
             )
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -443,6 +467,7 @@ class Broker:
             return
         if store.reput is not None and isinstance(store.commitlog.append_listener, LoopWakeup):
             store.commitlog.append_listener = store.reput.wakeup  # the loop is about to go
+        store.flushed_dispatch_wake = None
         if store.reput is not None and self.ctx is not None:
             with contextlib.suppress(ValueError):
                 store.reput.arrival_listeners.remove(self.ctx.hold.arrival_listener)

@@ -14,6 +14,16 @@
   of polling every millisecond; it waits at most ``idle_wait_s`` when nothing happens. The broker
   coalesces the append wake-ups of its event loop to one per loop iteration
   (:mod:`rocketq.broker.loop_coalesce`), so records sent together are dispatched as one window.
+* One dispatcher at a time, not always this thread: in the broker, the event loop that put the
+  records dispatches a small window itself (:meth:`ReputMessageService.dispatch_inline`, at
+  most ``inline_dispatch_max_bytes`` behind) at the end of the loop iteration instead of waking
+  the thread (for a small window the wake-up is a large share of the thread's cost), and
+  the same ``do_reput`` runs there: same dispatchers, same order, same damage handling, the
+  arrival listeners called on the loop. Whoever dispatches holds the dispatch lock: the thread
+  for each step, the caller of :meth:`shutdown` for the last pass; the loop only *tries* it,
+  and when it cannot (the thread is dispatching), or the window is larger (a catch-up after a
+  restart, a burst), or an inline pass failed since the thread's last good step, the loop
+  wakes the thread as before. Once shutdown has dispatched what was left nothing dispatches.
 * ``dispatch_behind_bytes`` (limit − reput_from) is the dispatch lag.
 * A BLANK marker moves to the next segment; a record that does not decode inside readable data
   is a bug or damage: it is logged and skipped by its size when the size is plausible, exactly
@@ -67,7 +77,8 @@ class ReputMessageService(ServiceThread):
     """Builds ConsumeQueue units and index entries from the CommitLog, in CommitLog order.
 
     Its thread waits up to ``idle_wait_s`` for a wakeup (a put), then dispatches everything
-    readable (:meth:`step`)."""
+    readable (:meth:`step`); the broker's loop may dispatch a small window itself
+    (:meth:`dispatch_inline`), never at the same time."""
 
     name = "ReputMessageService"
     wait_first = True
@@ -109,6 +120,18 @@ class ReputMessageService(ServiceThread):
         self._waiting_for_space = False
         self._progress = threading.Condition()
         self._progress_waiters = 0  # threads in wait_dispatched (changed under _progress)
+        #: held by whoever dispatches: the service's thread (:meth:`step`), an event loop
+        #: (:meth:`dispatch_inline`, which only tries it) or the caller of :meth:`shutdown`
+        self._dispatch_lock = threading.Lock()
+        #: set (under the lock) once shutdown has finished dispatching: nothing dispatches after
+        self._closed = False
+        #: an inline dispatch failed: leave dispatch to the thread until one of its steps succeeds
+        self._inline_failed = False
+        #: windows dispatched by :meth:`dispatch_inline` (tests and stats)
+        self.inline_dispatches = 0
+        #: a lock the dispatchers wait for (the ConsumeQueues' repair lock, held through a
+        #: rebuild): :meth:`dispatch_inline` only tries it, so the loop never waits for a rebuild
+        self.inline_guard: threading.RLock | None = None
 
     # -- control ----------------------------------------------------------------------------
     def add_arrival_listener(self, listener: Dispatcher, *, topic: str | None = None) -> None:
@@ -127,8 +150,10 @@ class ReputMessageService(ServiceThread):
             self.wakeup()
             self.wait_dispatched(self._limit(), 0.05)
         super().shutdown()
-        if self.behind() > 0:
-            self.do_reput()  # the thread is gone: finish in the caller
+        with self._dispatch_lock:  # waits for an inline dispatch under way
+            if self.behind() > 0:
+                self.do_reput()  # the thread is gone: finish in the caller
+            self._closed = True
 
     def behind(self) -> int:
         """Dispatch lag in bytes."""
@@ -169,10 +194,51 @@ class ReputMessageService(ServiceThread):
         self._stopped.wait(0.5)
 
     def step(self) -> None:
-        self.do_reput()
+        with self._dispatch_lock:
+            if self._closed:
+                return
+            self.do_reput()
+        self._inline_failed = False
         if self._waiting_for_space:
             self._waiting_for_space = False
             log.warning("dispatch resumed at offset %d", self.reput_from_offset)
+
+    def dispatch_inline(self, max_bytes: int) -> bool:
+        """Dispatch in the calling thread (the broker's event loop) when at most ``max_bytes``
+        wait and nobody else is dispatching; True when nothing is left for the thread to do.
+
+        False (the caller wakes the thread instead): more than ``max_bytes`` behind (a catch-up
+        or a burst is the thread's), the thread holds the dispatch lock (it is dispatching: it
+        finds these records too once woken), a ConsumeQueue rebuild holds :attr:`inline_guard`,
+        the service is stopped or closed, or dispatch failed lately (the thread retries with its
+        back-off and logging)."""
+        if self._closed or self._stopped.is_set() or self._inline_failed or self._waiting_for_space:
+            return False
+        behind = self._limit() - self.reput_from_offset
+        if behind <= 0:
+            return True  # already dispatched (reput_from_offset moves after the dispatchers ran)
+        if behind > max_bytes or not self._dispatch_lock.acquire(blocking=False):
+            return False
+        guard = self.inline_guard
+        try:
+            if self._closed or (guard is not None and not guard.acquire(blocking=False)):
+                return False
+            try:
+                if self.do_reput():
+                    self.inline_dispatches += 1
+            except Exception:
+                self._inline_failed = True
+                log.warning(
+                    "inline dispatch failed at offset %d; the dispatch thread takes over",
+                    self.reput_from_offset,
+                )
+                return False
+            finally:
+                if guard is not None:
+                    guard.release()
+        finally:
+            self._dispatch_lock.release()
+        return True
 
     def do_reput(self) -> int:
         """Dispatch every record between ``reput_from_offset`` and the limit; returns the count."""

@@ -118,6 +118,10 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         self._put_since_throttle = 0
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        #: Installed by the broker under SYNC_FLUSH: what a flush round calls to have its
+        #: records dispatched (the broker's loop, which answers those sends); None: wake the
+        #: dispatch thread.
+        self.flushed_dispatch_wake: Callable[[], None] | None = None
         self._logics_flusher: threading.Thread | None = None
         self._stopping = threading.Event()
         self.last_exit_ok = True
@@ -250,7 +254,7 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         if self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = store_timestamp
         if self._sync and self.reput is not None:
-            self.reput.wakeup()
+            (self.flushed_dispatch_wake or self.reput.wakeup)()
 
     def _flush_logics_loop(self) -> None:
         interval = self.config.flush_interval_consume_queue_ms / 1000

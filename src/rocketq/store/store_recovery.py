@@ -160,6 +160,7 @@ class StoreRecovery:
             delay_levels=self.delay_levels,
         )
         self.reput.damaged = {r.offset: r.end for r in plan.quarantined}
+        self.reput.inline_guard = self.consume_queues.repair_lock
         self.reput.reput_from_offset = self._reput_start(plan.redispatch_from)
         caught_up = self.reput.do_reput()
         if caught_up:

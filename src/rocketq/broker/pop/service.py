@@ -678,14 +678,17 @@ class PopService:
 
     # -- long-polling wake-ups --------------------------------------------------------------
     def arrival_listener(self, requests: Sequence[ArrivalRequest]) -> None:
-        """Dispatcher hook (runs on the dispatcher thread): wake receives waiting on a topic
-        that got messages. Cheap when nothing waits."""
+        """Dispatcher hook (runs on the dispatcher thread, or on the loop for an inline
+        dispatch): wake receives waiting on a topic that got messages. Cheap when nothing waits."""
         waiters = self._waiters
         loop = self._loop
         if not waiters or loop is None:
             return
         topics = {r.topic for r in requests if r.topic in waiters}
         if topics:
+            if asyncio._get_running_loop() is loop:  # an inline dispatch on the loop itself
+                self._wake_topics(topics)
+                return
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits any more
                 loop.call_soon_threadsafe(self._wake_topics, topics)
 

@@ -1,0 +1,199 @@
+"""Sends put on the broker's loop are dispatched by the loop itself when their window is small
+(``inline_dispatch_max_bytes``), without waking the dispatch thread; a larger window, and every
+window with the bound at 0, goes to the thread as before. Real broker, real sockets, real store."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+
+import pytest
+from test_broker_server import dispatched, run, running_broker
+
+from _support.requests import create_topic_request, pull_request, send_request
+from _support.wait import wait_until_async
+from rocketq.broker.long_polling import ARRIVED
+from rocketq.broker.loop_coalesce import LoopWakeup
+from rocketq.broker.server import Broker
+from rocketq.config import StoreConfig
+from rocketq.errors import ResponseCode
+from rocketq.message import Message
+from rocketq.store import PutMessageStatus
+from rocketq.store.record_scan import DispatchRequest
+
+TOPIC = "InlineT"
+
+
+class Windows:
+    """A dispatcher noting which thread dispatched each window, and how many records."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.records = 0
+
+    def __call__(self, reqs: list[DispatchRequest]) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.records += len(reqs)
+
+
+def watch(broker: Broker) -> tuple[Windows, LoopWakeup]:
+    store = broker.store
+    assert store is not None and store.reput is not None
+    windows = Windows()
+    store.reput.dispatchers.append(windows)
+    # the thread's idle wait ends only when woken from now on (no periodic pass taking a window)
+    store.reput.interval_s = None
+    wake = store.commitlog.append_listener
+    assert isinstance(wake, LoopWakeup)
+    return windows, wake
+
+
+@pytest.mark.parametrize("max_bytes", [64 * 1024, 0], ids=["inline", "off"])
+def test_sends_are_dispatched_on_the_loop_without_a_thread_wakeup(
+    store_config: StoreConfig, max_bytes: int
+) -> None:
+    cfg = dataclasses.replace(
+        store_config, flush_disk_type="ASYNC_FLUSH", inline_dispatch_max_bytes=max_bytes
+    )
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, wake = watch(broker)
+            loop_thread = threading.current_thread().name  # client and broker share this loop
+            for i in range(20):
+                answer = await client.invoke(addr, send_request(TOPIC, b"m%d" % i))
+                assert answer.code == ResponseCode.SUCCESS
+            await dispatched(broker)
+            assert windows.records == 20
+            assert broker.store is not None and broker.store.get_max_offset(TOPIC, 0) == 20
+            if max_bytes:
+                assert set(windows.threads) == {loop_thread}
+                assert wake.wakeups == 0 and wake.handled_on_loop >= 20
+            else:
+                assert set(windows.threads) == {"ReputMessageService"}
+                assert wake.wakeups >= 1 and wake.handled_on_loop == 0
+
+    run(main())
+
+
+def test_a_window_over_the_bound_goes_to_the_dispatch_thread(store_config: StoreConfig) -> None:
+    cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH", inline_dispatch_max_bytes=2048)
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, wake = watch(broker)
+            small = await client.invoke(addr, send_request(TOPIC, b"small"))
+            assert small.code == ResponseCode.SUCCESS
+            await dispatched(broker)
+            assert windows.threads == [threading.current_thread().name] and wake.wakeups == 0
+            big = await client.invoke(addr, send_request(TOPIC, b"B" * 4096))  # one record over 2 KiB
+            assert big.code == ResponseCode.SUCCESS
+            await dispatched(broker)
+            assert windows.threads[1:] == ["ReputMessageService"] and wake.wakeups == 1
+            assert windows.records == 2
+
+    run(main())
+
+
+def test_a_held_pull_is_woken_by_an_inline_dispatch(store_config: StoreConfig) -> None:
+    """The arrival reaches the held pull directly from the loop's dispatch: no hand-off through
+    the thread-safe batcher's scheduled delivery."""
+    cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH")
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, wake = watch(broker)
+            assert broker.ctx is not None
+            hold = broker.ctx.hold
+            held = asyncio.ensure_future(
+                client.invoke(addr, pull_request(TOPIC, 0, suspend=True, suspend_ms=20_000), 30.0)
+            )
+            await wait_until_async(lambda: hold.held_count == 1, "the pull to be held", 10, 0.005)
+            loop = asyncio.get_running_loop()
+            scheduled_from_threads: list[object] = []
+            original = loop.call_soon_threadsafe
+
+            def spy(callback: object, *args: object, **kwargs: object) -> object:
+                scheduled_from_threads.append(callback)
+                return original(callback, *args, **kwargs)  # type: ignore[arg-type]
+
+            loop.call_soon_threadsafe = spy  # type: ignore[method-assign]
+            try:
+                sent = await client.invoke(addr, send_request(TOPIC, b"late"))
+                assert sent.code == ResponseCode.SUCCESS
+                answer = await held
+            finally:
+                del loop.call_soon_threadsafe
+            assert answer.code == ResponseCode.SUCCESS and answer.ext_fields["nextBeginOffset"] == "1"
+            assert hold.wakeups[ARRIVED] == 1
+            assert windows.threads == [threading.current_thread().name] and wake.wakeups == 0
+            # no delivery of arrivals through the self-pipe (other hand-offs, a metadata write's
+            # future, may happen meanwhile)
+            assert [
+                cb for cb in scheduled_from_threads if getattr(cb, "__self__", None) is hold._arrivals
+            ] == []
+
+    run(main())
+
+
+def test_sync_flush_sends_are_dispatched_on_the_loop_after_their_round(store_config: StoreConfig) -> None:
+    """Under SYNC_FLUSH the group commit's round is carried to the loop, which dispatches the
+    round's records itself once it has answered their sends: the dispatch thread is not woken."""
+    cfg = dataclasses.replace(store_config, flush_disk_type="SYNC_FLUSH")
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            store = broker.store
+            assert store is not None and store.reput is not None
+            hop = store.flushed_dispatch_wake
+            assert isinstance(hop, LoopWakeup) and store.commitlog.append_listener is None
+            windows = Windows()
+            store.reput.dispatchers.append(windows)
+            store.reput.interval_s = None
+            for i in range(10):
+                answer = await client.invoke(addr, send_request(TOPIC, b"s%d" % i))
+                assert answer.code == ResponseCode.SUCCESS
+            reput = store.reput
+            await wait_until_async(
+                lambda: windows.records == 10 and reput.behind() == 0, "dispatch", 10, 0.001
+            )
+            assert set(windows.threads) == {threading.current_thread().name}
+            assert hop.wakeups == 0 and hop.handled_on_loop >= 1
+            assert store.get_max_offset(TOPIC, 0) == 10
+
+    run(main())
+
+
+def test_a_put_from_another_thread_still_wakes_the_dispatch_thread(store_config: StoreConfig) -> None:
+    """Puts made off the loop (pop, transactions, worker threads) wake the thread at once, as
+    before: the loop is not asked to dispatch them."""
+    cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH")
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, wake = watch(broker)
+            store = broker.store
+            assert store is not None
+            put = await asyncio.to_thread(store.put_message, Message(TOPIC, b"from a worker"), 0)
+            assert put.status is PutMessageStatus.PUT_OK
+            await dispatched(broker)
+            assert windows.threads == ["ReputMessageService"]
+            assert wake.wakeups == 1 and wake.handled_on_loop == 0
+
+    run(main())
