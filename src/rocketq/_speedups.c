@@ -1148,6 +1148,294 @@ static PyTypeObject PutSamplerType = {
     .tp_methods = PutSampler_methods,
 };
 
+/* -- scan_window: the dispatch walk and its columns ------------------------------------------ */
+
+/* rocketq.store.record_scan's walk over a window of CommitLog records, its V1/IPv4 structure
+ * check and the columns it gathers (record_scan.parse_window's columnar path), in one pass:
+ *
+ *   scan_window(data) -> (columns, count, starts, stop_at, stop, corrupt, topics, entries, slow)
+ *
+ * columns: a bytearray of SC_COUNT rows of `starts` native int64 (row c holds column c for the
+ * first `count` records; see the SC_ names); count: the leading good V1/IPv4 records; starts:
+ * the records the walk found (MESSAGE magic, a size that fits); stop_at, stop: where the walk
+ * stopped and why (0 none: the window ended; 1 BLANK; 2 END; 3 CORRUPT); corrupt: whether
+ * record `count` (when count < starts) is a V1/IPv4 record whose layout does not add up;
+ * topics: (start, length) of each distinct topic byte string, in order of first use (the
+ * topic index column points into it); entries: a bytearray of native int64 pairs (record,
+ * index key hash, abs()ed as IndexFile does) for topic#UNIQ_KEY and topic#key of every key of
+ * KEYS, record by record; slow: the records whose tags or index keys are not all ASCII (their
+ * tags code is 0 here and they have no entries: the caller hashes them the Java way).
+ * None when the window names more distinct topics than this function keeps apart (the caller's
+ * pure path takes it). Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
+
+enum {
+    SC_START, SC_SIZE, SC_QUEUE_ID, SC_QUEUE_OFFSET, SC_SYS_FLAG, SC_STORE_TS, SC_PREPARED,
+    SC_TOPIC_START, SC_TOPIC_LEN, SC_PROPS_START, SC_PROPS_END, SC_TOPIC_INDEX, SC_TAGS_CODE,
+    SC_KEYS_PRESENT, SC_KEYS_START, SC_KEYS_LEN, SC_UNIQ_PRESENT, SC_UNIQ_START, SC_UNIQ_LEN,
+    SC_COUNT
+};
+
+#define BLANK_MAGIC_CODE ((int32_t)-875286124)
+#define V1_MIN_SIZE 91
+#define MAX_PROPS_BYTES 32767
+#define SCAN_MAX_TOPICS 4096
+
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} i64vec;
+
+static int i64vec_push2(i64vec *v, int64_t a, int64_t b) {
+    if (v->len + 2 > v->cap) {
+        Py_ssize_t cap = v->cap ? v->cap * 2 : 256;
+        int64_t *grown = PyMem_Realloc(v->data, (size_t)cap * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        v->data = grown;
+        v->cap = cap;
+    }
+    v->data[v->len++] = a;
+    v->data[v->len++] = b;
+    return 0;
+}
+
+/* Java's String.hashCode step over ASCII bytes (one UTF-16 unit each); -1 when a byte is not
+ * ASCII (the caller hashes the decoded string instead). */
+static int hash_ascii(const unsigned char *p, Py_ssize_t len, uint32_t *h) {
+    uint32_t v = *h;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] & 0x80) return -1;
+        v = v * 31u + p[i];
+    }
+    *h = v;
+    return 0;
+}
+
+/* IndexFile.indexKeyHashMethod of a Java hash: abs(), Integer.MIN_VALUE -> 0. */
+static int64_t index_hash(uint32_t h) {
+    int32_t s = (int32_t)h;
+    if (s == INT32_MIN) return 0;
+    return s < 0 ? -(int64_t)s : (int64_t)s;
+}
+
+static PyObject *scan_window(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_ND) < 0) return NULL;
+    if (view.itemsize != 1 || view.ndim != 1) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "scan_window: a one-dimensional buffer of bytes is needed");
+        return NULL;
+    }
+    const unsigned char *d = (const unsigned char *)view.buf;
+    const Py_ssize_t n = view.len;
+    PyObject *columns = NULL, *topics = NULL, *entries = NULL, *slow = NULL, *result = NULL;
+    Py_ssize_t *starts = NULL;
+    Py_ssize_t nstarts = 0, cap = 0;
+    i64vec ent = {NULL, 0, 0};
+    Py_ssize_t *topic_at = NULL, *topic_len = NULL;
+    uint32_t *topic_hash = NULL; /* Java hash of "topic#", or 0 with topic_ascii 0 */
+    char *topic_ascii = NULL;
+    Py_ssize_t ntopics = 0;
+
+    /* 1. the walk (record_scan.walk) */
+    Py_ssize_t p = 0;
+    int stop = 0;
+    while (p <= n - 8) {
+        int32_t size = be32(d + p);
+        int32_t magic = be32(d + p + 4);
+        int is_msg = magic == MESSAGE_MAGIC_CODE || magic == MESSAGE_MAGIC_CODE_V2;
+        if (is_msg && size >= V1_MIN_SIZE && (Py_ssize_t)size <= n - p) {
+            if (nstarts == cap) {
+                Py_ssize_t grown_cap = cap ? cap * 2 : 64;
+                Py_ssize_t *grown = PyMem_Realloc(starts, (size_t)grown_cap * sizeof(Py_ssize_t));
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                starts = grown;
+                cap = grown_cap;
+            }
+            starts[nstarts++] = p;
+            p += size;
+            continue;
+        }
+        if (is_msg) stop = size < V1_MIN_SIZE ? 3 : 0;
+        else if (magic == BLANK_MAGIC_CODE) stop = 1;
+        else if (size == 0 && magic == 0) stop = 2;
+        else stop = 3;
+        break;
+    }
+
+    /* 2. the good V1/IPv4 prefix (record_scan.check_v1) and its columns */
+    columns = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)SC_COUNT * nstarts * (Py_ssize_t)sizeof(int64_t));
+    slow = PyList_New(0);
+    if (columns == NULL || slow == NULL) goto done;
+    int64_t *col = (int64_t *)PyByteArray_AS_STRING(columns);
+#define COL(c, i) col[(Py_ssize_t)(c) * nstarts + (i)]
+    Py_ssize_t k = 0;
+    int corrupt = 0;
+    topic_at = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(Py_ssize_t));
+    topic_len = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(Py_ssize_t));
+    topic_hash = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(uint32_t));
+    topic_ascii = PyMem_Malloc(SCAN_MAX_TOPICS);
+    if (topic_at == NULL || topic_len == NULL || topic_hash == NULL || topic_ascii == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t last_topic = -1;
+    int overflow = 0;
+    for (; k < nstarts; k++) {
+        const Py_ssize_t s = starts[k];
+        const unsigned char *r = d + s;
+        const int64_t size = be32(r); /* >= 91 and inside the window (the walk) */
+        const int64_t end = s + size;
+        const int32_t sys_flag = be32(r + 36);
+        if (be32(r + 4) != MESSAGE_MAGIC_CODE || (sys_flag & 0x30) != 0) break; /* another layout */
+        const int64_t body_len = be32(r + 84);
+        const int64_t tpos = (int64_t)s + 88 + body_len;
+        if (body_len < 0 || tpos + 3 > end) {
+            corrupt = 1;
+            break;
+        }
+        const int64_t tl = d[tpos];
+        const int64_t ps = tpos + 3 + tl; /* after the topic and its 2-byte properties length */
+        const int64_t pl = ps <= end ? (int64_t)((d[ps - 2] << 8) | d[ps - 1]) : -1;
+        if (tl == 0 || tl > 127 || pl > MAX_PROPS_BYTES || ps + pl != end) {
+            corrupt = 1;
+            break;
+        }
+        const int64_t ts = tpos + 1;
+        /* the topic: one of the distinct byte strings met so far */
+        Py_ssize_t ti = -1;
+        if (last_topic >= 0 && topic_len[last_topic] == tl && memcmp(d + topic_at[last_topic], d + ts, (size_t)tl) == 0)
+            ti = last_topic;
+        for (Py_ssize_t t = 0; ti < 0 && t < ntopics; t++)
+            if (topic_len[t] == tl && memcmp(d + topic_at[t], d + ts, (size_t)tl) == 0) ti = t;
+        if (ti < 0) {
+            if (ntopics == SCAN_MAX_TOPICS) { /* a window of that many topics: the caller's */
+                overflow = 1;
+                break;
+            }
+            ti = ntopics++;
+            topic_at[ti] = (Py_ssize_t)ts;
+            topic_len[ti] = (Py_ssize_t)tl;
+            uint32_t h = 0;
+            topic_ascii[ti] = hash_ascii(d + ts, (Py_ssize_t)tl, &h) == 0;
+            topic_hash[ti] = h * 31u + '#';
+        }
+        last_topic = ti;
+        /* the first TAGS, KEYS and UNIQ_KEY pairs: a pair starts at the properties start or
+         * after a \x02, and its value runs to the next \x02 or the properties end */
+        static const char *const names[3] = {"TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01"};
+        static const int64_t widths[3] = {5, 5, 9};
+        int64_t vstart[3] = {0, 0, 0}, vlen[3] = {0, 0, 0};
+        int found[3] = {0, 0, 0};
+        int64_t c = ps;
+        while (c <= end && !(found[0] && found[1] && found[2])) {
+            const unsigned char *sep = c < end ? memchr(d + c, 2, (size_t)(end - c)) : NULL;
+            const int64_t vend = sep ? (int64_t)(sep - d) : end;
+            for (int j = 0; j < 3; j++) {
+                if (!found[j] && c + widths[j] <= end && memcmp(d + c, names[j], (size_t)widths[j]) == 0) {
+                    found[j] = 1;
+                    vstart[j] = c + widths[j];
+                    vlen[j] = vend - vstart[j];
+                }
+            }
+            if (sep == NULL) break;
+            c = vend + 1;
+        }
+        int is_slow = 0;
+        int64_t tags_code = 0;
+        if (found[0] && vlen[0] > 0) {
+            uint32_t h = 0;
+            if (hash_ascii(d + vstart[0], (Py_ssize_t)vlen[0], &h) == 0) tags_code = (int32_t)h;
+            else is_slow = 1;
+        }
+        /* index entries: topic#UNIQ_KEY, then topic#key for each key of KEYS (space-separated) */
+        Py_ssize_t mark = ent.len;
+        if (!topic_ascii[ti] && ((found[1] && vlen[1] > 0) || (found[2] && vlen[2] > 0))) is_slow = 1;
+        if (!is_slow && found[2] && vlen[2] > 0) {
+            uint32_t h = topic_hash[ti];
+            if (hash_ascii(d + vstart[2], (Py_ssize_t)vlen[2], &h) < 0) is_slow = 1;
+            else if (i64vec_push2(&ent, k, index_hash(h)) < 0) goto done;
+        }
+        if (!is_slow && found[1] && vlen[1] > 0) {
+            int64_t a = vstart[1];
+            const int64_t stop_at = vstart[1] + vlen[1];
+            while (!is_slow && a <= stop_at) {
+                int64_t b = a;
+                while (b < stop_at && d[b] != ' ') b++;
+                if (b > a) {
+                    uint32_t h = topic_hash[ti];
+                    if (hash_ascii(d + a, (Py_ssize_t)(b - a), &h) < 0) is_slow = 1;
+                    else if (i64vec_push2(&ent, k, index_hash(h)) < 0) goto done;
+                }
+                a = b + 1;
+            }
+        }
+        if (is_slow) {
+            ent.len = mark; /* the caller makes every entry of a slow record */
+            tags_code = 0;
+            PyObject *row = PyLong_FromSsize_t(k);
+            if (row == NULL || PyList_Append(slow, row) < 0) {
+                Py_XDECREF(row);
+                goto done;
+            }
+            Py_DECREF(row);
+        }
+        COL(SC_START, k) = s;
+        COL(SC_SIZE, k) = size;
+        COL(SC_QUEUE_ID, k) = be32(r + 12);
+        COL(SC_QUEUE_OFFSET, k) = be64(r + 20);
+        COL(SC_SYS_FLAG, k) = sys_flag;
+        COL(SC_STORE_TS, k) = be64(r + 56);
+        COL(SC_PREPARED, k) = be64(r + 76);
+        COL(SC_TOPIC_START, k) = ts;
+        COL(SC_TOPIC_LEN, k) = tl;
+        COL(SC_PROPS_START, k) = ps;
+        COL(SC_PROPS_END, k) = end;
+        COL(SC_TOPIC_INDEX, k) = ti;
+        COL(SC_TAGS_CODE, k) = tags_code;
+        COL(SC_KEYS_PRESENT, k) = found[1];
+        COL(SC_KEYS_START, k) = vstart[1];
+        COL(SC_KEYS_LEN, k) = vlen[1];
+        COL(SC_UNIQ_PRESENT, k) = found[2];
+        COL(SC_UNIQ_START, k) = vstart[2];
+        COL(SC_UNIQ_LEN, k) = vlen[2];
+    }
+#undef COL
+    if (overflow) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    topics = PyList_New(ntopics);
+    if (topics == NULL) goto done;
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *pair = Py_BuildValue("(nn)", topic_at[t], topic_len[t]);
+        if (pair == NULL) goto done;
+        PyList_SET_ITEM(topics, t, pair);
+    }
+    entries = PyByteArray_FromStringAndSize((const char *)ent.data, ent.len * (Py_ssize_t)sizeof(int64_t));
+    if (entries == NULL) goto done;
+    result = Py_BuildValue("(OnnnNOOOO)", columns, k, nstarts, p, PyLong_FromLong(stop), corrupt ? Py_True : Py_False,
+                           topics, entries, slow);
+done:
+    Py_XDECREF(columns);
+    Py_XDECREF(topics);
+    Py_XDECREF(entries);
+    Py_XDECREF(slow);
+    PyMem_Free(starts);
+    PyMem_Free(ent.data);
+    PyMem_Free(topic_at);
+    PyMem_Free(topic_len);
+    PyMem_Free(topic_hash);
+    PyMem_Free(topic_ascii);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1158,6 +1446,9 @@ static PyMethodDef methods[] = {
      "rocketq.protocol.record.decode_record, compiled"},
     {"view_to_message", (PyCFunction)view_to_message, METH_O,
      "rocketq.protocol.record.view_to_message, compiled"},
+    {"scan_window", (PyCFunction)scan_window, METH_O,
+     "scan_window(data): rocketq.store.record_scan's walk, V1/IPv4 check, columns, tags codes and index "
+     "key hashes of a window of CommitLog records, in one pass"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,8 @@
 tests that must pass with both: the compiled one (when built) and the pure-Python one.
 
 :func:`bound` rebinds every accelerated name, in the record module, in each loaded ``rocketq``
-module that imported the name, and in the given test modules, to one implementation."""
+module that imported the name, and in the given test modules, to one implementation, and sets
+the dispatch parser's compiled scan (``record_scan._scan_window``) to it or None."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from rocketq import speedups
 from rocketq.protocol import record
+from rocketq.store import record_scan
 
 IMPLEMENTATIONS = ("compiled", "pure")
 
@@ -56,6 +58,7 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
             for name, fn in chosen.items():
                 if id(vars(module).get(name)) in variants[name]:
                     patch(module, name, fn)
+        patch(record_scan, "_scan_window", None if impl == "pure" else speedups.COMPILED.scan_window)  # type: ignore[union-attr]
         yield
 
 

@@ -1,4 +1,5 @@
-"""The columnar dispatch path gives what the record-by-record path gives, byte for byte."""
+"""The columnar dispatch path gives what the record-by-record path gives, byte for byte, with
+the compiled window scan and without it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from rocketq.store.consume_queue import ConsumeQueue
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.index_file import IndexFile
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+
+# every test here runs with the compiled scan (rocketq._speedups.scan_window) and the pure one
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 FIELDS = (
     "topic",
