@@ -1153,7 +1153,8 @@ static PyTypeObject PutSamplerType = {
 /* rocketq.store.record_scan's walk over a window of CommitLog records, its V1/IPv4 structure
  * check and the columns it gathers (record_scan.parse_window's columnar path), in one pass:
  *
- *   scan_window(data) -> (columns, count, starts, stop_at, stop, corrupt, topics, entries, slow)
+ *   scan_window(data, base=None, objects_below=0)
+ *       -> (columns, count, starts, stop_at, stop, corrupt, topics, entries, slow, objects)
  *
  * columns: a bytearray of SC_COUNT rows of `starts` native int64 (row c holds column c for the
  * first `count` records; see the SC_ names); count: the leading good V1/IPv4 records; starts:
@@ -1164,7 +1165,10 @@ static PyTypeObject PutSamplerType = {
  * topic index column points into it); entries: a bytearray of native int64 pairs (record,
  * index key hash, abs()ed as IndexFile does) for topic#UNIQ_KEY and topic#key of every key of
  * KEYS, record by record; slow: the records whose tags or index keys are not all ASCII (their
- * tags code is 0 here and they have no entries: the caller hashes them the Java way).
+ * tags code is 0 here and they have no entries: the caller hashes them the Java way);
+ * objects: when every record found is good and there are fewer than objects_below of them,
+ * (their DispatchRequest objects, the decoded topics; `base` is the window's CommitLog offset),
+ * else None.
  * None when the window names more distinct topics than this function keeps apart (the caller's
  * pure path takes it). Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
 
@@ -1220,7 +1224,108 @@ static int64_t index_hash(uint32_t h) {
     return s < 0 ? -(int64_t)s : (int64_t)s;
 }
 
-static PyObject *scan_window(PyObject *self, PyObject *arg) {
+/* DispatchRequest's slots (record_scan.DispatchRequest), set by setup_dispatch(). */
+enum {
+    DR_PROPERTIES, DR_COMMIT_LOG_OFFSET, DR_CQ_OFFSET, DR_KEYS, DR_MSG_SIZE, DR_PREPARED, DR_PROPERTIES_RAW,
+    DR_QUEUE_ID, DR_STORE_TS, DR_SYS_FLAG, DR_TAGS_CODE, DR_TOPIC, DR_UNIQ_KEY, DR_COUNT
+};
+static const char *const dr_names[DR_COUNT] = {
+    "_properties", "commit_log_offset", "consume_queue_offset", "keys", "msg_size",
+    "prepared_transaction_offset", "properties_raw", "queue_id", "store_timestamp", "sys_flag", "tags_code",
+    "topic", "uniq_key",
+};
+static PyTypeObject *dispatch_request;
+static Py_ssize_t dr_off[DR_COUNT];
+
+static PyObject *setup_dispatch(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_dispatch: DispatchRequest must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, dr_names, dr_off, DR_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(dispatch_request, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* The DispatchRequest of each of the k scanned records (columns `col` of stride `stride`),
+ * as record_scan's record-by-record parser makes them, but for the tags code of records
+ * whose tags are not ASCII and of SCHEDULE_TOPIC_XXXX records (the caller's); `names`: the
+ * decoded topics (topic index order). */
+static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssize_t stride, Py_ssize_t k,
+                             long long base, PyObject *names) {
+    PyObject *out = PyList_New(k);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < k; i++) {
+#define C(c) col[(Py_ssize_t)(c) * stride + i]
+        PyObject *req = dispatch_request->tp_alloc(dispatch_request, 0);
+        if (req == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, req);
+        PyObject *v[DR_COUNT];
+        PyObject *topic = PyList_GET_ITEM(names, (Py_ssize_t)C(SC_TOPIC_INDEX));
+        Py_INCREF(topic);
+        v[DR_TOPIC] = topic;
+        Py_INCREF(Py_None);
+        v[DR_PROPERTIES] = Py_None;
+        v[DR_COMMIT_LOG_OFFSET] = PyLong_FromLongLong(base + C(SC_START));
+        v[DR_CQ_OFFSET] = PyLong_FromLongLong(C(SC_QUEUE_OFFSET));
+        v[DR_MSG_SIZE] = PyLong_FromLongLong(C(SC_SIZE));
+        v[DR_PREPARED] = PyLong_FromLongLong(C(SC_PREPARED));
+        int64_t ps = C(SC_PROPS_START), pe = C(SC_PROPS_END);
+        v[DR_PROPERTIES_RAW] = PyBytes_FromStringAndSize((const char *)d + (ps < pe ? ps : pe), ps < pe ? pe - ps : 0);
+        v[DR_QUEUE_ID] = PyLong_FromLongLong(C(SC_QUEUE_ID));
+        v[DR_STORE_TS] = PyLong_FromLongLong(C(SC_STORE_TS));
+        v[DR_SYS_FLAG] = PyLong_FromLongLong(C(SC_SYS_FLAG));
+        v[DR_TAGS_CODE] = PyLong_FromLongLong(C(SC_TAGS_CODE));
+        if (C(SC_KEYS_PRESENT)) {
+            v[DR_KEYS] = PyUnicode_DecodeUTF8((const char *)d + C(SC_KEYS_START), C(SC_KEYS_LEN), "replace");
+        } else {
+            Py_INCREF(st.empty_str);
+            v[DR_KEYS] = st.empty_str;
+        }
+        if (C(SC_UNIQ_PRESENT) && C(SC_UNIQ_LEN) > 0) {
+            v[DR_UNIQ_KEY] = PyUnicode_DecodeUTF8((const char *)d + C(SC_UNIQ_START), C(SC_UNIQ_LEN), "replace");
+        } else {
+            Py_INCREF(Py_None);
+            v[DR_UNIQ_KEY] = Py_None;
+        }
+#undef C
+        int failed = 0;
+        for (int j = 0; j < DR_COUNT; j++) {
+            if (v[j] == NULL) failed = 1;
+            SLOT(req, dr_off[j]) = v[j];
+        }
+        if (failed) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "scan_window(data, base=None, objects_below=0)");
+        return NULL;
+    }
+    long long base = 0;
+    Py_ssize_t objects_below = 0;
+    if (nargs >= 2 && args[1] != Py_None) {
+        base = PyLong_AsLongLong(args[1]);
+        if (base == -1 && PyErr_Occurred()) return NULL;
+        if (nargs == 3) {
+            objects_below = PyLong_AsSsize_t(args[2]);
+            if (objects_below == -1 && PyErr_Occurred()) return NULL;
+        }
+        if (objects_below > 0 && dispatch_request == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_dispatch() was not called");
+            return NULL;
+        }
+    }
+    PyObject *arg = args[0];
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_ND) < 0) return NULL;
     if (view.itemsize != 1 || view.ndim != 1) {
@@ -1231,6 +1336,7 @@ static PyObject *scan_window(PyObject *self, PyObject *arg) {
     const unsigned char *d = (const unsigned char *)view.buf;
     const Py_ssize_t n = view.len;
     PyObject *columns = NULL, *topics = NULL, *entries = NULL, *slow = NULL, *result = NULL;
+    PyObject *names = NULL, *objects = NULL;
     Py_ssize_t *starts = NULL;
     Py_ssize_t nstarts = 0, cap = 0;
     i64vec ent = {NULL, 0, 0};
@@ -1419,13 +1525,31 @@ static PyObject *scan_window(PyObject *self, PyObject *arg) {
     }
     entries = PyByteArray_FromStringAndSize((const char *)ent.data, ent.len * (Py_ssize_t)sizeof(int64_t));
     if (entries == NULL) goto done;
-    result = Py_BuildValue("(OnnnNOOOO)", columns, k, nstarts, p, PyLong_FromLong(stop), corrupt ? Py_True : Py_False,
-                           topics, entries, slow);
+    if (k > 0 && k == nstarts && k < objects_below) {
+        /* a small window of good records: its requests as objects (with their decoded topics) */
+        names = PyList_New(ntopics);
+        if (names == NULL) goto done;
+        for (Py_ssize_t t = 0; t < ntopics; t++) {
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)d + topic_at[t], topic_len[t], "replace");
+            if (name == NULL) goto done;
+            PyList_SET_ITEM(names, t, name);
+        }
+        PyObject *reqs = requests_of(d, (const int64_t *)PyByteArray_AS_STRING(columns), nstarts, k, base, names);
+        if (reqs == NULL) goto done;
+        objects = Py_BuildValue("(NO)", reqs, names);
+        if (objects == NULL) goto done;
+    } else {
+        objects = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("(OnnnNOOOOO)", columns, k, nstarts, p, PyLong_FromLong(stop), corrupt ? Py_True : Py_False,
+                           topics, entries, slow, objects);
 done:
     Py_XDECREF(columns);
     Py_XDECREF(topics);
     Py_XDECREF(entries);
     Py_XDECREF(slow);
+    Py_XDECREF(names);
+    Py_XDECREF(objects);
     PyMem_Free(starts);
     PyMem_Free(ent.data);
     PyMem_Free(topic_at);
@@ -1446,9 +1570,11 @@ static PyMethodDef methods[] = {
      "rocketq.protocol.record.decode_record, compiled"},
     {"view_to_message", (PyCFunction)view_to_message, METH_O,
      "rocketq.protocol.record.view_to_message, compiled"},
-    {"scan_window", (PyCFunction)scan_window, METH_O,
-     "scan_window(data): rocketq.store.record_scan's walk, V1/IPv4 check, columns, tags codes and index "
-     "key hashes of a window of CommitLog records, in one pass"},
+    {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
+     "scan_window(data, base=None, objects_below=0): rocketq.store.record_scan's walk, V1/IPv4 check, "
+     "columns, tags codes and index key hashes of a window of CommitLog records, in one pass"},
+    {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
+     "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -141,6 +141,7 @@ def both(data: bytes, base: int, levels: dict[int, int] | None, columnar: int, c
     got = parsed(data, base, levels)
     rs._scan_window = None
     want = parsed(data, base, levels)
+    rs._scan_window = speedups.COMPILED.scan_window
     assert got == want
     return got
 
@@ -193,6 +194,12 @@ def test_scan_refuses_what_is_not_bytes() -> None:
     with pytest.raises(TypeError):
         scan(memoryview(b"abcdefgh").cast("I"))
     assert scan(bytearray(4))[1:5] == (0, 0, 0, 0)
+    with pytest.raises(TypeError):
+        scan()
+    with pytest.raises(TypeError):
+        scan(b"", "0")
+    with pytest.raises(OverflowError):
+        scan(b"", 1 << 70, 1)
 
 
 def test_the_compiled_scan_takes_a_clean_window_whole(thresholds: None) -> None:
@@ -210,8 +217,8 @@ def test_the_compiled_scan_takes_a_clean_window_whole(thresholds: None) -> None:
         for i in range(40)
     )
     scanned = speedups.COMPILED.scan_window(data)  # type: ignore[union-attr]
-    _, k, nstarts, stop_at, stop, corrupt, spans, entries, slow = scanned
-    assert (k, nstarts, stop_at, stop, corrupt, slow) == (40, 40, len(data), 0, False, [])
+    _, k, nstarts, stop_at, stop, corrupt, spans, entries, slow, objects = scanned
+    assert (k, nstarts, stop_at, stop, corrupt, slow, objects) == (40, 40, len(data), 0, False, [], None)
     assert [data[a : a + n] for a, n in spans] == [b"Other", b"T"]
     assert len(entries) == 40 * 3 * 16  # UNIQ_KEY, k1, k2 per record: (record, hash) int64 pairs
     starts, _, _ = rs.walk(data)
@@ -224,3 +231,9 @@ def test_the_compiled_scan_takes_a_clean_window_whole(thresholds: None) -> None:
     for name in ("starts", "size", "queue_id", "queue_offset", "store_ts", "topic_start", "props_end"):
         assert getattr(batch.columns, name).tolist() == getattr(cols, name).tolist()
     both(data, 7, None, 16, 16)
+    # below the threshold: the requests as objects made in C
+    rs.MIN_COMPILED_COLUMNAR_RECORDS = 41
+    reqs, used, why = rs.parse_window(data, 7)
+    assert type(reqs) is list and (len(reqs), used, why) == (40, len(data), None)
+    assert speedups.COMPILED.scan_window(data, 7, 41)[9][0][3].commit_log_offset == 7 + starts[3]  # type: ignore[union-attr]
+    both(data, 7, None, 1 << 30, 41)
