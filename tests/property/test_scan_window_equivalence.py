@@ -117,7 +117,10 @@ def index_entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
 def parsed(data: bytes, base: int, levels: dict[int, int] | None) -> tuple[Any, ...]:
     reqs, used, stop = rs.parse_window(data, base, levels)
     fields = [tuple(getattr(r, f) for f in FIELDS) for r in reqs]
-    if isinstance(reqs, DispatchBatch):
+    if isinstance(reqs, rs.RequestList) and reqs.index_entries is not None:
+        entries = list(zip(*reqs.index_entries, strict=True))
+        assert entries == index_entries_of(reqs)
+    elif isinstance(reqs, DispatchBatch):
         rows, hashes = reqs.index_entries()
         entries = list(zip(rows.tolist(), hashes.tolist(), strict=True))
         assert entries == index_entries_of(list(reqs))
@@ -234,6 +237,10 @@ def test_the_compiled_scan_takes_a_clean_window_whole(thresholds: None) -> None:
     # below the threshold: the requests as objects made in C
     rs.MIN_COMPILED_COLUMNAR_RECORDS = 41
     reqs, used, why = rs.parse_window(data, 7)
-    assert type(reqs) is list and (len(reqs), used, why) == (40, len(data), None)
+    assert (
+        isinstance(reqs, rs.RequestList)
+        and reqs.index_entries is not None
+        and (len(reqs), used, why) == (40, len(data), None)
+    )
     assert speedups.COMPILED.scan_window(data, 7, 41)[9][0][3].commit_log_offset == 7 + starts[3]  # type: ignore[union-attr]
     both(data, 7, None, 1 << 30, 41)

@@ -12,6 +12,7 @@ import struct
 import numpy as np
 import pytest
 
+from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
 from rocketq.protocol import record as rec
@@ -329,3 +330,30 @@ def test_topic_listeners_see_only_their_topic(tmp_path: pathlib.Path) -> None:
         assert [r.topic for r in got] == ["Wanted"] * 10
         assert [r.tags_code for r in got] == [java_string_hash("A")] * 10
         assert sum(everything) == 80
+
+
+@pytest.mark.parametrize("window", [4 << 20, 8192, 1500])
+def test_compiled_scan_writes_the_files_of_the_pure_one(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """ConsumeQueue and index files rebuilt with the compiled scan (columns, objects with their
+    index hashes) against those of the pure parser: the same bytes."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    cfg = StoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_size_consume_queue=20 * 100,
+        max_hash_slot_num=97,
+        max_index_num=700,
+    )
+    with MessageStore(cfg) as store:
+        for i, m in enumerate(_messages(4, 2500, ("T", "Other"))):
+            store.commitlog.put_message(m) if i % 5 else store.commitlog.put_messages([m])
+        assert store.wait_dispatched(30)
+    monkeypatch.setattr(rs, "_scan_window", None)
+    pure = _rebuild(cfg, window)
+    monkeypatch.setattr(rs, "_scan_window", speedups.COMPILED.scan_window)
+    for objects_below in (1, 112, 1 << 30):  # columns, the default, objects only
+        monkeypatch.setattr(rs, "MIN_COMPILED_COLUMNAR_RECORDS", objects_below)
+        assert _rebuild(cfg, window) == pure

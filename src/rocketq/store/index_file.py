@@ -92,7 +92,7 @@ from rocketq.errors import CorruptFileError, DiskFull, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.mapped_file import MappedFile
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList
 from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -768,25 +768,40 @@ class IndexService:
         with self._lock:
             f = self._writable_file()
             floor = f.end_phy_offset
-            keys: list[str] = []
             owners: list[DispatchRequest] = []
-            for req in reqs:
-                if (
-                    req.commit_log_offset < floor
-                    or req.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE
-                ):
-                    continue
-                if req.uniq_key is not None:
-                    keys.append(f"{req.topic}#{req.uniq_key}")
-                    owners.append(req)
-                if req.keys:
-                    for key in req.keys.split(KEY_SEPARATOR):
-                        if key:
-                            keys.append(f"{req.topic}#{key}")
-                            owners.append(req)
-            if not keys:
-                return
-            hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
+            made = reqs.index_entries if isinstance(reqs, RequestList) else None
+            if made is not None:
+                # the compiled scan hashed the keys already (same entries, same order)
+                hashes = []
+                for row, key_hash in zip(*made, strict=True):
+                    req = reqs[row]
+                    if (
+                        req.commit_log_offset >= floor
+                        and req.sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+                    ):
+                        hashes.append(key_hash)
+                        owners.append(req)
+                if not hashes:
+                    return
+            else:
+                keys: list[str] = []
+                for req in reqs:
+                    if (
+                        req.commit_log_offset < floor
+                        or req.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE
+                    ):
+                        continue
+                    if req.uniq_key is not None:
+                        keys.append(f"{req.topic}#{req.uniq_key}")
+                        owners.append(req)
+                    if req.keys:
+                        for key in req.keys.split(KEY_SEPARATOR):
+                            if key:
+                                keys.append(f"{req.topic}#{key}")
+                                owners.append(req)
+                if not keys:
+                    return
+                hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
             phys = [r.commit_log_offset for r in owners]
             stamps = [r.store_timestamp for r in owners]
             if floor > 0 and phys[0] == floor:

@@ -793,6 +793,21 @@ _NAMES = (b"TAGS\x01", b"KEYS\x01", b"UNIQ_KEY\x01")
 _KEY_SPACE = ord(KEY_SEPARATOR)
 
 
+class RequestList(list[DispatchRequest]):
+    """The requests of a small window from the compiled scan, with the index key hashes it made:
+    :attr:`index_entries` is (record numbers, hashes), one pair per index entry in the order the
+    index writes them (as :meth:`DispatchBatch.index_entries`), or None when the index must hash
+    the keys itself."""
+
+    __slots__ = ("index_entries",)
+
+    def __init__(
+        self, requests: list[DispatchRequest], index_entries: tuple[list[int], list[int]] | None
+    ) -> None:
+        super().__init__(requests)
+        self.index_entries = index_entries
+
+
 class DispatchBatch(list[DispatchRequest]):
     """The requests of one window, held as columns (:mod:`rocketq.store.record_scan`).
 
@@ -1183,10 +1198,15 @@ def parse_window(
             objects = scanned[9]
             if objects is not None:  # a small window of good records, as objects
                 reqs, names = objects
-                if scanned[8] or (delay_levels is not None and SCHEDULE_TOPIC in names):
-                    _fix_tags(reqs, scanned[8], delay_levels)
+                slow = scanned[8]
+                if slow or (delay_levels is not None and SCHEDULE_TOPIC in names):
+                    _fix_tags(reqs, slow, delay_levels)
+                entries = None
+                if not slow:
+                    flat = memoryview(scanned[7]).cast("q").tolist()
+                    entries = flat[0::2], flat[1::2]
                 stop_at = scanned[3]
-                return reqs, stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+                return RequestList(reqs, entries), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
             k = scanned[1]
             nstarts = scanned[2]
             if k and (
@@ -1233,6 +1253,7 @@ __all__ = [
     "DispatchRequest",
     "PropertyColumn",
     "QueueNext",
+    "RequestList",
     "SegmentView",
     "V1Shape",
     "WindowColumns",
