@@ -1560,6 +1560,136 @@ done:
     return result;
 }
 
+/* -- index_put_keys: IndexFile.put_keys' entry loop ------------------------------------------- */
+
+/* index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps)
+ *   -> (count, slot_count, begin_phy or None, begin_ts) | None
+ *
+ * The loop of rocketq.store.index_file.IndexFile.put_keys over its first n entries, writing
+ * the same bytes into the writable buffer mm (the index file's map): per entry the hash slot's
+ * value (0 when it names no entry below this one), the 20-byte entry (hash, physical offset,
+ * seconds since begin_ts, previous entry) and the slot pointing at it. Every value is checked
+ * before anything is written: a value out of its field's range, a sequence that is not a list,
+ * or a position outside mm gives None with mm untouched (the pure loop then meets the same
+ * input and raises what it raises). */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_ENTRY_SIZE 20
+
+static void put_be32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24);
+    p[1] = (unsigned char)(u >> 16);
+    p[2] = (unsigned char)(u >> 8);
+    p[3] = (unsigned char)u;
+}
+
+static void put_be64(unsigned char *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)u;
+        u >>= 8;
+    }
+}
+
+/* items[i] as a long long within [lo, hi]; -1 (no exception) when it is not */
+static int item_in(PyObject *list, Py_ssize_t i, long long lo, long long hi, long long *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < lo || x > hi) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *index_put_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps)");
+        return NULL;
+    }
+    long long num[6];
+    for (int j = 0; j < 6; j++) {
+        num[j] = PyLong_AsLongLong(args[1 + j]);
+        if (num[j] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const long long slots = num[0], entries_pos = num[1], count0 = num[2], n = num[3];
+    long long begin = num[4], slot_count = num[5];
+    PyObject *hashes = args[7], *phys = args[8], *stamps = args[9];
+    if (!PyList_CheckExact(hashes) || !PyList_CheckExact(phys) || !PyList_CheckExact(stamps) || slots <= 0 ||
+        n < 0 || count0 < 0 || entries_pos < 0 || n > PyList_GET_SIZE(hashes) || n > PyList_GET_SIZE(phys) ||
+        n > PyList_GET_SIZE(stamps))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    long long *h = NULL;
+    if (view.itemsize != 1 || begin > INT64_MAX / 2 || /* (ts - begin cannot overflow) */
+        n > (long long)((view.len - entries_pos) / INDEX_ENTRY_SIZE) - count0 ||
+        INDEX_HEADER_SIZE + slots * 4 > view.len) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    h = PyMem_Malloc((size_t)(n ? n : 1) * 3 * sizeof(long long));
+    if (h == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (item_in(hashes, i, INT32_MIN, INT32_MAX, &h[3 * i]) < 0 ||
+            item_in(phys, i, INT64_MIN, INT64_MAX, &h[3 * i + 1]) < 0 ||
+            item_in(stamps, i, INT64_MIN / 2, INT64_MAX / 2, &h[3 * i + 2]) < 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    unsigned char *mm = (unsigned char *)view.buf;
+    long long count = count0;
+    int begin_set = 0;
+    long long begin_phy = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const long long key_hash = h[3 * i], phy = h[3 * i + 1], ts = h[3 * i + 2];
+        long long slot = key_hash % slots;
+        if (slot < 0) slot += slots; /* Python's modulo */
+        unsigned char *slot_at = mm + INDEX_HEADER_SIZE + slot * 4;
+        long long slot_value = be32(slot_at);
+        if (slot_value <= 0 || slot_value >= count) {
+            slot_value = 0;
+            slot_count++;
+        }
+        long long time_diff = 0;
+        if (begin > 0) {
+            long long diff = ts - begin;
+            time_diff = diff < 0 ? 0 : diff / 1000;
+            if (time_diff > INT32_MAX) time_diff = INT32_MAX;
+        }
+        unsigned char *entry = mm + entries_pos + count * INDEX_ENTRY_SIZE;
+        put_be32(entry, (int32_t)key_hash);
+        put_be64(entry + 4, phy);
+        put_be32(entry + 12, (int32_t)time_diff);
+        put_be32(entry + 16, (int32_t)slot_value);
+        put_be32(slot_at, (int32_t)count);
+        if (count <= 1) { /* FIRST_INDEX */
+            begin_set = 1;
+            begin_phy = phy;
+            begin = ts;
+        }
+        count++;
+    }
+    if (begin_set) result = Py_BuildValue("(LLLL)", count, slot_count, begin_phy, begin);
+    else result = Py_BuildValue("(LLOL)", count, slot_count, Py_None, begin);
+done:
+    PyMem_Free(h);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1573,6 +1703,9 @@ static PyMethodDef methods[] = {
     {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
      "scan_window(data, base=None, objects_below=0): rocketq.store.record_scan's walk, V1/IPv4 check, "
      "columns, tags codes and index key hashes of a window of CommitLog records, in one pass"},
+    {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
+     "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps): "
+     "rocketq.store.index_file.IndexFile.put_keys' entry loop, compiled"},
     {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
      "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
     {NULL, NULL, 0, NULL},

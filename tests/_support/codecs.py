@@ -3,7 +3,8 @@ tests that must pass with both: the compiled one (when built) and the pure-Pytho
 
 :func:`bound` rebinds every accelerated name, in the record module, in each loaded ``rocketq``
 module that imported the name, and in the given test modules, to one implementation, and sets
-the dispatch parser's compiled scan (``record_scan._scan_window``) to it or None."""
+the dispatch parser's compiled scan (``record_scan._scan_window``) and the index's compiled
+entry loop (``index_file._index_put_keys``) to it or None."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from rocketq import speedups
 from rocketq.protocol import record
-from rocketq.store import record_scan
+from rocketq.store import index_file, record_scan
 
 IMPLEMENTATIONS = ("compiled", "pure")
 
@@ -58,7 +59,9 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
             for name, fn in chosen.items():
                 if id(vars(module).get(name)) in variants[name]:
                     patch(module, name, fn)
-        patch(record_scan, "_scan_window", None if impl == "pure" else speedups.COMPILED.scan_window)  # type: ignore[union-attr]
+        compiled = speedups.COMPILED
+        patch(record_scan, "_scan_window", None if impl == "pure" else compiled.scan_window)  # type: ignore[union-attr]
+        patch(index_file, "_index_put_keys", None if impl == "pure" else compiled.index_put_keys)  # type: ignore[union-attr]
         yield
 
 

@@ -16,7 +16,7 @@ from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
 from rocketq.protocol import record as rec
-from rocketq.store import MessageStore
+from rocketq.store import MessageStore, index_file
 from rocketq.store import dispatch as d
 from rocketq.store import record_scan as rs
 from rocketq.store.consume_queue import ConsumeQueue
@@ -357,3 +357,52 @@ def test_compiled_scan_writes_the_files_of_the_pure_one(
     for objects_below in (1, 192, 1 << 30):  # columns, the default, objects only
         monkeypatch.setattr(rs, "MIN_COMPILED_COLUMNAR_RECORDS", objects_below)
         assert _rebuild(cfg, window) == pure
+
+
+def test_compiled_index_put_keys_writes_the_pure_bytes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IndexFile.put_keys with its loop compiled against the pure loop: the same file bytes and
+    state, stale slots, files filling up, timestamps before the file's begin and values out of
+    a field's range (the compiled loop leaves those to the pure one, which raises) included."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    compiled = speedups.COMPILED.index_put_keys
+    rnd = random.Random(7)
+    for trial in range(30):
+        slots, entries = rnd.choice([(1, 50), (7, 40), (64, 300), (500, 2000)])
+        begin = rnd.choice([0, 5000, 1 << 62])
+        stale_at = 40 + 4 * rnd.randrange(slots)  # a stale slot value, as a cut-off batch leaves
+        stale = struct.pack(">i", rnd.randrange(1, entries))
+        files = []
+        for side in ("c", "p"):
+            path = str(tmp_path / f"{side}{trial}")
+            f = IndexFile(path, slots, entries, end_phy_offset=10, end_timestamp=begin)
+            f._mm[stale_at : stale_at + 4] = stale
+            files.append(f)
+        ts, phys = 10_000, 100
+        while not files[0].is_write_full():
+            n = rnd.randrange(1, 40)
+            hashes = [rnd.randrange(0, 1 << 31) for _ in range(n)]
+            stamps = [ts + rnd.choice([0, -3000, 400, 1500, 1 << 40]) for _ in range(n)]
+            offsets = [phys + 90 * i for i in range(n)]
+            ts += 1000
+            phys += 90 * n
+            if rnd.random() < 0.05:
+                hashes[rnd.randrange(n)] = rnd.choice([1 << 31, -(1 << 31) - 1])  # struct.error
+            if rnd.random() < 0.05:
+                offsets[rnd.randrange(n)] = 1 << 63
+            outcomes = []
+            for f, impl in zip(files, (compiled, None), strict=True):
+                monkeypatch.setattr(index_file, "_index_put_keys", impl)
+                try:
+                    outcomes.append(f.put_keys(list(hashes), list(offsets), list(stamps)))
+                except struct.error as exc:
+                    outcomes.append(str(exc))
+            assert outcomes[0] == outcomes[1]
+            a, b = files
+            assert a._mm[:] == b._mm[:]
+            state = ("hash_slot_count", "index_count", "begin_timestamp", "end_timestamp", "begin_phy_offset")
+            assert [getattr(a, s) for s in state] == [getattr(b, s) for s in state]
+        for f in files:
+            f.shutdown()
