@@ -1690,6 +1690,76 @@ done:
     return result;
 }
 
+/* -- cq_pack_run: ConsumeQueue.put_units' run of units ---------------------------------------- */
+
+/* cq_pack_run(units, start, room, current, max_physic) -> (packed, count, max_physic) | None
+ *
+ * The inner loop of rocketq.store.consume_queue.ConsumeQueue.put_units: from units[start], the
+ * longest run (at most room units) of (offset, size, tags, cq_offset) tuples that land exactly
+ * at the write position `current` (cq_offset * 20 == current + 20 * k), each past the previous
+ * max_physic (offset + size), with offset >= 0, size > 0 and cq_offset != 0; packed as the
+ * 20-byte units (>qiq) one after another. None when a unit is not a 4-tuple of ints or a value
+ * lies outside the range this loop handles exactly (the pure loop then takes the run and
+ * raises what it raises). */
+static int tuple_ll(PyObject *t, Py_ssize_t j, long long lo, long long hi, long long *out) {
+    PyObject *v = PyTuple_GET_ITEM(t, j);
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < lo || x > hi) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *cq_pack_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "cq_pack_run(units, start, room, current, max_physic)");
+        return NULL;
+    }
+    if (!PyList_CheckExact(args[0])) Py_RETURN_NONE;
+    long long num[4];
+    for (int j = 0; j < 4; j++) {
+        int overflow = 0;
+        num[j] = PyLong_AsLongLongAndOverflow(args[1 + j], &overflow);
+        if (num[j] == -1 && PyErr_Occurred()) return NULL;
+        if (overflow || num[j] < -(1LL << 61) || num[j] > (1LL << 61)) Py_RETURN_NONE;
+    }
+    PyObject *units = args[0];
+    const long long start = num[0], room = num[1], current = num[2];
+    long long max_physic = num[3];
+    const Py_ssize_t n = PyList_GET_SIZE(units);
+    if (start < 0 || room < 0) Py_RETURN_NONE;
+    long long avail = n - start < room ? n - start : room;
+    if (avail < 0) avail = 0;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)avail * 20);
+    if (packed == NULL) return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+    long long count = 0;
+    const long long big = 1LL << 58; /* |values| below this: no sum or product here overflows */
+    for (; count < avail; count++) {
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)(start + count));
+        long long offset, size, tags, cq_offset;
+        if (!PyTuple_CheckExact(u) || PyTuple_GET_SIZE(u) != 4 || tuple_ll(u, 0, -big, big, &offset) < 0 ||
+            tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size) < 0 || tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags) < 0 ||
+            tuple_ll(u, 3, -big, big, &cq_offset) < 0) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
+        }
+        if (cq_offset * 20 != current + count * 20 || offset + size <= max_physic) break;
+        if (offset < 0 || size <= 0 || cq_offset == 0) break;
+        unsigned char *p = out + count * 20;
+        put_be64(p, offset);
+        put_be32(p + 8, (int32_t)size);
+        put_be64(p + 12, tags);
+        max_physic = offset + size;
+    }
+    if (count < avail && _PyBytes_Resize(&packed, (Py_ssize_t)count * 20) < 0) return NULL;
+    return Py_BuildValue("(NLL)", packed, count, max_physic);
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1706,6 +1776,9 @@ static PyMethodDef methods[] = {
     {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
      "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps): "
      "rocketq.store.index_file.IndexFile.put_keys' entry loop, compiled"},
+    {"cq_pack_run", (PyCFunction)(void (*)(void))cq_pack_run, METH_FASTCALL,
+     "cq_pack_run(units, start, room, current, max_physic): the run loop of "
+     "rocketq.store.consume_queue.ConsumeQueue.put_units, compiled"},
     {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
      "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
     {NULL, NULL, 0, NULL},

@@ -3,8 +3,9 @@ tests that must pass with both: the compiled one (when built) and the pure-Pytho
 
 :func:`bound` rebinds every accelerated name, in the record module, in each loaded ``rocketq``
 module that imported the name, and in the given test modules, to one implementation, and sets
-the dispatch parser's compiled scan (``record_scan._scan_window``) and the index's compiled
-entry loop (``index_file._index_put_keys``) to it or None."""
+the dispatch parser's compiled scan (``record_scan._scan_window``), the index's compiled entry
+loop (``index_file._index_put_keys``) and the ConsumeQueue's compiled run loop
+(``consume_queue._cq_pack_run``) to it or None."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from rocketq import speedups
 from rocketq.protocol import record
-from rocketq.store import index_file, record_scan
+from rocketq.store import consume_queue, index_file, record_scan
 
 IMPLEMENTATIONS = ("compiled", "pure")
 
@@ -62,6 +63,7 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
         compiled = speedups.COMPILED
         patch(record_scan, "_scan_window", None if impl == "pure" else compiled.scan_window)  # type: ignore[union-attr]
         patch(index_file, "_index_put_keys", None if impl == "pure" else compiled.index_put_keys)  # type: ignore[union-attr]
+        patch(consume_queue, "_cq_pack_run", None if impl == "pure" else compiled.cq_pack_run)  # type: ignore[union-attr]
         yield
 
 

@@ -16,7 +16,7 @@ from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
 from rocketq.protocol import record as rec
-from rocketq.store import MessageStore, index_file
+from rocketq.store import MessageStore, consume_queue, index_file
 from rocketq.store import dispatch as d
 from rocketq.store import record_scan as rs
 from rocketq.store.consume_queue import ConsumeQueue
@@ -406,3 +406,52 @@ def test_compiled_index_put_keys_writes_the_pure_bytes(
             assert [getattr(a, s) for s in state] == [getattr(b, s) for s in state]
         for f in files:
             f.shutdown()
+
+
+def test_compiled_queue_runs_write_the_pure_bytes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ConsumeQueue.put_units with its run loop compiled against the pure loop: the same files
+    and state through holes, duplicates, units already built, file ends, queue offset 0 and
+    values out of a unit field's range (left to the pure loop, which raises)."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    rnd = random.Random(13)
+    for trial in range(25):
+        queues = [ConsumeQueue("T", 0, str(tmp_path / f"{side}{trial}"), 20 * 16) for side in "cp"]
+        cq = rnd.choice([0, 0, 5, 40])
+        phys = 0
+        for _ in range(15):
+            units = []
+            for _ in range(rnd.randrange(1, 40)):
+                step = rnd.random()
+                if step < 0.05:
+                    cq += 2  # a hole
+                elif step < 0.1:
+                    cq -= 1  # a duplicate
+                elif step < 0.15:
+                    phys -= 300  # already built
+                size = 100 if step < 0.97 else rnd.choice([0, -5, 1 << 31])
+                tags = rnd.randrange(-5, 5) if step < 0.98 else rnd.choice([1 << 63, -(1 << 63)])
+                units.append((phys, size, tags, cq))
+                phys += 100
+                cq += 1
+            outcomes = []
+            for q, impl in zip(queues, (speedups.COMPILED.cq_pack_run, None), strict=True):
+                monkeypatch.setattr(consume_queue, "_cq_pack_run", impl)
+                try:
+                    outcomes.append(q.put_units(list(units)))
+                except struct.error as exc:
+                    outcomes.append(str(exc))
+            assert outcomes[0] == outcomes[1]
+            a, b = queues
+            assert (a.max_offset_in_queue, a.min_offset_in_queue, a.max_physic_offset) == (
+                b.max_offset_in_queue,
+                b.min_offset_in_queue,
+                b.max_physic_offset,
+            )
+            assert [mf.mm[: mf.wrote_position] for mf in a.queue.files] == [
+                mf.mm[: mf.wrote_position] for mf in b.queue.files
+            ]
+        for q in queues:
+            q.shutdown()
