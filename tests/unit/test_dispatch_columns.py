@@ -354,7 +354,7 @@ def test_compiled_scan_writes_the_files_of_the_pure_one(
     monkeypatch.setattr(rs, "_scan_window", None)
     pure = _rebuild(cfg, window)
     monkeypatch.setattr(rs, "_scan_window", speedups.COMPILED.scan_window)
-    for objects_below in (1, 256, 1 << 30):  # columns, the default, objects only
+    for objects_below in (1, 384, 1 << 30):  # columns, the default, objects only
         monkeypatch.setattr(rs, "MIN_COMPILED_COLUMNAR_RECORDS", objects_below)
         assert _rebuild(cfg, window) == pure
 

@@ -1104,10 +1104,10 @@ if _scan_window is not None:
 #: With the compiled scan, windows of V1/IPv4 records only are taken in columns from this many
 #: records on (the scan itself has no fixed cost to speak of; the ConsumeQueue and index writers'
 #: columnar paths do: ``python bench/dispatch_windows.py``); smaller ones come back as request
-#: objects made in C. Measured with the index's compiled entry loop (two runs of the median of
-#: 3 rounds, µs per record, objects / columns): 128 records 1.13 / 1.38 and 1.25 / 1.93, 192
-#: records 0.94 / 1.24 and 1.09 / 1.41, 256 records 0.90 / 0.87 and 1.20 / 1.19.
-MIN_COMPILED_COLUMNAR_RECORDS = 256
+#: objects made in C. Measured with the ConsumeQueue's and the index's compiled loops (two runs of
+#: the median of 3 rounds, µs per record, objects / columns): 128 records 0.89 / 1.69 and
+#: 0.90 / 1.79, 256 records 0.82 / 1.14 and 0.74 / 1.00, 512 records 0.95 / 0.75 and 0.85 / 0.78.
+MIN_COMPILED_COLUMNAR_RECORDS = 384
 
 # The rows of scan_window's column block, in its order (SC_ in _speedups.c).
 (_C_START, _C_SIZE, _C_QUEUE_ID, _C_QUEUE_OFFSET, _C_SYS_FLAG, _C_STORE_TS, _C_PREPARED, _C_TOPIC_START,
