@@ -47,6 +47,22 @@ Record layout used here (V1, IPv4 hosts; spec/store-format.md §1)::
     12   QUEUEID    i32   56   STORETIMESTAMP i64  88   BODY, then TL i8, TOPIC, PL i16, PROPS
     20   QUEUEOFFSET i64
 
+**Compiled scan.** When the C accelerator is built (:mod:`rocketq.speedups`),
+:func:`parse_window` first hands the window to ``rocketq._speedups.scan_window``, which does steps
+1-5 in one pass over the bytes: the walk, the good V1/IPv4 prefix (the checks of
+:func:`check_v1`), the columns, the first TAGS/KEYS/UNIQ_KEY pair of each record, the tags codes
+and the index key hashes (``topic#UNIQ_KEY`` and ``topic#key``, in the order the index writes
+them). A window of fewer than :data:`MIN_COMPILED_COLUMNAR_RECORDS` good records comes back as
+:class:`DispatchRequest` objects made in C (a :class:`RequestList` carrying the index hashes),
+a larger one as a :class:`DispatchBatch` on the C columns. Records with non-ASCII tags or keys,
+SCHEDULE_TOPIC_XXXX delivery times, and every window it does not take whole (another layout or
+damage before :data:`MIN_COLUMNAR_RECORDS` records, more topics than it keeps apart) are left to
+this module's pure code, so the answer is the pure one for every window
+(``tests/property/test_scan_window_equivalence.py``). Dispatch cost per record, parse,
+ConsumeQueue units and index entries together (``python bench/dispatch_windows.py``, the
+ConsumeQueue's and the index's write loops compiled as well): 1.5-1.7 µs at 32-record windows
+against 5.6-5.9 µs pure, 0.4-0.5 µs at 1024-record windows against 1.6.
+
 Invariants: nothing here reads outside the padded window (row starts are clipped into the
 window, and a clipped value can only belong to a record that is not fast); bytes past a record's
 end are never taken as its data (masks by length); the arrays describe records in CommitLog order.
