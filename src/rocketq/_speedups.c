@@ -10,6 +10,12 @@
  *   decode_record(buf, pos=0, *, check_crc=True, read_body=True, verify_prop_crc=False)
  *   view_to_message(view)
  *
+ * and of the store's dispatch (their pure counterparts: rocketq/store/record_scan.py's
+ * parse_window, IndexFile.put_keys' and ConsumeQueue.put_units' loops; each leaves what it does
+ * not handle exactly to them):
+ *
+ *   scan_window(data, base=None, objects_below=0), index_put_keys(...), cq_pack_run(...)
+ *
  * setup_record() is called once by rocketq.protocol.record with the classes and the pure
  * functions. RecordView and MessageExt are slots dataclasses without __post_init__; their
  * instances are filled slot by slot (the member offsets are read from the classes' slot
@@ -1169,8 +1175,9 @@ static PyTypeObject PutSamplerType = {
  * objects: when every record found is good and there are fewer than objects_below of them,
  * (their DispatchRequest objects, the decoded topics; `base` is the window's CommitLog offset),
  * else None.
- * None when the window names more distinct topics than this function keeps apart (the caller's
- * pure path takes it). Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
+ * The whole answer is None when the window names more distinct topics than SCAN_MAX_TOPICS
+ * (1024, told apart through a hash table of their bytes): the caller's pure path takes it.
+ * Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
 
 enum {
     SC_START, SC_SIZE, SC_QUEUE_ID, SC_QUEUE_OFFSET, SC_SYS_FLAG, SC_STORE_TS, SC_PREPARED,
@@ -1182,7 +1189,8 @@ enum {
 #define BLANK_MAGIC_CODE ((int32_t)-875286124)
 #define V1_MIN_SIZE 91
 #define MAX_PROPS_BYTES 32767
-#define SCAN_MAX_TOPICS 4096
+#define SCAN_MAX_TOPICS 1024
+#define TOPIC_TABLE_SIZE 2048 /* a power of two, twice SCAN_MAX_TOPICS: probes stay short */
 
 typedef struct {
     int64_t *data;
@@ -1343,6 +1351,7 @@ static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t *topic_at = NULL, *topic_len = NULL;
     uint32_t *topic_hash = NULL; /* Java hash of "topic#", or 0 with topic_ascii 0 */
     char *topic_ascii = NULL;
+    int16_t *topic_table = NULL; /* topic number by hash slot, -1 when free */
     Py_ssize_t ntopics = 0;
 
     /* 1. the walk (record_scan.walk) */
@@ -1386,10 +1395,12 @@ static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t n
     topic_len = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(Py_ssize_t));
     topic_hash = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(uint32_t));
     topic_ascii = PyMem_Malloc(SCAN_MAX_TOPICS);
-    if (topic_at == NULL || topic_len == NULL || topic_hash == NULL || topic_ascii == NULL) {
+    topic_table = PyMem_Malloc(TOPIC_TABLE_SIZE * sizeof(int16_t));
+    if (topic_at == NULL || topic_len == NULL || topic_hash == NULL || topic_ascii == NULL || topic_table == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    memset(topic_table, 0xff, TOPIC_TABLE_SIZE * sizeof(int16_t));
     Py_ssize_t last_topic = -1;
     int overflow = 0;
     for (; k < nstarts; k++) {
@@ -1417,14 +1428,27 @@ static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_ssize_t ti = -1;
         if (last_topic >= 0 && topic_len[last_topic] == tl && memcmp(d + topic_at[last_topic], d + ts, (size_t)tl) == 0)
             ti = last_topic;
-        for (Py_ssize_t t = 0; ti < 0 && t < ntopics; t++)
-            if (topic_len[t] == tl && memcmp(d + topic_at[t], d + ts, (size_t)tl) == 0) ti = t;
+        size_t slot = 0;
+        if (ti < 0) { /* the table of topics met so far: FNV-1a of the bytes, linear probing */
+            uint32_t fnv = 2166136261u;
+            for (int64_t j = 0; j < tl; j++) fnv = (fnv ^ d[ts + j]) * 16777619u;
+            slot = fnv & (TOPIC_TABLE_SIZE - 1);
+            while (topic_table[slot] >= 0) {
+                Py_ssize_t t = topic_table[slot];
+                if (topic_len[t] == tl && memcmp(d + topic_at[t], d + ts, (size_t)tl) == 0) {
+                    ti = t;
+                    break;
+                }
+                slot = (slot + 1) & (TOPIC_TABLE_SIZE - 1);
+            }
+        }
         if (ti < 0) {
             if (ntopics == SCAN_MAX_TOPICS) { /* a window of that many topics: the caller's */
                 overflow = 1;
                 break;
             }
             ti = ntopics++;
+            topic_table[slot] = (int16_t)ti;
             topic_at[ti] = (Py_ssize_t)ts;
             topic_len[ti] = (Py_ssize_t)tl;
             uint32_t h = 0;
@@ -1556,6 +1580,7 @@ done:
     PyMem_Free(topic_len);
     PyMem_Free(topic_hash);
     PyMem_Free(topic_ascii);
+    PyMem_Free(topic_table);
     PyBuffer_Release(&view);
     return result;
 }

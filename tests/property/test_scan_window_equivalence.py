@@ -244,3 +244,28 @@ def test_the_compiled_scan_takes_a_clean_window_whole(thresholds: None) -> None:
     )
     assert speedups.COMPILED.scan_window(data, 7, 41)[9][0][3].commit_log_offset == 7 + starts[3]  # type: ignore[union-attr]
     both(data, 7, None, 1 << 30, 41)
+
+
+@pytest.mark.parametrize("topics", [3, 1000, 1024, 1025, 1500])
+def test_windows_of_many_topics(thresholds: None, topics: int) -> None:
+    """Topics told apart in C up to 1,024 per window (a hash table of them); a window of more
+    goes the pure way. The answer is the pure one either way."""
+    rnd = random.Random(topics)
+    names = [f"t{i}" for i in range(topics)]
+    data = b"".join(
+        rec.encode_record(
+            topic=rnd.choice(names) if i >= topics else names[i],
+            body=b"x",
+            properties=b"TAGS\x01A\x02UNIQ_KEY\x01u%d" % i,
+            queue_offset=i,
+        )
+        for i in range(topics + 200)
+    )
+    scanned = speedups.COMPILED.scan_window(data)  # type: ignore[union-attr]
+    if topics <= 1024:
+        assert scanned is not None and len(scanned[6]) == topics and scanned[1] == topics + 200
+    else:
+        assert scanned is None
+    for columnar in (1, 1 << 30):
+        for compiled_from in (1, 1 << 30):
+            both(data, 0, None, columnar, compiled_from)
