@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _support.examples import examples
 from rocketq import speedups
 from rocketq.message import java_string_hash
 from rocketq.protocol import record as rec
@@ -149,7 +150,9 @@ def both(data: bytes, base: int, levels: dict[int, int] | None, columnar: int, c
     return got
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     data=window(),
     base=st.integers(0, 1 << 40),
