@@ -6,9 +6,12 @@
 A store with its dispatch thread stopped; each step puts one batch of N messages (136 B bodies,
 UNIQ_KEY, WAIT, TAGS, 4 queues) and then runs one dispatch pass over exactly those N records on
 this thread (``ReputMessageService.do_reput``: parse, ConsumeQueue units, index entries), once
-with every window parsed record by record and once with every window in columns. The figure is
-the thread CPU of the dispatch pass per record, the median over the rounds (the machine is
-noisy). ``MIN_COLUMNAR_RECORDS`` in ``store/record_scan.py`` is where the two lines cross.
+with every window parsed record by record, once with every window in columns and once as the
+store chooses. The figure is the thread CPU of the dispatch pass per record, the median over the
+rounds (the machine is noisy). ``MIN_COLUMNAR_RECORDS`` in ``store/record_scan.py`` is where the
+two lines cross for the pure parser, ``MIN_COMPILED_COLUMNAR_RECORDS`` for the compiled scan
+(which makes the requests of a "record by record" window as objects in C); ``ROCKETQ_PURE=1``
+runs the pure one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.store import record_scan
 from rocketq.store.message_store import MessageStore
@@ -39,6 +43,8 @@ def main() -> int:
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="rocketq-bench-dispatch-")
     default = record_scan.MIN_COLUMNAR_RECORDS
+    default_compiled = record_scan.MIN_COMPILED_COLUMNAR_RECORDS
+    paths = (("records", 1 << 30, 1 << 30), ("columns", 1, 1), ("store", default, default_compiled))
     try:
         store = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=1 << 30))
         store.start()
@@ -49,8 +55,9 @@ def main() -> int:
         costs: dict[tuple[int, str], list[float]] = {}
         for _ in range(args.rounds):
             for n in SIZES:
-                for path, threshold in (("records", 1 << 30), ("columns", 1)):
+                for path, threshold, compiled_threshold in paths:
                     record_scan.MIN_COLUMNAR_RECORDS = threshold
+                    record_scan.MIN_COMPILED_COLUMNAR_RECORDS = compiled_threshold
                     cpu = 0.0
                     for i in range(0, PER_STEP, n):
                         store.put_messages(msgs[i : i + n])
@@ -61,17 +68,20 @@ def main() -> int:
         store.shutdown()
     finally:
         record_scan.MIN_COLUMNAR_RECORDS = default
+        record_scan.MIN_COMPILED_COLUMNAR_RECORDS = default_compiled
         shutil.rmtree(root, ignore_errors=True)
-    print(f"# dispatch CPU per record by window size ({args.rounds} rounds, median; µs)")
+    print(f"# dispatch CPU per record by window size ({args.rounds} rounds, median, µs)")
+    print(f"# {speedups.describe()}")
     print()
-    print("| records per window | record by record | columns | faster |")
-    print("|---:|---:|---:|---|")
+    print("| records per window | record by record | columns | as the store chooses | faster |")
+    print("|---:|---:|---:|---:|---|")
     for n in SIZES:
         a = statistics.median(costs[(n, "records")])
         b = statistics.median(costs[(n, "columns")])
-        print(f"| {n} | {a:.2f} | {b:.2f} | {'columns' if b < a else 'records'} |")
+        c = statistics.median(costs[(n, "store")])
+        print(f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {'columns' if b < a else 'records'} |")
     print()
-    print(f"MIN_COLUMNAR_RECORDS = {default}")
+    print(f"MIN_COLUMNAR_RECORDS = {default}, MIN_COMPILED_COLUMNAR_RECORDS = {default_compiled}")
     return 0
 
 

@@ -10,6 +10,12 @@
  *   decode_record(buf, pos=0, *, check_crc=True, read_body=True, verify_prop_crc=False)
  *   view_to_message(view)
  *
+ * and of the store's dispatch (their pure counterparts: rocketq/store/record_scan.py's
+ * parse_window, IndexFile.put_keys' and ConsumeQueue.put_units' loops; each leaves what it does
+ * not handle exactly to them):
+ *
+ *   scan_window(data, base=None, objects_below=0), index_put_keys(...), cq_pack_run(...)
+ *
  * setup_record() is called once by rocketq.protocol.record with the classes and the pure
  * functions. RecordView and MessageExt are slots dataclasses without __post_init__; their
  * instances are filled slot by slot (the member offsets are read from the classes' slot
@@ -1148,6 +1154,637 @@ static PyTypeObject PutSamplerType = {
     .tp_methods = PutSampler_methods,
 };
 
+/* -- scan_window: the dispatch walk and its columns ------------------------------------------ */
+
+/* rocketq.store.record_scan's walk over a window of CommitLog records, its V1/IPv4 structure
+ * check and the columns it gathers (record_scan.parse_window's columnar path), in one pass:
+ *
+ *   scan_window(data, base=None, objects_below=0)
+ *       -> (columns, count, starts, stop_at, stop, corrupt, topics, entries, slow, objects)
+ *
+ * columns: a bytearray of SC_COUNT rows of `starts` native int64 (row c holds column c for the
+ * first `count` records; see the SC_ names); count: the leading good V1/IPv4 records; starts:
+ * the records the walk found (MESSAGE magic, a size that fits); stop_at, stop: where the walk
+ * stopped and why (0 none: the window ended; 1 BLANK; 2 END; 3 CORRUPT); corrupt: whether
+ * record `count` (when count < starts) is a V1/IPv4 record whose layout does not add up;
+ * topics: (start, length) of each distinct topic byte string, in order of first use (the
+ * topic index column points into it); entries: a bytearray of native int64 pairs (record,
+ * index key hash, abs()ed as IndexFile does) for topic#UNIQ_KEY and topic#key of every key of
+ * KEYS, record by record; slow: the records whose tags or index keys are not all ASCII (their
+ * tags code is 0 here and they have no entries: the caller hashes them the Java way);
+ * objects: when every record found is good and there are fewer than objects_below of them,
+ * (their DispatchRequest objects, the decoded topics; `base` is the window's CommitLog offset),
+ * else None.
+ * The whole answer is None when the window names more distinct topics than SCAN_MAX_TOPICS
+ * (1024, told apart through a hash table of their bytes): the caller's pure path takes it.
+ * Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
+
+enum {
+    SC_START, SC_SIZE, SC_QUEUE_ID, SC_QUEUE_OFFSET, SC_SYS_FLAG, SC_STORE_TS, SC_PREPARED,
+    SC_TOPIC_START, SC_TOPIC_LEN, SC_PROPS_START, SC_PROPS_END, SC_TOPIC_INDEX, SC_TAGS_CODE,
+    SC_KEYS_PRESENT, SC_KEYS_START, SC_KEYS_LEN, SC_UNIQ_PRESENT, SC_UNIQ_START, SC_UNIQ_LEN,
+    SC_COUNT
+};
+
+#define BLANK_MAGIC_CODE ((int32_t)-875286124)
+#define V1_MIN_SIZE 91
+#define MAX_PROPS_BYTES 32767
+#define SCAN_MAX_TOPICS 1024
+#define TOPIC_TABLE_SIZE 2048 /* a power of two, twice SCAN_MAX_TOPICS: probes stay short */
+
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} i64vec;
+
+static int i64vec_push2(i64vec *v, int64_t a, int64_t b) {
+    if (v->len + 2 > v->cap) {
+        Py_ssize_t cap = v->cap ? v->cap * 2 : 256;
+        int64_t *grown = PyMem_Realloc(v->data, (size_t)cap * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        v->data = grown;
+        v->cap = cap;
+    }
+    v->data[v->len++] = a;
+    v->data[v->len++] = b;
+    return 0;
+}
+
+/* Java's String.hashCode step over ASCII bytes (one UTF-16 unit each); -1 when a byte is not
+ * ASCII (the caller hashes the decoded string instead). */
+static int hash_ascii(const unsigned char *p, Py_ssize_t len, uint32_t *h) {
+    uint32_t v = *h;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] & 0x80) return -1;
+        v = v * 31u + p[i];
+    }
+    *h = v;
+    return 0;
+}
+
+/* IndexFile.indexKeyHashMethod of a Java hash: abs(), Integer.MIN_VALUE -> 0. */
+static int64_t index_hash(uint32_t h) {
+    int32_t s = (int32_t)h;
+    if (s == INT32_MIN) return 0;
+    return s < 0 ? -(int64_t)s : (int64_t)s;
+}
+
+/* DispatchRequest's slots (record_scan.DispatchRequest), set by setup_dispatch(). */
+enum {
+    DR_PROPERTIES, DR_COMMIT_LOG_OFFSET, DR_CQ_OFFSET, DR_KEYS, DR_MSG_SIZE, DR_PREPARED, DR_PROPERTIES_RAW,
+    DR_QUEUE_ID, DR_STORE_TS, DR_SYS_FLAG, DR_TAGS_CODE, DR_TOPIC, DR_UNIQ_KEY, DR_COUNT
+};
+static const char *const dr_names[DR_COUNT] = {
+    "_properties", "commit_log_offset", "consume_queue_offset", "keys", "msg_size",
+    "prepared_transaction_offset", "properties_raw", "queue_id", "store_timestamp", "sys_flag", "tags_code",
+    "topic", "uniq_key",
+};
+static PyTypeObject *dispatch_request;
+static Py_ssize_t dr_off[DR_COUNT];
+
+static PyObject *setup_dispatch(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_dispatch: DispatchRequest must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, dr_names, dr_off, DR_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(dispatch_request, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* The DispatchRequest of each of the k scanned records (columns `col` of stride `stride`),
+ * as record_scan's record-by-record parser makes them, but for the tags code of records
+ * whose tags are not ASCII and of SCHEDULE_TOPIC_XXXX records (the caller's); `names`: the
+ * decoded topics (topic index order). */
+static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssize_t stride, Py_ssize_t k,
+                             long long base, PyObject *names) {
+    PyObject *out = PyList_New(k);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < k; i++) {
+#define C(c) col[(Py_ssize_t)(c) * stride + i]
+        PyObject *req = dispatch_request->tp_alloc(dispatch_request, 0);
+        if (req == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, req);
+        PyObject *v[DR_COUNT];
+        PyObject *topic = PyList_GET_ITEM(names, (Py_ssize_t)C(SC_TOPIC_INDEX));
+        Py_INCREF(topic);
+        v[DR_TOPIC] = topic;
+        Py_INCREF(Py_None);
+        v[DR_PROPERTIES] = Py_None;
+        v[DR_COMMIT_LOG_OFFSET] = PyLong_FromLongLong(base + C(SC_START));
+        v[DR_CQ_OFFSET] = PyLong_FromLongLong(C(SC_QUEUE_OFFSET));
+        v[DR_MSG_SIZE] = PyLong_FromLongLong(C(SC_SIZE));
+        v[DR_PREPARED] = PyLong_FromLongLong(C(SC_PREPARED));
+        int64_t ps = C(SC_PROPS_START), pe = C(SC_PROPS_END);
+        v[DR_PROPERTIES_RAW] = PyBytes_FromStringAndSize((const char *)d + (ps < pe ? ps : pe), ps < pe ? pe - ps : 0);
+        v[DR_QUEUE_ID] = PyLong_FromLongLong(C(SC_QUEUE_ID));
+        v[DR_STORE_TS] = PyLong_FromLongLong(C(SC_STORE_TS));
+        v[DR_SYS_FLAG] = PyLong_FromLongLong(C(SC_SYS_FLAG));
+        v[DR_TAGS_CODE] = PyLong_FromLongLong(C(SC_TAGS_CODE));
+        if (C(SC_KEYS_PRESENT)) {
+            v[DR_KEYS] = PyUnicode_DecodeUTF8((const char *)d + C(SC_KEYS_START), C(SC_KEYS_LEN), "replace");
+        } else {
+            Py_INCREF(st.empty_str);
+            v[DR_KEYS] = st.empty_str;
+        }
+        if (C(SC_UNIQ_PRESENT) && C(SC_UNIQ_LEN) > 0) {
+            v[DR_UNIQ_KEY] = PyUnicode_DecodeUTF8((const char *)d + C(SC_UNIQ_START), C(SC_UNIQ_LEN), "replace");
+        } else {
+            Py_INCREF(Py_None);
+            v[DR_UNIQ_KEY] = Py_None;
+        }
+#undef C
+        int failed = 0;
+        for (int j = 0; j < DR_COUNT; j++) {
+            if (v[j] == NULL) failed = 1;
+            SLOT(req, dr_off[j]) = v[j];
+        }
+        if (failed) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "scan_window(data, base=None, objects_below=0)");
+        return NULL;
+    }
+    long long base = 0;
+    Py_ssize_t objects_below = 0;
+    if (nargs >= 2 && args[1] != Py_None) {
+        base = PyLong_AsLongLong(args[1]);
+        if (base == -1 && PyErr_Occurred()) return NULL;
+        if (nargs == 3) {
+            objects_below = PyLong_AsSsize_t(args[2]);
+            if (objects_below == -1 && PyErr_Occurred()) return NULL;
+        }
+        if (objects_below > 0 && dispatch_request == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_dispatch() was not called");
+            return NULL;
+        }
+    }
+    PyObject *arg = args[0];
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_ND) < 0) return NULL;
+    if (view.itemsize != 1 || view.ndim != 1) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "scan_window: a one-dimensional buffer of bytes is needed");
+        return NULL;
+    }
+    const unsigned char *d = (const unsigned char *)view.buf;
+    const Py_ssize_t n = view.len;
+    PyObject *columns = NULL, *topics = NULL, *entries = NULL, *slow = NULL, *result = NULL;
+    PyObject *names = NULL, *objects = NULL;
+    Py_ssize_t *starts = NULL;
+    Py_ssize_t nstarts = 0, cap = 0;
+    i64vec ent = {NULL, 0, 0};
+    Py_ssize_t *topic_at = NULL, *topic_len = NULL;
+    uint32_t *topic_hash = NULL; /* Java hash of "topic#", or 0 with topic_ascii 0 */
+    char *topic_ascii = NULL;
+    int16_t *topic_table = NULL; /* topic number by hash slot, -1 when free */
+    Py_ssize_t ntopics = 0;
+
+    /* 1. the walk (record_scan.walk) */
+    Py_ssize_t p = 0;
+    int stop = 0;
+    while (p <= n - 8) {
+        int32_t size = be32(d + p);
+        int32_t magic = be32(d + p + 4);
+        int is_msg = magic == MESSAGE_MAGIC_CODE || magic == MESSAGE_MAGIC_CODE_V2;
+        if (is_msg && size >= V1_MIN_SIZE && (Py_ssize_t)size <= n - p) {
+            if (nstarts == cap) {
+                Py_ssize_t grown_cap = cap ? cap * 2 : 64;
+                Py_ssize_t *grown = PyMem_Realloc(starts, (size_t)grown_cap * sizeof(Py_ssize_t));
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                starts = grown;
+                cap = grown_cap;
+            }
+            starts[nstarts++] = p;
+            p += size;
+            continue;
+        }
+        if (is_msg) stop = size < V1_MIN_SIZE ? 3 : 0;
+        else if (magic == BLANK_MAGIC_CODE) stop = 1;
+        else if (size == 0 && magic == 0) stop = 2;
+        else stop = 3;
+        break;
+    }
+
+    /* 2. the good V1/IPv4 prefix (record_scan.check_v1) and its columns */
+    columns = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)SC_COUNT * nstarts * (Py_ssize_t)sizeof(int64_t));
+    slow = PyList_New(0);
+    if (columns == NULL || slow == NULL) goto done;
+    int64_t *col = (int64_t *)PyByteArray_AS_STRING(columns);
+#define COL(c, i) col[(Py_ssize_t)(c) * nstarts + (i)]
+    Py_ssize_t k = 0;
+    int corrupt = 0;
+    topic_at = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(Py_ssize_t));
+    topic_len = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(Py_ssize_t));
+    topic_hash = PyMem_Malloc(SCAN_MAX_TOPICS * sizeof(uint32_t));
+    topic_ascii = PyMem_Malloc(SCAN_MAX_TOPICS);
+    topic_table = PyMem_Malloc(TOPIC_TABLE_SIZE * sizeof(int16_t));
+    if (topic_at == NULL || topic_len == NULL || topic_hash == NULL || topic_ascii == NULL || topic_table == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(topic_table, 0xff, TOPIC_TABLE_SIZE * sizeof(int16_t));
+    Py_ssize_t last_topic = -1;
+    int overflow = 0;
+    for (; k < nstarts; k++) {
+        const Py_ssize_t s = starts[k];
+        const unsigned char *r = d + s;
+        const int64_t size = be32(r); /* >= 91 and inside the window (the walk) */
+        const int64_t end = s + size;
+        const int32_t sys_flag = be32(r + 36);
+        if (be32(r + 4) != MESSAGE_MAGIC_CODE || (sys_flag & 0x30) != 0) break; /* another layout */
+        const int64_t body_len = be32(r + 84);
+        const int64_t tpos = (int64_t)s + 88 + body_len;
+        if (body_len < 0 || tpos + 3 > end) {
+            corrupt = 1;
+            break;
+        }
+        const int64_t tl = d[tpos];
+        const int64_t ps = tpos + 3 + tl; /* after the topic and its 2-byte properties length */
+        const int64_t pl = ps <= end ? (int64_t)((d[ps - 2] << 8) | d[ps - 1]) : -1;
+        if (tl == 0 || tl > 127 || pl > MAX_PROPS_BYTES || ps + pl != end) {
+            corrupt = 1;
+            break;
+        }
+        const int64_t ts = tpos + 1;
+        /* the topic: one of the distinct byte strings met so far */
+        Py_ssize_t ti = -1;
+        if (last_topic >= 0 && topic_len[last_topic] == tl && memcmp(d + topic_at[last_topic], d + ts, (size_t)tl) == 0)
+            ti = last_topic;
+        size_t slot = 0;
+        if (ti < 0) { /* the table of topics met so far: FNV-1a of the bytes, linear probing */
+            uint32_t fnv = 2166136261u;
+            for (int64_t j = 0; j < tl; j++) fnv = (fnv ^ d[ts + j]) * 16777619u;
+            slot = fnv & (TOPIC_TABLE_SIZE - 1);
+            while (topic_table[slot] >= 0) {
+                Py_ssize_t t = topic_table[slot];
+                if (topic_len[t] == tl && memcmp(d + topic_at[t], d + ts, (size_t)tl) == 0) {
+                    ti = t;
+                    break;
+                }
+                slot = (slot + 1) & (TOPIC_TABLE_SIZE - 1);
+            }
+        }
+        if (ti < 0) {
+            if (ntopics == SCAN_MAX_TOPICS) { /* a window of that many topics: the caller's */
+                overflow = 1;
+                break;
+            }
+            ti = ntopics++;
+            topic_table[slot] = (int16_t)ti;
+            topic_at[ti] = (Py_ssize_t)ts;
+            topic_len[ti] = (Py_ssize_t)tl;
+            uint32_t h = 0;
+            topic_ascii[ti] = hash_ascii(d + ts, (Py_ssize_t)tl, &h) == 0;
+            topic_hash[ti] = h * 31u + '#';
+        }
+        last_topic = ti;
+        /* the first TAGS, KEYS and UNIQ_KEY pairs: a pair starts at the properties start or
+         * after a \x02, and its value runs to the next \x02 or the properties end */
+        static const char *const names[3] = {"TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01"};
+        static const int64_t widths[3] = {5, 5, 9};
+        int64_t vstart[3] = {0, 0, 0}, vlen[3] = {0, 0, 0};
+        int found[3] = {0, 0, 0};
+        int64_t c = ps;
+        while (c <= end && !(found[0] && found[1] && found[2])) {
+            const unsigned char *sep = c < end ? memchr(d + c, 2, (size_t)(end - c)) : NULL;
+            const int64_t vend = sep ? (int64_t)(sep - d) : end;
+            for (int j = 0; j < 3; j++) {
+                if (!found[j] && c + widths[j] <= end && memcmp(d + c, names[j], (size_t)widths[j]) == 0) {
+                    found[j] = 1;
+                    vstart[j] = c + widths[j];
+                    vlen[j] = vend - vstart[j];
+                }
+            }
+            if (sep == NULL) break;
+            c = vend + 1;
+        }
+        int is_slow = 0;
+        int64_t tags_code = 0;
+        if (found[0] && vlen[0] > 0) {
+            uint32_t h = 0;
+            if (hash_ascii(d + vstart[0], (Py_ssize_t)vlen[0], &h) == 0) tags_code = (int32_t)h;
+            else is_slow = 1;
+        }
+        /* index entries: topic#UNIQ_KEY, then topic#key for each key of KEYS (space-separated) */
+        Py_ssize_t mark = ent.len;
+        if (!topic_ascii[ti] && ((found[1] && vlen[1] > 0) || (found[2] && vlen[2] > 0))) is_slow = 1;
+        if (!is_slow && found[2] && vlen[2] > 0) {
+            uint32_t h = topic_hash[ti];
+            if (hash_ascii(d + vstart[2], (Py_ssize_t)vlen[2], &h) < 0) is_slow = 1;
+            else if (i64vec_push2(&ent, k, index_hash(h)) < 0) goto done;
+        }
+        if (!is_slow && found[1] && vlen[1] > 0) {
+            int64_t a = vstart[1];
+            const int64_t stop_at = vstart[1] + vlen[1];
+            while (!is_slow && a <= stop_at) {
+                int64_t b = a;
+                while (b < stop_at && d[b] != ' ') b++;
+                if (b > a) {
+                    uint32_t h = topic_hash[ti];
+                    if (hash_ascii(d + a, (Py_ssize_t)(b - a), &h) < 0) is_slow = 1;
+                    else if (i64vec_push2(&ent, k, index_hash(h)) < 0) goto done;
+                }
+                a = b + 1;
+            }
+        }
+        if (is_slow) {
+            ent.len = mark; /* the caller makes every entry of a slow record */
+            tags_code = 0;
+            PyObject *row = PyLong_FromSsize_t(k);
+            if (row == NULL || PyList_Append(slow, row) < 0) {
+                Py_XDECREF(row);
+                goto done;
+            }
+            Py_DECREF(row);
+        }
+        COL(SC_START, k) = s;
+        COL(SC_SIZE, k) = size;
+        COL(SC_QUEUE_ID, k) = be32(r + 12);
+        COL(SC_QUEUE_OFFSET, k) = be64(r + 20);
+        COL(SC_SYS_FLAG, k) = sys_flag;
+        COL(SC_STORE_TS, k) = be64(r + 56);
+        COL(SC_PREPARED, k) = be64(r + 76);
+        COL(SC_TOPIC_START, k) = ts;
+        COL(SC_TOPIC_LEN, k) = tl;
+        COL(SC_PROPS_START, k) = ps;
+        COL(SC_PROPS_END, k) = end;
+        COL(SC_TOPIC_INDEX, k) = ti;
+        COL(SC_TAGS_CODE, k) = tags_code;
+        COL(SC_KEYS_PRESENT, k) = found[1];
+        COL(SC_KEYS_START, k) = vstart[1];
+        COL(SC_KEYS_LEN, k) = vlen[1];
+        COL(SC_UNIQ_PRESENT, k) = found[2];
+        COL(SC_UNIQ_START, k) = vstart[2];
+        COL(SC_UNIQ_LEN, k) = vlen[2];
+    }
+#undef COL
+    if (overflow) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    topics = PyList_New(ntopics);
+    if (topics == NULL) goto done;
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *pair = Py_BuildValue("(nn)", topic_at[t], topic_len[t]);
+        if (pair == NULL) goto done;
+        PyList_SET_ITEM(topics, t, pair);
+    }
+    entries = PyByteArray_FromStringAndSize((const char *)ent.data, ent.len * (Py_ssize_t)sizeof(int64_t));
+    if (entries == NULL) goto done;
+    if (k > 0 && k == nstarts && k < objects_below) {
+        /* a small window of good records: its requests as objects (with their decoded topics) */
+        names = PyList_New(ntopics);
+        if (names == NULL) goto done;
+        for (Py_ssize_t t = 0; t < ntopics; t++) {
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)d + topic_at[t], topic_len[t], "replace");
+            if (name == NULL) goto done;
+            PyList_SET_ITEM(names, t, name);
+        }
+        PyObject *reqs = requests_of(d, (const int64_t *)PyByteArray_AS_STRING(columns), nstarts, k, base, names);
+        if (reqs == NULL) goto done;
+        objects = Py_BuildValue("(NO)", reqs, names);
+        if (objects == NULL) goto done;
+    } else {
+        objects = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("(OnnnNOOOOO)", columns, k, nstarts, p, PyLong_FromLong(stop), corrupt ? Py_True : Py_False,
+                           topics, entries, slow, objects);
+done:
+    Py_XDECREF(columns);
+    Py_XDECREF(topics);
+    Py_XDECREF(entries);
+    Py_XDECREF(slow);
+    Py_XDECREF(names);
+    Py_XDECREF(objects);
+    PyMem_Free(starts);
+    PyMem_Free(ent.data);
+    PyMem_Free(topic_at);
+    PyMem_Free(topic_len);
+    PyMem_Free(topic_hash);
+    PyMem_Free(topic_ascii);
+    PyMem_Free(topic_table);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- index_put_keys: IndexFile.put_keys' entry loop ------------------------------------------- */
+
+/* index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps)
+ *   -> (count, slot_count, begin_phy or None, begin_ts) | None
+ *
+ * The loop of rocketq.store.index_file.IndexFile.put_keys over its first n entries, writing
+ * the same bytes into the writable buffer mm (the index file's map): per entry the hash slot's
+ * value (0 when it names no entry below this one), the 20-byte entry (hash, physical offset,
+ * seconds since begin_ts, previous entry) and the slot pointing at it. Every value is checked
+ * before anything is written: a value out of its field's range, a sequence that is not a list,
+ * or a position outside mm gives None with mm untouched (the pure loop then meets the same
+ * input and raises what it raises). */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_ENTRY_SIZE 20
+
+static void put_be32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24);
+    p[1] = (unsigned char)(u >> 16);
+    p[2] = (unsigned char)(u >> 8);
+    p[3] = (unsigned char)u;
+}
+
+static void put_be64(unsigned char *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)u;
+        u >>= 8;
+    }
+}
+
+/* items[i] as a long long within [lo, hi]; -1 (no exception) when it is not */
+static int item_in(PyObject *list, Py_ssize_t i, long long lo, long long hi, long long *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < lo || x > hi) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *index_put_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps)");
+        return NULL;
+    }
+    long long num[6];
+    for (int j = 0; j < 6; j++) {
+        num[j] = PyLong_AsLongLong(args[1 + j]);
+        if (num[j] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const long long slots = num[0], entries_pos = num[1], count0 = num[2], n = num[3];
+    long long begin = num[4], slot_count = num[5];
+    PyObject *hashes = args[7], *phys = args[8], *stamps = args[9];
+    if (!PyList_CheckExact(hashes) || !PyList_CheckExact(phys) || !PyList_CheckExact(stamps) || slots <= 0 ||
+        n < 0 || count0 < 0 || entries_pos < 0 || n > PyList_GET_SIZE(hashes) || n > PyList_GET_SIZE(phys) ||
+        n > PyList_GET_SIZE(stamps))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    long long *h = NULL;
+    if (view.itemsize != 1 || begin > INT64_MAX / 2 || /* (ts - begin cannot overflow) */
+        n > (long long)((view.len - entries_pos) / INDEX_ENTRY_SIZE) - count0 ||
+        INDEX_HEADER_SIZE + slots * 4 > view.len) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    h = PyMem_Malloc((size_t)(n ? n : 1) * 3 * sizeof(long long));
+    if (h == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (item_in(hashes, i, INT32_MIN, INT32_MAX, &h[3 * i]) < 0 ||
+            item_in(phys, i, INT64_MIN, INT64_MAX, &h[3 * i + 1]) < 0 ||
+            item_in(stamps, i, INT64_MIN / 2, INT64_MAX / 2, &h[3 * i + 2]) < 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    unsigned char *mm = (unsigned char *)view.buf;
+    long long count = count0;
+    int begin_set = 0;
+    long long begin_phy = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const long long key_hash = h[3 * i], phy = h[3 * i + 1], ts = h[3 * i + 2];
+        long long slot = key_hash % slots;
+        if (slot < 0) slot += slots; /* Python's modulo */
+        unsigned char *slot_at = mm + INDEX_HEADER_SIZE + slot * 4;
+        long long slot_value = be32(slot_at);
+        if (slot_value <= 0 || slot_value >= count) {
+            slot_value = 0;
+            slot_count++;
+        }
+        long long time_diff = 0;
+        if (begin > 0) {
+            long long diff = ts - begin;
+            time_diff = diff < 0 ? 0 : diff / 1000;
+            if (time_diff > INT32_MAX) time_diff = INT32_MAX;
+        }
+        unsigned char *entry = mm + entries_pos + count * INDEX_ENTRY_SIZE;
+        put_be32(entry, (int32_t)key_hash);
+        put_be64(entry + 4, phy);
+        put_be32(entry + 12, (int32_t)time_diff);
+        put_be32(entry + 16, (int32_t)slot_value);
+        put_be32(slot_at, (int32_t)count);
+        if (count <= 1) { /* FIRST_INDEX */
+            begin_set = 1;
+            begin_phy = phy;
+            begin = ts;
+        }
+        count++;
+    }
+    if (begin_set) result = Py_BuildValue("(LLLL)", count, slot_count, begin_phy, begin);
+    else result = Py_BuildValue("(LLOL)", count, slot_count, Py_None, begin);
+done:
+    PyMem_Free(h);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- cq_pack_run: ConsumeQueue.put_units' run of units ---------------------------------------- */
+
+/* cq_pack_run(units, start, room, current, max_physic) -> (packed, count, max_physic) | None
+ *
+ * The inner loop of rocketq.store.consume_queue.ConsumeQueue.put_units: from units[start], the
+ * longest run (at most room units) of (offset, size, tags, cq_offset) tuples that land exactly
+ * at the write position `current` (cq_offset * 20 == current + 20 * k), each past the previous
+ * max_physic (offset + size), with offset >= 0, size > 0 and cq_offset != 0; packed as the
+ * 20-byte units (>qiq) one after another. None when a unit is not a 4-tuple of ints or a value
+ * lies outside the range this loop handles exactly (the pure loop then takes the run and
+ * raises what it raises). */
+static int tuple_ll(PyObject *t, Py_ssize_t j, long long lo, long long hi, long long *out) {
+    PyObject *v = PyTuple_GET_ITEM(t, j);
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < lo || x > hi) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *cq_pack_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "cq_pack_run(units, start, room, current, max_physic)");
+        return NULL;
+    }
+    if (!PyList_CheckExact(args[0])) Py_RETURN_NONE;
+    long long num[4];
+    for (int j = 0; j < 4; j++) {
+        int overflow = 0;
+        num[j] = PyLong_AsLongLongAndOverflow(args[1 + j], &overflow);
+        if (num[j] == -1 && PyErr_Occurred()) return NULL;
+        if (overflow || num[j] < -(1LL << 61) || num[j] > (1LL << 61)) Py_RETURN_NONE;
+    }
+    PyObject *units = args[0];
+    const long long start = num[0], room = num[1], current = num[2];
+    long long max_physic = num[3];
+    const Py_ssize_t n = PyList_GET_SIZE(units);
+    if (start < 0 || room < 0) Py_RETURN_NONE;
+    long long avail = n - start < room ? n - start : room;
+    if (avail < 0) avail = 0;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)avail * 20);
+    if (packed == NULL) return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+    long long count = 0;
+    const long long big = 1LL << 58; /* |values| below this: no sum or product here overflows */
+    for (; count < avail; count++) {
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)(start + count));
+        long long offset, size, tags, cq_offset;
+        if (!PyTuple_CheckExact(u) || PyTuple_GET_SIZE(u) != 4 || tuple_ll(u, 0, -big, big, &offset) < 0 ||
+            tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size) < 0 || tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags) < 0 ||
+            tuple_ll(u, 3, -big, big, &cq_offset) < 0) {
+            Py_DECREF(packed);
+            Py_RETURN_NONE;
+        }
+        if (cq_offset * 20 != current + count * 20 || offset + size <= max_physic) break;
+        if (offset < 0 || size <= 0 || cq_offset == 0) break;
+        unsigned char *p = out + count * 20;
+        put_be64(p, offset);
+        put_be32(p + 8, (int32_t)size);
+        put_be64(p + 12, tags);
+        max_physic = offset + size;
+    }
+    if (count < avail && _PyBytes_Resize(&packed, (Py_ssize_t)count * 20) < 0) return NULL;
+    return Py_BuildValue("(NLL)", packed, count, max_physic);
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1158,6 +1795,17 @@ static PyMethodDef methods[] = {
      "rocketq.protocol.record.decode_record, compiled"},
     {"view_to_message", (PyCFunction)view_to_message, METH_O,
      "rocketq.protocol.record.view_to_message, compiled"},
+    {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
+     "scan_window(data, base=None, objects_below=0): rocketq.store.record_scan's walk, V1/IPv4 check, "
+     "columns, tags codes and index key hashes of a window of CommitLog records, in one pass"},
+    {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
+     "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps): "
+     "rocketq.store.index_file.IndexFile.put_keys' entry loop, compiled"},
+    {"cq_pack_run", (PyCFunction)(void (*)(void))cq_pack_run, METH_FASTCALL,
+     "cq_pack_run(units, start, room, current, max_physic): the run loop of "
+     "rocketq.store.consume_queue.ConsumeQueue.put_units, compiled"},
+    {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
+     "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
     {NULL, NULL, 0, NULL},
 };
 

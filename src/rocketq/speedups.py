@@ -12,7 +12,10 @@ docs/benchmarks.md): :func:`rocketq.protocol.record.decode_record` and
 a broker's send path while metrics are on (``RpcTimer``, the request timing of the broker's
 dispatch, :class:`rocketq.remoting.rpc_metrics.RpcLatency`; ``SendCounter``, the messages per
 topic and type, :class:`rocketq.broker.metrics.BrokerMetrics`), whose pure counterparts stay in
-those classes.
+those classes; and the store's dispatch of CommitLog records (``scan_window``: the window
+parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the entry loop of
+:meth:`rocketq.store.index_file.IndexFile.put_keys`; ``cq_pack_run``: the run loop of
+:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules.
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.

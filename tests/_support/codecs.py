@@ -2,7 +2,10 @@
 tests that must pass with both: the compiled one (when built) and the pure-Python one.
 
 :func:`bound` rebinds every accelerated name, in the record module, in each loaded ``rocketq``
-module that imported the name, and in the given test modules, to one implementation."""
+module that imported the name, and in the given test modules, to one implementation, and sets
+the dispatch parser's compiled scan (``record_scan._scan_window``), the index's compiled entry
+loop (``index_file._index_put_keys``) and the ConsumeQueue's compiled run loop
+(``consume_queue._cq_pack_run``) to it or None."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Any
 
 from rocketq import speedups
 from rocketq.protocol import record
+from rocketq.store import consume_queue, index_file, record_scan
 
 IMPLEMENTATIONS = ("compiled", "pure")
 
@@ -56,6 +60,10 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
             for name, fn in chosen.items():
                 if id(vars(module).get(name)) in variants[name]:
                     patch(module, name, fn)
+        compiled = speedups.COMPILED
+        patch(record_scan, "_scan_window", None if impl == "pure" else compiled.scan_window)  # type: ignore[union-attr]
+        patch(index_file, "_index_put_keys", None if impl == "pure" else compiled.index_put_keys)  # type: ignore[union-attr]
+        patch(consume_queue, "_cq_pack_run", None if impl == "pure" else compiled.cq_pack_run)  # type: ignore[union-attr]
         yield
 
 

@@ -1,4 +1,5 @@
-"""The columnar dispatch path gives what the record-by-record path gives, byte for byte."""
+"""The columnar dispatch path gives what the record-by-record path gives, byte for byte, with
+the compiled window scan and without it."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ import struct
 import numpy as np
 import pytest
 
+from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
 from rocketq.protocol import record as rec
-from rocketq.store import MessageStore
+from rocketq.store import MessageStore, consume_queue, index_file
 from rocketq.store import dispatch as d
 from rocketq.store import record_scan as rs
 from rocketq.store.consume_queue import ConsumeQueue
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.index_file import IndexFile
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+
+# every test here runs with the compiled scan (rocketq._speedups.scan_window) and the pure one
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 FIELDS = (
     "topic",
@@ -325,3 +330,128 @@ def test_topic_listeners_see_only_their_topic(tmp_path: pathlib.Path) -> None:
         assert [r.topic for r in got] == ["Wanted"] * 10
         assert [r.tags_code for r in got] == [java_string_hash("A")] * 10
         assert sum(everything) == 80
+
+
+@pytest.mark.parametrize("window", [4 << 20, 8192, 1500])
+def test_compiled_scan_writes_the_files_of_the_pure_one(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """ConsumeQueue and index files rebuilt with the compiled scan (columns, objects with their
+    index hashes) against those of the pure parser: the same bytes."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    cfg = StoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_size_consume_queue=20 * 100,
+        max_hash_slot_num=97,
+        max_index_num=700,
+    )
+    with MessageStore(cfg) as store:
+        for i, m in enumerate(_messages(4, 2500, ("T", "Other"))):
+            store.commitlog.put_message(m) if i % 5 else store.commitlog.put_messages([m])
+        assert store.wait_dispatched(30)
+    monkeypatch.setattr(rs, "_scan_window", None)
+    pure = _rebuild(cfg, window)
+    monkeypatch.setattr(rs, "_scan_window", speedups.COMPILED.scan_window)
+    for objects_below in (1, 384, 1 << 30):  # columns, the default, objects only
+        monkeypatch.setattr(rs, "MIN_COMPILED_COLUMNAR_RECORDS", objects_below)
+        assert _rebuild(cfg, window) == pure
+
+
+def test_compiled_index_put_keys_writes_the_pure_bytes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IndexFile.put_keys with its loop compiled against the pure loop: the same file bytes and
+    state, stale slots, files filling up, timestamps before the file's begin and values out of
+    a field's range (the compiled loop leaves those to the pure one, which raises) included."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    compiled = speedups.COMPILED.index_put_keys
+    rnd = random.Random(7)
+    for trial in range(30):
+        slots, entries = rnd.choice([(1, 50), (7, 40), (64, 300), (500, 2000)])
+        begin = rnd.choice([0, 5000, 1 << 62])
+        stale_at = 40 + 4 * rnd.randrange(slots)  # a stale slot value, as a cut-off batch leaves
+        stale = struct.pack(">i", rnd.randrange(1, entries))
+        files = []
+        for side in ("c", "p"):
+            path = str(tmp_path / f"{side}{trial}")
+            f = IndexFile(path, slots, entries, end_phy_offset=10, end_timestamp=begin)
+            f._mm[stale_at : stale_at + 4] = stale
+            files.append(f)
+        ts, phys = 10_000, 100
+        while not files[0].is_write_full():
+            n = rnd.randrange(1, 40)
+            hashes = [rnd.randrange(0, 1 << 31) for _ in range(n)]
+            stamps = [ts + rnd.choice([0, -3000, 400, 1500, 1 << 40]) for _ in range(n)]
+            offsets = [phys + 90 * i for i in range(n)]
+            ts += 1000
+            phys += 90 * n
+            if rnd.random() < 0.05:
+                hashes[rnd.randrange(n)] = rnd.choice([1 << 31, -(1 << 31) - 1])  # struct.error
+            if rnd.random() < 0.05:
+                offsets[rnd.randrange(n)] = 1 << 63
+            outcomes = []
+            for f, impl in zip(files, (compiled, None), strict=True):
+                monkeypatch.setattr(index_file, "_index_put_keys", impl)
+                try:
+                    outcomes.append(f.put_keys(list(hashes), list(offsets), list(stamps)))
+                except struct.error as exc:
+                    outcomes.append(str(exc))
+            assert outcomes[0] == outcomes[1]
+            a, b = files
+            assert a._mm[:] == b._mm[:]
+            state = ("hash_slot_count", "index_count", "begin_timestamp", "end_timestamp", "begin_phy_offset")
+            assert [getattr(a, s) for s in state] == [getattr(b, s) for s in state]
+        for f in files:
+            f.shutdown()
+
+
+def test_compiled_queue_runs_write_the_pure_bytes(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ConsumeQueue.put_units with its run loop compiled against the pure loop: the same files
+    and state through holes, duplicates, units already built, file ends, queue offset 0 and
+    values out of a unit field's range (left to the pure loop, which raises)."""
+    if speedups.COMPILED is None:
+        pytest.skip(f"compiled codecs not in use: {speedups.REASON}")
+    rnd = random.Random(13)
+    for trial in range(25):
+        queues = [ConsumeQueue("T", 0, str(tmp_path / f"{side}{trial}"), 20 * 16) for side in "cp"]
+        cq = rnd.choice([0, 0, 5, 40])
+        phys = 0
+        for _ in range(15):
+            units = []
+            for _ in range(rnd.randrange(1, 40)):
+                step = rnd.random()
+                if step < 0.05:
+                    cq += 2  # a hole
+                elif step < 0.1:
+                    cq -= 1  # a duplicate
+                elif step < 0.15:
+                    phys -= 300  # already built
+                size = 100 if step < 0.97 else rnd.choice([0, -5, 1 << 31])
+                tags = rnd.randrange(-5, 5) if step < 0.98 else rnd.choice([1 << 63, -(1 << 63)])
+                units.append((phys, size, tags, cq))
+                phys += 100
+                cq += 1
+            outcomes = []
+            for q, impl in zip(queues, (speedups.COMPILED.cq_pack_run, None), strict=True):
+                monkeypatch.setattr(consume_queue, "_cq_pack_run", impl)
+                try:
+                    outcomes.append(q.put_units(list(units)))
+                except struct.error as exc:
+                    outcomes.append(str(exc))
+            assert outcomes[0] == outcomes[1]
+            a, b = queues
+            assert (a.max_offset_in_queue, a.min_offset_in_queue, a.max_physic_offset) == (
+                b.max_offset_in_queue,
+                b.min_offset_in_queue,
+                b.max_physic_offset,
+            )
+            assert [mf.mm[: mf.wrote_position] for mf in a.queue.files] == [
+                mf.mm[: mf.wrote_position] for mf in b.queue.files
+            ]
+        for q in queues:
+            q.shutdown()

@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from rocketq import speedups as _speedups
 from rocketq.errors import StoreError
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name, reserve_file
 from rocketq.store.record_scan import DispatchBatch
@@ -98,6 +99,11 @@ CQ_UNIT_DTYPE: Final = np.dtype([("offset", "=i8"), ("size", "=i4"), ("tags", "=
 CQ_DISK_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 _UNIT = struct.Struct(">qiq")
+#: The run loop of :meth:`ConsumeQueue.put_units` compiled (``rocketq._speedups.cq_pack_run``),
+#: or None on the pure path; tests set it to None to run the pure loop beside it.
+_cq_pack_run: Callable[..., tuple[bytes, int, int] | None] | None = getattr(
+    _speedups.COMPILED, "cq_pack_run", None
+)
 _FILLER = _UNIT.pack(0, FILLER_SIZE, 0)
 _TRANSACTION_MASK = 0xC
 #: NOT_TYPE and COMMIT records go to the ConsumeQueue; PREPARED and ROLLBACK do not.
@@ -353,6 +359,7 @@ class ConsumeQueue:
         i = 0
         n = len(units)
         pack = _UNIT.pack_into
+        pack_run = _cq_pack_run
         while i < n:
             last = self.queue.last()
             if last is None or last.is_full():
@@ -361,24 +368,32 @@ class ConsumeQueue:
                 continue
             current = last.file_from_offset + last.wrote_position
             room = (last.file_size - last.wrote_position) // CQ_UNIT_SIZE
-            buf = bytearray(min(room, n - i) * CQ_UNIT_SIZE)
-            count = 0
             max_physic = self._max_physic_offset
-            while i + count < n and count < room:
-                offset, size, tags, cq_offset = units[i + count]
-                if cq_offset * CQ_UNIT_SIZE != current + count * CQ_UNIT_SIZE or offset + size <= max_physic:
-                    break
-                if offset < 0 or size <= 0 or cq_offset == 0:
-                    break
-                pack(buf, count * CQ_UNIT_SIZE, offset, size, tags)
-                max_physic = offset + size
-                count += 1
+            run = None if pack_run is None else pack_run(units, i, room, current, max_physic)
+            if run is not None:  # the loop below, compiled (None: a run it leaves to that loop)
+                packed, count, max_physic = run
+            else:
+                buf = bytearray(min(room, n - i) * CQ_UNIT_SIZE)
+                count = 0
+                while i + count < n and count < room:
+                    offset, size, tags, cq_offset = units[i + count]
+                    if (
+                        cq_offset * CQ_UNIT_SIZE != current + count * CQ_UNIT_SIZE
+                        or offset + size <= max_physic
+                    ):
+                        break
+                    if offset < 0 or size <= 0 or cq_offset == 0:
+                        break
+                    pack(buf, count * CQ_UNIT_SIZE, offset, size, tags)
+                    max_physic = offset + size
+                    count += 1
+                packed = bytes(buf[: count * CQ_UNIT_SIZE])
             if count == 0:
                 ok = self.put_message_position_info(*units[i]) and ok
                 i += 1
                 continue
             self._max_physic_offset = max_physic
-            ok = last.append(bytes(buf[: count * CQ_UNIT_SIZE])) and ok
+            ok = last.append(packed) and ok
             i += count
         return ok
 

@@ -87,12 +87,13 @@ from typing import Final, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from rocketq import speedups as _speedups
 from rocketq.config import StoreConfig
 from rocketq.errors import CorruptFileError, DiskFull, SegmentAllocationError
 from rocketq.message import KEY_SEPARATOR, java_string_hash, java_string_hashes
 from rocketq.protocol.record import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from rocketq.store.mapped_file import MappedFile
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList
 from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,11 @@ _ENTRY = struct.Struct(">iqii")
 #: An entry as a NumPy record (the same 20 bytes as ``_ENTRY``).
 _ENTRY_DTYPE: Final = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _I32 = struct.Struct(">i")
+#: :meth:`IndexFile.put_keys`' loop compiled (``rocketq._speedups.index_put_keys``), or None on
+#: the pure path; tests set it to None to run the pure loop beside it.
+_index_put_keys: Callable[..., tuple[int, int, int | None, int] | None] | None = getattr(
+    _speedups.COMPILED, "index_put_keys", None
+)
 _I64 = struct.Struct(">q")
 
 
@@ -378,10 +384,21 @@ class IndexFile:
         entries_pos = self._entries_pos
         begin = self._begin_timestamp
         slot_count = self._hash_slot_count
+        put_c = _index_put_keys
+        done = None
+        if put_c is not None:  # the same loop compiled (None: values it leaves to this one)
+            done = put_c(
+                mm, slots, entries_pos, count, n, begin, slot_count, key_hashes, phy_offsets, timestamps
+            )
+        if done is not None:
+            count, slot_count, begin_phy, begin = done
+            if begin_phy is not None:
+                self._begin_phy_offset = begin_phy
+                self._begin_timestamp = begin
         unpack_slot = _I32.unpack_from
         pack_slot = _I32.pack_into
         pack_entry = _ENTRY.pack_into
-        for i in range(n):
+        for i in range(0 if done is None else n, n):
             key_hash = key_hashes[i]
             ts = timestamps[i]
             slot_pos = INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
@@ -768,25 +785,40 @@ class IndexService:
         with self._lock:
             f = self._writable_file()
             floor = f.end_phy_offset
-            keys: list[str] = []
             owners: list[DispatchRequest] = []
-            for req in reqs:
-                if (
-                    req.commit_log_offset < floor
-                    or req.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE
-                ):
-                    continue
-                if req.uniq_key is not None:
-                    keys.append(f"{req.topic}#{req.uniq_key}")
-                    owners.append(req)
-                if req.keys:
-                    for key in req.keys.split(KEY_SEPARATOR):
-                        if key:
-                            keys.append(f"{req.topic}#{key}")
-                            owners.append(req)
-            if not keys:
-                return
-            hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
+            made = reqs.index_entries if isinstance(reqs, RequestList) else None
+            if made is not None:
+                # the compiled scan hashed the keys already (same entries, same order)
+                hashes = []
+                for row, key_hash in zip(*made, strict=True):
+                    req = reqs[row]
+                    if (
+                        req.commit_log_offset >= floor
+                        and req.sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+                    ):
+                        hashes.append(key_hash)
+                        owners.append(req)
+                if not hashes:
+                    return
+            else:
+                keys: list[str] = []
+                for req in reqs:
+                    if (
+                        req.commit_log_offset < floor
+                        or req.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE
+                    ):
+                        continue
+                    if req.uniq_key is not None:
+                        keys.append(f"{req.topic}#{req.uniq_key}")
+                        owners.append(req)
+                    if req.keys:
+                        for key in req.keys.split(KEY_SEPARATOR):
+                            if key:
+                                keys.append(f"{req.topic}#{key}")
+                                owners.append(req)
+                if not keys:
+                    return
+                hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
             phys = [r.commit_log_offset for r in owners]
             stamps = [r.store_timestamp for r in owners]
             if floor > 0 and phys[0] == floor:
@@ -835,6 +867,13 @@ class IndexService:
                 hashes, phys, stamps = hashes[redo], phys[redo], stamps[redo]
             done = 0
             total = len(hashes)
+            if _index_put_keys is not None:  # the compiled loop beats the bulk chaining
+                hash_list, phys_list, stamp_list = hashes.tolist(), phys.tolist(), stamps.tolist()
+                while done < total:
+                    done += f.put_keys(hash_list[done:], phys_list[done:], stamp_list[done:])
+                    if done < total:
+                        f = self._writable_file()
+                return
             while done < total:
                 done += f.put_key_arrays(hashes[done:], phys[done:], stamps[done:])
                 if done < total:
