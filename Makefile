@@ -57,7 +57,7 @@ unit: $(VENV)/.installed-test
 # tests/crash (kill loops), tests/interop (Node) and tests/spark stay out. No lint, no typecheck.
 # Two pytest-xdist workers (the suite is CPU-bound; make test stays in one process).
 fast: $(VENV)/.installed-test
-	$(PY) -m pytest -q -n 2 -m "not slow and not spark" --hypothesis-profile=fast tests/unit tests/property tests/integration
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not spark" --hypothesis-profile=fast tests/unit tests/property tests/integration
 
 bench: $(VENV)/.installed
 	$(PY) bench/store_write.py
