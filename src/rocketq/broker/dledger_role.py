@@ -1,7 +1,8 @@
 """The broker's role in its DLedger group (RocketMQ's ``DLedgerRoleChangeHandler``).
 
 The replicated log reports role changes (:meth:`ReplicatedLog.on_state_change`, on the log's
-loop thread); the handler applies the latest one on the broker's event loop, one at a time:
+loop: the broker's own in a broker process, a loop thread of its own otherwise); the handler
+applies the latest one on the broker's event loop, one at a time:
 
 LEADER
     wait until the log is caught up (``committed_pos`` equals the ledger end when the log tells
@@ -312,8 +313,11 @@ def attach_role_handler(broker: Broker) -> list[asyncio.Task[None]]:
             return create_response(
                 request, ResponseCode.INVALID_PARAMETER, "target (a dLegerSelfId) is required"
             )
-        done = asyncio.run_coroutine_threadsafe(handler.ledger.transfer_leadership(target), ledger_loop.loop)
-        ok = await asyncio.wrap_future(done)
+        moving = handler.ledger.transfer_leadership(target)
+        if ledger_loop.loop is asyncio.get_running_loop():  # the log lives on the broker's loop
+            ok = await moving
+        else:
+            ok = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(moving, ledger_loop.loop))
         if not ok:
             state = handler.ledger.state
             return create_response(

@@ -222,7 +222,9 @@ class RaftGroupLog:
             ),
         )
         self._store = store
-        self._node = self._core_from_store()
+        # the fsync of what the store holds and the scan of its terms: off the loop, which may
+        # be a broker's, serving already
+        self._node = await loop.run_in_executor(self._executor, self._core_from_store)
         commit = self._node.commit_index
         self._committed_pos = store.committed_pos
         if cfg.event_log_path:
