@@ -11,7 +11,7 @@ LEADER
     (delay and timer delivery, transaction checks); register with the name servers as master
     (brokerId 0). Until then sends are refused.
 FOLLOWER / CANDIDATE
-    refuse sends at once (the store's writes are switched off from the log's thread, before
+    refuse sends at once (the store's writes are switched off from the log's loop, before
     anything else): SERVICE_NOT_AVAILABLE (14) with a remark naming the leader, a definite
     failure the producer retries on another broker; pause the master-only services; register as
     slave (brokerId = index of the self id in ``dLegerPeers`` + 1); copy topic configs,
@@ -164,7 +164,7 @@ class DLedgerRoleHandler:
 
     # -- state changes ----------------------------------------------------------------------
     def _on_state(self, state: LogState) -> None:
-        """On the log's thread: refuse writes at once unless this is the leader already taking
+        """On the log's loop: refuse writes at once unless this is the leader already taking
         them (a new leader is refused until caught up), then wake the handler."""
         if state.role is not Role.LEADER or not self.master:
             self._refuse(state)

@@ -46,9 +46,12 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   pushes it into the next data file is encoded a second time for that position. The leader
   keeps the bytes it wrote, a follower those it received, for replication and dispatch.
 
-Not done: the store's synchronous work (mmap writes, ``currterm`` fsyncs, a lagging follower's
-reads) runs on the loop. The flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so
-appends go on during them.
+The loop is the broker's own in a broker process (its requests share it), else a loop thread
+of its own. The store's open, the fsync and term scan that build the core at start, the
+flusher's fsyncs, checkpoints and the close run in the executor or the flusher thread; the
+flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so appends go on during them.
+Not done: the store's other synchronous work (mmap writes, a new data file, ``currterm``
+fsyncs on a term change, a follower's truncation, a lagging follower's reads) runs on the loop.
 """
 
 from __future__ import annotations

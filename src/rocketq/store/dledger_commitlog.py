@@ -13,9 +13,14 @@ whose new records go to the log:
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
 
-The log runs on its own event loop thread (:class:`LedgerLoop`): the store's writers are worker
-threads and the delay services, and wait for an append's outcome there (a group of one, whose
-append never waits, appends in the writer's thread).
+The log runs on an event loop (:class:`LedgerLoop`): in a broker the broker's own loop
+(:meth:`LedgerLoop.adopt`), whose sends put with :meth:`DLedgerCommitLog.put_messages_then` and
+:meth:`DLedgerCommitLog.put_messages_async` and reach the log with no thread hand-off; elsewhere
+(an embedded store, tests, tools) a loop thread of its own. Synchronous puts
+(:meth:`DLedgerCommitLog.put_messages`) come from other threads (the broker's worker threads,
+the delay services) and wait for the append's outcome there; made on the log's loop itself
+they raise ``RuntimeError`` (they would wait for the loop they block). A group of one, whose
+append never waits, appends in the writer's thread.
 """
 
 from __future__ import annotations
