@@ -391,6 +391,12 @@ class RaftGroupLog:
         finally:
             self._proposing, self._proposing_pos = [], []
             self._proposing_pids = range(0)
+        # the entries to the followers now, not at the end of the loop iteration: on a broker's
+        # loop the rest of the iteration (the sends that arrived meanwhile) would stand between
+        # the leader's write and theirs
+        transport = self._transport
+        if transport is not None:
+            transport.flush()
 
     def read(self, pos: int, size: int) -> bytes:
         store = self.store
