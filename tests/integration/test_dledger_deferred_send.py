@@ -22,9 +22,10 @@ from _support.wait import wait_until
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.ha.group_config import LedgerSpec, open_ledger
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
-from rocketq.message import encode_properties
+from rocketq.message import decode_offset_msg_id, encode_properties
+from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
-from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
 from rocketq.remoting.connection import Connection
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
@@ -322,3 +323,37 @@ def test_the_store_times_one_replicated_put_in_sixteen(
             assert h.invoke(send_request(TOPIC, f"m{i}".encode())).code == ResponseCode.SUCCESS
         # the sixteenth and the thirty-second put are timed (rocketmq_store_put_latency_seconds)
         assert sum(store.put_latency.merged().counts) == 2
+
+
+def test_a_transaction_commit_on_the_shared_loop_is_put_from_a_worker_thread(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log runs on the broker's loop, where a synchronous put raises (it would wait for
+    itself): END_TRANSACTION's put of the committed message and its op record, a synchronous
+    put, must go to a worker thread and commit."""
+    with running(tmp_path, monkeypatch, True) as h:
+        store = h.store
+        assert store.ledger_loop is not None and not store.ledger_loop.owns_thread
+        half = h.invoke(
+            send_request(
+                TOPIC,
+                b"tx",
+                queue_id=1,
+                sys_flag=rec.TRANSACTION_PREPARED_TYPE,
+                properties={"TRAN_MSG": "true", "PGROUP": "PG"},
+            )
+        )
+        assert half.code == ResponseCode.SUCCESS, half.remark
+        fields = {
+            "producerGroup": "PG",
+            "tranStateTableOffset": half.ext_fields["queueOffset"],
+            "commitLogOffset": str(decode_offset_msg_id(half.ext_fields["msgId"]).offset),
+            "commitOrRollback": str(rec.TRANSACTION_COMMIT_TYPE),
+            "fromTransactionCheck": "false",
+            "msgId": half.ext_fields["msgId"],
+        }
+        done = h.invoke(create_request(RequestCode.END_TRANSACTION, fields))
+        assert done.code == ResponseCode.SUCCESS, done.remark
+        wait_until(lambda: store.get_max_offset(TOPIC, 1) == 1, "the committed message in its queue")
+        committed = store.get_message("G", TOPIC, 1, 0, 1)
+        assert [m.body for m in committed.messages] == [b"tx"]

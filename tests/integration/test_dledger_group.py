@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -241,3 +242,47 @@ def test_a_batch_of_appends_spans_data_files_skips_a_raising_encoder_and_commits
         await _same_bytes_everywhere(group)
 
     run(body, tmp_path, data_file_size=64 * 1024)
+
+
+@pytest.mark.parametrize("batch_push", [True, False], ids=["batch-push", "one-entry-per-message"])
+def test_a_leaders_new_entries_are_written_to_the_followers_before_append_batch_returns(
+    tmp_path: object, batch_push: bool
+) -> None:
+    """On a broker's loop the rest of a loop iteration can be long (the sends that arrived
+    meanwhile): the entries of a proposal are written to each follower's connection inside
+    ``append_batch``, also those of a second proposal in the same iteration, which neither the
+    transport's coalescing nor the connection (a second frame of an iteration) may hold back."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        transport = leader.transport
+        await wait_until_async(
+            lambda: all(link.connected for link in transport.bulk.values()), "links up", 10
+        )
+        await group.append(b"first")
+        await group.wait_committed(leader.ledger_end_pos)  # every follower has the log: no probing
+        writes: dict[str, list[bytes]] = {}
+        for peer, link in transport.bulk.items():
+            conn = link._conn
+            assert conn is not None and conn._transport is not None
+            sock = conn._transport
+            write = sock.write
+
+            def counting(data: bytes, peer: str = peer, write: Any = write) -> None:
+                writes.setdefault(peer, []).append(bytes(data))
+                write(data)
+
+            sock.write = counting  # type: ignore[method-assign]
+        outcomes: list[object] = []
+        # two proposals in one synchronous stretch: one loop iteration
+        leader.append_batch([record(b"one"), record(b"two")], lambda _i, o: outcomes.append(o))
+        after_first = {p: b"".join(w) for p, w in writes.items()}
+        leader.append_batch([record(b"three")], lambda _i, o: outcomes.append(o))
+        after_second = {p: b"".join(w) for p, w in writes.items()}
+        for peer in transport.bulk:
+            assert b"one" in after_first.get(peer, b"") and b"two" in after_first[peer], peer
+            assert b"three" in after_second.get(peer, b""), peer
+        await wait_until_async(lambda: len(outcomes) == 3, "the three outcomes", 10)
+        assert all(getattr(o, "status", None) is AppendStatus.OK for o in outcomes), outcomes
+
+    run(body, tmp_path, enable_batch_push=batch_push)

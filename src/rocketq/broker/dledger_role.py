@@ -1,7 +1,8 @@
 """The broker's role in its DLedger group (RocketMQ's ``DLedgerRoleChangeHandler``).
 
 The replicated log reports role changes (:meth:`ReplicatedLog.on_state_change`, on the log's
-loop thread); the handler applies the latest one on the broker's event loop, one at a time:
+loop: the broker's own in a broker process, a loop thread of its own otherwise); the handler
+applies the latest one on the broker's event loop, one at a time:
 
 LEADER
     wait until the log is caught up (``committed_pos`` equals the ledger end when the log tells
@@ -10,7 +11,7 @@ LEADER
     (delay and timer delivery, transaction checks); register with the name servers as master
     (brokerId 0). Until then sends are refused.
 FOLLOWER / CANDIDATE
-    refuse sends at once (the store's writes are switched off from the log's thread, before
+    refuse sends at once (the store's writes are switched off from the log's loop, before
     anything else): SERVICE_NOT_AVAILABLE (14) with a remark naming the leader, a definite
     failure the producer retries on another broker; pause the master-only services; register as
     slave (brokerId = index of the self id in ``dLegerPeers`` + 1); copy topic configs,
@@ -163,7 +164,7 @@ class DLedgerRoleHandler:
 
     # -- state changes ----------------------------------------------------------------------
     def _on_state(self, state: LogState) -> None:
-        """On the log's thread: refuse writes at once unless this is the leader already taking
+        """On the log's loop: refuse writes at once unless this is the leader already taking
         them (a new leader is refused until caught up), then wake the handler."""
         if state.role is not Role.LEADER or not self.master:
             self._refuse(state)
@@ -312,8 +313,11 @@ def attach_role_handler(broker: Broker) -> list[asyncio.Task[None]]:
             return create_response(
                 request, ResponseCode.INVALID_PARAMETER, "target (a dLegerSelfId) is required"
             )
-        done = asyncio.run_coroutine_threadsafe(handler.ledger.transfer_leadership(target), ledger_loop.loop)
-        ok = await asyncio.wrap_future(done)
+        moving = handler.ledger.transfer_leadership(target)
+        if ledger_loop.loop is asyncio.get_running_loop():  # the log lives on the broker's loop
+            ok = await moving
+        else:
+            ok = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(moving, ledger_loop.loop))
         if not ok:
             state = handler.ledger.state
             return create_response(

@@ -4,7 +4,8 @@ Start (``await Broker.start()``)::
 
     bind the remoting server (listen_port, and listen_port - 2 for old Java producers' "VIP
       channel"); the real port is known from here on (listen_port 0 picks one)
-    open the MessageStore in a worker thread (recovery), STOREHOST = broker_ip1:port
+    open the MessageStore in a worker thread (recovery), STOREHOST = broker_ip1:port; in DLedger
+      mode its replicated log (Raft driver, peer server and clients, timers) starts on this loop
     load config/topics.json, subscriptionGroup.json, consumerOffset.json (tolerant, .bak fallback)
     hook long polling to the dispatcher (arrival listener) and start its periodic check
     load the pop state (pop/snapshot + pop/journal) and hook pop long polling to the dispatcher
@@ -231,6 +232,9 @@ class Broker:
         store_config = dataclasses.replace(self.store_config, store_host=self.broker_addr)
         self.store_config = store_config
         store = open_message_store(store_config)
+        run_ledger_on = getattr(store, "run_ledger_on", None)
+        if run_ledger_on is not None:  # DLedger mode: the replicated log lives on this loop
+            run_ledger_on(asyncio.get_running_loop())
 
         def store_opened() -> None:
             self.store = store

@@ -141,7 +141,9 @@ class TransactionService:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        cfg = ctx.store.config
+        # a DLedger put waits for its quorum, and the log may share this loop: never on the loop
+        self._sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or cfg.enable_dleger_commit_log
         #: Half queue offsets (own or original) resolved while this broker runs.
         self._resolved: set[int] = set()
         self._check_lock = asyncio.Lock()

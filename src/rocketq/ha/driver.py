@@ -46,9 +46,12 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   pushes it into the next data file is encoded a second time for that position. The leader
   keeps the bytes it wrote, a follower those it received, for replication and dispatch.
 
-Not done: the store's synchronous work (mmap writes, ``currterm`` fsyncs, a lagging follower's
-reads) runs on the loop. The flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so
-appends go on during them.
+The loop is the broker's own in a broker process (its requests share it), else a loop thread
+of its own. The store's open, the fsync and term scan that build the core at start, the
+flusher's fsyncs, checkpoints and the close run in the executor or the flusher thread; the
+flusher's fsyncs (``EntryStore.flush_unlocked``) hold no lock, so appends go on during them.
+Not done: the store's other synchronous work (mmap writes, a new data file, ``currterm``
+fsyncs on a term change, a follower's truncation, a lagging follower's reads) runs on the loop.
 """
 
 from __future__ import annotations
@@ -222,7 +225,9 @@ class RaftGroupLog:
             ),
         )
         self._store = store
-        self._node = self._core_from_store()
+        # the fsync of what the store holds and the scan of its terms: off the loop, which may
+        # be a broker's, serving already
+        self._node = await loop.run_in_executor(self._executor, self._core_from_store)
         commit = self._node.commit_index
         self._committed_pos = store.committed_pos
         if cfg.event_log_path:
@@ -386,6 +391,12 @@ class RaftGroupLog:
         finally:
             self._proposing, self._proposing_pos = [], []
             self._proposing_pids = range(0)
+        # the entries to the followers now, not at the end of the loop iteration: on a broker's
+        # loop the rest of the iteration (the sends that arrived meanwhile) would stand between
+        # the leader's write and theirs
+        transport = self._transport
+        if transport is not None:
+            transport.flush()
 
     def read(self, pos: int, size: int) -> bytes:
         store = self.store

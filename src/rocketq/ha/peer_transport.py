@@ -32,6 +32,12 @@ entries in a list with their running size (constant work per merged message, wha
 holds). Likewise a successful append reply is replaced by a later one of the same iteration that
 says at least as much (same term; match, written and fsynced ends no lower): a follower that
 acknowledges an append and then its write in one iteration sends one reply.
+
+Sending at once. A leader's new entries are not left for the end of the iteration: the driver
+calls :meth:`PeerTransport.flush` after each proposal, and a flush also writes what the link's
+connection holds for the iteration's end (a second frame of an iteration waits there). On a
+broker's loop the rest of an iteration can be long (the sends that arrived meanwhile), and what
+only the leader holds when it dies is gone (never acknowledged; a new leader writes over it).
 """
 
 from __future__ import annotations
@@ -93,6 +99,12 @@ class PeerLink:
             return False
         self.sent += 1
         return True
+
+    def flush(self) -> None:
+        """Write what the connection holds for the end of this loop iteration now."""
+        conn = self._conn
+        if conn is not None:
+            conn.flush()
 
     def _ensure_connecting(self) -> None:
         if self._closed or self._connecting is not None:
@@ -245,6 +257,12 @@ class PeerTransport:
 
     def _flush_bulk(self) -> None:
         self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is queued for the end of this loop iteration now (a leader's new entries:
+        the sooner they leave, the shorter the time only the leader holds them). Messages
+        queued after it in this iteration still leave at its end."""
         out, self._bulk_out = self._bulk_out, {}
         for dst, messages in out.items():
             link = self.bulk[dst]
@@ -252,6 +270,8 @@ class PeerTransport:
                 message = queued.message() if isinstance(queued, _Merging) else queued
                 code, body = peer_codec.encode(message, self._raw_reader)
                 link.send(code, body)
+        for link in self.bulk.values():  # a connection holds a second frame of an iteration
+            link.flush()
 
     def _immediate(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if request.code not in peer_codec.RAFT_CODES:

@@ -185,7 +185,9 @@ class MessagingServicer(ClientSessionServicer):
             max_body_size_bytes=ctx.store.config.max_message_size
         )
         self._rr = itertools.count(random.randrange(1 << 16))
-        self._sync = ctx.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        cfg = ctx.store.config
+        # a DLedger put waits for its quorum, and the log may share this loop: never on the loop
+        self._sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or cfg.enable_dleger_commit_log
         if transactions is not None:
             transactions.external_checker = self.check_orphaned_transaction
 

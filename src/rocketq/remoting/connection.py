@@ -490,6 +490,11 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the frames queued for the end of this loop iteration now (frames queued after
+        it in the same iteration still go out at its end)."""
         out = self._out
         if not out:
             return

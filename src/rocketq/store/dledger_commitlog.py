@@ -13,9 +13,14 @@ whose new records go to the log:
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
 
-The log runs on its own event loop thread (:class:`LedgerLoop`): the store's writers are worker
-threads and the delay services, and wait for an append's outcome there (a group of one, whose
-append never waits, appends in the writer's thread).
+The log runs on an event loop (:class:`LedgerLoop`): in a broker the broker's own loop
+(:meth:`LedgerLoop.adopt`), whose sends put with :meth:`DLedgerCommitLog.put_messages_then` and
+:meth:`DLedgerCommitLog.put_messages_async` and reach the log with no thread hand-off; elsewhere
+(an embedded store, tests, tools) a loop thread of its own. Synchronous puts
+(:meth:`DLedgerCommitLog.put_messages`) come from other threads (the broker's worker threads,
+the delay services) and wait for the append's outcome there; made on the log's loop itself
+they raise ``RuntimeError`` (they would wait for the loop they block). A group of one, whose
+append never waits, appends in the writer's thread.
 """
 
 from __future__ import annotations
@@ -49,30 +54,60 @@ class ReplicationError(RocketqError):
 
 
 class LedgerLoop:
-    """An asyncio event loop in a daemon thread, where the replicated log lives."""
+    """The event loop the replicated log lives on: a loop of its own in a daemon thread (an
+    embedded store, tests, tools), or, with :meth:`adopt`, the running loop of the process that
+    opens the store (a broker: the log then shares the broker's loop, and sends reach it with
+    no thread hand-off)."""
 
-    def __init__(self, name: str = "DLedgerLoop") -> None:
+    def __init__(self, name: str = "DLedgerLoop", *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._thread: threading.Thread | None = None
+        if loop is not None:
+            self.loop = loop
+            return
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    @classmethod
+    def adopt(cls, loop: asyncio.AbstractEventLoop) -> LedgerLoop:
+        """The log on ``loop``, run by its owner (who keeps it running until the store is shut
+        down); :meth:`stop` leaves it running."""
+        return cls(loop=loop)
+
+    @property
+    def owns_thread(self) -> bool:
+        return self._thread is not None
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    def on_loop(self) -> bool:
+        """True in the thread that runs the loop (where waiting for the log would deadlock)."""
+        if self._thread is not None:
+            return threading.current_thread() is self._thread
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result from another thread."""
-        if threading.current_thread() is self._thread:
+        if self.on_loop():
             coro.close()
             raise RuntimeError("LedgerLoop.run called on the ledger loop itself")
+        if self.loop.is_closed() or (self._thread is None and not self.loop.is_running()):
+            coro.close()
+            raise RuntimeError("the event loop of the replicated log is not running")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def stop(self) -> None:
-        if self.loop.is_closed():
-            return
+        thread = self._thread
+        if thread is None or self.loop.is_closed():
+            return  # an adopted loop belongs to its owner
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
+        thread.join(5)
+        if not thread.is_alive():
             self.loop.close()
 
 
@@ -280,8 +315,11 @@ class DLedgerCommitLog(CommitLog):
                 return result
             coro.close()
             raise ReplicationError("the log's append waited although it said it would not")
-        if threading.current_thread() is loop._thread:  # it would wait for itself
-            raise RuntimeError("DLedger put called on the ledger loop itself")
+        if loop.on_loop():  # it would wait for itself
+            raise RuntimeError(
+                "synchronous DLedger put called on the replicated log's event loop; "
+                "use put_messages_async / put_messages_then there, or a worker thread"
+            )
         try:
             return self._append_queue(ledger, loop).submit(put.encode).result(self._append_timeout_s)
         except concurrent.futures.TimeoutError:
@@ -296,7 +334,13 @@ class _AppendQueue:
     loop iterations together, at the iteration's end: one lock and one wake-up of the log's loop
     for them all instead of one per append. Their outcomes go back the same way, one wake-up of
     the caller's loop for all that completed together; a writer thread (:meth:`submit`) waits
-    on a ``concurrent.futures.Future``."""
+    on a ``concurrent.futures.Future``.
+
+    A caller on the log's own loop (a broker whose log shares its loop, :meth:`LedgerLoop.adopt`)
+    takes the same steps without a thread in between: its appends are proposed at the end of
+    its loop iteration (``append_batch`` called from that callback, no lock, no wake-up), and
+    their outcomes are set right after the driver's step that produced them (one ``call_soon``
+    per step, as for other loops, then the waiters directly)."""
 
     def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
         self.ledger = ledger
@@ -335,6 +379,9 @@ class _AppendQueue:
         if not outbox:
             return
         self._outboxes[caller] = []
+        if caller is self._loop:  # the log lives on the caller's loop: propose them right here
+            self._start(outbox)
+            return
         with self._lock:
             self._waiting += outbox
             first = len(self._waiting) == len(outbox)
@@ -351,6 +398,11 @@ class _AppendQueue:
     def _start_all(self) -> None:
         with self._lock:
             batch, self._waiting = self._waiting, []
+        if batch:
+            self._start(batch)
+
+    def _start(self, batch: list[tuple[RecordEncoder, _Waiter]]) -> None:
+        """Propose ``batch`` (on the log's loop, outside the driver's step)."""
         append_batch = getattr(self.ledger, "append_batch", None)
         if append_batch is not None:  # all of them as one proposal, outcomes to the waiters directly
             waiters: list[_Waiter | None] = [waiter for _, waiter in batch]
@@ -396,6 +448,9 @@ class _AppendQueue:
     def _send_replies(self) -> None:
         replies, self._replies = self._replies, {}
         for caller, outcomes in replies.items():
+            if caller is self._loop:  # the caller shares the log's loop: no hand-off back
+                _resolve(outcomes)
+                continue
             try:
                 caller.call_soon_threadsafe(_resolve, outcomes)
             except RuntimeError:  # that loop is closed: nobody waits any more

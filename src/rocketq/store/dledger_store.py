@@ -6,7 +6,9 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
 1. pad the last old segment with a BLANK and mark it full; ``divided_offset`` is its end
    (RocketMQ's ``dividedCommitlogOffset``), or where the entry store's first data file starts;
 2. open the replicated log (a factory: a group of one, or the Raft driver) with its first data
-   file at ``divided_offset``, and start it on its own loop thread;
+   file at ``divided_offset``, and start it on its event loop: a loop thread of its own, or the
+   broker's loop (:meth:`DLedgerMessageStore.run_ledger_on`; the store is then opened in a
+   worker thread while that loop runs);
 3. rebuild the ConsumeQueues and the index of the replicated part from the committed entries
    (the old CommitLog's recovery already cut the units past its end), then the queue-offset
    table from the ConsumeQueues.
@@ -18,6 +20,7 @@ carry no record.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import struct
@@ -127,6 +130,17 @@ class DLedgerMessageStore(MessageStore):
         self.ledger_factory = ledger_factory or open_ledger
         self.ledger: ReplicatedLog | None = None
         self.ledger_loop: LedgerLoop | None = None
+        #: the running loop the log is to live on (:meth:`run_ledger_on`); None: a thread of its own
+        self._host_loop: asyncio.AbstractEventLoop | None = None
+
+    def run_ledger_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the replicated log on ``loop`` (the broker's, running) instead of a loop thread
+        of its own; called before :meth:`start`, which must then run in another thread than
+        ``loop``'s (it waits for the log's start there). The owner keeps ``loop`` running until
+        the store is shut down (from another thread too)."""
+        if self.ledger_loop is not None:
+            raise RuntimeError("the replicated log is already started")
+        self._host_loop = loop
 
     def _new_commitlog(self, config: StoreConfig) -> CommitLog:
         return DLedgerCommitLog(config, on_flushed=self._on_commitlog_flushed)
@@ -159,7 +173,8 @@ class DLedgerMessageStore(MessageStore):
         spec = self.ledger_spec(divided)
         if divided == 0:
             divided = _first_data_file(os.path.join(spec.base_dir, f"dledger-{spec.self_id}", "data"))
-        loop = LedgerLoop()
+        host = self._host_loop
+        loop = LedgerLoop() if host is None else LedgerLoop.adopt(host)
         try:
             ledger = self.ledger_factory(spec)
             loop.run(ledger.start(), 60)
