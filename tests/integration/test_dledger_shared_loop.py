@@ -23,7 +23,7 @@ from rocketq.config import StoreConfig
 from rocketq.ha.raft_types import Role
 from rocketq.message import BrokerMessage, Message
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
-from rocketq.store.dledger_commitlog import LedgerLoop
+from rocketq.store.dledger_appends import LedgerLoop
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
 

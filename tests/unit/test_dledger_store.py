@@ -20,7 +20,8 @@ from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import AppendResult, AppendStatus
 from rocketq.message import Message
 from rocketq.protocol import record as rec
-from rocketq.store.dledger_commitlog import ReplicationError, _Expiry, raise_for
+from rocketq.store.dledger_appends import Expiry as _Expiry
+from rocketq.store.dledger_commitlog import ReplicationError, raise_for
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import MessageStore, open_message_store
 from rocketq.store.store_queries import GetMessageStatus

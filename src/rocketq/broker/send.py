@@ -120,7 +120,7 @@ from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
-from rocketq.store.dledger_commitlog import PutCallback
+from rocketq.store.dledger_appends import PutCallback
 from rocketq.store.flush import GroupCommitService
 
 log = logging.getLogger(__name__)

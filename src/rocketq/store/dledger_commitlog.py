@@ -13,10 +13,12 @@ whose new records go to the log:
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
 
-The log runs on an event loop (:class:`LedgerLoop`): in a broker the broker's own loop
-(:meth:`LedgerLoop.adopt`), whose sends put with :meth:`DLedgerCommitLog.put_messages_then` and
-:meth:`DLedgerCommitLog.put_messages_async` and reach the log with no thread hand-off; elsewhere
-(an embedded store, tests, tools) a loop thread of its own. Synchronous puts
+The log runs on an event loop (:class:`~rocketq.store.dledger_appends.LedgerLoop`; how appends
+reach it and their outcomes come back: :mod:`rocketq.store.dledger_appends`): in a broker the
+broker's own loop (:meth:`LedgerLoop.adopt`), whose sends put with
+:meth:`DLedgerCommitLog.put_messages_then` and :meth:`DLedgerCommitLog.put_messages_async` and
+reach the log with no thread hand-off; elsewhere (an embedded store, tests, tools) a loop thread
+of its own. Synchronous puts
 (:meth:`DLedgerCommitLog.put_messages`) come from other threads (the broker's worker threads,
 the delay services) and wait for the append's outcome there; made on the log's loop itself
 they raise ``RuntimeError`` (they would wait for the loop they block). A group of one, whose
@@ -26,89 +28,31 @@ append never waits, appends in the writer's thread.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import functools
 import logging
-import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Generator, Sequence
+from typing import Any, TypeVar
 
 from rocketq.config import StoreConfig
-from rocketq.errors import MessageIllegal, RocketqError, ServiceNotAvailable, SystemBusy
+from rocketq.errors import MessageIllegal, ServiceNotAvailable, SystemBusy
 from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN
-from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, ReplicatedLog
 from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult, PutMessageStatus
+from rocketq.store.dledger_appends import (
+    AppendQueue,
+    Expiry,
+    LedgerLoop,
+    PutCallback,
+    PutChain,
+    ReplicationError,
+)
 from rocketq.store.flush import FlushListener
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class ReplicationError(RocketqError):
-    """SYSTEM_ERROR (1): the append's outcome is unknown (quorum timeout, term change); the
-    producer retries, so the message may be stored twice, never lost silently."""
-
-
-class LedgerLoop:
-    """The event loop the replicated log lives on: a loop of its own in a daemon thread (an
-    embedded store, tests, tools), or, with :meth:`adopt`, the running loop of the process that
-    opens the store (a broker: the log then shares the broker's loop, and sends reach it with
-    no thread hand-off)."""
-
-    def __init__(self, name: str = "DLedgerLoop", *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._thread: threading.Thread | None = None
-        if loop is not None:
-            self.loop = loop
-            return
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def adopt(cls, loop: asyncio.AbstractEventLoop) -> LedgerLoop:
-        """The log on ``loop``, run by its owner (who keeps it running until the store is shut
-        down); :meth:`stop` leaves it running."""
-        return cls(loop=loop)
-
-    @property
-    def owns_thread(self) -> bool:
-        return self._thread is not None
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def on_loop(self) -> bool:
-        """True in the thread that runs the loop (where waiting for the log would deadlock)."""
-        if self._thread is not None:
-            return threading.current_thread() is self._thread
-        try:
-            return asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            return False
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result from another thread."""
-        if self.on_loop():
-            coro.close()
-            raise RuntimeError("LedgerLoop.run called on the ledger loop itself")
-        if self.loop.is_closed() or (self._thread is None and not self.loop.is_running()):
-            coro.close()
-            raise RuntimeError("the event loop of the replicated log is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def stop(self) -> None:
-        thread = self._thread
-        if thread is None or self.loop.is_closed():
-            return  # an adopted loop belongs to its owner
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        thread.join(5)
-        if not thread.is_alive():
-            self.loop.close()
 
 
 def raise_for(result: AppendResult, leader_address: str | None) -> None:
@@ -137,8 +81,8 @@ class DLedgerCommitLog(CommitLog):
         #: the committed position when the log was stopped (read after it is closed)
         self._closed_at: int | None = None
         self._append_timeout_s = max(1.0, config.put_message_timeout_ms / 1000 + 1)
-        self._appends: _AppendQueue | None = None
-        self._expiry: _Expiry | None = None
+        self._appends: AppendQueue | None = None
+        self._expiry: Expiry | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def attach(self, ledger: ReplicatedLog, loop: LedgerLoop, divided_offset: int) -> None:
@@ -234,7 +178,7 @@ class DLedgerCommitLog(CommitLog):
         record too large) raise here instead."""
         ledger, loop, steps = self._start_puts(msgs)
         put = next(steps)
-        chain = _PutChain(
+        chain = PutChain(
             steps, self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop()), done
         )
         chain.submit(put)
@@ -290,16 +234,16 @@ class DLedgerCommitLog(CommitLog):
             )
         )
 
-    def _expiry_of(self, caller: asyncio.AbstractEventLoop) -> _Expiry:
+    def _expiry_of(self, caller: asyncio.AbstractEventLoop) -> Expiry:
         expiry = self._expiry
         if expiry is None or expiry.loop is not caller:
-            expiry = self._expiry = _Expiry(caller, self._append_timeout_s)
+            expiry = self._expiry = Expiry(caller, self._append_timeout_s)
         return expiry
 
-    def _append_queue(self, ledger: ReplicatedLog, loop: LedgerLoop) -> _AppendQueue:
+    def _append_queue(self, ledger: ReplicatedLog, loop: LedgerLoop) -> AppendQueue:
         appends = self._appends
         if appends is None or appends.ledger is not ledger:
-            appends = self._appends = _AppendQueue(ledger, loop)
+            appends = self._appends = AppendQueue(ledger, loop)
         return appends
 
     def _append(self, ledger: ReplicatedLog, loop: LedgerLoop, put: _OneAppend) -> AppendResult:
@@ -324,251 +268,6 @@ class DLedgerCommitLog(CommitLog):
             return self._append_queue(ledger, loop).submit(put.encode).result(self._append_timeout_s)
         except concurrent.futures.TimeoutError:
             raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
-
-
-class _AppendQueue:
-    """Appends handed to the log's loop from other threads, as many per wake-up of the loop as
-    are waiting: they are proposed in one loop iteration, so the leader sends them to each
-    follower as one message (batch push) and gets one acknowledgement for them. A caller on an
-    event loop (:meth:`submit_async`, :meth:`submit_to`) hands over the appends of one of its
-    loop iterations together, at the iteration's end: one lock and one wake-up of the log's loop
-    for them all instead of one per append. Their outcomes go back the same way, one wake-up of
-    the caller's loop for all that completed together; a writer thread (:meth:`submit`) waits
-    on a ``concurrent.futures.Future``.
-
-    A caller on the log's own loop (a broker whose log shares its loop, :meth:`LedgerLoop.adopt`)
-    takes the same steps without a thread in between: its appends are proposed at the end of
-    its loop iteration (``append_batch`` called from that callback, no lock, no wake-up), and
-    their outcomes are set right after the driver's step that produced them (one ``call_soon``
-    per step, as for other loops, then the waiters directly)."""
-
-    def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
-        self.ledger = ledger
-        self._loop = loop.loop
-        self._lock = threading.Lock()
-        self._waiting: list[tuple[RecordEncoder, _Waiter]] = []
-        #: outcomes for callers' loops, sent at the end of the log loop's iteration
-        self._replies: dict[asyncio.AbstractEventLoop, list[tuple[_Settable, _Outcome]]] = {}
-        #: appends of each caller loop's current iteration, handed over at its end (each list
-        #: is only touched on its own loop's thread)
-        self._outboxes: dict[asyncio.AbstractEventLoop, list[tuple[RecordEncoder, _Waiter]]] = {}
-
-    def submit(self, encode: RecordEncoder) -> concurrent.futures.Future[AppendResult]:
-        done: concurrent.futures.Future[AppendResult] = concurrent.futures.Future()
-        self._submit(encode, done)
-        return done
-
-    def submit_async(self, encode: RecordEncoder) -> asyncio.Future[AppendResult]:
-        caller = asyncio.get_running_loop()
-        done: asyncio.Future[AppendResult] = caller.create_future()
-        self.submit_to(encode, caller, done)
-        return done
-
-    def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: _Settable) -> None:
-        """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
-        of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
-        outbox = self._outboxes.get(caller)
-        if outbox is None:
-            outbox = self._outboxes[caller] = []
-        if not outbox:
-            caller.call_soon(self._hand_over, caller)
-        outbox.append((encode, (caller, waiter)))
-
-    def _hand_over(self, caller: asyncio.AbstractEventLoop) -> None:
-        outbox = self._outboxes.get(caller)
-        if not outbox:
-            return
-        self._outboxes[caller] = []
-        if caller is self._loop:  # the log lives on the caller's loop: propose them right here
-            self._start(outbox)
-            return
-        with self._lock:
-            self._waiting += outbox
-            first = len(self._waiting) == len(outbox)
-        if first:  # later ones join the batch the loop has not taken yet
-            self._loop.call_soon_threadsafe(self._start_all)
-
-    def _submit(self, encode: RecordEncoder, waiter: _Waiter) -> None:
-        with self._lock:
-            self._waiting.append((encode, waiter))
-            first = len(self._waiting) == 1
-        if first:  # later ones join the batch the loop has not taken yet
-            self._loop.call_soon_threadsafe(self._start_all)
-
-    def _start_all(self) -> None:
-        with self._lock:
-            batch, self._waiting = self._waiting, []
-        if batch:
-            self._start(batch)
-
-    def _start(self, batch: list[tuple[RecordEncoder, _Waiter]]) -> None:
-        """Propose ``batch`` (on the log's loop, outside the driver's step)."""
-        append_batch = getattr(self.ledger, "append_batch", None)
-        if append_batch is not None:  # all of them as one proposal, outcomes to the waiters directly
-            waiters: list[_Waiter | None] = [waiter for _, waiter in batch]
-
-            def done(i: int, outcome: _Outcome) -> None:
-                waiter = waiters[i]
-                if waiter is not None:
-                    waiters[i] = None
-                    self._done(outcome, waiter)
-
-            try:
-                append_batch([encode for encode, _ in batch], done)
-            except Exception as exc:  # the log stopped on it: nobody may wait forever
-                for i in range(len(waiters)):
-                    done(i, exc)
-            return
-        for encode, waiter in batch:
-            # the tasks' first steps (each append's proposal) all run in the next loop iteration
-            task = self._loop.create_task(self.ledger.append(encode))
-            task.add_done_callback(functools.partial(self._task_done, waiter=waiter))
-
-    def _task_done(self, task: asyncio.Task[AppendResult], waiter: _Waiter) -> None:
-        outcome: _Outcome
-        if task.cancelled():
-            outcome = ReplicationError("DLedger append cancelled; outcome unknown")
-        else:
-            exc = task.exception()
-            outcome = exc if exc is not None else task.result()
-        self._done(outcome, waiter)
-
-    def _done(self, outcome: _Outcome, waiter: _Waiter) -> None:
-        if isinstance(waiter, concurrent.futures.Future):
-            if isinstance(outcome, BaseException):
-                waiter.set_exception(outcome)
-            else:
-                waiter.set_result(outcome)
-            return
-        caller, fut = waiter
-        if not self._replies:
-            self._loop.call_soon(self._send_replies)
-        self._replies.setdefault(caller, []).append((fut, outcome))
-
-    def _send_replies(self) -> None:
-        replies, self._replies = self._replies, {}
-        for caller, outcomes in replies.items():
-            if caller is self._loop:  # the caller shares the log's loop: no hand-off back
-                _resolve(outcomes)
-                continue
-            try:
-                caller.call_soon_threadsafe(_resolve, outcomes)
-            except RuntimeError:  # that loop is closed: nobody waits any more
-                pass
-
-
-class _Settable(Protocol):
-    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future`` or a
-    :class:`_PutChain`."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: AppendResult, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
-_Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, _Settable]
-_Outcome = AppendResult | BaseException
-#: ``done(result or exception)`` of :meth:`DLedgerCommitLog.put_messages_then`
-PutCallback = Callable[[PutMessageResult | Exception], None]
-
-
-class _PutChain:
-    """One append of a :meth:`DLedgerCommitLog.put_messages_then` and what follows it: the
-    waiter of that append, set on the caller's loop (:func:`_resolve`) or failed by the expiry,
-    like a future, but it runs the next step right there instead of waking a task. The appends
-    of a batch go one after the other (as :meth:`DLedgerCommitLog.put_messages_async` awaits
-    them), each with a chain of its own (its own deadline)."""
-
-    __slots__ = ("_appends", "_done", "_expiry", "_finished", "_loop", "_steps")
-
-    def __init__(
-        self,
-        steps: Generator[_OneAppend, AppendResult, PutMessageResult],
-        appends: _AppendQueue,
-        expiry: _Expiry,
-        done: PutCallback,
-    ) -> None:
-        self._steps = steps
-        self._appends = appends
-        self._expiry = expiry
-        self._loop = expiry.loop
-        self._done = done
-        #: the append has its outcome (a future's done())
-        self._finished = False
-
-    def submit(self, put: _OneAppend) -> None:
-        self._appends.submit_to(put.encode, self._loop, self)
-        self._expiry.add(self)
-
-    def done(self) -> bool:
-        return self._finished
-
-    def set_result(self, result: AppendResult, /) -> None:
-        self._finished = True
-        try:
-            put = self._steps.send(result)
-        except StopIteration as stop:
-            self._finish(stop.value)
-            return
-        except Exception as exc:  # the append did not commit (raise_for)
-            self._finish(exc)
-            return
-        _PutChain(self._steps, self._appends, self._expiry, self._done).submit(put)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self._finished = True
-        self._steps.close()
-        self._finish(exception if isinstance(exception, Exception) else ReplicationError(str(exception)))
-
-    def _finish(self, outcome: PutMessageResult | Exception) -> None:
-        try:
-            self._done(outcome)
-        except Exception:
-            log.exception("the completion of a DLedger put failed")
-
-
-class _Expiry:
-    """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
-    without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
-    leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
-    :class:`_PutChain` (done once its current append has its outcome; a chain's next append is
-    added again with its own deadline)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
-        self.loop = loop
-        self.timeout_s = timeout_s
-        self._waiting: collections.deque[tuple[float, _Settable]] = collections.deque()
-        self._armed = False
-
-    def add(self, fut: _Settable) -> None:
-        self._waiting.append((self.loop.time() + self.timeout_s, fut))
-        if not self._armed:
-            self._armed = True
-            self.loop.call_later(self.timeout_s, self._check)
-
-    def _check(self) -> None:
-        now = self.loop.time()
-        waiting = self._waiting
-        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
-            _, fut = waiting.popleft()
-            if not fut.done():
-                fut.set_exception(ReplicationError("DLedger append did not finish in time; outcome unknown"))
-        if waiting:  # the oldest still waiting decides when to look again
-            self.loop.call_later(waiting[0][0] - now, self._check)
-        else:
-            self._armed = False
-
-
-def _resolve(outcomes: list[tuple[_Settable, _Outcome]]) -> None:
-    for fut, outcome in outcomes:
-        if fut.done():  # the caller gave up (timeout, cancelled request)
-            continue
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
 
 
 class _OneAppend:

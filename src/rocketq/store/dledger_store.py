@@ -40,7 +40,8 @@ from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
-from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop, PutCallback
+from rocketq.store.dledger_appends import LedgerLoop, PutCallback
+from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.message_store import MessageStore
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
 
