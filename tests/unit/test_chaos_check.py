@@ -299,3 +299,18 @@ def test_committed_overwritten() -> None:
     res = check_committed_prefix(events, [dump("n0", ENTRIES, 2), dump("n2", changed, 1)])
     assert only(res) == {"committed_overwritten": 1}
     assert "index 1 committed in term 1" in res.examples["committed_overwritten"][0]
+
+
+def test_a_dead_leaders_unsent_tail_is_not_an_overwrite() -> None:
+    """A leader of term 1 killed with entries 1 and 2 written but never sent: the leader of term 2
+    commits other entries at those indexes. The killed member's files still hold its term-1 tail
+    (it was not restarted, so nothing cut it): not an anomaly. The same tail followed by an entry
+    of term 2 is one (such a log would have been cut at index 1 before taking term 2's entries)."""
+    events = [ev("commit", "n1", commit=1, term=2), ev("commit", "n1", commit=2, term=2)]
+    new = [(0, 1, 0, 11), (1, 2, 60, 41), (2, 2, 120, 42)]
+    stale = [(0, 1, 0, 11), (1, 1, 60, 21), (2, 1, 120, 22)]
+    assert check_committed_prefix(events, [dump("n0", stale, 0), dump("n1", new, 2)]).valid
+    mixed = [(0, 1, 0, 11), (1, 1, 60, 21), (2, 2, 120, 42)]
+    res = check_committed_prefix(events, [dump("n0", mixed, 0), dump("n1", new, 2)])
+    assert only(res) == {"committed_overwritten": 1}
+    assert "n0 holds term 1" in res.examples["committed_overwritten"][0]

@@ -43,8 +43,10 @@ replica_divergence       two replicas differ at an index both have committed (in
 cq_divergence            two replicas' ConsumeQueues point one (topic, queue, offset) at two
                          CommitLog offsets
 committed_overwritten    a member reported index i of term t committed (``commit`` line), and a
-                         replica holds index i with another term at the end (leader
-                         completeness: the committed prefix never changes; Raft's Figure 8)
+                         replica holds index i with another term at the end although its log
+                         reaches term t or later (leader completeness: the committed prefix never
+                         changes; Raft's Figure 8). A replica whose log ends in an older term
+                         (a leader killed and not restarted) may still hold its unsent tail there
 =======================  =========================================================================
 """
 
@@ -460,11 +462,15 @@ def check_committed_prefix(events: Iterable[Mapping[str, Any]], dumps: Sequence[
     for ev in events:
         if ev["ev"] == "commit" and "term" in ev:
             reported[int(ev["commit"])][int(ev["term"])].add(str(ev["node"]))
-    terms = [(d.node, {e[0]: e[1] for e in d.entries}) for d in dumps]
+    # A replica whose last entry is of an older term than the commit has not heard from a leader
+    # of that term since: the entries it holds there are a stale tail (a leader killed before it
+    # sent them), cut when it next hears from one, not an overwrite. Once it holds an entry of
+    # the commit's term or later, log matching says it must hold the committed entry too.
+    terms = [(d.node, {e[0]: e[1] for e in d.entries}, d.entries[-1][1] if d.entries else -1) for d in dumps]
     for index, by_term in sorted(reported.items()):
         for term, who in sorted(by_term.items()):
-            for node, held in terms:
-                if index in held and held[index] != term:
+            for node, held, last_term in terms:
+                if index in held and held[index] != term and last_term >= term:
                     res.add(
                         "committed_overwritten",
                         f"index {index} committed in term {term} (by {sorted(who)}), "
