@@ -114,3 +114,34 @@ def test_a_leader_does_not_send_entries_it_deleted_and_logs_the_follower_once(
     out = leader.step(Receive(AppendReply("n2", "n0", term, False, -1, reject_index=59, conflict_index=58)))
     to_n2 = [m for m in sent(out, Append) if m.dst == "n2"]
     assert to_n2 and to_n2[0].prev_index == 57 and to_n2[0].prev_term == 1
+
+
+class DeletingReader(Reader):
+    """A store whose entries before ``begin`` retention deleted while the member ran."""
+
+    def __init__(self, entries: dict[int, Entry], begin: int) -> None:
+        super().__init__(entries)
+        self.begin = begin
+
+    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+        if lo < self.begin:
+            raise Compacted(f"entry {lo} was deleted", self.begin, 1)
+        return super().read(lo, max_bytes)
+
+
+def test_entries_deleted_while_the_leader_runs_end_in_the_same_refusal() -> None:
+    entries = {i: Entry(i, 1, f"e{i}".encode()) for i in range(60)}
+    log = RaftLog.from_store([(0, 1)], 59, DeletingReader(entries, 50))
+    leader = node("n0", log, commit=59)
+    elect(leader)
+    out = leader.step(
+        Receive(AppendReply("n1", "n0", leader.term, False, -1, reject_index=59, conflict_index=5))
+    )
+    assert not [m for m in sent(out, Append) if m.dst == "n1"]
+    assert leader.unservable == {"n1": 5} and leader.log.first_index == 50
+    # a follower that has what is left is served from the first entry kept
+    out = leader.step(
+        Receive(AppendReply("n2", "n0", leader.term, False, -1, reject_index=59, conflict_index=50))
+    )
+    to_n2 = [m for m in sent(out, Append) if m.dst == "n2"]
+    assert to_n2 and to_n2[0].prev_index == 49 and to_n2[0].entries[0].index == 50

@@ -70,7 +70,7 @@ from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
-from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
@@ -135,6 +135,11 @@ class _StoreReader:
         total = 0
         store = self._store
         with store.lock:
+            begin = store.ledger_begin_index
+            if lo < begin:  # retention deleted them: the core's log begins at ``begin`` from now
+                raise Compacted(
+                    f"entry {lo} was deleted (the store begins at {begin})", begin, store.term_before_begin()
+                )
             i = lo
             while i <= store.ledger_end_index:
                 e = store.get(i)

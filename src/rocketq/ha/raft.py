@@ -58,7 +58,7 @@ import logging
 import random
 from typing import NoReturn
 
-from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
@@ -512,8 +512,12 @@ class RaftNode:
                 self._cannot_serve(peer, lo)
                 return
             allow_empty = False
-            entries = self.log.batch(lo, cfg.max_batch_bytes)
-            prev_term = self.log.term_at(lo - 1)
+            try:
+                entries = self.log.batch(lo, cfg.max_batch_bytes)
+                prev_term = self.log.term_at(lo - 1)
+            except Compacted:  # retention deleted them while this member runs
+                self._cannot_serve(peer, lo)
+                return
             self._send(Append(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
             pr.last_send_ms = self.now_ms
             if pr.probing:

@@ -35,7 +35,14 @@ class EntryReader(Protocol):
 
 
 class Compacted(IndexError):
-    """The entry was deleted by retention (below the log's ``first_index``)."""
+    """The entry was deleted by retention (below the log's ``first_index``). An
+    :class:`EntryReader` raises it with the store's first entry (``first``) and the term before it
+    (``base_term``, None when unknown); the log then begins there."""
+
+    def __init__(self, message: str, first: int = -1, base_term: int | None = None) -> None:
+        super().__init__(message)
+        self.first = first
+        self.base_term = base_term
 
 
 class RaftLog:
@@ -169,10 +176,25 @@ class RaftLog:
             total += e.size
         return tuple(out)
 
+    def compact(self, first: int, base_term: int | None) -> None:
+        """Retention deleted the entries before ``first`` (all applied and written); the term of
+        the one before it is ``base_term`` (None: unknown). Runs are kept: they cost nothing."""
+        if first <= self._first:
+            return
+        self._first, self._base_term = first, base_term
+        if self._cache_start < first:
+            del self._cache[: first - self._cache_start]
+            self._cache_start = first
+
     def _read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
         if self._reader is None:  # pragma: no cover - released entries exist only with a reader
             raise AssertionError("raft log released payloads without an entry reader")
-        got = self._reader.read(lo, max_bytes)
+        try:
+            got = self._reader.read(lo, max_bytes)
+        except Compacted as gone:  # deleted while this member runs: the log begins later now
+            if gone.first > 0:
+                self.compact(gone.first, gone.base_term)
+            raise
         if not got or got[0].index != lo:
             raise AssertionError(f"raft entry store returned {len(got)} entries for index {lo}")
         return got
