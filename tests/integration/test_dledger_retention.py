@@ -1,0 +1,214 @@
+"""Retention in DLedger mode on a real Raft group: three DLedger stores in this process, each
+member's log on its own loop thread, real sockets on 127.0.0.1 and real files, 64 KiB data
+files and no reserved time. A retention run deletes the expired data files on every member,
+moves the CommitLog's and the queues' minimum offsets, keeps what a stopped follower has not
+got until it caught up, and a member restarted after deleting recovers from its first data
+file with consistent dispatch."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from _support.procs import free_port
+from _support.wait import wait_until
+from rocketq.config import StoreConfig
+from rocketq.ha.driver import RaftGroupLog
+from rocketq.ha.raft_types import Role
+from rocketq.message import Message
+from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.message_store import open_message_store
+from rocketq.store.store_queries import GetMessageStatus
+
+IDS = ("n0", "n1", "n2")
+TOPIC = "T"
+BODY = 1000  # about 60 records per 64 KiB data file
+
+
+class Group:
+    def __init__(self, tmp_path: pathlib.Path, base: StoreConfig) -> None:
+        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in IDS)
+        self.configs = {
+            i: dataclasses.replace(
+                base,
+                store_path_root_dir=str(tmp_path / i),
+                mapped_file_size_commit_log=64 * 1024,
+                mapped_file_size_consume_queue=20 * 50,
+                enable_dleger_commit_log=True,
+                d_leger_group="g",
+                d_leger_peers=peers,
+                d_leger_self_id=i,
+                enable_batch_push=True,
+                d_leger_election_timeout_ms=300,
+                d_leger_heartbeat_interval_ms=50,
+                file_reserved_time_hours=0,
+                clean_resource_interval_ms=3_600_000,  # runs only when the test asks
+            )
+            for i in IDS
+        }
+        self.stores: dict[str, DLedgerMessageStore] = {}
+        self.sent = 0
+
+    def start(self, i: str) -> DLedgerMessageStore:
+        store = open_message_store(self.configs[i])
+        assert isinstance(store, DLedgerMessageStore)
+        store.start()
+        self.stores[i] = store
+        return store
+
+    def stop(self, i: str) -> None:
+        self.stores.pop(i).shutdown()
+
+    def leader(self) -> DLedgerMessageStore:
+        def one() -> DLedgerMessageStore | None:
+            leaders = [
+                s for s in self.stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER
+            ]
+            return leaders[0] if len(leaders) == 1 else None
+
+        return wait_until(one, "one leader", 30)
+
+    def put(self, n: int) -> None:
+        leader = self.leader()
+        for _ in range(n):
+            leader.put_message(Message(TOPIC, self.sent.to_bytes(4, "big") + bytes(BODY)), queue_id=0)
+            self.sent += 1
+
+    def settled(self) -> None:
+        """Every running member committed and dispatched everything; the leader knows each
+        running follower has it."""
+        leader = self.leader()
+        end = leader.commitlog.max_offset
+        for s in self.stores.values():
+            wait_until(lambda s=s: s.commitlog.max_offset == end, "the member committed everything", 30)
+            assert s.wait_dispatched(30)
+            wait_until(lambda s=s: s.get_max_offset(TOPIC, 0) == self.sent, "every message in the queue", 30)
+        ledger = leader.ledger
+        assert isinstance(ledger, RaftGroupLog)
+        running = {ledger.config.self_id for ledger in self._ledgers()} - {ledger.config.self_id}
+        last = ledger.store.ledger_end_index
+        wait_until(
+            lambda: all((ledger.follower_match_indexes() or {}).get(f, -1) >= last for f in running),
+            "the leader knowing its followers have everything",
+            30,
+        )
+
+    def _ledgers(self) -> list[RaftGroupLog]:
+        out = []
+        for s in self.stores.values():
+            assert isinstance(s.ledger, RaftGroupLog)
+            out.append(s.ledger)
+        return out
+
+
+def data_files(store: DLedgerMessageStore) -> list[int]:
+    ledger = store.ledger
+    assert isinstance(ledger, RaftGroupLog)
+    return sorted(int(n) for n in os.listdir(ledger.store.data_dir))
+
+
+def readable_from(store: DLedgerMessageStore) -> int:
+    """Checks every message from the queue's minimum offset on is readable with its body; returns
+    that minimum."""
+    low = store.get_min_offset(TOPIC, 0)
+    offset = low
+    while offset < store.get_max_offset(TOPIC, 0):
+        r = store.get_message("g", TOPIC, 0, offset, 32)
+        assert r.status is GetMessageStatus.FOUND, (offset, r.status)
+        for m in r.messages:
+            assert int.from_bytes(m.body[:4], "big") == m.queue_offset
+        offset = r.next_begin_offset
+    return low
+
+
+@pytest.fixture
+def group(tmp_path: pathlib.Path, store_config: StoreConfig) -> Iterator[Group]:
+    g = Group(tmp_path, store_config)
+    try:
+        for i in IDS:
+            g.start(i)
+        yield g
+    finally:
+        for i in list(g.stores):
+            g.stop(i)
+
+
+def test_retention_deletes_on_every_member_and_holds_for_a_stopped_follower(
+    group: Group, caplog: pytest.LogCaptureFixture
+) -> None:
+    group.put(400)
+    group.settled()
+    before = {i: data_files(s) for i, s in group.stores.items()}
+    assert all(len(f) >= 6 for f in before.values()), before
+
+    for s in group.stores.values():
+        s.run_retention_now()
+    for i, s in group.stores.items():
+        left = data_files(s)
+        assert len(left) <= 2 and left[0] > 0, (i, left)  # the last file or two stay
+        assert s.commitlog.min_offset == left[0]
+        assert s.runtime_info()["commitLogMinOffset"] == str(left[0])
+        assert s.commitlog.get_message(before[i][0] + 48) is None  # the first record is gone
+        low = readable_from(s)
+        assert 0 < low < group.sent
+        below = s.get_message("g", TOPIC, 0, 0, 32)
+        assert below.status is GetMessageStatus.OFFSET_TOO_SMALL and below.next_begin_offset == low
+        # the ConsumeQueue files wholly below the new minimum went too (50 units a file)
+        cq_dir = pathlib.Path(s.config.store_path_root_dir) / "consumequeue" / TOPIC / "0"
+        assert min(int(n) for n in os.listdir(cq_dir)) > 0
+
+    # a stopped follower holds back the files it has not got
+    leader = group.leader()
+    assert isinstance(leader.ledger, RaftGroupLog)
+    stopped = next(i for i in IDS if i != leader.ledger.config.self_id)
+    group.stop(stopped)
+    group.put(300)
+    group.settled()
+    kept = data_files(leader)
+    with caplog.at_level(logging.WARNING, logger="rocketq.store.dledger_retention"):
+        leader.run_retention_now()
+    assert data_files(leader) == kept  # everything written since it stopped stays
+    assert any(f"follower {stopped} holds back" in r.getMessage() for r in caplog.records)
+    running = next(s for i, s in group.stores.items() if s is not leader)
+    running.run_retention_now()
+    assert len(data_files(running)) < len(kept)  # a follower goes by its own positions
+
+    # back, it catches up from the leader; then the files go
+    group.start(stopped)
+    group.settled()
+    leader.run_retention_now()
+    assert len(data_files(leader)) < len(kept)
+    readable_from(leader)
+    group.stores[stopped].run_retention_now()
+    assert len(data_files(group.stores[stopped])) <= 2
+
+
+def test_a_member_restarted_after_deletion_recovers_from_its_first_data_file(group: Group) -> None:
+    group.put(300)
+    group.settled()
+    for s in group.stores.values():
+        s.run_retention_now()
+    leader = group.leader()
+    assert isinstance(leader.ledger, RaftGroupLog)
+    lid = leader.ledger.config.self_id
+    for i in [*(i for i in IDS if i != lid), lid]:  # the followers, then the leader
+        begin = group.stores[i].ledger.store.ledger_begin_index  # type: ignore[union-attr]
+        first = data_files(group.stores[i])[0]
+        low = group.stores[i].get_min_offset(TOPIC, 0)
+        assert begin > 0
+        group.stop(i)
+        s = group.start(i)
+        assert isinstance(s.ledger, RaftGroupLog)
+        assert s.ledger.store.ledger_begin_index == begin and data_files(s)[0] == first
+        assert s.commitlog.min_offset == first
+        assert s.get_max_offset(TOPIC, 0) == group.sent and readable_from(s) == low
+    # the group still takes writes and every member gets them
+    group.put(100)
+    group.settled()
+    for s in group.stores.values():
+        readable_from(s)
