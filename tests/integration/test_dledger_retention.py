@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -212,3 +213,66 @@ def test_a_member_restarted_after_deletion_recovers_from_its_first_data_file(gro
     group.settled()
     for s in group.stores.values():
         readable_from(s)
+
+
+def test_a_follower_whose_entries_were_deleted_is_refused_and_rebuilt_from_a_copy(
+    group: Group, caplog: pytest.LogCaptureFixture
+) -> None:
+    group.put(200)
+    group.settled()
+    leader = group.leader()
+    assert isinstance(leader.ledger, RaftGroupLog)
+    lid = leader.ledger.config.self_id
+    lagging, healthy = (i for i in IDS if i != lid)
+    group.stop(lagging)
+    group.put(300)
+    group.settled()
+    # above the forcibly ratio with the switch on, the leader deletes what the stopped one lacks
+    forced = dataclasses.replace(
+        leader.config, d_leger_retention_ignore_lagging_member=True, delete_when=";".join(map(str, range(24)))
+    )
+    with caplog.at_level(logging.WARNING):
+        leader.retention_service(usage=lambda: 0.87, config=forced).run_once()
+    assert any(f"follower {lagging} has not got" in r.getMessage() for r in caplog.records)
+    assert leader.ledger.store.ledger_begin_index > 0
+
+    # back, it needs entries the leader no longer has: refused once, logged, nothing else stops
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="rocketq.ha.raft"):
+        back = group.start(lagging)
+        wait_until(lambda: lagging in leader.ledger.node.unservable, "the leader refusing the follower", 30)  # type: ignore[union-attr]
+        group.put(50)
+        wait_until(
+            lambda: group.stores[healthy].get_max_offset(TOPIC, 0) == group.sent, "the healthy follower", 30
+        )
+    refusals = [r.getMessage() for r in caplog.records if "needs entries from index" in r.getMessage()]
+    assert len(refusals) == 1 and f"follower {lagging}" in refusals[0]
+    assert back.get_max_offset(TOPIC, 0) < group.sent and leader.ledger.state.role is Role.LEADER
+
+    # the operator's rebuild (docs/replication.md): both stopped, the healthy follower's entry
+    # store copied in, the lagging one's own currterm kept, its ConsumeQueues and index rebuilt
+    group.stop(lagging)
+    group.stop(healthy)
+    src = pathlib.Path(group.configs[healthy].store_path_root_dir)
+    dst = pathlib.Path(group.configs[lagging].store_path_root_dir)
+    mine = dst / f"dledger-{lagging}"
+    for name in ("data", "index", "checkpoint"):
+        target = mine / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        copy = shutil.copytree if (src / f"dledger-{healthy}" / name).is_dir() else shutil.copy2
+        copy(src / f"dledger-{healthy}" / name, target)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(dst / name, ignore_errors=True)
+    for name in ("checkpoint", "abort"):
+        (dst / name).unlink(missing_ok=True)
+    group.start(healthy)
+    group.start(lagging)
+    group.settled()  # the rebuilt member has every message again and follows the leader
+    rebuilt = group.stores[lagging]
+    assert rebuilt.get_max_offset(TOPIC, 0) == group.sent
+    assert readable_from(rebuilt) == readable_from(group.stores[healthy])
+    group.put(20)
+    group.settled()
