@@ -110,6 +110,12 @@ def test_a_leader_does_not_send_entries_it_deleted_and_logs_the_follower_once(
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "follower n1 needs entries from index 5" in errors[0]
     assert "begins at 50" in errors[0]
+    # rebuilt from a copy of another member's data (its log now ends at 57): probed there
+    out = leader.step(Receive(HeartbeatReply("n1", "n0", term, last_index=57)))
+    to_n1 = [m for m in sent(out, Append) if m.dst == "n1"]
+    assert to_n1 and to_n1[0].prev_index == 57 and to_n1[0].prev_term == 1
+    leader.step(Receive(AppendReply("n1", "n0", term, True, 60, 60, 60)))
+    assert "n1" not in leader.unservable
     # n2 has what the leader has: it is served as usual
     out = leader.step(Receive(AppendReply("n2", "n0", term, False, -1, reject_index=59, conflict_index=58)))
     to_n2 = [m for m in sent(out, Append) if m.dst == "n2"]

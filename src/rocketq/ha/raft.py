@@ -391,6 +391,13 @@ class RaftNode:
             pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
             self._maybe_commit()
             pr.probe_sent = False
+            if m.src in self.unservable:  # refused before: rebuilt from a copy meanwhile?
+                nxt = min(m.last_index, self.log.last_index) + 1
+                if self.log.can_send_from(nxt):  # probe where its log ends now (once a heartbeat)
+                    pr.become_probe()
+                    pr.next = nxt
+                    self._send_append(m.src, allow_empty=True)
+                    return
             # a follower that cannot vouch for the prefix it acknowledged (it restarted) gets an
             # empty append at that point: its commit index may only follow a verified prefix
             self._send_append(m.src, allow_empty=m.verified_index < min(pr.accepted, self.commit_index))
