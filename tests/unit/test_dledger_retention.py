@@ -204,3 +204,36 @@ def test_service_deletes_entry_files_and_reports_a_lagging_follower(
         assert len(store.data.files) == 1 and store.get(199).index == 199
     finally:
         store.close()
+
+
+def test_a_full_disk_with_a_lagging_follower_refuses_writes_instead_of_deleting(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = EntryStore.open(str(tmp_path), "n0", data_file_size=DATA, index_file_size=32 * 64)
+    try:
+        for i in range(100):
+            store.append(1, b"y" * 100 + i.to_bytes(4, "big"))
+        store.set_committed_index(99)
+        files_before = len(store.data.files)
+        flags: list[tuple[bool, str]] = []
+        svc = EntryRetentionService(
+            StoreConfig(),
+            data_files=lambda: [
+                DataFile(mf.file_from_offset, fmt.decode_header(mf.mm, 0).index, 0) for mf in store.data.files
+            ],
+            holds=lambda: Holds(99, 1 << 40, {"n1": 99, "n2": -1}),
+            delete_entries=store.delete_before,
+            old_segments_left=lambda: False,
+            segments=list,
+            min_needed=lambda: NOTHING_NEEDED,
+            delete_segments=lambda n: 0,
+            delete_logics=lambda: 0,
+            set_disk_full=lambda full, why: flags.append((full, why)),
+            usage=lambda: 0.95,
+            now=lambda: dt.datetime(2026, 11, 26, 12, 0),
+        )
+        d = svc.run_once()
+        assert d.disk_full and len(store.data.files) == files_before
+        assert flags and flags[0][0] and "n2" in flags[0][1]
+    finally:
+        store.close()
