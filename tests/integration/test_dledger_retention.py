@@ -7,6 +7,7 @@ file with consistent dispatch."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -17,14 +18,20 @@ from collections.abc import Iterator
 import pytest
 
 from _support.procs import free_port
+from _support.requests import pull_request
 from _support.wait import wait_until
+from rocketq.client import Admin, LitePullConsumer, Producer, SendStatus
+from rocketq.client import Message as ClientMessage
 from rocketq.config import StoreConfig
+from rocketq.errors import ResponseCode
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.raft_types import Role
 from rocketq.message import Message
+from rocketq.remoting import RemotingClient, RemotingCommand
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
 from rocketq.store.store_queries import GetMessageStatus
+from rocketq.testing import InProcessCluster
 
 IDS = ("n0", "n1", "n2")
 TOPIC = "T"
@@ -278,3 +285,68 @@ def test_a_follower_whose_entries_were_deleted_is_refused_and_rebuilt_from_a_cop
     assert readable_from(rebuilt) == readable_from(group.stores[healthy])
     group.put(20)
     group.settled()
+
+
+# -- a broker in DLedger mode: the admin command, the runtime info and a real consumer ---------
+
+
+def test_delete_expired_commitlog_on_a_dledger_broker_and_a_consumer_moves_to_the_new_minimum(
+    tmp_path: pathlib.Path,
+) -> None:
+    options = {
+        "enable_dleger_commit_log": True,
+        "d_leger_self_id": "n0",
+        "mapped_file_size_commit_log": 64 * 1024,
+        "mapped_file_size_consume_queue": 20 * 50,
+        "file_reserved_time_hours": 0,
+        "clean_resource_interval_ms": 3_600_000,
+    }
+    with InProcessCluster(1, data_dir=str(tmp_path), store_options=options) as c:
+        c.create_topic(TOPIC, 1)
+        with Producer("RetPG", namesrv_addr=c.namesrv_addr) as p:
+            for n in range(300):
+                assert (
+                    p.send(ClientMessage(TOPIC, n.to_bytes(4, "big") + bytes(BODY))).status
+                    is SendStatus.SEND_OK
+                )
+        c.wait_dispatched()
+        addr = next(iter(c.broker_addrs.values()))
+        with Admin(c.namesrv_addr) as admin:
+            remarks = admin.delete_expired_commitlog(broker_addr=addr)
+            info = admin.broker_runtime_info(addr)
+        assert list(remarks) == [addr] and "CommitLog min offset 0 ->" in remarks[addr]
+        low_phy = int(info["commitLogMinOffset"])
+        assert (
+            low_phy > 0 and int(info["dledgerDeletedDataFiles"]) >= 4 and int(info["dledgerBeginIndex"]) > 0
+        )
+        store = c.store()
+        low = store.get_min_offset(TOPIC, 0)
+        assert 0 < low < 300
+
+        # a pull below the minimum is told where the queue begins now
+        async def pull_zero() -> RemotingCommand:
+            client = RemotingClient()
+            try:
+                return await client.invoke(addr, pull_request(TOPIC, 0, group="RetCG"), 5)
+            finally:
+                await client.close()
+
+        r = asyncio.run(pull_zero())
+        assert r.code == ResponseCode.PULL_OFFSET_MOVED and int(r.ext_fields["nextBeginOffset"]) == low
+
+        # a consumer from the first offset gets exactly what is left, in order
+        got: list[int] = []
+        consumer = LitePullConsumer(
+            "RetLite", namesrv_addr=c.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        )
+        consumer.subscribe(TOPIC, "*")
+        with consumer:
+            wait_until(
+                lambda: (
+                    len(got) >= 300 - low
+                    or bool(got.extend(int.from_bytes(m.body[:4], "big") for m in consumer.poll(200)))
+                ),
+                "the messages left",
+                30,
+            )
+        assert got == list(range(low, 300))

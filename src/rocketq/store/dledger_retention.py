@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +41,6 @@ from rocketq.store.retention import (
     CleanDecision,
     DeleteReason,
     RetentionService,
-    decide,
 )
 
 log = logging.getLogger(__name__)
@@ -203,27 +201,6 @@ class EntryRetentionService(RetentionService):
         self.last_plan: EntryPlan | None = None
         #: the followers whose lag was last reported (reported again when it changes)
         self._reported: dict[str, tuple[int, int]] = {}
-        self._run_lock = threading.Lock()
-        self._manual = False
-
-    def run_once(self) -> CleanDecision:
-        with self._run_lock:  # the service's own runs and run_now take turns
-            return super().run_once()
-
-    def run_now(self) -> CleanDecision:
-        """One run at once, as if at the delete hour (RocketMQ's ``executeDeleteFilesManually``):
-        expired files go now; the disk ratios and every hold apply as in a periodic run."""
-        with self._run_lock:
-            self._manual = True
-            try:
-                return super().run_once()
-            finally:
-                self._manual = False
-
-    def _decide(self) -> CleanDecision:
-        if self._manual:
-            return decide(self.config, self._usage(), True)
-        return super()._decide()
 
     def _clean(self, d: CleanDecision) -> tuple[int, str]:
         n, blocked = super()._clean(d)

@@ -43,7 +43,7 @@ from rocketq.store.dledger_commitlog import DLedgerCommitLog, LedgerLoop, PutCal
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
 from rocketq.store.message_store import MessageStore
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
-from rocketq.store.retention import CleanDecision, RetentionService, Segment
+from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
@@ -331,15 +331,6 @@ class DLedgerMessageStore(MessageStore):
             usage=usage,
             now=now or _dt.datetime.now,
         )
-
-    def run_retention_now(self) -> CleanDecision:
-        """One retention run at once, as if at the delete hour (RocketMQ's
-        ``executeDeleteFilesManually``; :meth:`EntryRetentionService.run_now`)."""
-        service = self.retention
-        if not isinstance(service, EntryRetentionService):  # not started: a service of its own
-            service = self.retention_service()
-            assert isinstance(service, EntryRetentionService)
-        return service.run_now()
 
     def _entry_store(self) -> EntryStore | None:
         ledger = self.ledger
