@@ -350,6 +350,9 @@ class DLedgerMessageStore(MessageStore):
             segs.append(Segment(start, start + 1, int(_dt.datetime.now().timestamp() * 1000)))
         return segs
 
+    def _delete_segments(self, count: int) -> int:
+        return self.commitlog.queue.delete_leading(count, keep_last=False)
+
     def _entry_data_files(self) -> list[DataFile]:
         entries = self._entry_store()
         if entries is None:
