@@ -127,6 +127,12 @@ class StoreConfig:
     #: Beyond RocketMQ: above the forcibly ratio, also delete segments holding messages no
     #: consumer has consumed yet (RocketMQ always does). Off: writes are refused instead.
     force_clean_unconsumed: bool = False
+    #: ``dLegerRetentionIgnoreLaggingMember`` (rocketq): in DLedger mode, above the forcibly
+    #: ratio, also delete entry-store data files a follower has not got yet (one that is down
+    #: or far behind). That follower can then never catch up from the leader: its data
+    #: directory must be rebuilt from a copy of another member's (docs/replication.md). Off:
+    #: such files are kept and writes are refused once the disk passes the warning ratio.
+    d_leger_retention_ignore_lagging_member: bool = False
     #: How often retention measures the disk and deletes what it may.
     clean_resource_interval_ms: int = 10_000
 

@@ -313,6 +313,27 @@ def test_delete_before_keeps_committed_tail_and_begin(tmp_path: pathlib.Path) ->
         assert s.ledger_begin_index == begin and s.ledger_end_index == 79
 
 
+def test_delete_before_keeps_the_term_of_the_last_deleted_entry_and_the_files_listing(
+    tmp_path: pathlib.Path,
+) -> None:
+    with open_store(tmp_path) as s:
+        fill(s, 80)
+        s.set_committed_index(79)
+        assert s.term_before_begin() == 0
+        s.delete_before(70)
+        begin = s.ledger_begin_index
+        assert begin > 16  # past the first index file (16 records each)
+        assert s.term_before_begin() == 1 + (begin - 1) // 10
+        listing = s.first_entry_indexes()
+        assert listing[0][:2] == (s.data.files[0].file_from_offset, begin)
+        assert [i for _, i, _ in listing] == sorted(i for _, i, _ in listing)
+    with open_store(tmp_path) as s:
+        # reopened: the begin from the first data file, the term before it from its index record,
+        # everything before the begin committed
+        assert s.ledger_begin_index == begin and s.term_before_begin() == 1 + (begin - 1) // 10
+        assert s.committed_index >= begin - 1
+
+
 def test_concurrent_readers_and_one_writer(tmp_path: pathlib.Path) -> None:
     errors: list[BaseException] = []
     with open_store(tmp_path) as s:

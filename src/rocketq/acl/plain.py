@@ -86,6 +86,7 @@ ADMIN_CODES: Final = (
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
             RequestCode.RESET_CONSUMER_OFFSET_IN_BROKER,
             RequestCode.CLONE_GROUP_OFFSET,
+            RequestCode.DELETE_EXPIRED_COMMITLOG,
         }
     )
     | NAMESRV_PROTECTED_CODES

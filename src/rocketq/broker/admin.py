@@ -1,7 +1,7 @@
 """Admin and offset-lookup requests: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
 GET_BROKER_RUNTIME_INFO (28), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30),
 GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32), GET_ALL_CONSUMER_OFFSET (43),
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201).
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_EXPIRED_COMMITLOG (329).
 
 Offsets of an unknown topic or queue are answered, not refused (max 0, min 0, earliest store
 time -1), as RocketMQ does. Lookups that read the CommitLog (by time, earliest time, runtime
@@ -182,6 +182,16 @@ class AdminBrokerProcessor:
         table = await runtime_info(self.ctx)
         body = json.dumps({"table": table}, separators=(",", ":"), ensure_ascii=False).encode()
         return create_response(request, ResponseCode.SUCCESS, body=body)
+
+    async def delete_expired_commitlog(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_EXPIRED_COMMITLOG (329, mqadmin ``deleteExpiredCommitLog``): one retention run
+        now, as if at a ``deleteWhen`` hour (in a worker thread); the remark says what it did."""
+        store = self.ctx.store
+        before = store.commitlog.min_offset
+        decision = await self.ctx.blocking(store.run_retention_now)
+        after = store.commitlog.min_offset
+        remark = f"CommitLog min offset {before} -> {after} at {decision.usage:.0%} disk use"
+        return create_response(request, ResponseCode.SUCCESS, remark)
 
     # -- offsets ----------------------------------------------------------------------------
     async def search_offset_by_timestamp(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

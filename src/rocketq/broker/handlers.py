@@ -68,6 +68,7 @@ def request_tables(
         rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
         rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,
         rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+        rc.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commitlog,
         rc.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
         rc.GET_MAX_OFFSET: admin.get_max_offset,
         rc.GET_MIN_OFFSET: admin.get_min_offset,

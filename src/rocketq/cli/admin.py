@@ -232,6 +232,18 @@ def _admin_broker_status(admin: Admin, args: argparse.Namespace) -> None:
     _out(args, tables if len(tables) > 1 else next(iter(tables.values()), {}), text)
 
 
+def _admin_delete_expired_commitlog(admin: Admin, args: argparse.Namespace) -> None:
+    """mqadmin's ``deleteExpiredCommitLog``: one retention run now (``-b`` one broker, else every
+    broker of ``-c`` or of the only cluster)."""
+    remarks = admin.delete_expired_commitlog(broker_addr=args.broker_addr, cluster=args.cluster)
+
+    def text() -> None:
+        for addr, remark in remarks.items():
+            print(f"{addr}: {remark}")
+
+    _out(args, remarks, text)
+
+
 def _admin_consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
     p = admin.consumer_progress(args.group, args.topic)
     doc: dict[str, Any] = {
@@ -522,6 +534,13 @@ def add_parser(sub: Any) -> None:
     cmd("clusterList", _admin_cluster_list, "list the clusters and brokers")
     p = cmd("brokerStatus", _admin_broker_status, "show a broker's runtime figures (all brokers without -b)")
     p.add_argument("-b", "--broker-addr", help="broker address host:port")
+    p = cmd(
+        "deleteExpiredCommitLog",
+        _admin_delete_expired_commitlog,
+        "run retention now, as at a deleteWhen hour (one broker with -b, else every broker of the cluster)",
+    )
+    p.add_argument("-b", "--broker-addr", help="broker address host:port")
+    p.add_argument("-c", "--cluster", help="cluster name")
     p = cmd(
         "dledgerLeadershipTransfer",
         _admin_dledger_transfer,

@@ -368,6 +368,7 @@ class Admin(BlockingFacade[AsyncAdmin]):
     delete_subscription_group = blocking(AsyncAdmin.delete_subscription_group)
     subscription_groups = blocking(AsyncAdmin.subscription_groups)
     broker_runtime_info = blocking(AsyncAdmin.broker_runtime_info)
+    delete_expired_commitlog = blocking(AsyncAdmin.delete_expired_commitlog)
     topic_list = blocking(AsyncAdmin.topic_list)
     topic_route = blocking(AsyncAdmin.topic_route)
     topic_status = blocking(AsyncAdmin.topic_status)

@@ -220,6 +220,29 @@ class AdminRequests:
         )
         return {str(k): str(v) for k, v in table.items()}
 
+    async def delete_expired_commitlog(
+        self, *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> dict[str, str]:
+        """mqadmin's ``deleteExpiredCommitLog``: one retention run now on ``broker_addr``, or on
+        every broker of ``cluster`` (every member of a DLedger group, each by its own rule);
+        returns each broker's remark."""
+        if broker_addr is not None:
+            addrs = [broker_addr]
+        else:
+            info = await self.cluster_info()
+            clusters = [cluster] if cluster is not None else sorted(info.cluster_addr_table)
+            names = [n for c in clusters for n in sorted(info.cluster_addr_table.get(c, ()))]
+            addrs = [
+                a for n in names if (bd := info.broker_addr_table.get(n)) for a in bd.broker_addrs.values()
+            ]
+            if not addrs:
+                raise ConfigError(f"no broker to clean (clusters: {clusters})")
+        out: dict[str, str] = {}
+        for addr in addrs:
+            response = await self._broker(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, {})
+            out[addr] = response.remark or "ok"
+        return out
+
     async def _dledger_role(self, addr: str) -> tuple[str, str]:
         """Role and term of a broker in DLedger mode ("" for a plain or unreachable broker)."""
         try:

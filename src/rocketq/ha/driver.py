@@ -73,7 +73,7 @@ from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
-from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
@@ -138,6 +138,11 @@ class _StoreReader:
         total = 0
         store = self._store
         with store.lock:
+            begin = store.ledger_begin_index
+            if lo < begin:  # retention deleted them: the core's log begins at ``begin`` from now
+                raise Compacted(
+                    f"entry {lo} was deleted (the store begins at {begin})", begin, store.term_before_begin()
+                )
             i = lo
             while i <= store.ledger_end_index:
                 e = store.get(i)
@@ -154,12 +159,10 @@ class _StoreReader:
 def _term_runs(store: EntryStore) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     begin, end = store.ledger_begin_index, store.ledger_end_index
-    if end >= 0 and begin != 0:
-        raise EntryStoreError(
-            f"entry store {store.home} begins at index {begin}: a Raft group needs its log from index 0"
-        )
+    if end >= 0 and begin < 0:
+        raise EntryStoreError(f"entry store {store.home} has entries up to {end} but no first entry")
     last_term = 0
-    for i in range(end + 1):
+    for i in range(max(begin, 0), end + 1):  # from the first entry retention left
         term = store.term_at(i)
         if term != last_term:
             runs.append((i, term))
@@ -259,7 +262,13 @@ class RaftGroupLog:
         fsynced first), its committed index; as a restart of the member builds it."""
         store = self.store
         store.flush()  # what the store holds counts as fsynced in the core
-        raft_log = RaftLog.from_store(_term_runs(store), store.ledger_end_index, _StoreReader(store))
+        raft_log = RaftLog.from_store(
+            _term_runs(store),
+            store.ledger_end_index,
+            _StoreReader(store),
+            first_index=max(store.ledger_begin_index, 0),
+            base_term=store.term_before_begin(),
+        )
         commit = min(store.committed_index, store.ledger_end_index)
         return RaftNode(
             self.config.raft_config(),
@@ -333,6 +342,15 @@ class RaftGroupLog:
 
     def on_state_change(self, callback: Callable[[LogState], None]) -> None:
         self._callbacks.append(callback)
+
+    def follower_match_indexes(self) -> dict[str, int] | None:
+        """Retention's read-only view (rocketq.store.dledger_retention): on the leader, each
+        follower's match index (the entries up to it are on that follower; -1 until it answered
+        this leader); None on a follower or a stopped member."""
+        node = self._node
+        if node is None or self._stopped or node.role is not Role.LEADER:
+            return None
+        return {peer: pr.match for peer, pr in node.progress.items()}
 
     async def append(self, encode: RecordEncoder) -> AppendResult:
         fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()

@@ -183,14 +183,17 @@ def recover(store: EntryStore, *, verify_all: bool = False) -> None:
         if h0.magic not in fmt.ENTRY_MAGICS or h0.index > store.end_index:
             raise CorruptLogError(f"data file {first.file_name} does not start with an entry")
         store.begin_index = h0.index
-        begin_off = store.begin_index * INDEX_UNIT_SIZE
+        # the record before the first entry stays (the term of the last entry retention deleted)
+        keep_off = (store.begin_index - 1) * INDEX_UNIT_SIZE
         store.index.delete_expired_by_predicate(
-            lambda m: m.file_from_offset + store.index_file_size <= begin_off
+            lambda m: m.file_from_offset + store.index_file_size <= keep_off
         )
     store.flushed = store.end_index
     store.checkpoint_flushed = min(durable, store.end_index)
     if cp_committed is not None:
         store.committed = max(min(cp_committed, store.end_index), -1)
+    if store.begin_index > 0:  # retention deletes committed entries only
+        store.committed = max(store.committed, store.begin_index - 1)
     log.info(
         "recovered entry store %s: entries %d..%d (term %d), %d scanned, data ends at %d, committed %d",
         store.home,

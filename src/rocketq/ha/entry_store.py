@@ -30,8 +30,9 @@ Invariants (kept under one lock; one writer, any number of readers):
 Where rocketq is stricter than DLedger: both CRC fields are computed and checked on recovery and
 on every read; ``currterm`` is written durably before :meth:`EntryStore.set_term` returns; a
 truncation below the committed index raises. Recovery is in :mod:`rocketq.ha.entry_recovery`.
-Not done: deleting expired data files by age or disk usage (the owner calls
-:meth:`EntryStore.delete_before`) and resetting an empty store to a snapshot position.
+Retention (which data files go, by age and disk usage) is
+:mod:`rocketq.store.dledger_retention`; it calls :meth:`EntryStore.delete_before`. Not done:
+resetting an empty store to a snapshot position.
 """
 
 from __future__ import annotations
@@ -619,8 +620,41 @@ class EntryStore:
             first_file = self.data.first()
             assert first_file is not None
             self.begin_index = fmt.decode_header(first_file.mm, 0).index
-            begin_off = self.begin_index * INDEX_UNIT_SIZE
+            # the index record before the new begin stays: the term of the last deleted entry
+            # (term_before_begin) is what a Raft leader sends with the first entry it still has
+            keep_off = (self.begin_index - 1) * INDEX_UNIT_SIZE
             self.index.delete_expired_by_predicate(
-                lambda mf: mf.file_from_offset + self.index_file_size <= begin_off
+                lambda mf: mf.file_from_offset + self.index_file_size <= keep_off
             )
             return doomed
+
+    def term_before_begin(self) -> int | None:
+        """The term of the entry just before :attr:`ledger_begin_index` (0 when the log begins at
+        index 0), from its index record; None when that record is gone too."""
+        with self.lock:
+            begin = self.begin_index
+            if begin <= 0:
+                return 0
+            off = (begin - 1) * INDEX_UNIT_SIZE
+            mf = self.index.find_by_offset(off)
+            raw = None if mf is None else mf.read(off - mf.file_from_offset, INDEX_UNIT_SIZE)
+            if raw is None:
+                return None
+            rec = fmt.decode_index(raw)
+            if rec.index != begin - 1 or rec.magic not in fmt.ENTRY_MAGICS:
+                return None
+            return rec.term
+
+    def first_entry_indexes(self) -> list[tuple[int, int, str]]:
+        """``(start, index of the first entry, path)`` of every data file, oldest first (what
+        retention looks at); a file that starts with no entry (damage) ends the list."""
+        out: list[tuple[int, int, str]] = []
+        with self.lock:
+            for mf in self.data.files:
+                if mf.wrote_position < BODY_OFFSET:
+                    break
+                h = fmt.decode_header(mf.mm, 0)
+                if h.magic not in fmt.ENTRY_MAGICS:
+                    break
+                out.append((mf.file_from_offset, h.index, mf.file_name))
+        return out

@@ -38,6 +38,10 @@ Rules kept (section numbers are spec/replication.md's):
   the target is brought up to date, then told to campaign at once; abandoned after an election
   timeout. With ``preferred_leader_id`` set, a leader that is not the preferred node transfers to
   it once it is live and within ``max_transfer_lag`` entries (DLedger's checkPreferredLeader).
+* **Deleted prefix.** Retention may delete the entry store's leading data files (all committed):
+  the log then begins at ``first_index``. A follower takes an append whose previous entry it
+  deleted as matching (it was committed); a leader never builds an append from entries it
+  deleted: the follower that needs them is logged (ERROR, once per position) and left behind.
 * **Proposals** on a non-leader fail at once with ``NOT_LEADER`` and the known leader id. On the
   leader they end as SUCCESS (committed), ``WAIT_QUORUM_ACK_TIMEOUT`` after ``ack_timeout_ms`` or
   ``TERM_CHANGED`` on step-down; the last two are indeterminate (§1.6).
@@ -50,10 +54,11 @@ the leader; the leader counts one per ``RaftConfig.ack_policy``, its own positio
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import NoReturn
 
-from rocketq.ha.raft_log import RaftLog
+from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
     AckPolicy,
     Action,
@@ -89,6 +94,8 @@ from rocketq.ha.raft_types import (
     Vote,
     VoteReply,
 )
+
+log = logging.getLogger(__name__)
 
 
 class RaftNode:
@@ -138,6 +145,8 @@ class RaftNode:
         self._reported = (-1, -1)
         self._announced: tuple[Role, int, str | None] = (self.role, self.term, None)
         self._out: list[Action] = []
+        #: leader: followers that need entries retention deleted here, by the index they need
+        self.unservable: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------ entry point
 
@@ -382,6 +391,13 @@ class RaftNode:
             pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
             self._maybe_commit()
             pr.probe_sent = False
+            if m.src in self.unservable:  # refused before: rebuilt from a copy meanwhile?
+                nxt = min(m.last_index, self.log.last_index) + 1
+                if self.log.can_send_from(nxt):  # probe where its log ends now (once a heartbeat)
+                    pr.become_probe()
+                    pr.next = nxt
+                    self._send_append(m.src, allow_empty=True)
+                    return
             # a follower that cannot vouch for the prefix it acknowledged (it restarted) gets an
             # empty append at that point: its commit index may only follow a verified prefix
             self._send_append(m.src, allow_empty=m.verified_index < min(pr.accepted, self.commit_index))
@@ -407,17 +423,19 @@ class RaftNode:
     def _handle_append(self, m: Append) -> None:
         self._verified = max(self._verified, self.commit_index)  # a committed prefix matches every leader
         prev, prev_term, entries = m.prev_index, m.prev_term, m.entries
-        if prev < self.commit_index:
+        first = self.log.first_index  # entries before it were deleted by retention: committed
+        matched = False
+        if prev < self.commit_index or prev < first:
             # what is committed here is in every later leader's log (leader completeness): a
             # leader that disagrees proves a broken invariant, which no truncation may hide
-            if prev >= 0 and self.log.term_at(prev) != prev_term:
+            if prev >= max(first, 0) and self.log.term_at(prev) != prev_term:
                 self._refuse_committed_conflict(prev)
             for e in entries[: self.commit_index - prev]:
-                if self.log.term_at(e.index) != e.term:
+                if e.index >= first and self.log.term_at(e.index) != e.term:
                     self._refuse_committed_conflict(e.index)
-            entries = entries[self.commit_index - prev :]
-            prev, prev_term = self.commit_index, self.log.term_at(self.commit_index)
-        if prev > self.log.last_index or self.log.term_at(prev) != prev_term:
+            entries = entries[max(self.commit_index - prev, 0) :]
+            prev, matched = max(prev, self.commit_index), True
+        if not matched and (prev > self.log.last_index or self.log.term_at(prev) != prev_term):
             if prev > self.log.last_index:
                 conflict_term, conflict_index = 0, self.log.last_index + 1
             else:
@@ -497,9 +515,16 @@ class RaftNode:
             lo = pr.next
             if lo > self.log.last_index and not allow_empty:
                 return
+            if not self.log.can_send_from(lo):
+                self._cannot_serve(peer, lo)
+                return
             allow_empty = False
-            entries = self.log.batch(lo, cfg.max_batch_bytes)
-            prev_term = self.log.term_at(lo - 1)
+            try:
+                entries = self.log.batch(lo, cfg.max_batch_bytes)
+                prev_term = self.log.term_at(lo - 1)
+            except Compacted:  # retention deleted them while this member runs
+                self._cannot_serve(peer, lo)
+                return
             self._send(Append(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
             pr.last_send_ms = self.now_ms
             if pr.probing:
@@ -513,6 +538,20 @@ class RaftNode:
             size = sum(e.size for e in entries)
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
+
+    def _cannot_serve(self, peer: str, lo: int) -> None:
+        """``peer`` needs entries from ``lo`` on, and retention deleted some of them here (or the
+        term before them is unknown): it gets no appends (heartbeats still) and stays behind
+        until an operator rebuilds its data directory (docs/replication.md). Logged once per
+        position; the next try comes with the peer's next reply, never in a loop."""
+        if self.unservable.get(peer) != lo:
+            self.unservable[peer] = lo
+            log.error(
+                "raft leader %s: follower %s needs entries from index %d, but this log begins at %d "
+                "(retention deleted them); it cannot catch up from this leader: rebuild its data "
+                "directory from a copy of another member's (docs/replication.md)",
+                self.id, peer, lo, self.log.first_index,
+            )  # fmt: skip
 
     def _handle_append_reply(self, m: AppendReply) -> None:
         pr = self.progress[m.src]
@@ -535,6 +574,7 @@ class RaftNode:
             self._send_append(m.src, allow_empty=True)
             return
         pr.acknowledged(m.match_index, self._policy_position(m), self.now_ms)
+        self.unservable.pop(m.src, None)
         self._maybe_commit()
         if self.transferee == m.src and pr.accepted == self.log.last_index:
             self._send(TimeoutNow(self.id, m.src, self.term))

@@ -9,8 +9,11 @@ so the view of a log of any length is a few integers per term. Payloads are kept
 payloads of entries it has applied and wrote, and reads them back when a lagging follower needs
 them. Without a reader every payload stays in memory (tests, small logs).
 
-Invariants: indexes are contiguous from 0; terms never decrease along the log; runs have strictly
-increasing start indexes and terms; released entries are written (the reader can serve them).
+Invariants: indexes are contiguous from ``first_index`` (0 unless retention deleted the entry
+store's leading data files: the entries before it are committed and gone, their terms unknown
+except the last one's, ``term_at(first_index - 1)``, when the store still has it); terms never
+decrease along the log; runs have strictly increasing start indexes and terms; released entries
+are written (the reader can serve them).
 """
 
 from __future__ import annotations
@@ -31,8 +34,28 @@ class EntryReader(Protocol):
         ...
 
 
+class Compacted(IndexError):
+    """The entry was deleted by retention (below the log's ``first_index``). An
+    :class:`EntryReader` raises it with the store's first entry (``first``) and the term before it
+    (``base_term``, None when unknown); the log then begins there."""
+
+    def __init__(self, message: str, first: int = -1, base_term: int | None = None) -> None:
+        super().__init__(message)
+        self.first = first
+        self.base_term = base_term
+
+
 class RaftLog:
-    __slots__ = ("_cache", "_cache_start", "_last", "_reader", "_run_starts", "_run_terms")
+    __slots__ = (
+        "_base_term",
+        "_cache",
+        "_cache_start",
+        "_first",
+        "_last",
+        "_reader",
+        "_run_starts",
+        "_run_terms",
+    )
 
     def __init__(self, entries: Iterable[Entry] = (), reader: EntryReader | None = None) -> None:
         self._run_starts: list[int] = []
@@ -41,24 +64,37 @@ class RaftLog:
         self._cache: list[Entry] = []
         self._cache_start = 0
         self._reader = reader
+        self._first = 0
+        #: the term of entry ``_first - 1`` (0 for the empty prefix; None: unknown)
+        self._base_term: int | None = 0
         self.append(tuple(entries))
 
     @classmethod
     def from_store(
-        cls, term_runs: Sequence[tuple[int, int]], last_index: int, reader: EntryReader
+        cls,
+        term_runs: Sequence[tuple[int, int]],
+        last_index: int,
+        reader: EntryReader,
+        *,
+        first_index: int = 0,
+        base_term: int | None = None,
     ) -> RaftLog:
         """The view of a recovered store: ``term_runs`` are ``(first index, term)`` in log order,
-        ``last_index`` its end; every payload is read back through ``reader`` when needed."""
+        ``last_index`` its end; every payload is read back through ``reader`` when needed. A
+        store whose leading entries retention deleted begins at ``first_index``; ``base_term`` is
+        the term of the entry before it when known."""
         log = cls(reader=reader)
-        prev_start, prev_term = -1, 0
+        prev_start, prev_term = first_index - 1, 0
         for start, term in term_runs:
             if not prev_start < start <= last_index or term <= prev_term:
                 raise ValueError(
                     f"raft log term runs {list(term_runs)!r} do not fit a log ending at {last_index}"
                 )
             prev_start, prev_term = start, term
-        if last_index >= 0 and (not term_runs or term_runs[0][0] != 0):
-            raise ValueError(f"raft log term runs {list(term_runs)!r} must start at index 0")
+        if last_index >= 0 and (not term_runs or term_runs[0][0] != first_index):
+            raise ValueError(f"raft log term runs {list(term_runs)!r} must start at index {first_index}")
+        if first_index > 0:
+            log._first, log._base_term = first_index, base_term
         log._run_starts = [s for s, _ in term_runs]
         log._run_terms = [t for _, t in term_runs]
         log._last = last_index
@@ -74,19 +110,33 @@ class RaftLog:
         return self._run_terms[-1] if self._run_terms else 0
 
     @property
+    def first_index(self) -> int:
+        """The first entry the log holds (0 unless retention deleted a prefix)."""
+        return self._first
+
+    def can_send_from(self, lo: int) -> bool:
+        """Whether an append from ``lo`` can be built: its entries are held and the term of the
+        entry before them is known."""
+        return lo > self._first or (lo == self._first and self._base_term is not None)
+
+    @property
     def released(self) -> int:
         """Entries up to this index are held by the store only."""
         return self._cache_start - 1
 
     def term_at(self, index: int) -> int:
         """Term of the entry at ``index``; 0 for the empty prefix (index -1)."""
-        if index == -1:
-            return 0
+        if index < self._first:
+            if index == self._first - 1 and self._base_term is not None:
+                return self._base_term
+            raise Compacted(f"raft log entry {index} was deleted (the log begins at {self._first})")
         if not 0 <= index <= self._last:
             raise IndexError(f"raft log has no entry {index} (last index {self._last})")
         return self._run_terms[bisect.bisect_right(self._run_starts, index) - 1]
 
     def has(self, index: int, term: int) -> bool:
+        if index < self._first - 1 or (index == self._first - 1 and self._base_term is None):
+            return False
         return -1 <= index <= self._last and self.term_at(index) == term
 
     def entry(self, index: int) -> Entry:
@@ -94,6 +144,8 @@ class RaftLog:
 
     def entries(self, lo: int, hi: int) -> tuple[Entry, ...]:
         """Entries ``lo..hi`` inclusive."""
+        if lo < self._first:
+            raise Compacted(f"raft log entry {lo} was deleted (the log begins at {self._first})")
         if not 0 <= lo <= hi + 1 <= self._last + 1:
             raise IndexError(f"raft log has no entries {lo}..{hi} (last index {self._last})")
         out: list[Entry] = []
@@ -110,6 +162,8 @@ class RaftLog:
         """Entries from ``lo`` up to ``max_bytes`` in total, at least one if there is one."""
         if lo > self._last:
             return ()
+        if lo < self._first:
+            raise Compacted(f"raft log entry {lo} was deleted (the log begins at {self._first})")
         if lo < self._cache_start:
             got = self._read(lo, max_bytes)
             return tuple(e for e in got if e.index <= self._last)
@@ -122,10 +176,25 @@ class RaftLog:
             total += e.size
         return tuple(out)
 
+    def compact(self, first: int, base_term: int | None) -> None:
+        """Retention deleted the entries before ``first`` (all applied and written); the term of
+        the one before it is ``base_term`` (None: unknown). Runs are kept: they cost nothing."""
+        if first <= self._first:
+            return
+        self._first, self._base_term = first, base_term
+        if self._cache_start < first:
+            del self._cache[: first - self._cache_start]
+            self._cache_start = first
+
     def _read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
         if self._reader is None:  # pragma: no cover - released entries exist only with a reader
             raise AssertionError("raft log released payloads without an entry reader")
-        got = self._reader.read(lo, max_bytes)
+        try:
+            got = self._reader.read(lo, max_bytes)
+        except Compacted as gone:  # deleted while this member runs: the log begins later now
+            if gone.first > 0:
+                self.compact(gone.first, gone.base_term)
+            raise
         if not got or got[0].index != lo:
             raise AssertionError(f"raft entry store returned {len(got)} entries for index {lo}")
         return got

@@ -45,6 +45,7 @@ class RequestCode(IntEnum):
     GET_NAMESRV_CONFIG = 319
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    DELETE_EXPIRED_COMMITLOG = 329
     BROKER_HEARTBEAT = 904
 
     # Broker, client-facing (§2.3).

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, ServiceNotAvailable, SystemBusy
-from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN
+from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN, EntryNotFound
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, ReplicatedLog
 from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
@@ -78,6 +78,9 @@ class DLedgerCommitLog(CommitLog):
         self.ledger: ReplicatedLog | None = None
         self.loop: LedgerLoop | None = None
         self.divided_offset = 0
+        #: where the first data file retention left starts (0: none deleted since the start);
+        #: the CommitLog's minimum offset when no old segments are left
+        self.retained_from = 0
         #: the committed position when the log was stopped (read after it is closed)
         self._closed_at: int | None = None
         self._append_timeout_s = max(1.0, config.put_message_timeout_ms / 1000 + 1)
@@ -121,7 +124,7 @@ class DLedgerCommitLog(CommitLog):
     def min_offset(self) -> int:
         if self.queue.first() is not None or self.ledger is None:
             return super().min_offset
-        return self.divided_offset
+        return max(self.divided_offset, self.retained_from)
 
     def roll_next_file(self, offset: int) -> int:
         return offset + self.file_size - offset % self.file_size
@@ -133,7 +136,12 @@ class DLedgerCommitLog(CommitLog):
             return super().read(offset, size)
         if size <= 0 or self._closed_at is not None or offset + size > ledger.committed_pos:
             return None
-        data = ledger.read(offset, size)
+        if offset < self.retained_from:  # deleted by retention
+            return None
+        try:
+            data = ledger.read(offset, size)
+        except EntryNotFound:  # a data file retention deleted meanwhile
+            return None
         return data if len(data) == size else None
 
     # -- writes -----------------------------------------------------------------------------

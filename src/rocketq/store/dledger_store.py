@@ -21,6 +21,7 @@ carry no record.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import logging
 import os
 import struct
@@ -28,6 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
+from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.group_config import (
     LedgerFactory,
     LedgerSpec,
@@ -42,8 +44,10 @@ from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
+from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
 from rocketq.store.message_store import MessageStore
 from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
+from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
@@ -311,7 +315,92 @@ class DLedgerMessageStore(MessageStore):
             info["dledgerLeaderId"] = st.leader_id or ""
             info["dledgerCommittedPos"] = str(ledger.committed_pos)
             info["dividedCommitlogOffset"] = str(self.commitlog.divided_offset)
+            entries = self._entry_store()
+            if entries is not None:
+                info["dledgerBeginIndex"] = str(entries.ledger_begin_index)
+        if isinstance(self.retention, EntryRetentionService):
+            info["dledgerDeletedDataFiles"] = str(self.retention.deleted_data_files)
         return info
+
+    # -- retention of the entry store's data files (rocketq.store.dledger_retention) -------------
+    def retention_service(
+        self,
+        *,
+        usage: Callable[[], float] | None = None,
+        now: Callable[[], _dt.datetime] | None = None,
+        config: StoreConfig | None = None,
+    ) -> RetentionService:
+        """The plain retention service, which also deletes the entry store's data files
+        (:class:`EntryRetentionService`)."""
+        return EntryRetentionService(
+            config or self.config,
+            data_files=self._entry_data_files,
+            holds=self._entry_holds,
+            delete_entries=self._delete_entries_before,
+            old_segments_left=lambda: self.commitlog.queue.first() is not None,
+            segments=self._segments,
+            min_needed=self.min_needed_phy_offset,
+            delete_segments=self._delete_segments,
+            delete_logics=self._delete_expired_logics,
+            set_disk_full=self._set_disk_full,
+            unconsumed_below=self.unconsumed_below,
+            usage=usage,
+            now=now or _dt.datetime.now,
+        )
+
+    def _entry_store(self) -> EntryStore | None:
+        ledger = self.ledger
+        try:
+            store = getattr(ledger, "store", None)
+        except RuntimeError:  # a Raft member not started (or stopped before it started)
+            return None
+        return store if isinstance(store, EntryStore) else None
+
+    def _segments(self) -> list[Segment]:
+        """The old CommitLog segments; the entry store's data follow them, so the last old one
+        may go as well (a stand-in for the entries ends the list)."""
+        segs = super()._segments()
+        entries = self._entry_store()
+        if segs and entries is not None and entries.ledger_end_index >= 0:
+            start = self.commitlog.divided_offset
+            segs.append(Segment(start, start + 1, int(_dt.datetime.now().timestamp() * 1000)))
+        return segs
+
+    def _delete_segments(self, count: int) -> int:
+        return self.commitlog.queue.delete_leading(count, keep_last=False)
+
+    def _entry_data_files(self) -> list[DataFile]:
+        entries = self._entry_store()
+        if entries is None:
+            return []
+        return [
+            DataFile(start, index, data_file_mtime_ms(path))
+            for start, index, path in entries.first_entry_indexes()
+        ]
+
+    def _entry_holds(self) -> Holds:
+        entries = self._entry_store()
+        reput = self.reput
+        if entries is None or reput is None:
+            return Holds(-1, -1)
+        matches = getattr(self.ledger, "follower_match_indexes", None)
+        members = matches() if matches is not None else None
+        return Holds(entries.committed_index, reput.reput_from_offset, members or {})
+
+    def _delete_entries_before(self, limit: int) -> int:
+        """Delete the data files wholly below entry ``limit`` (the dispatch lock held: dispatch
+        never reads a file that goes), then move the CommitLog's minimum offset to the first
+        data file left."""
+        entries = self._entry_store()
+        reput = self.reput
+        if entries is None or reput is None:
+            return 0
+        with reput._dispatch_lock:  # one dispatcher or deleter at a time
+            n = entries.delete_before(limit)
+            first = entries.data.first()
+            if first is not None:
+                self.commitlog.retained_from = first.file_from_offset
+        return n
 
 
 def _first_data_file(directory: str) -> int:

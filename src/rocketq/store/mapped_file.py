@@ -616,9 +616,13 @@ class MappedFileQueue:
             deleted.append(mf)
         return self._remove(deleted, 1000)
 
-    def delete_leading(self, count: int, interval_forcibly_ms: int = 120_000) -> int:
-        """Delete the first ``count`` segments, never the last one (retention's plan)."""
-        return self._remove(self._files[:-1][: max(0, count)], interval_forcibly_ms)
+    def delete_leading(
+        self, count: int, interval_forcibly_ms: int = 120_000, *, keep_last: bool = True
+    ) -> int:
+        """Delete the first ``count`` segments, never the last one (retention's plan) unless
+        ``keep_last`` is False (the old CommitLog of a DLedger store: its entries follow)."""
+        files = self._files[:-1] if keep_last else self._files
+        return self._remove(files[: max(0, count)], interval_forcibly_ms)
 
     def _remove(self, deleted: list[MappedFile], interval_forcibly_ms: int) -> int:
         if not deleted:

@@ -46,7 +46,7 @@ from rocketq.store.index_file import IndexService
 from rocketq.store.put_latency import PutLatencySampling
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport
-from rocketq.store.retention import NOTHING_NEEDED, RetentionService, Segment, Unconsumed
+from rocketq.store.retention import NOTHING_NEEDED, CleanDecision, RetentionService, Segment, Unconsumed
 from rocketq.store.schedule import ScheduleMessageService, delay_level_of, to_schedule_topic
 from rocketq.store.store_queries import StoreQueries, StoreStats
 from rocketq.store.store_recovery import StoreRecovery
@@ -479,6 +479,12 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
             usage=usage,
             now=now or _dt.datetime.now,
         )
+
+    def run_retention_now(self) -> CleanDecision:
+        """One retention run at once, as if at a ``delete_when`` hour
+        (:meth:`RetentionService.run_now`; the DELETE_EXPIRED_COMMITLOG request)."""
+        service = self.retention if self.retention is not None else self.retention_service()
+        return service.run_now()
 
     def _segments(self) -> list[Segment]:
         size = self.commitlog.file_size

@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -176,6 +177,8 @@ class RetentionService(ServiceThread):
         self._usage = usage or (lambda: disk_usage_ratio(config.commit_log_dir))
         self._now = now
         self.disk_full = False
+        self._run_lock = threading.Lock()
+        self._manual = False
         self.last_decision: CleanDecision | None = None
         self.deleted_segments = 0
         self.forced_segments = 0
@@ -189,9 +192,25 @@ class RetentionService(ServiceThread):
         self.run_once()
 
     def _decide(self) -> CleanDecision:
-        return decide(self.config, self._usage(), is_delete_hour(self.config.delete_when, self._now()))
+        hour = self._manual or is_delete_hour(self.config.delete_when, self._now())
+        return decide(self.config, self._usage(), hour)
+
+    def run_now(self) -> CleanDecision:
+        """One run at once, as if at a ``delete_when`` hour (RocketMQ's
+        ``executeDeleteFilesManually``, the DELETE_EXPIRED_COMMITLOG request): expired files go
+        now; the disk ratios and what keeps files apply as in a periodic run."""
+        with self._run_lock:
+            self._manual = True
+            try:
+                return self._clean_run()
+            finally:
+                self._manual = False
 
     def run_once(self) -> CleanDecision:
+        with self._run_lock:  # the periodic runs and run_now take turns
+            return self._clean_run()
+
+    def _clean_run(self) -> CleanDecision:
         d = self._decide()
         blocked = ""
         if d.delete or d.force:
