@@ -260,7 +260,16 @@ def test_a_leaders_new_entries_are_written_to_the_followers_before_append_batch_
             lambda: all(link.connected for link in transport.bulk.values()), "links up", 10
         )
         await group.append(b"first")
-        await group.wait_committed(leader.ledger_end_pos)  # every follower has the log: no probing
+        await group.wait_committed(leader.ledger_end_pos)
+
+        def every_follower_replicating() -> bool:
+            # a follower still probing (behind after a slow start) gets no entries until it
+            # answers: the writes below are looked for on every follower's connection
+            end = leader.store.ledger_end_index
+            node = leader.node
+            return all(pr.match >= end and not pr.probing for p, pr in node.progress.items() if p != node.id)
+
+        await wait_until_async(every_follower_replicating, "every follower replicating", 10)
         writes: dict[str, list[bytes]] = {}
         for peer, link in transport.bulk.items():
             conn = link._conn
