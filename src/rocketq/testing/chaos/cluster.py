@@ -115,7 +115,7 @@ START_TIMEOUT_S = 90.0
 #: One request to a broker (its role); a paused broker counts as not answering.
 QUERY_TIMEOUT_S = 1.0
 #: Small segments, so a small tmpfs holds a store: CommitLog (DLedger data) files,
-#: ConsumeQueue files, index files; disk usage checked every 500 ms (a full disk refuses writes,
+#: ConsumeQueue files, index files; no retention; disk usage checked every 500 ms (a full disk refuses writes,
 #: and accepts them again, that soon). The entry store's index file is 160 MiB, allocated whole
 #: (not configurable from broker.conf), and a broker refuses writes above 90 % disk use, hence
 #: the default ``tmpfs_size`` of 1 GiB: with 200 MiB a run's own data reached the 90 % within a
@@ -127,6 +127,13 @@ STORE_DEFAULTS = {
     "maxHashSlotNum": "64",
     "maxIndexNum": "256",
     "cleanResourceInterval": "500",
+    # Retention deletes nothing in a run: the checker counts every acknowledged message in the
+    # final drain from offset 0, and under the disk-full nemesis (a tmpfs filled to ENOSPC) the
+    # usual ratios would have the members delete data files whose messages the consumers had
+    # taken (a deletion by design, not a loss). A full disk still refuses writes (the warning
+    # level, 90 %).
+    "diskMaxUsedSpaceRatio": "100",
+    "diskSpaceCleanForciblyRatio": "100",
 }
 
 
