@@ -194,6 +194,7 @@ class RaftGroupLog:
         self._sent_cache_bytes = 0
         self._state = LogState(Role.FOLLOWER, 0, config.self_id, None, None)
         self._callbacks: list[Callable[[LogState], None]] = []
+        self._commit_callbacks: list[Callable[[], None]] = []
         self._state_changed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._unflushed = False  # written since the paced flusher's last fsync (APPENDED acks)
@@ -342,6 +343,11 @@ class RaftGroupLog:
 
     def on_state_change(self, callback: Callable[[LogState], None]) -> None:
         self._callbacks.append(callback)
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """``callback()`` on the log's loop each time the committed position advances (a
+        follower's dispatch learns of the leader's commits this way, with no polling)."""
+        self._commit_callbacks.append(callback)
 
     def follower_match_indexes(self) -> dict[str, int] | None:
         """Retention's read-only view (rocketq.store.dledger_retention): on the leader, each
@@ -554,6 +560,11 @@ class RaftGroupLog:
             self._committed_pos = store.committed_pos
             if self._elog is not None:
                 self._elog.commit(action.entries[-1].index, action.entries[-1].term)
+            for callback in self._commit_callbacks:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("raft commit callback failed")
         elif isinstance(action, ProposalResult):
             self._answer(action)
         elif isinstance(action, PersistHardState):

@@ -15,7 +15,8 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
 CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
-carry no record.
+carry no record. It is woken by local puts and by every advance of the commit (the log's
+``on_commit``, a follower's too).
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
 #: entries whose requests are dispatched together (per-entry parsing, one dispatcher call)
 _ENTRIES_PER_WINDOW = 1024
-#: how often dispatch looks for newly committed entries when no local append woke it
+#: how often dispatch looks for newly committed entries when no local append woke it, for a log
+#: that cannot say when its commit advances; a log that can (``on_commit``: the Raft driver)
+#: wakes dispatch itself, and the look is then a fallback only (COMMIT_WAKE_FALLBACK_S)
 FOLLOWER_POLL_S = 0.1
+COMMIT_WAKE_FALLBACK_S = 1.0
 
 
 class DLedgerReputService(ReputMessageService):
@@ -76,8 +80,9 @@ class DLedgerReputService(ReputMessageService):
             roll_next_file=commitlog.roll_next_file,
             min_offset=lambda: commitlog.divided_offset,
             delay_levels=delay_levels,
-            # entries a leader commits on a follower arrive without a local put to wake it
-            idle_wait_s=FOLLOWER_POLL_S,
+            # entries a leader commits on a follower arrive without a local put to wake it: the
+            # log's commit callback wakes it where there is one, else it looks now and then
+            idle_wait_s=COMMIT_WAKE_FALLBACK_S if hasattr(ledger, "on_commit") else FOLLOWER_POLL_S,
         )
         self._ledger = ledger
 
@@ -210,6 +215,16 @@ class DLedgerMessageStore(MessageStore):
         assert self.reput is not None
         # every committed append wakes dispatch, whatever the flush type (no group commit here)
         self.commitlog.append_listener = self.reput.wakeup
+        on_commit = getattr(self.ledger, "on_commit", None)
+        if on_commit is not None:
+            # so does every advance of the commit, a follower's too (called on the log's loop:
+            # the current listener, which the broker replaces with its loop's coalesced wake-up)
+            on_commit(self._commit_advanced)
+
+    def _commit_advanced(self) -> None:
+        listener = self.commitlog.append_listener
+        if listener is not None and self.started:
+            listener()
 
     def quorum_put(self) -> Callable[[Sequence[BrokerMessage]], Awaitable[PutMessageResult]] | None:
         """:meth:`put_messages_async` when a put waits for a quorum (a Raft group); None for a
