@@ -260,21 +260,22 @@ class Broker:
         assert store.reput is not None
         store.reput.arrival_listeners.append(hold.arrival_listener)
         if store.commitlog.append_listener == store.reput.wakeup:  # ASYNC_FLUSH: woken by appends
-            # sends are put on the loop thread: one dispatch wake-up per loop iteration, after the
-            # iteration's acknowledgements are written, instead of one per message (and in
-            # DLedger mode at most one per DISPATCH_WAKE_INTERVAL_S); a small window is
-            # dispatched there by the loop itself (not in DLedger mode, whose dispatch stays
-            # on its thread)
-            interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
+            # sends are put on the loop thread: a small window is dispatched there by the loop
+            # itself, after the acknowledgements of its iteration are written, at most once per
+            # inline_dispatch_interval_ms while puts keep coming (a window shares its fixed
+            # cost among the sends of several iterations); a larger one wakes the dispatch
+            # thread as often. DLedger mode wakes its thread at most once per
+            # DISPATCH_WAKE_INTERVAL_S
+            thread_interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
             inline_bytes = store.config.inline_dispatch_max_bytes
+            inline = inline_bytes > 0 and not thread_interval
+            interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
             store.commitlog.append_listener = LoopWakeup(
                 asyncio.get_running_loop(),
                 reput.wakeup,
                 interval,
-                on_loop=functools.partial(reput.dispatch_inline, inline_bytes)
-                if inline_bytes > 0 and not interval
-                else None,
+                on_loop=functools.partial(reput.dispatch_inline, inline_bytes) if inline else None,
             )
         elif (
             store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
