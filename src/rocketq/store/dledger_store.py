@@ -221,11 +221,14 @@ class DLedgerMessageStore(MessageStore):
         return _first_data_file(directory)
 
     def _resume_dispatch(self, divided: int, rebuilt_queues: bool) -> int:
-        """Cut the ConsumeQueue units and index entries that may be incomplete or uncommitted and
-        return where dispatch resumes: the checkpoint's dispatched position (every record before
-        it had its unit and index entries flushed before the checkpoint was written), no further
-        than the committed position. Falls back to rebuilding the replicated part from
-        ``divided`` when that position is missing or does not fit this log (logged)."""
+        """Cut the ConsumeQueue units that may be incomplete or uncommitted and return where
+        dispatch resumes: the checkpoint's dispatched position R (every record before it had its
+        unit and index entries flushed before the checkpoint was written: ``flush_logics``), no
+        further than the committed position. Units at or after R are cut (a queue's tail may
+        have reached the disk without another's), index files holding an offset at or after the
+        committed position are destroyed (their records are indexed again). Falls back to
+        rebuilding the replicated part from ``divided`` when R is missing or does not fit this
+        log (logged)."""
         cp = self.checkpoint
         committed = self.commitlog.max_offset
         saved = cp.dispatched_phy_offset if cp is not None else -1
@@ -250,10 +253,14 @@ class DLedgerMessageStore(MessageStore):
         if why is None:
             self.consume_queues.truncate_dirty(start)
             if self.index_service is not None:
-                self.index_service.discard_beyond(start)
+                # Index entries below the committed position name records that stay, and the
+                # index skips records below its last one; cutting at ``start`` would destroy
+                # whole index files and index their records again.
+                self.index_service.discard_beyond(committed)
             why = self._last_unit_problem(max(divided, self._first_entry_pos() or 0))
         if why is not None:
-            log.warning("%s: rebuilding ConsumeQueues and index of the entries from %d", why, divided)
+            level = logging.WARNING if committed > divided else logging.INFO  # INFO: no entries yet
+            log.log(level, "%s: rebuilding ConsumeQueues and index of the entries from %d", why, divided)
             start = divided
             self.consume_queues.truncate_dirty(divided)
             if self.index_service is not None:
