@@ -9,9 +9,13 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    file at ``divided_offset``, and start it on its event loop: a loop thread of its own, or the
    broker's loop (:meth:`DLedgerMessageStore.run_ledger_on`; the store is then opened in a
    worker thread while that loop runs);
-3. rebuild the ConsumeQueues and the index of the replicated part from the committed entries
-   (the old CommitLog's recovery already cut the units past its end), then the queue-offset
-   table from the ConsumeQueues.
+3. resume dispatch (:meth:`DLedgerMessageStore._resume_dispatch`; the old CommitLog's recovery
+   leaves the replicated part's units and index files alone) at R, the checkpoint's dispatched
+   position, no further than the committed position: the ConsumeQueues and the index were
+   flushed up to R before it was written. Units at or past R are cut and dispatched again,
+   index files past the committed position are destroyed; without a usable R (missing, below
+   the entries, not an entry start, a queue's last unit not its record) the replicated part is
+   rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
 CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
