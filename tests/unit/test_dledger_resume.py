@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import struct
 
 import pytest
@@ -148,10 +149,15 @@ def test_units_past_the_committed_position_are_cut(dl_config: StoreConfig) -> No
     assert all(off + size <= r.physical_offset + r.size for off, size in units(dl_config, 0))
 
 
-@pytest.mark.parametrize("why", ["missing", "not an entry start"])
+@pytest.mark.parametrize("why", ["missing", "not an entry start", "no consumequeue", "no index"])
 def test_an_unusable_checkpoint_rebuilds_everything(dl_config: StoreConfig, why: str) -> None:
     offsets = fill(dl_config, 200)
-    set_dispatched(dl_config, -1 if why == "missing" else offsets[100] - fmt.BODY_OFFSET + 7)
+    if why in ("missing", "not an entry start"):
+        set_dispatched(dl_config, -1 if why == "missing" else offsets[100] - fmt.BODY_OFFSET + 7)
+    else:  # what an operator deletes to have them built again
+        shutil.rmtree(os.path.join(dl_config.store_path_root_dir, why.split()[1]))
     with open_message_store(dl_config) as s:
         assert s.reput is not None and s.reput.dispatched_records == 200
         assert bodies(s, 0) == expect(200, 0) and bodies(s, 1) == expect(200, 1)
+        found = s.query_messages_by_key("T", "k7").messages
+        assert [m.body for m in found] == [b"m7"]

@@ -244,6 +244,8 @@ class DLedgerMessageStore(MessageStore):
             why = f"the checkpoint's dispatched position {saved} is below the entries' start {divided}"
         elif rebuilt_queues:
             why = "the old CommitLog's recovery rebuilt ConsumeQueues"
+        elif start > divided and self.consume_queues.max_physic_offset() < divided:
+            why = "no ConsumeQueue holds a unit of the entries (deleted?)"
         else:
             at = self._entry_at_or_after(start)
             if at is None and start < committed:
@@ -270,8 +272,12 @@ class DLedgerMessageStore(MessageStore):
             if self.index_service is not None:
                 self.index_service.discard_beyond(divided)
             return divided
-        if self.index_service is not None and self.index_service.rebuild_from is not None:
-            start = max(divided, min(start, self.index_service.rebuild_from))
+        index = self.index_service
+        if index is not None and self._index_dir_missing:
+            log.info("no index directory: indexing the entries again from %d", divided)
+            start = divided  # the ConsumeQueues skip the units they hold
+        elif index is not None and index.rebuild_from is not None:
+            start = max(divided, min(start, index.rebuild_from))
         log.info("resuming dispatch at %d (checkpoint %d, committed %d)", start, saved, committed)
         return start
 
