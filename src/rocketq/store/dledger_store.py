@@ -9,9 +9,13 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    file at ``divided_offset``, and start it on its event loop: a loop thread of its own, or the
    broker's loop (:meth:`DLedgerMessageStore.run_ledger_on`; the store is then opened in a
    worker thread while that loop runs);
-3. rebuild the ConsumeQueues and the index of the replicated part from the committed entries
-   (the old CommitLog's recovery already cut the units past its end), then the queue-offset
-   table from the ConsumeQueues.
+3. resume dispatch (:meth:`DLedgerMessageStore._resume_dispatch`; the old CommitLog's recovery
+   leaves the replicated part's units and index files alone) at R, the checkpoint's dispatched
+   position, no further than the committed position: the ConsumeQueues and the index were
+   flushed up to R before it was written. Units at or past R are cut and dispatched again,
+   index files past the committed position are destroyed; without a usable R (missing, below
+   the entries, not an entry start, a queue's last unit not its record) the replicated part is
+   rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
 CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
@@ -177,7 +181,9 @@ class DLedgerMessageStore(MessageStore):
         )
 
     def _load_and_recover(self) -> None:
+        rebuilt = self.stats.queues_rebuilt
         super()._load_and_recover()  # the old CommitLog: recovered, dispatched, units past it cut
+        rebuilt_queues = self.stats.queues_rebuilt > rebuilt
         cl = self.commitlog
         divided = self._pad_old_commitlog()
         spec = self.ledger_spec(divided)
@@ -195,20 +201,118 @@ class DLedgerMessageStore(MessageStore):
         cl.attach(ledger, loop, divided)
         if divided > 0 and cl.queue.last() is None:
             log.info("DLedger entries start at %d (no old CommitLog segments)", divided)
-        # Rebuild what the replicated part contributes to the ConsumeQueues and the index.
-        self.consume_queues.truncate_dirty(divided)
-        if self.index_service is not None:
-            self.index_service.discard_beyond(divided)
         self.reput = DLedgerReputService(cl, ledger, self._dispatchers(), delay_levels=self.delay_levels)
-        self.reput.reput_from_offset = divided
+        start = self._resume_dispatch(divided, rebuilt_queues)
+        # the old CommitLog's recovery set these before the entries were readable
+        self.consume_queues.correct_min_offsets(max(0, cl.min_offset))
+        self.reput.reput_from_offset = start
         dispatched = self.reput.do_reput()
         log.info(
-            "DLedger CommitLog from %d, committed up to %d: %d records dispatched",
+            "DLedger CommitLog from %d, committed up to %d: %d records dispatched from %d",
             divided,
             cl.max_offset,
             dispatched,
+            start,
         )
         self.recover_topic_queue_table()
+
+    def _replicated_logics_from(self) -> int | None:
+        """Where the entries start (the old CommitLog's last segment's end, or the entry store's
+        first data file): the old CommitLog's recovery leaves units and index entries from there
+        on to :meth:`_resume_dispatch`. None when there are no entries yet."""
+        last = self.commitlog.queue.last()
+        if last is not None:
+            return last.file_from_offset + last.file_size
+        spec = self.ledger_spec(0)
+        directory = os.path.join(spec.base_dir, f"dledger-{spec.self_id}", "data")
+        if not os.path.isdir(directory) or not any(n.isdigit() for n in os.listdir(directory)):
+            return None
+        return _first_data_file(directory)
+
+    def _resume_dispatch(self, divided: int, rebuilt_queues: bool) -> int:
+        """Cut the ConsumeQueue units that may be incomplete or uncommitted and return where
+        dispatch resumes: the checkpoint's dispatched position R (every record before it had its
+        unit and index entries flushed before the checkpoint was written: ``flush_logics``), no
+        further than the committed position. Units at or after R are cut (a queue's tail may
+        have reached the disk without another's), index files holding an offset at or after the
+        committed position are destroyed (their records are indexed again). Falls back to
+        rebuilding the replicated part from ``divided`` when R is missing or does not fit this
+        log (logged)."""
+        cp = self.checkpoint
+        committed = self.commitlog.max_offset
+        saved = cp.dispatched_phy_offset if cp is not None else -1
+        why = None
+        start = min(saved, committed)
+        if saved < 0:
+            why = "the checkpoint holds no dispatched position"
+        elif saved < divided:
+            why = f"the checkpoint's dispatched position {saved} is below the entries' start {divided}"
+        elif rebuilt_queues:
+            why = "the old CommitLog's recovery rebuilt ConsumeQueues"
+        elif start > divided and self.consume_queues.max_physic_offset() < divided:
+            why = "no ConsumeQueue holds a unit of the entries (deleted?)"
+        else:
+            at = self._entry_at_or_after(start)
+            if at is None and start < committed:
+                why = f"no committed entry at or after the checkpoint's dispatched position {start}"
+            elif at is not None and at != start:
+                if at == self._first_entry_pos():
+                    log.info("dispatched position %d is below the first retained entry %d", start, at)
+                    start = at
+                else:
+                    why = f"the checkpoint's dispatched position {start} is not where an entry starts"
+        if why is None:
+            self.consume_queues.truncate_dirty(start)
+            if self.index_service is not None:
+                # Index entries below the committed position name records that stay, and the
+                # index skips records below its last one; cutting at ``start`` would destroy
+                # whole index files and index their records again.
+                self.index_service.discard_beyond(committed)
+            why = self._last_unit_problem(max(divided, self._first_entry_pos() or 0))
+        if why is not None:
+            level = logging.WARNING if committed > divided else logging.INFO  # INFO: no entries yet
+            log.log(level, "%s: rebuilding ConsumeQueues and index of the entries from %d", why, divided)
+            start = divided
+            self.consume_queues.truncate_dirty(divided)
+            if self.index_service is not None:
+                self.index_service.discard_beyond(divided)
+            return divided
+        index = self.index_service
+        if index is not None and self._index_dir_missing:
+            log.info("no index directory: indexing the entries again from %d", divided)
+            start = divided  # the ConsumeQueues skip the units they hold
+        elif index is not None and index.rebuild_from is not None:
+            start = max(divided, min(start, index.rebuild_from))
+        log.info("resuming dispatch at %d (checkpoint %d, committed %d)", start, saved, committed)
+        return start
+
+    def _last_unit_problem(self, readable_from: int) -> str | None:
+        """Why the last unit of some queue disagrees with its record (a unit at or after
+        ``readable_from``), or None: a ConsumeQueue left by another log is not resumed."""
+        for cq in self.consume_queues:
+            high = cq.max_offset_in_queue
+            if high <= cq.min_offset_in_queue:
+                continue
+            unit = cq.get_unit(high - 1)
+            if unit is None or unit.offset < readable_from:
+                continue
+            problem = self._unit_problem(cq, high - 1)
+            if problem is not None:
+                return f"the last unit of {cq.topic}-{cq.queue_id} disagrees with its record ({problem})"
+        return None
+
+    def _entry_at_or_after(self, pos: int) -> int | None:
+        """The position of the first committed entry at or after ``pos`` (None: none)."""
+        assert self.ledger is not None
+        for at, _ in self.ledger.entries_from(pos):
+            return at
+        return None
+
+    def _first_entry_pos(self) -> int | None:
+        entries = self._entry_store()
+        if entries is None or entries.ledger_begin_index < 0:
+            return None
+        return entries.pos_at(entries.ledger_begin_index)
 
     def _start_services(self) -> None:
         super()._start_services()

@@ -140,13 +140,20 @@ class StoreRecovery:
         plan = self.recovery.plan
         self.quarantined = list_quarantined(self.quarantine_dir)
         process = plan.process_offset
-        if self.index_service is not None:
-            self.index_service.discard_beyond(process)
+        keep = self._replicated_logics_from()
+        index = self.index_service
+        if index is not None and (keep is None or index.max_phy_offset < keep):
+            index.discard_beyond(process)
         if not self.commitlog.queue.files:
-            self.consume_queues.destroy()
+            if keep is None:
+                self.consume_queues.destroy()
         elif plan.cut_queues:
-            log.warning("ConsumeQueues point past the CommitLog end %d; truncating them", process)
-            self.consume_queues.truncate_dirty(process)
+            # units at or past ``keep`` belong to the replicated part, which its owner checks
+            dirty = [q for q in self.consume_queues if keep is None or q.max_physic_offset < keep]
+            if dirty:
+                log.warning("ConsumeQueues point past the CommitLog end %d; truncating them", process)
+            for q in dirty:
+                q.truncate_dirty_logic_files(process)
         self.consume_queues.correct_min_offsets(max(0, self.commitlog.min_offset))
         self.commitlog.topic_queue_table.clear()
         self.commitlog.topic_queue_table.update(self.consume_queues.max_offsets())
@@ -165,7 +172,7 @@ class StoreRecovery:
         caught_up = self.reput.do_reput()
         if caught_up:
             log.info("re-dispatched %d records after recovery", caught_up)
-        damaged = self._check_consume_queues(plan.start_offset)
+        damaged = self._check_consume_queues(plan.start_offset, keep)
         # What the CommitLog's re-verified range says each queue's next offset is: a queue that
         # ends before that was cut short, and no new send may get an offset it already holds.
         log_next = dict(plan.queue_next)
@@ -200,17 +207,20 @@ class StoreRecovery:
         data = self.commitlog.read(unit.offset, unit.size) if unit.size > 0 else None
         return unit_mismatch(data, unit.offset, unit.size, cq.topic.encode(), cq.queue_id, index)
 
-    def _check_consume_queues(self, tail_from: int) -> dict[tuple[str, int], str]:
+    def _check_consume_queues(self, tail_from: int, keep: int | None = None) -> dict[tuple[str, int], str]:
         """The queues recovery must rebuild, with why: structural damage found by their recovery,
         a first or last unit that disagrees with its record, and after an abnormal stop any of the
         last :data:`_CRASH_CHECK_UNITS` units pointing at or after ``tail_from`` (the range the
         CommitLog scan re-verified) that does (units a crash can have torn are the last written;
-        reads check every unit)."""
+        reads check every unit). Queues with units at or past ``keep`` (the replicated part, not
+        readable yet) are checked for structural damage only."""
         out: dict[tuple[str, int], str] = {}
         for cq in self.consume_queues:
             key = (cq.topic, cq.queue_id)
             if cq.damaged:
                 out[key] = cq.damaged
+                continue
+            if keep is not None and cq.max_physic_offset >= keep:
                 continue
             low, high = cq.min_offset_in_queue, cq.max_offset_in_queue
             if high <= low:
@@ -313,6 +323,11 @@ class StoreRecovery:
         return choose_abnormal_start(
             self.commitlog.queue.files, cp.min_timestamp_index() if safe else cp.min_timestamp()
         )
+
+    def _replicated_logics_from(self) -> int | None:
+        """Where a replicated part of the CommitLog starts, whose ConsumeQueue units and index
+        entries the recovery of the local CommitLog leaves alone (DLedger mode); None here."""
+        return None
 
     def _record_start_before(self, phy_offset: int) -> int | None:
         if phy_offset <= 0:
