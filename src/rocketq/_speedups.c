@@ -1616,9 +1616,8 @@ static void put_be64(unsigned char *p, int64_t v) {
     }
 }
 
-/* items[i] as a long long within [lo, hi]; -1 (no exception) when it is not */
-static int item_in(PyObject *list, Py_ssize_t i, long long lo, long long hi, long long *out) {
-    PyObject *v = PyList_GET_ITEM(list, i);
+/* v as a long long within [lo, hi]; -1 (no exception) when it is not an exact int there */
+static int long_in(PyObject *v, long long lo, long long hi, long long *out) {
     if (!PyLong_CheckExact(v)) return -1;
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -1628,6 +1627,11 @@ static int item_in(PyObject *list, Py_ssize_t i, long long lo, long long hi, lon
     }
     *out = x;
     return 0;
+}
+
+/* items[i] as a long long within [lo, hi]; -1 (no exception) when it is not */
+static int item_in(PyObject *list, Py_ssize_t i, long long lo, long long hi, long long *out) {
+    return long_in(PyList_GET_ITEM(list, i), lo, hi, out);
 }
 
 static PyObject *index_put_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1727,16 +1731,7 @@ done:
  * lies outside the range this loop handles exactly (the pure loop then takes the run and
  * raises what it raises). */
 static int tuple_ll(PyObject *t, Py_ssize_t j, long long lo, long long hi, long long *out) {
-    PyObject *v = PyTuple_GET_ITEM(t, j);
-    if (!PyLong_CheckExact(v)) return -1;
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred()) || x < lo || x > hi) {
-        PyErr_Clear();
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return long_in(PyTuple_GET_ITEM(t, j), lo, hi, out);
 }
 
 static PyObject *cq_pack_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
