@@ -88,15 +88,16 @@ class StoreConfig:
     #: and leaves a batch of 32 to the thread, which dispatches it on the other core while the
     #: loop answers (docs/benchmarks.md, "Dispatch on the loop").
     inline_dispatch_max_bytes: int = 4096
-    #: With a positive value the loop dispatches at most once per this interval while puts keep
-    #: coming (the first put after a quiet interval at once, later ones with the next window), so
-    #: one window takes the puts of several loop iterations: a window's fixed cost, most of a lone
-    #: record's dispatch, is shared (1 ms: about a third less broker CPU per send at one send in
-    #: flight, docs/benchmarks.md "Dispatch windows of 1 ms"). Records then reach the
-    #: ConsumeQueues up to this much later after their send is answered, as behind RocketMQ's
-    #: ReputMessageService, which looks every 1 ms. 0 (the default): every loop iteration that
-    #: put records, so a consumer or an offset query that follows an answered send finds it.
-    inline_dispatch_interval_ms: int = 0
+    #: While puts keep coming the loop dispatches at most once per this interval (the first put
+    #: after a quiet interval at once, later ones with the next window), so one window takes the
+    #: puts of several loop iterations: a window's fixed cost, most of a lone record's dispatch,
+    #: is shared (1 ms: a third to a half less broker CPU per send at one send in flight,
+    #: docs/benchmarks.md "Dispatch windows of 1 ms"), as RocketMQ's ReputMessageService, which
+    #: looks every 1 ms, batches. Readers do not see the delay: a read of the ConsumeQueues or
+    #: the index first dispatches a window still waiting (``StoreQueries.dispatch_window``), so
+    #: an offset query or pull that follows an answered send finds it; held long-polling pulls
+    #: are woken at most this much later. 0: every loop iteration that put records.
+    inline_dispatch_interval_ms: int = 1
     #: Longest a put waits for dispatch to catch up before failing with SystemBusy.
     put_message_timeout_ms: int = 8000
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 
 import pytest
-from test_broker_server import dispatched, run, running_broker
+from test_broker_server import decode_records, dispatched, run, running_broker
 
 from _support.requests import create_topic_request, pull_request, send_request
 from _support.wait import wait_until_async
@@ -19,6 +20,7 @@ from rocketq.broker.server import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import Message
+from rocketq.remoting import RequestCode, create_request
 from rocketq.store import PutMessageStatus
 from rocketq.store.record_scan import DispatchRequest
 
@@ -108,10 +110,78 @@ def test_sends_within_one_interval_share_a_window(store_config: StoreConfig, int
             for i in range(4):
                 answer = await client.invoke(addr, send_request(TOPIC, b"m%d" % i))
                 assert answer.code == ResponseCode.SUCCESS
+            cq = store.consume_queues.find(TOPIC, 0)
+            assert cq is not None
             if interval_ms:
-                assert store.get_max_offset(TOPIC, 0) == 1  # the four wait for the next window
+                assert cq.max_offset_in_queue == 1  # the four wait for the next window
+                assert store.dispatch_window is not None and store.dispatch_window.pending
+            else:
+                assert store.dispatch_window is None
+            # a read takes the waiting window (here at once, not at the interval's end)
             await wait_until_async(lambda: store.get_max_offset(TOPIC, 0) == 5, "the five dispatched", 10)
             assert windows.sizes == ([1, 4] if interval_ms else [1, 1, 1, 1, 1])
+
+    run(main())
+
+
+def test_reads_after_an_answered_send_take_the_waiting_window(store_config: StoreConfig) -> None:
+    """With dispatch windows (an interval far longer than the test), the offset query, the pull
+    and the key query that follow answered sends find them: each read takes the window still
+    waiting for its time, on the loop; a read from another thread waits for the dispatch
+    thread to take it. Without the reads' settling every assertion after the sends fails."""
+    cfg = dataclasses.replace(
+        store_config, flush_disk_type="ASYNC_FLUSH", inline_dispatch_interval_ms=600_000
+    )
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, _wake = watch(broker)
+            store = broker.store
+            assert store is not None and store.dispatch_window is not None
+            first = await client.invoke(addr, send_request(TOPIC, b"first"))
+            assert first.code == ResponseCode.SUCCESS  # after a quiet interval: dispatched at once
+            await wait_until_async(lambda: windows.records == 1, "the first dispatched", 10)
+            for i in range(3):
+                answer = await client.invoke(
+                    addr, send_request(TOPIC, b"m%d" % i, properties={"KEYS": f"k{i}"})
+                )
+                assert answer.code == ResponseCode.SUCCESS
+            assert store.dispatch_window.pending and windows.records == 1  # waiting for its time
+            max_offset = await client.invoke(
+                addr, create_request(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
+            )
+            assert max_offset.code == ResponseCode.SUCCESS and max_offset.ext_fields["offset"] == "4"
+            assert windows.sizes == [1, 3] and not store.dispatch_window.pending
+
+            await client.invoke(addr, send_request(TOPIC, b"pulled", properties={"KEYS": "kp"}))
+            pulled = await client.invoke(addr, pull_request(TOPIC, 4))
+            assert pulled.code == ResponseCode.SUCCESS
+            assert [m.body for m in decode_records(pulled.body)] == [b"pulled"]
+
+            await client.invoke(addr, send_request(TOPIC, b"keyed", properties={"KEYS": "wanted"}))
+            query = create_request(
+                RequestCode.QUERY_MESSAGE,
+                {
+                    "topic": TOPIC,
+                    "key": "wanted",
+                    "maxNum": 32,
+                    "beginTimestamp": 0,
+                    "endTimestamp": time.time_ns() // 1_000_000 + 1000,
+                },
+            )
+            found = await client.invoke(addr, query)
+            assert found.code == ResponseCode.SUCCESS, found.remark
+            assert [m.body for m in decode_records(found.body)] == [b"keyed"]
+
+            await client.invoke(addr, send_request(TOPIC, b"elsewhere"))
+            assert store.dispatch_window.pending
+            # a read from another thread (a worker, the dashboard's HTTP thread)
+            assert await asyncio.to_thread(store.get_max_offset, TOPIC, 0) == 7
+            assert windows.threads[-1] == "ReputMessageService"
+            assert windows.records == 7
 
     run(main())
 

@@ -254,3 +254,44 @@ def test_store_dispatch_and_held_pulls_through_the_coalesced_hand_offs(tmp_path:
 
     with MessageStore(cfg) as store:
         asyncio.run(main(store))
+
+
+def test_settle_runs_a_waiting_wake_up_now_and_once() -> None:
+    """``settle`` on the loop runs the wake-up waiting for the interval's timer at once and
+    cancels the timer (the work is not done twice); with nothing pending it does nothing; from
+    another thread it calls ``settle_elsewhere`` and leaves the loop's callback alone."""
+    interval = 600.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fired: list[str] = []
+        elsewhere: list[str] = []
+        wake = LoopWakeup(
+            loop,
+            lambda: fired.append(threading.current_thread().name),
+            min_interval_s=interval,
+            settle_elsewhere=lambda: elsewhere.append(threading.current_thread().name),
+        )
+        wake.settle()
+        assert fired == [] and elsewhere == []  # nothing pending
+        wake()  # after a quiet interval: at the end of this iteration
+        assert wake.pending
+        wake.settle()  # ... or now, when a read asks first
+        assert len(fired) == 1 and not wake.pending
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(fired) == 1  # the end-of-iteration callback was cancelled
+        wake()  # within the interval: waits for the timer
+        assert wake.pending and len(fired) == 1
+        await asyncio.to_thread(wake.settle)
+        assert elsewhere == [elsewhere[0]] and elsewhere[0] != threading.current_thread().name
+        assert len(fired) == 1 and wake.pending  # the loop's wake-up still waits
+        wake.settle()
+        assert len(fired) == 2 and not wake.pending
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(fired) == 2 and wake.wakeups == 2
+        wake()  # the next one waits for a new timer, not for the cancelled one
+        assert wake.pending and len(fired) == 2
+
+    asyncio.run(main())

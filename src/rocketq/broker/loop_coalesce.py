@@ -66,6 +66,8 @@ class LoopWakeup:
     """A ``wake()`` callable that, on the loop's thread, runs at most once per loop iteration."""
 
     __slots__ = (
+        "_elsewhere",
+        "_handle",
         "_hop",
         "_hopping",
         "_interval",
@@ -87,6 +89,7 @@ class LoopWakeup:
         *,
         on_loop: Callable[[], bool] | None = None,
         hop_from_threads: bool = False,
+        settle_elsewhere: Callable[[], object] | None = None,
     ) -> None:
         self._loop = loop
         self._wake = wake
@@ -99,6 +102,10 @@ class LoopWakeup:
         self._on_loop = on_loop
         self._thread_id = threading.get_ident()  # built on the loop's thread
         self._scheduled = False
+        #: the scheduled wake-up's handle (``call_soon`` or the interval's timer), for :meth:`settle`
+        self._handle: asyncio.Handle | None = None
+        #: what :meth:`settle` does when called from another thread while a wake-up is pending
+        self._elsewhere = settle_elsewhere
         #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
         self._interval = min_interval_s
         #: loop time before which a wake-up waits for the timer (with an interval)
@@ -122,12 +129,34 @@ class LoopWakeup:
             if self._interval:
                 delay = self._next_at - self._loop.time()
                 if delay > 0:
-                    self._loop.call_later(delay, self._fire)
+                    self._handle = self._loop.call_later(delay, self._fire)
                     return
-            self._loop.call_soon(self._fire)
+            self._handle = self._loop.call_soon(self._fire)
         except RuntimeError:  # the loop is closed: nobody will run the callback
             self._scheduled = False
             self._fire_now()
+
+    @property
+    def pending(self) -> bool:
+        """A wake-up is scheduled and has not run yet (appends wait for it)."""
+        return self._scheduled
+
+    def settle(self) -> None:
+        """Run a pending wake-up now instead of at its time, so that whatever reads next sees
+        the work it covers (the broker's reads of ConsumeQueues and the index, with a dispatch
+        interval). On the loop's thread the scheduled callback is cancelled and run here; from
+        another thread ``settle_elsewhere`` runs (the store waits, bounded, for the dispatch
+        thread, which it wakes); nothing when no wake-up is pending."""
+        if not self._scheduled:
+            return
+        if threading.get_ident() != self._thread_id:
+            if self._elsewhere is not None:
+                self._elsewhere()
+            return
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+        self._fire()
 
     def _hop_to_loop(self) -> None:
         if self._hopping:
@@ -145,6 +174,7 @@ class LoopWakeup:
 
     def _fire(self) -> None:
         self._scheduled = False
+        self._handle = None
         if self._interval:
             self._next_at = self._loop.time() + self._interval
         on_loop = self._on_loop

@@ -122,6 +122,9 @@ CHANNEL_SCAN_INTERVAL_S = 10.0
 STATS_SAMPLE_INTERVAL_S = 1.0
 #: How long shutdown waits for in-flight requests and worker-thread store calls.
 SHUTDOWN_DRAIN_TIMEOUT_S = 10.0
+#: How long a queue read from a thread other than the loop waits for a pending dispatch window
+#: (the dispatch thread, woken, takes it; it normally takes well under a millisecond).
+DISPATCH_SETTLE_WAIT_S = 0.5
 
 
 class Broker:
@@ -271,12 +274,18 @@ class Broker:
             inline = inline_bytes > 0 and not thread_interval
             interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
-            store.commitlog.append_listener = LoopWakeup(
+            window = LoopWakeup(
                 asyncio.get_running_loop(),
                 reput.wakeup,
                 interval,
                 on_loop=functools.partial(reput.dispatch_inline, inline_bytes) if inline else None,
+                settle_elsewhere=functools.partial(reput.catch_up, DISPATCH_SETTLE_WAIT_S),
             )
+            store.commitlog.append_listener = window
+            if inline and interval:
+                # a read of the queues or the index first takes a window still waiting for its
+                # time, so an answered send is visible to the offset query or pull after it
+                store.dispatch_window = window
         elif (
             store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
             and store.config.inline_dispatch_max_bytes > 0
@@ -472,6 +481,9 @@ class Broker:
             return
         if store.reput is not None and isinstance(store.commitlog.append_listener, LoopWakeup):
             store.commitlog.append_listener = store.reput.wakeup  # the loop is about to go
+        if store.dispatch_window is not None:
+            store.dispatch_window.settle()  # the records of a window still waiting, on the loop
+            store.dispatch_window = None
         store.flushed_dispatch_wake = None
         if store.reput is not None and self.ctx is not None:
             with contextlib.suppress(ValueError):

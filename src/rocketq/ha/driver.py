@@ -189,8 +189,10 @@ class RaftGroupLog:
         self._proposing: list[bytes] = []
         self._proposing_pos: list[int] = []
         self._raw: dict[int, tuple[int, bytes]] = {}  # the append being received: index -> (term, bytes)
-        # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check)
-        self._sent_cache: dict[int, bytes] = {}
+        # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check);
+        # ordered so that the oldest leaves in O(1): a plain dict's first key, after many pops
+        # from its front, is found by scanning the freed slots (15 µs per entry at 16 MiB)
+        self._sent_cache: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._sent_cache_bytes = 0
         self._state = LogState(Role.FOLLOWER, 0, config.self_id, None, None)
         self._callbacks: list[Callable[[LogState], None]] = []
@@ -617,11 +619,13 @@ class RaftGroupLog:
 
     def _cache_sent(self, index: int, raw: bytes) -> None:
         cache = self._sent_cache
+        old = cache.get(index)
+        if old is not None:
+            self._sent_cache_bytes -= len(old)
         cache[index] = raw
         self._sent_cache_bytes += len(raw)
         while self._sent_cache_bytes > SENT_CACHE_BYTES:
-            oldest = next(iter(cache))
-            self._sent_cache_bytes -= len(cache.pop(oldest))
+            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
 
     def _raw_entries(self, index: int, size: int) -> bytes:
         """The store's bytes of the entries from ``index`` on, ``size`` bytes in all (the

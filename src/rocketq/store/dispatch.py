@@ -175,6 +175,11 @@ class ReputMessageService(ServiceThread):
                 self._progress_waiters -= 1
         return True
 
+    def catch_up(self, timeout_s: float) -> bool:
+        """Block until every record readable now is dispatched (waking the thread), or the
+        timeout passes: what a read from another thread does while a window waits on the loop."""
+        return self.wait_dispatched(self._limit(), timeout_s)
+
     # -- work -------------------------------------------------------------------------------
     def on_start(self) -> None:
         log.info("ReputMessageService started at offset %d", self.reput_from_offset)

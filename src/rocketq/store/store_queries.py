@@ -16,6 +16,13 @@ size, tag hash) or an index entry to the CommitLog record it names; nothing here
   by key: the index's candidates, checked against the message's real keys (hash collisions
   are dropped); by time: a binary search of the queue on the records' store timestamps.
 * ``runtime_info`` and :class:`StoreStats`: the figures the broker reports.
+* Read your writes: where dispatch runs in windows (the broker's ``inline_dispatch_interval_ms``),
+  a record can be written and its send answered while its window still waits for its time.
+  Every read of a ConsumeQueue or the index here first settles such a pending window
+  (:attr:`StoreQueries.dispatch_window`, set by the broker): on the loop that owns it the window
+  is dispatched at once; from another thread the read waits, bounded, for the dispatch thread.
+  So an offset query, a lag figure or a pull that follows an answered send finds its message,
+  as without windows. With no window pending the check is one attribute test.
 
 :class:`StoreQueries` is a base class of :class:`~rocketq.store.message_store.MessageStore`; it
 holds no state of its own.
@@ -29,6 +36,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from rocketq.config import StoreConfig
 from rocketq.message import MessageExt, decode_offset_msg_id
@@ -50,6 +58,15 @@ _BODY_LEN = struct.Struct(">I")
 
 def _no_segment(offset: int) -> MappedFile | None:
     return None
+
+
+class _Settle(Protocol):
+    """A dispatch window that can be run before its time (see the module docstring)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    def settle(self) -> None: ...
 
 
 #: the façade's logger: read problems read as the store's
@@ -186,25 +203,36 @@ class StoreQueries:
     recovery_seconds: float
     quarantined: list[tuple[int, int, str]]
     rebuild_queues: Callable[[dict[tuple[str, int], str]], None]
+    #: the pending dispatch window to settle before a queue or index read (a
+    #: :class:`~rocketq.broker.loop_coalesce.LoopWakeup`); None: dispatch is not windowed
+    dispatch_window: _Settle | None = None
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind() if self.reput is not None else 0
 
     # -- consume queue reads ----------------------------------------------------------------
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         return self.consume_queues.find(topic, queue_id)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         return cq.max_offset_in_queue if cq is not None else 0
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         return cq.min_offset_in_queue if cq is not None else -1
 
     def get_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ semantics)."""
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return 0
@@ -221,11 +249,15 @@ class StoreQueries:
         return int.from_bytes(data[pos : pos + 8], "big", signed=True)
 
     def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq is not None else None
         return unit.offset if unit is not None else 0
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq is not None else None
         if unit is None or unit.size == FILLER_SIZE:
@@ -233,6 +265,8 @@ class StoreQueries:
         return self._store_time_of(unit.offset, unit.size) or -1
 
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return -1
@@ -256,6 +290,8 @@ class StoreQueries:
         Statuses and the next offset follow RocketMQ's rules for offsets outside ``[min, max)``.
         """
         self.stats.get_count += 1
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -387,12 +423,16 @@ class StoreQueries:
 
     # -- delayed delivery hooks -------------------------------------------------------------
     def schedule_queue_bounds(self, queue_id: int) -> tuple[int, int]:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
         if cq is None:
             return 0, 0
         return cq.min_offset_in_queue, cq.max_offset_in_queue
 
     def schedule_queue_units(self, queue_id: int, start: int, max_count: int) -> list[tuple[int, int, int]]:
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
         if cq is None:
             return []
@@ -448,6 +488,8 @@ class StoreQueries:
         message's real keys."""
         if self.index_service is None:
             return QueryMessageResult([], 0, 0)
+        if self.dispatch_window is not None and self.dispatch_window.pending:
+            self.dispatch_window.settle()
         end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1
         max_count = max(1, min(max_count, self.config.max_msgs_num_batch))
         found: dict[int, MessageExt] = {}
