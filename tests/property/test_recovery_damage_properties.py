@@ -161,6 +161,10 @@ def read_queues(store: MessageStore) -> dict[tuple[int, int], bytes]:
 # flipped byte in it cut that segment there, with the intact records after the flip.
 @example(damage=[(2, "truncate", 0.0, 1), (1, "flip", 0.5, 1), (0, "flip", 0.0, 1)], abort=True)
 @example(damage=[(0, "flip", 0.0, 1), (1, "flip", 0.5, 1), (2, "truncate", 0.0, 1)], abort=True)
+# Regression: with the first segment zeroed, the first record of queue 3 in the second segment
+# (queue offset 64) has the low half of its QUEUEOFFSET zeroed and claims 0; the rebuild kept
+# that claim and dropped the 13 intact records after it whose queue offsets it left no room for.
+@example(damage=[(1, "zero", 0.005, 4), (0, "truncate", 0.0, 1)], abort=False)
 def test_recovery_keeps_what_damage_did_not_touch(
     pristine: Pristine, damage: list[tuple[int, str, float, int]], abort: bool
 ) -> None:
