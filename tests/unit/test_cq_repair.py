@@ -65,6 +65,8 @@ def test_a_gap_the_bytes_between_can_hold_is_kept() -> None:
 
 
 def test_the_earlier_of_two_records_claiming_one_offset_is_kept() -> None:
+    # as dispatch keeps the first unit put at a queue offset; the damage property test's cases:
+    # a later record whose QUEUEOFFSET (or QUEUEID) was damaged to an intact record's
     units = [(0, 100, 0, 0), (100, 100, 0, 1), (200, 100, 0, 1), (300, 100, 0, 2)]
     assert dedupe(units) == ([units[0], units[1], units[3]], 1)
 
