@@ -161,6 +161,15 @@ def read_queues(store: MessageStore) -> dict[tuple[int, int], bytes]:
 # flipped byte in it cut that segment there, with the intact records after the flip.
 @example(damage=[(2, "truncate", 0.0, 1), (1, "flip", 0.5, 1), (0, "flip", 0.0, 1)], abort=True)
 @example(damage=[(0, "flip", 0.0, 1), (1, "flip", 0.5, 1), (2, "truncate", 0.0, 1)], abort=True)
+# Regression: with the first segment zeroed, the first record of queue 3 in the second segment
+# (queue offset 64) has the low half of its QUEUEOFFSET zeroed and claims 0; the rebuild kept
+# that claim and dropped the 13 intact records after it whose queue offsets it left no room for.
+@example(damage=[(1, "zero", 0.005, 4), (0, "truncate", 0.0, 1)], abort=False)
+# Regression: a later record claiming an intact record's queue offset (record 7's QUEUEOFFSET
+# zeroed to 0 in queue 3; record 362's QUEUEID zeroed to queue 0, where record 360 holds its
+# queue offset 90): the rebuild kept the later claim, so the intact record was not given.
+@example(damage=[(0, "zero", 0.02605492858449635, 2)], abort=False)
+@example(damage=[(0, "flip", 0.0, 1), (1, "zero", 0.40663734867692464, 4)], abort=False)
 def test_recovery_keeps_what_damage_did_not_touch(
     pristine: Pristine, damage: list[tuple[int, str, float, int]], abort: bool
 ) -> None:

@@ -27,6 +27,7 @@ so a queue offset is never given out twice.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import struct
 from collections.abc import Callable, Collection
@@ -155,22 +156,37 @@ def dedupe(units: list[Unit]) -> tuple[list[Unit], int]:
 
     QUEUEOFFSET is not covered by the body CRC, so a damaged record can claim any queue offset
     (a store written before queue offsets were kept unique can also hold two records with one).
-    In CommitLog order a queue's offsets strictly increase, so the longest strictly increasing
-    run of them is kept; a jump larger than the records that fit between two units (91 bytes is
-    the smallest record) is damage too."""
+    Two units of a queue, at physical offsets ``p1 < p2`` with queue offsets ``q1`` and ``q2``,
+    are consistent when ``q1 < q2`` and the records of the queue offsets from ``q1`` up to ``q2``
+    fit between them: each takes at least 91 bytes (the smallest record), so
+    ``91 * (q2 - q1) <= p2 - p1``. The largest set of pairwise consistent units is kept. Both
+    conditions are transitive, so it is the longest chain strictly increasing in the queue offset
+    and non-decreasing in ``p - 91 * q`` (which makes the physical offset increase too): units
+    sorted by queue offset, the later record first within one, and the longest non-decreasing
+    run of that value among them (patience sorting).
+
+    The whole set is weighed, not the first unit against the rest: a damaged record whose queue
+    offset is too small for its place (its queue's earlier records cut or quarantined) is the one
+    dropped, not every intact record after it that its claim leaves no room for. Of two records
+    claiming one queue offset that end equally long chains, the earlier is kept, as dispatch
+    keeps the first unit put at a queue offset."""
     if not units:
         return [], 0
-    # longest strictly increasing subsequence of the queue offsets (patience sorting)
-    tails: list[int] = []  # queue offset ending the best run of each length
+    slacks = [phy - _MIN_RECORD * queue_offset for phy, _size, _tags, queue_offset in units]
+    order: range | list[int] = range(len(units))
+    if any(a[3] >= b[3] for a, b in itertools.pairwise(units)):  # not in queue-offset order already
+        order = sorted(order, key=lambda i: (units[i][3], -units[i][0]))
+    tails: list[int] = []  # smallest p - 91 * q ending a chain of each length
     tail_at: list[int] = []  # index of that unit
     back = [-1] * len(units)
-    for i, unit in enumerate(units):
-        k = bisect.bisect_left(tails, unit[3])
+    for i in order:
+        slack = slacks[i]
+        k = bisect.bisect_right(tails, slack)
         if k == len(tails):
-            tails.append(unit[3])
+            tails.append(slack)
             tail_at.append(i)
         else:
-            tails[k] = unit[3]
+            tails[k] = slack
             tail_at[k] = i
         back[i] = tail_at[k - 1] if k else -1
     chain: list[int] = []
@@ -179,15 +195,7 @@ def dedupe(units: list[Unit]) -> tuple[list[Unit], int]:
         chain.append(i)
         i = back[i]
     chain.reverse()
-    kept: list[Unit] = []
-    for i in chain:
-        unit = units[i]
-        if kept:
-            prev = kept[-1]
-            if unit[3] - prev[3] - 1 > (unit[0] - prev[0]) // _MIN_RECORD:
-                continue
-        kept.append(unit)
-    return kept, len(units) - len(kept)
+    return [units[i] for i in chain], len(units) - len(chain)
 
 
 _MIN_RECORD = 91
