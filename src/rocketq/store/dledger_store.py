@@ -18,8 +18,11 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
-CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
-carry no record. It is woken by local puts and by every advance of the commit (the log's
+CommitLog record per entry body; NOOP entries carry no record. The bodies of up to 1,024
+entries are parsed as one joined window (one compiled scan, one batch to the ConsumeQueues and
+the index, as the plain dispatcher does with consecutive records), each record then placed at
+its entry's position plus the 48-byte header; a window that does not parse as one whole record
+per body is parsed entry by entry. It is woken by local puts and by every advance of the commit (the log's
 ``on_commit``, a follower's too).
 """
 
@@ -31,6 +34,8 @@ import logging
 import os
 import struct
 from collections.abc import Awaitable, Callable, Sequence
+
+import numpy as np
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
@@ -94,35 +99,68 @@ class DLedgerReputService(ReputMessageService):
         count = 0
         limit = self._limit()
         self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
-        if self.reput_from_offset < limit:
-            pending: list[DispatchRequest] = []
-            entries = 0
+        while self.reput_from_offset < limit and not self._stopped_hard:
+            window: list[tuple[int, bytes]] = []
             end = self.reput_from_offset
             for pos, body in self._ledger.entries_from(self.reput_from_offset):
                 nxt = pos + BODY_OFFSET + len(body)
                 if self._stopped_hard or nxt > limit:
                     break
-                if body:
-                    reqs, used, stop = parse_window(body, pos + BODY_OFFSET, self._delay_levels)
-                    if stop is rec.RecordKind.CORRUPT or used != len(body):
-                        log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
-                    if isinstance(reqs, DispatchBatch):
-                        count += self._dispatch(pending) + self._dispatch(reqs)
-                        pending = []
-                    else:
-                        pending.extend(reqs)
+                window.append((pos, body))
                 end = nxt
-                entries += 1
-                if entries >= _ENTRIES_PER_WINDOW:
-                    count += self._dispatch(pending)
-                    pending, entries = [], 0
-                    self.reput_from_offset = end
-                    self._notify_progress()
-            count += self._dispatch(pending)
+                if len(window) >= _ENTRIES_PER_WINDOW:
+                    break
+            if not window:
+                break
+            count += self._dispatch_entries(window)
             self.reput_from_offset = end
+            self._notify_progress()
         self.dispatched_records += count
         self._notify_progress()
         return count
+
+    def _dispatch_entries(self, window: list[tuple[int, bytes]]) -> int:
+        """Dispatch the records of a window of committed entries (NOOPs have empty bodies).
+
+        The bodies are parsed as one joined window, so the entries' records are dispatched as
+        one batch (columns, the compiled scan) as the plain dispatcher does with consecutive
+        records, and each record then gets its physical offset (its entry's position plus the
+        header) instead of its place in the joined bytes. That holds only when the parse found
+        exactly one whole record per body; anything else (damage, a body that is not one record)
+        is parsed entry by entry, which finds and logs it."""
+        positions = [pos for pos, body in window if body]
+        if not positions:
+            return 0
+        bodies = [body for _, body in window if body]
+        if len(bodies) > 1:
+            joined = b"".join(bodies)
+            reqs, used, stop = parse_window(joined, 0, self._delay_levels)
+            if stop is not rec.RecordKind.CORRUPT and used == len(joined) and len(reqs) == len(bodies):
+                if isinstance(reqs, DispatchBatch):
+                    sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+                    if np.array_equal(reqs.columns.size, sizes):
+                        reqs.commit_log_offset = np.array(positions, dtype=np.int64) + BODY_OFFSET
+                        return self._dispatch(reqs)
+                elif all(r.msg_size == len(b) for r, b in zip(reqs, bodies, strict=True)):
+                    for r, pos in zip(reqs, positions, strict=True):
+                        r.commit_log_offset = pos + BODY_OFFSET
+                    return self._dispatch(reqs)
+        return self._dispatch_each(positions, bodies)
+
+    def _dispatch_each(self, positions: list[int], bodies: list[bytes]) -> int:
+        """The records of the entries parsed one body at a time (the reference path)."""
+        count = 0
+        pending: list[DispatchRequest] = []
+        for pos, body in zip(positions, bodies, strict=True):
+            reqs, used, stop = parse_window(body, pos + BODY_OFFSET, self._delay_levels)
+            if stop is rec.RecordKind.CORRUPT or used != len(body):
+                log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
+            if isinstance(reqs, DispatchBatch):
+                count += self._dispatch(pending) + self._dispatch(reqs)
+                pending = []
+            else:
+                pending.extend(reqs)
+        return count + self._dispatch(pending)
 
 
 class DLedgerMessageStore(MessageStore):
