@@ -8,8 +8,10 @@ import zlib
 
 import pytest
 
+from rocketq.message import create_offset_msg_id, pack_socket_addr
 from rocketq.protocol.batch import encode_batch_entries
 from rocketq.speedups import COMPILED
+from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.packed_batch import PackedBatch, plan_batch
 
 pytestmark = pytest.mark.skipif(
@@ -89,3 +91,15 @@ def test_the_table_crc_is_zlibs() -> None:
     for n in (0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099):
         data = os.urandom(n)
         assert crc32(data) == zlib.crc32(data)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:10911", "[::1]:10911"])
+def test_a_results_ids_are_create_offset_msg_ids(host: str) -> None:
+    """``PutMessageResult.msg_ids`` writes the host's hex once: the same text as one
+    ``create_offset_msg_id`` per offset, for offsets up to the largest int64."""
+    store_host = pack_socket_addr(host)
+    offsets = [0, 1, 255, 4096, 2**32 + 7, 2**62, 2**63 - 1]
+    result = PutMessageResult((PutMessageStatus.PUT_OK, 0, 0, 0, 0, store_host, len(offsets), offsets))
+    assert result.msg_ids == [create_offset_msg_id(store_host, off) for off in offsets]
+    single = PutMessageResult((PutMessageStatus.PUT_OK, 4096, 100, 0, 0, store_host, 1, None))
+    assert single.msg_id == create_offset_msg_id(store_host, 4096)
