@@ -1780,6 +1780,269 @@ static PyObject *cq_pack_run(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(NLL)", packed, count, max_physic);
 }
 
+/* -- the broker's batch send: SEND_BATCH_MESSAGE body -> CommitLog records -----------------
+ *
+ *   batch_plan(data, suffix, shared)
+ *       -> (plan, count, body_bytes, props_bytes, max_body, max_props, max_body_plus_props) | None
+ *   batch_write(target, pos, base, now, store_host, sys_flag, born_ts, born_host, topic,
+ *               queue_id, queue_offset, data, plan, suffix) -> [physical offset of each record]
+ *
+ * batch_plan splits the batch body (rocketq.protocol.batch: TOTALSIZE, MAGICCODE, BODYCRC, FLAG,
+ * BODYLEN, body, PROPLEN, properties per message) and checks that every message is the usual one
+ * of a RocketMQ client that rocketq.broker.send_properties.properties_as_sent takes: ASCII
+ * properties, each piece one name\x01value\x02 with a non-empty name and value, no name twice,
+ * UNIQ_KEY there, CLUSTER and POP_CK not, every name of `shared` there; and none that a store
+ * would park (no "TIMER_", "__STARTDELIVERTIME\x01" or "DELAY\x01" anywhere in them). Its
+ * record's properties are then the text as it came plus `suffix` (the CLUSTER pair). The plan
+ * is five int64 per message: body start, body length, properties start, properties length,
+ * flag. None, with nothing raised, for anything else (a malformed body, other properties): the
+ * pure path then builds the messages and raises what it raises.
+ *
+ * batch_write packs the planned messages as V1 records (IPv4 born host) one after another at
+ * `pos` of `target` (the segment's mapped memory), exactly as CommitLog._put_batch_fast does:
+ * every record whole but the first, whose TOTALSIZE is written last (the batch's commit
+ * point). The caller holds the put lock, has checked every limit and that the records fit.
+ * BODYCRC is the CRC-32 of zlib (table-driven here) masked to 31 bits. */
+
+static uint32_t crc_table[8][256]; /* filled by crc_init() at import */
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_table[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][i] = c;
+        }
+    }
+}
+
+/* zlib.crc32(data) */
+static uint32_t crc32_of(const unsigned char *p, Py_ssize_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static PyObject *crc32_py(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = crc32_of((const unsigned char *)b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static int has_sub(const unsigned char *p, Py_ssize_t n, const char *s, Py_ssize_t m) {
+    for (Py_ssize_t i = 0; i + m <= n; i++)
+        if (p[i] == (unsigned char)s[0] && memcmp(p + i, s, (size_t)m) == 0) return 1;
+    return 0;
+}
+
+#define BATCH_MAX_PIECES 32
+
+/* 1 when the properties [p, p+n) are the usual ones (see above), else 0 */
+static int props_as_sent(const unsigned char *p, Py_ssize_t n, PyObject *shared) {
+    if (n <= 0 || p[n - 1] != 0x02) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] >= 0x80) return 0;
+    if (has_sub(p, n, "TIMER_", 6) || has_sub(p, n, "__STARTDELIVERTIME\x01", 19) || has_sub(p, n, "DELAY\x01", 6))
+        return 0;
+    Py_ssize_t key_at[BATCH_MAX_PIECES], key_len[BATCH_MAX_PIECES];
+    int pieces = 0, uniq = 0;
+    Py_ssize_t a = 0;
+    while (a < n) {
+        Py_ssize_t b = a, sep = -1;
+        while (p[b] != 0x02) {
+            if (p[b] == 0x01) {
+                if (sep >= 0) return 0; /* two separators in one piece */
+                sep = b;
+            }
+            b++;
+        }
+        if (sep <= a || sep + 1 >= b || pieces >= BATCH_MAX_PIECES) return 0;
+        Py_ssize_t kl = sep - a;
+        for (int j = 0; j < pieces; j++)
+            if (key_len[j] == kl && memcmp(p + key_at[j], p + a, (size_t)kl) == 0) return 0;
+        if ((kl == 7 && memcmp(p + a, "CLUSTER", 7) == 0) || (kl == 6 && memcmp(p + a, "POP_CK", 6) == 0)) return 0;
+        if (kl == 8 && memcmp(p + a, "UNIQ_KEY", 8) == 0) uniq = 1;
+        key_at[pieces] = a;
+        key_len[pieces] = kl;
+        pieces++;
+        a = b + 1;
+    }
+    if (!uniq) return 0;
+    Py_ssize_t ns = PyTuple_GET_SIZE(shared);
+    for (Py_ssize_t s = 0; s < ns; s++) {
+        PyObject *k = PyTuple_GET_ITEM(shared, s);
+        if (!PyBytes_CheckExact(k)) return 0;
+        Py_ssize_t kl = PyBytes_GET_SIZE(k);
+        int found = 0;
+        for (int j = 0; j < pieces && !found; j++)
+            found = key_len[j] == kl && memcmp(p + key_at[j], PyBytes_AS_STRING(k), (size_t)kl) == 0;
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+static PyObject *batch_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) || !PyTuple_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "batch_plan(data: bytes, suffix: bytes, shared: tuple[bytes, ...])");
+        return NULL;
+    }
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const Py_ssize_t end = PyBytes_GET_SIZE(args[0]);
+    PyObject *shared = args[2];
+    Py_ssize_t cap = end / 22 + 1;
+    PyObject *plan = PyBytes_FromStringAndSize(NULL, cap * 40);
+    if (plan == NULL) return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(plan);
+    Py_ssize_t pos = 0, count = 0;
+    long long body_bytes = 0, props_bytes = 0, max_body = 0, max_props = 0, max_payload = 0;
+    while (pos < end) {
+        if (end - pos < 22) goto decline;
+        int32_t total = be32(d + pos), flag = be32(d + pos + 12), body_len = be32(d + pos + 16);
+        Py_ssize_t body_start = pos + 20;
+        if (body_len < 0 || body_start + body_len + 2 > end) goto decline;
+        Py_ssize_t body_end = body_start + body_len;
+        int32_t prop_len = (int16_t)((d[body_end] << 8) | d[body_end + 1]);
+        Py_ssize_t prop_start = body_end + 2;
+        if (prop_len < 0 || prop_start + prop_len > end) goto decline;
+        if ((long long)total != 22LL + body_len + prop_len) goto decline;
+        if (!props_as_sent(d + prop_start, prop_len, shared)) goto decline;
+        unsigned char *e = out + count * 40;
+        put_be64(e, body_start);
+        put_be64(e + 8, body_len);
+        put_be64(e + 16, prop_start);
+        put_be64(e + 24, prop_len);
+        put_be64(e + 32, flag);
+        count++;
+        body_bytes += body_len;
+        props_bytes += prop_len;
+        if (body_len > max_body) max_body = body_len;
+        if (prop_len > max_props) max_props = prop_len;
+        if ((long long)body_len + prop_len > max_payload) max_payload = (long long)body_len + prop_len;
+        pos = prop_start + prop_len;
+    }
+    if (count == 0) goto decline;
+    if (_PyBytes_Resize(&plan, count * 40) < 0) return NULL;
+    return Py_BuildValue("(NnLLLLL)", plan, count, body_bytes, props_bytes, max_body, max_props, max_payload);
+decline:
+    Py_DECREF(plan);
+    Py_RETURN_NONE;
+}
+
+static PyObject *batch_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch_write(target, pos, base, now, store_host, sys_flag, born_ts, born_host, topic, "
+                        "queue_id, queue_offset, data, plan, suffix)");
+        return NULL;
+    }
+    long long v[7];
+    const int ints[7] = {1, 2, 3, 5, 6, 9, 10};
+    for (int j = 0; j < 7; j++) {
+        v[j] = PyLong_AsLongLong(args[ints[j]]);
+        if (v[j] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const long long pos0 = v[0], base = v[1], now = v[2], sys_flag = v[3], born_ts = v[4], qid = v[5], qoff = v[6];
+    PyObject *store_host = args[4], *born_host = args[7], *topic = args[8], *data = args[11], *plan = args[12],
+             *suffix = args[13];
+    if (!PyBytes_CheckExact(store_host) || !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8 ||
+        !PyBytes_CheckExact(topic) || PyBytes_GET_SIZE(topic) > 127 || !PyBytes_CheckExact(data) ||
+        !PyBytes_CheckExact(plan) || PyBytes_GET_SIZE(plan) % 40 || !PyBytes_CheckExact(suffix)) {
+        PyErr_SetString(PyExc_TypeError, "batch_write: bad argument types");
+        return NULL;
+    }
+    const Py_ssize_t sh = PyBytes_GET_SIZE(store_host), tl = PyBytes_GET_SIZE(topic), sl = PyBytes_GET_SIZE(suffix);
+    const Py_ssize_t n = PyBytes_GET_SIZE(plan) / 40;
+    const unsigned char *pl = (const unsigned char *)PyBytes_AS_STRING(plan);
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    const Py_ssize_t dlen = PyBytes_GET_SIZE(data);
+    const Py_ssize_t fixed = 72 + 8 + sh + 1 + 2 + tl + sl;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t bs = be64(pl + i * 40), bl = be64(pl + i * 40 + 8), ps = be64(pl + i * 40 + 16),
+                pn = be64(pl + i * 40 + 24);
+        if (bs < 0 || bl < 0 || ps < 0 || pn < 0 || bs + bl > dlen || ps + pn > dlen || pn + sl > 32767) {
+            PyErr_SetString(PyExc_ValueError, "batch_write: the plan does not fit the batch body");
+            return NULL;
+        }
+        total += fixed + bl + pn;
+    }
+    PyObject *offsets = PyList_New(n);
+    if (offsets == NULL) return NULL;
+    Py_buffer t;
+    if (PyObject_GetBuffer(args[0], &t, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    if (pos0 < 0 || pos0 + total > t.len) {
+        PyBuffer_Release(&t);
+        Py_DECREF(offsets);
+        PyErr_SetString(PyExc_ValueError, "batch_write: the records do not fit the target");
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)t.buf;
+    Py_ssize_t p = pos0;
+    int32_t first_len = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *e = pl + i * 40;
+        int64_t bs = be64(e), bl = be64(e + 8), ps = be64(e + 16), pn = be64(e + 24), flag = be64(e + 32);
+        int32_t len = (int32_t)(fixed + bl + pn);
+        PyObject *off = PyLong_FromLongLong(base + p);
+        if (off == NULL) {
+            PyBuffer_Release(&t);
+            Py_DECREF(offsets);
+            return NULL;
+        }
+        PyList_SET_ITEM(offsets, i, off);
+        unsigned char *r = out + p;
+        if (i == 0) first_len = len;
+        put_be32(r, i == 0 ? 0 : len);
+        put_be32(r + 4, (int32_t)0xDAA320A7u);
+        put_be32(r + 8, (int32_t)(crc32_of(d + bs, bl) & 0x7FFFFFFFu));
+        put_be32(r + 12, (int32_t)qid);
+        put_be32(r + 16, (int32_t)flag);
+        put_be64(r + 20, qoff + i);
+        put_be64(r + 28, base + p);
+        put_be32(r + 36, (int32_t)sys_flag);
+        put_be64(r + 40, born_ts);
+        memcpy(r + 48, PyBytes_AS_STRING(born_host), 8);
+        put_be64(r + 56, now);
+        memcpy(r + 64, PyBytes_AS_STRING(store_host), (size_t)sh);
+        unsigned char *q = r + 64 + sh;
+        put_be32(q, 0);      /* RECONSUMETIMES */
+        put_be64(q + 4, 0);  /* PreparedTransactionOffset */
+        put_be32(q + 12, (int32_t)bl);
+        memcpy(q + 16, d + bs, (size_t)bl);
+        q += 16 + bl;
+        *q++ = (unsigned char)tl;
+        memcpy(q, PyBytes_AS_STRING(topic), (size_t)tl);
+        q += tl;
+        *q++ = (unsigned char)((pn + sl) >> 8);
+        *q++ = (unsigned char)(pn + sl);
+        memcpy(q, d + ps, (size_t)pn);
+        memcpy(q + pn, PyBytes_AS_STRING(suffix), (size_t)sl);
+        p += len;
+    }
+    put_be32(out + pos0, first_len); /* commit point of the batch */
+    PyBuffer_Release(&t);
+    return offsets;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1801,6 +2064,13 @@ static PyMethodDef methods[] = {
      "rocketq.store.consume_queue.ConsumeQueue.put_units, compiled"},
     {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
      "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
+    {"batch_plan", (PyCFunction)(void (*)(void))batch_plan, METH_FASTCALL,
+     "batch_plan(data, suffix, shared): the messages of a batch send a RocketMQ client sends, planned "
+     "as records, or None"},
+    {"batch_write", (PyCFunction)(void (*)(void))batch_write, METH_FASTCALL,
+     "batch_write(target, pos, base, now, store_host, sys_flag, born_ts, born_host, topic, queue_id, "
+     "queue_offset, data, plan, suffix): a planned batch packed as CommitLog records"},
+    {"crc32", (PyCFunction)crc32_py, METH_O, "zlib.crc32(data), the table-driven CRC of batch_write"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1812,6 +2082,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    crc_init();
     st.empty_str = PyUnicode_FromStringAndSize("", 0);
     st.empty_bytes = PyBytes_FromStringAndSize("", 0);
     str_code = PyUnicode_InternFromString("code");

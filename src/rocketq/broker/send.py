@@ -122,6 +122,7 @@ from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import PutCallback
 from rocketq.store.flush import GroupCommitService
+from rocketq.store.packed_batch import plan_batch
 
 log = logging.getLogger(__name__)
 
@@ -540,6 +541,20 @@ class SendMessageProcessor:
         checked = sys_flag & CHECKED_SYS_FLAGS
         cluster = self.ctx.config.broker_cluster_name
         cluster_suffix = cluster_property(cluster)
+        if cluster_suffix is not None and not checked:
+            # the usual batch of a RocketMQ client: packed into the CommitLog from its body
+            packed = plan_batch(
+                request.body,
+                cluster_suffix,
+                tuple(k.encode() for k in shared),
+                topic=topic,
+                queue_id=queue_id,
+                sys_flag=sys_flag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+            )
+            if packed is not None:
+                return packed, queue_id, batch_props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         msgs: list[BrokerMessage] = []
         for index, (body, raw, flag) in enumerate(decode_batch_entries(request.body)):
             if checked:

@@ -43,6 +43,7 @@ from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueueStore
 from rocketq.store.dispatch import ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
+from rocketq.store.packed_batch import PackedBatch
 from rocketq.store.put_latency import PutLatencySampling
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport
@@ -406,33 +407,11 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         """Store a batch under one lock acquisition; consecutive queue offsets per queue."""
         began = self._put_begin()
         try:
-            # the Messages of a batch that nothing parks as put_message converts them, born at
-            # the same millisecond (a batch is handed over at once, as a broker stamps a
-            # MessageBatch)
-            inner: list[BrokerMessage] = []
-            add = inner.append
-            encode = _message.encode_properties
-            qid = queue_id or 0
-            born_at = _time_ns() // 1_000_000
-            born_host = self._born_host
-            parking = _PARKING_KEYS
-            for m in msgs:
-                if type(m) is Message and not m.delay_level and parking.isdisjoint(m.properties):
-                    add(
-                        BrokerMessage(
-                            m.topic,
-                            m.body,
-                            encode(m.all_properties()).encode(),
-                            qid,
-                            m.flag,
-                            0,
-                            born_at,
-                            born_host,
-                        )
-                    )
-                else:
-                    add(self._inner(m, queue_id))
-            r = self.commitlog.put_messages(inner)
+            if type(msgs) is PackedBatch and queue_id is None:
+                # a batch send as it arrived: its plan checked that nothing in it parks
+                r = self.commitlog.put_messages(msgs)
+            else:
+                r = self._put_converted(msgs, queue_id)
         except Exception:
             self.stats.put_failures += 1
             raise
@@ -443,6 +422,38 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         if began:
             self._put_timed(began)
         return r
+
+    def _put_converted(
+        self, msgs: Sequence[Message | BrokerMessage], queue_id: int | None
+    ) -> PutMessageResult:
+        """:meth:`put_messages`' put of a batch given as messages."""
+        # the Messages of a batch that nothing parks as put_message converts them, born at
+        # the same millisecond (a batch is handed over at once, as a broker stamps a
+        # MessageBatch)
+        inner: list[BrokerMessage] = []
+        add = inner.append
+        encode = _message.encode_properties
+        qid = queue_id or 0
+        born_at = _time_ns() // 1_000_000
+        born_host = self._born_host
+        parking = _PARKING_KEYS
+        for m in msgs:
+            if type(m) is Message and not m.delay_level and parking.isdisjoint(m.properties):
+                add(
+                    BrokerMessage(
+                        m.topic,
+                        m.body,
+                        encode(m.all_properties()).encode(),
+                        qid,
+                        m.flag,
+                        0,
+                        born_at,
+                        born_host,
+                    )
+                )
+            else:
+                add(self._inner(m, queue_id))
+        return self.commitlog.put_messages(inner)
 
     def put_redelivered(self, msg: BrokerMessage) -> bool:
         """Re-put used by delayed delivery; False when the store refuses it now."""
