@@ -13,7 +13,7 @@ byte for byte what the general path writes.
 DLedger path, a put that falls back to the general path): the messages are built from the plan
 on first element access and kept; ``len`` does not build them. Without the compiled module
 :func:`plan_batch` gives None and the broker builds the messages as before (the reference
-path; ``tests/property/test_packed_batch.py`` holds the two to the same bytes).
+path; ``tests/property/test_packed_batch_equivalence.py`` holds the two to the same bytes).
 """
 
 from __future__ import annotations
