@@ -485,7 +485,9 @@ class AsyncProducer:
     ) -> SendSteps:
         """The send with retries, without I/O: yields the route lookups and broker calls it
         needs and takes their results (or their exceptions, thrown in); returns the SendResult.
-        The asyncio producer and the blocking facade each drive it with their own I/O."""
+        The asyncio producer and the blocking facade each drive it with their own I/O. A route
+        the cache holds (with a writable queue) is used without a RouteStep: the drivers only
+        fetch the ones it lacks (asyncio's ``wait_for`` would cost a task per send)."""
         _, routes = self._running()
         deadline = time.monotonic() + self.send_timeout_ms / 1000
         attempts = 1 + self.retry_times_when_send_failed
@@ -496,12 +498,14 @@ class AsyncProducer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            try:
-                info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
-            except TimeoutError:
-                raise RemotingTimeout(
-                    f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
-                ) from None
+            info = routes.cached(p.topic)
+            if info is None or not info.queues:  # not cached (or no queue): ask the driver
+                try:
+                    info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
+                except TimeoutError:
+                    raise RemotingTimeout(
+                        f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
+                    ) from None
             if queue is not None:
                 mq = queue
             elif sharding_key is not None:
