@@ -282,31 +282,36 @@ class UniqueIdGenerator:
         self._prefix = fixed.hex().upper()
         self._counter = itertools.count(random.getrandbits(15))
         self._lock = threading.Lock()
-        self._month_start_ms = 0
-        self._next_month_ms = 0
+        #: (month start, next month start) in epoch ms, replaced as one value (read without lock)
+        self._month: tuple[int, int] = (0, 0)
 
-    def _roll_month(self, now_ms: int) -> None:
-        self._month_start_ms, self._next_month_ms = local_month_bounds_ms(now_ms)
+    def _month_of(self, now_ms: int) -> tuple[int, int]:
+        """The month bounds holding ``now_ms`` (rolled over under the lock when it has passed)."""
+        month = self._month
+        if not month[0] <= now_ms < month[1]:
+            with self._lock:
+                month = self._month
+                if not month[0] <= now_ms < month[1]:
+                    month = self._month = local_month_bounds_ms(now_ms)
+        return month
 
     def next_id(self) -> str:
         now_ms = self._clock_ms()
-        with self._lock:
-            if not self._month_start_ms <= now_ms < self._next_month_ms:
-                self._roll_month(now_ms)
+        month = self._month
+        if not month[0] <= now_ms < month[1]:
+            month = self._month_of(now_ms)
+        with self._lock:  # a batch's next_ids stay consecutive
             seq = next(self._counter) & 0xFFFF
-            diff = now_ms - self._month_start_ms
-        return f"{self._prefix}{diff & 0xFFFFFFFF:08X}{seq:04X}"
+        return f"{self._prefix}{(now_ms - month[0]) & 0xFFFFFFFF:08X}{seq:04X}"
 
     def next_ids(self, n: int) -> list[str]:
         """``n`` ids as ``n`` calls of :meth:`next_id` in a row within one millisecond give them
         (consecutive sequence numbers; one clock reading and one lock for all: a batch's)."""
         now_ms = self._clock_ms()
-        with self._lock:
-            if not self._month_start_ms <= now_ms < self._next_month_ms:
-                self._roll_month(now_ms)
+        month = self._month_of(now_ms)
+        with self._lock:  # consecutive: no other thread's id in between
             seqs = [next(self._counter) & 0xFFFF for _ in range(n)]
-            diff = now_ms - self._month_start_ms
-        head = f"{self._prefix}{diff & 0xFFFFFFFF:08X}"
+        head = f"{self._prefix}{(now_ms - month[0]) & 0xFFFFFFFF:08X}"
         return [f"{head}{seq:04X}" for seq in seqs]
 
 

@@ -182,3 +182,38 @@ def test_pool_one_connection_per_concurrent_caller_and_hook(make_server: Callabl
     assert pool.idle_connections == 0
     with pytest.raises(ConnectionClosed):
         pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0)
+
+
+def test_a_frame_larger_than_the_socket_buffer_is_written_whole(make_server: Callable[..., Server]) -> None:
+    body = bytes(range(256)) * (16 * 1024)  # 4 MiB: more than the kernel takes in one send
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        while True:
+            request = read()
+            conn.sendall(ok(request, f"{len(request.body)} {request.body == body}"))
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0, max_frame_size=8 * 1024 * 1024)
+    try:
+        for _ in range(2):
+            response = conn.invoke(create_request(RequestCode.SEND_MESSAGE_V2, body=body), 10.0)
+            assert response.remark == f"{len(body)} True"
+    finally:
+        conn.close()
+
+
+def test_a_write_the_peer_does_not_take_times_out(make_server: Callable[..., Server]) -> None:
+    release = threading.Event()
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        assert release.wait(10)  # reads nothing until the client gave up
+
+    server = make_server(script)
+    big = b"x" * (32 * 1024 * 1024)  # more than both sockets' buffers hold
+    conn = BlockingConnection.open(server.addr, 2.0, max_frame_size=64 * 1024 * 1024)
+    try:
+        with pytest.raises(RemotingTimeout, match=r"within 0\.3 s"):
+            conn.invoke(create_request(RequestCode.SEND_MESSAGE_V2, body=big), 0.3)
+    finally:
+        release.set()
+        conn.close()

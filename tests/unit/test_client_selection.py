@@ -12,6 +12,7 @@ from rocketq.client._fault import (
 )
 from rocketq.client._routes import TopicPublishInfo, hash_queue_index
 from rocketq.client.aio import encode_batch_body, parse_namesrv_addrs
+from rocketq.client.send_values import validate_message, validate_send_topic
 from rocketq.errors import (
     ConfigError,
     MessageIllegal,
@@ -22,7 +23,7 @@ from rocketq.errors import (
     TopicNotExist,
     error_for_code,
 )
-from rocketq.message import java_string_hash
+from rocketq.message import Message, java_string_hash
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 
@@ -180,3 +181,35 @@ def test_namesrv_addrs_and_batch_body() -> None:
     assert body == (28).to_bytes(4, "big") + bytes(8) + (7).to_bytes(4, "big") + (2).to_bytes(4, "big") + (
         b"ab" + (4).to_bytes(2, "big") + b"k\x01v\x02"
     )
+
+
+def test_send_checks_remember_good_topics_and_reject_bad_ones_every_time() -> None:
+    validate_send_topic.cache_clear()
+    for _ in range(3):  # a failure is not remembered: each send raises again
+        with pytest.raises(TopicNameInvalid, match="characters outside"):
+            validate_message(Message("bad topic!", b"x"), 10)
+        with pytest.raises(TopicNameInvalid, match="system topic"):
+            validate_message(Message("SCHEDULE_TOPIC_XXXX", b"x"), 10)
+        with pytest.raises(TopicNameInvalid, match="exceeds max 127"):
+            validate_message(Message("t" * 128, b"x"), 10)
+        validate_message(Message("GoodT", b"x"), 10)
+        # the body is checked on every send, whatever the topic
+        with pytest.raises(MessageIllegal, match="empty"):
+            validate_message(Message("GoodT", b""), 10)
+    info = validate_send_topic.cache_info()
+    assert info.currsize == 1 and info.hits >= 5  # only the good topic is kept
+
+
+def test_fault_entry_dropped_by_a_fast_send_and_kept_by_a_slow_one() -> None:
+    clock = [0.0]
+    faults = LatencyFaultTolerance(clock=lambda: clock[0])
+    faults.update("a", 0, failed=True)
+    assert not faults.is_available("a")
+    faults.update("a", 549.9)  # below the first back-off row: the entry goes
+    assert faults.is_available("a")
+    faults.update("a", 550)  # 30 s back-off
+    assert not faults.is_available("a")
+    clock[0] = 30.0
+    assert faults.is_available("a")
+    faults.update("b", 10)  # no entry, none made
+    assert faults.is_available("b") and faults.least_bad(["b"]) == "b"

@@ -31,6 +31,12 @@ NOT_AVAILABLE_DURATION_MS: tuple[int, ...] = (0, 0, 30_000, 60_000, 120_000, 180
 FAILURE_LATENCY_MS = 30_000
 
 
+#: Latencies below this get no back-off (the first row with a non-zero back-off: 550 ms).
+_NO_BACK_OFF_BELOW_MS = min(
+    limit for limit, duration in zip(LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, strict=True) if duration
+)
+
+
 def not_available_duration_ms(latency_ms: float) -> int:
     """The back-off (ms) for a send that took ``latency_ms``: the largest table row it reaches."""
     for limit, duration in zip(reversed(LATENCY_MAX_MS), reversed(NOT_AVAILABLE_DURATION_MS), strict=True):
@@ -56,6 +62,11 @@ class LatencyFaultTolerance:
 
     def update(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None:
         """Record a send through ``broker_name`` that took ``latency_ms`` (or failed)."""
+        if not failed and latency_ms < _NO_BACK_OFF_BELOW_MS:  # the common case: no back-off
+            if broker_name in self._items:
+                with self._lock:
+                    self._items.pop(broker_name, None)
+            return
         charged = FAILURE_LATENCY_MS if failed else latency_ms
         back_off_s = not_available_duration_ms(charged) / 1000
         with self._lock:
@@ -65,8 +76,7 @@ class LatencyFaultTolerance:
                 self._items[broker_name] = FaultItem(broker_name, charged, self._clock() + back_off_s)
 
     def is_available(self, broker_name: str) -> bool:
-        with self._lock:
-            item = self._items.get(broker_name)
+        item = self._items.get(broker_name)  # one dict read: atomic, no lock needed
         return item is None or self._clock() >= item.available_at
 
     def remove(self, broker_name: str) -> None:

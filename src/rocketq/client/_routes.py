@@ -85,10 +85,11 @@ class TopicPublishInfo:
             raise TopicNotExist(f"topic {self.topic!r} has no writable queue on any master broker")
         start = next(self._counter)
         n = len(queues)
-        order = [queues[(start + i) % n] for i in range(n)]
-        for mq in order:
+        for i in range(n):
+            mq = queues[(start + i) % n]
             if mq.broker_name != avoid_broker and (faults is None or faults.is_available(mq.broker_name)):
-                return mq
+                return mq  # most often the first one: no list of the whole order is made
+        order = [queues[(start + i) % n] for i in range(n)]
         if faults is not None:
             # Every broker is in back-off (or is the one to avoid): take the one recovering first.
             names = {mq.broker_name for mq in queues if mq.broker_name != avoid_broker}

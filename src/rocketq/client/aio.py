@@ -82,6 +82,7 @@ from rocketq.message import (
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
+from rocketq.remoting.command import next_opaque
 from rocketq.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ DEFAULT_ROUTE_REFRESH_INTERVAL_MS = 30_000
 #: RocketMQ 5's ``batchMaxDelayMs`` and ``batchMaxBytes`` (producer auto-batching).
 DEFAULT_BATCH_MAX_DELAY_MS = 10
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024
+_DEFAULT_TOPIC_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
+#: The WAIT property of every send as encode_properties writes it.
+_WAIT_TRUE = f"{PROPERTY_WAIT_STORE_MSG_OK}\x01true\x02"
 
 
 @dataclass(slots=True)
@@ -343,12 +347,13 @@ class AsyncProducer:
     ) -> _Prepared:
         """What :meth:`send` does before any I/O (arguments, message and state checked, the
         message's properties and body made ready); shared with the blocking facade."""
-        if sum(x is not None for x in (sharding_key, selector, queue)) > 1:
+        if (sharding_key is not None) + (selector is not None) + (queue is not None) > 1:
             raise ValueError("give at most one of sharding_key, selector and queue")
         validate_message(msg, self.max_message_size_bytes)
         if queue is not None and queue.topic != msg.topic:
             raise ValueError(f"queue {queue} is not a queue of topic {msg.topic!r}")
-        self._running()
+        if self._state != "running":
+            self._running()  # raises
         return self._prepare(msg)
 
     async def send_oneway(self, msg: Message, *, sharding_key: str | None = None) -> None:
@@ -410,15 +415,20 @@ class AsyncProducer:
 
     # -- internals ---------------------------------------------------------------------------
     def _prepare(self, msg: Message) -> _Prepared:
-        props = msg.all_properties()
-        uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self._ids.next_id())
-        props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+        if msg.properties or msg.tags or msg.keys or msg.delay_level > 0:
+            props = msg.all_properties()
+            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, self._ids.next_id())
+            props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+            properties = encode_properties(props)
+        else:  # only the two properties every send adds: what encode_properties makes of them
+            uniq = self._ids.next_id()
+            properties = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01{uniq}\x02{_WAIT_TRUE}"
         body = bytes(msg.body)
         sys_flag = 0
         if len(body) > self.compress_threshold_bytes:
             body = zlib.compress(body, self.compress_level)
             sys_flag |= SYS_FLAG_COMPRESSED
-        return _Prepared(msg.topic, body, encode_properties(props), sys_flag, msg.flag, uniq, False)
+        return _Prepared(msg.topic, body, properties, sys_flag, msg.flag, uniq, False)
 
     @staticmethod
     def _hash_queue(queues: Sequence[MessageQueue], key: str, topic: str) -> MessageQueue:
@@ -434,6 +444,29 @@ class AsyncProducer:
         return addr
 
     def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
+        """The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) request: ``SendMessageRequestHeaderV2``'s
+        fields in the order Java writes them, each value as Java formats it."""
+        flag = p.flag
+        queue_id = mq.queue_id
+        if type(flag) is int and type(queue_id) is int:
+            # The strings create_request would make of the values below, made directly.
+            ext = {
+                "a": self.group,
+                "b": p.topic,
+                "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
+                "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
+                "e": str(queue_id),
+                "f": str(p.sys_flag),
+                "g": str(time.time_ns() // 1_000_000),
+                "h": str(flag),
+                "i": p.properties,
+                "j": "0",
+                "k": "false",
+                "m": "true" if p.batch else "false",
+                "n": mq.broker_name,
+            }
+            code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
+            return RemotingCommand(code, opaque=next_opaque(), ext_fields=ext, body=p.body)
         fields: dict[str, object] = {
             "a": self.group,
             "b": p.topic,
@@ -485,7 +518,9 @@ class AsyncProducer:
     ) -> SendSteps:
         """The send with retries, without I/O: yields the route lookups and broker calls it
         needs and takes their results (or their exceptions, thrown in); returns the SendResult.
-        The asyncio producer and the blocking facade each drive it with their own I/O."""
+        The asyncio producer and the blocking facade each drive it with their own I/O. A route
+        the cache holds (with a writable queue) is used without a RouteStep: the drivers only
+        fetch the ones it lacks (asyncio's ``wait_for`` would cost a task per send)."""
         _, routes = self._running()
         deadline = time.monotonic() + self.send_timeout_ms / 1000
         attempts = 1 + self.retry_times_when_send_failed
@@ -496,12 +531,14 @@ class AsyncProducer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            try:
-                info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
-            except TimeoutError:
-                raise RemotingTimeout(
-                    f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
-                ) from None
+            info = routes.cached(p.topic)
+            if info is None or not info.queues:  # not cached (or no queue): ask the driver
+                try:
+                    info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
+                except TimeoutError:
+                    raise RemotingTimeout(
+                        f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
+                    ) from None
             if queue is not None:
                 mq = queue
             elif sharding_key is not None:
@@ -552,12 +589,12 @@ class AsyncProducer:
         ext = response.ext_fields
         queue_id = int(ext.get("queueId", mq.queue_id))
         return SendResult(
-            status=status,
-            msg_id=p.msg_id,
-            offset_msg_id=ext.get("msgId", ""),
-            message_queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
-            queue_offset=int(ext.get("queueOffset", -1)),
-            transaction_id=ext.get("transactionId"),
+            status,
+            p.msg_id,
+            ext.get("msgId", ""),
+            mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
+            int(ext.get("queueOffset", -1)),
+            ext.get("transactionId"),
         )
 
 

@@ -8,6 +8,7 @@ answer. :mod:`rocketq.client.aio` re-exports every public name.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -128,10 +129,18 @@ def validate_group(group: str) -> None:
 
 def validate_message(msg: Message, max_body_bytes: int) -> None:
     """Check topic and body as RocketMQ's ``Validators.checkMessage`` does, before any I/O."""
-    validate_topic(msg.topic, TOPIC_MAX_LENGTH)
-    if msg.topic in NOT_ALLOWED_SEND_TOPICS:
-        raise TopicNameInvalid(f"topic {msg.topic!r} is a system topic that clients may not send to")
+    validate_send_topic(msg.topic)
     validate_body(msg, max_body_bytes)
+
+
+@functools.lru_cache(maxsize=1024)
+def validate_send_topic(topic: str) -> None:
+    """The topic checks of :func:`validate_message` (name rules, not a system topic). A topic
+    that passed is remembered (the 1024 most recent), so a producer's sends to its few topics do
+    not run the name pattern again; one that fails raises every time."""
+    validate_topic(topic, TOPIC_MAX_LENGTH)
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise TopicNameInvalid(f"topic {topic!r} is a system topic that clients may not send to")
 
 
 def validate_body(msg: Message, max_body_bytes: int) -> None:

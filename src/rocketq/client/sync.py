@@ -115,17 +115,13 @@ class Producer(BlockingFacade[AsyncProducer]):
         """The send steps of ``prepared`` with the broker calls made on ``pool`` in this thread
         (a route not cached yet is fetched on the loop thread)."""
         core = self._core
-        routes = core._route_cache
         steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
         step: RouteStep | InvokeStep | SendResult = next(steps)
         while not isinstance(step, SendResult):
             outcome: object
             try:
-                if isinstance(step, RouteStep):
-                    info = routes.cached(step.topic)
-                    if info is None or not info.queues:
-                        info = self._call(self._fetch_route(step.topic, step.timeout_s))
-                    outcome = info
+                if isinstance(step, RouteStep):  # not cached: fetched on the loop thread
+                    outcome = self._call(self._fetch_route(step.topic, step.timeout_s))
                 else:
                     outcome = pool.invoke(step.addr, step.request, step.timeout_s)
             except (RocketqError, TimeoutError) as exc:

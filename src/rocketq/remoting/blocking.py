@@ -6,10 +6,15 @@ and read by :class:`~rocketq.remoting.codec.FrameDecoder`, the same code the asy
 :class:`~rocketq.remoting.connection.Connection` uses.
 
 :class:`BlockingConnection` carries one call at a time: it writes the request, then reads until
-the response with the request's opaque arrives. Responses with another opaque (the late answer to
-a call that timed out earlier) are dropped; a request the server sends on it is answered
-REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway one), as an asyncio connection without a handler
-does. Any socket error or protocol error closes the connection.
+the response with the request's opaque arrives. A plain TCP socket is non-blocking: the request is
+written at once (the kernel's buffer takes it; ``poll`` only when it is full) and ``poll`` waits
+for the response within the deadline before each read, three system calls per call where a socket
+with a timeout makes six (``settimeout`` is an ``ioctl``, and each send and receive polls first).
+Reads go into one buffer per connection (``recv_into``) instead of a fresh 256 KiB allocation
+each. A TLS socket keeps a timeout (its records may hold bytes no ``poll`` sees). Responses
+with another opaque (the late answer to a call that timed out earlier) are dropped; a request the
+server sends on it is answered REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway one), as an
+asyncio connection without a handler does. Any socket error or protocol error closes the connection.
 
 :class:`BlockingConnectionPool` hands a connection to one thread at a time: a caller takes an idle
 connection to the address (or opens one), makes its call and gives it back, so threads calling
@@ -20,10 +25,13 @@ given back.
 
 from __future__ import annotations
 
+import math
+import select
 import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -46,6 +54,8 @@ from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import parse_address
 
 _RECV_SIZE: Final = 256 * 1024
+#: The longest wait of one ``poll`` (its timeout is a C int of milliseconds); a call polls again.
+_POLL_MAX_MS: Final = 0x7FFFFFFF
 
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]
@@ -54,14 +64,32 @@ BlockingRpcHook = Callable[[str, RemotingCommand], None]
 class BlockingConnection:
     """One socket to one remoting server, used by one thread at a time."""
 
-    __slots__ = ("_decoder", "_max_frame_size", "_pending", "_sock", "addr", "closed")
+    __slots__ = (
+        "_buf",
+        "_decoder",
+        "_max_frame_size",
+        "_pending",
+        "_poll_in",
+        "_sock",
+        "_view",
+        "addr",
+        "closed",
+    )
 
     def __init__(self, addr: str, sock: socket.socket, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.addr = addr
         self._sock = sock
         self._max_frame_size = max_frame_size
         self._decoder = FrameDecoder(max_frame_size)
-        self._pending: list[RemotingCommand] = []  # decoded commands not yet looked at
+        self._pending: deque[RemotingCommand] = deque()  # decoded commands not yet looked at
+        self._buf = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buf)
+        # A plain socket is non-blocking and polled (None: a TLS socket, used with a timeout).
+        self._poll_in: select.poll | None = None
+        if not isinstance(sock, ssl.SSLSocket):
+            sock.setblocking(False)
+            self._poll_in = select.poll()
+            self._poll_in.register(sock, select.POLLIN)
         self.closed = False
 
     @classmethod
@@ -108,28 +136,19 @@ class BlockingConnection:
                 f"frame of {len(frame)} B (code {cmd.code}) exceeds max {self._max_frame_size} B"
             )
         deadline = time.monotonic() + timeout_s
-        sock = self._sock
         try:
-            sock.settimeout(max(timeout_s, 0.001))
-            sock.sendall(frame)
+            self._write(frame, deadline)
             opaque = cmd.opaque
+            pending = self._pending
             while True:
-                while self._pending:
-                    got = self._pending.pop(0)
+                while pending:
+                    got = pending.popleft()
                     if got.flag & FLAG_RESPONSE:
                         if got.opaque == opaque:
                             return got
                         continue  # the late answer to a call that timed out
-                    self._refuse(got)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                sock.settimeout(remaining)
-                data = sock.recv(_RECV_SIZE)
-                if not data:
-                    self.close()
-                    raise ConnectionClosed(f"connection {self.addr} closed by the peer")
-                self._pending.extend(self._decoder.feed(data))
+                    self._refuse(got, deadline)
+                pending.extend(self._decoder.feed(self._read(deadline)))
         except TimeoutError:
             raise RemotingTimeout(
                 f"no response to code {cmd.code} from {self.addr} within {timeout_s:g} s"
@@ -141,7 +160,50 @@ class BlockingConnection:
             self.close()
             raise ConnectionClosed(f"connection {self.addr} failed: {exc}") from exc
 
-    def _refuse(self, request: RemotingCommand) -> None:
+    def _write(self, data: bytes, deadline: float) -> None:
+        """Write all of ``data`` before ``deadline`` (TimeoutError otherwise)."""
+        sock = self._sock
+        if self._poll_in is None:
+            sock.settimeout(_seconds_left(deadline))
+            sock.sendall(data)
+            return
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(data):
+            return
+        rest = memoryview(data)[sent:]
+        poll_out = select.poll()
+        poll_out.register(sock, select.POLLOUT)
+        while rest:
+            if not poll_out.poll(_poll_ms(deadline)):
+                continue  # _poll_ms raises TimeoutError once the deadline has passed
+            try:
+                rest = rest[sock.send(rest) :]
+            except BlockingIOError:
+                continue
+
+    def _read(self, deadline: float) -> bytes:
+        """The next bytes from the peer, waiting until ``deadline`` (TimeoutError after it);
+        ConnectionClosed when the peer has closed."""
+        sock = self._sock
+        poll_in = self._poll_in
+        while True:
+            if poll_in is None:
+                sock.settimeout(_seconds_left(deadline))
+            elif not poll_in.poll(_poll_ms(deadline)):
+                continue  # _poll_ms raises TimeoutError once the deadline has passed
+            try:
+                n = sock.recv_into(self._buf)
+            except BlockingIOError:
+                continue  # woken without data after all
+            if not n:
+                self.close()
+                raise ConnectionClosed(f"connection {self.addr} closed by the peer")
+            return bytes(self._view[:n])
+
+    def _refuse(self, request: RemotingCommand, deadline: float) -> None:
         if request.flag & FLAG_ONEWAY:
             return
         response = RemotingCommand.create_response(
@@ -149,7 +211,24 @@ class BlockingConnection:
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             REQUEST_CODE_NOT_SUPPORTED_REMARK.format(code=request.code),
         )
-        self._sock.sendall(encode(response))
+        self._write(encode(response), deadline)
+
+
+def _seconds_left(deadline: float) -> float:
+    """The time to ``deadline`` as a socket timeout; TimeoutError when it has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    return max(remaining, 0.001)
+
+
+def _poll_ms(deadline: float) -> int:
+    """The time to ``deadline`` as a ``poll`` timeout (whole ms, rounded up); TimeoutError when
+    it has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    return min(math.ceil(remaining * 1000), _POLL_MAX_MS)
 
 
 class BlockingConnectionPool:
@@ -181,13 +260,18 @@ class BlockingConnectionPool:
         ``timeout_s`` covers connecting and waiting."""
         if self.rpc_hook is not None:
             self.rpc_hook(addr, cmd)
-        deadline = time.monotonic() + timeout_s
-        conn = self._take(addr, timeout_s)
-        try:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        conn = self._take_idle(addr)
+        if conn is None:
+            deadline = time.monotonic() + timeout_s
+            conn = BlockingConnection.open(
+                addr, min(timeout_s, self._connect_timeout_s), self._max_frame_size, self._ssl_context
+            )
+            timeout_s = deadline - time.monotonic()
+            if timeout_s <= 0:
+                self._give_back(conn)
                 raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {cmd.code})")
-            return conn.invoke(cmd, remaining)
+        try:
+            return conn.invoke(cmd, timeout_s)
         finally:
             self._give_back(conn)
 
@@ -200,7 +284,8 @@ class BlockingConnectionPool:
         for conn in conns:
             conn.close()
 
-    def _take(self, addr: str, timeout_s: float) -> BlockingConnection:
+    def _take_idle(self, addr: str) -> BlockingConnection | None:
+        """An idle open connection to ``addr``, or None when there is none."""
         with self._lock:
             if self._closed:
                 raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
@@ -209,9 +294,7 @@ class BlockingConnectionPool:
                 conn = conns.pop()
                 if not conn.closed:
                     return conn
-        return BlockingConnection.open(
-            addr, min(timeout_s, self._connect_timeout_s), self._max_frame_size, self._ssl_context
-        )
+        return None
 
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
