@@ -1780,6 +1780,407 @@ static PyObject *cq_pack_run(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(NLL)", packed, count, max_physic);
 }
 
+/* -- the broker's send path ------------------------------------------------------------------
+ *
+ * A plain single send's hot codecs, each with the exact semantics of its pure counterpart and
+ * handing it every case it does not take itself (so values and errors are the pure ones):
+ *
+ *   decode_send_header(ext, *, v2)                rocketq.protocol.headers.decode_send_header
+ *   sent_properties(text, cluster, new_id)        rocketq.broker.send_properties.sent_properties
+ *   send_ok_frame(opaque, result, queue_id, transaction_id, region_id, trace_on)
+ *                                                 rocketq.broker.send.send_ok_frame
+ *
+ * Their setup_* functions (called once by those modules) bind the classes, key names, constants
+ * and pure fallbacks. What each takes itself: header values that are ASCII digits short enough
+ * to be in range, "true"/"false" flags and a born timestamp that is there; property text that is
+ * ASCII (the record's properties are then ASCII too, written here without a second walk over a
+ * dict by Python code); a single message's SUCCESS answer whose texts need no JSON escaping. */
+
+enum {
+    SH_PRODUCER_GROUP, SH_TOPIC, SH_DEFAULT_TOPIC, SH_DEFAULT_TOPIC_QUEUE_NUMS, SH_QUEUE_ID, SH_SYS_FLAG,
+    SH_BORN_TIMESTAMP, SH_FLAG, SH_PROPERTIES, SH_RECONSUME_TIMES, SH_UNIT_MODE, SH_MAX_RECONSUME_TIMES,
+    SH_BATCH, SH_BROKER_NAME, SH_COUNT
+};
+static const char *const sh_names[SH_COUNT] = {
+    "producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id", "sys_flag",
+    "born_timestamp", "flag", "properties", "reconsume_times", "unit_mode", "max_reconsume_times", "batch",
+    "broker_name",
+};
+
+static struct {
+    PyTypeObject *header_type;      /* SendMessageRequestHeader */
+    Py_ssize_t sh_off[SH_COUNT];
+    PyObject *keys[2][SH_COUNT];    /* extFields keys: V1 names, V2 letters, in field order */
+    PyObject *pure_header;          /* pure decode_send_header */
+    PyObject *str_v2, *str_true, *str_false, *str_default_topic;
+    PyObject *pure_properties;      /* pure sent_properties */
+    PyObject *encoded_or_none;      /* encode_properties(props).encode() or None when refused */
+    PyObject *str_pop_ck, *str_uniq_key, *str_cluster;
+    PyObject *pure_answer;          /* pure send_ok_frame */
+    PyTypeObject *result_type;      /* PutMessageResult, a tuple subclass */
+    long long flag_response, version;
+    char language[32];
+} ss;
+
+static PyObject *setup_send_header(PyObject *self, PyObject *args) {
+    PyObject *cls, *pure, *v1, *v2;
+    if (!PyArg_ParseTuple(args, "OOO!O!:setup_send_header", &cls, &pure, &PyTuple_Type, &v1, &PyTuple_Type, &v2))
+        return NULL;
+    if (!PyType_Check(cls) || PyTuple_GET_SIZE(v1) != SH_COUNT || PyTuple_GET_SIZE(v2) != SH_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "setup_send_header(SendMessageRequestHeader, pure, 14 V1 keys, 14 V2 keys)");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, sh_names, ss.sh_off, SH_COUNT) < 0) return NULL;
+    for (int i = 0; i < SH_COUNT; i++) {
+        PyObject *k1 = PyTuple_GET_ITEM(v1, i), *k2 = PyTuple_GET_ITEM(v2, i);
+        if (!PyUnicode_CheckExact(k1) || !PyUnicode_CheckExact(k2)) {
+            PyErr_SetString(PyExc_TypeError, "setup_send_header: the keys must be str");
+            return NULL;
+        }
+        Py_INCREF(k1); Py_INCREF(k2);
+        Py_XSETREF(ss.keys[0][i], k1);
+        Py_XSETREF(ss.keys[1][i], k2);
+    }
+    if (ss.str_v2 == NULL) {
+        ss.str_v2 = PyUnicode_InternFromString("v2");
+        ss.str_true = PyUnicode_InternFromString("true");
+        ss.str_false = PyUnicode_InternFromString("false");
+        ss.str_default_topic = PyUnicode_InternFromString("TBW102");
+        if (ss.str_v2 == NULL || ss.str_true == NULL || ss.str_false == NULL || ss.str_default_topic == NULL)
+            return NULL;
+    }
+    Py_INCREF(cls); Py_INCREF(pure);
+    Py_XSETREF(ss.header_type, (PyTypeObject *)cls);
+    Py_XSETREF(ss.pure_header, pure);
+    Py_RETURN_NONE;
+}
+
+/* ext[key], borrowed; NULL when absent (-2 in *err on a lookup failure) */
+static PyObject *ext_get(PyObject *ext, PyObject *key, int *err) {
+    PyObject *v = PyDict_GetItemWithError(ext, key);
+    if (v == NULL && PyErr_Occurred()) *err = 1;
+    return v;
+}
+
+/* An int field: 1 with its value when v is 1..maxd ASCII digits, 0 when v is absent, -1 when it
+ * is anything else (the pure function decides). */
+static int digits_of(PyObject *v, Py_ssize_t maxd, long long *out) {
+    if (v == NULL) return 0;
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n < 1 || n > maxd) return -1;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        x = x * 10 + (p[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* A boolean field: 0/1 for absent, "false" or "true"; -1 for anything else. */
+static int flag_of(PyObject *v) {
+    if (v == NULL) return 0;
+    if (!PyUnicode_CheckExact(v)) return -1;
+    if (v == ss.str_false || PyUnicode_Compare(v, ss.str_false) == 0) return 0;
+    if (v == ss.str_true || PyUnicode_Compare(v, ss.str_true) == 0) return 1;
+    return -1;
+}
+
+static PyObject *pure_send_header(PyObject *ext, PyObject *v2) {
+    PyObject *args = PyTuple_Pack(1, ext);
+    if (args == NULL) return NULL;
+    PyObject *kwargs = Py_BuildValue("{OO}", ss.str_v2, v2);
+    PyObject *out = kwargs == NULL ? NULL : PyObject_Call(ss.pure_header, args, kwargs);
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    return out;
+}
+
+static PyObject *decode_send_header(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (ss.header_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_header() was not called");
+        return NULL;
+    }
+    if (nargs != 1 || kwnames == NULL || PyTuple_GET_SIZE(kwnames) != 1 ||
+        PyTuple_GET_ITEM(kwnames, 0) != ss.str_v2) /* an interned name: any other call is the pure one's */
+        return PyObject_Vectorcall(ss.pure_header, args, nargsf, kwnames);
+    PyObject *ext = args[0], *v2obj = args[1];
+    if (!PyDict_CheckExact(ext)) return pure_send_header(ext, v2obj);
+    int v2 = PyObject_IsTrue(v2obj);
+    if (v2 < 0) return NULL;
+    PyObject *const *keys = ss.keys[v2];
+    PyObject *val[SH_COUNT];
+    int err = 0;
+    for (int i = 0; i < SH_COUNT; i++) val[i] = ext_get(ext, keys[i], &err);
+    if (err) return NULL;
+    long long nums[SH_COUNT];
+    /* field: max digits, default (-1: required / absent is unusual, -2: None when absent) */
+    static const struct { int field; Py_ssize_t digits; long long absent; } ints[] = {
+        {SH_DEFAULT_TOPIC_QUEUE_NUMS, 9, 4}, {SH_QUEUE_ID, 9, -1}, {SH_SYS_FLAG, 9, 0},
+        {SH_BORN_TIMESTAMP, 18, -1}, {SH_FLAG, 9, 0}, {SH_RECONSUME_TIMES, 9, -2},
+        {SH_MAX_RECONSUME_TIMES, 9, -2},
+    };
+    int present[SH_COUNT] = {0};
+    if (val[SH_TOPIC] == NULL) return pure_send_header(ext, v2obj);
+    for (size_t j = 0; j < sizeof ints / sizeof ints[0]; j++) {
+        int f = ints[j].field;
+        int got = digits_of(val[f], ints[j].digits, &nums[f]);
+        if (got < 0 || (got == 0 && ints[j].absent == -1)) return pure_send_header(ext, v2obj);
+        present[f] = got;
+        if (!got) nums[f] = ints[j].absent;
+    }
+    int unit_mode = flag_of(val[SH_UNIT_MODE]), batch = flag_of(val[SH_BATCH]);
+    PyObject *dt = val[SH_DEFAULT_TOPIC];
+    if (unit_mode < 0 || batch < 0 || (dt != NULL && !PyUnicode_CheckExact(dt)))
+        return pure_send_header(ext, v2obj);
+    if (dt == NULL || PyUnicode_GET_LENGTH(dt) == 0) dt = ss.str_default_topic;
+
+    PyObject *h = blank_instance(ss.header_type);
+    if (h == NULL) return NULL;
+    const Py_ssize_t *off = ss.sh_off;
+    for (int i = 0; i < SH_COUNT; i++) {
+        PyObject *v;
+        switch (i) {
+        case SH_PRODUCER_GROUP: v = val[i] != NULL ? val[i] : st.empty_str; Py_INCREF(v); break;
+        case SH_DEFAULT_TOPIC: v = dt; Py_INCREF(v); break;
+        case SH_TOPIC: case SH_PROPERTIES: case SH_BROKER_NAME:
+            v = val[i] != NULL ? val[i] : Py_None; Py_INCREF(v); break;
+        case SH_UNIT_MODE: v = PyBool_FromLong(unit_mode); break;
+        case SH_BATCH: v = PyBool_FromLong(batch); break;
+        case SH_RECONSUME_TIMES: case SH_MAX_RECONSUME_TIMES:
+            if (!present[i]) { v = Py_None; Py_INCREF(v); break; }
+            /* fall through */
+        default: v = PyLong_FromLongLong(nums[i]); break;
+        }
+        if (v == NULL) {
+            Py_DECREF(h);
+            return NULL;
+        }
+        SLOT(h, off[i]) = v;
+    }
+    return h;
+}
+
+static PyObject *setup_sent_properties(PyObject *self, PyObject *args) {
+    PyObject *pure, *encoded_or_none;
+    if (!PyArg_ParseTuple(args, "OO:setup_sent_properties", &pure, &encoded_or_none)) return NULL;
+    if (ss.str_pop_ck == NULL) {
+        ss.str_pop_ck = PyUnicode_InternFromString("POP_CK");
+        ss.str_uniq_key = PyUnicode_InternFromString("UNIQ_KEY");
+        ss.str_cluster = PyUnicode_InternFromString("CLUSTER");
+        if (ss.str_pop_ck == NULL || ss.str_uniq_key == NULL || ss.str_cluster == NULL) return NULL;
+    }
+    Py_INCREF(pure); Py_INCREF(encoded_or_none);
+    Py_XSETREF(ss.pure_properties, pure);
+    Py_XSETREF(ss.encoded_or_none, encoded_or_none);
+    Py_RETURN_NONE;
+}
+
+/* True when s is an exact str of ASCII characters other than the two separators. */
+static int plain_ascii(PyObject *s) {
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) return 0;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    return memchr(p, 1, (size_t)n) == NULL && memchr(p, 2, (size_t)n) == NULL;
+}
+
+/* The properties' record bytes, written here when every name and value is plain ASCII, else
+ * by the pure encoding (which gives None for what encode_properties refuses). */
+static PyObject *encode_plain(PyObject *props) {
+    Py_ssize_t pos = 0, total = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!plain_ascii(k) || !plain_ascii(v)) return PyObject_CallOneArg(ss.encoded_or_none, props);
+        total += PyUnicode_GET_LENGTH(k) + PyUnicode_GET_LENGTH(v) + 2;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    pos = 0;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        Py_ssize_t kl = PyUnicode_GET_LENGTH(k), vl = PyUnicode_GET_LENGTH(v);
+        memcpy(w, PyUnicode_1BYTE_DATA(k), (size_t)kl);
+        w += kl;
+        *w++ = '\x01';
+        memcpy(w, PyUnicode_1BYTE_DATA(v), (size_t)vl);
+        w += vl;
+        *w++ = '\x02';
+    }
+    return out;
+}
+
+static PyObject *sent_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ss.pure_properties == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_sent_properties() was not called");
+        return NULL;
+    }
+    if (nargs != 3) return PyObject_Vectorcall(ss.pure_properties, args, (size_t)nargs, NULL);
+    PyObject *text = args[0], *cluster = args[1], *new_id = args[2];
+    if (text == Py_None) text = st.empty_str;
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text))
+        return PyObject_Vectorcall(ss.pure_properties, args, 3, NULL);
+    PyObject *props = PyDict_New();
+    if (props == NULL) return NULL;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), at = 0;
+    /* text.split("\x02"): every piece of 3 or more chars whose first "\x01" has a name before
+     * it and a value after it is a property (a later piece of the same name wins) */
+    while (at < n) {
+        const char *end = memchr(p + at, 2, (size_t)(n - at));
+        Py_ssize_t stop = end != NULL ? end - p : n;
+        if (stop - at >= 3) {
+            const char *sep = memchr(p + at, 1, (size_t)(stop - at));
+            if (sep != NULL && sep > p + at && sep < p + stop - 1) {
+                Py_ssize_t ks = sep - p;
+                PyObject *key = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + at, ks - at);
+                PyObject *value = key == NULL ? NULL
+                                  : PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, sep + 1, stop - ks - 1);
+                int bad = value == NULL || PyDict_SetItem(props, key, value) < 0;
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                if (bad) {
+                    Py_DECREF(props);
+                    return NULL;
+                }
+            }
+        }
+        at = stop + 1;
+    }
+    /* base_properties: POP_CK dropped, UNIQ_KEY added when missing, CLUSTER set */
+    PyObject *uniq;
+    if (PyDict_GetItemWithError(props, ss.str_pop_ck) != NULL) {
+        if (PyDict_DelItem(props, ss.str_pop_ck) < 0) goto fail;
+    } else if (PyErr_Occurred()) {
+        goto fail;
+    }
+    uniq = PyDict_GetItemWithError(props, ss.str_uniq_key); /* a decoded value is never empty */
+    if (uniq == NULL) {
+        if (PyErr_Occurred()) goto fail;
+        PyObject *id = PyObject_CallNoArgs(new_id);
+        if (id == NULL) goto fail;
+        int bad = PyDict_SetItem(props, ss.str_uniq_key, id);
+        Py_DECREF(id);
+        if (bad < 0) goto fail;
+    }
+    if (PyDict_SetItem(props, ss.str_cluster, cluster) < 0) goto fail;
+    PyObject *encoded = encode_plain(props);
+    if (encoded == NULL) goto fail;
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(encoded);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(out, 0, props);
+    PyTuple_SET_ITEM(out, 1, encoded);
+    return out;
+fail:
+    Py_DECREF(props);
+    return NULL;
+}
+
+static PyObject *setup_send_ok_frame(PyObject *self, PyObject *args) {
+    PyObject *pure, *cls;
+    long long flag, version;
+    const char *language;
+    if (!PyArg_ParseTuple(args, "OOLsL:setup_send_ok_frame", &pure, &cls, &flag, &language, &version)) return NULL;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "setup_send_ok_frame: PutMessageResult must be a tuple class");
+        return NULL;
+    }
+    if (strlen(language) >= sizeof ss.language) {
+        PyErr_SetString(PyExc_ValueError, "setup_send_ok_frame: language name too long");
+        return NULL;
+    }
+    strcpy(ss.language, language);
+    ss.flag_response = flag;
+    ss.version = version;
+    Py_INCREF(pure); Py_INCREF(cls);
+    Py_XSETREF(ss.pure_answer, pure);
+    Py_XSETREF(ss.result_type, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* The length of s as a JSON string's content that needs no escaping (ASCII, no control
+ * character, quote or backslash), or -1. */
+static Py_ssize_t json_plain(PyObject *s, Py_ssize_t max) {
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n > max) return -1;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\') return -1;
+    return n;
+}
+
+static int ll_of(PyObject *v, long long *out) {
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+#define TEXT_MAX 256
+
+static PyObject *send_ok_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ss.pure_answer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_ok_frame() was not called");
+        return NULL;
+    }
+    if (nargs != 6) return PyObject_Vectorcall(ss.pure_answer, args, (size_t)nargs, NULL);
+    PyObject *result = args[1], *tx = args[3], *region = args[4];
+    long long opaque, queue_id, physical, queue_offset;
+    if (Py_TYPE(result) != ss.result_type || PyTuple_GET_SIZE(result) != 8 || PyTuple_GET_ITEM(result, 7) != Py_None ||
+        ll_of(args[0], &opaque) < 0 || ll_of(args[2], &queue_id) < 0 ||
+        ll_of(PyTuple_GET_ITEM(result, 1), &physical) < 0 || ll_of(PyTuple_GET_ITEM(result, 3), &queue_offset) < 0)
+        return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+    PyObject *host = PyTuple_GET_ITEM(result, 5);
+    Py_ssize_t region_len = json_plain(region, TEXT_MAX), tx_len = 0;
+    int with_tx = 0;
+    if (tx != Py_None) {
+        if (!PyUnicode_CheckExact(tx)) return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+        tx_len = json_plain(tx, TEXT_MAX);
+        with_tx = PyUnicode_GET_LENGTH(tx) > 0;
+    }
+    if (!PyBytes_CheckExact(host) || (PyBytes_GET_SIZE(host) != 8 && PyBytes_GET_SIZE(host) != 20) ||
+        region_len < 0 || tx_len < 0)
+        return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+    int trace_on = PyObject_IsTrue(args[5]);
+    if (trace_on < 0) return NULL;
+    /* the offset message id: store host ‖ physical offset, uppercase hex */
+    unsigned char raw[28];
+    Py_ssize_t hl = PyBytes_GET_SIZE(host);
+    memcpy(raw, PyBytes_AS_STRING(host), (size_t)hl);
+    put_be64(raw + hl, physical);
+    char msg_id[57];
+    for (Py_ssize_t i = 0; i < hl + 8; i++) {
+        msg_id[2 * i] = HEX[raw[i] >> 4];
+        msg_id[2 * i + 1] = HEX[raw[i] & 0xF];
+    }
+    msg_id[2 * (hl + 8)] = '\0';
+    char frame[8 + 512 + 2 * TEXT_MAX];
+    char *header = frame + 8;
+    int len = snprintf(
+        header, sizeof frame - 8,
+        "{\"code\":0,\"extFields\":{\"msgId\":\"%s\",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\","
+        "\"MSG_REGION\":\"%.*s\",\"TRACE_ON\":\"%s\"%s%.*s%s},\"flag\":%lld,\"language\":\"%s\",\"opaque\":%lld,"
+        "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
+        msg_id, queue_id, queue_offset, (int)region_len, (const char *)PyUnicode_1BYTE_DATA(region),
+        trace_on ? "true" : "false", with_tx ? ",\"transactionId\":\"" : "", (int)(with_tx ? tx_len : 0),
+        with_tx ? (const char *)PyUnicode_1BYTE_DATA(tx) : "", with_tx ? "\"" : "", ss.flag_response,
+        ss.language, opaque, ss.version);
+    if (len < 0 || (size_t)len >= sizeof frame - 8) return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+    put_be32((unsigned char *)frame, 4 + len);
+    put_be32((unsigned char *)frame + 4, len);
+    return PyBytes_FromStringAndSize(frame, 8 + len);
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -1801,6 +2202,18 @@ static PyMethodDef methods[] = {
      "rocketq.store.consume_queue.ConsumeQueue.put_units, compiled"},
     {"setup_dispatch", (PyCFunction)setup_dispatch, METH_O,
      "setup_dispatch(DispatchRequest): bind scan_window's request objects to their class"},
+    {"setup_send_header", (PyCFunction)setup_send_header, METH_VARARGS,
+     "setup_send_header(SendMessageRequestHeader, pure decode_send_header, V1 keys, V2 keys)"},
+    {"decode_send_header", (PyCFunction)(void (*)(void))decode_send_header, METH_FASTCALL | METH_KEYWORDS,
+     "rocketq.protocol.headers.decode_send_header, compiled"},
+    {"setup_sent_properties", (PyCFunction)setup_sent_properties, METH_VARARGS,
+     "setup_sent_properties(pure sent_properties, encoded_or_none)"},
+    {"sent_properties", (PyCFunction)(void (*)(void))sent_properties, METH_FASTCALL,
+     "rocketq.broker.send_properties.sent_properties, compiled"},
+    {"setup_send_ok_frame", (PyCFunction)setup_send_ok_frame, METH_VARARGS,
+     "setup_send_ok_frame(pure send_ok_frame, PutMessageResult, FLAG_RESPONSE, language name, CURRENT_VERSION)"},
+    {"send_ok_frame", (PyCFunction)(void (*)(void))send_ok_frame, METH_FASTCALL,
+     "rocketq.broker.send.send_ok_frame, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,266 @@
+"""The compiled codecs of the broker's send path (``rocketq._speedups``: decode_send_header,
+sent_properties, send_ok_frame) against their pure-Python references, on the same inputs: the
+same value (types included), or the same exception with the same text, for well-formed and
+malformed input alike (skipped, saying why, when the compiled module is not in use)."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _support.examples import examples
+from rocketq import speedups
+from rocketq.broker import send, send_properties
+from rocketq.protocol import headers
+from rocketq.protocol.headers import SEND_V2_TO_V1
+from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+
+pytestmark = pytest.mark.skipif(
+    speedups.COMPILED is None, reason=f"compiled codecs not in use: {speedups.REASON}"
+)
+
+NOW_MS = 1_800_000_000_000
+
+
+def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    try:
+        return "value", fn(*args, **kwargs)
+    except Exception as exc:  # the same exception type and message both ways
+        return type(exc).__name__, str(exc)
+
+
+def typed(value: Any) -> Any:
+    """``value`` with the type of every part spelled out (True == 1, but not here)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, [typed(getattr(value, f.name)) for f in dataclasses.fields(value)])
+    if isinstance(value, dict):
+        return ("dict", [(typed(k), typed(v)) for k, v in value.items()])  # order counts
+    if isinstance(value, tuple):
+        return ("tuple", [typed(v) for v in value])
+    return (type(value).__name__, value)
+
+
+# -- decode_send_header ------------------------------------------------------------------------
+numbers = st.one_of(
+    st.integers(-(1 << 64), 1 << 64).map(str),
+    st.integers(0, 10**20).map(lambda n: f"{n:020d}"),
+    st.integers(0, 10**19).map(str),
+    st.sampled_from(
+        ["", "-", "+1", " 1", "1 ", "1_0", "٣", "0x10", "00", "007", "2147483647", "2147483648", "-1"]
+    ),
+    st.sampled_from(["9223372036854775807", "9223372036854775808", "999999999", "1000000000"]),
+    st.sampled_from(["999999999999999999", "1000000000000000000", "1700000000000"]),
+)
+booleans = st.sampled_from(["true", "false", "TRUE", " true ", "yes", "", "False", "fals"])
+texts = st.text(max_size=12)
+odd_values = st.sampled_from([None, 1, 1.5, True, b"1", ["1"]])
+
+
+@st.composite
+def send_fields(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
+    v2 = draw(st.booleans())
+    values: dict[str, st.SearchStrategy[Any]] = {
+        "producerGroup": texts,
+        "topic": texts,
+        "defaultTopic": texts,
+        "defaultTopicQueueNums": numbers,
+        "queueId": numbers,
+        "sysFlag": numbers,
+        "bornTimestamp": numbers,
+        "flag": numbers,
+        "properties": texts,
+        "reconsumeTimes": numbers,
+        "unitMode": booleans,
+        "maxReconsumeTimes": numbers,
+        "batch": booleans,
+        "brokerName": texts,
+    }
+    ext: dict[str, Any] = {}
+    for v2_key, name in SEND_V2_TO_V1.items():
+        if draw(st.integers(0, 5)) > 0:
+            value = draw(values[name]) if draw(st.integers(0, 30)) else draw(odd_values)
+            ext[v2_key if v2 else name] = value
+    if draw(st.integers(0, 8)) == 0:  # a key of the other form, or one of neither
+        ext[draw(st.sampled_from(["topic", "b", "queueId", "e", "x"]))] = draw(numbers)
+    return ext, v2
+
+
+def header_outcome(decode: Callable[..., Any], ext: dict[str, Any], v2: bool) -> Any:
+    got = outcome(decode, ext, v2=v2)
+    if got[0] == "value" and "bornTimestamp" not in ext and "g" not in ext:
+        got = ("value", dataclasses.replace(got[1], born_timestamp=NOW_MS))  # both "now"
+    return typed(got)
+
+
+@settings(max_examples=examples(1000), deadline=None)
+@given(send_fields())
+def test_decode_send_header_agrees(case: tuple[dict[str, Any], bool]) -> None:
+    ext, v2 = case
+    compiled = header_outcome(headers.decode_send_header, ext, v2)
+    assert compiled == header_outcome(headers.pure_decode_send_header, ext, v2)
+
+
+def test_decode_send_header_is_compiled_and_takes_a_java_producers_header() -> None:
+    assert headers.decode_send_header is speedups.COMPILED.decode_send_header  # type: ignore[union-attr]
+    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000123", "h": "0",
+           "i": "UNIQ_KEY\x01AB\x02", "j": "0", "k": "false", "l": "16", "m": "false"}  # fmt: skip
+    header = headers.decode_send_header(ext, v2=True)
+    assert typed(header) == typed(headers.pure_decode_send_header(ext, v2=True))
+    assert (header.queue_id, header.born_timestamp, header.max_reconsume_times) == (3, 1700000000123, 16)
+
+
+def test_decode_send_header_unusual_calls_are_answered_as_the_pure_function_answers() -> None:
+    ext = {"b": "T", "e": "0", "g": "1"}
+    mapping = type("M", (dict,), {})(ext)  # a dict subclass: the pure path
+    for args, kwargs in [
+        ((ext,), {}),
+        ((ext, True), {}),
+        ((), {"ext": ext, "v2": True}),
+        ((ext,), {"w": 1}),
+        ((ext,), {"v2": 1}),
+        ((ext,), {"".join(["v", "2"]): True}),  # a keyword name that is not the interned one
+        ((mapping,), {"v2": True}),
+        (("b",), {"v2": True}),
+    ]:
+        compiled = typed(outcome(headers.decode_send_header, *args, **kwargs))
+        assert compiled == typed(outcome(headers.pure_decode_send_header, *args, **kwargs)), (args, kwargs)
+
+
+# -- sent_properties ---------------------------------------------------------------------------
+prop_chars = st.sampled_from(["\x01", "\x02", "a", "K", "é", "中", "\ud800", " ", "="])
+prop_names = st.sampled_from(["UNIQ_KEY", "POP_CK", "CLUSTER", "TAGS", "KEYS", "WAIT", "DELAY", "TRAN_MSG"])
+
+
+@st.composite
+def property_texts(draw: st.DrawFn) -> Any:
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        return draw(st.lists(prop_chars, max_size=40).map("".join))
+    if kind == 1:
+        return draw(st.sampled_from([None, "", b"a\x01b\x02", 7]))
+    pairs = draw(
+        st.lists(
+            st.tuples(prop_names | st.text("abc\x01", max_size=4), st.text("xyz\x01é", max_size=6)),
+            max_size=6,
+        )
+    )
+    text = "".join(f"{k}\x01{v}\x02" for k, v in pairs)
+    if draw(st.booleans()):
+        text = text[: draw(st.integers(0, len(text)))]
+    return text
+
+
+clusters = st.sampled_from(["DefaultCluster", "", "c\x01x", "c\x02", "集群", "\ud800", "x" * 300])
+
+
+class Ids:
+    """new_id: ids as a generator would give them, or odd values; counts its calls."""
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.kind == 1:
+            return f"7F00000100002A9F000000000000{self.calls:04X}\x01"
+        if self.kind == 2:
+            return None
+        if self.kind == 3:
+            raise RuntimeError("no id")
+        if self.kind == 4:
+            return "é"
+        return f"7F00000100002A9F0000000000{self.calls:06X}"
+
+
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(property_texts(), clusters, st.sampled_from([0, 0, 0, 1, 2, 3, 4]))
+def test_sent_properties_agrees(text: Any, cluster: str, id_kind: int) -> None:
+    compiled_ids, pure_ids = Ids(id_kind), Ids(id_kind)
+    compiled = outcome(send_properties.sent_properties, text, cluster, compiled_ids)
+    pure = outcome(send_properties.pure_sent_properties, text, cluster, pure_ids)
+    assert typed(compiled) == typed(pure)
+    assert compiled_ids.calls == pure_ids.calls
+
+
+def test_sent_properties_is_compiled_and_keeps_what_a_client_sent() -> None:
+    assert send_properties.sent_properties is speedups.COMPILED.sent_properties  # type: ignore[union-attr]
+    text = "KEYS\x01k1 k2\x02UNIQ_KEY\x01AB01\x02WAIT\x01true\x02TAGS\x01A\x02POP_CK\x01ck\x02"
+    props, encoded = send_properties.sent_properties(text, "C1", Ids(3))  # no id asked for
+    assert list(props.items()) == [
+        ("KEYS", "k1 k2"), ("UNIQ_KEY", "AB01"), ("WAIT", "true"), ("TAGS", "A"), ("CLUSTER", "C1"),
+    ]  # fmt: skip
+    assert encoded == b"KEYS\x01k1 k2\x02UNIQ_KEY\x01AB01\x02WAIT\x01true\x02TAGS\x01A\x02CLUSTER\x01C1\x02"
+    props, encoded = send_properties.sent_properties(None, "C1", Ids(0))
+    assert encoded == b"UNIQ_KEY\x017F00000100002A9F0000000000000001\x02CLUSTER\x01C1\x02"
+    _props, encoded = send_properties.sent_properties("a\x01b\x01c\x02", "C1", Ids(0))
+    assert encoded is None  # "b\x01c" is a value encode_properties refuses
+
+
+# -- send_ok_frame -----------------------------------------------------------------------------
+I32 = st.integers(-(2**31), 2**31 - 1)
+json_texts = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["DefaultRegion", "", 'a"b', "a\\b", "\x7f", "\x1f", "é", "x" * 300, "\ud800"]),
+)
+
+
+@st.composite
+def put_results(draw: st.DrawFn) -> Any:
+    host = draw(
+        st.one_of(
+            st.binary(min_size=8, max_size=8),
+            st.binary(min_size=20, max_size=20),
+            st.binary(max_size=24),
+            st.sampled_from([None, bytearray(8)]),
+        )
+    )
+    offset = draw(st.one_of(st.integers(0, 2**50), st.integers(-(2**64), 2**64)))
+    batch = draw(st.one_of(st.none(), st.lists(st.integers(0, 2**50), min_size=1, max_size=4)))
+    queue_offset = draw(st.one_of(st.integers(0, 2**62), st.integers(-(2**70), 2**70), st.just(True)))
+    result = PutMessageResult.of(
+        PutMessageStatus.PUT_OK, offset, 100, queue_offset, 0, host, 1 if batch is None else len(batch), batch
+    )
+    return result if draw(st.integers(0, 20)) else tuple(result)
+
+
+@settings(max_examples=examples(1000), deadline=None)
+@given(
+    st.one_of(I32, st.integers(-(2**70), 2**70), st.just(False)),
+    put_results(),
+    st.one_of(st.integers(0, 1023), st.integers(-(2**70), 2**70), st.just(True)),
+    st.one_of(st.none(), json_texts, st.just(5)),
+    st.one_of(json_texts, st.just(None)),
+    st.one_of(st.booleans(), st.sampled_from([0, 1, "", "x", None])),
+)
+def test_send_ok_frame_agrees(
+    opaque: Any, result: Any, queue_id: Any, transaction_id: Any, region: Any, trace_on: Any
+) -> None:
+    args = (opaque, result, queue_id, transaction_id, region, trace_on)
+    assert typed(outcome(send.send_ok_frame, *args)) == typed(outcome(send.pure_send_ok_frame, *args))
+
+
+def test_send_ok_frame_is_compiled_and_writes_the_usual_answer() -> None:
+    assert send.send_ok_frame is speedups.COMPILED.send_ok_frame  # type: ignore[union-attr]
+    host = bytes([127, 0, 0, 1]) + struct.pack(">i", 10911)
+    result = PutMessageResult.of(PutMessageStatus.PUT_OK, 4096, 200, 17, 0, host)
+    frame = send.send_ok_frame(42, result, 3, "7F0000010000AB", "DefaultRegion", False)
+    assert frame == send.pure_send_ok_frame(42, result, 3, "7F0000010000AB", "DefaultRegion", False)
+    assert b'"msgId":"7F00000100002A9F0000000000001000"' in frame
+
+
+def test_unusual_arguments_take_the_pure_path_and_its_errors() -> None:
+    def calls() -> Iterator[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]]:
+        yield send_properties.sent_properties, send_properties.pure_sent_properties, ("a\x01b\x02",)
+        yield send_properties.sent_properties, send_properties.pure_sent_properties, ()
+        yield send.send_ok_frame, send.pure_send_ok_frame, (1, None, 0, None, "R")
+        yield send.send_ok_frame, send.pure_send_ok_frame, (1, ("x",) * 8, 0, None, "R", True)
+
+    for compiled, pure, args in calls():
+        assert outcome(compiled, *args) == outcome(pure, *args)
