@@ -2181,6 +2181,321 @@ static PyObject *send_ok_frame(PyObject *self, PyObject *const *args, Py_ssize_t
     return PyBytes_FromStringAndSize(frame, 8 + len);
 }
 
+/* -- the remoting JSON header ------------------------------------------------------------------
+ *
+ *   decode_json_header(header, body=b"")          rocketq.remoting.command.decode_json_header
+ *
+ * Takes the header a Java or Go client writes (fastjson: no whitespace, ASCII, integers, strings
+ * whose escapes stand for ASCII characters, extFields an object of strings) and makes the
+ * RemotingCommand itself, filling its slots; anything else (whitespace, non-ASCII bytes, a
+ * number that is not a plain integer of up to 18 digits, true/false/null, arrays, a nested
+ * object other than extFields, a key twice, a value of an unusual type for its field) goes to
+ * the pure function, so values and errors are the pure ones. */
+
+enum {
+    RC_CODE, RC_LANGUAGE, RC_VERSION, RC_OPAQUE, RC_FLAG, RC_REMARK, RC_EXT_FIELDS, RC_BODY, RC_SERIALIZE_TYPE,
+    RC_COUNT
+};
+static const char *const rc_names[RC_COUNT] = {
+    "code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type",
+};
+
+static struct {
+    PyTypeObject *command_type;     /* RemotingCommand */
+    Py_ssize_t rc_off[RC_COUNT];
+    PyObject *pure;                 /* pure decode_json_header */
+    PyObject *language_by_name;     /* name -> LanguageCode */
+    PyObject *language_default;     /* LanguageCode.JAVA: no language key */
+    PyObject *language_other;       /* LanguageCode.OTHER: a name it does not know */
+    PyObject *serialize_json;       /* SerializeType.JSON */
+} jh;
+
+static PyObject *setup_json_header(PyObject *self, PyObject *args) {
+    PyObject *cls, *pure, *by_name, *dflt, *other, *json;
+    if (!PyArg_ParseTuple(args, "OOO!OOO:setup_json_header", &cls, &pure, &PyDict_Type, &by_name, &dflt, &other,
+                          &json))
+        return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_json_header: RemotingCommand must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, rc_names, jh.rc_off, RC_COUNT) < 0) return NULL;
+    Py_INCREF(cls); Py_INCREF(pure); Py_INCREF(by_name); Py_INCREF(dflt); Py_INCREF(other); Py_INCREF(json);
+    Py_XSETREF(jh.command_type, (PyTypeObject *)cls);
+    Py_XSETREF(jh.pure, pure);
+    Py_XSETREF(jh.language_by_name, by_name);
+    Py_XSETREF(jh.language_default, dflt);
+    Py_XSETREF(jh.language_other, other);
+    Py_XSETREF(jh.serialize_json, json);
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n, at;
+} jscan;
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The JSON string at s->at (its opening quote) as a str; NULL without an exception when it is
+ * not one this takes (NULL with one on a failure of memory). */
+static PyObject *jstring(jscan *s) {
+    const unsigned char *p = s->p;
+    Py_ssize_t i = s->at;
+    if (i >= s->n || p[i] != '"') return NULL;
+    i++;
+    Py_ssize_t start = i, out_len = 0;
+    int escaped = 0;
+    for (;;) { /* first pass: the end and the decoded length */
+        if (i >= s->n) return NULL;
+        unsigned char c = p[i];
+        if (c == '"') break;
+        if (c < 0x20 || c >= 0x80) return NULL;
+        if (c == '\\') {
+            escaped = 1;
+            if (i + 1 >= s->n) return NULL;
+            unsigned char e = p[i + 1];
+            if (e == 'u') {
+                if (i + 5 >= s->n) return NULL;
+                int v = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hexval(p[i + k]);
+                    if (h < 0) return NULL;
+                    v = v * 16 + h;
+                }
+                if (v >= 0x80) return NULL;
+                i += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+                       e == 't') {
+                i += 2;
+            } else {
+                return NULL;
+            }
+        } else {
+            i++;
+        }
+        out_len++;
+    }
+    Py_ssize_t end = i;
+    s->at = end + 1;
+    if (!escaped) return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + start, end - start);
+    PyObject *str = PyUnicode_New(out_len, 127);
+    if (str == NULL) return NULL;
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(str);
+    for (i = start; i < end;) {
+        unsigned char c = p[i];
+        if (c != '\\') {
+            *w++ = c;
+            i++;
+            continue;
+        }
+        unsigned char e = p[i + 1];
+        switch (e) {
+        case 'u':
+            *w++ = (Py_UCS1)(hexval(p[i + 2]) * 4096 + hexval(p[i + 3]) * 256 + hexval(p[i + 4]) * 16 +
+                             hexval(p[i + 5]));
+            i += 6;
+            continue;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        default: *w++ = e; break; /* " \ / */
+        }
+        i += 2;
+    }
+    return str;
+}
+
+/* A plain JSON integer of up to 18 digits at s->at, followed by ',' or '}': 1 with its value,
+ * 0 when it is not one (another number form, or anything else). */
+static int jint(jscan *s, long long *out) {
+    const unsigned char *p = s->p;
+    Py_ssize_t i = s->at;
+    int neg = 0;
+    if (i < s->n && p[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    Py_ssize_t first = i;
+    long long v = 0;
+    while (i < s->n && p[i] >= '0' && p[i] <= '9') {
+        v = v * 10 + (p[i] - '0');
+        i++;
+    }
+    Py_ssize_t digits = i - first;
+    if (digits < 1 || digits > 18 || (digits > 1 && p[first] == '0')) return 0;
+    if (i >= s->n || (p[i] != ',' && p[i] != '}')) return 0;
+    s->at = i;
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* The extFields object at s->at into a new dict; NULL without an exception when it is not an
+ * object of strings this takes. */
+static PyObject *jext(jscan *s) {
+    const unsigned char *p = s->p;
+    if (s->at >= s->n || p[s->at] != '{') return NULL;
+    s->at++;
+    PyObject *ext = PyDict_New();
+    if (ext == NULL) return NULL;
+    if (s->at < s->n && p[s->at] == '}') {
+        s->at++;
+        return ext;
+    }
+    for (;;) {
+        PyObject *key = jstring(s);
+        if (key == NULL) goto fail;
+        if (s->at >= s->n || p[s->at] != ':') {
+            Py_DECREF(key);
+            goto fail;
+        }
+        s->at++;
+        PyObject *value = jstring(s);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        int bad = PyDict_SetItem(ext, key, value) < 0; /* a key twice: json keeps the last value */
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (bad || s->at >= s->n) goto fail;
+        if (p[s->at] == '}') {
+            s->at++;
+            return ext;
+        }
+        if (p[s->at] != ',') goto fail;
+        s->at++;
+    }
+fail:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+static int key_is(PyObject *key, const char *name) {
+    return PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
+static PyObject *decode_json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (jh.pure == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_json_header() was not called");
+        return NULL;
+    }
+    if (nargs < 1 || nargs > 2 || !PyBytes_CheckExact(args[0]) || (nargs == 2 && !PyBytes_CheckExact(args[1])))
+        return PyObject_Vectorcall(jh.pure, args, (size_t)nargs, NULL);
+    PyObject *body = nargs == 2 ? args[1] : st.empty_bytes;
+    jscan s = {(const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), 0};
+    const unsigned char *p = s.p;
+    long long nums[RC_COUNT] = {0};
+    PyObject *language = NULL, *remark = NULL, *ext = NULL;
+    unsigned seen = 0;
+    if (s.n < 2 || p[0] != '{') goto pure;
+    s.at = 1;
+    if (p[1] == '}') {
+        s.at = 2;
+    } else {
+        for (;;) {
+            PyObject *key = jstring(&s);
+            if (key == NULL || s.at >= s.n || p[s.at] != ':') {
+                Py_XDECREF(key);
+                goto pure;
+            }
+            s.at++;
+            int field = -1, ok = 1;
+            if (key_is(key, "code")) field = RC_CODE;
+            else if (key_is(key, "extFields")) field = RC_EXT_FIELDS;
+            else if (key_is(key, "flag")) field = RC_FLAG;
+            else if (key_is(key, "language")) field = RC_LANGUAGE;
+            else if (key_is(key, "opaque")) field = RC_OPAQUE;
+            else if (key_is(key, "remark")) field = RC_REMARK;
+            else if (key_is(key, "version")) field = RC_VERSION;
+            else if (key_is(key, "serializeTypeCurrentRPC")) field = RC_SERIALIZE_TYPE;
+            Py_DECREF(key);
+            if (field < 0 || (seen & (1u << field))) goto pure; /* an unknown key, or a key twice */
+            seen |= 1u << field;
+            switch (field) {
+            case RC_EXT_FIELDS:
+                ext = jext(&s);
+                ok = ext != NULL;
+                break;
+            case RC_LANGUAGE:
+                language = jstring(&s);
+                ok = language != NULL;
+                break;
+            case RC_REMARK:
+                remark = jstring(&s);
+                ok = remark != NULL;
+                break;
+            case RC_SERIALIZE_TYPE: {
+                PyObject *ignored = jstring(&s);
+                ok = ignored != NULL;
+                Py_XDECREF(ignored);
+                break;
+            }
+            default:
+                ok = jint(&s, &nums[field]);
+                break;
+            }
+            if (!ok || s.at >= s.n) goto pure;
+            if (p[s.at] == '}') {
+                s.at++;
+                break;
+            }
+            if (p[s.at] != ',') goto pure;
+            s.at++;
+        }
+    }
+    if (s.at != s.n) goto pure;
+    PyObject *lang;
+    if (language == NULL) {
+        lang = jh.language_default;
+    } else {
+        lang = PyDict_GetItemWithError(jh.language_by_name, language);
+        if (lang == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            lang = jh.language_other;
+        }
+    }
+    if (ext == NULL && (ext = PyDict_New()) == NULL) goto fail;
+    PyObject *cmd = blank_instance(jh.command_type);
+    if (cmd == NULL) goto fail;
+    const Py_ssize_t *off = jh.rc_off;
+    static const int int_fields[] = {RC_CODE, RC_VERSION, RC_OPAQUE, RC_FLAG};
+    for (size_t j = 0; j < sizeof int_fields / sizeof int_fields[0]; j++) {
+        PyObject *v = PyLong_FromLongLong(nums[int_fields[j]]);
+        if (v == NULL) {
+            Py_DECREF(cmd);
+            goto fail;
+        }
+        SLOT(cmd, off[int_fields[j]]) = v;
+    }
+    Py_INCREF(lang);
+    SLOT(cmd, off[RC_LANGUAGE]) = lang;
+    SLOT(cmd, off[RC_REMARK]) = remark != NULL ? remark : Py_NewRef(Py_None);
+    SLOT(cmd, off[RC_EXT_FIELDS]) = ext;
+    SLOT(cmd, off[RC_BODY]) = Py_NewRef(body);
+    SLOT(cmd, off[RC_SERIALIZE_TYPE]) = Py_NewRef(jh.serialize_json);
+    Py_XDECREF(language);
+    return cmd;
+pure:
+    if (PyErr_Occurred()) goto fail; /* memory */
+    Py_XDECREF(language);
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    return PyObject_Vectorcall(jh.pure, args, (size_t)nargs, NULL);
+fail:
+    Py_XDECREF(language);
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    return NULL;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -2214,6 +2529,10 @@ static PyMethodDef methods[] = {
      "setup_send_ok_frame(pure send_ok_frame, PutMessageResult, FLAG_RESPONSE, language name, CURRENT_VERSION)"},
     {"send_ok_frame", (PyCFunction)(void (*)(void))send_ok_frame, METH_FASTCALL,
      "rocketq.broker.send.send_ok_frame, compiled"},
+    {"setup_json_header", (PyCFunction)setup_json_header, METH_VARARGS,
+     "setup_json_header(RemotingCommand, pure decode_json_header, language by name, JAVA, OTHER, SerializeType.JSON)"},
+    {"decode_json_header", (PyCFunction)(void (*)(void))decode_json_header, METH_FASTCALL,
+     "rocketq.remoting.command.decode_json_header, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,8 @@
-"""The compiled codecs of the broker's send path (``rocketq._speedups``: decode_send_header,
-sent_properties, send_ok_frame) against their pure-Python references, on the same inputs: the
-same value (types included), or the same exception with the same text, for well-formed and
-malformed input alike (skipped, saying why, when the compiled module is not in use)."""
+"""The compiled codecs of the broker's send path (``rocketq._speedups``: decode_json_header,
+decode_send_header, sent_properties, send_ok_frame) against their pure-Python references, on the
+same inputs: the same value (types included), or the same exception with the same text, for
+well-formed and malformed input alike (skipped, saying why, when the compiled module is not in
+use)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from rocketq import speedups
 from rocketq.broker import send, send_properties
 from rocketq.protocol import headers
 from rocketq.protocol.headers import SEND_V2_TO_V1
+from rocketq.remoting import command
+from rocketq.remoting.codes import LanguageCode
+from rocketq.remoting.command import RemotingCommand, encode_json_header
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 
 pytestmark = pytest.mark.skipif(
@@ -264,3 +268,64 @@ def test_unusual_arguments_take_the_pure_path_and_its_errors() -> None:
 
     for compiled, pure, args in calls():
         assert outcome(compiled, *args) == outcome(pure, *args)
+
+
+# -- decode_json_header ------------------------------------------------------------------------
+json_pieces = st.sampled_from(
+    [
+        '"code":310', '"code":-0', '"code":007', '"code":1.5', '"code":1e3', '"code":"12"', '"code":null',
+        '"code":123456789012345678', '"code":1234567890123456789', '"flag":0', '"flag":true', '"opaque":-7',
+        '"version":475', '"language":"JAVA"', '"language":"GO"', '"language":"KLINGON"', '"language":3',
+        '"remark":null', '"remark":"r\\u00e9"', '"remark":"a\\"b\\\\c\\/d\\b\\f\\n\\r\\t"', '"remark":5',
+        '"serializeTypeCurrentRPC":"JSON"', '"serializeTypeCurrentRPC":0', '"unknown":[1,{"a":2}]',
+        '"extFields":{}', '"extFields":{"a":"b","a":"c"}', '"extFields":{"i":"K\\u0001V\\u0002"}',
+        '"extFields":{"n":15000,"b":false,"z":null}', '"extFields":[]', '"extFields":{"x":"\\ud83d\\ude00"}',
+        '"extFields":{"x":"\\u12"}', '"extFields":{"x":"\\q"}', '"extFields":{"x":"\x01"}', '"extFields":"s"',
+        ' "code" : 1 ', '"code":1,', '"code"', '"code":', '"c\\u006fde":5', '"extFields":{"k":"v"',
+    ]
+)  # fmt: skip
+
+
+@st.composite
+def json_headers(draw: st.DrawFn) -> bytes:
+    kind = draw(st.integers(0, 4))
+    if kind in (0, 4):  # what a client writes, any command (ASCII text, or any)
+        text = st.text(st.characters(max_codepoint=127), max_size=12) if kind == 0 else st.text(max_size=12)
+        cmd = RemotingCommand(
+            draw(st.integers(-(2**31), 2**31 - 1)),
+            draw(st.sampled_from(list(LanguageCode))),
+            draw(st.integers(0, 1000)),
+            draw(st.integers(-(2**31), 2**31 - 1)),
+            draw(st.integers(0, 3)),
+            draw(st.none() | text),
+            draw(st.dictionaries(text, text, max_size=5)),
+        )
+        raw = encode_json_header(cmd)
+    else:
+        pieces = draw(st.lists(json_pieces, max_size=7))
+        raw = ("{" + ",".join(pieces) + "}").encode()
+    if kind == 3 and raw:  # a byte changed, cut or added
+        at = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + draw(st.binary(max_size=2)) + raw[at + draw(st.integers(0, 2)) :]
+    return raw
+
+
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_headers(), st.binary(max_size=4))
+def test_decode_json_header_agrees(header: bytes, body: bytes) -> None:
+    compiled = outcome(command.decode_json_header, header, body)
+    assert typed(compiled) == typed(outcome(command.pure_decode_json_header, header, body))
+
+
+def test_decode_json_header_is_compiled_and_takes_a_java_send() -> None:
+    assert command.decode_json_header is speedups.COMPILED.decode_json_header  # type: ignore[union-attr]
+    ext = {"a": "PG", "b": "T", "e": "3", "i": "TAGS\x01A\x02UNIQ_KEY\x01AB\x02"}
+    raw = encode_json_header(RemotingCommand(310, opaque=9, ext_fields=ext))
+    assert b"\\u0001" in raw
+    cmd = command.decode_json_header(raw, b"body")
+    assert typed(cmd) == typed(command.pure_decode_json_header(raw, b"body"))
+    assert (cmd.code, cmd.opaque, cmd.ext_fields, cmd.body) == (310, 9, ext, b"body")
+    for args in [(raw,), (bytearray(raw),), (raw, bytearray(b"x")), ("text",), (), (raw, b"", 1)]:
+        assert typed(outcome(command.decode_json_header, *args)) == typed(
+            outcome(command.pure_decode_json_header, *args)
+        )
