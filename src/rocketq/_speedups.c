@@ -2496,6 +2496,117 @@ fail:
     return NULL;
 }
 
+/* -- the CommitLog record of a single put ------------------------------------------------------
+ *
+ *   put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic)
+ *
+ * CommitLog.put_message's write of one V1 record with an IPv4 born host (the layout
+ * rocketq.protocol.record.record_layout compiles for it) into the segment's buffer at pos: every
+ * field from the BrokerMessage's slots and the put's values, TOTALSIZE last (the commit point).
+ * True when written; False, with nothing written, when any value is not one this takes (not an
+ * exact int in its field's range, not bytes, a record of another length, a buffer too short):
+ * the caller then packs it with the struct layout, whose bytes or errors are the reference. */
+
+enum {
+    BM_TOPIC, BM_BODY, BM_PROPERTIES, BM_QUEUE_ID, BM_FLAG, BM_SYS_FLAG, BM_BORN_TIMESTAMP, BM_BORN_HOST,
+    BM_RECONSUME_TIMES, BM_PREPARED_OFFSET, BM_COUNT
+};
+static const char *const bm_names[BM_COUNT] = {
+    "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp", "born_host",
+    "reconsume_times", "prepared_transaction_offset",
+};
+static PyTypeObject *broker_message;
+static Py_ssize_t bm_off[BM_COUNT];
+
+static PyObject *setup_put_record(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_put_record: BrokerMessage must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, bm_names, bm_off, BM_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(broker_message, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+static PyObject *put_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "put_record(target, pos, length, msg, crc, queue_offset, physical, "
+                                         "store_v6, now, store_host, topic)");
+        return NULL;
+    }
+    PyObject *m = args[3], *store_host = args[9], *topic = args[10];
+    if (broker_message == NULL || Py_TYPE(m) != broker_message || !PyBytes_CheckExact(store_host) ||
+        !PyBytes_CheckExact(topic))
+        Py_RETURN_FALSE;
+    PyObject *body = SLOT(m, bm_off[BM_BODY]), *props = SLOT(m, bm_off[BM_PROPERTIES]);
+    PyObject *born_host = SLOT(m, bm_off[BM_BORN_HOST]);
+    if (body == NULL || props == NULL || born_host == NULL || !PyBytes_CheckExact(body) ||
+        !PyBytes_CheckExact(props) || !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8)
+        Py_RETURN_FALSE;
+    long long pos, length, crc, qoff, physical, store_v6, now, queue_id, flag, sys_flag, born_ts, reconsume, prepared;
+    PyObject *qid_o = SLOT(m, bm_off[BM_QUEUE_ID]), *flag_o = SLOT(m, bm_off[BM_FLAG]);
+    PyObject *sys_o = SLOT(m, bm_off[BM_SYS_FLAG]), *born_o = SLOT(m, bm_off[BM_BORN_TIMESTAMP]);
+    PyObject *rec_o = SLOT(m, bm_off[BM_RECONSUME_TIMES]), *prep_o = SLOT(m, bm_off[BM_PREPARED_OFFSET]);
+    if (qid_o == NULL || flag_o == NULL || sys_o == NULL || born_o == NULL || rec_o == NULL || prep_o == NULL)
+        Py_RETURN_FALSE;
+    if (long_in(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || long_in(args[2], 0, I32_MAX, &length) < 0 ||
+        long_in(args[4], I32_MIN, I32_MAX, &crc) < 0 || long_in(args[5], LLONG_MIN, LLONG_MAX, &qoff) < 0 ||
+        long_in(args[6], LLONG_MIN, LLONG_MAX, &physical) < 0 || long_in(args[7], 0, I32_MAX, &store_v6) < 0 ||
+        long_in(args[8], LLONG_MIN, LLONG_MAX, &now) < 0 || long_in(qid_o, I32_MIN, I32_MAX, &queue_id) < 0 ||
+        long_in(flag_o, I32_MIN, I32_MAX, &flag) < 0 || long_in(sys_o, I32_MIN, I32_MAX, &sys_flag) < 0 ||
+        long_in(born_o, LLONG_MIN, LLONG_MAX, &born_ts) < 0 || long_in(rec_o, I32_MIN, I32_MAX, &reconsume) < 0 ||
+        long_in(prep_o, LLONG_MIN, LLONG_MAX, &prepared) < 0)
+        Py_RETURN_FALSE;
+    long long flags = sys_flag | store_v6;
+    Py_ssize_t sh = PyBytes_GET_SIZE(store_host), bl = PyBytes_GET_SIZE(body), tl = PyBytes_GET_SIZE(topic);
+    Py_ssize_t pl = PyBytes_GET_SIZE(props);
+    if (flags < I32_MIN || flags > I32_MAX || tl > 127 || pl > 32767 || bl > I32_MAX ||
+        (Py_ssize_t)length != 64 + sh + 16 + bl + 1 + tl + 2 + pl)
+        Py_RETURN_FALSE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (pos > view.len - length) {
+        PyBuffer_Release(&view);
+        Py_RETURN_FALSE;
+    }
+    unsigned char *w = (unsigned char *)view.buf + pos;
+    put_be32(w + 4, MESSAGE_MAGIC_CODE);
+    put_be32(w + 8, (int32_t)crc);
+    put_be32(w + 12, (int32_t)queue_id);
+    put_be32(w + 16, (int32_t)flag);
+    put_be64(w + 20, qoff);
+    put_be64(w + 28, physical);
+    put_be32(w + 36, (int32_t)flags);
+    put_be64(w + 40, born_ts);
+    memcpy(w + 48, PyBytes_AS_STRING(born_host), 8);
+    put_be64(w + 56, now);
+    unsigned char *q = w + 64;
+    memcpy(q, PyBytes_AS_STRING(store_host), (size_t)sh);
+    q += sh;
+    put_be32(q, (int32_t)reconsume);
+    put_be64(q + 4, prepared);
+    put_be32(q + 12, (int32_t)bl);
+    q += 16;
+    memcpy(q, PyBytes_AS_STRING(body), (size_t)bl);
+    q += bl;
+    *q++ = (unsigned char)tl;
+    memcpy(q, PyBytes_AS_STRING(topic), (size_t)tl);
+    q += tl;
+    q[0] = (unsigned char)(pl >> 8);
+    q[1] = (unsigned char)pl;
+    memcpy(q + 2, PyBytes_AS_STRING(props), (size_t)pl);
+    put_be32(w, (int32_t)length); /* commit point: TOTALSIZE last */
+    PyBuffer_Release(&view);
+    Py_RETURN_TRUE;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -2533,6 +2644,11 @@ static PyMethodDef methods[] = {
      "setup_json_header(RemotingCommand, pure decode_json_header, language by name, JAVA, OTHER, SerializeType.JSON)"},
     {"decode_json_header", (PyCFunction)(void (*)(void))decode_json_header, METH_FASTCALL,
      "rocketq.remoting.command.decode_json_header, compiled"},
+    {"setup_put_record", (PyCFunction)setup_put_record, METH_O,
+     "setup_put_record(BrokerMessage): bind put_record to the message class"},
+    {"put_record", (PyCFunction)(void (*)(void))put_record, METH_FASTCALL,
+     "put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic): "
+     "CommitLog.put_message's write of one V1/IPv4 record, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

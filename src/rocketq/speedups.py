@@ -21,8 +21,9 @@ uncommon cases to: :func:`rocketq.remoting.command.decode_json_header` (a reques
 to its command; the client's answers too), :func:`rocketq.protocol.headers.decode_send_header`
 (the SEND_MESSAGE(_V2) header's fields to checked values),
 :func:`rocketq.broker.send_properties.sent_properties` (the request's properties to the
-record's: decoded, UNIQ_KEY and CLUSTER added, encoded) and :func:`rocketq.broker.send.send_ok_frame`
-(the SUCCESS answer frame).
+record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`
+(the SUCCESS answer frame) and ``put_record`` (the record write of
+:meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference).
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +19,17 @@ from hypothesis import strategies as st
 from _support.examples import examples
 from rocketq import speedups
 from rocketq.broker import send, send_properties
+from rocketq.config import StoreConfig
+from rocketq.message import BrokerMessage
 from rocketq.protocol import headers
 from rocketq.protocol.headers import SEND_V2_TO_V1
+from rocketq.protocol.record import MESSAGE_MAGIC_CODE, record_layout
 from rocketq.remoting import command
 from rocketq.remoting.codes import LanguageCode
 from rocketq.remoting.command import RemotingCommand, encode_json_header
+from rocketq.store import commitlog as commitlog_module
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.store.message_store import MessageStore
 
 pytestmark = pytest.mark.skipif(
     speedups.COMPILED is None, reason=f"compiled codecs not in use: {speedups.REASON}"
@@ -329,3 +335,97 @@ def test_decode_json_header_is_compiled_and_takes_a_java_send() -> None:
         assert typed(outcome(command.decode_json_header, *args)) == typed(
             outcome(command.pure_decode_json_header, *args)
         )
+
+
+# -- put_record --------------------------------------------------------------------------------
+I64 = st.integers(-(2**63), 2**63 - 1)
+odd_ints = st.sampled_from([2**31, -(2**31) - 1, 2**63, True, 1.0, None])
+
+
+@st.composite
+def put_cases(draw: st.DrawFn) -> tuple[Any, ...]:
+    def num(base: st.SearchStrategy[int]) -> Any:
+        return draw(base) if draw(st.integers(0, 25)) else draw(odd_ints)
+
+    msg = BrokerMessage(
+        topic="T",
+        body=draw(st.binary(max_size=40)),
+        properties=draw(st.binary(max_size=30)),
+        queue_id=num(I32),
+        flag=num(I32),
+        sys_flag=num(st.sampled_from([0, 1, 0x100, 0x7FFFFFFF, -1])),
+        born_timestamp=num(I64),
+        born_host=draw(st.sampled_from([bytes(range(8)), bytes(20), b"\x01" * 7])),
+        reconsume_times=num(I32),
+        prepared_transaction_offset=num(I64),
+    )
+    topic = draw(st.sampled_from([b"T", b"TopicA", b"x" * 127, b"x" * 128]))
+    store_host = draw(st.sampled_from([bytes([10, 0, 0, 1, 0, 0, 0x2A, 0x9F]), bytes(range(20))]))
+    length = 64 + len(store_host) + 16 + len(msg.body) + 1 + len(topic) + 2 + len(msg.properties)
+    length += draw(st.sampled_from([0, 0, 0, 1, -1]))
+    crc = draw(st.one_of(st.integers(0, 2**31 - 1), st.just(2**31)))
+    store_v6 = draw(st.sampled_from([0, 0x20]))
+    pos = draw(st.integers(0, 16))
+    size = pos + length + draw(st.sampled_from([0, 5, -1]))
+    return msg, topic, store_host, length, crc, draw(I64), draw(I64), store_v6, draw(I64), pos, size
+
+
+@settings(max_examples=examples(1000), deadline=None)
+@given(put_cases())
+def test_put_record_writes_the_layouts_bytes_or_nothing(case: tuple[Any, ...]) -> None:
+    msg, topic, store_host, length, crc, qoff, physical, store_v6, now, pos, size = case
+    target = bytearray(b"\xee" * max(size, 0))
+    written = commitlog_module._put_record(  # type: ignore[misc]
+        target, pos, length, msg, crc, qoff, physical, store_v6, now, store_host, topic
+    )
+    expected = bytearray(b"\xee" * max(size, 0))
+    try:
+        fmt = record_layout(8, len(store_host), False, len(msg.body), len(topic), len(msg.properties))
+        fmt.pack_into(
+            expected, pos, length, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag, qoff, physical,
+            msg.sys_flag | store_v6, msg.born_timestamp, msg.born_host, now, store_host, msg.reconsume_times,
+            msg.prepared_transaction_offset, len(msg.body), msg.body, len(topic), topic,
+            len(msg.properties), msg.properties,
+        )  # fmt: skip
+        packs = fmt.size == length and len(msg.born_host) == 8
+    except (struct.error, TypeError):
+        packs = False
+    if written:
+        assert packs and target == expected
+    else:  # nothing written: the layout packs it (or fails) on the caller's path
+        assert target == bytearray(b"\xee" * max(size, 0))
+        types_ok = all(
+            type(v) is int
+            for v in (msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, msg.reconsume_times,
+                      msg.prepared_transaction_offset)
+        )  # fmt: skip
+        assert not (packs and types_ok and len(topic) <= 127)
+
+
+def test_a_store_put_writes_the_record_the_pure_path_writes(tmp_path: Path) -> None:
+    """The same puts through CommitLog.put_message compiled and pure: the same records (but the
+    store timestamp), and a flag outside int32 refused by both with the layout's error."""
+    msg = BrokerMessage("TopicA", b"payload", b"UNIQ_KEY\x01AB\x02", 2, 7, 0, 1700000000000, bytes(range(8)))
+    seen = []
+    saved = commitlog_module._put_record
+    for name, put in (("compiled", saved), ("pure", None)):
+        commitlog_module._put_record = put
+        try:
+            cfg = StoreConfig(store_path_root_dir=str(tmp_path / name), mapped_file_size_commit_log=1 << 20)
+            with MessageStore(cfg) as store:
+                results = [store.put_message(dataclasses.replace(msg, queue_id=q)) for q in (2, 2, 3)]
+                raws = [store.commitlog.read(r.physical_offset, r.size) for r in results]
+                bad = outcome(store.put_message, dataclasses.replace(msg, flag=2**31))
+                after = store.put_message(dataclasses.replace(msg))
+        finally:
+            commitlog_module._put_record = saved
+        seen.append(
+            (
+                [raw[:56] + raw[64:] for raw in raws if raw is not None],
+                [(r.physical_offset, r.queue_offset) for r in results],
+                bad,
+                (after.physical_offset, after.queue_offset),
+            )
+        )
+    assert seen[0] == seen[1]
+    assert len(seen[0][0]) == 3 and seen[0][2][0] == "error"  # struct.error
