@@ -2496,6 +2496,78 @@ fail:
     return NULL;
 }
 
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+/* -- the remoting frame loop -------------------------------------------------------------------
+ *
+ *   parse_frames(src, pos, end, max_body, header_mask, out) -> (pos, need)
+ *
+ * FrameDecoder._parse's loop over the complete frames of src[pos:end] whose header is JSON: each
+ * decoded (decode_json_header above) and appended to out. need is what the decoder waits for
+ * (4, or a partial frame's whole length) once every complete frame is taken, or 0 when the loop
+ * stopped at a frame it leaves to the pure loop, which takes it from pos and fails or decodes as
+ * it always did: a length or header length out of bounds, a ROCKETMQ or unknown serialize type,
+ * or a header whose decoding raised (the pure loop meets the same error). */
+
+static PyObject *parse_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long pos, end, max_body, mask;
+    if (nargs != 6 || long_in(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || long_in(args[2], 0, PY_SSIZE_T_MAX, &end) < 0 ||
+        long_in(args[3], 0, I32_MAX, &max_body) < 0 || long_in(args[4], 0, 0xFFFFFFFFLL, &mask) < 0 ||
+        !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "parse_frames(src, pos, end, max_body, header_mask, out)");
+        return NULL;
+    }
+    PyObject *out = args[5];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (end > view.len) end = view.len;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    long long need = 4;
+    while (end - pos >= 4) {
+        long long length = be32(p + pos);
+        if (length < 4 || length > max_body) {
+            need = 0;
+            break;
+        }
+        long long frame_end = pos + 4 + length;
+        if (frame_end > end) {
+            need = 4 + length;
+            break;
+        }
+        uint32_t type_hlen = (uint32_t)be32(p + pos + 4);
+        long long hlen = type_hlen & (uint32_t)mask;
+        if (hlen > length - 4 || (type_hlen >> 24) != 0) {
+            need = 0;
+            break;
+        }
+        long long header_end = pos + 8 + hlen;
+        PyObject *pair[2];
+        pair[0] = PyBytes_FromStringAndSize((const char *)p + pos + 8, (Py_ssize_t)hlen);
+        pair[1] = header_end < frame_end
+                      ? PyBytes_FromStringAndSize((const char *)p + header_end, (Py_ssize_t)(frame_end - header_end))
+                      : Py_NewRef(st.empty_bytes);
+        PyObject *cmd = pair[0] == NULL || pair[1] == NULL ? NULL : decode_json_header(NULL, pair, 2);
+        Py_XDECREF(pair[0]);
+        Py_XDECREF(pair[1]);
+        if (cmd == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+            PyErr_Clear(); /* the pure loop decodes this frame again and meets the same error */
+            need = 0;
+            break;
+        }
+        int bad = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (bad < 0) goto fail;
+        pos = frame_end;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LL)", pos, need);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- the CommitLog record of a single put ------------------------------------------------------
  *
  *   put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic)
@@ -2528,9 +2600,6 @@ static PyObject *setup_put_record(PyObject *self, PyObject *cls) {
     Py_XSETREF(broker_message, (PyTypeObject *)cls);
     Py_RETURN_NONE;
 }
-
-#define I32_MIN (-2147483647LL - 1)
-#define I32_MAX 2147483647LL
 
 static PyObject *put_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11) {
@@ -2644,6 +2713,9 @@ static PyMethodDef methods[] = {
      "setup_json_header(RemotingCommand, pure decode_json_header, language by name, JAVA, OTHER, SerializeType.JSON)"},
     {"decode_json_header", (PyCFunction)(void (*)(void))decode_json_header, METH_FASTCALL,
      "rocketq.remoting.command.decode_json_header, compiled"},
+    {"parse_frames", (PyCFunction)(void (*)(void))parse_frames, METH_FASTCALL,
+     "parse_frames(src, pos, end, max_body, header_mask, out) -> (pos, need): the loop of "
+     "rocketq.remoting.codec.FrameDecoder._parse over JSON frames, compiled"},
     {"setup_put_record", (PyCFunction)setup_put_record, METH_O,
      "setup_put_record(BrokerMessage): bind put_record to the message class"},
     {"put_record", (PyCFunction)(void (*)(void))put_record, METH_FASTCALL,

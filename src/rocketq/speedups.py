@@ -17,8 +17,10 @@ parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the
 :meth:`rocketq.store.index_file.IndexFile.put_keys`; ``cq_pack_run``: the run loop of
 :meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules; and the
 codecs of a broker's single send, each with a ``pure_`` twin in its module that it hands the
-uncommon cases to: :func:`rocketq.remoting.command.decode_json_header` (a request's JSON header
-to its command; the client's answers too), :func:`rocketq.protocol.headers.decode_send_header`
+uncommon cases to: ``parse_frames`` (the frame loop of
+:meth:`rocketq.remoting.codec.FrameDecoder.feed` over JSON frames, the pure loop taking any
+other), :func:`rocketq.remoting.command.decode_json_header` (a request's JSON header to its
+command; the client's answers too), :func:`rocketq.protocol.headers.decode_send_header`
 (the SEND_MESSAGE(_V2) header's fields to checked values),
 :func:`rocketq.broker.send_properties.sent_properties` (the request's properties to the
 record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`

@@ -1,8 +1,8 @@
-"""The compiled codecs of the broker's send path (``rocketq._speedups``: decode_json_header,
-decode_send_header, sent_properties, send_ok_frame) against their pure-Python references, on the
-same inputs: the same value (types included), or the same exception with the same text, for
-well-formed and malformed input alike (skipped, saying why, when the compiled module is not in
-use)."""
+"""The compiled codecs of the broker's send path (``rocketq._speedups``: parse_frames,
+decode_json_header, decode_send_header, sent_properties, send_ok_frame, put_record) against their
+pure-Python references, on the same inputs: the same value (types included), or the same
+exception with the same text, for well-formed and malformed input alike (skipped, saying why,
+when the compiled module is not in use)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from rocketq.message import BrokerMessage
 from rocketq.protocol import headers
 from rocketq.protocol.headers import SEND_V2_TO_V1
 from rocketq.protocol.record import MESSAGE_MAGIC_CODE, record_layout
-from rocketq.remoting import command
-from rocketq.remoting.codes import LanguageCode
+from rocketq.remoting import codec, command
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE, LanguageCode, SerializeType
 from rocketq.remoting.command import RemotingCommand, encode_json_header
 from rocketq.store import commitlog as commitlog_module
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
@@ -429,3 +430,54 @@ def test_a_store_put_writes_the_record_the_pure_path_writes(tmp_path: Path) -> N
         )
     assert seen[0] == seen[1]
     assert len(seen[0][0]) == 3 and seen[0][2][0] == "error"  # struct.error
+
+
+# -- FrameDecoder's loop -----------------------------------------------------------------------
+@st.composite
+def frame_streams(draw: st.DrawFn) -> tuple[bytes, list[int], int]:
+    frames = []
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 6))
+        cmd = RemotingCommand(
+            draw(st.integers(0, 400)),
+            opaque=draw(st.integers(0, 2**31 - 1)),
+            ext_fields=draw(
+                st.dictionaries(st.text("abe\x01é", max_size=3), st.text("xy\x02", max_size=5), max_size=3)
+            ),
+            body=draw(st.binary(max_size=6)),
+            serialize_type=SerializeType.ROCKETMQ if kind == 1 else SerializeType.JSON,
+        )
+        frame = bytearray(encode(cmd))
+        if kind == 2:  # a length out of bounds
+            frame[:4] = struct.pack(">i", draw(st.sampled_from([-1, 0, 3, 2**31 - 1, 70])))
+        elif kind == 3:  # a header length beyond the frame, or an unknown serialize type
+            frame[4:8] = struct.pack(">I", draw(st.sampled_from([0xFFFF, 9 << 24 | 5, 2 << 24])))
+        elif kind == 4 and len(frame) > 9:  # a damaged header byte
+            frame[draw(st.integers(8, len(frame) - 1))] = draw(st.integers(0, 255))
+        frames.append(bytes(frame))
+    stream = b"".join(frames)
+    cuts = sorted(draw(st.lists(st.integers(0, len(stream)), max_size=4)))
+    return stream, cuts, draw(st.sampled_from([DEFAULT_MAX_FRAME_SIZE, 64]))
+
+
+def feed_all(stream: bytes, cuts: list[int], max_frame: int) -> list[Any]:
+    decoder = FrameDecoder(max_frame)
+    seen = []
+    for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        seen.append(typed(outcome(decoder.feed, stream[a:b])))
+        seen.append((decoder.buffered, decoder.failed, decoder._need))
+    return seen
+
+
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frame_streams())
+def test_frame_decoder_loop_agrees(case: tuple[bytes, list[int], int]) -> None:
+    stream, cuts, max_frame = case
+    compiled = feed_all(stream, cuts, max_frame)
+    saved = codec._parse_frames
+    codec._parse_frames = None  # type: ignore[misc]
+    try:
+        pure = feed_all(stream, cuts, max_frame)
+    finally:
+        codec._parse_frames = saved  # type: ignore[misc]
+    assert compiled == pure
