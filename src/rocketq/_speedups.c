@@ -2208,6 +2208,7 @@ static struct {
     PyObject *language_default;     /* LanguageCode.JAVA: no language key */
     PyObject *language_other;       /* LanguageCode.OTHER: a name it does not know */
     PyObject *serialize_json;       /* SerializeType.JSON */
+    PyObject *str_java;             /* "JAVA" */
 } jh;
 
 static PyObject *setup_json_header(PyObject *self, PyObject *args) {
@@ -2227,6 +2228,7 @@ static PyObject *setup_json_header(PyObject *self, PyObject *args) {
     Py_XSETREF(jh.language_default, dflt);
     Py_XSETREF(jh.language_other, other);
     Py_XSETREF(jh.serialize_json, json);
+    if (jh.str_java == NULL && (jh.str_java = PyUnicode_InternFromString("JAVA")) == NULL) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -2242,52 +2244,66 @@ static int hexval(unsigned char c) {
     return -1;
 }
 
-/* The JSON string at s->at (its opening quote) as a str; NULL without an exception when it is
- * not one this takes (NULL with one on a failure of memory). */
-static PyObject *jstring(jscan *s) {
+/* The JSON string at s->at (its opening quote), scanned: its content is p[*start, *end), its
+ * decoded length *out_len, *escaped when it has escapes; s->at moves past it. 0 when it is not a
+ * string this takes (s->at unchanged). */
+static int jspan(jscan *s, Py_ssize_t *start, Py_ssize_t *end, Py_ssize_t *out_len, int *escaped) {
     const unsigned char *p = s->p;
     Py_ssize_t i = s->at;
-    if (i >= s->n || p[i] != '"') return NULL;
+    if (i >= s->n || p[i] != '"') return 0;
     i++;
-    Py_ssize_t start = i, out_len = 0;
-    int escaped = 0;
-    for (;;) { /* first pass: the end and the decoded length */
-        if (i >= s->n) return NULL;
+    *start = i;
+    Py_ssize_t len = 0;
+    int esc = 0;
+    for (;;) {
+        if (i >= s->n) return 0;
         unsigned char c = p[i];
         if (c == '"') break;
-        if (c < 0x20 || c >= 0x80) return NULL;
+        if (c < 0x20 || c >= 0x80) return 0;
         if (c == '\\') {
-            escaped = 1;
-            if (i + 1 >= s->n) return NULL;
+            esc = 1;
+            if (i + 1 >= s->n) return 0;
             unsigned char e = p[i + 1];
             if (e == 'u') {
-                if (i + 5 >= s->n) return NULL;
+                if (i + 5 >= s->n) return 0;
                 int v = 0;
                 for (int k = 2; k < 6; k++) {
                     int h = hexval(p[i + k]);
-                    if (h < 0) return NULL;
+                    if (h < 0) return 0;
                     v = v * 16 + h;
                 }
-                if (v >= 0x80) return NULL;
+                if (v >= 0x80) return 0;
                 i += 6;
             } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
                        e == 't') {
                 i += 2;
             } else {
-                return NULL;
+                return 0;
             }
         } else {
             i++;
         }
-        out_len++;
+        len++;
     }
-    Py_ssize_t end = i;
-    s->at = end + 1;
+    *end = i;
+    *out_len = len;
+    *escaped = esc;
+    s->at = i + 1;
+    return 1;
+}
+
+/* The JSON string at s->at as a str; NULL without an exception when it is not one this takes
+ * (NULL with one on a failure of memory). */
+static PyObject *jstring(jscan *s) {
+    Py_ssize_t start, end, out_len;
+    int escaped;
+    if (!jspan(s, &start, &end, &out_len, &escaped)) return NULL;
+    const unsigned char *p = s->p;
     if (!escaped) return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + start, end - start);
     PyObject *str = PyUnicode_New(out_len, 127);
     if (str == NULL) return NULL;
     Py_UCS1 *w = PyUnicode_1BYTE_DATA(str);
-    for (i = start; i < end;) {
+    for (Py_ssize_t i = start; i < end;) {
         unsigned char c = p[i];
         if (c != '\\') {
             *w++ = c;
@@ -2378,9 +2394,12 @@ fail:
     return NULL;
 }
 
-static int key_is(PyObject *key, const char *name) {
-    return PyUnicode_CompareWithASCIIString(key, name) == 0;
-}
+/* The JSON keys of RemotingCommand's fields, by field (NULL: not a key of the header). */
+static const char *const json_keys[RC_COUNT] = {
+    [RC_CODE] = "code", [RC_LANGUAGE] = "language", [RC_VERSION] = "version", [RC_OPAQUE] = "opaque",
+    [RC_FLAG] = "flag", [RC_REMARK] = "remark", [RC_EXT_FIELDS] = "extFields",
+    [RC_SERIALIZE_TYPE] = "serializeTypeCurrentRPC",
+};
 
 static PyObject *decode_json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (jh.pure == NULL) {
@@ -2401,22 +2420,18 @@ static PyObject *decode_json_header(PyObject *self, PyObject *const *args, Py_ss
         s.at = 2;
     } else {
         for (;;) {
-            PyObject *key = jstring(&s);
-            if (key == NULL || s.at >= s.n || p[s.at] != ':') {
-                Py_XDECREF(key);
-                goto pure;
-            }
+            Py_ssize_t ks, ke, kl;
+            int kesc;
+            if (!jspan(&s, &ks, &ke, &kl, &kesc) || kesc || s.at >= s.n || p[s.at] != ':') goto pure;
             s.at++;
             int field = -1, ok = 1;
-            if (key_is(key, "code")) field = RC_CODE;
-            else if (key_is(key, "extFields")) field = RC_EXT_FIELDS;
-            else if (key_is(key, "flag")) field = RC_FLAG;
-            else if (key_is(key, "language")) field = RC_LANGUAGE;
-            else if (key_is(key, "opaque")) field = RC_OPAQUE;
-            else if (key_is(key, "remark")) field = RC_REMARK;
-            else if (key_is(key, "version")) field = RC_VERSION;
-            else if (key_is(key, "serializeTypeCurrentRPC")) field = RC_SERIALIZE_TYPE;
-            Py_DECREF(key);
+            for (int f = 0; f < RC_COUNT; f++) { /* a key written with escapes goes to the pure path */
+                if (json_keys[f] != NULL && (Py_ssize_t)strlen(json_keys[f]) == kl &&
+                    memcmp(p + ks, json_keys[f], (size_t)kl) == 0) {
+                    field = f;
+                    break;
+                }
+            }
             if (field < 0 || (seen & (1u << field))) goto pure; /* an unknown key, or a key twice */
             seen |= 1u << field;
             switch (field) {
@@ -2424,18 +2439,27 @@ static PyObject *decode_json_header(PyObject *self, PyObject *const *args, Py_ss
                 ext = jext(&s);
                 ok = ext != NULL;
                 break;
-            case RC_LANGUAGE:
-                language = jstring(&s);
+            case RC_LANGUAGE: {
+                Py_ssize_t ls, le, ll;
+                int lesc;
+                jscan at = s;
+                if (jspan(&s, &ls, &le, &ll, &lesc) && !lesc && ll == 4 && memcmp(p + ls, "JAVA", 4) == 0) {
+                    language = Py_NewRef(jh.str_java); /* what Java clients send: no new str */
+                } else {
+                    s = at;
+                    language = jstring(&s);
+                }
                 ok = language != NULL;
                 break;
+            }
             case RC_REMARK:
                 remark = jstring(&s);
                 ok = remark != NULL;
                 break;
-            case RC_SERIALIZE_TYPE: {
-                PyObject *ignored = jstring(&s);
-                ok = ignored != NULL;
-                Py_XDECREF(ignored);
+            case RC_SERIALIZE_TYPE: { /* read and ignored */
+                Py_ssize_t is, ie, il;
+                int iesc;
+                ok = jspan(&s, &is, &ie, &il, &iesc);
                 break;
             }
             default:
