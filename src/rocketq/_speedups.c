@@ -2128,6 +2128,20 @@ static int ll_of(PyObject *v, long long *out) {
 
 #define TEXT_MAX 256
 
+/* v in decimal at w (at most 20 characters); the position after it */
+static char *put_decimal(char *w, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *w++ = '-';
+    while (n) *w++ = tmp[--n];
+    return w;
+}
+
 static PyObject *send_ok_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (ss.pure_answer == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_ok_frame() was not called");
@@ -2164,20 +2178,42 @@ static PyObject *send_ok_frame(PyObject *self, PyObject *const *args, Py_ssize_t
         msg_id[2 * i + 1] = HEX[raw[i] & 0xF];
     }
     msg_id[2 * (hl + 8)] = '\0';
-    char frame[8 + 512 + 2 * TEXT_MAX];
-    char *header = frame + 8;
-    int len = snprintf(
-        header, sizeof frame - 8,
-        "{\"code\":0,\"extFields\":{\"msgId\":\"%s\",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\","
-        "\"MSG_REGION\":\"%.*s\",\"TRACE_ON\":\"%s\"%s%.*s%s},\"flag\":%lld,\"language\":\"%s\",\"opaque\":%lld,"
-        "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%lld}",
-        msg_id, queue_id, queue_offset, (int)region_len, (const char *)PyUnicode_1BYTE_DATA(region),
-        trace_on ? "true" : "false", with_tx ? ",\"transactionId\":\"" : "", (int)(with_tx ? tx_len : 0),
-        with_tx ? (const char *)PyUnicode_1BYTE_DATA(tx) : "", with_tx ? "\"" : "", ss.flag_response,
-        ss.language, opaque, ss.version);
-    if (len < 0 || (size_t)len >= sizeof frame - 8) return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
-    put_be32((unsigned char *)frame, 4 + len);
-    put_be32((unsigned char *)frame + 4, len);
+    char frame[8 + 512 + 2 * TEXT_MAX]; /* the fixed text, the numbers and the two texts fit */
+    char *w = frame + 8;
+#define PUT_TEXT(t) (memcpy(w, (t), sizeof(t) - 1), w += sizeof(t) - 1)
+    PUT_TEXT("{\"code\":0,\"extFields\":{\"msgId\":\"");
+    memcpy(w, msg_id, (size_t)(2 * (hl + 8)));
+    w += 2 * (hl + 8);
+    PUT_TEXT("\",\"queueId\":\"");
+    w = put_decimal(w, queue_id);
+    PUT_TEXT("\",\"queueOffset\":\"");
+    w = put_decimal(w, queue_offset);
+    PUT_TEXT("\",\"MSG_REGION\":\"");
+    memcpy(w, PyUnicode_1BYTE_DATA(region), (size_t)region_len);
+    w += region_len;
+    if (trace_on) PUT_TEXT("\",\"TRACE_ON\":\"true\"");
+    else PUT_TEXT("\",\"TRACE_ON\":\"false\"");
+    if (with_tx) {
+        PUT_TEXT(",\"transactionId\":\"");
+        memcpy(w, PyUnicode_1BYTE_DATA(tx), (size_t)tx_len);
+        w += tx_len;
+        *w++ = '"';
+    }
+    PUT_TEXT("},\"flag\":");
+    w = put_decimal(w, ss.flag_response);
+    PUT_TEXT(",\"language\":\"");
+    size_t lang_len = strlen(ss.language);
+    memcpy(w, ss.language, lang_len);
+    w += lang_len;
+    PUT_TEXT("\",\"opaque\":");
+    w = put_decimal(w, opaque);
+    PUT_TEXT(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    w = put_decimal(w, ss.version);
+    *w++ = '}';
+#undef PUT_TEXT
+    Py_ssize_t len = w - (frame + 8);
+    put_be32((unsigned char *)frame, (int32_t)(4 + len));
+    put_be32((unsigned char *)frame + 4, (int32_t)len);
     return PyBytes_FromStringAndSize(frame, 8 + len);
 }
 
