@@ -1898,6 +1898,8 @@ static PyObject *pure_send_header(PyObject *ext, PyObject *v2) {
     return out;
 }
 
+static PyObject *send_header_of(PyObject *ext, PyObject *v2obj, PyObject *const *val);
+
 static PyObject *decode_send_header(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (ss.header_type == NULL) {
@@ -1914,8 +1916,17 @@ static PyObject *decode_send_header(PyObject *self, PyObject *const *args, size_
     PyObject *const *keys = ss.keys[v2];
     PyObject *val[SH_COUNT];
     int err = 0;
-    for (int i = 0; i < SH_COUNT; i++) val[i] = ext_get(ext, keys[i], &err);
-    if (err) return NULL;
+    for (int i = 0; i < SH_COUNT; i++) { /* held: a lookup may compare keys with Python code */
+        val[i] = ext_get(ext, keys[i], &err);
+        Py_XINCREF(val[i]);
+    }
+    PyObject *h = err ? NULL : send_header_of(ext, v2obj, val);
+    for (int i = 0; i < SH_COUNT; i++) Py_XDECREF(val[i]);
+    return h;
+}
+
+/* The header of the extFields values val (by field; NULL: absent), or the pure function's. */
+static PyObject *send_header_of(PyObject *ext, PyObject *v2obj, PyObject *const *val) {
     long long nums[SH_COUNT];
     /* field: max digits, default (-1: required / absent is unusual, -2: None when absent) */
     static const struct { int field; Py_ssize_t digits; long long absent; } ints[] = {

@@ -481,3 +481,27 @@ def test_frame_decoder_loop_agrees(case: tuple[bytes, list[int], int]) -> None:
     finally:
         codec._parse_frames = saved  # type: ignore[misc]
     assert compiled == pure
+
+
+def test_decode_send_header_survives_a_key_whose_comparison_changes_the_fields() -> None:
+    """A key of another type colliding with a field's name runs Python code in the lookup; one
+    that empties the dict there leaves the decoder with the values it read (held, not freed)."""
+
+    class Colliding:
+        def __init__(self, ext: dict[Any, Any]) -> None:
+            self.ext = ext
+
+        def __hash__(self) -> int:
+            return hash("n")
+
+        def __eq__(self, other: object) -> bool:
+            self.ext.clear()
+            return False
+
+    def fresh() -> dict[Any, Any]:
+        ext: dict[Any, Any] = {"a": "PG" * 20, "b": "T" * 30, "e": "1", "g": "1700000000000"}
+        ext[Colliding(ext)] = "x"
+        return ext
+
+    compiled = typed(outcome(headers.decode_send_header, fresh(), v2=True))
+    assert compiled == typed(outcome(headers.pure_decode_send_header, fresh(), v2=True))
