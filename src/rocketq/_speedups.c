@@ -472,6 +472,978 @@ fail:
     return NULL;
 }
 
+/* Helpers defined with the index loop below. */
+static void put_be32(unsigned char *p, int32_t v);
+static void put_be64(unsigned char *p, int64_t v);
+static int long_in(PyObject *v, long long lo, long long hi, long long *out);
+
+/* -- the broker's send path ------------------------------------------------------------------
+ *
+ * A plain single send's hot codecs, each with the exact semantics of its pure counterpart and
+ * handing it every case it does not take itself (so values and errors are the pure ones):
+ *
+ *   decode_send_header(ext, *, v2)                rocketq.protocol.headers.decode_send_header
+ *   sent_properties(text, cluster, new_id)        rocketq.broker.send_properties.sent_properties
+ *   send_ok_frame(opaque, result, queue_id, transaction_id, region_id, trace_on)
+ *                                                 rocketq.broker.send.send_ok_frame
+ *
+ * Their setup_* functions (called once by those modules) bind the classes, key names, constants
+ * and pure fallbacks. What each takes itself: header values that are ASCII digits short enough
+ * to be in range, "true"/"false" flags and a born timestamp that is there; property text that is
+ * ASCII (the record's properties are then ASCII too, written here without a second walk over a
+ * dict by Python code); a single message's SUCCESS answer whose texts need no JSON escaping. */
+
+enum {
+    SH_PRODUCER_GROUP, SH_TOPIC, SH_DEFAULT_TOPIC, SH_DEFAULT_TOPIC_QUEUE_NUMS, SH_QUEUE_ID, SH_SYS_FLAG,
+    SH_BORN_TIMESTAMP, SH_FLAG, SH_PROPERTIES, SH_RECONSUME_TIMES, SH_UNIT_MODE, SH_MAX_RECONSUME_TIMES,
+    SH_BATCH, SH_BROKER_NAME, SH_COUNT
+};
+static const char *const sh_names[SH_COUNT] = {
+    "producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id", "sys_flag",
+    "born_timestamp", "flag", "properties", "reconsume_times", "unit_mode", "max_reconsume_times", "batch",
+    "broker_name",
+};
+
+static struct {
+    PyTypeObject *header_type;      /* SendMessageRequestHeader */
+    Py_ssize_t sh_off[SH_COUNT];
+    PyObject *keys[2][SH_COUNT];    /* extFields keys: V1 names, V2 letters, in field order */
+    PyObject *pure_header;          /* pure decode_send_header */
+    PyObject *str_v2, *str_true, *str_false, *str_default_topic;
+    PyObject *pure_properties;      /* pure sent_properties */
+    PyObject *encoded_or_none;      /* encode_properties(props).encode() or None when refused */
+    PyObject *str_pop_ck, *str_uniq_key, *str_cluster;
+    PyObject *pure_answer;          /* pure send_ok_frame */
+    PyTypeObject *result_type;      /* PutMessageResult, a tuple subclass */
+    long long flag_response, version;
+    char language[32];
+} ss;
+
+static PyObject *setup_send_header(PyObject *self, PyObject *args) {
+    PyObject *cls, *pure, *v1, *v2;
+    if (!PyArg_ParseTuple(args, "OOO!O!:setup_send_header", &cls, &pure, &PyTuple_Type, &v1, &PyTuple_Type, &v2))
+        return NULL;
+    if (!PyType_Check(cls) || PyTuple_GET_SIZE(v1) != SH_COUNT || PyTuple_GET_SIZE(v2) != SH_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "setup_send_header(SendMessageRequestHeader, pure, 14 V1 keys, 14 V2 keys)");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, sh_names, ss.sh_off, SH_COUNT) < 0) return NULL;
+    for (int i = 0; i < SH_COUNT; i++) {
+        PyObject *k1 = PyTuple_GET_ITEM(v1, i), *k2 = PyTuple_GET_ITEM(v2, i);
+        if (!PyUnicode_CheckExact(k1) || !PyUnicode_CheckExact(k2)) {
+            PyErr_SetString(PyExc_TypeError, "setup_send_header: the keys must be str");
+            return NULL;
+        }
+        Py_INCREF(k1); Py_INCREF(k2);
+        Py_XSETREF(ss.keys[0][i], k1);
+        Py_XSETREF(ss.keys[1][i], k2);
+    }
+    if (ss.str_v2 == NULL) {
+        ss.str_v2 = PyUnicode_InternFromString("v2");
+        ss.str_true = PyUnicode_InternFromString("true");
+        ss.str_false = PyUnicode_InternFromString("false");
+        ss.str_default_topic = PyUnicode_InternFromString("TBW102");
+        if (ss.str_v2 == NULL || ss.str_true == NULL || ss.str_false == NULL || ss.str_default_topic == NULL)
+            return NULL;
+    }
+    Py_INCREF(cls); Py_INCREF(pure);
+    Py_XSETREF(ss.header_type, (PyTypeObject *)cls);
+    Py_XSETREF(ss.pure_header, pure);
+    Py_RETURN_NONE;
+}
+
+/* ext[key], borrowed; NULL when absent (-2 in *err on a lookup failure) */
+static PyObject *ext_get(PyObject *ext, PyObject *key, int *err) {
+    PyObject *v = PyDict_GetItemWithError(ext, key);
+    if (v == NULL && PyErr_Occurred()) *err = 1;
+    return v;
+}
+
+/* An int field: 1 with its value when v is 1..maxd ASCII digits, 0 when v is absent, -1 when it
+ * is anything else (the pure function decides). */
+static int digits_of(PyObject *v, Py_ssize_t maxd, long long *out) {
+    if (v == NULL) return 0;
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n < 1 || n > maxd) return -1;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        x = x * 10 + (p[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* A boolean field: 0/1 for absent, "false" or "true"; -1 for anything else. */
+static int flag_of(PyObject *v) {
+    if (v == NULL) return 0;
+    if (!PyUnicode_CheckExact(v)) return -1;
+    if (v == ss.str_false || PyUnicode_Compare(v, ss.str_false) == 0) return 0;
+    if (v == ss.str_true || PyUnicode_Compare(v, ss.str_true) == 0) return 1;
+    return -1;
+}
+
+static PyObject *pure_send_header(PyObject *ext, PyObject *v2) {
+    PyObject *args = PyTuple_Pack(1, ext);
+    if (args == NULL) return NULL;
+    PyObject *kwargs = Py_BuildValue("{OO}", ss.str_v2, v2);
+    PyObject *out = kwargs == NULL ? NULL : PyObject_Call(ss.pure_header, args, kwargs);
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    return out;
+}
+
+static PyObject *send_header_of(PyObject *ext, PyObject *v2obj, PyObject *const *val);
+
+static PyObject *decode_send_header(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (ss.header_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_header() was not called");
+        return NULL;
+    }
+    if (nargs != 1 || kwnames == NULL || PyTuple_GET_SIZE(kwnames) != 1 ||
+        PyTuple_GET_ITEM(kwnames, 0) != ss.str_v2) /* an interned name: any other call is the pure one's */
+        return PyObject_Vectorcall(ss.pure_header, args, nargsf, kwnames);
+    PyObject *ext = args[0], *v2obj = args[1];
+    if (!PyDict_CheckExact(ext)) return pure_send_header(ext, v2obj);
+    int v2 = PyObject_IsTrue(v2obj);
+    if (v2 < 0) return NULL;
+    PyObject *const *keys = ss.keys[v2];
+    PyObject *val[SH_COUNT];
+    int err = 0;
+    for (int i = 0; i < SH_COUNT; i++) { /* held: a lookup may compare keys with Python code */
+        val[i] = ext_get(ext, keys[i], &err);
+        Py_XINCREF(val[i]);
+    }
+    PyObject *h = err ? NULL : send_header_of(ext, v2obj, val);
+    for (int i = 0; i < SH_COUNT; i++) Py_XDECREF(val[i]);
+    return h;
+}
+
+/* The header of the extFields values val (by field; NULL: absent), or the pure function's. */
+static PyObject *send_header_of(PyObject *ext, PyObject *v2obj, PyObject *const *val) {
+    long long nums[SH_COUNT];
+    /* field: max digits, default (-1: required / absent is unusual, -2: None when absent) */
+    static const struct { int field; Py_ssize_t digits; long long absent; } ints[] = {
+        {SH_DEFAULT_TOPIC_QUEUE_NUMS, 9, 4}, {SH_QUEUE_ID, 9, -1}, {SH_SYS_FLAG, 9, 0},
+        {SH_BORN_TIMESTAMP, 18, -1}, {SH_FLAG, 9, 0}, {SH_RECONSUME_TIMES, 9, -2},
+        {SH_MAX_RECONSUME_TIMES, 9, -2},
+    };
+    int present[SH_COUNT] = {0};
+    if (val[SH_TOPIC] == NULL) return pure_send_header(ext, v2obj);
+    for (size_t j = 0; j < sizeof ints / sizeof ints[0]; j++) {
+        int f = ints[j].field;
+        int got = digits_of(val[f], ints[j].digits, &nums[f]);
+        if (got < 0 || (got == 0 && ints[j].absent == -1)) return pure_send_header(ext, v2obj);
+        present[f] = got;
+        if (!got) nums[f] = ints[j].absent;
+    }
+    int unit_mode = flag_of(val[SH_UNIT_MODE]), batch = flag_of(val[SH_BATCH]);
+    PyObject *dt = val[SH_DEFAULT_TOPIC];
+    if (unit_mode < 0 || batch < 0 || (dt != NULL && !PyUnicode_CheckExact(dt)))
+        return pure_send_header(ext, v2obj);
+    if (dt == NULL || PyUnicode_GET_LENGTH(dt) == 0) dt = ss.str_default_topic;
+
+    PyObject *h = blank_instance(ss.header_type);
+    if (h == NULL) return NULL;
+    const Py_ssize_t *off = ss.sh_off;
+    for (int i = 0; i < SH_COUNT; i++) {
+        PyObject *v;
+        switch (i) {
+        case SH_PRODUCER_GROUP: v = val[i] != NULL ? val[i] : st.empty_str; Py_INCREF(v); break;
+        case SH_DEFAULT_TOPIC: v = dt; Py_INCREF(v); break;
+        case SH_TOPIC: case SH_PROPERTIES: case SH_BROKER_NAME:
+            v = val[i] != NULL ? val[i] : Py_None; Py_INCREF(v); break;
+        case SH_UNIT_MODE: v = PyBool_FromLong(unit_mode); break;
+        case SH_BATCH: v = PyBool_FromLong(batch); break;
+        case SH_RECONSUME_TIMES: case SH_MAX_RECONSUME_TIMES:
+            if (!present[i]) { v = Py_None; Py_INCREF(v); break; }
+            /* fall through */
+        default: v = PyLong_FromLongLong(nums[i]); break;
+        }
+        if (v == NULL) {
+            Py_DECREF(h);
+            return NULL;
+        }
+        SLOT(h, off[i]) = v;
+    }
+    return h;
+}
+
+static PyObject *setup_sent_properties(PyObject *self, PyObject *args) {
+    PyObject *pure, *encoded_or_none;
+    if (!PyArg_ParseTuple(args, "OO:setup_sent_properties", &pure, &encoded_or_none)) return NULL;
+    if (ss.str_pop_ck == NULL) {
+        ss.str_pop_ck = PyUnicode_InternFromString("POP_CK");
+        ss.str_uniq_key = PyUnicode_InternFromString("UNIQ_KEY");
+        ss.str_cluster = PyUnicode_InternFromString("CLUSTER");
+        if (ss.str_pop_ck == NULL || ss.str_uniq_key == NULL || ss.str_cluster == NULL) return NULL;
+    }
+    Py_INCREF(pure); Py_INCREF(encoded_or_none);
+    Py_XSETREF(ss.pure_properties, pure);
+    Py_XSETREF(ss.encoded_or_none, encoded_or_none);
+    Py_RETURN_NONE;
+}
+
+/* True when s is an exact str of ASCII characters other than the two separators. */
+static int plain_ascii(PyObject *s) {
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) return 0;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    return memchr(p, 1, (size_t)n) == NULL && memchr(p, 2, (size_t)n) == NULL;
+}
+
+/* The properties' record bytes, written here when every name and value is plain ASCII, else
+ * by the pure encoding (which gives None for what encode_properties refuses). */
+static PyObject *encode_plain(PyObject *props) {
+    Py_ssize_t pos = 0, total = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!plain_ascii(k) || !plain_ascii(v)) return PyObject_CallOneArg(ss.encoded_or_none, props);
+        total += PyUnicode_GET_LENGTH(k) + PyUnicode_GET_LENGTH(v) + 2;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    pos = 0;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        Py_ssize_t kl = PyUnicode_GET_LENGTH(k), vl = PyUnicode_GET_LENGTH(v);
+        memcpy(w, PyUnicode_1BYTE_DATA(k), (size_t)kl);
+        w += kl;
+        *w++ = '\x01';
+        memcpy(w, PyUnicode_1BYTE_DATA(v), (size_t)vl);
+        w += vl;
+        *w++ = '\x02';
+    }
+    return out;
+}
+
+static PyObject *sent_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ss.pure_properties == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_sent_properties() was not called");
+        return NULL;
+    }
+    if (nargs != 3) return PyObject_Vectorcall(ss.pure_properties, args, (size_t)nargs, NULL);
+    PyObject *text = args[0], *cluster = args[1], *new_id = args[2];
+    if (text == Py_None) text = st.empty_str;
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text))
+        return PyObject_Vectorcall(ss.pure_properties, args, 3, NULL);
+    PyObject *props = PyDict_New();
+    if (props == NULL) return NULL;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), at = 0;
+    /* text.split("\x02"): every piece of 3 or more chars whose first "\x01" has a name before
+     * it and a value after it is a property (a later piece of the same name wins) */
+    while (at < n) {
+        const char *end = memchr(p + at, 2, (size_t)(n - at));
+        Py_ssize_t stop = end != NULL ? end - p : n;
+        if (stop - at >= 3) {
+            const char *sep = memchr(p + at, 1, (size_t)(stop - at));
+            if (sep != NULL && sep > p + at && sep < p + stop - 1) {
+                Py_ssize_t ks = sep - p;
+                PyObject *key = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + at, ks - at);
+                PyObject *value = key == NULL ? NULL
+                                  : PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, sep + 1, stop - ks - 1);
+                int bad = value == NULL || PyDict_SetItem(props, key, value) < 0;
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                if (bad) {
+                    Py_DECREF(props);
+                    return NULL;
+                }
+            }
+        }
+        at = stop + 1;
+    }
+    /* base_properties: POP_CK dropped, UNIQ_KEY added when missing, CLUSTER set */
+    PyObject *uniq;
+    if (PyDict_GetItemWithError(props, ss.str_pop_ck) != NULL) {
+        if (PyDict_DelItem(props, ss.str_pop_ck) < 0) goto fail;
+    } else if (PyErr_Occurred()) {
+        goto fail;
+    }
+    uniq = PyDict_GetItemWithError(props, ss.str_uniq_key); /* a decoded value is never empty */
+    if (uniq == NULL) {
+        if (PyErr_Occurred()) goto fail;
+        PyObject *id = PyObject_CallNoArgs(new_id);
+        if (id == NULL) goto fail;
+        int bad = PyDict_SetItem(props, ss.str_uniq_key, id);
+        Py_DECREF(id);
+        if (bad < 0) goto fail;
+    }
+    if (PyDict_SetItem(props, ss.str_cluster, cluster) < 0) goto fail;
+    PyObject *encoded = encode_plain(props);
+    if (encoded == NULL) goto fail;
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(encoded);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(out, 0, props);
+    PyTuple_SET_ITEM(out, 1, encoded);
+    return out;
+fail:
+    Py_DECREF(props);
+    return NULL;
+}
+
+static PyObject *setup_send_ok_frame(PyObject *self, PyObject *args) {
+    PyObject *pure, *cls;
+    long long flag, version;
+    const char *language;
+    if (!PyArg_ParseTuple(args, "OOLsL:setup_send_ok_frame", &pure, &cls, &flag, &language, &version)) return NULL;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "setup_send_ok_frame: PutMessageResult must be a tuple class");
+        return NULL;
+    }
+    if (strlen(language) >= sizeof ss.language) {
+        PyErr_SetString(PyExc_ValueError, "setup_send_ok_frame: language name too long");
+        return NULL;
+    }
+    strcpy(ss.language, language);
+    ss.flag_response = flag;
+    ss.version = version;
+    Py_INCREF(pure); Py_INCREF(cls);
+    Py_XSETREF(ss.pure_answer, pure);
+    Py_XSETREF(ss.result_type, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* The length of s as a JSON string's content that needs no escaping (ASCII, no control
+ * character, quote or backslash), or -1. */
+static Py_ssize_t json_plain(PyObject *s, Py_ssize_t max) {
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n > max) return -1;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\') return -1;
+    return n;
+}
+
+static int ll_of(PyObject *v, long long *out) {
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+#define TEXT_MAX 256
+
+/* v in decimal at w (at most 20 characters); the position after it */
+static char *put_decimal(char *w, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *w++ = '-';
+    while (n) *w++ = tmp[--n];
+    return w;
+}
+
+static PyObject *send_ok_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ss.pure_answer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_ok_frame() was not called");
+        return NULL;
+    }
+    if (nargs != 6) return PyObject_Vectorcall(ss.pure_answer, args, (size_t)nargs, NULL);
+    PyObject *result = args[1], *tx = args[3], *region = args[4];
+    long long opaque, queue_id, physical, queue_offset;
+    if (Py_TYPE(result) != ss.result_type || PyTuple_GET_SIZE(result) != 8 || PyTuple_GET_ITEM(result, 7) != Py_None ||
+        ll_of(args[0], &opaque) < 0 || ll_of(args[2], &queue_id) < 0 ||
+        ll_of(PyTuple_GET_ITEM(result, 1), &physical) < 0 || ll_of(PyTuple_GET_ITEM(result, 3), &queue_offset) < 0)
+        return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+    PyObject *host = PyTuple_GET_ITEM(result, 5);
+    Py_ssize_t region_len = json_plain(region, TEXT_MAX), tx_len = 0;
+    int with_tx = 0;
+    if (tx != Py_None) {
+        if (!PyUnicode_CheckExact(tx)) return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+        tx_len = json_plain(tx, TEXT_MAX);
+        with_tx = PyUnicode_GET_LENGTH(tx) > 0;
+    }
+    if (!PyBytes_CheckExact(host) || (PyBytes_GET_SIZE(host) != 8 && PyBytes_GET_SIZE(host) != 20) ||
+        region_len < 0 || tx_len < 0)
+        return PyObject_Vectorcall(ss.pure_answer, args, 6, NULL);
+    int trace_on = PyObject_IsTrue(args[5]);
+    if (trace_on < 0) return NULL;
+    /* the offset message id: store host ‖ physical offset, uppercase hex */
+    unsigned char raw[28];
+    Py_ssize_t hl = PyBytes_GET_SIZE(host);
+    memcpy(raw, PyBytes_AS_STRING(host), (size_t)hl);
+    put_be64(raw + hl, physical);
+    char msg_id[57];
+    for (Py_ssize_t i = 0; i < hl + 8; i++) {
+        msg_id[2 * i] = HEX[raw[i] >> 4];
+        msg_id[2 * i + 1] = HEX[raw[i] & 0xF];
+    }
+    msg_id[2 * (hl + 8)] = '\0';
+    char frame[8 + 512 + 2 * TEXT_MAX]; /* the fixed text, the numbers and the two texts fit */
+    char *w = frame + 8;
+#define PUT_TEXT(t) (memcpy(w, (t), sizeof(t) - 1), w += sizeof(t) - 1)
+    PUT_TEXT("{\"code\":0,\"extFields\":{\"msgId\":\"");
+    memcpy(w, msg_id, (size_t)(2 * (hl + 8)));
+    w += 2 * (hl + 8);
+    PUT_TEXT("\",\"queueId\":\"");
+    w = put_decimal(w, queue_id);
+    PUT_TEXT("\",\"queueOffset\":\"");
+    w = put_decimal(w, queue_offset);
+    PUT_TEXT("\",\"MSG_REGION\":\"");
+    memcpy(w, PyUnicode_1BYTE_DATA(region), (size_t)region_len);
+    w += region_len;
+    if (trace_on) PUT_TEXT("\",\"TRACE_ON\":\"true\"");
+    else PUT_TEXT("\",\"TRACE_ON\":\"false\"");
+    if (with_tx) {
+        PUT_TEXT(",\"transactionId\":\"");
+        memcpy(w, PyUnicode_1BYTE_DATA(tx), (size_t)tx_len);
+        w += tx_len;
+        *w++ = '"';
+    }
+    PUT_TEXT("},\"flag\":");
+    w = put_decimal(w, ss.flag_response);
+    PUT_TEXT(",\"language\":\"");
+    size_t lang_len = strlen(ss.language);
+    memcpy(w, ss.language, lang_len);
+    w += lang_len;
+    PUT_TEXT("\",\"opaque\":");
+    w = put_decimal(w, opaque);
+    PUT_TEXT(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    w = put_decimal(w, ss.version);
+    *w++ = '}';
+#undef PUT_TEXT
+    Py_ssize_t len = w - (frame + 8);
+    put_be32((unsigned char *)frame, (int32_t)(4 + len));
+    put_be32((unsigned char *)frame + 4, (int32_t)len);
+    return PyBytes_FromStringAndSize(frame, 8 + len);
+}
+
+/* -- the remoting JSON header ------------------------------------------------------------------
+ *
+ *   decode_json_header(header, body=b"")          rocketq.remoting.command.decode_json_header
+ *
+ * Takes the header a Java or Go client writes (fastjson: no whitespace, ASCII, integers, strings
+ * whose escapes stand for ASCII characters, extFields an object of strings) and makes the
+ * RemotingCommand itself, filling its slots; anything else (whitespace, non-ASCII bytes, a
+ * number that is not a plain integer of up to 18 digits, true/false/null, arrays, a nested
+ * object other than extFields, a key twice, a value of an unusual type for its field) goes to
+ * the pure function, so values and errors are the pure ones. */
+
+enum {
+    RC_CODE, RC_LANGUAGE, RC_VERSION, RC_OPAQUE, RC_FLAG, RC_REMARK, RC_EXT_FIELDS, RC_BODY, RC_SERIALIZE_TYPE,
+    RC_COUNT
+};
+static const char *const rc_names[RC_COUNT] = {
+    "code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type",
+};
+
+static struct {
+    PyTypeObject *command_type;     /* RemotingCommand */
+    Py_ssize_t rc_off[RC_COUNT];
+    PyObject *pure;                 /* pure decode_json_header */
+    PyObject *language_by_name;     /* name -> LanguageCode */
+    PyObject *language_default;     /* LanguageCode.JAVA: no language key */
+    PyObject *language_other;       /* LanguageCode.OTHER: a name it does not know */
+    PyObject *serialize_json;       /* SerializeType.JSON */
+    PyObject *str_java;             /* "JAVA" */
+} jh;
+
+static PyObject *setup_json_header(PyObject *self, PyObject *args) {
+    PyObject *cls, *pure, *by_name, *dflt, *other, *json;
+    if (!PyArg_ParseTuple(args, "OOO!OOO:setup_json_header", &cls, &pure, &PyDict_Type, &by_name, &dflt, &other,
+                          &json))
+        return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_json_header: RemotingCommand must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, rc_names, jh.rc_off, RC_COUNT) < 0) return NULL;
+    Py_INCREF(cls); Py_INCREF(pure); Py_INCREF(by_name); Py_INCREF(dflt); Py_INCREF(other); Py_INCREF(json);
+    Py_XSETREF(jh.command_type, (PyTypeObject *)cls);
+    Py_XSETREF(jh.pure, pure);
+    Py_XSETREF(jh.language_by_name, by_name);
+    Py_XSETREF(jh.language_default, dflt);
+    Py_XSETREF(jh.language_other, other);
+    Py_XSETREF(jh.serialize_json, json);
+    if (jh.str_java == NULL && (jh.str_java = PyUnicode_InternFromString("JAVA")) == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n, at;
+} jscan;
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The JSON string at s->at (its opening quote), scanned: its content is p[*start, *end), its
+ * decoded length *out_len, *escaped when it has escapes; s->at moves past it. 0 when it is not a
+ * string this takes (s->at unchanged). */
+static int jspan(jscan *s, Py_ssize_t *start, Py_ssize_t *end, Py_ssize_t *out_len, int *escaped) {
+    const unsigned char *p = s->p;
+    Py_ssize_t i = s->at;
+    if (i >= s->n || p[i] != '"') return 0;
+    i++;
+    *start = i;
+    Py_ssize_t len = 0;
+    int esc = 0;
+    for (;;) {
+        if (i >= s->n) return 0;
+        unsigned char c = p[i];
+        if (c == '"') break;
+        if (c < 0x20 || c >= 0x80) return 0;
+        if (c == '\\') {
+            esc = 1;
+            if (i + 1 >= s->n) return 0;
+            unsigned char e = p[i + 1];
+            if (e == 'u') {
+                if (i + 5 >= s->n) return 0;
+                int v = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hexval(p[i + k]);
+                    if (h < 0) return 0;
+                    v = v * 16 + h;
+                }
+                if (v >= 0x80) return 0;
+                i += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+                       e == 't') {
+                i += 2;
+            } else {
+                return 0;
+            }
+        } else {
+            i++;
+        }
+        len++;
+    }
+    *end = i;
+    *out_len = len;
+    *escaped = esc;
+    s->at = i + 1;
+    return 1;
+}
+
+/* The JSON string at s->at as a str; NULL without an exception when it is not one this takes
+ * (NULL with one on a failure of memory). */
+static PyObject *jstring(jscan *s) {
+    Py_ssize_t start, end, out_len;
+    int escaped;
+    if (!jspan(s, &start, &end, &out_len, &escaped)) return NULL;
+    const unsigned char *p = s->p;
+    if (!escaped) return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + start, end - start);
+    PyObject *str = PyUnicode_New(out_len, 127);
+    if (str == NULL) return NULL;
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(str);
+    for (Py_ssize_t i = start; i < end;) {
+        unsigned char c = p[i];
+        if (c != '\\') {
+            *w++ = c;
+            i++;
+            continue;
+        }
+        unsigned char e = p[i + 1];
+        switch (e) {
+        case 'u':
+            *w++ = (Py_UCS1)(hexval(p[i + 2]) * 4096 + hexval(p[i + 3]) * 256 + hexval(p[i + 4]) * 16 +
+                             hexval(p[i + 5]));
+            i += 6;
+            continue;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        default: *w++ = e; break; /* " \ / */
+        }
+        i += 2;
+    }
+    return str;
+}
+
+/* A plain JSON integer of up to 18 digits at s->at, followed by ',' or '}': 1 with its value,
+ * 0 when it is not one (another number form, or anything else). */
+static int jint(jscan *s, long long *out) {
+    const unsigned char *p = s->p;
+    Py_ssize_t i = s->at;
+    int neg = 0;
+    if (i < s->n && p[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    Py_ssize_t first = i;
+    long long v = 0;
+    while (i < s->n && p[i] >= '0' && p[i] <= '9') {
+        v = v * 10 + (p[i] - '0');
+        i++;
+    }
+    Py_ssize_t digits = i - first;
+    if (digits < 1 || digits > 18 || (digits > 1 && p[first] == '0')) return 0;
+    if (i >= s->n || (p[i] != ',' && p[i] != '}')) return 0;
+    s->at = i;
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* The extFields object at s->at into a new dict; NULL without an exception when it is not an
+ * object of strings this takes. */
+static PyObject *jext(jscan *s) {
+    const unsigned char *p = s->p;
+    if (s->at >= s->n || p[s->at] != '{') return NULL;
+    s->at++;
+    PyObject *ext = PyDict_New();
+    if (ext == NULL) return NULL;
+    if (s->at < s->n && p[s->at] == '}') {
+        s->at++;
+        return ext;
+    }
+    for (;;) {
+        PyObject *key = jstring(s);
+        if (key == NULL) goto fail;
+        if (s->at >= s->n || p[s->at] != ':') {
+            Py_DECREF(key);
+            goto fail;
+        }
+        s->at++;
+        PyObject *value = jstring(s);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        int bad = PyDict_SetItem(ext, key, value) < 0; /* a key twice: json keeps the last value */
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (bad || s->at >= s->n) goto fail;
+        if (p[s->at] == '}') {
+            s->at++;
+            return ext;
+        }
+        if (p[s->at] != ',') goto fail;
+        s->at++;
+    }
+fail:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+/* The JSON keys of RemotingCommand's fields, by field (NULL: not a key of the header). */
+static const char *const json_keys[RC_COUNT] = {
+    [RC_CODE] = "code", [RC_LANGUAGE] = "language", [RC_VERSION] = "version", [RC_OPAQUE] = "opaque",
+    [RC_FLAG] = "flag", [RC_REMARK] = "remark", [RC_EXT_FIELDS] = "extFields",
+    [RC_SERIALIZE_TYPE] = "serializeTypeCurrentRPC",
+};
+
+static PyObject *decode_json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (jh.pure == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_json_header() was not called");
+        return NULL;
+    }
+    if (nargs < 1 || nargs > 2 || !PyBytes_CheckExact(args[0]) || (nargs == 2 && !PyBytes_CheckExact(args[1])))
+        return PyObject_Vectorcall(jh.pure, args, (size_t)nargs, NULL);
+    PyObject *body = nargs == 2 ? args[1] : st.empty_bytes;
+    jscan s = {(const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), 0};
+    const unsigned char *p = s.p;
+    long long nums[RC_COUNT] = {0};
+    PyObject *language = NULL, *remark = NULL, *ext = NULL;
+    unsigned seen = 0;
+    if (s.n < 2 || p[0] != '{') goto pure;
+    s.at = 1;
+    if (p[1] == '}') {
+        s.at = 2;
+    } else {
+        for (;;) {
+            Py_ssize_t ks, ke, kl;
+            int kesc;
+            if (!jspan(&s, &ks, &ke, &kl, &kesc) || kesc || s.at >= s.n || p[s.at] != ':') goto pure;
+            s.at++;
+            int field = -1, ok = 1;
+            for (int f = 0; f < RC_COUNT; f++) { /* a key written with escapes goes to the pure path */
+                if (json_keys[f] != NULL && (Py_ssize_t)strlen(json_keys[f]) == kl &&
+                    memcmp(p + ks, json_keys[f], (size_t)kl) == 0) {
+                    field = f;
+                    break;
+                }
+            }
+            if (field < 0 || (seen & (1u << field))) goto pure; /* an unknown key, or a key twice */
+            seen |= 1u << field;
+            switch (field) {
+            case RC_EXT_FIELDS:
+                ext = jext(&s);
+                ok = ext != NULL;
+                break;
+            case RC_LANGUAGE: {
+                Py_ssize_t ls, le, ll;
+                int lesc;
+                jscan at = s;
+                if (jspan(&s, &ls, &le, &ll, &lesc) && !lesc && ll == 4 && memcmp(p + ls, "JAVA", 4) == 0) {
+                    language = Py_NewRef(jh.str_java); /* what Java clients send: no new str */
+                } else {
+                    s = at;
+                    language = jstring(&s);
+                }
+                ok = language != NULL;
+                break;
+            }
+            case RC_REMARK:
+                remark = jstring(&s);
+                ok = remark != NULL;
+                break;
+            case RC_SERIALIZE_TYPE: { /* read and ignored */
+                Py_ssize_t is, ie, il;
+                int iesc;
+                ok = jspan(&s, &is, &ie, &il, &iesc);
+                break;
+            }
+            default:
+                ok = jint(&s, &nums[field]);
+                break;
+            }
+            if (!ok || s.at >= s.n) goto pure;
+            if (p[s.at] == '}') {
+                s.at++;
+                break;
+            }
+            if (p[s.at] != ',') goto pure;
+            s.at++;
+        }
+    }
+    if (s.at != s.n) goto pure;
+    PyObject *lang;
+    if (language == NULL) {
+        lang = jh.language_default;
+    } else {
+        lang = PyDict_GetItemWithError(jh.language_by_name, language);
+        if (lang == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            lang = jh.language_other;
+        }
+    }
+    if (ext == NULL && (ext = PyDict_New()) == NULL) goto fail;
+    PyObject *cmd = blank_instance(jh.command_type);
+    if (cmd == NULL) goto fail;
+    const Py_ssize_t *off = jh.rc_off;
+    static const int int_fields[] = {RC_CODE, RC_VERSION, RC_OPAQUE, RC_FLAG};
+    for (size_t j = 0; j < sizeof int_fields / sizeof int_fields[0]; j++) {
+        PyObject *v = PyLong_FromLongLong(nums[int_fields[j]]);
+        if (v == NULL) {
+            Py_DECREF(cmd);
+            goto fail;
+        }
+        SLOT(cmd, off[int_fields[j]]) = v;
+    }
+    Py_INCREF(lang);
+    SLOT(cmd, off[RC_LANGUAGE]) = lang;
+    SLOT(cmd, off[RC_REMARK]) = remark != NULL ? remark : Py_NewRef(Py_None);
+    SLOT(cmd, off[RC_EXT_FIELDS]) = ext;
+    SLOT(cmd, off[RC_BODY]) = Py_NewRef(body);
+    SLOT(cmd, off[RC_SERIALIZE_TYPE]) = Py_NewRef(jh.serialize_json);
+    Py_XDECREF(language);
+    return cmd;
+pure:
+    if (PyErr_Occurred()) goto fail; /* memory */
+    Py_XDECREF(language);
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    return PyObject_Vectorcall(jh.pure, args, (size_t)nargs, NULL);
+fail:
+    Py_XDECREF(language);
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    return NULL;
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+/* -- the remoting frame loop -------------------------------------------------------------------
+ *
+ *   parse_frames(src, pos, end, max_body, header_mask, out) -> (pos, need)
+ *
+ * FrameDecoder._parse's loop over the complete frames of src[pos:end] whose header is JSON: each
+ * decoded (decode_json_header above) and appended to out. need is what the decoder waits for
+ * (4, or a partial frame's whole length) once every complete frame is taken, or 0 when the loop
+ * stopped at a frame it leaves to the pure loop, which takes it from pos and fails or decodes as
+ * it always did: a length or header length out of bounds, a ROCKETMQ or unknown serialize type,
+ * or a header whose decoding raised (the pure loop meets the same error). */
+
+static PyObject *parse_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long pos, end, max_body, mask;
+    if (nargs != 6 || long_in(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || long_in(args[2], 0, PY_SSIZE_T_MAX, &end) < 0 ||
+        long_in(args[3], 0, I32_MAX, &max_body) < 0 || long_in(args[4], 0, 0xFFFFFFFFLL, &mask) < 0 ||
+        !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "parse_frames(src, pos, end, max_body, header_mask, out)");
+        return NULL;
+    }
+    PyObject *out = args[5];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (end > view.len) end = view.len;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    long long need = 4;
+    while (end - pos >= 4) {
+        long long length = be32(p + pos);
+        if (length < 4 || length > max_body) {
+            need = 0;
+            break;
+        }
+        long long frame_end = pos + 4 + length;
+        if (frame_end > end) {
+            need = 4 + length;
+            break;
+        }
+        uint32_t type_hlen = (uint32_t)be32(p + pos + 4);
+        long long hlen = type_hlen & (uint32_t)mask;
+        if (hlen > length - 4 || (type_hlen >> 24) != 0) {
+            need = 0;
+            break;
+        }
+        long long header_end = pos + 8 + hlen;
+        PyObject *pair[2];
+        pair[0] = PyBytes_FromStringAndSize((const char *)p + pos + 8, (Py_ssize_t)hlen);
+        pair[1] = header_end < frame_end
+                      ? PyBytes_FromStringAndSize((const char *)p + header_end, (Py_ssize_t)(frame_end - header_end))
+                      : Py_NewRef(st.empty_bytes);
+        PyObject *cmd = pair[0] == NULL || pair[1] == NULL ? NULL : decode_json_header(NULL, pair, 2);
+        Py_XDECREF(pair[0]);
+        Py_XDECREF(pair[1]);
+        if (cmd == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+            PyErr_Clear(); /* the pure loop decodes this frame again and meets the same error */
+            need = 0;
+            break;
+        }
+        int bad = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (bad < 0) goto fail;
+        pos = frame_end;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LL)", pos, need);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* -- the CommitLog record of a single put ------------------------------------------------------
+ *
+ *   put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic)
+ *
+ * CommitLog.put_message's write of one V1 record with an IPv4 born host (the layout
+ * rocketq.protocol.record.record_layout compiles for it) into the segment's buffer at pos: every
+ * field from the BrokerMessage's slots and the put's values, TOTALSIZE last (the commit point).
+ * True when written; False, with nothing written, when any value is not one this takes (not an
+ * exact int in its field's range, not bytes, a record of another length, a buffer too short):
+ * the caller then packs it with the struct layout, whose bytes or errors are the reference. */
+
+enum {
+    BM_TOPIC, BM_BODY, BM_PROPERTIES, BM_QUEUE_ID, BM_FLAG, BM_SYS_FLAG, BM_BORN_TIMESTAMP, BM_BORN_HOST,
+    BM_RECONSUME_TIMES, BM_PREPARED_OFFSET, BM_COUNT
+};
+static const char *const bm_names[BM_COUNT] = {
+    "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp", "born_host",
+    "reconsume_times", "prepared_transaction_offset",
+};
+static PyTypeObject *broker_message;
+static Py_ssize_t bm_off[BM_COUNT];
+
+static PyObject *setup_put_record(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_put_record: BrokerMessage must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, bm_names, bm_off, BM_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(broker_message, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+static PyObject *put_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "put_record(target, pos, length, msg, crc, queue_offset, physical, "
+                                         "store_v6, now, store_host, topic)");
+        return NULL;
+    }
+    PyObject *m = args[3], *store_host = args[9], *topic = args[10];
+    if (broker_message == NULL || Py_TYPE(m) != broker_message || !PyBytes_CheckExact(store_host) ||
+        !PyBytes_CheckExact(topic))
+        Py_RETURN_FALSE;
+    PyObject *body = SLOT(m, bm_off[BM_BODY]), *props = SLOT(m, bm_off[BM_PROPERTIES]);
+    PyObject *born_host = SLOT(m, bm_off[BM_BORN_HOST]);
+    if (body == NULL || props == NULL || born_host == NULL || !PyBytes_CheckExact(body) ||
+        !PyBytes_CheckExact(props) || !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8)
+        Py_RETURN_FALSE;
+    long long pos, length, crc, qoff, physical, store_v6, now, queue_id, flag, sys_flag, born_ts, reconsume, prepared;
+    PyObject *qid_o = SLOT(m, bm_off[BM_QUEUE_ID]), *flag_o = SLOT(m, bm_off[BM_FLAG]);
+    PyObject *sys_o = SLOT(m, bm_off[BM_SYS_FLAG]), *born_o = SLOT(m, bm_off[BM_BORN_TIMESTAMP]);
+    PyObject *rec_o = SLOT(m, bm_off[BM_RECONSUME_TIMES]), *prep_o = SLOT(m, bm_off[BM_PREPARED_OFFSET]);
+    if (qid_o == NULL || flag_o == NULL || sys_o == NULL || born_o == NULL || rec_o == NULL || prep_o == NULL)
+        Py_RETURN_FALSE;
+    if (long_in(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || long_in(args[2], 0, I32_MAX, &length) < 0 ||
+        long_in(args[4], I32_MIN, I32_MAX, &crc) < 0 || long_in(args[5], LLONG_MIN, LLONG_MAX, &qoff) < 0 ||
+        long_in(args[6], LLONG_MIN, LLONG_MAX, &physical) < 0 || long_in(args[7], 0, I32_MAX, &store_v6) < 0 ||
+        long_in(args[8], LLONG_MIN, LLONG_MAX, &now) < 0 || long_in(qid_o, I32_MIN, I32_MAX, &queue_id) < 0 ||
+        long_in(flag_o, I32_MIN, I32_MAX, &flag) < 0 || long_in(sys_o, I32_MIN, I32_MAX, &sys_flag) < 0 ||
+        long_in(born_o, LLONG_MIN, LLONG_MAX, &born_ts) < 0 || long_in(rec_o, I32_MIN, I32_MAX, &reconsume) < 0 ||
+        long_in(prep_o, LLONG_MIN, LLONG_MAX, &prepared) < 0)
+        Py_RETURN_FALSE;
+    long long flags = sys_flag | store_v6;
+    Py_ssize_t sh = PyBytes_GET_SIZE(store_host), bl = PyBytes_GET_SIZE(body), tl = PyBytes_GET_SIZE(topic);
+    Py_ssize_t pl = PyBytes_GET_SIZE(props);
+    if (flags < I32_MIN || flags > I32_MAX || tl > 127 || pl > 32767 || bl > I32_MAX ||
+        (Py_ssize_t)length != 64 + sh + 16 + bl + 1 + tl + 2 + pl)
+        Py_RETURN_FALSE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (pos > view.len - length) {
+        PyBuffer_Release(&view);
+        Py_RETURN_FALSE;
+    }
+    unsigned char *w = (unsigned char *)view.buf + pos;
+    put_be32(w + 4, MESSAGE_MAGIC_CODE);
+    put_be32(w + 8, (int32_t)crc);
+    put_be32(w + 12, (int32_t)queue_id);
+    put_be32(w + 16, (int32_t)flag);
+    put_be64(w + 20, qoff);
+    put_be64(w + 28, physical);
+    put_be32(w + 36, (int32_t)flags);
+    put_be64(w + 40, born_ts);
+    memcpy(w + 48, PyBytes_AS_STRING(born_host), 8);
+    put_be64(w + 56, now);
+    unsigned char *q = w + 64;
+    memcpy(q, PyBytes_AS_STRING(store_host), (size_t)sh);
+    q += sh;
+    put_be32(q, (int32_t)reconsume);
+    put_be64(q + 4, prepared);
+    put_be32(q + 12, (int32_t)bl);
+    q += 16;
+    memcpy(q, PyBytes_AS_STRING(body), (size_t)bl);
+    q += bl;
+    *q++ = (unsigned char)tl;
+    memcpy(q, PyBytes_AS_STRING(topic), (size_t)tl);
+    q += tl;
+    q[0] = (unsigned char)(pl >> 8);
+    q[1] = (unsigned char)pl;
+    memcpy(q + 2, PyBytes_AS_STRING(props), (size_t)pl);
+    put_be32(w, (int32_t)length); /* commit point: TOTALSIZE last */
+    PyBuffer_Release(&view);
+    Py_RETURN_TRUE;
+}
+
 /* -- metrics counting ---------------------------------------------------------------------
  *
  * The compiled counterparts of the counting on a broker's send path (docs/metrics.md, "What it
@@ -2053,6 +3025,30 @@ static PyMethodDef methods[] = {
      "rocketq.protocol.record.decode_record, compiled"},
     {"view_to_message", (PyCFunction)view_to_message, METH_O,
      "rocketq.protocol.record.view_to_message, compiled"},
+    {"setup_send_header", (PyCFunction)setup_send_header, METH_VARARGS,
+     "setup_send_header(SendMessageRequestHeader, pure decode_send_header, V1 keys, V2 keys)"},
+    {"decode_send_header", (PyCFunction)(void (*)(void))decode_send_header, METH_FASTCALL | METH_KEYWORDS,
+     "rocketq.protocol.headers.decode_send_header, compiled"},
+    {"setup_sent_properties", (PyCFunction)setup_sent_properties, METH_VARARGS,
+     "setup_sent_properties(pure sent_properties, encoded_or_none)"},
+    {"sent_properties", (PyCFunction)(void (*)(void))sent_properties, METH_FASTCALL,
+     "rocketq.broker.send_properties.sent_properties, compiled"},
+    {"setup_send_ok_frame", (PyCFunction)setup_send_ok_frame, METH_VARARGS,
+     "setup_send_ok_frame(pure send_ok_frame, PutMessageResult, FLAG_RESPONSE, language name, CURRENT_VERSION)"},
+    {"send_ok_frame", (PyCFunction)(void (*)(void))send_ok_frame, METH_FASTCALL,
+     "rocketq.broker.send.send_ok_frame, compiled"},
+    {"setup_json_header", (PyCFunction)setup_json_header, METH_VARARGS,
+     "setup_json_header(RemotingCommand, pure decode_json_header, language by name, JAVA, OTHER, SerializeType.JSON)"},
+    {"decode_json_header", (PyCFunction)(void (*)(void))decode_json_header, METH_FASTCALL,
+     "rocketq.remoting.command.decode_json_header, compiled"},
+    {"parse_frames", (PyCFunction)(void (*)(void))parse_frames, METH_FASTCALL,
+     "parse_frames(src, pos, end, max_body, header_mask, out) -> (pos, need): the loop of "
+     "rocketq.remoting.codec.FrameDecoder._parse over JSON frames, compiled"},
+    {"setup_put_record", (PyCFunction)setup_put_record, METH_O,
+     "setup_put_record(BrokerMessage): bind put_record to the message class"},
+    {"put_record", (PyCFunction)(void (*)(void))put_record, METH_FASTCALL,
+     "put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic): "
+     "CommitLog.put_message's write of one V1/IPv4 record, compiled"},
     {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
      "scan_window(data, base=None, objects_below=0): rocketq.store.record_scan's walk, V1/IPv4 check, "
      "columns, tags codes and index key hashes of a window of CommitLog records, in one pass"},

@@ -22,6 +22,17 @@ reference is the general path of building the messages and packing each).
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.
+
+The codecs of a broker's single send are compiled too, each with a ``pure_`` twin in its module
+that it hands the uncommon cases to: ``parse_frames`` (the frame loop of
+:meth:`rocketq.remoting.codec.FrameDecoder.feed` over JSON frames, the pure loop taking any
+other), :func:`rocketq.remoting.command.decode_json_header` (a request's JSON header to its
+command; the client's answers too), :func:`rocketq.protocol.headers.decode_send_header` (the
+SEND_MESSAGE(_V2) header's fields to checked values),
+:func:`rocketq.broker.send_properties.sent_properties` (the request's properties to the
+record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`
+(the SUCCESS answer frame) and ``put_record`` (the record write of
+:meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference).
 """
 
 from __future__ import annotations

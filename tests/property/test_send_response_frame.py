@@ -7,7 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketq.broker.send import send_ok_ext_json, send_response_fields
+from rocketq.broker.send import send_ok_ext_json, send_ok_frame, send_response_fields
 from rocketq.errors import ResponseCode
 from rocketq.remoting.codec import FrameDecoder, encode, success_frame
 from rocketq.remoting.codes import FLAG_RESPONSE
@@ -50,6 +50,7 @@ def test_send_answer_bytes_match_the_response_command(
     )
     fast = success_frame(opaque, send_ok_ext_json(result, queue_id, transaction_id, region, trace_on))
     assert fast == generic
+    assert send_ok_frame(opaque, result, queue_id, transaction_id, region, trace_on) == generic
     (decoded,) = FrameDecoder().feed(fast)
     assert (decoded.code, decoded.opaque, decoded.flag) == (0, opaque, FLAG_RESPONSE)
     assert decoded.ext_fields == fields

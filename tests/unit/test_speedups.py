@@ -63,3 +63,26 @@ def test_version_says_which_codecs_run() -> None:
         capture_output=True, text=True, timeout=60, check=True, env=env,
     )  # fmt: skip
     assert done.stdout.strip() == f"rocketq 0.1.0 (codecs: pure Python ({speedups.PURE_ENV} is set))"
+
+
+SEND_PROBE = """
+from rocketq.broker import send, send_properties
+from rocketq.protocol import headers
+print(headers.decode_send_header is headers.pure_decode_send_header,
+      send_properties.sent_properties is send_properties.pure_sent_properties,
+      send.send_ok_frame is send.pure_send_ok_frame)
+"""
+
+
+def test_the_send_path_codecs_follow_the_choice() -> None:
+    env = {k: v for k, v in os.environ.items() if k != speedups.PURE_ENV}
+    pure = subprocess.run(
+        [sys.executable, "-c", SEND_PROBE], capture_output=True, text=True, timeout=60, check=True,
+        env={**env, speedups.PURE_ENV: "1"},
+    )  # fmt: skip
+    assert pure.stdout.strip() == "True True True"
+    built = importlib.util.find_spec("rocketq._speedups") is not None
+    chosen = subprocess.run(
+        [sys.executable, "-c", SEND_PROBE], capture_output=True, text=True, timeout=60, check=True, env=env
+    )
+    assert chosen.stdout.strip() == ("False False False" if built else "True True True")

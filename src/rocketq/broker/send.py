@@ -39,6 +39,11 @@ CONSUMER_SEND_MSG_BACK: the consumed message (found by commit-log offset) is re-
 RETRY_TOPIC and ORIGIN_MESSAGE_ID kept/added; once reconsumeTimes reaches the maximum (or the
 requested delay level is negative) it goes to %DLQ%<group> instead.
 
+The common case's codecs are compiled when the C accelerator is in use (:mod:`rocketq.speedups`):
+the header (:func:`rocketq.protocol.headers.decode_send_header`), the properties
+(:func:`rocketq.broker.send_properties.sent_properties`) and the SUCCESS answer
+(:func:`send_ok_frame`); each hands what it does not take to its pure function.
+
 One idea: a send request's way from header to stored record and answer (``msgCheck``, the
 record, the put by flush type, the response), for every send code; the record's properties are
 built in :mod:`rocketq.broker.send_properties`.
@@ -53,14 +58,15 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from rocketq import speedups as _speedups
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, SendKind
 from rocketq.broker.send_properties import (
-    base_properties,
     batch_entry_properties,
     cluster_property,
     delay_level,
     properties_as_sent,
+    sent_properties,
 )
 from rocketq.broker.sys_flag import CHECKED_SYS_FLAGS, check_sys_flag
 from rocketq.broker.transaction import ensure_half_topics, to_half_message
@@ -116,7 +122,7 @@ from rocketq.protocol.topic import (
     topic_max_length,
 )
 from rocketq.remoting.codec import success_frame
-from rocketq.remoting.codes import FLAG_RESPONSE, RequestCode, Version
+from rocketq.remoting.codes import CURRENT_VERSION, DEFAULT_LANGUAGE, FLAG_RESPONSE, RequestCode, Version
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
@@ -170,6 +176,29 @@ def send_ok_ext_json(
         "true" if trace_on else "false",
         ',"transactionId":' + _quote(transaction_id) if transaction_id else "",
     )
+
+
+def send_ok_frame(
+    opaque: int,
+    result: PutMessageResult,
+    queue_id: int,
+    transaction_id: str | None,
+    region_id: str,
+    trace_on: bool,
+) -> bytes:
+    """The whole SUCCESS answer frame of a send to request ``opaque``: :func:`success_frame` of
+    :func:`send_ok_ext_json`. Compiled when the C accelerator is in use (a single message's
+    answer whose texts need no JSON escaping; anything else by :data:`pure_send_ok_frame`)."""
+    return success_frame(opaque, send_ok_ext_json(result, queue_id, transaction_id, region_id, trace_on))
+
+
+#: The pure-Python send_ok_frame, whichever implementation the name is bound to.
+pure_send_ok_frame = send_ok_frame
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_send_ok_frame(
+        pure_send_ok_frame, PutMessageResult, FLAG_RESPONSE, DEFAULT_LANGUAGE.name, CURRENT_VERSION
+    )
+    send_ok_frame = _speedups.COMPILED.send_ok_frame
 
 
 class SendMessageProcessor:
@@ -254,11 +283,6 @@ class SendMessageProcessor:
         if tc.write_queue_nums <= 0:
             raise InvalidParameter(f"topic {tc.topic_name} has no write queues")
         return random.randrange(tc.write_queue_nums)
-
-    def _base_properties(self, text: str | None) -> dict[str, str]:
-        return base_properties(
-            decode_properties(text or ""), self.ctx.config.broker_cluster_name, self._ids.next_id
-        )
 
     def _check_transaction(self, sys_flag: int, props: dict[str, str]) -> bool:
         """True for a transaction half message; refused (16) under rejectTransactionMessage."""
@@ -413,8 +437,9 @@ class SendMessageProcessor:
         the same), any other by :meth:`_response`."""
         if result.status is PutMessageStatus.PUT_OK:
             cfg = self.ctx.config
-            ext = send_ok_ext_json(result, queue_id, transaction_id, cfg.region_id, cfg.trace_on)
-            return success_frame(request.opaque, ext)
+            return send_ok_frame(
+                request.opaque, result, queue_id, transaction_id, cfg.region_id, cfg.trace_on
+            )
         return self._response(request, result, queue_id, transaction_id)
 
     def _send_replicated(
@@ -456,7 +481,11 @@ class SendMessageProcessor:
         BrokerMetrics.sent types at once; nothing is computed for them here, metrics on or off)."""
         tc = self.msg_check(conn, header)
         queue_id = self._pick_queue(tc, header.queue_id)
-        props = self._base_properties(header.properties)
+        # the record's properties and their bytes (None: encode_properties refuses them, and
+        # raises below, after the checks that come first)
+        props, encoded = sent_properties(
+            header.properties, self.ctx.config.broker_cluster_name, self._ids.next_id
+        )
         half = self._check_transaction(header.sys_flag, props)
         if header.sys_flag & CHECKED_SYS_FLAGS:
             check_sys_flag(header.sys_flag, request.body, f"message to {header.topic}")
@@ -464,10 +493,11 @@ class SendMessageProcessor:
         reconsume_times = header.reconsume_times or 0
         if is_retry_topic(topic):
             topic, queue_id = self._retry_or_dlq(request, header, props, topic, queue_id, reconsume_times)
+            encoded = None  # props may have changed (a DLQ drops the delay level)
         msg = BrokerMessage(
             topic=topic,
             body=request.body,
-            properties=encode_properties(props).encode("utf-8"),
+            properties=encoded if encoded is not None else encode_properties(props).encode("utf-8"),
             queue_id=queue_id,
             flag=header.flag,
             sys_flag=header.sys_flag,

@@ -6,12 +6,17 @@ message adds the batch-wide properties it has none of its own for, and may not c
 level. :func:`properties_as_sent` is the shortcut for the usual batch of a RocketMQ client (only
 CLUSTER to add): the text as it came plus the CLUSTER pair, byte for byte what the general path
 writes (``tests/property/test_batch_entry_properties.py`` holds them equal).
+
+:func:`sent_properties` is a single send's whole step, text to record bytes; it is compiled when
+the C accelerator is in use (:mod:`rocketq.speedups`; ASCII text there, anything else by the pure
+function, :data:`pure_sent_properties`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from rocketq import speedups as _speedups
 from rocketq.errors import MessageIllegal
 from rocketq.message import (
     NAME_VALUE_SEPARATOR,
@@ -19,6 +24,7 @@ from rocketq.message import (
     PROPERTY_POP_CK,
     PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    decode_properties,
     encode_properties,
 )
 
@@ -33,6 +39,31 @@ def base_properties(props: dict[str, str], cluster: str, new_id: Callable[[], st
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_id()
     props[PROPERTY_CLUSTER] = cluster
     return props
+
+
+def encoded_or_none(props: dict[str, str]) -> bytes | None:
+    """``encode_properties(props)`` as UTF-8, or None when it refuses them (a separator in a name
+    or value, a lone surrogate): the caller then calls it where its error belongs."""
+    try:
+        return encode_properties(props).encode("utf-8")
+    except MessageIllegal:
+        return None
+
+
+def sent_properties(
+    text: str | None, cluster: str, new_id: Callable[[], str]
+) -> tuple[dict[str, str], bytes | None]:
+    """A single send's properties: those of ``text`` (the request header's) made into what its
+    record carries (:func:`base_properties`), and their record bytes (:func:`encoded_or_none`)."""
+    props = base_properties(decode_properties(text or ""), cluster, new_id)
+    return props, encoded_or_none(props)
+
+
+#: The pure-Python sent_properties, whichever implementation the name is bound to.
+pure_sent_properties = sent_properties
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_sent_properties(pure_sent_properties, encoded_or_none)
+    sent_properties = _speedups.COMPILED.sent_properties
 
 
 def batch_entry_properties(
@@ -100,5 +131,8 @@ __all__ = [
     "batch_entry_properties",
     "cluster_property",
     "delay_level",
+    "encoded_or_none",
     "properties_as_sent",
+    "pure_sent_properties",
+    "sent_properties",
 ]

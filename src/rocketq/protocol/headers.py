@@ -14,6 +14,11 @@ SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry the V1 header under one
     d defaultTopicQueueNums  h flag         l maxReconsumeTimes
 
 PullSysFlag bits: 1 COMMIT_OFFSET, 2 SUSPEND, 4 SUBSCRIPTION, 8 CLASS_FILTER, 16 LITE_PULL.
+
+:func:`decode_send_header` is compiled when the C accelerator is in use (:mod:`rocketq.speedups`):
+it decodes the usual header itself (digits in range, ``true``/``false`` flags, a born timestamp)
+and hands anything else to the pure function (:data:`pure_decode_send_header`), so values and
+errors are the same.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rocketq import speedups as _speedups
 from rocketq.errors import InvalidParameter
 
 #: SendMessageRequestHeaderV2 key → SendMessageRequestHeader (V1) field name.
@@ -263,6 +269,16 @@ def decode_send_header(ext: Mapping[str, str], *, v2: bool) -> SendMessageReques
     )
 
 
+#: The pure-Python decode_send_header, whichever implementation the name is bound to (the tests
+#: compare the two).
+pure_decode_send_header = decode_send_header
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_send_header(
+        SendMessageRequestHeader, pure_decode_send_header, _SEND_FIELDS_V1, _SEND_FIELDS_V2
+    )
+    decode_send_header = _speedups.COMPILED.decode_send_header
+
+
 @dataclass(slots=True)
 class PullMessageRequestHeader:
     consumer_group: str
@@ -357,5 +373,6 @@ __all__ = [
     "opt_bool",
     "opt_int",
     "opt_str",
+    "pure_decode_send_header",
     "v2_to_v1",
 ]

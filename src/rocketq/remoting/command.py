@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rocketq import speedups as _speedups
 from rocketq.errors import LocalProtocolError, RemoteProtocolError, ResponseCode
 from rocketq.protocol import fastjson
 from rocketq.remoting.codes import (
@@ -327,6 +328,23 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
                 break
 
     return RemotingCommand(code, language, version, opaque, flag, remark, ext, body, SerializeType.JSON)
+
+
+#: The pure-Python decode_json_header, whichever implementation the name is bound to. When the C
+#: accelerator is in use (:mod:`rocketq.speedups`) the name is its compiled twin, which decodes
+#: the header fastjson writes (no whitespace, ASCII, plain integers, strings, extFields of
+#: strings) itself and hands any other to this one: the same commands and errors.
+pure_decode_json_header = decode_json_header
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_json_header(
+        RemotingCommand,
+        pure_decode_json_header,
+        _LANGUAGE_BY_NAME,
+        LanguageCode.JAVA,
+        LanguageCode.OTHER,
+        SerializeType.JSON,
+    )
+    decode_json_header = _speedups.COMPILED.decode_json_header
 
 
 # ---------------------------------------------------------------------------------------------
