@@ -1,5 +1,9 @@
 """The asyncio producer: the one implementation behind :class:`rocketq.client.Producer`.
 
+One idea: a producer's send, from the caller's message to its SendResult (validation, route,
+queue choice, request, retries, auto-batching); the steps shared with the blocking producer
+are in :mod:`rocketq.client.send_values`.
+
 Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
 
     validate (group, topic, body size)  →  route (RouteCache, 105)  →  select queue
