@@ -1336,6 +1336,258 @@ fail:
     return NULL;
 }
 
+/* -- the remoting JSON header and frame, written ------------------------------------------------
+ *
+ *   encode_json_header(cmd)       rocketq.remoting.command.encode_json_header
+ *   encode_frame(cmd)             rocketq.remoting.codec.encode
+ *
+ * Write what the pure functions write for a RemotingCommand whose fields have their usual types:
+ * ints (their subclasses too: the request code enums) that fit 64 bits, a language the name
+ * table knows or does not (then "OTHER"), a remark None or a str, extFields a dict of str to str
+ * (insertion order), texts escaped as json.encoder.encode_basestring does (", \ and the control
+ * characters; everything else, non-ASCII included, as its UTF-8). encode_frame also wants a JSON
+ * serialize type and a bytes body. Anything else (a str subclass, a lone surrogate, a value of
+ * another type, a header over 24 bits or a frame over the int32 length) goes to the pure
+ * function, so the bytes and the errors are the pure ones. Two passes over the fields: the
+ * length first, then the bytes into the result, which is allocated once. */
+
+static struct {
+    PyTypeObject *command_type;     /* RemotingCommand */
+    Py_ssize_t off[RC_COUNT];
+    PyObject *pure_header;          /* pure encode_json_header */
+    PyObject *pure_frame;           /* pure encode (codec) */
+    PyObject *language_name;        /* int -> language name */
+    PyObject *serialize_json;       /* SerializeType.JSON */
+} je;
+
+static PyObject *setup_json_encode(PyObject *self, PyObject *args) {
+    PyObject *cls, *pure, *names, *json;
+    if (!PyArg_ParseTuple(args, "OOO!O:setup_json_encode", &cls, &pure, &PyDict_Type, &names, &json)) return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_json_encode: RemotingCommand must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, rc_names, je.off, RC_COUNT) < 0) return NULL;
+    Py_INCREF(cls); Py_INCREF(pure); Py_INCREF(names); Py_INCREF(json);
+    Py_XSETREF(je.command_type, (PyTypeObject *)cls);
+    Py_XSETREF(je.pure_header, pure);
+    Py_XSETREF(je.language_name, names);
+    Py_XSETREF(je.serialize_json, json);
+    Py_RETURN_NONE;
+}
+
+static PyObject *setup_encode_frame(PyObject *self, PyObject *pure) {
+    Py_INCREF(pure);
+    Py_XSETREF(je.pure_frame, pure);
+    Py_RETURN_NONE;
+}
+
+/* The UTF-8 bytes of the exact str s (*p, *n) and the length of its JSON string literal; -1
+ * (no exception) when s is not an exact str or has no UTF-8 form. */
+static Py_ssize_t jlit_len(PyObject *s, const char **p, Py_ssize_t *n) {
+    if (!PyUnicode_CheckExact(s)) return -1;
+    if (PyUnicode_IS_ASCII(s)) {
+        *p = (const char *)PyUnicode_1BYTE_DATA(s);
+        *n = PyUnicode_GET_LENGTH(s);
+    } else if ((*p = PyUnicode_AsUTF8AndSize(s, n)) == NULL) {
+        PyErr_Clear(); /* a lone surrogate: the pure function says so */
+        return -1;
+    }
+    const unsigned char *u = (const unsigned char *)*p;
+    Py_ssize_t len = *n + 2;
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        unsigned char c = u[i];
+        if (c < 0x20) len += (c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') ? 1 : 5;
+        else if (c == '"' || c == '\\') len += 1;
+    }
+    return len;
+}
+
+/* The JSON string literal of the n UTF-8 bytes at p, as encode_basestring writes it, at w. */
+static char *put_jlit(char *w, const char *p, Py_ssize_t n) {
+    static const char hex[] = "0123456789abcdef";
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        default:
+            memcpy(w, "u00", 3);
+            w[3] = hex[c >> 4];
+            w[4] = hex[c & 0xF];
+            w += 5;
+        }
+    }
+    *w++ = '"';
+    return w;
+}
+
+typedef struct {
+    char num[4][24];                /* code, flag, opaque, version in decimal */
+    Py_ssize_t num_len[4];
+    const char *lang;
+    Py_ssize_t lang_len;
+    const char *remark;             /* NULL: none */
+    Py_ssize_t remark_n;
+    PyObject *ext;                  /* NULL: empty */
+    Py_ssize_t len;                 /* the header's length */
+} jhead;
+
+/* The header of cmd measured into h: 1, or 0 when the pure function takes cmd, or -1 with an
+ * exception (memory). */
+static int jhead_measure(PyObject *cmd, jhead *h) {
+    if (Py_TYPE(cmd) != je.command_type) return 0;
+    const Py_ssize_t *off = je.off;
+    static const int int_fields[4] = {RC_CODE, RC_FLAG, RC_OPAQUE, RC_VERSION};
+    Py_ssize_t len = sizeof("{\"code\":,\"flag\":,\"language\":\"\",\"opaque\":,"
+                            "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":}") - 1;
+    for (int j = 0; j < 4; j++) {
+        PyObject *v = SLOT(cmd, off[int_fields[j]]);
+        if (v == NULL || !PyLong_Check(v)) return 0;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) return 0;
+        if (x == -1 && PyErr_Occurred()) return -1;
+        h->num_len[j] = put_decimal(h->num[j], x) - h->num[j];
+        len += h->num_len[j];
+    }
+    PyObject *language = SLOT(cmd, off[RC_LANGUAGE]);
+    if (language == NULL) return 0;
+    PyObject *name = PyDict_GetItemWithError(je.language_name, language);
+    if (name == NULL) {
+        if (PyErr_Occurred()) { /* unhashable: the pure lookup raises */
+            PyErr_Clear();
+            return 0;
+        }
+        h->lang = "OTHER";
+        h->lang_len = 5;
+    } else {
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)) return 0;
+        h->lang = (const char *)PyUnicode_1BYTE_DATA(name);
+        h->lang_len = PyUnicode_GET_LENGTH(name);
+    }
+    len += h->lang_len;
+    PyObject *remark = SLOT(cmd, off[RC_REMARK]);
+    if (remark == NULL) return 0;
+    h->remark = NULL;
+    if (remark != Py_None) {
+        Py_ssize_t n = jlit_len(remark, &h->remark, &h->remark_n);
+        if (n < 0) return 0;
+        len += sizeof(",\"remark\":") - 1 + n;
+    }
+    PyObject *ext = SLOT(cmd, off[RC_EXT_FIELDS]);
+    if (ext == NULL || !PyDict_CheckExact(ext)) return 0;
+    h->ext = NULL;
+    if (PyDict_GET_SIZE(ext) > 0) {
+        h->ext = ext;
+        len += sizeof(",\"extFields\":{}") - 1 + PyDict_GET_SIZE(ext) * 2 - 1; /* the colons and commas */
+        Py_ssize_t i = 0;
+        PyObject *k, *v;
+        const char *p;
+        Py_ssize_t n;
+        while (PyDict_Next(ext, &i, &k, &v)) {
+            Py_ssize_t kl = jlit_len(k, &p, &n), vl = jlit_len(v, &p, &n);
+            if (kl < 0 || vl < 0) return 0;
+            len += kl + vl;
+        }
+    }
+    h->len = len;
+    return 1;
+}
+
+/* The header measured into h, written at w; the position after it. */
+static char *jhead_write(char *w, const jhead *h) {
+#define PUT_TEXT(t) (memcpy(w, (t), sizeof(t) - 1), w += sizeof(t) - 1)
+#define PUT_NUM(j) (memcpy(w, h->num[j], (size_t)h->num_len[j]), w += h->num_len[j])
+    PUT_TEXT("{\"code\":");
+    PUT_NUM(0);
+    if (h->ext != NULL) {
+        PUT_TEXT(",\"extFields\":{");
+        Py_ssize_t i = 0;
+        PyObject *k, *v;
+        const char *p;
+        Py_ssize_t n;
+        int first = 1;
+        while (PyDict_Next(h->ext, &i, &k, &v)) {
+            if (!first) *w++ = ',';
+            first = 0;
+            jlit_len(k, &p, &n); /* measured already: the same text, no failure */
+            w = put_jlit(w, p, n);
+            *w++ = ':';
+            jlit_len(v, &p, &n);
+            w = put_jlit(w, p, n);
+        }
+        *w++ = '}';
+    }
+    PUT_TEXT(",\"flag\":");
+    PUT_NUM(1);
+    PUT_TEXT(",\"language\":\"");
+    memcpy(w, h->lang, (size_t)h->lang_len);
+    w += h->lang_len;
+    PUT_TEXT("\",\"opaque\":");
+    PUT_NUM(2);
+    if (h->remark != NULL) {
+        PUT_TEXT(",\"remark\":");
+        w = put_jlit(w, h->remark, h->remark_n);
+    }
+    PUT_TEXT(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    PUT_NUM(3);
+    *w++ = '}';
+#undef PUT_NUM
+#undef PUT_TEXT
+    return w;
+}
+
+static PyObject *encode_json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (je.pure_header == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_json_encode() was not called");
+        return NULL;
+    }
+    jhead h;
+    int ok = nargs == 1 ? jhead_measure(args[0], &h) : 0;
+    if (ok < 0) return NULL;
+    if (ok == 0) return PyObject_Vectorcall(je.pure_header, args, (size_t)nargs, NULL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, h.len);
+    if (out == NULL) return NULL;
+    jhead_write(PyBytes_AS_STRING(out), &h);
+    return out;
+}
+
+static PyObject *encode_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (je.pure_header == NULL || je.pure_frame == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "rocketq._speedups.setup_json_encode() and setup_encode_frame() were not called");
+        return NULL;
+    }
+    jhead h;
+    int ok = nargs == 1 ? jhead_measure(args[0], &h) : 0;
+    if (ok < 0) return NULL;
+    PyObject *body = ok ? SLOT(args[0], je.off[RC_BODY]) : NULL;
+    if (ok == 0 || SLOT(args[0], je.off[RC_SERIALIZE_TYPE]) != je.serialize_json || body == NULL ||
+        !PyBytes_CheckExact(body) || h.len > 0xFFFFFF || 4 + h.len + PyBytes_GET_SIZE(body) > I32_MAX)
+        return PyObject_Vectorcall(je.pure_frame, args, (size_t)nargs, NULL);
+    Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 + h.len + body_len);
+    if (out == NULL) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    put_be32((unsigned char *)w, (int32_t)(4 + h.len + body_len));
+    put_be32((unsigned char *)w + 4, (int32_t)h.len);
+    w = jhead_write(w + 8, &h);
+    memcpy(w, PyBytes_AS_STRING(body), (size_t)body_len);
+    return out;
+}
+
 /* -- the CommitLog record of a single put ------------------------------------------------------
  *
  *   put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic)
@@ -3044,6 +3296,14 @@ static PyMethodDef methods[] = {
     {"parse_frames", (PyCFunction)(void (*)(void))parse_frames, METH_FASTCALL,
      "parse_frames(src, pos, end, max_body, header_mask, out) -> (pos, need): the loop of "
      "rocketq.remoting.codec.FrameDecoder._parse over JSON frames, compiled"},
+    {"setup_json_encode", (PyCFunction)setup_json_encode, METH_VARARGS,
+     "setup_json_encode(RemotingCommand, pure encode_json_header, language names, SerializeType.JSON)"},
+    {"encode_json_header", (PyCFunction)(void (*)(void))encode_json_header, METH_FASTCALL,
+     "rocketq.remoting.command.encode_json_header, compiled"},
+    {"setup_encode_frame", (PyCFunction)setup_encode_frame, METH_O,
+     "setup_encode_frame(pure encode): bind encode_frame to the pure frame encoder"},
+    {"encode_frame", (PyCFunction)(void (*)(void))encode_frame, METH_FASTCALL,
+     "rocketq.remoting.codec.encode, compiled"},
     {"setup_put_record", (PyCFunction)setup_put_record, METH_O,
      "setup_put_record(BrokerMessage): bind put_record to the message class"},
     {"put_record", (PyCFunction)(void (*)(void))put_record, METH_FASTCALL,

@@ -33,6 +33,11 @@ SEND_MESSAGE(_V2) header's fields to checked values),
 record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`
 (the SUCCESS answer frame) and ``put_record`` (the record write of
 :meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference).
+
+A client's requests are written compiled too, with the same pattern:
+:func:`rocketq.remoting.command.encode_json_header` (a command's JSON header) and ``encode_frame``
+(:func:`rocketq.remoting.codec.encode`, the whole frame of a JSON command), each handing a command
+with unusual field types to its ``pure_`` twin.
 """
 
 from __future__ import annotations

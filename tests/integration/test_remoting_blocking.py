@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -216,4 +217,34 @@ def test_a_write_the_peer_does_not_take_times_out(make_server: Callable[..., Ser
             conn.invoke(create_request(RequestCode.SEND_MESSAGE_V2, body=big), 0.3)
     finally:
         release.set()
+        conn.close()
+
+
+def test_a_read_times_out_at_its_own_deadline_whatever_the_calls_before(
+    make_server: Callable[..., Server],
+) -> None:
+    release = threading.Event()
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        conn.sendall(ok(read()))  # the first call is answered at once
+        second = read()
+        assert release.wait(10)  # the second only once the client gave up on it
+        conn.sendall(ok(second, "late"))
+        while True:
+            conn.sendall(ok(read(), "on time"))
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0)
+    try:
+        # A long deadline first (the read's receive timeout is set from it), then a short one:
+        # the short call still times out at its own deadline, not the long one's slice.
+        assert conn.invoke(create_request(RequestCode.HEART_BEAT), 60.0).code == ResponseCode.SUCCESS
+        began = time.monotonic()
+        with pytest.raises(RemotingTimeout, match=r"within 0\.3 s"):
+            conn.invoke(create_request(RequestCode.HEART_BEAT), 0.3)
+        elapsed = time.monotonic() - began
+        assert 0.3 <= elapsed < 2.0, elapsed
+        release.set()
+        assert conn.invoke(create_request(RequestCode.HEART_BEAT), 60.0).remark == "on time"
+    finally:
         conn.close()

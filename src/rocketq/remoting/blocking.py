@@ -6,15 +6,18 @@ and read by :class:`~rocketq.remoting.codec.FrameDecoder`, the same code the asy
 :class:`~rocketq.remoting.connection.Connection` uses.
 
 :class:`BlockingConnection` carries one call at a time: it writes the request, then reads until
-the response with the request's opaque arrives. A plain TCP socket is non-blocking: the request is
-written at once (the kernel's buffer takes it; ``poll`` only when it is full) and ``poll`` waits
-for the response within the deadline before each read, three system calls per call where a socket
-with a timeout makes six (``settimeout`` is an ``ioctl``, and each send and receive polls first).
-Reads go into one buffer per connection (``recv_into``) instead of a fresh 256 KiB allocation
-each. A TLS socket keeps a timeout (its records may hold bytes no ``poll`` sees). Responses
-with another opaque (the late answer to a call that timed out earlier) are dropped; a request the
-server sends on it is answered REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway one), as an
-asyncio connection without a handler does. Any socket error or protocol error closes the connection.
+the response with the request's opaque arrives. A plain TCP socket makes two system calls per call
+where a socket with a timeout makes six (``settimeout`` is an ``ioctl``, and each send and receive
+polls first): the request is written at once without blocking (``MSG_DONTWAIT``; ``poll`` only when
+the kernel's buffer is full), and the read blocks in ``recv_into`` itself, bounded by the socket's
+receive timeout (``SO_RCVTIMEO``), which is set only when the time left to the call's deadline no
+longer fits it (at most half of that time, at least 1 ms): a read that times out checks the
+deadline and reads again. Reads go into one buffer per connection (``recv_into``) instead of a
+fresh 256 KiB allocation each. A TLS socket keeps a timeout (its records may hold bytes no
+``poll`` sees). Responses with another opaque (the late answer to a call that timed out earlier)
+are dropped; a request the server sends on it is answered REQUEST_CODE_NOT_SUPPORTED (nothing for
+a oneway one), as an asyncio connection without a handler does. Any socket error or protocol
+error closes the connection.
 
 :class:`BlockingConnectionPool` hands a connection to one thread at a time: a caller takes an idle
 connection to the address (or opens one), makes its call and gives it back, so threads calling
@@ -29,6 +32,7 @@ import math
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections import deque
@@ -56,6 +60,11 @@ from rocketq.remoting.connection import parse_address
 _RECV_SIZE: Final = 256 * 1024
 #: The longest wait of one ``poll`` (its timeout is a C int of milliseconds); a call polls again.
 _POLL_MAX_MS: Final = 0x7FFFFFFF
+#: The shortest and the longest receive timeout of a plain socket's blocking read, seconds.
+_READ_SLICE_MIN_S: Final = 0.001
+_READ_SLICE_MAX_S: Final = 3600.0
+#: ``struct timeval`` (seconds, microseconds) for ``SO_RCVTIMEO``.
+_TIMEVAL: Final = struct.Struct("@ll")
 
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]
@@ -69,7 +78,8 @@ class BlockingConnection:
         "_decoder",
         "_max_frame_size",
         "_pending",
-        "_poll_in",
+        "_plain",
+        "_read_slice",
         "_sock",
         "_view",
         "addr",
@@ -84,12 +94,12 @@ class BlockingConnection:
         self._pending: deque[RemotingCommand] = deque()  # decoded commands not yet looked at
         self._buf = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buf)
-        # A plain socket is non-blocking and polled (None: a TLS socket, used with a timeout).
-        self._poll_in: select.poll | None = None
-        if not isinstance(sock, ssl.SSLSocket):
-            sock.setblocking(False)
-            self._poll_in = select.poll()
-            self._poll_in.register(sock, select.POLLIN)
+        # A plain socket blocks in its reads, bounded by SO_RCVTIMEO (_read_slice seconds, 0 while
+        # unset), and writes with MSG_DONTWAIT; a TLS socket is used with a timeout.
+        self._plain = not isinstance(sock, ssl.SSLSocket)
+        self._read_slice = 0.0
+        if self._plain:
+            sock.settimeout(None)  # blocking: CPython then reads and writes without a poll first
         self.closed = False
 
     @classmethod
@@ -163,12 +173,12 @@ class BlockingConnection:
     def _write(self, data: bytes, deadline: float) -> None:
         """Write all of ``data`` before ``deadline`` (TimeoutError otherwise)."""
         sock = self._sock
-        if self._poll_in is None:
+        if not self._plain:
             sock.settimeout(_seconds_left(deadline))
             sock.sendall(data)
             return
         try:
-            sent = sock.send(data)
+            sent = sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:
             sent = 0
         if sent == len(data):
@@ -180,7 +190,7 @@ class BlockingConnection:
             if not poll_out.poll(_poll_ms(deadline)):
                 continue  # _poll_ms raises TimeoutError once the deadline has passed
             try:
-                rest = rest[sock.send(rest) :]
+                rest = rest[sock.send(rest, socket.MSG_DONTWAIT) :]
             except BlockingIOError:
                 continue
 
@@ -188,20 +198,32 @@ class BlockingConnection:
         """The next bytes from the peer, waiting until ``deadline`` (TimeoutError after it);
         ConnectionClosed when the peer has closed."""
         sock = self._sock
-        poll_in = self._poll_in
         while True:
-            if poll_in is None:
+            if not self._plain:
                 sock.settimeout(_seconds_left(deadline))
-            elif not poll_in.poll(_poll_ms(deadline)):
-                continue  # _poll_ms raises TimeoutError once the deadline has passed
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                wait = self._read_slice
+                want = min(max(remaining / 2, _READ_SLICE_MIN_S), _READ_SLICE_MAX_S)
+                if not want / 2 <= wait <= max(remaining, _READ_SLICE_MIN_S):
+                    self._set_read_slice(want)
             try:
                 n = sock.recv_into(self._buf)
             except BlockingIOError:
-                continue  # woken without data after all
+                continue  # the receive timeout passed without data: check the deadline
             if not n:
                 self.close()
                 raise ConnectionClosed(f"connection {self.addr} closed by the peer")
             return bytes(self._view[:n])
+
+    def _set_read_slice(self, seconds: float) -> None:
+        """Bound each blocking read of the plain socket to ``seconds`` (SO_RCVTIMEO)."""
+        whole = int(seconds)
+        micros = max(int((seconds - whole) * 1_000_000), 0 if whole else 1)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(whole, micros))
+        self._read_slice = seconds
 
     def _refuse(self, request: RemotingCommand, deadline: float) -> None:
         if request.flag & FLAG_ONEWAY:

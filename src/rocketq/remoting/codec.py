@@ -77,6 +77,16 @@ def encode(cmd: RemotingCommand) -> bytes:
     return prefix + header
 
 
+#: The pure-Python encode. When the C accelerator is in use the name is its compiled twin
+#: (``rocketq._speedups.encode_frame``), which writes the whole frame of a JSON command with a
+#: bytes body whose header the compiled :func:`~rocketq.remoting.command.encode_json_header`
+#: takes, and hands any other command to this one: the same bytes and errors.
+pure_encode = encode
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_encode_frame(pure_encode)
+    encode = _speedups.COMPILED.encode_frame
+
+
 def success_frame(opaque: int, ext_json: str) -> bytes:
     """The whole frame of a SUCCESS response to request ``opaque`` whose extFields are
     ``ext_json``, a JSON object already written: the bytes :func:`encode` makes of the same

@@ -346,6 +346,17 @@ if _speedups.COMPILED is not None:
     )
     decode_json_header = _speedups.COMPILED.decode_json_header
 
+#: The pure-Python encode_json_header. When the C accelerator is in use the name is its compiled
+#: twin, which writes the header of a command whose fields have their usual types (ints, a remark
+#: None or a str, extFields of str to str) itself and hands any other to this one: the same bytes
+#: and errors.
+pure_encode_json_header = encode_json_header
+if _speedups.COMPILED is not None:
+    _speedups.COMPILED.setup_json_encode(
+        RemotingCommand, pure_encode_json_header, _LANGUAGE_NAME, SerializeType.JSON
+    )
+    encode_json_header = _speedups.COMPILED.encode_json_header
+
 
 # ---------------------------------------------------------------------------------------------
 # ROCKETMQ binary header
