@@ -425,8 +425,9 @@ class Connection(asyncio.Protocol):
         finally:
             self._receiving = False
             if self._receive_batch:  # the frames queued after this call's first one, in one write
-                self._receive_batch = False
-                self._flush()
+                self._receive_batch = self._flush_scheduled = False
+                if self._out:
+                    self.flush()
 
     def eof_received(self) -> bool | None:
         return None
