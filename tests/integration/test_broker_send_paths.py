@@ -246,3 +246,18 @@ def test_topic_name_checks_refuse_every_time_and_pass_known_names(store_config: 
             assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 3
 
     run(main())
+
+
+def test_read_only_broker_refuses_sends(store_config: StoreConfig) -> None:
+    """brokerPermission without the write bit: every send is refused with NO_PERMISSION on the
+    immediate path (the check written out in msg_check), before any record is stored."""
+
+    async def main() -> None:
+        async with running_broker(store_config, broker_permission=4) as (broker, client, addr):
+            for _ in range(2):
+                refused = await client.invoke(addr, send_request("TBW102", b"x"))
+                assert refused.code == ResponseCode.NO_PERMISSION
+                assert "sending message is forbidden" in (refused.remark or "")
+            assert broker.store is not None and broker.store.commitlog.max_offset == 0
+
+    run(main())

@@ -530,6 +530,40 @@ def test_write_pressure_pauses_reading_only_on_the_serving_side() -> None:
     run(main())
 
 
+def test_answers_to_one_read_leave_in_two_writes_by_its_end() -> None:
+    """The answers to the requests of one read: the first written at once, the rest joined
+    into one write when data_received returns (no loop callback left for them); frames queued
+    outside data_received still go out at the end of the loop iteration."""
+
+    async def main() -> None:
+        def immediate(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            return create_response(request, 0, remark=request.ext_fields["i"])
+
+        serving = Connection(echo, serving=True, immediate=immediate)
+        transport = FakeTransport()
+        serving.connection_made(transport)
+        requests = [create_request(RequestCode.SEND_MESSAGE_V2, {"i": str(i)}) for i in range(4)]
+        serving.data_received(b"".join(encode(r) for r in requests))
+        assert len(transport.written) == 2  # already, before any loop callback ran
+        answers = written_commands(transport)
+        assert [a.remark for a in answers] == ["0", "1", "2", "3"]
+        assert [a.opaque for a in answers] == [r.opaque for r in requests]
+        assert transport.written[0] == encode(answers[0])  # the first on its own
+
+        serving.data_received(encode(requests[0]))  # a lone request: one write, nothing after it
+        assert len(transport.written) == 3
+        await asyncio.sleep(0)
+        assert len(transport.written) == 3
+
+        serving.send(create_request(RequestCode.HEART_BEAT))  # outside data_received
+        serving.send(create_request(RequestCode.HEART_BEAT))
+        assert len(transport.written) == 4  # the first at once, the second at the iteration's end
+        await wait_until_async(lambda: len(transport.written) == 5, "the iteration's flush", WAIT_S, 0)
+        serving.connection_lost(None)
+
+    run(main())
+
+
 def test_requests_over_the_cap_wait_in_order() -> None:
     async def main() -> None:
         release = asyncio.Event()

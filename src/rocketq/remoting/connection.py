@@ -27,7 +27,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   re-synchronised after it;
 * the first outbound frame of an event-loop iteration is written at once; the frames that follow
   it in the same iteration are joined into one more ``transport.write`` at its end (one send
-  for a burst of pipelined responses, no added latency for a lone one).
+  for a burst of pipelined responses, no added latency for a lone one); when the first is
+  queued inside ``data_received`` (the answers to one read's requests) the rest are written at
+  the end of that call, which saves a loop callback per read.
 
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
@@ -187,6 +189,10 @@ class Connection(asyncio.Protocol):
         self._backlog: collections.deque[RemotingCommand] = collections.deque()  # requests over the cap
         self._out: list[bytes] = []  # frames waiting for the _flush at the end of this iteration
         self._flush_scheduled = False
+        # inside data_received: a batch of frames opened there is written at its end, without a
+        # loop callback; True once such a batch is open
+        self._receiving = False
+        self._receive_batch = False
         self._closing = False
         self._lost = False
         self._close_reason: str | None = None
@@ -400,20 +406,28 @@ class Connection(asyncio.Protocol):
             if (held or self.held_bytes) and guard.account(self, held, bool(commands)):
                 return
         pending = self._pending
-        for cmd in commands:
-            if cmd.flag & FLAG_RESPONSE:
-                entry = pending.pop(cmd.opaque, None)
-                if entry is None:
-                    log.debug("dropping unmatched response %r from %s", cmd, self.remote_address)
-                    continue
-                future, slot = entry
-                expiring = self._expiring.get(slot)
-                if expiring is not None:
-                    expiring.pop(cmd.opaque, None)
-                if not future.done():
-                    future.set_result(cmd)
-            else:
-                self._dispatch(cmd)
+        self._receiving = True
+        try:
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    entry = pending.pop(cmd.opaque, None)
+                    if entry is None:
+                        log.debug("dropping unmatched response %r from %s", cmd, self.remote_address)
+                        continue
+                    future, slot = entry
+                    expiring = self._expiring.get(slot)
+                    if expiring is not None:
+                        expiring.pop(cmd.opaque, None)
+                    if not future.done():
+                        future.set_result(cmd)
+                else:
+                    self._dispatch(cmd)
+        finally:
+            self._receiving = False
+            if self._receive_batch:  # the frames queued after this call's first one, in one write
+                self._receive_batch = self._flush_scheduled = False
+                if self._out:
+                    self.flush()
 
     def eof_received(self) -> bool | None:
         return None
@@ -478,12 +492,17 @@ class Connection(asyncio.Protocol):
 
     def _enqueue(self, frame: bytes) -> None:
         # The first frame of a loop iteration is written at once (no added latency); frames
-        # queued after it in the same iteration go out together in one write from _flush.
+        # queued after it in the same iteration go out together in one write from _flush: at
+        # the end of data_received when the first was queued there (the answers to the requests
+        # of one read; no loop callback), else at the end of the iteration.
         if self._flush_scheduled:
             self._out.append(frame)
             return
         self._flush_scheduled = True
-        self._loop.call_soon(self._flush)
+        if self._receiving:
+            self._receive_batch = True
+        else:
+            self._loop.call_soon(self._flush)
         transport = self._transport
         if transport is not None and not self._lost:
             transport.write(frame)

@@ -13,6 +13,8 @@ Any other value is an error naming the accepted ones. Why uvloop is not the defa
 2-CPU benchmark machine it cut the broker's CPU per single send by about 15-20 %, but under the
 end-to-end latency case (pipelined sends plus long-polling pulls on a busy machine) the broker on
 uvloop fell seconds behind and sends timed out where asyncio's loop kept up (docs/benchmarks.md).
+Re-measured after the compiled send path ("The send path after the codecs" there): no gain
+beyond the noise at the send path's rates, and the fall-behind neither reproduced nor explained.
 Library code never switches loops itself: this applies only to processes started through
 :func:`run`.
 """

@@ -157,7 +157,8 @@ class ReputMessageService(ServiceThread):
 
     def behind(self) -> int:
         """Dispatch lag in bytes."""
-        return max(0, self._limit() - self.reput_from_offset)
+        lag = self._limit() - self.reput_from_offset  # read per send: no max() call
+        return lag if lag > 0 else 0
 
     def wait_dispatched(self, offset: int, timeout_s: float) -> bool:
         """Block until everything before ``offset`` is dispatched (or the timeout passes)."""
