@@ -51,7 +51,7 @@ from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
 from rocketq.store.message_store import MessageStore
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList, parse_window
 from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,36 @@ _ENTRIES_PER_WINDOW = 1024
 #: wakes dispatch itself, and the look is then a fallback only (COMMIT_WAKE_FALLBACK_S)
 FOLLOWER_POLL_S = 0.1
 COMMIT_WAKE_FALLBACK_S = 1.0
+
+
+class _Pending:
+    """The requests of the entries parsed one by one since the last dispatch, with the index key
+    hashes the compiled scan made for each entry's record (:class:`RequestList`) merged, so the
+    index does not hash the window's keys again; None once an entry came without them."""
+
+    __slots__ = ("hashes", "requests", "rows")
+
+    def __init__(self) -> None:
+        self.requests: list[DispatchRequest] = []
+        self.rows: list[int] | None = []
+        self.hashes: list[int] = []
+
+    def add(self, reqs: list[DispatchRequest]) -> None:
+        made = reqs.index_entries if isinstance(reqs, RequestList) else None
+        if made is None:
+            self.rows = None
+        elif self.rows is not None:
+            first = len(self.requests)
+            self.rows.extend([row + first for row in made[0]])
+            self.hashes.extend(made[1])
+        self.requests.extend(reqs)
+
+    def take(self) -> list[DispatchRequest]:
+        """The requests so far (a :class:`RequestList` with their hashes when all had them)."""
+        reqs, rows = self.requests, self.rows
+        out = RequestList(reqs, (rows, self.hashes)) if rows is not None and reqs else reqs
+        self.requests, self.rows, self.hashes = [], [], []
+        return out
 
 
 class DLedgerReputService(ReputMessageService):
@@ -95,7 +125,7 @@ class DLedgerReputService(ReputMessageService):
         limit = self._limit()
         self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
         if self.reput_from_offset < limit:
-            pending: list[DispatchRequest] = []
+            pending = _Pending()
             entries = 0
             end = self.reput_from_offset
             for pos, body in self._ledger.entries_from(self.reput_from_offset):
@@ -107,18 +137,17 @@ class DLedgerReputService(ReputMessageService):
                     if stop is rec.RecordKind.CORRUPT or used != len(body):
                         log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
                     if isinstance(reqs, DispatchBatch):
-                        count += self._dispatch(pending) + self._dispatch(reqs)
-                        pending = []
+                        count += self._dispatch(pending.take()) + self._dispatch(reqs)
                     else:
-                        pending.extend(reqs)
+                        pending.add(reqs)
                 end = nxt
                 entries += 1
                 if entries >= _ENTRIES_PER_WINDOW:
-                    count += self._dispatch(pending)
-                    pending, entries = [], 0
+                    count += self._dispatch(pending.take())
+                    entries = 0
                     self.reput_from_offset = end
                     self._notify_progress()
-            count += self._dispatch(pending)
+            count += self._dispatch(pending.take())
             self.reput_from_offset = end
         self.dispatched_records += count
         self._notify_progress()
