@@ -537,6 +537,17 @@ class RaftGroupLog:
                 for e, r in zip(action.entries, raws, strict=True):
                     if r is not None:
                         self._cache_sent(e.index, r[1])
+            elif self._is_proposing(action.entries):
+                # the batch being proposed, as proposed: written together at the positions its
+                # records were encoded for (checked)
+                entries, n = action.entries, len(action.entries)
+                head = entries[0]
+                raw = store.append_run(head.index, head.term, self._proposing[:n], self._proposing_pos[:n])
+                off = 0
+                for e in entries:
+                    size = BODY_OFFSET + len(e.data)
+                    self._cache_sent(e.index, raw[off : off + size])
+                    off += size
             else:
                 first, bodies, positions = self._proposing_first, self._proposing, self._proposing_pos
                 for e in action.entries:
@@ -583,6 +594,16 @@ class RaftGroupLog:
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown raft action {action!r}")
+
+    def _is_proposing(self, entries: Sequence[Entry]) -> bool:
+        """``entries`` are the first ones of the batch being proposed, its bodies, NORMAL."""
+        bodies = self._proposing
+        if not bodies or entries[0].index != self._proposing_first or len(entries) > len(bodies):
+            return False
+        for e, body in zip(entries, bodies, strict=False):
+            if e.data is not body or e.kind is not EntryKind.NORMAL:
+                return False
+        return True
 
     def _out_of_disk(self, exc: DiskFull) -> None:
         """A store write (an entry, ``currterm``, the checkpoint before a truncation) failed on a
