@@ -19,13 +19,17 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   TruncateLog            ``EntryStore.truncate``; the flusher's pending report is discarded
   AppendEntries          follower: the leader's entry bytes verbatim
                          (``EntryStore.append_entry_bytes``: position, term order and chain
-                         checked); leader: ``EntryStore.append_at`` at the core's indexes, its
-                         proposal at the position its record was encoded for (checked); then
-                         ``Persisted(synced=False)``; then the flusher is woken
+                         checked); leader: the batch being proposed written together
+                         (``EntryStore.append_run``) at the positions its records were
+                         encoded for (checked), other entries (its NOOP) one by one
+                         (``EntryStore.append_raw_at``); then ``Persisted(synced=False)``;
+                         then the flusher is woken
   Send                   :class:`~rocketq.ha.peer_transport.PeerTransport` (never blocks)
   Apply                  ``committed_pos`` advances; the committed index goes to the store
                          and into ``checkpoint`` every ``checkpoint_interval_ms``
-  ProposalResult         the :meth:`append` future resolves with an :class:`AppendResult`
+  ProposalResult         the outcome of each proposal it answers (a run of them proposed
+                         together) goes to its :meth:`append_batch` caller as an
+                         :class:`AppendResult`
   RoleChanged            ``state`` changes (the leader's address from
                          ``DLedgerConfig.client_addresses``, else its peer address), the
                          ``on_state_change`` callbacks run
@@ -663,15 +667,18 @@ class RaftGroupLog:
         return b"".join(parts)
 
     def _answer(self, result: ProposalResult) -> None:
-        got = self._futures.pop(result.proposal_id, None)
-        if got is None:
-            return
-        done, slot, pos = got
+        futures = self._futures
         status = AppendStatus.of(result.outcome)
-        if result.index < 0:  # nothing appended
-            done(slot, AppendResult(status, leader_id=result.leader_id))
-        else:
-            done(slot, AppendResult(status, result.index, pos, pos + BODY_OFFSET, result.leader_id))
+        pid, index, leader = result.proposal_id, result.index, result.leader_id
+        for k in range(result.count):
+            got = futures.pop(pid + k, None)
+            if got is None:
+                continue
+            done, slot, pos = got
+            if index < 0:  # nothing appended
+                done(slot, AppendResult(status, leader_id=leader))
+            else:
+                done(slot, AppendResult(status, index + k, pos, pos + BODY_OFFSET, leader))
 
     def _role_changed(self, change: RoleChanged) -> None:
         leader = change.leader_id

@@ -319,12 +319,9 @@ class RaftNode:
         while pending and pending[0][3] <= self.now_ms:
             index, pid, count, _ = pending.popleft()
             self._pending_count -= count
-            for k in range(count):
-                self._out.append(
-                    ProposalResult(
-                        pid + k, Outcome.WAIT_QUORUM_ACK_TIMEOUT, index + k, self.term, self.leader_id
-                    )
-                )
+            self._out.append(
+                ProposalResult(pid, Outcome.WAIT_QUORUM_ACK_TIMEOUT, index, self.term, self.leader_id, count)
+            )
 
     def _check_preferred_leader(self) -> None:
         preferred = self.config.preferred_leader_id
@@ -607,13 +604,11 @@ class RaftNode:
                 else:  # the rest of the run waits for a later commit
                     pending[0] = (index + done, pid + done, count - done, deadline)
                 self._pending_count -= done
-                for k in range(done):
-                    self._out.append(ProposalResult(pid + k, Outcome.SUCCESS, index + k, self.term, self.id))
+                self._out.append(ProposalResult(pid, Outcome.SUCCESS, index, self.term, self.id, done))
 
     def _fail_pending(self, outcome: Outcome) -> None:
         for index, pid, count, _ in self._pending:
-            for k in range(count):
-                self._out.append(ProposalResult(pid + k, outcome, index + k, self.term, None))
+            self._out.append(ProposalResult(pid, outcome, index, self.term, None, count))
         self._pending.clear()
         self._pending_count = 0
 
@@ -653,9 +648,11 @@ class RaftNode:
             self._out.append(AppendEntries(entries))
             self._pending.append((nxt, first_id, take, self.now_ms + self.config.ack_timeout_ms))
             self._pending_count += take
-        outcome = refused or Outcome.LEADER_PENDING_FULL
-        for i in range(take, len(data)):
-            self._out.append(ProposalResult(first_id + i, outcome, leader_id=leader))
+        if take < len(data):
+            outcome = refused or Outcome.LEADER_PENDING_FULL
+            self._out.append(
+                ProposalResult(first_id + take, outcome, leader_id=leader, count=len(data) - take)
+            )
         if take:
             for peer in self.peers:
                 self._send_append(peer)
