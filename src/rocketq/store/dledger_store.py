@@ -18,9 +18,10 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
-CommitLog record per entry body, parsed as the plain dispatcher parses a window; NOOP entries
-carry no record. It is woken by local puts and by every advance of the commit (the log's
-``on_commit``, a follower's too).
+CommitLog record per entry body, the bodies of a window of entries parsed together as the plain
+dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record. It
+is woken by local puts and by every advance of the commit (the log's ``on_commit``, a
+follower's too).
 """
 
 from __future__ import annotations
@@ -50,49 +51,22 @@ from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
+from rocketq.store.dledger_window import PendingRequests, parse_entries
 from rocketq.store.message_store import MessageStore
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList, parse_window
+from rocketq.store.record_scan import DispatchBatch, parse_window
 from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
-#: entries whose requests are dispatched together (per-entry parsing, one dispatcher call)
+#: entries whose requests are dispatched together (one parse of their records, one dispatcher call)
 _ENTRIES_PER_WINDOW = 1024
+#: and at most about this many bytes of records
+_WINDOW_BYTES = 4 << 20
 #: how often dispatch looks for newly committed entries when no local append woke it, for a log
 #: that cannot say when its commit advances; a log that can (``on_commit``: the Raft driver)
 #: wakes dispatch itself, and the look is then a fallback only (COMMIT_WAKE_FALLBACK_S)
 FOLLOWER_POLL_S = 0.1
 COMMIT_WAKE_FALLBACK_S = 1.0
-
-
-class _Pending:
-    """The requests of the entries parsed one by one since the last dispatch, with the index key
-    hashes the compiled scan made for each entry's record (:class:`RequestList`) merged, so the
-    index does not hash the window's keys again; None once an entry came without them."""
-
-    __slots__ = ("hashes", "requests", "rows")
-
-    def __init__(self) -> None:
-        self.requests: list[DispatchRequest] = []
-        self.rows: list[int] | None = []
-        self.hashes: list[int] = []
-
-    def add(self, reqs: list[DispatchRequest]) -> None:
-        made = reqs.index_entries if isinstance(reqs, RequestList) else None
-        if made is None:
-            self.rows = None
-        elif self.rows is not None:
-            first = len(self.requests)
-            self.rows.extend([row + first for row in made[0]])
-            self.hashes.extend(made[1])
-        self.requests.extend(reqs)
-
-    def take(self) -> list[DispatchRequest]:
-        """The requests so far (a :class:`RequestList` with their hashes when all had them)."""
-        reqs, rows = self.requests, self.rows
-        out = RequestList(reqs, (rows, self.hashes)) if rows is not None and reqs else reqs
-        self.requests, self.rows, self.hashes = [], [], []
-        return out
 
 
 class DLedgerReputService(ReputMessageService):
@@ -125,33 +99,48 @@ class DLedgerReputService(ReputMessageService):
         limit = self._limit()
         self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
         if self.reput_from_offset < limit:
-            pending = _Pending()
-            entries = 0
+            bodies: list[bytes] = []
+            offsets: list[int] = []
+            entries = size = 0
             end = self.reput_from_offset
             for pos, body in self._ledger.entries_from(self.reput_from_offset):
                 nxt = pos + BODY_OFFSET + len(body)
                 if self._stopped_hard or nxt > limit:
                     break
                 if body:
-                    reqs, used, stop = parse_window(body, pos + BODY_OFFSET, self._delay_levels)
-                    if stop is rec.RecordKind.CORRUPT or used != len(body):
-                        log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
-                    if isinstance(reqs, DispatchBatch):
-                        count += self._dispatch(pending.take()) + self._dispatch(reqs)
-                    else:
-                        pending.add(reqs)
+                    bodies.append(body)
+                    offsets.append(pos + BODY_OFFSET)
+                    size += len(body)
                 end = nxt
                 entries += 1
-                if entries >= _ENTRIES_PER_WINDOW:
-                    count += self._dispatch(pending.take())
-                    entries = 0
+                if entries >= _ENTRIES_PER_WINDOW or size >= _WINDOW_BYTES:
+                    count += self._dispatch_entries(bodies, offsets)
+                    bodies, offsets, entries, size = [], [], 0, 0
                     self.reput_from_offset = end
                     self._notify_progress()
-            count += self._dispatch(pending.take())
+            count += self._dispatch_entries(bodies, offsets)
             self.reput_from_offset = end
         self.dispatched_records += count
         self._notify_progress()
         return count
+
+    def _dispatch_entries(self, bodies: list[bytes], offsets: list[int]) -> int:
+        """Dispatch the records of a window of entries: parsed together, else one by one."""
+        if len(bodies) > 1:
+            reqs = parse_entries(bodies, offsets, self._delay_levels)
+            if reqs is not None:
+                return self._dispatch(reqs)
+        count = 0
+        pending = PendingRequests()
+        for body, offset in zip(bodies, offsets, strict=True):
+            reqs, used, stop = parse_window(body, offset, self._delay_levels)
+            if stop is rec.RecordKind.CORRUPT or used != len(body):
+                log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", offset - BODY_OFFSET)
+            if isinstance(reqs, DispatchBatch):
+                count += self._dispatch(pending.take()) + self._dispatch(reqs)
+            else:
+                pending.add(reqs)
+        return count + self._dispatch(pending.take())
 
 
 class DLedgerMessageStore(MessageStore):
