@@ -218,6 +218,9 @@ class RaftGroupLog:
         self._disk_full = False
         self._disk_full_until = 0.0
         self._proposing_pids = range(0)
+        #: (end of the last entry :meth:`entries_from` gave, the index after it): where a call
+        #: from that end starts, without searching the index
+        self._entries_hint = (-1, -1)
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -450,23 +453,30 @@ class RaftGroupLog:
         lo = store.ledger_begin_index
         if hi < 0 or lo < 0:
             return
-        first, last = lo, hi
-        while first < last:  # first committed entry at or after pos (index records only)
-            mid = (first + last) // 2
-            if store.pos_at(mid) < pos:
-                first = mid + 1
-            else:
-                last = mid
+        hint_pos, hint = self._entries_hint
+        if hint_pos == pos and lo <= hint <= hi + 1:  # dispatch goes on where it stopped
+            first = hint
+        else:
+            first, last = lo, hi
+            while first < last:  # first committed entry at or after pos (index records only)
+                mid = (first + last) // 2
+                if store.pos_at(mid) < pos:
+                    first = mid + 1
+                else:
+                    last = mid
         cache = self._sent_cache  # the bytes just written or received, checked then: no re-read
         for i in range(first, hi + 1):
             raw = cache.get(i)
             if raw is not None:
                 at = _POS.unpack_from(raw, _POS_OFFSET)[0]
                 if at >= pos:
+                    # the first entry at or after this one's end is the next (committed: stays)
+                    self._entries_hint = (at + len(raw), i + 1)
                     yield at, (raw[BODY_OFFSET:] if raw[3] == MAGIC_NORMAL else b"")
                 continue
             e = store.get(i)
             if e.pos >= pos:  # NOOPs too (empty body): dispatch reaches the committed end
+                self._entries_hint = (e.pos + e.size, i + 1)
                 yield e.pos, (e.body if e.magic == MAGIC_NORMAL else b"")
 
     async def transfer_leadership(self, target: str, timeout_s: float | None = None) -> bool:
