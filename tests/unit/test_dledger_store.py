@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import importlib.util
 import os
 import struct
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -261,6 +263,32 @@ def test_appends_awaited_too_long_fail_as_unknown_and_answered_ones_stay() -> No
         expiry.add(again)  # the timer is armed again for later appends
         with pytest.raises(ReplicationError):
             await asyncio.wait_for(again, 5)
+
+    asyncio.run(main())
+
+
+def test_answered_appends_are_not_kept_until_the_expiry_checks() -> None:
+    """A waiter answered before a later one is added is let go at once (no reference kept for
+    the rest of the timeout); one still waiting stays and still expires."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = _Expiry(loop, 60)
+        refs = []
+        for _ in range(3):
+            fut: asyncio.Future[AppendResult] = loop.create_future()
+            expiry.add(fut)
+            fut.set_result(AppendResult(AppendStatus.OK, 1, 0, 48))
+            refs.append(weakref.ref(fut))
+        del fut
+        waiting: asyncio.Future[AppendResult] = loop.create_future()
+        expiry.add(waiting)
+        gc.collect()
+        assert [r() for r in refs] == [None, None, None]
+        short = _Expiry(loop, 0.05)
+        short.add(waiting)
+        with pytest.raises(ReplicationError, match="did not finish in time"):
+            await asyncio.wait_for(waiting, 5)
 
     asyncio.run(main())
 
