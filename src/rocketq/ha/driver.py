@@ -768,7 +768,9 @@ class RaftGroupLog:
         while not stop.wait(FLUSH_INTERVAL_MS / 1000):
             if not self._unflushed:  # idle: sleep until the loop writes (no wake-ups meanwhile)
                 wake.clear()
-                if not self._unflushed:
+                # the stop is looked at after the clear: a stop (then a wake) that came between
+                # the wait above and the clear is seen here, not slept through for good
+                if not self._unflushed and not stop.is_set():
                     wake.wait()
                 continue
             self._unflushed = False
