@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 from _support.procs import free_port
 from _support.wait import wait_until_async
@@ -73,7 +75,7 @@ def test_appends_merge_and_replies_superseded_in_one_iteration_arrive_as_one() -
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def test_the_same_entries_for_two_followers_are_read_once_and_reach_both() -> None:
+def test_the_same_entries_for_two_followers_are_read_once_and_each_follower_s_frames_written_once() -> None:
     async def main() -> None:
         addrs = {n: f"127.0.0.1:{free_port()}" for n in ("a", "b", "c")}
         raws = {i: fmt.encode_entry(fmt.MAGIC_NORMAL, i, 1, 100 * i, b"r%d" % i, 0) for i in range(6)}
@@ -100,14 +102,27 @@ def test_the_same_entries_for_two_followers_are_read_once_and_reach_both() -> No
             await wait_until_async(
                 lambda: all(link.connected for link in a.bulk.values()), "links up", 10, 0.02
             )
+            writes: dict[str, list[int]] = {n: [] for n in peers}
+            for n in peers:  # the frames each follower gets are written at once, together
+                conn = a.bulk[n]._conn
+                assert conn is not None and conn._transport is not None
+                write = conn._transport.write
+
+                def counting(data: Any, n: str = n, write: Callable[[Any], None] = write) -> None:
+                    writes[n].append(len(data))
+                    write(data)
+
+                conn._transport.write = counting  # type: ignore[method-assign]
             entries = tuple(Entry(i, 1, b"r%d" % i) for i in range(6))
             for n in peers:
                 a.send(Append("a", n, 1, -1, 0, entries[:3], -1))
                 a.send(Append("a", n, 1, 2, 1, entries[3:], -1))  # merged with the one before
+                a.send(AppendReply("a", n, 1, True, 5, 5, 5))  # a message of its own
             a.flush()
             assert reads == [(0, sum(len(r) for r in raws.values()))]  # one read for both
-            await wait_until_async(lambda: all(got.values()), "both followers' appends", 10, 0.02)
-            assert got == {n: [[raws[i] for i in range(6)]] for n in peers}
+            assert [len(w) for w in writes.values()] == [1, 1]  # two frames, one write
+            await wait_until_async(lambda: all(len(g) == 2 for g in got.values()), "both messages", 10, 0.02)
+            assert got == {n: [[raws[i] for i in range(6)], None] for n in peers}
         finally:
             for t in (a, *followers):
                 await t.close()

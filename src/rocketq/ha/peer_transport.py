@@ -100,6 +100,26 @@ class PeerLink:
         self.sent += 1
         return True
 
+    def send_all(self, messages: list[tuple[int, bytes]]) -> int:
+        """:meth:`send` of each ``(code, body)``, their frames in one write (all dropped, as one
+        is, when the link is down or its buffer full); returns how many were sent."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._conn = None
+            self._ensure_connecting()
+            self.dropped += len(messages)
+            return 0
+        if conn.writing_paused:
+            self.dropped += len(messages)
+            return 0
+        try:
+            conn.send_oneway_all([RemotingCommand(code, body=body) for code, body in messages])
+        except RocketqError:
+            self.dropped += len(messages)
+            return 0
+        self.sent += len(messages)
+        return len(messages)
+
     def flush(self) -> None:
         """Write what the connection holds for the end of this loop iteration now."""
         conn = self._conn
@@ -289,11 +309,12 @@ class PeerTransport:
         if reader is not None and len(out) > 1:
             reader = _Shared(reader)  # the followers get the same entries: read them once
         for dst, messages in out.items():
-            link = self.bulk[dst]
+            encoded = []
             for queued in messages:
                 message = queued.message() if isinstance(queued, _Merging) else queued
-                code, body = peer_codec.encode(message, reader)
-                link.send(code, body)
+                encoded.append(peer_codec.encode(message, reader))
+            # one write per follower: it reads them together, and answers them with one reply
+            self.bulk[dst].send_all(encoded)
         for link in self.bulk.values():  # a connection holds a second frame of an iteration
             link.flush()
 
