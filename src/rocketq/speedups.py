@@ -15,7 +15,9 @@ topic and type, :class:`rocketq.broker.metrics.BrokerMetrics`), whose pure count
 those classes; and the store's dispatch of CommitLog records (``scan_window``: the window
 parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the entry loop of
 :meth:`rocketq.store.index_file.IndexFile.put_keys`; ``cq_pack_run``: the run loop of
-:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules.
+:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules; and the
+DLedger leader's encoding of a proposed batch of entries (``encode_entries``: headers, both
+CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`).
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.
