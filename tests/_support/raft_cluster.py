@@ -109,7 +109,8 @@ class Cluster:
             elif isinstance(a, Send):
                 self.outbox.append(a.message)
             elif isinstance(a, ProposalResult):
-                self.results[a.proposal_id] = a
+                for one in a.each():
+                    self.results[one.proposal_id] = one
         if self.auto_persist:
             for ev in persisted:
                 actions = actions + self.step(nid, ev)

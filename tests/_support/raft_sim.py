@@ -280,17 +280,8 @@ class Simulation:
                 if self.applied.setdefault(e.index, (e.term, e.data)) != (e.term, e.data):
                     self.fail(f"state-machine safety: two entries applied at index {e.index}")
         elif isinstance(action, ProposalResult):
-            if action.proposal_id in self.outcomes:
-                self.fail(f"proposal {action.proposal_id} answered twice")
-            self.outcomes[action.proposal_id] = action
-            if action.outcome is Outcome.SUCCESS:
-                data = self.proposals[action.proposal_id]
-                if self.committed.get(action.index) != (action.term, data):
-                    self.fail(
-                        f"proposal {action.proposal_id} acked at {action.index} but not committed there"
-                    )
-                if action.proposal_id in self.probe_pids and self.live_at is None:
-                    self.live_at = action.index
+            for one in action.each():  # a result may answer a run of proposals made together
+                self._proposal_result(one)
         elif isinstance(action, RoleChanged) and action.role is Role.LEADER:
             self.elections += 1
             if self.healed_at is None and self.rng.random() < self.kill_new_leaders:
@@ -314,6 +305,17 @@ class Simulation:
                     )
                 if core.log.entry(index).data != data:
                     self.fail(f"leader completeness: leader {node.id} has other data at {index}")
+
+    def _proposal_result(self, action: ProposalResult) -> None:
+        if action.proposal_id in self.outcomes:
+            self.fail(f"proposal {action.proposal_id} answered twice")
+        self.outcomes[action.proposal_id] = action
+        if action.outcome is Outcome.SUCCESS:
+            data = self.proposals[action.proposal_id]
+            if self.committed.get(action.index) != (action.term, data):
+                self.fail(f"proposal {action.proposal_id} acked at {action.index} but not committed there")
+            if action.proposal_id in self.probe_pids and self.live_at is None:
+                self.live_at = action.index
 
     def _check_commit(self, node: SimNode, core: RaftNode) -> None:
         c = core.commit_index

@@ -6,6 +6,7 @@ Election timeouts are short (300 ms, heartbeats every 50 ms) so each test takes 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,6 +66,36 @@ def test_three_members_elect_one_leader_and_commit_identical_bytes(
         assert followers[0].state.leader_address == group.configs[leader.state.self_id].self_address
 
     run(body, tmp_path, ack_policy=policy)
+
+
+def test_entries_from_the_end_of_the_last_read_entry_go_on_with_the_next_one(tmp_path: object) -> None:
+    """Dispatch reads entries in windows, each from the end of the last entry it took: the reads
+    continue without a gap or a repeat, across the padding at the end of a data file, on the
+    leader (its cache of written entries) and on a follower alike."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        results = [await leader.append(record(b"w%d" % k * (60 + k % 90))) for k in range(120)]
+        assert all(r.status is AppendStatus.OK for r in results)
+        await group.wait_committed(results[-1].pos + 48)
+        assert len({r.pos // 4096 for r in results}) > 3  # entries in several data files
+        for m in group.members.values():
+            whole = list(m.entries_from(0))
+            pieces: list[tuple[int, bytes]] = []
+            pos = 0
+            while True:
+                got = list(itertools.islice(m.entries_from(pos), 7))
+                if not got:
+                    break
+                pieces += got
+                pos = got[-1][0] + 48 + len(got[-1][1])
+            assert pieces == whole
+            # a read stopped early (dispatch's limit) starts again where it is asked to
+            first = next(m.entries_from(results[10].pos))
+            assert next(m.entries_from(results[10].pos)) == first
+            assert first[0] == results[10].pos
+
+    run(body, tmp_path, data_file_size=4096)
 
 
 def test_follower_that_lost_its_data_directory_catches_up_from_scratch(tmp_path: object) -> None:

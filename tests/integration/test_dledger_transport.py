@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 from _support.procs import free_port
 from _support.wait import wait_until_async
+from rocketq.ha import entry_format as fmt
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft_types import Append, AppendReply, Entry, Heartbeat, Message
 
@@ -68,5 +71,60 @@ def test_appends_merge_and_replies_superseded_in_one_iteration_arrive_as_one() -
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_the_same_entries_for_two_followers_are_read_once_and_each_follower_s_frames_written_once() -> None:
+    async def main() -> None:
+        addrs = {n: f"127.0.0.1:{free_port()}" for n in ("a", "b", "c")}
+        raws = {i: fmt.encode_entry(fmt.MAGIC_NORMAL, i, 1, 100 * i, b"r%d" % i, 0) for i in range(6)}
+        reads: list[tuple[int, int]] = []
+
+        def reader(index: int, size: int) -> bytes:
+            reads.append((index, size))
+            out, i = b"", index
+            while len(out) < size:
+                out += raws[i]
+                i += 1
+            return out
+
+        got: dict[str, list[list[bytes] | None]] = {"b": [], "c": []}
+        peers = {n: addrs[n] for n in ("b", "c")}
+        a = PeerTransport("a", addrs["a"], peers, lambda m, raw: None, merge_bytes=1 << 16, raw_reader=reader)
+        followers = [
+            PeerTransport(n, addrs[n], {"a": addrs["a"]}, lambda m, raw, n=n: got[n].append(raw))
+            for n in peers
+        ]
+        for t in (*followers, a):
+            await t.start()
+        try:
+            await wait_until_async(
+                lambda: all(link.connected for link in a.bulk.values()), "links up", 10, 0.02
+            )
+            writes: dict[str, list[int]] = {n: [] for n in peers}
+            for n in peers:  # the frames each follower gets are written at once, together
+                conn = a.bulk[n]._conn
+                assert conn is not None and conn._transport is not None
+                write = conn._transport.write
+
+                def counting(data: Any, n: str = n, write: Callable[[Any], None] = write) -> None:
+                    writes[n].append(len(data))
+                    write(data)
+
+                conn._transport.write = counting  # type: ignore[method-assign]
+            entries = tuple(Entry(i, 1, b"r%d" % i) for i in range(6))
+            for n in peers:
+                a.send(Append("a", n, 1, -1, 0, entries[:3], -1))
+                a.send(Append("a", n, 1, 2, 1, entries[3:], -1))  # merged with the one before
+                a.send(AppendReply("a", n, 1, True, 5, 5, 5))  # a message of its own
+            a.flush()
+            assert reads == [(0, sum(len(r) for r in raws.values()))]  # one read for both
+            assert [len(w) for w in writes.values()] == [1, 1]  # two frames, one write
+            await wait_until_async(lambda: all(len(g) == 2 for g in got.values()), "both messages", 10, 0.02)
+            assert got == {n: [[raws[i] for i in range(6)], None] for n in peers}
+        finally:
+            for t in (a, *followers):
+                await t.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))

@@ -1,7 +1,8 @@
-"""DLedger dispatch of committed entries: a window's bodies are parsed as one joined window and
-dispatched as one batch, each record at its entry's position plus the header, with the same
-requests as the entry-by-entry reference path; a window that is not one whole record per body
-falls back to that path, which logs the bad entry and dispatches the rest."""
+"""DLedger dispatch of committed entries through a real store: a window's bodies are parsed as
+one joined window and dispatched as one batch, each record at its entry's position plus the
+header, with the same requests as entries dispatched one at a time; a window that is not one
+whole record per body falls back to that path, which logs the bad entry and dispatches the rest
+(``rocketq.store.dledger_window``; its own unit tests are tests/unit/test_dledger_window.py)."""
 
 from __future__ import annotations
 
@@ -114,15 +115,18 @@ def test_the_joined_window_gives_the_requests_of_the_entry_by_entry_path(
     saved = reput.dispatchers
     try:
         joined, each = Recorder(), Recorder()
-        reput.dispatchers = [joined]
-        count = reput._dispatch_entries(window)
-        reput.dispatchers = [each]
         positions = [pos for pos, body in window if body]
         bodies = [body for _, body in window if body]
-        assert reput._dispatch_each(positions, bodies) == count == len(bodies) == batches * 41
+        offsets = [pos + BODY_OFFSET for pos in positions]
+        reput.dispatchers = [joined]
+        count = reput._dispatch_entries(bodies, offsets)
+        reput.dispatchers = [each]  # the reference: one entry at a time
+        singles = sum(reput._dispatch_entries([b], [o]) for b, o in zip(bodies, offsets, strict=True))
+        assert singles == count == len(bodies) == batches * 41
     finally:
         reput.dispatchers = saved
     assert [k for k, _ in joined.windows] == [kind]
+    assert len(each.windows) == len(bodies)
     assert joined.rows() == each.rows()
     assert [row[2] for row in joined.rows()] == [pos + BODY_OFFSET for pos in positions]
 
@@ -144,7 +148,7 @@ def test_a_body_that_is_not_one_record_falls_back_and_the_rest_is_dispatched(
             reput.dispatchers = [recorder]
             caplog.clear()
             with caplog.at_level(logging.ERROR, "rocketq.store.dledger_store"):
-                reput._dispatch_entries(window)
+                reput._dispatch_entries([b for _, b in window], [pos + BODY_OFFSET for pos, _ in window])
             rows = recorder.rows()
             assert len(rows) == expected
             assert [row[2] for row in rows[:5]] == [pos + BODY_OFFSET for pos, _ in good[:5]]

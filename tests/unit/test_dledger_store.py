@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import importlib.util
 import os
 import struct
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from _support.wait import wait_until
+from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.errors import ConfigError, MessageIllegal, ResponseCode, RocketqError, ServiceNotAvailable
 from rocketq.ha import entry_format as fmt
@@ -20,6 +23,7 @@ from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import AppendResult, AppendStatus
 from rocketq.message import Message
 from rocketq.protocol import record as rec
+from rocketq.store import index_file
 from rocketq.store.dledger_appends import Expiry as _Expiry
 from rocketq.store.dledger_commitlog import ReplicationError, raise_for
 from rocketq.store.dledger_store import DLedgerMessageStore
@@ -261,3 +265,48 @@ def test_appends_awaited_too_long_fail_as_unknown_and_answered_ones_stay() -> No
             await asyncio.wait_for(again, 5)
 
     asyncio.run(main())
+
+
+def test_answered_appends_are_not_kept_until_the_expiry_checks() -> None:
+    """A waiter answered before a later one is added is let go at once (no reference kept for
+    the rest of the timeout); one still waiting stays and still expires."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = _Expiry(loop, 60)
+        refs = []
+        for _ in range(3):
+            fut: asyncio.Future[AppendResult] = loop.create_future()
+            expiry.add(fut)
+            fut.set_result(AppendResult(AppendStatus.OK, 1, 0, 48))
+            refs.append(weakref.ref(fut))
+        del fut
+        waiting: asyncio.Future[AppendResult] = loop.create_future()
+        expiry.add(waiting)
+        gc.collect()
+        assert [r() for r in refs] == [None, None, None]
+        short = _Expiry(loop, 0.05)
+        short.add(waiting)
+        with pytest.raises(ReplicationError, match="did not finish in time"):
+            await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(main())
+
+
+def test_dispatch_indexes_keys_with_the_hashes_of_the_compiled_scan(
+    dl_store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries are parsed one by one; the index takes the key hashes the compiled scan made for
+    each entry's record instead of hashing the window's keys again."""
+    if speedups.COMPILED is None:
+        pytest.skip("the compiled module is not built")
+
+    def no_hashing(keys: list[str]) -> list[int]:
+        raise AssertionError(f"the index hashed {len(keys)} keys again")
+
+    monkeypatch.setattr(index_file, "java_string_hashes", no_hashing)
+    put_n(dl_store, 40)
+    assert dl_store.wait_dispatched(10)
+    for i in (0, 1, 17, 39):
+        found = dl_store.query_messages_by_key("T", f"k{i}", 5).messages
+        assert [m.body for m in found] == [f"m{i}".encode()]

@@ -23,6 +23,7 @@ from rocketq.ha.raft_types import (
     Persisted,
     PersistHardState,
     PreVote,
+    ProposalResult,
     Propose,
     ProposeBatch,
     RaftConfig,
@@ -238,6 +239,34 @@ def test_a_batch_of_proposals_is_one_append_and_one_message_per_follower() -> No
         (10, Outcome.SUCCESS, 1), (11, Outcome.SUCCESS, 2), (12, Outcome.SUCCESS, 3),
     ]  # fmt: skip
     assert leader.commit_index == 3
+
+
+def test_proposals_committed_together_are_answered_by_one_result_split_where_the_commit_ends() -> None:
+    c = Cluster(3)
+    leader = c.elect("n0")
+    c.step("n0", ProposeBatch(10, (b"a", b"b", b"c")))
+    c.drop()  # the appends are lost; n1 says it has the first two entries
+    actions = c.step("n0", Receive(AppendReply("n1", "n0", leader.term, True, 2, 2, 2)))
+    assert [a for a in actions if isinstance(a, ProposalResult)] == [
+        ProposalResult(10, Outcome.SUCCESS, 1, leader.term, "n0", count=2)
+    ]
+    assert 12 not in c.results and leader.commit_index == 2
+    actions = c.step("n0", Receive(AppendReply("n2", "n0", leader.term, True, 3, 3, 3)))
+    assert [a for a in actions if isinstance(a, ProposalResult)] == [
+        ProposalResult(12, Outcome.SUCCESS, 3, leader.term, "n0")
+    ]
+    assert [(p, r.index) for p, r in sorted(c.results.items()) if p >= 10] == [(10, 1), (11, 2), (12, 3)]
+
+
+def test_a_result_for_several_proposals_gives_each_its_own() -> None:
+    run = ProposalResult(7, Outcome.TERM_CHANGED, 4, 2, None, count=3)
+    assert list(run.each()) == [
+        ProposalResult(7, Outcome.TERM_CHANGED, 4, 2),
+        ProposalResult(8, Outcome.TERM_CHANGED, 5, 2),
+        ProposalResult(9, Outcome.TERM_CHANGED, 6, 2),
+    ]
+    refused = ProposalResult(3, Outcome.LEADER_PENDING_FULL, leader_id="n0", count=2)
+    assert [(r.proposal_id, r.index) for r in refused.each()] == [(3, -1), (4, -1)]
 
 
 def test_a_batch_is_refused_whole_on_a_follower_and_in_part_when_pending_is_full() -> None:

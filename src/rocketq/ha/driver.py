@@ -19,13 +19,17 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   TruncateLog            ``EntryStore.truncate``; the flusher's pending report is discarded
   AppendEntries          follower: the leader's entry bytes verbatim
                          (``EntryStore.append_entry_bytes``: position, term order and chain
-                         checked); leader: ``EntryStore.append_at`` at the core's indexes, its
-                         proposal at the position its record was encoded for (checked); then
-                         ``Persisted(synced=False)``; then the flusher is woken
+                         checked); leader: the batch being proposed written together
+                         (``EntryStore.append_run``) at the positions its records were
+                         encoded for (checked), other entries (its NOOP) one by one
+                         (``EntryStore.append_raw_at``); then ``Persisted(synced=False)``;
+                         then the flusher is woken
   Send                   :class:`~rocketq.ha.peer_transport.PeerTransport` (never blocks)
   Apply                  ``committed_pos`` advances; the committed index goes to the store
                          and into ``checkpoint`` every ``checkpoint_interval_ms``
-  ProposalResult         the :meth:`append` future resolves with an :class:`AppendResult`
+  ProposalResult         the outcome of each proposal it answers (a run of them proposed
+                         together) goes to its :meth:`append_batch` caller as an
+                         :class:`AppendResult`
   RoleChanged            ``state`` changes (the leader's address from
                          ``DLedgerConfig.client_addresses``, else its peer address), the
                          ``on_state_change`` callbacks run
@@ -214,6 +218,9 @@ class RaftGroupLog:
         self._disk_full = False
         self._disk_full_until = 0.0
         self._proposing_pids = range(0)
+        #: (end of the last entry :meth:`entries_from` gave, the index after it): where a call
+        #: from that end starts, without searching the index
+        self._entries_hint = (-1, -1)
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -446,23 +453,30 @@ class RaftGroupLog:
         lo = store.ledger_begin_index
         if hi < 0 or lo < 0:
             return
-        first, last = lo, hi
-        while first < last:  # first committed entry at or after pos (index records only)
-            mid = (first + last) // 2
-            if store.pos_at(mid) < pos:
-                first = mid + 1
-            else:
-                last = mid
+        hint_pos, hint = self._entries_hint
+        if hint_pos == pos and lo <= hint <= hi + 1:  # dispatch goes on where it stopped
+            first = hint
+        else:
+            first, last = lo, hi
+            while first < last:  # first committed entry at or after pos (index records only)
+                mid = (first + last) // 2
+                if store.pos_at(mid) < pos:
+                    first = mid + 1
+                else:
+                    last = mid
         cache = self._sent_cache  # the bytes just written or received, checked then: no re-read
         for i in range(first, hi + 1):
             raw = cache.get(i)
             if raw is not None:
                 at = _POS.unpack_from(raw, _POS_OFFSET)[0]
                 if at >= pos:
+                    # the first entry at or after this one's end is the next (committed: stays)
+                    self._entries_hint = (at + len(raw), i + 1)
                     yield at, (raw[BODY_OFFSET:] if raw[3] == MAGIC_NORMAL else b"")
                 continue
             e = store.get(i)
             if e.pos >= pos:  # NOOPs too (empty body): dispatch reaches the committed end
+                self._entries_hint = (e.pos + e.size, i + 1)
                 yield e.pos, (e.body if e.magic == MAGIC_NORMAL else b"")
 
     async def transfer_leadership(self, target: str, timeout_s: float | None = None) -> bool:
@@ -537,6 +551,17 @@ class RaftGroupLog:
                 for e, r in zip(action.entries, raws, strict=True):
                     if r is not None:
                         self._cache_sent(e.index, r[1])
+            elif self._is_proposing(action.entries):
+                # the batch being proposed, as proposed: written together at the positions its
+                # records were encoded for (checked)
+                entries, n = action.entries, len(action.entries)
+                head = entries[0]
+                raw = store.append_run(head.index, head.term, self._proposing[:n], self._proposing_pos[:n])
+                off = 0
+                for e in entries:
+                    size = BODY_OFFSET + len(e.data)
+                    self._cache_sent(e.index, raw[off : off + size])
+                    off += size
             else:
                 first, bodies, positions = self._proposing_first, self._proposing, self._proposing_pos
                 for e in action.entries:
@@ -583,6 +608,16 @@ class RaftGroupLog:
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown raft action {action!r}")
+
+    def _is_proposing(self, entries: Sequence[Entry]) -> bool:
+        """``entries`` are the first ones of the batch being proposed, its bodies, NORMAL."""
+        bodies = self._proposing
+        if not bodies or entries[0].index != self._proposing_first or len(entries) > len(bodies):
+            return False
+        for e, body in zip(entries, bodies, strict=False):
+            if e.data is not body or e.kind is not EntryKind.NORMAL:
+                return False
+        return True
 
     def _out_of_disk(self, exc: DiskFull) -> None:
         """A store write (an entry, ``currterm``, the checkpoint before a truncation) failed on a
@@ -642,15 +677,18 @@ class RaftGroupLog:
         return b"".join(parts)
 
     def _answer(self, result: ProposalResult) -> None:
-        got = self._futures.pop(result.proposal_id, None)
-        if got is None:
-            return
-        done, slot, pos = got
+        futures = self._futures
         status = AppendStatus.of(result.outcome)
-        if result.index < 0:  # nothing appended
-            done(slot, AppendResult(status, leader_id=result.leader_id))
-        else:
-            done(slot, AppendResult(status, result.index, pos, pos + BODY_OFFSET, result.leader_id))
+        pid, index, leader = result.proposal_id, result.index, result.leader_id
+        for k in range(result.count):
+            got = futures.pop(pid + k, None)
+            if got is None:
+                continue
+            done, slot, pos = got
+            if index < 0:  # nothing appended
+                done(slot, AppendResult(status, leader_id=leader))
+            else:
+                done(slot, AppendResult(status, index + k, pos, pos + BODY_OFFSET, leader))
 
     def _role_changed(self, change: RoleChanged) -> None:
         leader = change.leader_id
@@ -730,7 +768,9 @@ class RaftGroupLog:
         while not stop.wait(FLUSH_INTERVAL_MS / 1000):
             if not self._unflushed:  # idle: sleep until the loop writes (no wake-ups meanwhile)
                 wake.clear()
-                if not self._unflushed:
+                # the stop is looked at after the clear: a stop (then a wake) that came between
+                # the wait above and the clear is seen here, not slept through for good
+                if not self._unflushed and not stop.is_set():
                     wake.wait()
                 continue
             self._unflushed = False

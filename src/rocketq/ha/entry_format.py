@@ -50,9 +50,11 @@ import mmap
 import re
 import struct
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from rocketq import speedups as _speedups
 from rocketq.errors import CorruptFileError, StoreError
 from rocketq.properties import parse_properties
 
@@ -175,6 +177,52 @@ def encode_entry(
     head = struct.pack(">iiqqqi", magic, size, index, term, pos, channel)
     chain = chain_crc(prev_chain, head, bcrc)
     return b"".join((head, struct.pack(">iii", chain, bcrc, len(body)), body))
+
+
+_HEAD36: Final = struct.Struct(">iiqqqi")
+_TAIL12: Final = struct.Struct(">iii")
+
+
+#: ``(entries, their index records, the last chain value)``, or None
+EncodedRun: TypeAlias = "tuple[bytes, bytes, int] | None"
+
+
+def encode_entries_pure(
+    magic: int,
+    first_index: int,
+    term: int,
+    positions: Sequence[int],
+    bodies: Sequence[bytes],
+    prev_chain: int,
+) -> EncodedRun:
+    """The bytes of the entries ``first_index, first_index + 1, ...`` of ``term`` with ``bodies``
+    at ``positions``, each entry right after the one before it, chained from ``prev_chain``:
+    ``(entries, their index records, the last entry's chain value)``, byte for byte what
+    :func:`encode_entry` and :func:`encode_index` give one by one; None when a position does
+    not follow the entry before it. The reference of the compiled ``encode_entries``."""
+    if len(positions) != len(bodies):
+        raise ValueError("encode_entries: as many positions as bodies are needed")
+    parts: list[bytes] = []
+    records: list[bytes] = []
+    chain = prev_chain
+    pos = positions[0] if positions else 0
+    for i, body in enumerate(bodies):
+        if positions[i] != pos:
+            return None
+        size = BODY_OFFSET + len(body)
+        bcrc = body_crc(body)
+        head = _HEAD36.pack(magic, size, first_index + i, term, pos, 0)
+        chain = chain_crc(chain, head, bcrc)
+        parts += (head, _TAIL12.pack(chain, bcrc, len(body)), body)
+        records.append(INDEX_RECORD.pack(magic, pos, size, first_index + i, term))
+        pos += size
+    return b"".join(parts), b"".join(records), chain
+
+
+#: :func:`encode_entries_pure`, compiled when the C accelerator is built (rocketq.speedups)
+encode_entries: Callable[[int, int, int, Sequence[int], Sequence[bytes], int], EncodedRun] = (
+    getattr(_speedups.COMPILED, "encode_entries", None) or encode_entries_pure
+)
 
 
 def decode_header(buf: Buf, off: int = 0) -> Header:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from rocketq.errors import DiskFull
@@ -325,6 +325,60 @@ class EntryStore:
             if index != self.end_index + 1:
                 raise InconsistentAppend(f"append at index {index}, but the ledger ends at {self.end_index}")
             return self._write_raw(index, term, body, magic, pos, None)[0]
+
+    def append_run(self, index: int, term: int, bodies: Sequence[bytes], positions: Sequence[int]) -> bytes:
+        """:meth:`append_raw_at` of NORMAL entries ``index, index + 1, ...`` with ``bodies`` at
+        ``positions``, returning the bytes of them all: the same files, written together (one
+        encoding call, one data write, one write of their index records) when they follow each
+        other in the current data and index files; else one by one (a data file to pad, a
+        file to create)."""
+        with self.lock:
+            if index != self.end_index + 1:
+                raise InconsistentAppend(f"append at index {index}, but the ledger ends at {self.end_index}")
+            if term < self.end_term:
+                raise InconsistentAppend(f"term {term} is below the last entry's term {self.end_term}")
+            data = self._write_run(index, term, bodies, positions)
+            if data is not None:
+                return data
+            return b"".join(
+                self._write_raw(index + i, term, body, MAGIC_NORMAL, positions[i], None)[0]
+                for i, body in enumerate(bodies)
+            )
+
+    def _write_run(
+        self, index: int, term: int, bodies: Sequence[bytes], positions: Sequence[int]
+    ) -> bytes | None:
+        """The entries written together, or None (nothing written) when they do not all follow
+        the current end of the last data file and of the last index file."""
+        if self._closed:
+            raise EntryStoreError("entry store is closed")
+        if not bodies or len(positions) != len(bodies):
+            return None
+        last = self.data.last()
+        if last is None or last.is_full():
+            return None
+        start = last.file_from_offset + last.wrote_position
+        end = positions[-1] + BODY_OFFSET + len(bodies[-1])
+        if positions[0] != start or end + fmt.MIN_BLANK_LEN > last.file_from_offset + self.data_file_size:
+            return None
+        idx = self._index_file_for(index)  # first: a full disk fails here, before any data is written
+        at = index * INDEX_UNIT_SIZE
+        if idx.file_from_offset + idx.wrote_position != at or at + len(bodies) * INDEX_UNIT_SIZE > (
+            idx.file_from_offset + self.index_file_size
+        ):
+            return None
+        encoded = fmt.encode_entries(MAGIC_NORMAL, index, term, positions, bodies, self.end_chain)
+        if encoded is None or len(encoded[0]) != end - start:
+            return None
+        data, records, chain = encoded
+        if not last.append(data):
+            raise CorruptLogError(f"entries {index}.. cannot be written at {start}")
+        if not idx.append(records):
+            raise CorruptLogError(f"index records {index}.. cannot be written at {index * INDEX_UNIT_SIZE}")
+        self.end_index, self.end_term, self.end_chain = index + len(bodies) - 1, term, chain
+        if self.begin_index < 0:
+            self.begin_index = index
+        return data
 
     def placer(self) -> EntryPlacer:
         """Positions for entries appended after the current end, in order, before any is written

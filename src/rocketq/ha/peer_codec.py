@@ -105,7 +105,7 @@ def _ident(value: str) -> bytes:
 def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
     """The store's bytes of ``m``'s entries, or None when the store no longer holds exactly them
     (a leader that stepped down and truncated before the message left)."""
-    total = sum(e.size for e in m.entries)
+    total = sum([len(e.data) for e in m.entries]) + BODY_OFFSET * len(m.entries)  # Entry.size summed
     try:
         raw = raw_reader(m.entries[0].index, total)
     except RocketqError:

@@ -54,12 +54,14 @@ the leader; the leader counts one per ``RaftConfig.ack_policy``, its own positio
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 from typing import NoReturn
 
 from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
+    ENTRY_OVERHEAD,
     AckPolicy,
     Action,
     Append,
@@ -138,7 +140,12 @@ class RaftNode:
         self._timeout = self._random_timeout()
         self._votes: dict[str, bool] = {}
         self.progress: dict[str, Progress] = {}
-        self._pending: dict[int, tuple[int, int]] = {}  # index -> (proposal id, deadline), index order
+        #: proposals waiting for their commit, in index order: runs of consecutive entries
+        #: proposed together, ``(first index, first proposal id, count, deadline)``; a queue,
+        #: not a dict by index, whose first key after many pops from its front is found by
+        #: scanning the freed slots
+        self._pending: collections.deque[tuple[int, int, int, int]] = collections.deque()
+        self._pending_count = 0
         self.transferee: str | None = None
         self._transfer_abandoned_ms = -(1 << 62)
         self._verified = -1  # end of the prefix known to match the current leader's log
@@ -308,13 +315,12 @@ class RaftNode:
             if (pr.probe_sent or pr.inflight) and waited >= cfg.resend_timeout_ms:
                 pr.become_probe()
                 self._send_append(peer, allow_empty=True)
-        while self._pending:
-            index, (pid, deadline) = next(iter(self._pending.items()))
-            if deadline > self.now_ms:
-                break
-            del self._pending[index]
+        pending = self._pending
+        while pending and pending[0][3] <= self.now_ms:
+            index, pid, count, _ = pending.popleft()
+            self._pending_count -= count
             self._out.append(
-                ProposalResult(pid, Outcome.WAIT_QUORUM_ACK_TIMEOUT, index, self.term, self.leader_id)
+                ProposalResult(pid, Outcome.WAIT_QUORUM_ACK_TIMEOUT, index, self.term, self.leader_id, count)
             )
 
     def _check_preferred_leader(self) -> None:
@@ -535,7 +541,7 @@ class RaftNode:
             pr.next = entries[-1].index + 1
             if not pr.inflight:
                 pr.last_ack_ms = self.now_ms  # the resend timer runs from the window's first send
-            size = sum(e.size for e in entries)
+            size = sum([len(e.data) for e in entries]) + ENTRY_OVERHEAD * len(entries)  # Entry.size
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
 
@@ -589,17 +595,22 @@ class RaftNode:
         # Raft §5.4.2: only an entry of the leader's own term is committed by counting replicas
         if q > self.commit_index and self.log.term_at(q) == self.term:
             self.commit_index = q
-            while self._pending:
-                index = next(iter(self._pending))
-                if index > q:
-                    break
-                pid, _ = self._pending.pop(index)
-                self._out.append(ProposalResult(pid, Outcome.SUCCESS, index, self.term, self.id))
+            pending = self._pending
+            while pending and pending[0][0] <= q:
+                index, pid, count, deadline = pending[0]
+                done = min(count, q - index + 1)
+                if done == count:
+                    pending.popleft()
+                else:  # the rest of the run waits for a later commit
+                    pending[0] = (index + done, pid + done, count - done, deadline)
+                self._pending_count -= done
+                self._out.append(ProposalResult(pid, Outcome.SUCCESS, index, self.term, self.id, done))
 
     def _fail_pending(self, outcome: Outcome) -> None:
-        for index, (pid, _) in self._pending.items():
-            self._out.append(ProposalResult(pid, outcome, index, self.term, None))
+        for index, pid, count, _ in self._pending:
+            self._out.append(ProposalResult(pid, outcome, index, self.term, None, count))
         self._pending.clear()
+        self._pending_count = 0
 
     def _propose(self, pid: int, data: bytes) -> None:
         if self.role is not Role.LEADER:
@@ -608,13 +619,14 @@ class RaftNode:
         if self.transferee is not None:
             self._out.append(ProposalResult(pid, Outcome.LEADER_TRANSFERRING, leader_id=self.id))
             return
-        if len(self._pending) >= self.config.max_pending_proposals:
+        if self._pending_count >= self.config.max_pending_proposals:
             self._out.append(ProposalResult(pid, Outcome.LEADER_PENDING_FULL, leader_id=self.id))
             return
         e = Entry(self.log.last_index + 1, self.term, data)
         self.log.append((e,))
         self._out.append(AppendEntries((e,)))
-        self._pending[e.index] = (pid, self.now_ms + self.config.ack_timeout_ms)
+        self._pending.append((e.index, pid, 1, self.now_ms + self.config.ack_timeout_ms))
+        self._pending_count += 1
         for peer in self.peers:
             self._send_append(peer)
 
@@ -627,20 +639,20 @@ class RaftNode:
             refused, leader = Outcome.NOT_LEADER, self.leader_id
         elif self.transferee is not None:
             refused = Outcome.LEADER_TRANSFERRING
-        room = 0 if refused is not None else self.config.max_pending_proposals - len(self._pending)
+        room = 0 if refused is not None else self.config.max_pending_proposals - self._pending_count
         take = max(0, min(room, len(data)))
         if take:
             nxt, term = self.log.last_index + 1, self.term
             entries = tuple(Entry(nxt + i, term, d) for i, d in enumerate(data[:take]))
             self.log.append(entries)
             self._out.append(AppendEntries(entries))
-            deadline = self.now_ms + self.config.ack_timeout_ms
-            pending = self._pending
-            for i in range(take):
-                pending[nxt + i] = (first_id + i, deadline)
-        outcome = refused or Outcome.LEADER_PENDING_FULL
-        for i in range(take, len(data)):
-            self._out.append(ProposalResult(first_id + i, outcome, leader_id=leader))
+            self._pending.append((nxt, first_id, take, self.now_ms + self.config.ack_timeout_ms))
+            self._pending_count += take
+        if take < len(data):
+            outcome = refused or Outcome.LEADER_PENDING_FULL
+            self._out.append(
+                ProposalResult(first_id + take, outcome, leader_id=leader, count=len(data) - take)
+            )
         if take:
             for peer in self.peers:
                 self._send_append(peer)

@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from rocketq.ha.raft_types import Entry
+from rocketq.ha.raft_types import ENTRY_OVERHEAD, Entry
 
 
 class EntryReader(Protocol):
@@ -167,14 +167,17 @@ class RaftLog:
         if lo < self._cache_start:
             got = self._read(lo, max_bytes)
             return tuple(e for e in got if e.index <= self._last)
-        out: list[Entry] = []
-        total = 0
-        for e in self._cache[lo - self._cache_start :]:
-            if out and total + e.size > max_bytes:
+        cache = self._cache
+        i = lo - self._cache_start
+        end = len(cache)
+        total = len(cache[i].data) + ENTRY_OVERHEAD  # at least one
+        j = i + 1
+        while j < end:
+            total += len(cache[j].data) + ENTRY_OVERHEAD  # Entry.size, without the property call
+            if total > max_bytes:
                 break
-            out.append(e)
-            total += e.size
-        return tuple(out)
+            j += 1
+        return tuple(cache[i:j])
 
     def compact(self, first: int, base_term: int | None) -> None:
         """Retention deleted the entries before ``first`` (all applied and written); the term of

@@ -18,7 +18,8 @@ AppendEntries          write the entries after the current end, in order; report
                        ``Persisted(index, term, synced=True)`` once fsynced
 Send                   hand the message to the transport (best effort; loss is tolerated)
 Apply                  committed entries, in index order, each exactly once per process lifetime
-ProposalResult         answer the client that proposed ``proposal_id``
+ProposalResult         answer the clients that proposed ``proposal_id`` (and the ``count - 1``
+                       proposals after it, proposed together)
 RoleChanged            role, term or known leader changed (the broker flips master/slave on it)
 =====================  =====================================================================
 
@@ -29,6 +30,7 @@ term 0 (the first elected leader has term 1).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 #: DLedger's entry header (``DLedgerEntry.BODY_OFFSET``), counted in an entry's size for flow control.
@@ -263,7 +265,8 @@ class Propose:
 class ProposeBatch:
     """Proposals ``first_id``, ``first_id + 1``, ... of ``data`` (in order) as one event: their
     entries are appended together (one :class:`AppendEntries`) and sent to each follower in one
-    message, each proposal answered by its own :class:`ProposalResult` as with :class:`Propose`."""
+    message; the proposals are answered as with :class:`Propose`, those answered together by one
+    :class:`ProposalResult` for all of them (``count``)."""
 
     first_id: int
     data: tuple[bytes, ...]
@@ -316,11 +319,25 @@ class Apply:
 
 @dataclass(frozen=True, slots=True)
 class ProposalResult:
+    """The outcome of proposals ``proposal_id, ..., proposal_id + count - 1`` (proposed together,
+    answered together), whose entries are at ``index, ..., index + count - 1`` (``index`` -1:
+    none was appended)."""
+
     proposal_id: int
     outcome: Outcome
     index: int = -1
     term: int = 0
     leader_id: str | None = None
+    count: int = 1
+
+    def each(self) -> Iterator[ProposalResult]:
+        """The result of each proposal on its own (``count`` 1)."""
+        if self.count == 1:
+            yield self
+            return
+        for k in range(self.count):
+            index = self.index + k if self.index >= 0 else -1
+            yield ProposalResult(self.proposal_id + k, self.outcome, index, self.term, self.leader_id)
 
 
 @dataclass(frozen=True, slots=True)

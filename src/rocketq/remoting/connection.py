@@ -267,6 +267,20 @@ class Connection(asyncio.Protocol):
         cmd.flag |= FLAG_ONEWAY
         self.send(cmd)
 
+    def send_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
+        """:meth:`send_oneway` of each of ``cmds``, in order, their frames in one write: the same
+        bytes, and a peer that reads them finds them together."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(
+                f"connection {self.remote_address} is closed; cannot send {len(cmds)} commands"
+            )
+        frames = []
+        for cmd in cmds:
+            cmd.flag |= FLAG_ONEWAY
+            frames.append(self._frame(cmd))
+        if frames:
+            self._enqueue(frames[0] if len(frames) == 1 else b"".join(frames))
+
     def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | Exception) -> None:
         """Answer a request the immediate handler took (:data:`DEFERRED`), on this connection's
         loop: a response command, the response frame already encoded, or the exception the

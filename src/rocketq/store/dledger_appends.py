@@ -323,7 +323,14 @@ class Expiry:
         self._armed = False
 
     def add(self, fut: Settable) -> None:
-        self._waiting.append((self.loop.time() + self.timeout_s, fut))
+        waiting = self._waiting
+        # the oldest ones were answered meanwhile (appends are answered in order, mostly):
+        # dropped now, not at the next check a timeout later, which kept every put of that
+        # timeout alive (with its request, message and answer) and made each full garbage
+        # collection of a leader under load walk them all
+        while waiting and waiting[0][1].done():
+            waiting.popleft()
+        waiting.append((self.loop.time() + self.timeout_s, fut))
         if not self._armed:
             self._armed = True
             self.loop.call_later(self.timeout_s, self._check)

@@ -184,16 +184,22 @@ class DLedgerCommitLog(CommitLog):
         outcome comes back (the same outcomes and errors, the same expiry), or right away when
         an append fails. Errors found before anything is appended (log not open, writes off, a
         record too large) raise here instead."""
-        ledger, loop, steps = self._start_puts(msgs)
-        put = next(steps)
-        chain = PutChain(
-            steps, self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop()), done
-        )
-        chain.submit(put)
+        ledger, loop, encoded = self._checked(msgs)
+        appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
+        if len(encoded) == 1:  # the usual send: the append's outcome is the put's, no generator
+            _OnePut(self, ledger, encoded[0], expiry, done).submit(appends)
+            return
+        steps = self._puts(ledger, encoded, len(encoded))
+        PutChain(steps, appends, expiry, done).submit(next(steps))
 
     def _start_puts(
         self, msgs: Sequence[BrokerMessage]
     ) -> tuple[ReplicatedLog, LedgerLoop, Generator[_OneAppend, AppendResult, PutMessageResult]]:
+        ledger, loop, encoded = self._checked(msgs)
+        return ledger, loop, self._puts(ledger, encoded, len(msgs))
+
+    def _checked(self, msgs: Sequence[BrokerMessage]) -> tuple[ReplicatedLog, LedgerLoop, list[Any]]:
+        """The log, its loop and the messages encoded, after every check made before a put."""
         if not msgs:
             raise MessageIllegal("batch is empty")
         ledger, loop = self.ledger, self.loop
@@ -206,7 +212,7 @@ class DLedgerCommitLog(CommitLog):
         for e in encoded:
             if e[2] > room:
                 raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
-        return ledger, loop, self._puts(ledger, encoded, len(msgs))
+        return ledger, loop, encoded
 
     def _puts(
         self, ledger: ReplicatedLog, encoded: list[Any], count: int
@@ -329,3 +335,65 @@ class _OneAppend:
             qoffs = self.cl.topic_queue_table.of_topic(m.topic)
             if qoffs.get(m.queue_id) == self.queue_offset + 1:
                 qoffs[m.queue_id] = self.queue_offset
+
+
+class _OnePut:
+    """A put of one message (the usual send): what :class:`PutChain` does with the generator of
+    :meth:`DLedgerCommitLog._puts` for one append, without the generator: the append's outcome
+    gives the put's result (or error) directly, on the caller's loop."""
+
+    __slots__ = ("_cl", "_done", "_expiry", "_finished", "_ledger", "_put")
+
+    def __init__(
+        self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, expiry: Expiry, done: PutCallback
+    ) -> None:
+        self._cl = cl
+        self._ledger = ledger
+        self._put = _OneAppend(cl, e)
+        self._expiry = expiry
+        self._done = done
+        self._finished = False
+
+    def submit(self, appends: AppendQueue) -> None:
+        appends.submit_to(self._put.encode, self._expiry.loop, self)
+        self._expiry.add(self)
+
+    def done(self) -> bool:
+        return self._finished
+
+    def set_result(self, result: AppendResult, /) -> None:
+        self._finished = True
+        put = self._put
+        outcome: PutMessageResult | Exception
+        try:
+            if result.status is not AppendStatus.OK:
+                put.undo_if_unwritten(result)
+                raise_for(result, self._ledger.state.leader_address)
+            cl = self._cl
+            if cl._append_listener is not None:
+                cl._append_listener()
+            outcome = PutMessageResult(
+                (
+                    PutMessageStatus.PUT_OK,
+                    result.physical_offset,
+                    put.e[2],
+                    put.queue_offset,
+                    put.store_timestamp,
+                    cl._store_host,
+                    1,
+                    None,
+                )
+            )
+        except Exception as exc:  # the append did not commit (raise_for)
+            outcome = exc
+        self._finish(outcome)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._finished = True
+        self._finish(exception if isinstance(exception, Exception) else ReplicationError(str(exception)))
+
+    def _finish(self, outcome: PutMessageResult | Exception) -> None:
+        try:
+            self._done(outcome)
+        except Exception:
+            log.exception("the completion of a DLedger put failed")

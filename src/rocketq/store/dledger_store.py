@@ -18,12 +18,10 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
-CommitLog record per entry body; NOOP entries carry no record. The bodies of up to 1,024
-entries are parsed as one joined window (one compiled scan, one batch to the ConsumeQueues and
-the index, as the plain dispatcher does with consecutive records), each record then placed at
-its entry's position plus the 48-byte header; a window that does not parse as one whole record
-per body is parsed entry by entry. It is woken by local puts and by every advance of the commit (the log's
-``on_commit``, a follower's too).
+CommitLog record per entry body, the bodies of a window of entries parsed together as the plain
+dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record. It
+is woken by local puts and by every advance of the commit (the log's ``on_commit``, a
+follower's too).
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ import logging
 import os
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-
-import numpy as np
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
@@ -55,14 +51,17 @@ from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
+from rocketq.store.dledger_window import PendingRequests, parse_entries
 from rocketq.store.message_store import MessageStore
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
+from rocketq.store.record_scan import DispatchBatch, parse_window
 from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
-#: entries whose requests are dispatched together (per-entry parsing, one dispatcher call)
+#: entries whose requests are dispatched together (one parse of their records, one dispatcher call)
 _ENTRIES_PER_WINDOW = 1024
+#: and at most about this many bytes of records
+_WINDOW_BYTES = 4 << 20
 #: how often dispatch looks for newly committed entries when no local append woke it, for a log
 #: that cannot say when its commit advances; a log that can (``on_commit``: the Raft driver)
 #: wakes dispatch itself, and the look is then a fallback only (COMMIT_WAKE_FALLBACK_S)
@@ -99,68 +98,49 @@ class DLedgerReputService(ReputMessageService):
         count = 0
         limit = self._limit()
         self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
-        while self.reput_from_offset < limit and not self._stopped_hard:
-            window: list[tuple[int, bytes]] = []
+        if self.reput_from_offset < limit:
+            bodies: list[bytes] = []
+            offsets: list[int] = []
+            entries = size = 0
             end = self.reput_from_offset
             for pos, body in self._ledger.entries_from(self.reput_from_offset):
                 nxt = pos + BODY_OFFSET + len(body)
                 if self._stopped_hard or nxt > limit:
                     break
-                window.append((pos, body))
+                if body:
+                    bodies.append(body)
+                    offsets.append(pos + BODY_OFFSET)
+                    size += len(body)
                 end = nxt
-                if len(window) >= _ENTRIES_PER_WINDOW:
-                    break
-            if not window:
-                break
-            count += self._dispatch_entries(window)
+                entries += 1
+                if entries >= _ENTRIES_PER_WINDOW or size >= _WINDOW_BYTES:
+                    count += self._dispatch_entries(bodies, offsets)
+                    bodies, offsets, entries, size = [], [], 0, 0
+                    self.reput_from_offset = end
+                    self._notify_progress()
+            count += self._dispatch_entries(bodies, offsets)
             self.reput_from_offset = end
-            self._notify_progress()
         self.dispatched_records += count
         self._notify_progress()
         return count
 
-    def _dispatch_entries(self, window: list[tuple[int, bytes]]) -> int:
-        """Dispatch the records of a window of committed entries (NOOPs have empty bodies).
-
-        The bodies are parsed as one joined window, so the entries' records are dispatched as
-        one batch (columns, the compiled scan) as the plain dispatcher does with consecutive
-        records, and each record then gets its physical offset (its entry's position plus the
-        header) instead of its place in the joined bytes. That holds only when the parse found
-        exactly one whole record per body; anything else (damage, a body that is not one record)
-        is parsed entry by entry, which finds and logs it."""
-        positions = [pos for pos, body in window if body]
-        if not positions:
-            return 0
-        bodies = [body for _, body in window if body]
+    def _dispatch_entries(self, bodies: list[bytes], offsets: list[int]) -> int:
+        """Dispatch the records of a window of entries: parsed together, else one by one."""
         if len(bodies) > 1:
-            joined = b"".join(bodies)
-            reqs, used, stop = parse_window(joined, 0, self._delay_levels)
-            if stop is not rec.RecordKind.CORRUPT and used == len(joined) and len(reqs) == len(bodies):
-                if isinstance(reqs, DispatchBatch):
-                    sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
-                    if np.array_equal(reqs.columns.size, sizes):
-                        reqs.commit_log_offset = np.array(positions, dtype=np.int64) + BODY_OFFSET
-                        return self._dispatch(reqs)
-                elif all(r.msg_size == len(b) for r, b in zip(reqs, bodies, strict=True)):
-                    for r, pos in zip(reqs, positions, strict=True):
-                        r.commit_log_offset = pos + BODY_OFFSET
-                    return self._dispatch(reqs)
-        return self._dispatch_each(positions, bodies)
-
-    def _dispatch_each(self, positions: list[int], bodies: list[bytes]) -> int:
-        """The records of the entries parsed one body at a time (the reference path)."""
+            reqs = parse_entries(bodies, offsets, self._delay_levels)
+            if reqs is not None:
+                return self._dispatch(reqs)
         count = 0
-        pending: list[DispatchRequest] = []
-        for pos, body in zip(positions, bodies, strict=True):
-            reqs, used, stop = parse_window(body, pos + BODY_OFFSET, self._delay_levels)
+        pending = PendingRequests()
+        for body, offset in zip(bodies, offsets, strict=True):
+            reqs, used, stop = parse_window(body, offset, self._delay_levels)
             if stop is rec.RecordKind.CORRUPT or used != len(body):
-                log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", pos)
+                log.error("[BUG] entry at %d holds no whole CommitLog record; skipped", offset - BODY_OFFSET)
             if isinstance(reqs, DispatchBatch):
-                count += self._dispatch(pending) + self._dispatch(reqs)
-                pending = []
+                count += self._dispatch(pending.take()) + self._dispatch(reqs)
             else:
-                pending.extend(reqs)
-        return count + self._dispatch(pending)
+                pending.add(reqs)
+        return count + self._dispatch(pending.take())
 
 
 class DLedgerMessageStore(MessageStore):
