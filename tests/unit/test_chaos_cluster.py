@@ -10,7 +10,7 @@ import pytest
 
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.entry_store import EntryStore
-from rocketq.testing.chaos.cluster import ChaosGroup
+from rocketq.testing.chaos.cluster import ChaosGroup, _log_tail
 from rocketq.testing.chaos.power_loss import cut_unsynced
 
 DATA_FILE = 4096
@@ -80,3 +80,13 @@ def test_chaos_group_refuses_bad_arguments(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="not one of"):
         group.broker_addr(0)  # not started: no nodes yet
     group.stop()  # nothing started: nothing to stop
+
+
+def test_an_exited_nodes_error_carries_the_end_of_its_log(tmp_path: pathlib.Path) -> None:
+    """The error of a node that exited quotes its log's last bytes: the test directory holding
+    the log may be rotated away before anyone reads it."""
+    log = tmp_path / "broker-n2.log"
+    log.write_bytes(b"x" * 5000 + b"\ncannot start: the port is in use\n")
+    tail = _log_tail(log)
+    assert tail.endswith("cannot start: the port is in use\n") and len(tail) == 2000
+    assert _log_tail(tmp_path / "missing.log").startswith("(unreadable: ")

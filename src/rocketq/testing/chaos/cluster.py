@@ -728,7 +728,10 @@ class ChaosGroup:
     def _check_alive(self, node: _Node) -> bool:
         if node.proc is None or node.proc.poll() is not None:
             code = None if node.proc is None else node.proc.returncode
-            raise ChaosError(f"node {node.index} ({node.sid}) exited with {code}; see {node.log_path}")
+            raise ChaosError(
+                f"node {node.index} ({node.sid}) exited with {code}; see {node.log_path}; it ends:\n"
+                + _log_tail(node.log_path)
+            )
         return True
 
     def _wait_started(self, timeout_s: float) -> None:
@@ -744,6 +747,18 @@ class ChaosGroup:
             return master is not None and (want is None or master == want) and self.leader() == master
 
         _wait(ready, "every broker answering, one leader known to all, registered as master", timeout_s)
+
+
+def _log_tail(path: str | os.PathLike[str], size: int = 2000) -> str:
+    """The last ``size`` bytes of a node's log, for an error that names it (the log may be gone
+    by the time someone reads the error: test directories are rotated)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"(unreadable: {exc})"
 
 
 __all__ = ["ChaosError", "ChaosGroup", "ChaosUnsupported", "LostTail", "NodeState"]
