@@ -194,7 +194,7 @@ def test_public_puts_are_the_pure_paths_byte_for_byte(
                 outcomes: list[list[object]] = []
                 for store, fns in zip(stores, (compiled, (None, None)), strict=True):
                     monkeypatch.setattr(store_module, "_message_inner", fns[0])
-                    monkeypatch.setattr(store_module, "_plan_messages", fns[1])
+                    store._plan_messages = fns[1]
                     try:
                         if kind == "single":
                             outcomes.append([tuple(store.put_message(m, qid)) for m in msgs])

@@ -110,6 +110,10 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         self.commitlog = self._new_commitlog(config)
         self.consume_queues = ConsumeQueueStore(config)
         self.commitlog.reserve_queue_file = self.consume_queues.reserve
+        #: Batches of plain Messages go to the CommitLog as a PackedBatch (``plan_messages``) only
+        #: where it packs them from the batch's body (not the DLedger CommitLog, which would build
+        #: the messages back from it).
+        self._plan_messages = _plan_messages if type(self.commitlog) is CommitLog else None
         self.checkpoint: StoreCheckpoint | None = None
         self.index_service: IndexService | None = None
         self.reput: ReputMessageService | None = None
@@ -458,8 +462,9 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         qid = queue_id or 0
         born_at = _time_ns() // 1_000_000
         born_host = self._born_host
-        if _plan_messages is not None and type(msgs) is list:
-            planned = _plan_messages(msgs)
+        plan_messages = self._plan_messages
+        if plan_messages is not None and type(msgs) is list:
+            planned = plan_messages(msgs)
             if planned is not None:
                 # one topic, every message plain: packed by batch_write as a broker's batch send
                 data, plan = planned
