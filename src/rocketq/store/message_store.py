@@ -397,11 +397,12 @@ class MessageStore(StoreRecovery, StoreQueries, PutLatencySampling):
         began = next(self._put_samples)
         try:
             if (
-                _message_inner is not None
+                type(msg) is Message
+                and _message_inner is not None
                 and (inner_c := _message_inner(msg, queue_id or 0, _time_ns() // 1_000_000, self._born_host))
                 is not None
             ):
-                # a Message nothing parks, converted in C (None for any other message)
+                # a Message nothing parks, converted in C (None for any other)
                 inner = inner_c
             elif type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
                 # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
