@@ -3309,15 +3309,21 @@ static PyObject *setup_message_put(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* s's UTF-8 text when s is exactly a str without a separator and UTF-8 encodes it; else NULL */
-static const char *plain_text(PyObject *s, Py_ssize_t *n) {
+/* s's UTF-8 text when s is exactly a str without a separator and UTF-8 encodes it; else NULL.
+ * With check 0 (a text msg_text has already measured, so checked) only its text. */
+static const char *plain_text(PyObject *s, Py_ssize_t *n, int check) {
     if (!PyUnicode_CheckExact(s)) return NULL;
-    const char *p = PyUnicode_AsUTF8AndSize(s, n);
-    if (p == NULL) {
+    const char *p;
+    if (PyUnicode_IS_COMPACT_ASCII(s)) {
+        p = (const char *)PyUnicode_DATA(s);
+        *n = PyUnicode_GET_LENGTH(s);
+    } else if ((p = PyUnicode_AsUTF8AndSize(s, n)) == NULL) {
         PyErr_Clear();
         return NULL;
     }
-    if (memchr(p, 1, (size_t)*n) != NULL || memchr(p, 2, (size_t)*n) != NULL) return NULL;
+    if (check)
+        for (Py_ssize_t i = 0; i < *n; i++)
+            if ((unsigned char)(p[i] - 1) < 2) return NULL; /* \x01 or \x02 */
     return p;
 }
 
@@ -3340,7 +3346,7 @@ static Py_ssize_t put_keys(char **w, PyObject *keys) {
     PyObject **items = PySequence_Fast_ITEMS(keys);
     for (Py_ssize_t i = 0; i < nk; i++) {
         Py_ssize_t n;
-        const char *p = PyUnicode_AsUTF8AndSize(items[i], &n); /* checked by msg_text's first look */
+        const char *p = plain_text(items[i], &n, 0); /* checked by msg_text's first look */
         if (n == 0) continue;
         if (written++) {
             if (*w != NULL) *(*w)++ = ' ';
@@ -3364,11 +3370,12 @@ static Py_ssize_t msg_text(PyObject *m, char *w) {
     if (tags == NULL || keys == NULL || props == NULL || dl == NULL || !PyDict_CheckExact(props) ||
         long_in(dl, 0, 0, &level) < 0 || !(PyList_CheckExact(keys) || PyTuple_CheckExact(keys)))
         return -1;
+    const int check = w == NULL; /* the writing pass follows a measuring one */
     const char *tp = NULL;
     Py_ssize_t tn = 0;
     if (tags != Py_None) {
         if (!PyUnicode_CheckExact(tags)) return -1;
-        if (PyUnicode_GET_LENGTH(tags) > 0 && (tp = plain_text(tags, &tn)) == NULL) return -1;
+        if (PyUnicode_GET_LENGTH(tags) > 0 && (tp = plain_text(tags, &tn, check)) == NULL) return -1;
     }
     int with_keys = 0;
     Py_ssize_t nk = PySequence_Fast_GET_SIZE(keys);
@@ -3377,7 +3384,7 @@ static Py_ssize_t msg_text(PyObject *m, char *w) {
         Py_ssize_t n;
         if (!PyUnicode_CheckExact(items[i])) return -1;
         if (PyUnicode_GET_LENGTH(items[i]) == 0) continue;
-        if (plain_text(items[i], &n) == NULL) return -1;
+        if (plain_text(items[i], &n, check) == NULL) return -1;
         with_keys = 1;
     }
     Py_ssize_t len = 0, pos = 0;
@@ -3387,7 +3394,7 @@ static Py_ssize_t msg_text(PyObject *m, char *w) {
     while (PyDict_Next(props, &pos, &k, &v)) {
         if (!PyUnicode_CheckExact(k)) return -1;
         const Py_ssize_t kl = PyUnicode_GET_LENGTH(k);
-        for (Py_ssize_t j = 0; j < np; j++) {
+        for (Py_ssize_t j = 0; check && j < np; j++) {
             PyObject *name = PyTuple_GET_ITEM(parking_names, j);
             if (kl == PyUnicode_GET_LENGTH(name) && PyUnicode_Compare(k, name) == 0) return -1;
         }
@@ -3408,8 +3415,8 @@ static Py_ssize_t msg_text(PyObject *m, char *w) {
         }
         if (v == Py_None) continue; /* left out, whatever its name holds */
         Py_ssize_t kn, vn;
-        const char *kp = plain_text(k, &kn), *vp;
-        if (kp == NULL || (vp = plain_text(v, &vn)) == NULL) return -1;
+        const char *kp = plain_text(k, &kn, check), *vp;
+        if (kp == NULL || (vp = plain_text(v, &vn, check)) == NULL) return -1;
         len += put_piece(&w, kp, kn, vp, vn);
     }
     if (tp != NULL && !saw_tags) len += put_piece(&w, "TAGS", 4, tp, tn);
