@@ -3382,6 +3382,247 @@ done:
     Py_DECREF(positions);
     Py_DECREF(bodies);
     return result;
+/* -- the embedded store's put of Message objects -------------------------------------------
+ *
+ *   setup_message_put(Message, parking_names)
+ *   message_inner(msg, queue_id, born_ts, born_host) -> BrokerMessage | None
+ *   plan_messages(msgs) -> (data, (plan, count, body_bytes, props_bytes, max_body, max_props,
+ *                                  max_body_plus_props)) | None
+ *
+ * A Message that nothing parks (exactly a Message, delay_level the int 0, none of the
+ * parking_names among its property names) becomes the BrokerMessage MessageStore.put_message
+ * makes of it: the properties text built here from its properties dict, tags and keys as
+ * encode_properties(msg.all_properties()) writes it (the dict's order; TAGS and KEYS at their
+ * place in the dict when it names them, else appended in that order; None values left out),
+ * UTF-8 encoded. None, with nothing raised, for anything else: another class, a key or value
+ * that is not exactly a str, a separator (\x01, \x02) or a lone surrogate anywhere in the text,
+ * keys not a list or tuple; the pure path then builds the message and raises what it raises.
+ *
+ * plan_messages takes a list of such Messages of one topic whose bodies are bytes and flags
+ * int32 and lays them out for batch_write: data holds each body followed by its properties
+ * text, the plan is batch_plan's (five int64 per message). */
+
+enum { MS_TOPIC, MS_BODY, MS_TAGS, MS_KEYS, MS_PROPERTIES, MS_DELAY_LEVEL, MS_FLAG, MS_COUNT };
+static const char *const ms_names[MS_COUNT] = {"topic", "body", "tags", "keys", "properties", "delay_level", "flag"};
+static PyTypeObject *message_class;
+static Py_ssize_t ms_off[MS_COUNT];
+static PyObject *parking_names; /* tuple of str */
+
+static PyObject *setup_message_put(PyObject *self, PyObject *args) {
+    PyObject *cls, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:setup_message_put", &PyType_Type, &cls, &PyTuple_Type, &names)) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i)) || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(names, i))) {
+            PyErr_SetString(PyExc_TypeError, "setup_message_put: the parking names must be ASCII str");
+            return NULL;
+        }
+    if (read_offsets((PyTypeObject *)cls, ms_names, ms_off, MS_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(message_class, (PyTypeObject *)cls);
+    Py_INCREF(names);
+    Py_XSETREF(parking_names, names);
+    Py_RETURN_NONE;
+}
+
+/* s's UTF-8 text when s is exactly a str without a separator and UTF-8 encodes it; else NULL.
+ * With check 0 (a text msg_text has already measured, so checked) only its text. */
+static const char *plain_text(PyObject *s, Py_ssize_t *n, int check) {
+    if (!PyUnicode_CheckExact(s)) return NULL;
+    const char *p;
+    if (PyUnicode_IS_COMPACT_ASCII(s)) {
+        p = (const char *)PyUnicode_DATA(s);
+        *n = PyUnicode_GET_LENGTH(s);
+    } else if ((p = PyUnicode_AsUTF8AndSize(s, n)) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (check)
+        for (Py_ssize_t i = 0; i < *n; i++)
+            if ((unsigned char)(p[i] - 1) < 2) return NULL; /* \x01 or \x02 */
+    return p;
+}
+
+/* append one name\x01value\x02 piece at *w (when w is not NULL); returns its length */
+static Py_ssize_t put_piece(char **w, const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn) {
+    if (*w != NULL) {
+        char *q = *w;
+        memcpy(q, k, (size_t)kn);
+        q[kn] = 1;
+        memcpy(q + kn + 1, v, (size_t)vn);
+        q[kn + 1 + vn] = 2;
+        *w = q + kn + vn + 2;
+    }
+    return kn + vn + 2;
+}
+
+/* the KEYS value (the non-empty keys joined by one space) at *w when w is not NULL; its length */
+static Py_ssize_t put_keys(char **w, PyObject *keys) {
+    Py_ssize_t len = 0, nk = PySequence_Fast_GET_SIZE(keys), written = 0;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        Py_ssize_t n;
+        const char *p = plain_text(items[i], &n, 0); /* checked by msg_text's first look */
+        if (n == 0) continue;
+        if (written++) {
+            if (*w != NULL) *(*w)++ = ' ';
+            len++;
+        }
+        if (*w != NULL) {
+            memcpy(*w, p, (size_t)n);
+            *w += n;
+        }
+        len += n;
+    }
+    return len;
+}
+
+/* The properties text of a Message nothing parks, written at w when w is not NULL (else only
+ * measured): its length, or -1 (nothing raised) when the pure path must take the message. */
+static Py_ssize_t msg_text(PyObject *m, char *w) {
+    PyObject *tags = SLOT(m, ms_off[MS_TAGS]), *keys = SLOT(m, ms_off[MS_KEYS]);
+    PyObject *props = SLOT(m, ms_off[MS_PROPERTIES]), *dl = SLOT(m, ms_off[MS_DELAY_LEVEL]);
+    long long level;
+    if (tags == NULL || keys == NULL || props == NULL || dl == NULL || !PyDict_CheckExact(props) ||
+        long_in(dl, 0, 0, &level) < 0 || !(PyList_CheckExact(keys) || PyTuple_CheckExact(keys)))
+        return -1;
+    const int check = w == NULL; /* the writing pass follows a measuring one */
+    const char *tp = NULL;
+    Py_ssize_t tn = 0;
+    if (tags != Py_None) {
+        if (!PyUnicode_CheckExact(tags)) return -1;
+        if (PyUnicode_GET_LENGTH(tags) > 0 && (tp = plain_text(tags, &tn, check)) == NULL) return -1;
+    }
+    int with_keys = 0;
+    Py_ssize_t nk = PySequence_Fast_GET_SIZE(keys);
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        Py_ssize_t n;
+        if (!PyUnicode_CheckExact(items[i])) return -1;
+        if (PyUnicode_GET_LENGTH(items[i]) == 0) continue;
+        if (plain_text(items[i], &n, check) == NULL) return -1;
+        with_keys = 1;
+    }
+    Py_ssize_t len = 0, pos = 0;
+    PyObject *k, *v;
+    int saw_tags = 0, saw_keys = 0;
+    const Py_ssize_t np = PyTuple_GET_SIZE(parking_names);
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) return -1;
+        const Py_ssize_t kl = PyUnicode_GET_LENGTH(k);
+        for (Py_ssize_t j = 0; check && j < np; j++) {
+            PyObject *name = PyTuple_GET_ITEM(parking_names, j);
+            if (kl == PyUnicode_GET_LENGTH(name) && PyUnicode_Compare(k, name) == 0) return -1;
+        }
+        if (tp != NULL && kl == 4 && PyUnicode_CompareWithASCIIString(k, "TAGS") == 0) {
+            saw_tags = 1;
+            len += put_piece(&w, "TAGS", 4, tp, tn);
+            continue;
+        }
+        if (with_keys && kl == 4 && PyUnicode_CompareWithASCIIString(k, "KEYS") == 0) {
+            saw_keys = 1;
+            if (w != NULL) {
+                memcpy(w, "KEYS\x01", 5);
+                w += 5;
+            }
+            len += 6 + put_keys(&w, keys);
+            if (w != NULL) *w++ = 2;
+            continue;
+        }
+        if (v == Py_None) continue; /* left out, whatever its name holds */
+        Py_ssize_t kn, vn;
+        const char *kp = plain_text(k, &kn, check), *vp;
+        if (kp == NULL || (vp = plain_text(v, &vn, check)) == NULL) return -1;
+        len += put_piece(&w, kp, kn, vp, vn);
+    }
+    if (tp != NULL && !saw_tags) len += put_piece(&w, "TAGS", 4, tp, tn);
+    if (with_keys && !saw_keys) {
+        if (w != NULL) {
+            memcpy(w, "KEYS\x01", 5);
+            w += 5;
+        }
+        len += 6 + put_keys(&w, keys);
+        if (w != NULL) *w++ = 2;
+    }
+    return len;
+}
+
+static PyObject *message_inner(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "message_inner(msg, queue_id, born_ts, born_host)");
+        return NULL;
+    }
+    PyObject *m = args[0];
+    if (message_class == NULL || broker_message == NULL || Py_TYPE(m) != message_class) Py_RETURN_NONE;
+    PyObject *topic = SLOT(m, ms_off[MS_TOPIC]), *body = SLOT(m, ms_off[MS_BODY]), *flag = SLOT(m, ms_off[MS_FLAG]);
+    if (topic == NULL || body == NULL || flag == NULL) Py_RETURN_NONE;
+    Py_ssize_t len = msg_text(m, NULL);
+    if (len < 0) Py_RETURN_NONE;
+    PyObject *props = PyBytes_FromStringAndSize(NULL, len);
+    if (props == NULL) return NULL;
+    msg_text(m, PyBytes_AS_STRING(props));
+    PyObject *out = broker_message->tp_alloc(broker_message, 0);
+    if (out == NULL) {
+        Py_DECREF(props);
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *values[BM_COUNT] = {topic, body, props, args[1], flag, zero, args[2], args[3], zero, zero};
+    for (int i = 0; i < BM_COUNT; i++) {
+        if (i != BM_PROPERTIES) Py_INCREF(values[i]);
+        SLOT(out, bm_off[i]) = values[i];
+    }
+    Py_DECREF(zero);
+    return out;
+}
+
+static PyObject *plan_messages(PyObject *self, PyObject *msgs) {
+    if (message_class == NULL || !PyList_CheckExact(msgs) || PyList_GET_SIZE(msgs) == 0) Py_RETURN_NONE;
+    const Py_ssize_t n = PyList_GET_SIZE(msgs);
+    PyObject *topic = NULL;
+    long long body_bytes = 0, props_bytes = 0, max_body = 0, max_props = 0, max_payload = 0, flag;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != message_class) Py_RETURN_NONE;
+        PyObject *t = SLOT(m, ms_off[MS_TOPIC]), *body = SLOT(m, ms_off[MS_BODY]), *f = SLOT(m, ms_off[MS_FLAG]);
+        if (t == NULL || body == NULL || f == NULL || !PyUnicode_CheckExact(t) || !PyBytes_CheckExact(body) ||
+            long_in(f, I32_MIN, I32_MAX, &flag) < 0)
+            Py_RETURN_NONE;
+        if (topic == NULL)
+            topic = t;
+        else if (t != topic && PyUnicode_Compare(t, topic) != 0)
+            Py_RETURN_NONE;
+        Py_ssize_t pl = msg_text(m, NULL), bl = PyBytes_GET_SIZE(body);
+        if (pl < 0) Py_RETURN_NONE;
+        body_bytes += bl;
+        props_bytes += pl;
+        if (bl > max_body) max_body = bl;
+        if (pl > max_props) max_props = pl;
+        if ((long long)bl + pl > max_payload) max_payload = (long long)bl + pl;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(body_bytes + props_bytes));
+    if (data == NULL) return NULL;
+    PyObject *plan = PyBytes_FromStringAndSize(NULL, n * 40);
+    if (plan == NULL) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    char *d = PyBytes_AS_STRING(data);
+    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(plan);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++, e += 40) {
+        PyObject *m = PyList_GET_ITEM(msgs, i), *body = SLOT(m, ms_off[MS_BODY]);
+        Py_ssize_t bl = PyBytes_GET_SIZE(body);
+        long_in(SLOT(m, ms_off[MS_FLAG]), I32_MIN, I32_MAX, &flag);
+        memcpy(d + at, PyBytes_AS_STRING(body), (size_t)bl);
+        Py_ssize_t pl = msg_text(m, d + at + bl);
+        put_be64(e, at);
+        put_be64(e + 8, bl);
+        put_be64(e + 16, at + bl);
+        put_be64(e + 24, pl);
+        put_be64(e + 32, flag);
+        at += bl + pl;
+    }
+    return Py_BuildValue("(N(NnLLLLL))", data, plan, n, body_bytes, props_bytes, max_body, max_props, max_payload);
 }
 
 /* -- module ------------------------------------------------------------------------------- */
@@ -3447,6 +3688,13 @@ static PyMethodDef methods[] = {
     {"encode_entries", (PyCFunction)(void (*)(void))dledger_encode_entries, METH_FASTCALL,
      "encode_entries(magic, first_index, term, positions, bodies, prev_chain): "
      "rocketq.ha.entry_format.encode_entries, compiled"},
+    {"setup_message_put", (PyCFunction)setup_message_put, METH_VARARGS,
+     "setup_message_put(Message, parking names): bind message_inner and plan_messages to the message class"},
+    {"message_inner", (PyCFunction)(void (*)(void))message_inner, METH_FASTCALL,
+     "message_inner(msg, queue_id, born_ts, born_host): the BrokerMessage MessageStore.put_message makes of "
+     "a Message nothing parks, or None"},
+    {"plan_messages", (PyCFunction)plan_messages, METH_O,
+     "plan_messages(msgs): a list of plain Messages of one topic as (data, plan) for batch_write, or None"},
     {NULL, NULL, 0, NULL},
 };
 

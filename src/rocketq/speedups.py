@@ -18,9 +18,12 @@ parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the
 :meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules; and the
 broker's batch sends (``batch_plan``, ``batch_write``: the usual SEND_BATCH_MESSAGE of a RocketMQ
 client packed into the CommitLog from its body, :mod:`rocketq.store.packed_batch`, whose
-reference is the general path of building the messages and packing each); and the DLedger
-leader's encoding of a proposed batch of entries (``encode_entries``: headers, both CRCs and
-index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`).
+reference is the general path of building the messages and packing each); the embedded
+store's conversion of ``Message`` objects nothing parks (``message_inner``: the BrokerMessage of
+:meth:`rocketq.store.message_store.MessageStore.put_message`; ``plan_messages``: a batch of one
+topic laid out for ``batch_write``), whose reference is the pure conversion in that module; and
+the DLedger leader's encoding of a proposed batch of entries (``encode_entries``: headers, both
+CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`).
 
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.

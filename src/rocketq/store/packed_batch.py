@@ -14,6 +14,10 @@ DLedger path, a put that falls back to the general path): the messages are built
 on first element access and kept; ``len`` does not build them. Without the compiled module
 :func:`plan_batch` gives None and the broker builds the messages as before (the reference
 path; ``tests/property/test_packed_batch_equivalence.py`` holds the two to the same bytes).
+
+An embedded store's ``put_messages`` of plain ``Message`` objects of one topic comes this way
+too: the compiled ``plan_messages`` lays their bodies and properties texts out as such a body
+and plan (no suffix), see :mod:`rocketq.store.message_store`.
 """
 
 from __future__ import annotations
