@@ -22,8 +22,9 @@ from rocketq.message import BrokerMessage, Message, encode_properties
 from rocketq.speedups import COMPILED
 from rocketq.store import commitlog as commitlog_module
 from rocketq.store import message_store as store_module
-from rocketq.store.message_store import _PARKING_KEYS, MessageStore
+from rocketq.store.message_store import MessageStore
 from rocketq.store.packed_batch import PackedBatch
+from rocketq.store.store_puts import _PARKING_KEYS
 
 pytestmark = pytest.mark.skipif(
     COMPILED is None or not hasattr(COMPILED, "plan_messages"), reason="the compiled module is not in use"
