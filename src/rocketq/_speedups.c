@@ -3382,6 +3382,8 @@ done:
     Py_DECREF(positions);
     Py_DECREF(bodies);
     return result;
+}
+
 /* -- the embedded store's put of Message objects -------------------------------------------
  *
  *   setup_message_put(Message, parking_names)
@@ -3460,7 +3462,7 @@ static Py_ssize_t put_keys(char **w, PyObject *keys) {
     Py_ssize_t len = 0, nk = PySequence_Fast_GET_SIZE(keys), written = 0;
     PyObject **items = PySequence_Fast_ITEMS(keys);
     for (Py_ssize_t i = 0; i < nk; i++) {
-        Py_ssize_t n;
+        Py_ssize_t n = 0;
         const char *p = plain_text(items[i], &n, 0); /* checked by msg_text's first look */
         if (n == 0) continue;
         if (written++) {

@@ -21,10 +21,9 @@ from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, Message, encode_properties
 from rocketq.speedups import COMPILED
 from rocketq.store import commitlog as commitlog_module
-from rocketq.store import message_store as store_module
+from rocketq.store import store_puts as store_module
 from rocketq.store.message_store import MessageStore
 from rocketq.store.packed_batch import PackedBatch
-from rocketq.store.store_puts import _PARKING_KEYS
 
 pytestmark = pytest.mark.skipif(
     COMPILED is None or not hasattr(COMPILED, "plan_messages"), reason="the compiled module is not in use"
@@ -33,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 BORN = b"\x7f\x00\x00\x01\x00\x00\x9c\x40"
 NOW_NS = 1_700_000_000_000 * 1_000_000
 
-PARKING_NAMES = sorted(_PARKING_KEYS)
+PARKING_NAMES = sorted(store_module._PARKING_KEYS)
 names = st.sampled_from(
     ["UNIQ_KEY", "TAGS", "KEYS", "WAIT", "x", "é", "", "a\x01", "b\x02", "\udc80", *PARKING_NAMES]
 )
@@ -48,7 +47,7 @@ def messages(draw: st.DrawFn, *, parking: bool = True, odd_types: bool = True) -
     """Mostly plain messages; sometimes one with a separator, a lone surrogate, a None value, a
     name that parks (when ``parking``), a delay level, keys as a str or a tuple, a value that is
     not a str, a flag out of the int32 range (when ``odd_types``)."""
-    prop_names = names if parking else names.filter(lambda n: n not in _PARKING_KEYS)
+    prop_names = names if parking else names.filter(lambda n: n not in store_module._PARKING_KEYS)
     values: st.SearchStrategy[object] = st.one_of(st.none(), texts)
     if odd_types:
         values = st.one_of(values, st.just(3))
@@ -74,7 +73,7 @@ def messages(draw: st.DrawFn, *, parking: bool = True, odd_types: bool = True) -
 
 def pure_inner(m: Message, qid: int, born: int) -> BrokerMessage | None:
     """put_message's pure conversion of a Message nothing parks (None: it may park)."""
-    if not m.delay_level and _PARKING_KEYS.isdisjoint(m.properties):
+    if not m.delay_level and store_module._PARKING_KEYS.isdisjoint(m.properties):
         props = encode_properties(m.all_properties()).encode()
         return BrokerMessage(m.topic, m.body, props, qid, m.flag, 0, born, BORN)
     return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -86,3 +88,20 @@ def test_the_send_path_codecs_follow_the_choice() -> None:
         [sys.executable, "-c", SEND_PROBE], capture_output=True, text=True, timeout=60, check=True, env=env
     )
     assert chosen.stdout.strip() == ("False False False" if built else "True True True")
+
+
+def test_the_built_module_has_every_function_of_its_source() -> None:
+    """Fails on a module built from an older ``_speedups.c`` (a failed rebuild leaves the old
+    shared object in place in a working tree, and the pure fallback hides it): every function
+    of the source's method table is in the module in use."""
+    if cannot_build():
+        pytest.skip(cannot_build())
+    if os.environ.get(speedups.PURE_ENV):
+        pytest.skip(f"{speedups.PURE_ENV} is set for this run")
+    source = pathlib.Path(speedups.__file__).with_name("_speedups.c").read_text()
+    table = source[source.index("static PyMethodDef methods[]") :]
+    table = table[: table.index("{NULL, NULL, 0, NULL}")]
+    names = re.findall(r'^\s*\{"(\w+)",', table, flags=re.MULTILINE)
+    assert len(names) > 10
+    missing = [n for n in names if not hasattr(speedups.COMPILED, n)]
+    assert not missing, f"the built module lacks {missing}: rebuild it (pip install -e .)"

@@ -9,25 +9,25 @@ each message's body and properties lie, and :meth:`CommitLog.put_messages
 (``batch_write``). A record's properties are the message's text as sent plus the CLUSTER pair,
 byte for byte what the general path writes.
 
-:class:`PackedBatch` is still a ``list[BrokerMessage]`` for everything else (traces, the
-DLedger path, a put that falls back to the general path): the messages are built from the plan
+:class:`PackedBatch` is still a ``list[BrokerMessage]`` (a
+:class:`~rocketq.store.lazy_list.LazyList`) for everything else (traces, the DLedger path, a
+put that falls back to the general path): the messages are built from the plan
 on first element access and kept; ``len`` does not build them. Without the compiled module
 :func:`plan_batch` gives None and the broker builds the messages as before (the reference
 path; ``tests/property/test_packed_batch_equivalence.py`` holds the two to the same bytes).
 
 An embedded store's ``put_messages`` of plain ``Message`` objects of one topic comes this way
 too: the compiled ``plan_messages`` lays their bodies and properties texts out as such a body
-and plan (no suffix), see :mod:`rocketq.store.message_store`.
+and plan (no suffix), see :mod:`rocketq.store.store_puts`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import Any
 
 from rocketq.message import BrokerMessage
 from rocketq.speedups import COMPILED
+from rocketq.store.lazy_list import LazyList
 
 _batch_plan = getattr(COMPILED, "batch_plan", None)
 #: the compiled packer, or None (the pure path)
@@ -36,7 +36,7 @@ batch_write = getattr(COMPILED, "batch_write", None)
 _PLAN = struct.Struct(">qqqqq")  # body start, body length, properties start, properties length, flag
 
 
-class PackedBatch(list[BrokerMessage]):
+class PackedBatch(LazyList[BrokerMessage]):
     """The messages of one batch send to one topic and queue (see the module docstring)."""
 
     def __init__(
@@ -68,58 +68,25 @@ class PackedBatch(list[BrokerMessage]):
             self.max_props,
             self.max_payload,
         ) = planned
+        self._count = self.msg_count
         self._built = False
 
-    def _build(self) -> None:
-        if self._built:
-            return
-        self._built = True
+    def _items(self) -> list[BrokerMessage]:
         data = self.data
         suffix = self.suffix
-        list.extend(
-            self,
-            [
-                BrokerMessage(
-                    self.topic,
-                    data[bs : bs + bl],
-                    data[ps : ps + pl] + suffix,
-                    self.queue_id,
-                    flag,
-                    self.sys_flag,
-                    self.born_timestamp,
-                    self.born_host,
-                )
-                for bs, bl, ps, pl, flag in _PLAN.iter_unpack(self.plan)
-            ],
-        )
-
-    def __len__(self) -> int:
-        return self.msg_count
-
-    def __bool__(self) -> bool:
-        return self.msg_count > 0
-
-    def __iter__(self) -> Iterator[BrokerMessage]:
-        self._build()
-        return list.__iter__(self)
-
-    def __reversed__(self) -> Iterator[BrokerMessage]:
-        self._build()
-        return list.__reversed__(self)
-
-    def __getitem__(self, index: Any) -> Any:
-        self._build()
-        return list.__getitem__(self, index)
-
-    def __contains__(self, item: object) -> bool:
-        self._build()
-        return list.__contains__(self, item)
-
-    def __eq__(self, other: object) -> bool:
-        self._build()
-        return list.__eq__(self, other)
-
-    __hash__ = None
+        return [
+            BrokerMessage(
+                self.topic,
+                data[bs : bs + bl],
+                data[ps : ps + pl] + suffix,
+                self.queue_id,
+                flag,
+                self.sys_flag,
+                self.born_timestamp,
+                self.born_host,
+            )
+            for bs, bl, ps, pl, flag in _PLAN.iter_unpack(self.plan)
+        ]
 
 
 def plan_batch(

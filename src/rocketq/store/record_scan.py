@@ -92,6 +92,7 @@ from rocketq.message import (
     java_string_hash_once,
 )
 from rocketq.protocol import record as rec
+from rocketq.store.lazy_list import LazyList
 
 I64s = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -824,7 +825,7 @@ class RequestList(list[DispatchRequest]):
         self.index_entries = index_entries
 
 
-class DispatchBatch(list[DispatchRequest]):
+class DispatchBatch(LazyList[DispatchRequest]):
     """The requests of one window, held as columns (:mod:`rocketq.store.record_scan`).
 
     The ConsumeQueue and index dispatchers read the columns directly (:attr:`columns` and
@@ -1022,35 +1023,8 @@ class DispatchBatch(list[DispatchRequest]):
             return [r for r in self if r.topic == topic]
         return self._requests(np.flatnonzero(self.topic_index == self.topics.index(topic)))
 
-    def _build(self) -> None:
-        if not self._built:
-            self._built = True
-            list.extend(self, self._requests())
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[DispatchRequest]:
-        self._build()
-        return list.__iter__(self)
-
-    def __reversed__(self) -> Iterator[DispatchRequest]:
-        self._build()
-        return list.__reversed__(self)
-
-    def __getitem__(self, index: Any) -> Any:
-        self._build()
-        return list.__getitem__(self, index)
-
-    def __contains__(self, item: object) -> bool:
-        self._build()
-        return list.__contains__(self, item)
-
-    def __eq__(self, other: object) -> bool:
-        self._build()
-        return list.__eq__(self, other)
-
-    __hash__ = None  # a list: unhashable
+    def _items(self) -> list[DispatchRequest]:
+        return self._requests()
 
     def __repr__(self) -> str:
         return f"DispatchBatch({self._count} records, topics={self.topics!r})"
