@@ -243,8 +243,7 @@ class SendMessageProcessor:
         """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to."""
         ctx = self.ctx
         topic = header.topic
-        if not ctx.config.broker_permission & PERM_WRITE:  # is_writeable() written out: per send
-            self._check_broker_writeable()
+        self._check_broker_writeable()
         checked = self._checked_topics
         if topic not in checked:  # both checks depend on the name alone: once per name
             try:
@@ -389,21 +388,14 @@ class SendMessageProcessor:
         send itself creates its topic, the checks and the record are redone by
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
-        # _must_wait() and _topics_pending() written out: this runs once per send
-        ctx = self.ctx
-        store = ctx.store
-        persister = ctx.topics_persister
-        if (
-            self._sync
-            or store.dispatch_behind_bytes() > store.config.max_dispatch_lag_bytes // 2
-            or (persister is not None and persister.pending)
-        ):
+        if self._must_wait() or self._topics_pending():
             if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
                 return self._send_replicated(conn, request, self._ledger_put_then)
             return None
         header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
-        if persister is not None and persister.pending:
+        if self._topics_pending():
             return None
+        store = self.ctx.store
         result = store.put_messages(msgs) if batch else store.put_message(msgs[0])
         self._record(conn, header, msgs, result, kind)
         return self._answer_now(request, result, queue_id, transaction_id)

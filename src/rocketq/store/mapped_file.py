@@ -473,13 +473,11 @@ class MappedFileQueue:
     @property
     def max_offset(self) -> int:
         """End of readable data: last segment's start plus its read position."""
-        files = self._files  # last() and read_position written out: read per send and window
+        files = self._files
         if not files:
             return 0
         last = files[-1]
-        if last.write_buffer is not None:
-            return last.file_from_offset + last.committed_position
-        return last.file_from_offset + last.wrote_position
+        return last.file_from_offset + last.read_position
 
     @property
     def max_wrote_position(self) -> int:

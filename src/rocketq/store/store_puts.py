@@ -146,11 +146,7 @@ class StorePuts:
 
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
-        # _put_begin, inlined: a method call is a tenth of this put's own bookkeeping
-        if self._put_since_throttle >= self._throttle_every:
-            self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
-            self._put_since_throttle = 0
-        began = next(self._put_samples)
+        began = self._put_begin()
         try:
             if (
                 type(msg) is Message
@@ -213,13 +209,8 @@ class StorePuts:
     def _put_converted(
         self, msgs: Sequence[Message | BrokerMessage], queue_id: int | None
     ) -> PutMessageResult:
-        """:meth:`put_messages`' put of a batch given as messages."""
-        # the Messages of a batch that nothing parks as put_message converts them, born at
-        # the same millisecond (a batch is handed over at once, as a broker stamps a
-        # MessageBatch)
-        inner: list[BrokerMessage] = []
-        add = inner.append
-        encode = _message.encode_properties
+        """:meth:`put_messages`' put of a batch given as messages, born at the same millisecond
+        (a batch is handed over at once, as a broker stamps a MessageBatch)."""
         qid = queue_id or 0
         born_at = _time_ns() // 1_000_000
         born_host = self._born_host
@@ -231,6 +222,10 @@ class StorePuts:
                 data, plan = planned
                 batch = PackedBatch(msgs[0].topic, qid, 0, born_at, born_host, data, b"", plan)
                 return self.commitlog.put_messages(batch)
+        # the Messages of a batch that nothing parks as put_message converts them
+        inner: list[BrokerMessage] = []
+        add = inner.append
+        encode = _message.encode_properties
         parking = _PARKING_KEYS
         for m in msgs:
             if type(m) is Message and not m.delay_level and parking.isdisjoint(m.properties):
