@@ -513,12 +513,7 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
             mf.store_timestamp = now
         finally:
             lock.release()
-        if self._after_put is not None:
-            self._after_put()
-        result = PutMessageResult((_PUT_OK, base + pos, total, qoff, now, self._store_host, count, offsets))
-        if self._sync:
-            return self._await_flush(result)
-        return result
+        return self._finish_batch(offsets, total, qoff, now, count)
 
     def _reserve_queue_files(self, msgs: list[tuple[BrokerMessage, bool]]) -> None:
         """Under the put lock, before anything of a batch is written: reserve every

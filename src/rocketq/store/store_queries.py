@@ -207,32 +207,35 @@ class StoreQueries:
     #: :class:`~rocketq.broker.loop_coalesce.LoopWakeup`); None: dispatch is not windowed
     dispatch_window: _Settle | None = None
 
+    def _settle_dispatch(self) -> None:
+        """Before a read of the queues or the index: take a dispatch window still waiting for its
+        time (see the module docstring; one attribute test when there is none)."""
+        window = self.dispatch_window
+        if window is not None and window.pending:
+            window.settle()
+
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind() if self.reput is not None else 0
 
     # -- consume queue reads ----------------------------------------------------------------
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         return self.consume_queues.find(topic, queue_id)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         return cq.max_offset_in_queue if cq is not None else 0
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         return cq.min_offset_in_queue if cq is not None else -1
 
     def get_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ semantics)."""
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return 0
@@ -249,15 +252,13 @@ class StoreQueries:
         return int.from_bytes(data[pos : pos + 8], "big", signed=True)
 
     def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq is not None else None
         return unit.offset if unit is not None else 0
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq is not None else None
         if unit is None or unit.size == FILLER_SIZE:
@@ -265,8 +266,7 @@ class StoreQueries:
         return self._store_time_of(unit.offset, unit.size) or -1
 
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return -1
@@ -290,8 +290,7 @@ class StoreQueries:
         Statuses and the next offset follow RocketMQ's rules for offsets outside ``[min, max)``.
         """
         self.stats.get_count += 1
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -423,16 +422,14 @@ class StoreQueries:
 
     # -- delayed delivery hooks -------------------------------------------------------------
     def schedule_queue_bounds(self, queue_id: int) -> tuple[int, int]:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
         if cq is None:
             return 0, 0
         return cq.min_offset_in_queue, cq.max_offset_in_queue
 
     def schedule_queue_units(self, queue_id: int, start: int, max_count: int) -> list[tuple[int, int, int]]:
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         cq = self.consume_queues.find(SCHEDULE_TOPIC, queue_id)
         if cq is None:
             return []
@@ -488,8 +485,7 @@ class StoreQueries:
         message's real keys."""
         if self.index_service is None:
             return QueryMessageResult([], 0, 0)
-        if self.dispatch_window is not None and self.dispatch_window.pending:
-            self.dispatch_window.settle()
+        self._settle_dispatch()
         end = end_ms if end_ms is not None else time.time_ns() // 1_000_000 + 1
         max_count = max(1, min(max_count, self.config.max_msgs_num_batch))
         found: dict[int, MessageExt] = {}
