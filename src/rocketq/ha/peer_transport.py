@@ -49,7 +49,7 @@ from typing import Final
 
 from rocketq.errors import RocketqError
 from rocketq.ha import peer_codec
-from rocketq.ha.raft_types import ENTRY_OVERHEAD, Append, AppendReply, Entry, Message, is_control
+from rocketq.ha.raft_types import Append, AppendReply, Entry, Message, entries_size, is_control
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection, RequestHandler, parse_address
@@ -83,22 +83,7 @@ class PeerLink:
         return self._conn is not None and not self._conn.closed
 
     def send(self, code: int, body: bytes) -> bool:
-        conn = self._conn
-        if conn is None or conn.closed:
-            self._conn = None
-            self._ensure_connecting()
-            self.dropped += 1
-            return False
-        if conn.writing_paused:
-            self.dropped += 1
-            return False
-        try:
-            conn.send_oneway(RemotingCommand(code, body=body))
-        except RocketqError:
-            self.dropped += 1
-            return False
-        self.sent += 1
-        return True
+        return self.send_all([(code, body)]) == 1
 
     def send_all(self, messages: list[tuple[int, bytes]]) -> int:
         """:meth:`send` of each ``(code, body)``, their frames in one write (all dropped, as one
@@ -164,7 +149,7 @@ class _Merging:
     def __init__(self, first: Append) -> None:
         self.first = first
         self.entries: list[Entry] = list(first.entries)
-        self.size = _size(first.entries)
+        self.size = entries_size(first.entries)
         self.commit = first.commit
 
     def add(self, second: Append, merge_bytes: int) -> bool:
@@ -173,7 +158,7 @@ class _Merging:
             return False
         if not self.entries and second.prev_term != first.prev_term:
             return False
-        size = self.size + _size(second.entries)
+        size = self.size + entries_size(second.entries)
         if self.entries and size > merge_bytes:
             return False
         self.entries.extend(second.entries)
@@ -186,11 +171,6 @@ class _Merging:
         if len(self.entries) == len(f.entries) and self.commit == f.commit:
             return f
         return Append(f.src, f.dst, f.term, f.prev_index, f.prev_term, tuple(self.entries), self.commit)
-
-
-def _size(entries: tuple[Entry, ...]) -> int:
-    """The entries' ``Entry.size`` summed (without a property call per entry)."""
-    return sum([len(e.data) for e in entries]) + ENTRY_OVERHEAD * len(entries)
 
 
 def _supersedes(later: AppendReply, earlier: Message | _Merging) -> bool:

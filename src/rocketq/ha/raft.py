@@ -61,7 +61,6 @@ from typing import NoReturn
 
 from rocketq.ha.raft_log import Compacted, RaftLog
 from rocketq.ha.raft_types import (
-    ENTRY_OVERHEAD,
     AckPolicy,
     Action,
     Append,
@@ -95,6 +94,7 @@ from rocketq.ha.raft_types import (
     TruncateLog,
     Vote,
     VoteReply,
+    entries_size,
 )
 
 log = logging.getLogger(__name__)
@@ -541,7 +541,7 @@ class RaftNode:
             pr.next = entries[-1].index + 1
             if not pr.inflight:
                 pr.last_ack_ms = self.now_ms  # the resend timer runs from the window's first send
-            size = sum([len(e.data) for e in entries]) + ENTRY_OVERHEAD * len(entries)  # Entry.size
+            size = entries_size(entries)
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
 

@@ -30,7 +30,7 @@ term 0 (the first elected leader has term 1).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 #: DLedger's entry header (``DLedgerEntry.BODY_OFFSET``), counted in an entry's size for flow control.
@@ -93,6 +93,12 @@ class Entry:
     def size(self) -> int:
         """Bytes this entry costs on the wire and on disk (body plus DLedger's header)."""
         return len(self.data) + ENTRY_OVERHEAD
+
+
+def entries_size(entries: Sequence[Entry]) -> int:
+    """The entries' :attr:`Entry.size` summed (one pass over the bodies, no property call each:
+    the leader sums every batch it sends)."""
+    return sum([len(e.data) for e in entries]) + ENTRY_OVERHEAD * len(entries)
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,6 +254,19 @@ Outcome = AppendResult | BaseException
 PutCallback = Callable[[PutMessageResult | Exception], None]
 
 
+def put_error(exception: BaseException) -> Exception:
+    """What a put's callback gets for an append that failed with ``exception``."""
+    return exception if isinstance(exception, Exception) else ReplicationError(str(exception))
+
+
+def finish_put(done: PutCallback, outcome: PutMessageResult | Exception) -> None:
+    """Hand a put its outcome; a callback that raises is logged (the loop goes on)."""
+    try:
+        done(outcome)
+    except Exception:
+        log.exception("the completion of a DLedger put failed")
+
+
 class PutChain:
     """One append of a :meth:`DLedgerCommitLog.put_messages_then` and what follows it: the
     waiter of that append, set on the caller's loop (:func:`resolve_outcomes`) or failed by the expiry,
@@ -290,23 +303,17 @@ class PutChain:
         try:
             put = self._steps.send(result)
         except StopIteration as stop:
-            self._finish(stop.value)
+            finish_put(self._done, stop.value)
             return
         except Exception as exc:  # the append did not commit (raise_for)
-            self._finish(exc)
+            finish_put(self._done, exc)
             return
         PutChain(self._steps, self._appends, self._expiry, self._done).submit(put)
 
     def set_exception(self, exception: BaseException, /) -> None:
         self._finished = True
         self._steps.close()
-        self._finish(exception if isinstance(exception, Exception) else ReplicationError(str(exception)))
-
-    def _finish(self, outcome: PutMessageResult | Exception) -> None:
-        try:
-            self._done(outcome)
-        except Exception:
-            log.exception("the completion of a DLedger put failed")
+        finish_put(self._done, put_error(exception))
 
 
 class Expiry:

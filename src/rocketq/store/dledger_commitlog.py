@@ -48,6 +48,8 @@ from rocketq.store.dledger_appends import (
     PutCallback,
     PutChain,
     ReplicationError,
+    finish_put,
+    put_error,
 )
 from rocketq.store.flush import FlushListener
 
@@ -225,14 +227,18 @@ class DLedgerCommitLog(CommitLog):
         for e in encoded:
             put = _OneAppend(self, e)
             result = yield put
-            if result.status is not AppendStatus.OK:
-                put.undo_if_unwritten(result)
-                raise_for(result, ledger.state.leader_address)
+            put.check(result, ledger)
             offsets.append(result.physical_offset)
             total += e[2]
             now = put.store_timestamp
             if first_qoff < 0:
                 first_qoff = put.queue_offset
+        return self._put_ok(offsets, total, first_qoff, now, count)
+
+    def _put_ok(
+        self, offsets: list[int], total: int, first_qoff: int, now: int, count: int
+    ) -> PutMessageResult:
+        """The result of a put whose appends all committed (the append listener told first)."""
         if self._append_listener is not None:
             self._append_listener()
         return PutMessageResult(
@@ -323,6 +329,13 @@ class _OneAppend:
             rec.stamp_prop_crc(buf, 0, length)
         return bytes(buf)
 
+    def check(self, result: AppendResult, ledger: ReplicatedLog) -> None:
+        """Raise what the broker answers when the append did not commit (its queue offset
+        given back first when nothing was written)."""
+        if result.status is not AppendStatus.OK:
+            self.undo_if_unwritten(result)
+            raise_for(result, ledger.state.leader_address)
+
     def undo_if_unwritten(self, result: AppendResult) -> None:
         """Give the queue offset back when nothing was appended and no later message took the
         next one (a leader rebuilds the table from its ConsumeQueues anyway)."""
@@ -366,34 +379,14 @@ class _OnePut:
         put = self._put
         outcome: PutMessageResult | Exception
         try:
-            if result.status is not AppendStatus.OK:
-                put.undo_if_unwritten(result)
-                raise_for(result, self._ledger.state.leader_address)
-            cl = self._cl
-            if cl._append_listener is not None:
-                cl._append_listener()
-            outcome = PutMessageResult(
-                (
-                    PutMessageStatus.PUT_OK,
-                    result.physical_offset,
-                    put.e[2],
-                    put.queue_offset,
-                    put.store_timestamp,
-                    cl._store_host,
-                    1,
-                    None,
-                )
+            put.check(result, self._ledger)
+            outcome = self._cl._put_ok(
+                [result.physical_offset], put.e[2], put.queue_offset, put.store_timestamp, 1
             )
         except Exception as exc:  # the append did not commit (raise_for)
             outcome = exc
-        self._finish(outcome)
+        finish_put(self._done, outcome)
 
     def set_exception(self, exception: BaseException, /) -> None:
         self._finished = True
-        self._finish(exception if isinstance(exception, Exception) else ReplicationError(str(exception)))
-
-    def _finish(self, outcome: PutMessageResult | Exception) -> None:
-        try:
-            self._done(outcome)
-        except Exception:
-            log.exception("the completion of a DLedger put failed")
+        finish_put(self._done, put_error(exception))
