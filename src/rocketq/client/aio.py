@@ -452,42 +452,28 @@ class AsyncProducer:
         fields in the order Java writes them, each value as Java formats it."""
         flag = p.flag
         queue_id = mq.queue_id
-        if type(flag) is int and type(queue_id) is int:
-            # The strings create_request would make of the values below, made directly.
-            ext = {
-                "a": self.group,
-                "b": p.topic,
-                "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-                "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
-                "e": str(queue_id),
-                "f": str(p.sys_flag),
-                "g": str(time.time_ns() // 1_000_000),
-                "h": str(flag),
-                "i": p.properties,
-                "j": "0",
-                "k": "false",
-                "m": "true" if p.batch else "false",
-                "n": mq.broker_name,
-            }
-            code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
-            return RemotingCommand(code, opaque=next_opaque(), ext_fields=ext, body=p.body)
+        # every value but the flag and the queue id is written here as create_request writes it
         fields: dict[str, object] = {
             "a": self.group,
             "b": p.topic,
             "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "d": DEFAULT_TOPIC_QUEUE_NUMS,
-            "e": mq.queue_id,
-            "f": p.sys_flag,
-            "g": time.time_ns() // 1_000_000,
-            "h": p.flag,
+            "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
+            "e": queue_id,
+            "f": str(p.sys_flag),
+            "g": str(time.time_ns() // 1_000_000),
+            "h": flag,
             "i": p.properties,
-            "j": 0,
-            "k": False,
-            "m": p.batch,
+            "j": "0",
+            "k": "false",
+            "m": "true" if p.batch else "false",
             "n": mq.broker_name,
         }
         code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
-        return create_request(code, fields, p.body)
+        if type(flag) is int and type(queue_id) is int:  # the usual values: their strings directly
+            fields["e"], fields["h"] = str(queue_id), str(flag)
+            ext = cast(dict[str, str], fields)
+            return RemotingCommand(code, opaque=next_opaque(), ext_fields=ext, body=p.body)
+        return create_request(code, fields, p.body)  # anything else stringified as Java would
 
     async def _send_with_retries(
         self,
