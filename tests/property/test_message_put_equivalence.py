@@ -14,15 +14,14 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_packed_batch_equivalence import open_store
 
 from _support.examples import examples
 from rocketq import message as message_module
-from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, Message, encode_properties
 from rocketq.speedups import COMPILED
 from rocketq.store import commitlog as commitlog_module
 from rocketq.store import store_puts as store_module
-from rocketq.store.message_store import MessageStore
 from rocketq.store.packed_batch import PackedBatch
 
 pytestmark = pytest.mark.skipif(
@@ -151,18 +150,6 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # BrokerMessage.from_message (the pure path of a message it does not take) reads the clock
     monkeypatch.setattr(message_module, "time", _FixedTime())
     yield
-
-
-def open_store(root: pathlib.Path) -> MessageStore:
-    cfg = StoreConfig(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=32 * 1024,
-        mapped_file_size_consume_queue=20 * 50,
-        flush_disk_type="ASYNC_FLUSH",
-    )
-    store = MessageStore(cfg)
-    store.start()
-    return store
 
 
 ops = st.lists(
