@@ -29,7 +29,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   it in the same iteration are joined into one more ``transport.write`` at its end (one send
   for a burst of pipelined responses, no added latency for a lone one); when the first is
   queued inside ``data_received`` (the answers to one read's requests) the rest are written at
-  the end of that call, which saves a loop callback per read.
+  the end of that call, which saves a loop callback per read. A deferred answer's frame is
+  never written at once: it waits for the end of the iteration with the others (they come in
+  runs, the sends a DLedger leader's commit answers together: one write for the run).
 
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
