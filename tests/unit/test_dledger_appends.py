@@ -119,46 +119,32 @@ def test_a_receiver_without_committed_gets_an_ok_result_per_append() -> None:
     ]
 
 
-def _one_put(expiry: Expiry, outcomes: list[PutMessageResult | Exception]) -> _OnePut:
-    told: list[int] = []
-    cl = types.SimpleNamespace(_append_listener=lambda: told.append(1), _store_host=STORE_HOST)
+def _one_put(outcomes: list[PutMessageResult | Exception], told: list[int] | None = None) -> _OnePut:
+    """A one-message put whose append took queue offset 4; ``told`` counts the append listener's calls."""
+    listened = told if told is not None else []
+    cl = types.SimpleNamespace(_append_listener=lambda: listened.append(1), _store_host=STORE_HOST)
     cl._put_ok = functools.partial(DLedgerCommitLog._put_ok, cl)
     ledger = types.SimpleNamespace(state=types.SimpleNamespace(leader_address=None))
     e = (None, None, 181, 0, 0, True, b"T", b"", 0)  # the record's size is e[2]
-    put = _OnePut(cl, ledger, e, expiry, outcomes.append)  # type: ignore[arg-type]
+    put = _OnePut(cl, ledger, e, outcomes.append)  # type: ignore[arg-type]
     put.queue_offset, put.store_timestamp, put.calls = 4, 1_700_000_000_000, 1
     return put
 
 
 def test_the_one_message_puts_result_from_a_commit_is_the_ok_results() -> None:
-    async def main() -> None:
-        expiry = Expiry(asyncio.get_running_loop(), 60)
-        by_commit: list[PutMessageResult | Exception] = []
-        by_result: list[PutMessageResult | Exception] = []
-        _one_put(expiry, by_commit).committed(3, 1000, "n0")
-        _one_put(expiry, by_result).set_result(
-            AppendResult(AppendStatus.OK, 3, 1000, 1000 + BODY_OFFSET, "n0")
-        )
-        assert (
-            by_commit
-            == by_result
-            == [
-                PutMessageResult(
-                    (
-                        PutMessageStatus.PUT_OK,
-                        1000 + BODY_OFFSET,
-                        181,
-                        4,
-                        1_700_000_000_000,
-                        STORE_HOST,
-                        1,
-                        None,
-                    )
-                )
-            ]
-        )
-
-    asyncio.run(main())
+    by_commit: list[PutMessageResult | Exception] = []
+    by_result: list[PutMessageResult | Exception] = []
+    told_commit: list[int] = []
+    told_result: list[int] = []
+    _one_put(by_commit, told_commit).committed(3, 1000, "n0")
+    _one_put(by_result, told_result).set_result(
+        AppendResult(AppendStatus.OK, 3, 1000, 1000 + BODY_OFFSET, "n0")
+    )
+    expected = PutMessageResult(
+        (PutMessageStatus.PUT_OK, 1000 + BODY_OFFSET, 181, 4, 1_700_000_000_000, STORE_HOST, 1, None)
+    )
+    assert by_commit == by_result == [expected]
+    assert told_commit == told_result == [1]  # the append listener (dispatch) told once
 
 
 def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> None:
@@ -166,7 +152,7 @@ def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> Non
         loop = asyncio.get_running_loop()
         expiry = Expiry(loop, 0.05)
         outcomes: list[PutMessageResult | Exception] = []
-        put = _one_put(expiry, outcomes)
+        put = _one_put(outcomes)
         expiry.add(put)
         for _ in range(200):  # bounded poll: the expiry's timer fails it after 50 ms
             if outcomes:

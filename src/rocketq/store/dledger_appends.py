@@ -391,24 +391,36 @@ class Expiry:
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
     leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
     :class:`PutChain` (done once its current append has its outcome; a chain's next append is
-    added again with its own deadline)."""
+    added again with its own deadline). The waiters added in one loop iteration get their
+    deadline together at its end (one clock read and one look at the oldest for them all, not
+    one per send)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
         self._waiting: collections.deque[tuple[float, Settable]] = collections.deque()
+        #: waiters added in this loop iteration (:meth:`_added` at its end)
+        self._adding: list[Settable] = []
         self._armed = False
 
     def add(self, fut: Settable) -> None:
+        adding = self._adding
+        if not adding:
+            self.loop.call_soon(self._added)
+        adding.append(fut)
+
+    def _added(self) -> None:
+        adding, self._adding = self._adding, []
+        deadline = self.loop.time() + self.timeout_s
         waiting = self._waiting
+        waiting.extend([(deadline, fut) for fut in adding])
         # the oldest ones were answered meanwhile (appends are answered in order, mostly):
         # dropped now, not at the next check a timeout later, which kept every put of that
         # timeout alive (with its request, message and answer) and made each full garbage
         # collection of a leader under load walk them all
         while waiting and waiting[0][1].done():
             waiting.popleft()
-        waiting.append((self.loop.time() + self.timeout_s, fut))
-        if not self._armed:
+        if waiting and not self._armed:
             self._armed = True
             self.loop.call_later(self.timeout_s, self._check)
 

@@ -187,13 +187,16 @@ class DLedgerCommitLog(CommitLog):
         an append fails. Errors found before anything is appended (log not open, writes off, a
         record too large) raise here instead."""
         if len(msgs) == 1:  # the usual send: the append's outcome is the put's, no generator
-            ledger, loop = self._open()
+            ledger, loop = self.ledger, self.loop
+            if ledger is None or loop is None or not self._accepting:
+                ledger, loop = self._open()
             e = self._encode(msgs[0])
-            self._check_fits(e)
+            if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
+                self._check_fits(e)
             expiry = self._expiry
             if expiry is None or expiry.loop is not asyncio.get_running_loop():
                 expiry = self._expiry_of(asyncio.get_running_loop())
-            put = _OnePut(self, ledger, e, expiry, done)
+            put = _OnePut(self, ledger, e, done)
             appends = self._appends
             if appends is None or appends.ledger is not ledger:
                 appends = self._append_queue(ledger, loop)
@@ -377,11 +380,9 @@ class _OnePut(_OneAppend):
     commit comes as :meth:`committed` (a run of them at a time, :class:`CommittedRun`), which
     builds the result without an ``AppendResult``."""
 
-    __slots__ = ("_done", "_expiry", "_finished", "_ledger")
+    __slots__ = ("_done", "_finished", "_ledger")
 
-    def __init__(
-        self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, expiry: Expiry, done: PutCallback
-    ) -> None:
+    def __init__(self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, done: PutCallback) -> None:
         # _OneAppend's fields, set here (no second __init__ call per send)
         self.cl = cl
         self.e = e
@@ -389,7 +390,6 @@ class _OnePut(_OneAppend):
         self.store_timestamp = 0
         self.calls = 0
         self._ledger = ledger
-        self._expiry = expiry
         self._done = done
         self._finished = False
 
