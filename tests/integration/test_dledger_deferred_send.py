@@ -20,12 +20,15 @@ import pytest
 from _support.requests import send_request
 from _support.wait import wait_until
 from rocketq.errors import DiskFull, ResponseCode
+from rocketq.ha import driver
 from rocketq.ha.group_config import LedgerSpec, open_ledger
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
 from rocketq.message import decode_offset_msg_id, encode_properties
 from rocketq.protocol import record as rec
 from rocketq.protocol.batch import BatchEntry, encode_batch
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_request
+from rocketq.remoting.codec import FrameDecoder, encode
+from rocketq.remoting.codes import FLAG_RESPONSE
 from rocketq.remoting.connection import Connection
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
@@ -357,3 +360,81 @@ def test_a_transaction_commit_on_the_shared_loop_is_put_from_a_worker_thread(
         wait_until(lambda: store.get_max_offset(TOPIC, 1) == 1, "the committed message in its queue")
         committed = store.get_message("G", TOPIC, 1, 0, 1)
         assert [m.body for m in committed.messages] == [b"tx"]
+
+
+def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_bytes(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Raft group of one (the driver, not the group-of-one log: its sends wait for their
+    commit as on a real group, and commits come back as runs of several appends): sends written
+    in one read are answered SUCCESS, each with the bytes the generic encoding of the task
+    path's response command gives, naming the record the send stored."""
+    monkeypatch.setattr("rocketq.store.dledger_store.open_ledger", driver.open_group_log)
+    runs: list[int] = []  # the appends of each commit handed over together
+    committed = driver.RaftGroupLog._committed
+
+    def counting(done: driver.BatchDone, run: list[tuple[int, int, int]], leader: str | None) -> None:
+        runs.append(len(run))
+        committed(done, run, leader)
+
+    monkeypatch.setattr(driver.RaftGroupLog, "_committed", staticmethod(counting))
+    sends = 6
+    with InProcessCluster(
+        1,
+        data_dir=str(tmp_path),
+        store_options={
+            "enable_dleger_commit_log": True,
+            "d_leger_self_id": "n0",
+            "d_leger_election_timeout_ms": 300,
+            "d_leger_heartbeat_interval_ms": 50,
+        },
+    ) as c:
+        c.create_topic(TOPIC, 2)
+        store = c.store()
+        assert isinstance(store, DLedgerMessageStore) and isinstance(store.ledger, driver.RaftGroupLog)
+        wait_until(lambda: store.commitlog.writable, "the leader accepts writes")
+        addr = c.broker_addrs[c.broker_names[0]]
+        host, port = addr.rsplit(":", 1)
+        requests = [send_request(TOPIC, f"run{i}".encode(), queue_id=i % 2) for i in range(sends)]
+        for i, request in enumerate(requests):
+            request.opaque = 1000 + i
+
+        async def exchange() -> list[bytes]:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(b"".join(encode(r) for r in requests))  # one read: one proposal
+                frames: list[bytes] = []
+                while len(frames) < sends:
+                    head = await asyncio.wait_for(reader.readexactly(4), 10)
+                    frames.append(head + await reader.readexactly(int.from_bytes(head, "big")))
+                return frames
+            finally:
+                writer.close()
+
+        frames = asyncio.run(exchange())
+        decoder = FrameDecoder()
+        answers = {cmd.opaque: (cmd, frame) for frame in frames for cmd in decoder.feed(frame)}
+        assert sorted(answers) == [r.opaque for r in requests]
+        for i, request in enumerate(requests):
+            cmd, frame = answers[request.opaque]
+            assert cmd.code == ResponseCode.SUCCESS, cmd.remark
+            fields = cmd.ext_fields
+            assert (fields["queueId"], fields["queueOffset"]) == (str(i % 2), str(i // 2))
+            expected = RemotingCommand(
+                ResponseCode.SUCCESS,
+                opaque=request.opaque,
+                flag=FLAG_RESPONSE,
+                ext_fields={
+                    "msgId": fields["msgId"],
+                    "queueId": str(i % 2),
+                    "queueOffset": str(i // 2),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                    "transactionId": fields["transactionId"],
+                },
+            )
+            assert frame == encode(expected)
+            stored = store.look_message_by_offset(decode_offset_msg_id(fields["msgId"]).offset)
+            assert stored is not None and stored.body == f"run{i}".encode()
+            assert stored.queue_offset == i // 2
+        assert sum(runs) == sends and max(runs) > 1, runs

@@ -268,8 +268,8 @@ def test_appends_awaited_too_long_fail_as_unknown_and_answered_ones_stay() -> No
 
 
 def test_answered_appends_are_not_kept_until_the_expiry_checks() -> None:
-    """A waiter answered before a later one is added is let go at once (no reference kept for
-    the rest of the timeout); one still waiting stays and still expires."""
+    """A waiter answered before the end of the loop iteration that added it is let go then (no
+    reference kept for the rest of the timeout); one still waiting stays and still expires."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -283,6 +283,7 @@ def test_answered_appends_are_not_kept_until_the_expiry_checks() -> None:
         del fut
         waiting: asyncio.Future[AppendResult] = loop.create_future()
         expiry.add(waiting)
+        await asyncio.sleep(0)  # the end of the iteration that added them
         gc.collect()
         assert [r() for r in refs] == [None, None, None]
         short = _Expiry(loop, 0.05)

@@ -705,7 +705,18 @@ class _ReplicatedSend:
         else:
             try:
                 proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
-                response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
+                if outcome[0] is PutMessageStatus.PUT_OK:  # the usual answer, as _answer_now writes it
+                    cfg = proc.ctx.config
+                    response = send_ok_frame(
+                        request.opaque,
+                        outcome,
+                        self.queue_id,
+                        self.transaction_id,
+                        cfg.region_id,
+                        cfg.trace_on,
+                    )
+                else:
+                    response = proc._response(request, outcome, self.queue_id, self.transaction_id)
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)

@@ -680,6 +680,24 @@ class RaftGroupLog:
         futures = self._futures
         status = AppendStatus.of(result.outcome)
         pid, index, leader = result.proposal_id, result.index, result.leader_id
+        if status is AppendStatus.OK and index >= 0:
+            # the usual outcome: the appends that committed, handed to each receiver as one run
+            # of (slot, entry index, entry pos) instead of an AppendResult per append
+            receiver: BatchDone | None = None
+            run: list[tuple[int, int, int]] = []
+            for k in range(result.count):
+                got = futures.pop(pid + k, None)
+                if got is None:
+                    continue
+                done, slot, pos = got
+                if done is not receiver:
+                    if receiver is not None:
+                        self._committed(receiver, run, leader)
+                    receiver, run = done, []
+                run.append((slot, index + k, pos))
+            if receiver is not None:
+                self._committed(receiver, run, leader)
+            return
         for k in range(result.count):
             got = futures.pop(pid + k, None)
             if got is None:
@@ -689,6 +707,19 @@ class RaftGroupLog:
                 done(slot, AppendResult(status, leader_id=leader))
             else:
                 done(slot, AppendResult(status, index + k, pos, pos + BODY_OFFSET, leader))
+
+    @staticmethod
+    def _committed(done: BatchDone, run: list[tuple[int, int, int]], leader: str | None) -> None:
+        """``run``'s appends committed: ``done.committed(run, leader)`` when the receiver takes
+        a run (:class:`rocketq.store.dledger_appends.AppendQueue`'s), else an OK
+        :class:`AppendResult` per append."""
+        committed = getattr(done, "committed", None)
+        if committed is not None:
+            committed(run, leader)
+            return
+        ok = AppendStatus.OK
+        for slot, index, pos in run:
+            done(slot, AppendResult(ok, index, pos, pos + BODY_OFFSET, leader))
 
     def _role_changed(self, change: RoleChanged) -> None:
         leader = change.leader_id

@@ -29,7 +29,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   it in the same iteration are joined into one more ``transport.write`` at its end (one send
   for a burst of pipelined responses, no added latency for a lone one); when the first is
   queued inside ``data_received`` (the answers to one read's requests) the rest are written at
-  the end of that call, which saves a loop callback per read.
+  the end of that call, which saves a loop callback per read. A deferred answer's frame is
+  never written at once: it waits for the end of the iteration with the others (they come in
+  runs, the sends a DLedger leader's commit answers together: one write for the run).
 
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
@@ -285,7 +287,9 @@ class Connection(asyncio.Protocol):
         """Answer a request the immediate handler took (:data:`DEFERRED`), on this connection's
         loop: a response command, the response frame already encoded, or the exception the
         request failed with (answered as a handler's exception is). Dropped, like a task's
-        answer, when the connection is gone or the request was oneway."""
+        answer, when the connection is gone or the request was oneway. A frame goes out with
+        the other frames of this loop iteration, in one write at its end, even when it is the
+        first (deferred answers come in runs: a DLedger leader's sends committed together)."""
         self._deferred -= 1
         if not request.flag & FLAG_ONEWAY:
             if isinstance(response, Exception):
@@ -293,7 +297,13 @@ class Connection(asyncio.Protocol):
             elif isinstance(response, RemotingCommand):
                 self._respond(request, response)
             elif not (self._closing or self._lost):
-                self._enqueue(response)
+                self._out.append(response)
+                if not self._flush_scheduled:  # as _enqueue, without writing this one at once
+                    self._flush_scheduled = True
+                    if self._receiving:
+                        self._receive_batch = True
+                    else:
+                        self._loop.call_soon(self._flush)
         if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
             self._request_slot_freed(self._handler)
 

@@ -30,7 +30,8 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 from rocketq.errors import RocketqError
-from rocketq.ha.replicated_log import AppendResult, RecordEncoder, ReplicatedLog
+from rocketq.ha.entry_format import BODY_OFFSET
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
 from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class AppendQueue:
         self._lock = threading.Lock()
         self._waiting: list[tuple[RecordEncoder, Waiter]] = []
         #: outcomes for callers' loops, sent at the end of the log loop's iteration
-        self._replies: dict[asyncio.AbstractEventLoop, list[tuple[Settable, Outcome]]] = {}
+        self._replies: dict[asyncio.AbstractEventLoop, list[Reply]] = {}
         #: appends of each caller loop's current iteration, handed over at its end (each list
         #: is only touched on its own loop's thread)
         self._outboxes: dict[asyncio.AbstractEventLoop, list[tuple[RecordEncoder, Waiter]]] = {}
@@ -185,18 +186,11 @@ class AppendQueue:
         """Propose ``batch`` (on the log's loop, outside the driver's step)."""
         append_batch = getattr(self.ledger, "append_batch", None)
         if append_batch is not None:  # all of them as one proposal, outcomes to the waiters directly
-            waiters: list[Waiter | None] = [waiter for _, waiter in batch]
-
-            def done(i: int, outcome: Outcome) -> None:
-                waiter = waiters[i]
-                if waiter is not None:
-                    waiters[i] = None
-                    self._done(outcome, waiter)
-
+            done = _Proposal(self, [waiter for _, waiter in batch])
             try:
                 append_batch([encode for encode, _ in batch], done)
             except Exception as exc:  # the log stopped on it: nobody may wait forever
-                for i in range(len(waiters)):
+                for i in range(len(done.waiters)):
                     done(i, exc)
             return
         for encode, waiter in batch:
@@ -225,6 +219,32 @@ class AppendQueue:
             self._loop.call_soon(self._send_replies)
         self._replies.setdefault(caller, []).append((fut, outcome))
 
+    def _committed(
+        self, waiters: list[Waiter | None], run: list[tuple[int, int, int]], leader: str | None
+    ) -> None:
+        """The appends of ``run`` (slot in ``waiters``, entry index, entry pos) committed: their
+        waiters on each caller's loop get them as one :class:`CommittedRun`, no
+        ``AppendResult`` per append (a thread's future gets its own at once)."""
+        replies = self._replies
+        entries: list[tuple[Settable, int, int]] = []
+        last: asyncio.AbstractEventLoop | None = None
+        for slot, index, pos in run:
+            waiter = waiters[slot]
+            if waiter is None:
+                continue
+            waiters[slot] = None
+            if isinstance(waiter, concurrent.futures.Future):
+                waiter.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+                continue
+            caller, fut = waiter
+            if caller is not last:
+                if not replies:
+                    self._loop.call_soon(self._send_replies)
+                entries = []
+                replies.setdefault(caller, []).append(CommittedRun(entries, leader))
+                last = caller
+            entries.append((fut, index, pos))
+
     def _send_replies(self) -> None:
         replies, self._replies = self._replies, {}
         for caller, outcomes in replies.items():
@@ -237,9 +257,33 @@ class AppendQueue:
                 pass
 
 
+class _Proposal:
+    """``done(i, outcome)`` of one :meth:`AppendQueue._start`'s ``append_batch``: append ``i``'s
+    outcome to its waiter (once); ``committed(run, leader)`` takes a run of them that committed
+    at once (:meth:`AppendQueue._committed`)."""
+
+    __slots__ = ("queue", "waiters")
+
+    def __init__(self, queue: AppendQueue, waiters: list[Waiter | None]) -> None:
+        self.queue = queue
+        self.waiters = waiters
+
+    def __call__(self, i: int, outcome: Outcome) -> None:
+        waiters = self.waiters
+        waiter = waiters[i]
+        if waiter is not None:
+            waiters[i] = None
+            self.queue._done(outcome, waiter)
+
+    def committed(self, run: list[tuple[int, int, int]], leader: str | None) -> None:
+        self.queue._committed(self.waiters, run, leader)
+
+
 class Settable(Protocol):
-    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future`` or a
-    :class:`PutChain`."""
+    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future``, a
+    :class:`PutChain`, or the one-message put of :meth:`DLedgerCommitLog.put_messages_then`.
+    One that also has ``committed(index, pos, leader)`` is told a commit that way (nothing when
+    it is done already) instead of by an OK ``AppendResult`` (:meth:`CommittedRun.resolve`)."""
 
     def done(self) -> bool: ...
 
@@ -248,8 +292,30 @@ class Settable(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
+class CommittedRun:
+    """Appends of one proposal that committed, for one caller's loop: (waiter, entry index, entry
+    pos) of each, and the leader's id."""
+
+    __slots__ = ("entries", "leader")
+
+    def __init__(self, entries: list[tuple[Settable, int, int]], leader: str | None) -> None:
+        self.entries = entries
+        self.leader = leader
+
+    def resolve(self) -> None:
+        leader = self.leader
+        for fut, index, pos in self.entries:
+            committed = getattr(fut, "committed", None)
+            if committed is not None:
+                committed(index, pos, leader)
+            elif not fut.done():  # else the caller gave up (timeout, cancelled request)
+                fut.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+
+
 Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, Settable]
 Outcome = AppendResult | BaseException
+#: what :func:`resolve_outcomes` hands out on a caller's loop
+Reply = tuple[Settable, Outcome] | CommittedRun
 #: ``done(result or exception)`` of :meth:`DLedgerCommitLog.put_messages_then`
 PutCallback = Callable[[PutMessageResult | Exception], None]
 
@@ -315,30 +381,46 @@ class PutChain:
         self._steps.close()
         finish_put(self._done, put_error(exception))
 
+    def committed(self, index: int, pos: int, leader: str | None) -> None:
+        if not self._finished:
+            self.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+
 
 class Expiry:
     """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
     leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
     :class:`PutChain` (done once its current append has its outcome; a chain's next append is
-    added again with its own deadline)."""
+    added again with its own deadline). The waiters added in one loop iteration get their
+    deadline together at its end (one clock read and one look at the oldest for them all, not
+    one per send)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
         self._waiting: collections.deque[tuple[float, Settable]] = collections.deque()
+        #: waiters added in this loop iteration (:meth:`_added` at its end)
+        self._adding: list[Settable] = []
         self._armed = False
 
     def add(self, fut: Settable) -> None:
+        adding = self._adding
+        if not adding:
+            self.loop.call_soon(self._added)
+        adding.append(fut)
+
+    def _added(self) -> None:
+        adding, self._adding = self._adding, []
+        deadline = self.loop.time() + self.timeout_s
         waiting = self._waiting
+        waiting.extend([(deadline, fut) for fut in adding])
         # the oldest ones were answered meanwhile (appends are answered in order, mostly):
         # dropped now, not at the next check a timeout later, which kept every put of that
         # timeout alive (with its request, message and answer) and made each full garbage
         # collection of a leader under load walk them all
         while waiting and waiting[0][1].done():
             waiting.popleft()
-        waiting.append((self.loop.time() + self.timeout_s, fut))
-        if not self._armed:
+        if waiting and not self._armed:
             self._armed = True
             self.loop.call_later(self.timeout_s, self._check)
 
@@ -355,8 +437,12 @@ class Expiry:
             self._armed = False
 
 
-def resolve_outcomes(outcomes: list[tuple[Settable, Outcome]]) -> None:
-    for fut, outcome in outcomes:
+def resolve_outcomes(outcomes: list[Reply]) -> None:
+    for item in outcomes:
+        if isinstance(item, CommittedRun):
+            item.resolve()
+            continue
+        fut, outcome = item
         if fut.done():  # the caller gave up (timeout, cancelled request)
             continue
         if isinstance(outcome, BaseException):

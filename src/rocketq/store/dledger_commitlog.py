@@ -186,11 +186,25 @@ class DLedgerCommitLog(CommitLog):
         outcome comes back (the same outcomes and errors, the same expiry), or right away when
         an append fails. Errors found before anything is appended (log not open, writes off, a
         record too large) raise here instead."""
+        if len(msgs) == 1:  # the usual send: the append's outcome is the put's, no generator
+            ledger, loop = self.ledger, self.loop
+            if ledger is None or loop is None or not self._accepting:
+                ledger, loop = self._open()
+            e = self._encode(msgs[0])
+            if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
+                self._check_fits(e)
+            expiry = self._expiry
+            if expiry is None or expiry.loop is not asyncio.get_running_loop():
+                expiry = self._expiry_of(asyncio.get_running_loop())
+            put = _OnePut(self, ledger, e, done)
+            appends = self._appends
+            if appends is None or appends.ledger is not ledger:
+                appends = self._append_queue(ledger, loop)
+            appends.submit_to(put.encode, expiry.loop, put)
+            expiry.add(put)
+            return
         ledger, loop, encoded = self._checked(msgs)
         appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
-        if len(encoded) == 1:  # the usual send: the append's outcome is the put's, no generator
-            _OnePut(self, ledger, encoded[0], expiry, done).submit(appends)
-            return
         steps = self._puts(ledger, encoded, len(encoded))
         PutChain(steps, appends, expiry, done).submit(next(steps))
 
@@ -204,17 +218,26 @@ class DLedgerCommitLog(CommitLog):
         """The log, its loop and the messages encoded, after every check made before a put."""
         if not msgs:
             raise MessageIllegal("batch is empty")
+        ledger, loop = self._open()
+        encoded = [self._encode(m) for m in msgs]
+        for e in encoded:
+            self._check_fits(e)
+        return ledger, loop, encoded
+
+    def _open(self) -> tuple[ReplicatedLog, LedgerLoop]:
+        """The log and its loop, once the log is open and writes are on."""
         ledger, loop = self.ledger, self.loop
         if ledger is None or loop is None:
             raise ServiceNotAvailable("the DLedger CommitLog is not open yet")
         if not self._accepting:
             self._check_writable()
-        encoded = [self._encode(m) for m in msgs]
-        room = self.file_size - BODY_OFFSET - MIN_BLANK_LEN  # an entry never spans data files
-        for e in encoded:
-            if e[2] > room:
-                raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
-        return ledger, loop, encoded
+        return ledger, loop
+
+    def _check_fits(self, e: Any) -> None:
+        """An encoded record fits one entry (an entry never spans data files)."""
+        if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
+            room = self.file_size - BODY_OFFSET - MIN_BLANK_LEN
+            raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
 
     def _puts(
         self, ledger: ReplicatedLog, encoded: list[Any], count: int
@@ -350,38 +373,63 @@ class _OneAppend:
                 qoffs[m.queue_id] = self.queue_offset
 
 
-class _OnePut:
+class _OnePut(_OneAppend):
     """A put of one message (the usual send): what :class:`PutChain` does with the generator of
-    :meth:`DLedgerCommitLog._puts` for one append, without the generator: the append's outcome
-    gives the put's result (or error) directly, on the caller's loop."""
+    :meth:`DLedgerCommitLog._puts` for one append, without the generator, and its own encoder:
+    the append's outcome gives the put's result (or error) directly, on the caller's loop. A
+    commit comes as :meth:`committed` (a run of them at a time, :class:`CommittedRun`), which
+    builds the result without an ``AppendResult``."""
 
-    __slots__ = ("_cl", "_done", "_expiry", "_finished", "_ledger", "_put")
+    __slots__ = ("_done", "_finished", "_ledger")
 
-    def __init__(
-        self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, expiry: Expiry, done: PutCallback
-    ) -> None:
-        self._cl = cl
+    def __init__(self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, done: PutCallback) -> None:
+        # _OneAppend's fields, set here (no second __init__ call per send)
+        self.cl = cl
+        self.e = e
+        self.queue_offset = -1
+        self.store_timestamp = 0
+        self.calls = 0
         self._ledger = ledger
-        self._put = _OneAppend(cl, e)
-        self._expiry = expiry
         self._done = done
         self._finished = False
-
-    def submit(self, appends: AppendQueue) -> None:
-        appends.submit_to(self._put.encode, self._expiry.loop, self)
-        self._expiry.add(self)
 
     def done(self) -> bool:
         return self._finished
 
+    def committed(self, index: int, pos: int, leader: str | None) -> None:
+        """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
+        it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``)."""
+        if self._finished:  # the expiry failed it meanwhile
+            return
+        self._finished = True
+        cl = self.cl
+        listener = cl._append_listener
+        if listener is not None:
+            listener()
+        result = PutMessageResult(
+            (
+                PutMessageStatus.PUT_OK,
+                pos + BODY_OFFSET,
+                self.e[2],
+                self.queue_offset,
+                self.store_timestamp,
+                cl._store_host,
+                1,
+                None,
+            )
+        )
+        try:
+            self._done(result)
+        except Exception:
+            log.exception("the completion of a DLedger put failed")
+
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
-        put = self._put
         outcome: PutMessageResult | Exception
         try:
-            put.check(result, self._ledger)
-            outcome = self._cl._put_ok(
-                [result.physical_offset], put.e[2], put.queue_offset, put.store_timestamp, 1
+            self.check(result, self._ledger)
+            outcome = self.cl._put_ok(
+                [result.physical_offset], self.e[2], self.queue_offset, self.store_timestamp, 1
             )
         except Exception as exc:  # the append did not commit (raise_for)
             outcome = exc

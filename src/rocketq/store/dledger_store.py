@@ -391,14 +391,17 @@ class DLedgerMessageStore(MessageStore):
             if isinstance(outcome, Exception):
                 stats.put_failures += 1
             else:
-                stats.put_count += outcome.msg_num
-                stats.put_bytes += outcome.size
+                stats.put_count += outcome[6]  # msg_num
+                stats.put_bytes += outcome[2]  # size
                 if began:
                     timed(began)
             done(outcome)
 
+        inner = self._inner
         try:
-            self.commitlog.put_messages_then([self._inner(m, None) for m in msgs], finished)
+            self.commitlog.put_messages_then(
+                [inner(msgs[0], None)] if len(msgs) == 1 else [inner(m, None) for m in msgs], finished
+            )
         except Exception:
             stats.put_failures += 1
             raise

@@ -1,0 +1,166 @@
+"""The outcomes of a DLedger leader's appends: a run of appends that committed together is handed
+to the append queue at once (``RaftGroupLog._committed`` -> ``AppendQueue._committed`` ->
+``CommittedRun``) and reaches each waiter as its own OK outcome would; the one-message put's
+result from a commit is the one an OK ``AppendResult`` gives; a waiter the expiry failed
+meanwhile is not answered again."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import types
+from collections.abc import Sequence
+
+import pytest
+
+from rocketq.ha.driver import BatchDone, RaftGroupLog
+from rocketq.ha.entry_format import BODY_OFFSET
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder
+from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
+from rocketq.store.dledger_appends import AppendQueue, Expiry, LedgerLoop, ReplicationError
+from rocketq.store.dledger_commitlog import DLedgerCommitLog, _OnePut
+
+STORE_HOST = b"\x7f\x00\x00\x01\x00\x00\x27\x0f"
+
+
+class BatchLog:
+    """A replicated log double that keeps each proposal's ``done`` for the test to answer."""
+
+    def __init__(self) -> None:
+        self.proposals: list[tuple[list[RecordEncoder], BatchDone]] = []
+
+    def append_batch(self, encoders: Sequence[RecordEncoder], done: BatchDone) -> None:
+        self.proposals.append((list(encoders), done))
+
+
+class Told:
+    """A waiter that takes a commit as ``committed(index, pos, leader)``."""
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[int, int, str | None]] = []
+        self.results: list[AppendResult] = []
+
+    def done(self) -> bool:
+        return bool(self.commits or self.results)
+
+    def set_result(self, result: AppendResult, /) -> None:
+        self.results.append(result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        raise AssertionError(f"no exception expected: {exception!r}")
+
+    def committed(self, index: int, pos: int, leader: str | None) -> None:
+        self.commits.append((index, pos, leader))
+
+
+def _encode(physical_offset: int) -> bytes:
+    return b"r"
+
+
+async def _until(condition: object, what: str) -> None:
+    for _ in range(1000):  # bounded: loop iterations, no timed sleeps
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_a_committed_run_reaches_every_kind_of_waiter_once() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ledger = BatchLog()
+        queue = AppendQueue(ledger, LedgerLoop.adopt(loop))  # type: ignore[arg-type]
+        fut = queue.submit_async(_encode)
+        told = Told()
+        queue.submit_to(_encode, loop, told)
+        gave_up: asyncio.Future[AppendResult] = loop.create_future()
+        queue.submit_to(_encode, loop, gave_up)
+        await _until(lambda: ledger.proposals, "the proposal")
+        ((encoders, done),) = ledger.proposals
+        assert len(encoders) == 3
+        gave_up.set_exception(ReplicationError("did not finish in time"))  # as the expiry does
+        RaftGroupLog._committed(done, [(0, 7, 100), (1, 8, 200), (2, 9, 300)], "n0")
+        await _until(fut.done, "the future's outcome")
+        assert fut.result() == AppendResult(AppendStatus.OK, 7, 100, 100 + BODY_OFFSET, "n0")
+        await _until(told.done, "the waiter's commit")
+        assert told.commits == [(8, 200, "n0")] and told.results == []
+        with pytest.raises(ReplicationError):
+            gave_up.result()
+        # a slot answered once is not answered again (a late error for the same proposal)
+        done(0, ReplicationError("late"))
+        done(1, ReplicationError("late"))
+        await asyncio.sleep(0)
+        assert fut.result().status is AppendStatus.OK and told.commits == [(8, 200, "n0")]
+
+        # a writer thread's append: its future gets its AppendResult on the log's loop
+        submitted: concurrent.futures.Future[concurrent.futures.Future[AppendResult]] = (
+            concurrent.futures.Future()
+        )
+
+        def from_thread() -> None:
+            submitted.set_result(queue.submit(_encode))
+
+        await loop.run_in_executor(None, from_thread)
+        waiting = submitted.result()
+        await _until(lambda: len(ledger.proposals) == 2, "the thread's proposal")
+        RaftGroupLog._committed(ledger.proposals[1][1], [(0, 10, 400)], "n0")
+        assert waiting.result(0) == AppendResult(AppendStatus.OK, 10, 400, 400 + BODY_OFFSET, "n0")
+
+    asyncio.run(main())
+
+
+def test_a_receiver_without_committed_gets_an_ok_result_per_append() -> None:
+    got: list[tuple[int, AppendResult | BaseException]] = []
+    RaftGroupLog._committed(lambda slot, outcome: got.append((slot, outcome)), [(2, 5, 0), (0, 6, 96)], None)
+    assert got == [
+        (2, AppendResult(AppendStatus.OK, 5, 0, BODY_OFFSET, None)),
+        (0, AppendResult(AppendStatus.OK, 6, 96, 96 + BODY_OFFSET, None)),
+    ]
+
+
+def _one_put(outcomes: list[PutMessageResult | Exception], told: list[int] | None = None) -> _OnePut:
+    """A one-message put whose append took queue offset 4; ``told`` counts the append listener's calls."""
+    listened = told if told is not None else []
+    cl = types.SimpleNamespace(_append_listener=lambda: listened.append(1), _store_host=STORE_HOST)
+    cl._put_ok = functools.partial(DLedgerCommitLog._put_ok, cl)
+    ledger = types.SimpleNamespace(state=types.SimpleNamespace(leader_address=None))
+    e = (None, None, 181, 0, 0, True, b"T", b"", 0)  # the record's size is e[2]
+    put = _OnePut(cl, ledger, e, outcomes.append)  # type: ignore[arg-type]
+    put.queue_offset, put.store_timestamp, put.calls = 4, 1_700_000_000_000, 1
+    return put
+
+
+def test_the_one_message_puts_result_from_a_commit_is_the_ok_results() -> None:
+    by_commit: list[PutMessageResult | Exception] = []
+    by_result: list[PutMessageResult | Exception] = []
+    told_commit: list[int] = []
+    told_result: list[int] = []
+    _one_put(by_commit, told_commit).committed(3, 1000, "n0")
+    _one_put(by_result, told_result).set_result(
+        AppendResult(AppendStatus.OK, 3, 1000, 1000 + BODY_OFFSET, "n0")
+    )
+    expected = PutMessageResult(
+        (PutMessageStatus.PUT_OK, 1000 + BODY_OFFSET, 181, 4, 1_700_000_000_000, STORE_HOST, 1, None)
+    )
+    assert by_commit == by_result == [expected]
+    assert told_commit == told_result == [1]  # the append listener (dispatch) told once
+
+
+def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = Expiry(loop, 0.05)
+        outcomes: list[PutMessageResult | Exception] = []
+        put = _one_put(outcomes)
+        expiry.add(put)
+        for _ in range(200):  # bounded poll: the expiry's timer fails it after 50 ms
+            if outcomes:
+                break
+            await asyncio.sleep(0.01)
+        assert len(outcomes) == 1 and isinstance(outcomes[0], ReplicationError), outcomes
+        assert "did not finish in time" in str(outcomes[0])
+        put.committed(3, 1000, "n0")
+        assert len(outcomes) == 1 and put.done()
+
+    asyncio.run(main())
