@@ -3765,6 +3765,96 @@ done:
     return result;
 }
 
+/* -- the DLedger follower: rocketq.ha.peer_codec.split_raw, compiled --------------------------
+ *
+ *   setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP)
+ *   split_raw_entries(body, off, count) -> (entries, raws, end) | None
+ *
+ * The count entries of a form-1 append at body[off:], as peer_codec.split_raw_pure splits them:
+ * a tuple of raft_types.Entry (index, term, the body, NOOP for magic 2 else NORMAL), a list of each
+ * entry's bytes and the offset after the last. None, with nothing raised, for a header cut short or
+ * a bad size (the pure function raises what it raises for them). */
+
+enum { RE_INDEX, RE_TERM, RE_DATA, RE_KIND, RE_COUNT };
+static const char *const re_names[RE_COUNT] = {"index", "term", "data", "kind"};
+static PyTypeObject *re_entry;
+static PyObject *re_normal, *re_noop;
+static Py_ssize_t re_off[RE_COUNT];
+
+static PyObject *setup_raft_entry(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cls, *normal, *noop;
+    if (!PyArg_ParseTuple(args, "OOO:setup_raft_entry", &cls, &normal, &noop)) return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_raft_entry: Entry must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, re_names, re_off, RE_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_INCREF(normal);
+    Py_INCREF(noop);
+    Py_XSETREF(re_entry, (PyTypeObject *)cls);
+    Py_XSETREF(re_normal, normal);
+    Py_XSETREF(re_noop, noop);
+    Py_RETURN_NONE;
+}
+
+static PyObject *split_raw_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (re_entry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_raft_entry() was not called");
+        return NULL;
+    }
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "split_raw_entries(body, off, count) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)b.buf;
+    Py_ssize_t len = b.len;
+    PyObject *entries = NULL, *raws = NULL, *result = NULL;
+    if (count < 0) count = 0; /* as range(count): nothing to split */
+    if (count > 0 && (off < 0 || off > len || count > (len - off) / 48)) goto unusual;
+    entries = PyTuple_New(count);
+    raws = PyList_New(count);
+    if (entries == NULL || raws == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (len - off < 48) goto unusual;
+        const unsigned char *p = d + off;
+        int32_t size = (int32_t)dl_get32(p + 4), body_size = (int32_t)dl_get32(p + 44);
+        if (size < 48 || (long long)size != 48 + (long long)body_size || size > len - off) goto unusual;
+        PyObject *e = re_entry->tp_alloc(re_entry, 0);
+        if (e == NULL) goto done;
+        PyTuple_SET_ITEM(entries, i, e);
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)p, size);
+        if (raw == NULL) goto done;
+        PyList_SET_ITEM(raws, i, raw);
+        PyObject *index = PyLong_FromLongLong((long long)dl_get64(p + 8));
+        PyObject *term = PyLong_FromLongLong((long long)dl_get64(p + 16));
+        PyObject *data = PyBytes_FromStringAndSize((const char *)p + 48, body_size);
+        SLOT(e, re_off[RE_INDEX]) = index;
+        SLOT(e, re_off[RE_TERM]) = term;
+        SLOT(e, re_off[RE_DATA]) = data;
+        SLOT(e, re_off[RE_KIND]) = Py_NewRef((int32_t)dl_get32(p) == 2 ? re_noop : re_normal);
+        if (index == NULL || term == NULL || data == NULL) goto done;
+        off += size;
+    }
+    result = Py_BuildValue("(OOn)", entries, raws, off);
+    goto done;
+unusual:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(entries);
+    Py_XDECREF(raws);
+    PyBuffer_Release(&b);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -3837,6 +3927,10 @@ static PyMethodDef methods[] = {
      "plan_messages(msgs): a list of plain Messages of one topic as (data, plan) for batch_write, or None"},
     {"check_entries", (PyCFunction)(void (*)(void))dledger_check_entries, METH_FASTCALL,
      "check_entries(buf, pos, index, prev_chain, min_term): rocketq.ha.entry_format.check_entries, compiled"},
+    {"setup_raft_entry", (PyCFunction)setup_raft_entry, METH_VARARGS,
+     "setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP): bind split_raw_entries to the entry class"},
+    {"split_raw_entries", (PyCFunction)(void (*)(void))split_raw_entries, METH_FASTCALL,
+     "split_raw_entries(body, off, count): rocketq.ha.peer_codec.split_raw_pure, compiled, or None"},
     {NULL, NULL, 0, NULL},
 };
 
