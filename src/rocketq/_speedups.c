@@ -3627,6 +3627,234 @@ static PyObject *plan_messages(PyObject *self, PyObject *msgs) {
     return Py_BuildValue("(N(NnLLLLL))", data, plan, n, body_bytes, props_bytes, max_body, max_props, max_payload);
 }
 
+/* -- the DLedger follower: rocketq.ha.entry_format.check_entries, compiled ------------------- */
+
+static uint32_t dl_get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static uint64_t dl_get64(const unsigned char *p) { return (uint64_t)dl_get32(p) << 32 | dl_get32(p + 4); }
+
+/* the chain value of the entry whose first 36 header bytes are at h (entry_format.chain_crc) */
+static uint32_t dl_chain(uint32_t prev, const unsigned char *h, uint32_t body_crc) {
+    unsigned char word[4];
+    dl_put32(word, prev);
+    uint32_t c = crc32_update(0, word, 4);
+    c = crc32_update(c, h, 36);
+    dl_put32(word, body_crc);
+    return crc32_update(c, word, 4);
+}
+
+#define DL_LIMIT ((long long)1 << 62)
+
+/* check_entries(buf, pos, index, prev_chain, min_term) -> (count, bytes, problem, records, chain, term):
+   entry_format.check_entries_pure, the same checks in the same order with the same problem texts. */
+static PyObject *dledger_check_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "check_entries(buf, pos, index, prev_chain, min_term) takes 5 arguments");
+        return NULL;
+    }
+    long long pos = PyLong_AsLongLong(args[1]);
+    long long index = PyLong_AsLongLong(args[2]);
+    long long min_term = PyLong_AsLongLong(args[4]);
+    long long prev = args[3] == Py_None ? 0 : PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (pos < -DL_LIMIT || pos > DL_LIMIT || index < -DL_LIMIT || index > DL_LIMIT || min_term < -DL_LIMIT ||
+        min_term > DL_LIMIT || prev < INT32_MIN || prev > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "check_entries: pos, index and min_term must lie within +-2**62, prev_chain in 32 bits");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)b.buf;
+    Py_ssize_t end = b.len, off = 0, count = 0;
+    int have_chain = args[3] != Py_None;
+    uint32_t chain = (uint32_t)(prev & 0xFFFFFFFFLL);
+    long long term = min_term;
+    int32_t last_chain = 0;
+    PyObject *problem = NULL, *records = NULL, *result = NULL;
+    /* the records: at most one per 48 bytes */
+    records = PyBytes_FromStringAndSize(NULL, (end / 48) * 32);
+    if (records == NULL) goto done;
+    unsigned char *rec = (unsigned char *)PyBytes_AS_STRING(records);
+    while (off < end) {
+        Py_ssize_t avail = end - off;
+        if (avail < 48) {
+            problem = PyUnicode_FromFormat("%zd B left, less than a 48 B header", avail);
+            break;
+        }
+        const unsigned char *h = d + off;
+        int32_t magic = (int32_t)dl_get32(h), size = (int32_t)dl_get32(h + 4);
+        long long e_index = (long long)dl_get64(h + 8), e_term = (long long)dl_get64(h + 16);
+        long long e_pos = (long long)dl_get64(h + 24);
+        int32_t e_chain = (int32_t)dl_get32(h + 36), e_crc = (int32_t)dl_get32(h + 40);
+        int32_t body_size = (int32_t)dl_get32(h + 44);
+        if (magic < 1 || magic > 3) {
+            problem = PyUnicode_FromFormat("magic %d is no entry type", (int)magic);
+            break;
+        }
+        if ((long long)size != 48 + (long long)body_size || body_size < 0) {
+            problem = PyUnicode_FromFormat("size %d != 48 + bodySize %d", (int)size, (int)body_size);
+            break;
+        }
+        if ((Py_ssize_t)size > avail) {
+            problem = PyUnicode_FromFormat("size %d runs past the %zd B left in the file", (int)size, avail);
+            break;
+        }
+        if (e_pos != pos) {
+            problem = PyUnicode_FromFormat("pos field %lld != position %lld", e_pos, pos);
+            break;
+        }
+        if (e_index != index) {
+            problem = PyUnicode_FromFormat("index %lld != expected %lld", e_index, index);
+            break;
+        }
+        if (e_term < term) {
+            problem = PyUnicode_FromFormat("term %lld < previous entry's term %lld", e_term, term);
+            break;
+        }
+        if (!(e_chain == 0 && e_crc == 0)) { /* entry_format.unchecked: DLedger's entries pass as they are */
+            int32_t crc = (int32_t)crc32_update(0, h + 48, body_size);
+            if (crc != e_crc) {
+                problem = PyUnicode_FromFormat("bodyCrc %d != CRC32 of the body %d", (int)e_crc, (int)crc);
+                break;
+            }
+            if (!have_chain && e_index == 0) {
+                have_chain = 1;
+                chain = 0;
+            }
+            if (have_chain) {
+                int32_t want = (int32_t)dl_chain(chain, h, (uint32_t)e_crc);
+                if (want != e_chain) {
+                    problem = PyUnicode_FromFormat("chainCrc %d != %d computed from the previous entry", (int)e_chain,
+                                                   (int)want);
+                    break;
+                }
+            }
+        }
+        dl_put32(rec, (uint32_t)magic);
+        dl_put64(rec + 4, (uint64_t)pos);
+        dl_put32(rec + 12, (uint32_t)size);
+        dl_put64(rec + 16, (uint64_t)index);
+        dl_put64(rec + 24, (uint64_t)e_term);
+        rec += 32;
+        have_chain = 1;
+        chain = (uint32_t)e_chain;
+        last_chain = e_chain;
+        term = e_term;
+        count++;
+        off += size;
+        pos += size;
+        index++;
+    }
+    if (problem == NULL && PyErr_Occurred()) goto done;
+    if (problem == NULL) problem = Py_NewRef(Py_None);
+    if (_PyBytes_Resize(&records, count * 32) < 0) goto done;
+    if (count == 0)
+        result = Py_BuildValue("(nnOONO)", count, off, problem, records, args[3] == Py_None ? PyLong_FromLong(0)
+                                                                                             : Py_NewRef(args[3]),
+                               args[4]);
+    else
+        result = Py_BuildValue("(nnOOiL)", count, off, problem, records, (int)last_chain, term);
+done:
+    Py_XDECREF(problem);
+    Py_XDECREF(records);
+    PyBuffer_Release(&b);
+    return result;
+}
+
+/* -- the DLedger follower: rocketq.ha.peer_codec.split_raw, compiled --------------------------
+ *
+ *   setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP)
+ *   split_raw_entries(body, off, count) -> (entries, raws, end) | None
+ *
+ * The count entries of a form-1 append at body[off:], as peer_codec.split_raw_pure splits them:
+ * a tuple of raft_types.Entry (index, term, the body, NOOP for magic 2 else NORMAL), a list of each
+ * entry's bytes and the offset after the last. None, with nothing raised, for a header cut short or
+ * a bad size (the pure function raises what it raises for them). */
+
+enum { RE_INDEX, RE_TERM, RE_DATA, RE_KIND, RE_COUNT };
+static const char *const re_names[RE_COUNT] = {"index", "term", "data", "kind"};
+static PyTypeObject *re_entry;
+static PyObject *re_normal, *re_noop;
+static Py_ssize_t re_off[RE_COUNT];
+
+static PyObject *setup_raft_entry(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cls, *normal, *noop;
+    if (!PyArg_ParseTuple(args, "OOO:setup_raft_entry", &cls, &normal, &noop)) return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_raft_entry: Entry must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, re_names, re_off, RE_COUNT) < 0) return NULL;
+    Py_INCREF(cls);
+    Py_INCREF(normal);
+    Py_INCREF(noop);
+    Py_XSETREF(re_entry, (PyTypeObject *)cls);
+    Py_XSETREF(re_normal, normal);
+    Py_XSETREF(re_noop, noop);
+    Py_RETURN_NONE;
+}
+
+static PyObject *split_raw_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (re_entry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_raft_entry() was not called");
+        return NULL;
+    }
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "split_raw_entries(body, off, count) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)b.buf;
+    Py_ssize_t len = b.len;
+    PyObject *entries = NULL, *raws = NULL, *result = NULL;
+    if (count < 0) count = 0; /* as range(count): nothing to split */
+    if (count > 0 && (off < 0 || off > len || count > (len - off) / 48)) goto unusual;
+    entries = PyTuple_New(count);
+    raws = PyList_New(count);
+    if (entries == NULL || raws == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (len - off < 48) goto unusual;
+        const unsigned char *p = d + off;
+        int32_t size = (int32_t)dl_get32(p + 4), body_size = (int32_t)dl_get32(p + 44);
+        if (size < 48 || (long long)size != 48 + (long long)body_size || size > len - off) goto unusual;
+        PyObject *e = re_entry->tp_alloc(re_entry, 0);
+        if (e == NULL) goto done;
+        PyTuple_SET_ITEM(entries, i, e);
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)p, size);
+        if (raw == NULL) goto done;
+        PyList_SET_ITEM(raws, i, raw);
+        PyObject *index = PyLong_FromLongLong((long long)dl_get64(p + 8));
+        PyObject *term = PyLong_FromLongLong((long long)dl_get64(p + 16));
+        PyObject *data = PyBytes_FromStringAndSize((const char *)p + 48, body_size);
+        SLOT(e, re_off[RE_INDEX]) = index;
+        SLOT(e, re_off[RE_TERM]) = term;
+        SLOT(e, re_off[RE_DATA]) = data;
+        SLOT(e, re_off[RE_KIND]) = Py_NewRef((int32_t)dl_get32(p) == 2 ? re_noop : re_normal);
+        if (index == NULL || term == NULL || data == NULL) goto done;
+        off += size;
+    }
+    result = Py_BuildValue("(OOn)", entries, raws, off);
+    goto done;
+unusual:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(entries);
+    Py_XDECREF(raws);
+    PyBuffer_Release(&b);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -3697,6 +3925,12 @@ static PyMethodDef methods[] = {
      "a Message nothing parks, or None"},
     {"plan_messages", (PyCFunction)plan_messages, METH_O,
      "plan_messages(msgs): a list of plain Messages of one topic as (data, plan) for batch_write, or None"},
+    {"check_entries", (PyCFunction)(void (*)(void))dledger_check_entries, METH_FASTCALL,
+     "check_entries(buf, pos, index, prev_chain, min_term): rocketq.ha.entry_format.check_entries, compiled"},
+    {"setup_raft_entry", (PyCFunction)setup_raft_entry, METH_VARARGS,
+     "setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP): bind split_raw_entries to the entry class"},
+    {"split_raw_entries", (PyCFunction)(void (*)(void))split_raw_entries, METH_FASTCALL,
+     "split_raw_entries(body, off, count): rocketq.ha.peer_codec.split_raw_pure, compiled, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,11 @@ topic laid out for ``batch_write``), whose reference is the pure conversion in t
 the DLedger leader's encoding of a proposed batch of entries (``encode_entries``: headers, both
 CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`).
 
+A DLedger follower's side of an append is compiled as well: ``split_raw_entries``, the entries of
+a received append (:func:`rocketq.ha.peer_codec.split_raw_pure`, which takes anything malformed),
+and ``check_entries``, the check of the leader's bytes before they are written
+(:func:`rocketq.ha.entry_format.check_entries_pure`).
+
 ``ROCKETQ_PURE=1`` in the environment at import time forces the pure path. :data:`ACTIVE` says
 which one is in use (``rocketq --version`` prints it) and :data:`REASON` why, when pure.
 

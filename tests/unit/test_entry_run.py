@@ -146,3 +146,70 @@ def test_append_run_refuses_what_does_not_continue_the_log(tmp_path: pathlib.Pat
             s.append_run(2, 2, [b"c"], [99])
         assert s.ledger_end_index == 1
         assert [s.get(i).body for i in range(2)] == [b"a", b"b"]
+
+
+def outcome_of(store: EntryStore, data: bytes | memoryview) -> tuple[str, object]:
+    try:
+        return "appended", store.append_entry_bytes(data)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+def state_of(s: EntryStore) -> tuple[int, int, int, int, int]:
+    return s.ledger_begin_index, s.ledger_end_index, s.ledger_end_term, s.end_chain, s.write_pos
+
+
+def test_append_entry_bytes_together_and_one_by_one_agree(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's bytes appended by a follower that writes the entries that pass together
+    (``_append_checked_run``) and by one that checks and writes them one by one (the path for
+    runs that cross a file end or hold a problem): the same count or the same error, the same
+    files, the same state; runs clean, damaged, cut short, out of place, crossing data and
+    index files."""
+    rnd = random.Random(11)
+    together = EntryStore.open(str(tmp_path / "a"), "f", data_file_size=DATA, index_file_size=INDEX)
+    single = EntryStore.open(str(tmp_path / "b"), "f", data_file_size=DATA, index_file_size=INDEX)
+    leader = EntryStore.open(str(tmp_path / "l"), "l", data_file_size=DATA, index_file_size=INDEX)
+    fast = {"calls": 0, "entries": 0}
+    checked_run = EntryStore._append_checked_run
+
+    def counted(self: EntryStore, view: memoryview) -> tuple[int, int]:
+        if self is single:
+            return 0, 0  # one by one, as before runs were written together
+        got = checked_run(self, view)
+        fast["calls"] += 1
+        fast["entries"] += got[0]
+        return got
+
+    monkeypatch.setattr(EntryStore, "_append_checked_run", counted)
+    outcomes: dict[str, int] = {}
+    with together, single, leader:
+        term = 1
+        for _ in range(150):
+            term += rnd.random() < 0.1
+            first = leader.ledger_end_index + 1
+            for _ in range(rnd.randrange(1, 7)):
+                leader.append(term, rnd.randbytes(rnd.choice((0, 10, 100, 300, 700))))
+            data = bytearray(leader.read_bytes(first, 1 << 20))
+            damage = rnd.randrange(8)
+            if damage == 0:
+                data[rnd.randrange(len(data))] ^= 0x10
+            elif damage == 1:
+                del data[rnd.randrange(len(data)) :]
+            elif damage == 2:
+                data += rnd.randbytes(rnd.randrange(1, 60))
+            elif damage == 3:
+                data = bytearray(leader.read_bytes(max(first - 2, 0), 1 << 20))  # some already held
+            got = outcome_of(together, memoryview(bytes(data)))
+            assert got == outcome_of(single, bytes(data))
+            outcomes[got[0]] = outcomes.get(got[0], 0) + 1
+            assert state_of(together) == state_of(single)
+            if together.ledger_end_index < leader.ledger_end_index:  # catch up, undamaged
+                rest = leader.read_bytes(together.ledger_end_index + 1, 1 << 20)
+                assert outcome_of(together, rest) == outcome_of(single, rest)
+            assert state_of(together) == state_of(single) == state_of(leader)
+        assert files_of(together) == files_of(single) == files_of(leader)
+        assert len(together.data.files) > 5 and len(together.index.files) > 5
+    assert outcomes["appended"] > 50 and outcomes["InconsistentAppend"] > 20
+    assert fast["entries"] > 250 and fast["calls"] >= 150, fast  # most entries went together

@@ -75,6 +75,7 @@ from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, Entry
 from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
+from rocketq.ha.peer_codec import RawEntries
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
 from rocketq.ha.raft_log import Compacted, RaftLog
@@ -192,7 +193,8 @@ class RaftGroupLog:
         self._proposing_first = -1
         self._proposing: list[bytes] = []
         self._proposing_pos: list[int] = []
-        self._raw: dict[int, tuple[int, bytes]] = {}  # the append being received: index -> (term, bytes)
+        #: the append being received: its entries and their bytes as the leader's store holds them
+        self._raw: tuple[tuple[Entry, ...], list[bytes]] | None = None
         # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check);
         # ordered so that the oldest leaves in O(1): a plain dict's first key, after many pops
         # from its front, is found by scanning the freed slots (15 µs per entry at 16 MiB)
@@ -504,12 +506,12 @@ class RaftGroupLog:
             return
         if self._disk_full and asyncio.get_running_loop().time() < self._disk_full_until:
             return  # as if unreachable for a while; the leader resends
-        if raw is not None and isinstance(message, Append):
-            self._raw = {e.index: (e.term, r) for e, r in zip(message.entries, raw, strict=True)}
+        if raw is not None and isinstance(message, Append) and len(raw) == len(message.entries):
+            self._raw = (message.entries, raw)
         try:
             self._step(Receive(message))
         finally:
-            self._raw = {}
+            self._raw = None
 
     def _step(self, event: Event) -> None:
         self._events.append(event)
@@ -542,15 +544,8 @@ class RaftGroupLog:
             if self._elog is not None and isinstance(action.message, VoteReply) and action.message.granted:
                 self._elog.event("vote", term=action.message.term, candidate=action.message.dst)
         elif isinstance(action, AppendEntries):
-            raws = [self._raw.get(e.index) for e in action.entries] if self._raw else []
-            if raws and all(
-                r is not None and r[0] == e.term for r, e in zip(raws, action.entries, strict=True)
-            ):
-                # the leader's bytes, verbatim: index, position, term order and the chain checked
-                store.append_entry_bytes(b"".join(r[1] for r in raws if r is not None))
-                for e, r in zip(action.entries, raws, strict=True):
-                    if r is not None:
-                        self._cache_sent(e.index, r[1])
+            if self._raw is not None and self._append_received(action.entries, *self._raw):
+                pass  # the leader's bytes, verbatim: index, position, term order and the chain checked
             elif self._is_proposing(action.entries):
                 # the batch being proposed, as proposed: written together at the positions its
                 # records were encoded for (checked)
@@ -608,6 +603,37 @@ class RaftGroupLog:
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
             raise TypeError(f"unknown raft action {action!r}")
+
+    def _append_received(
+        self, entries: tuple[Entry, ...], received: tuple[Entry, ...], raws: list[bytes]
+    ) -> bool:
+        """Write the core's new ``entries`` from the leader's bytes ``raws`` of the ``received``
+        ones when they are the tail of those (the usual case: all of them, or those after the
+        ones this log holds already), and keep each entry's bytes for the transport and the
+        dispatch. False (nothing written) when they are not."""
+        skip = len(received) - len(entries)
+        if skip < 0 or entries != received[skip:]:  # the same objects: compared by identity
+            return False
+        block = raws.block if isinstance(raws, RawEntries) else None
+        if skip:
+            raws = raws[skip:]
+            at = len(block) - sum(map(len, raws)) if block is not None else 0
+            block = block[at:] if block is not None else None
+        data = block if block is not None else b"".join(raws)
+        self.store.append_entry_bytes(data)  # raises on the first entry that does not follow
+        first = entries[0].index  # the entries are first, first + 1, ...: checked by the store
+        cache = self._sent_cache
+        if cache and next(reversed(cache)) >= first:  # not after what is cached: one by one
+            for i, raw in enumerate(raws):
+                self._cache_sent(first + i, raw)
+            return True
+        # the cache holds entries below the store's end only (cleared on a truncation), added in
+        # index order: these are new to it
+        cache.update(zip(range(first, first + len(raws)), raws, strict=True))
+        self._sent_cache_bytes += len(data)
+        while self._sent_cache_bytes > SENT_CACHE_BYTES:
+            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
+        return True
 
     def _is_proposing(self, entries: Sequence[Entry]) -> bool:
         """``entries`` are the first ones of the batch being proposed, its bodies, NORMAL."""

@@ -278,6 +278,48 @@ def entry_problem(
     return h, None
 
 
+#: ``(entries that passed, their bytes, the first problem or None, their index records, the last
+#: passed entry's chain value and term)``
+CheckedRun: TypeAlias = "tuple[int, int, str | None, bytes, int, int]"
+
+
+def check_entries_pure(buf: Buf, pos: int, index: int, prev_chain: int | None, min_term: int) -> CheckedRun:
+    """:func:`entry_problem` of the entries in ``buf`` one after the other, as a follower's
+    store checks the leader's bytes: the first at position ``pos`` with index ``index``, chained
+    from ``prev_chain`` (None: the first entry's chain is not checked unless its index is 0), no
+    term below ``min_term``; each next entry right after the one before it, with the next index,
+    chained from the one before it, no term below its term. Stops at the first entry with a
+    problem (or the end of ``buf``): ``(count, bytes, problem, records, chain, term)``, the
+    entries that passed, the bytes they take, the problem of the one after them (None when all
+    of ``buf`` passed), their :func:`encode_index` records, and the chain value and term of the
+    last that passed (``prev_chain`` (0 for None) and ``min_term`` when none did). The
+    reference of the compiled ``check_entries``."""
+    count = off = 0
+    chain: int | None = prev_chain
+    term = min_term
+    records: list[bytes] = []
+    end = len(buf)
+    while off < end:
+        h, problem = entry_problem(
+            buf, off, end - off, expected_pos=pos, expected_index=index, prev_chain=chain, min_term=term
+        )
+        if problem is not None or h is None:
+            return count, off, problem, b"".join(records), chain or 0, term
+        records.append(INDEX_RECORD.pack(h.magic, h.pos, h.size, h.index, h.term))
+        chain, term = h.chain_crc, h.term
+        count += 1
+        off += h.size
+        pos += h.size
+        index += 1
+    return count, off, None, b"".join(records), chain or 0, term
+
+
+#: :func:`check_entries_pure`, compiled when the C accelerator is built (rocketq.speedups)
+check_entries: Callable[[Buf, int, int, int | None, int], CheckedRun] = (
+    getattr(_speedups.COMPILED, "check_entries", None) or check_entries_pure
+)
+
+
 def unchecked(h: Header) -> bool:
     """An entry as DLedger writes it: both checksum fields 0 (only an empty body has CRC 0, and
     then its chain value is 0 only by a 2**-32 chance). Such entries pass :func:`entry_problem`

@@ -392,15 +392,23 @@ class EntryStore:
             cursor = end if last.is_full() else last.file_from_offset + last.wrote_position
             return EntryPlacer(cursor, end, size)
 
-    def append_entry_bytes(self, data: bytes) -> int:
+    def append_entry_bytes(self, data: bytes | memoryview) -> int:
         """Append the entries of :meth:`read_bytes` (from the leader) verbatim, after checking that
         each continues this log: index, position, term order, body CRC and chain CRC. Returns the
-        number appended; an entry that does not fit raises and keeps those before it."""
+        number appended; an entry that does not fit raises and keeps those before it.
+
+        The entries that pass, when they fit the current data and index files, are written
+        together (:meth:`_append_checked_run`); the rest (a data file to pad or to create, an
+        entry with a problem) one by one, as :func:`~rocketq.ha.entry_format.entry_problem`
+        and :meth:`_place` say."""
         view = memoryview(data)
+        end = len(view)
         off = count = 0
         with self.lock:
-            while off < len(data):
-                left = len(data) - off
+            if not self._closed:
+                count, off = self._append_checked_run(view)
+            while off < end:
+                left = end - off
                 size = fmt.decode_header(view, off).size if left >= BODY_OFFSET else 0
                 h, problem = fmt.entry_problem(
                     view,
@@ -417,6 +425,37 @@ class EntryStore:
                 off += h.size
                 count += 1
         return count
+
+    def _append_checked_run(self, view: memoryview) -> tuple[int, int]:
+        """The leading entries of ``view`` that continue this log (one compiled walk,
+        :func:`~rocketq.ha.entry_format.check_entries`), written with one data append and one
+        index append when they all lie in the current data file (no padding: 8 bytes stay after
+        them) and their records in the current index file. Returns ``(entries, bytes)`` written:
+        ``(0, 0)`` when nothing was."""
+        last = self.data.last()
+        if last is None or last.is_full() or not view:
+            return 0, 0
+        start = last.file_from_offset + last.wrote_position
+        first = self.end_index + 1
+        count, size, _, records, chain, term = fmt.check_entries(
+            view, start, first, self.end_chain if self.end_index >= 0 else None, max(self.end_term, 0)
+        )
+        if count == 0 or start + size + fmt.MIN_BLANK_LEN > last.file_from_offset + self.data_file_size:
+            return 0, 0
+        idx = self._index_file_for(first)  # first: a full disk fails here, before any data is written
+        at = first * INDEX_UNIT_SIZE
+        if idx.file_from_offset + idx.wrote_position != at or at + len(records) > (
+            idx.file_from_offset + self.index_file_size
+        ):
+            return 0, 0
+        if not last.append(view[:size]):
+            raise CorruptLogError(f"entries {first}.. cannot be written at {start}")
+        if not idx.append(records):
+            raise CorruptLogError(f"index records {first}.. cannot be written at {at}")
+        self.end_index, self.end_term, self.end_chain = first + count - 1, term, chain
+        if self.begin_index < 0:
+            self.begin_index = first
+        return count, size
 
     def next_entry_pos(self, size: int) -> int:
         """Where the next entry of ``size`` bytes (header included) would be written: the leader

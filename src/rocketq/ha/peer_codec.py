@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeAlias
 
+from rocketq import speedups as _speedups
 from rocketq.errors import RemoteProtocolError, RocketqError
 from rocketq.ha.entry_format import BODY_OFFSET, ENTRY_HEADER, MAGIC_NOOP
 from rocketq.ha.raft_types import (
@@ -198,34 +199,80 @@ def _head(body: memoryview) -> tuple[str, str, int, int]:
     return src, dst, term, off + _TERM.size
 
 
+class RawEntries(list[bytes]):
+    """A form-1 append's entries as the leader's store holds them: each entry's bytes, and
+    ``block``, all of them as they lie in the message body (what the follower's store appends,
+    without joining them again)."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, raws: list[bytes], block: memoryview) -> None:
+        super().__init__(raws)
+        self.block = block
+
+
+#: ``(entries, each entry's bytes, the offset after the last)``
+SplitRaw: TypeAlias = "tuple[tuple[Entry, ...], list[bytes], int]"
+
+
+def split_raw_pure(body: memoryview, off: int, count: int) -> SplitRaw:
+    """The ``count`` entries of a form-1 append at ``body[off:]``: each as an :class:`Entry`
+    (NOOP for DLedger's magic 2, else NORMAL) and as its bytes, and the offset after the last;
+    RemoteProtocolError (or struct.error, a header cut short) when one is malformed. The
+    reference of the compiled ``split_raw_entries``."""
+    entries: list[Entry] = []
+    raws: list[bytes] = []
+    for _ in range(count):
+        magic, size, index, eterm, _pos, _channel, _chain, _crc, body_size = ENTRY_HEADER.unpack_from(
+            body, off
+        )
+        if size < BODY_OFFSET or size != BODY_OFFSET + body_size or off + size > len(body):
+            raise RemoteProtocolError(f"raft append: entry {index} has a bad size {size}")
+        raw = bytes(body[off : off + size])
+        kind = EntryKind.NOOP if magic == MAGIC_NOOP else EntryKind.NORMAL
+        entries.append(Entry(index, eterm, raw[BODY_OFFSET:], kind))
+        raws.append(raw)
+        off += size
+    return tuple(entries), raws, off
+
+
+_split_compiled: Callable[[memoryview, int, int], SplitRaw | None] | None = getattr(
+    _speedups.COMPILED, "split_raw_entries", None
+)
+if _speedups.COMPILED is not None and _split_compiled is not None:
+    _speedups.COMPILED.setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP)
+
+
+def split_raw(body: memoryview, off: int, count: int) -> SplitRaw:
+    """:func:`split_raw_pure`, compiled when the C accelerator is built; anything malformed
+    goes to the pure function, which raises."""
+    if _split_compiled is not None:
+        got = _split_compiled(body, off, count)
+        if got is not None:
+            return got
+    return split_raw_pure(body, off, count)
+
+
 def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
     src, dst, term, off = _head(body)
     prev_index, prev_term, commit, count, form = _APPEND.unpack_from(body, off)
     off += _APPEND.size
+    if form == FORM_RAW:
+        start = off
+        raw_entries, raws, off = split_raw(body, off, count)
+        message = Append(src, dst, term, prev_index, prev_term, raw_entries, commit)
+        return message, RawEntries(raws, body[start:off])
     entries: list[Entry] = []
-    raws: list[bytes] | None = [] if form == FORM_RAW else None
     for _ in range(count):
-        if raws is not None:
-            magic, size, index, eterm, _pos, _channel, _chain, _crc, body_size = ENTRY_HEADER.unpack_from(
-                body, off
-            )
-            if size < BODY_OFFSET or size != BODY_OFFSET + body_size or off + size > len(body):
-                raise RemoteProtocolError(f"raft append: entry {index} has a bad size {size}")
-            raw = bytes(body[off : off + size])
-            kind = EntryKind.NOOP if magic == MAGIC_NOOP else EntryKind.NORMAL
-            entries.append(Entry(index, eterm, raw[BODY_OFFSET:], kind))
-            raws.append(raw)
-            off += size
-            continue
         index, eterm, kind_value, size = _ENTRY.unpack_from(body, off)
         off += _ENTRY.size
         if off + size > len(body):
             raise RemoteProtocolError("raft append: an entry runs past the body")
         entries.append(Entry(index, eterm, bytes(body[off : off + size]), EntryKind(kind_value)))
         off += size
-    if form not in (FORM_ENTRIES, FORM_RAW):
+    if form != FORM_ENTRIES:
         raise RemoteProtocolError(f"raft append: unknown form {form}")
-    return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), raws
+    return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), None
 
 
 def _decode_other(code: int, body: memoryview) -> Message:

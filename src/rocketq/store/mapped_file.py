@@ -302,7 +302,7 @@ class MappedFile:
         finally:
             self.release()
 
-    def append(self, data: bytes) -> bool:
+    def append(self, data: bytes | memoryview) -> bool:
         """Append raw bytes (ConsumeQueue units, blanks). False when they do not fit."""
         pos = self.wrote_position
         if pos + len(data) > self.file_size:
