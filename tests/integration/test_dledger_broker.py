@@ -184,6 +184,15 @@ def _routed(admin: Admin) -> bool:
     return True
 
 
+def routed_to_master(admin: Admin) -> bool:
+    """The topic's route names a master (brokerId 0): sends have somewhere to go."""
+    try:
+        route = admin.topic_route(TOPIC)
+    except RocketqError:  # TopicNotExist until a member registers the topic
+        return False
+    return any(0 in b.broker_addrs for b in route.broker_datas)
+
+
 def test_a_plain_broker_switched_to_dledger_keeps_its_messages(tmp_path: pathlib.Path) -> None:
     c = ProcessCluster(tmp_path, ("broker-d",), cluster="AdoptCluster")
     try:
@@ -196,6 +205,8 @@ def test_a_plain_broker_switched_to_dledger_keeps_its_messages(tmp_path: pathlib
         assert c.processes["broker-d"].terminate() == 0
         c.start_broker("broker-d", **DLEDGER)
         c.wait_ready()
+        with Admin(c.namesrv_addr) as admin:  # the member is master once elected, then registers so
+            c.wait_until(lambda: routed_to_master(admin), "the DLedger member registered as master")
         with Producer("AdoptPG2", namesrv_addr=c.namesrv_addr) as p:
             new = [p.send(Message(TOPIC, f"new-{i}".encode())) for i in range(30)]
         old_offsets = [int(r.offset_msg_id[-16:], 16) for r in old]
