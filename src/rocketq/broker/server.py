@@ -268,21 +268,26 @@ class Broker:
             # inline_dispatch_interval_ms while puts keep coming (a window shares its fixed
             # cost among the sends of several iterations); a larger one wakes the dispatch
             # thread as often. DLedger mode wakes its thread at most once per
-            # DISPATCH_WAKE_INTERVAL_S
+            # DISPATCH_WAKE_INTERVAL_S (a read that finds a window waiting dispatches it on the
+            # loop when it is small, else wakes the thread at once)
             thread_interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
             inline_bytes = store.config.inline_dispatch_max_bytes
             inline = inline_bytes > 0 and not thread_interval
             interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
+            dispatch_here = (
+                functools.partial(reput.dispatch_inline, inline_bytes) if inline_bytes > 0 else None
+            )
             window = LoopWakeup(
                 asyncio.get_running_loop(),
                 reput.wakeup,
                 interval,
-                on_loop=functools.partial(reput.dispatch_inline, inline_bytes) if inline else None,
+                on_loop=dispatch_here if inline else None,
                 settle_elsewhere=functools.partial(reput.catch_up, DISPATCH_SETTLE_WAIT_S),
+                settle_on_loop=dispatch_here,
             )
             store.commitlog.append_listener = window
-            if inline and interval:
+            if interval:
                 # a read of the queues or the index first takes a window still waiting for its
                 # time, so an answered send is visible to the offset query or pull after it
                 store.dispatch_window = window
