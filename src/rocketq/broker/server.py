@@ -125,6 +125,10 @@ SHUTDOWN_DRAIN_TIMEOUT_S = 10.0
 #: How long a queue read from a thread other than the loop waits for a pending dispatch window
 #: (the dispatch thread, woken, takes it; it normally takes well under a millisecond).
 DISPATCH_SETTLE_WAIT_S = 0.5
+#: DLedger mode: the most a queue read on the loop dispatches there when it finds a window
+#: waiting for the dispatch thread's interval (a window holds the records committed since the
+#: thread's last wake-up; a larger backlog, a catch-up, is left to the thread, woken at once)
+DLEDGER_SETTLE_MAX_BYTES = 1 << 20
 
 
 class Broker:
@@ -268,23 +272,26 @@ class Broker:
             # inline_dispatch_interval_ms while puts keep coming (a window shares its fixed
             # cost among the sends of several iterations); a larger one wakes the dispatch
             # thread as often. DLedger mode wakes its thread at most once per
-            # DISPATCH_WAKE_INTERVAL_S (a read that finds a window waiting dispatches it on the
-            # loop when it is small, else wakes the thread at once)
+            # DISPATCH_WAKE_INTERVAL_S; a read that finds a window waiting dispatches it on the
+            # loop (up to DLEDGER_SETTLE_MAX_BYTES; with inline dispatch off it wakes the thread)
             thread_interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
             inline_bytes = store.config.inline_dispatch_max_bytes
             inline = inline_bytes > 0 and not thread_interval
             interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
-            dispatch_here = (
-                functools.partial(reput.dispatch_inline, inline_bytes) if inline_bytes > 0 else None
-            )
+            on_loop = functools.partial(reput.dispatch_inline, inline_bytes) if inline else None
+            settle_on_loop = None
+            if thread_interval and inline_bytes > 0:
+                settle_on_loop = functools.partial(
+                    reput.dispatch_inline, max(inline_bytes, DLEDGER_SETTLE_MAX_BYTES)
+                )
             window = LoopWakeup(
                 asyncio.get_running_loop(),
                 reput.wakeup,
                 interval,
-                on_loop=dispatch_here if inline else None,
+                on_loop=on_loop,
                 settle_elsewhere=functools.partial(reput.catch_up, DISPATCH_SETTLE_WAIT_S),
-                settle_on_loop=dispatch_here,
+                settle_on_loop=settle_on_loop,
             )
             store.commitlog.append_listener = window
             if interval:
