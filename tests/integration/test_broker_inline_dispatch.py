@@ -22,6 +22,7 @@ from rocketq.errors import ResponseCode
 from rocketq.message import Message
 from rocketq.remoting import RequestCode, create_request
 from rocketq.store import PutMessageStatus
+from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.record_scan import DispatchRequest
 
 TOPIC = "InlineT"
@@ -304,5 +305,65 @@ def test_a_put_from_another_thread_still_wakes_the_dispatch_thread(store_config:
             await dispatched(broker)
             assert windows.threads == ["ReputMessageService"]
             assert wake.wakeups == 1 and wake.handled_on_loop == 0
+
+    run(main())
+
+
+@pytest.mark.parametrize("max_bytes", [4096, 64, 0], ids=["default", "window-over-the-bound", "inline-off"])
+def test_dledger_reads_take_the_window_waiting_for_the_thread(
+    store_config: StoreConfig, monkeypatch: pytest.MonkeyPatch, max_bytes: int
+) -> None:
+    """DLedger mode wakes the dispatch thread at most once per ``DISPATCH_WAKE_INTERVAL_S``
+    (here far longer than the test) for the puts committed on the loop (a group of one put on
+    the loop here, as a Raft group's puts complete there): the offset query after them
+    dispatches the window still waiting on the loop, whatever ``inline_dispatch_max_bytes``
+    says (up to ``DLEDGER_SETTLE_MAX_BYTES``), and a read from another thread waits for the
+    thread to take it. Without the reads' settling both find one record. With inline dispatch
+    off the read wakes the thread at once instead."""
+    monkeypatch.setattr(DLedgerMessageStore, "DISPATCH_WAKE_INTERVAL_S", 600.0)
+    cfg = dataclasses.replace(
+        store_config,
+        flush_disk_type="ASYNC_FLUSH",
+        enable_dleger_commit_log=True,
+        d_leger_self_id="n0",
+        inline_dispatch_max_bytes=max_bytes,
+    )
+
+    async def main() -> None:
+        async with running_broker(cfg) as (broker, client, addr):
+            assert (
+                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
+            ).code == ResponseCode.SUCCESS
+            windows, wake = watch(broker)
+            store = broker.store
+            assert isinstance(store, DLedgerMessageStore) and store.dispatch_window is wake
+            assert store.put_message(Message(TOPIC, b"first"), 0).status is PutMessageStatus.PUT_OK
+            # after a quiet interval: the thread, at the end of the loop's iteration
+            await wait_until_async(lambda: windows.records == 1, "the first dispatched", 10)
+            assert windows.threads == ["ReputMessageService"] and wake.wakeups == 1
+            for i in range(3):
+                put = store.put_message(Message(TOPIC, b"m%d" % i * 40), 0)
+                assert put.status is PutMessageStatus.PUT_OK
+                await asyncio.sleep(0)  # a loop iteration each
+            assert wake.pending and windows.records == 1  # waiting for the interval's end
+            assert store.reput is not None and store.reput.behind() > 64
+            max_offset = await client.invoke(
+                addr, create_request(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
+            )
+            assert max_offset.code == ResponseCode.SUCCESS
+            assert not wake.pending
+            if not max_bytes:  # the thread, woken by the read
+                assert wake.wakeups == 2 and wake.handled_on_loop == 0
+                await wait_until_async(lambda: windows.records == 4, "the three dispatched", 10)
+                assert windows.threads == ["ReputMessageService"] * 2
+                return
+            assert max_offset.ext_fields["offset"] == "4"
+            assert windows.sizes == [1, 3] and windows.threads[-1] == threading.current_thread().name
+            assert wake.wakeups == 1 and wake.handled_on_loop == 1
+
+            assert store.put_message(Message(TOPIC, b"elsewhere"), 0).status is PutMessageStatus.PUT_OK
+            assert wake.pending
+            assert await asyncio.to_thread(store.get_max_offset, TOPIC, 0) == 5
+            assert windows.threads[-1] == "ReputMessageService" and windows.records == 5
 
     run(main())

@@ -295,3 +295,37 @@ def test_settle_runs_a_waiting_wake_up_now_and_once() -> None:
         assert wake.pending and len(fired) == 2
 
     asyncio.run(main())
+
+
+def test_settle_on_the_loop_tries_settle_on_loop_while_the_wake_ups_stay_the_threads() -> None:
+    """With ``settle_on_loop`` and no ``on_loop`` (DLedger mode: the dispatch thread takes the
+    windows, a read takes a small waiting one on the loop): wake-ups at their time wake the
+    thread; a settle asks ``settle_on_loop`` first and wakes the thread only when it declines."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fired: list[str] = []
+        handled: list[bool] = []
+        accept = [True]
+
+        def here() -> bool:
+            handled.append(accept[0])
+            return accept[0]
+
+        wake = LoopWakeup(loop, lambda: fired.append("thread"), min_interval_s=600.0, settle_on_loop=here)
+        wake()  # after a quiet interval: at the end of this iteration, to the thread
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert fired == ["thread"] and handled == [] and wake.handled_on_loop == 0
+        wake()  # within the interval: waits for its timer
+        assert wake.pending
+        wake.settle()  # a read: done on the loop, the thread not woken
+        assert not wake.pending and fired == ["thread"] and handled == [True]
+        assert wake.handled_on_loop == 1 and wake.wakeups == 1
+        accept[0] = False
+        wake()
+        wake.settle()  # declined (a window over the bound, the thread dispatching): woken
+        assert not wake.pending and fired == ["thread", "thread"] and handled == [True, False]
+        assert wake.handled_on_loop == 1 and wake.wakeups == 2
+
+    asyncio.run(main())

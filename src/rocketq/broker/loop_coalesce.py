@@ -31,7 +31,8 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
   the thread woken. A small window then costs the loop its dispatch and no thread wake-up: a
   lone send's window is about 28 µs of the loop's CPU where the thread spent 38–47 µs on it, its
   wake-up and the GIL passing included (docs/benchmarks.md, "Dispatch on the loop"). Not with
-  ``min_interval_s`` (DLedger keeps its thread).
+  ``min_interval_s`` (DLedger keeps its thread; ``settle_on_loop`` lets a read that finds a
+  window waiting for its interval take it on the loop all the same).
 * ``hop_from_threads`` (SYNC_FLUSH in the broker: the group commit's round makes records
   dispatchable on the flush thread): a call from another thread is carried to the loop by one
   ``call_soon_threadsafe`` in flight at a time and runs there as a loop call, at the end of the
@@ -75,6 +76,7 @@ class LoopWakeup:
         "_next_at",
         "_on_loop",
         "_scheduled",
+        "_settle_on_loop",
         "_thread_id",
         "_wake",
         "handled_on_loop",
@@ -90,6 +92,7 @@ class LoopWakeup:
         on_loop: Callable[[], bool] | None = None,
         hop_from_threads: bool = False,
         settle_elsewhere: Callable[[], object] | None = None,
+        settle_on_loop: Callable[[], bool] | None = None,
     ) -> None:
         self._loop = loop
         self._wake = wake
@@ -106,6 +109,9 @@ class LoopWakeup:
         self._handle: asyncio.Handle | None = None
         #: what :meth:`settle` does when called from another thread while a wake-up is pending
         self._elsewhere = settle_elsewhere
+        #: what :meth:`settle` tries first on the loop's thread (default ``on_loop``); True: done
+        #: there, ``wake`` is not called
+        self._settle_on_loop = settle_on_loop if settle_on_loop is not None else on_loop
         #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
         self._interval = min_interval_s
         #: loop time before which a wake-up waits for the timer (with an interval)
@@ -144,9 +150,10 @@ class LoopWakeup:
     def settle(self) -> None:
         """Run a pending wake-up now instead of at its time, so that whatever reads next sees
         the work it covers (the broker's reads of ConsumeQueues and the index, with a dispatch
-        interval). On the loop's thread the scheduled callback is cancelled and run here; from
-        another thread ``settle_elsewhere`` runs (the store waits, bounded, for the dispatch
-        thread, which it wakes); nothing when no wake-up is pending."""
+        interval). On the loop's thread the scheduled callback is cancelled and run here, with
+        ``settle_on_loop`` (default ``on_loop``) tried first in its place; from another thread
+        ``settle_elsewhere`` runs (the store waits, bounded, for the dispatch thread, which it
+        wakes); nothing when no wake-up is pending."""
         if not self._scheduled:
             return
         if threading.get_ident() != self._thread_id:
@@ -156,7 +163,7 @@ class LoopWakeup:
         handle = self._handle
         if handle is not None:
             handle.cancel()
-        self._fire()
+        self._run(self._settle_on_loop)
 
     def _hop_to_loop(self) -> None:
         if self._hopping:
@@ -173,11 +180,13 @@ class LoopWakeup:
         self()  # on the loop: at the end of the next iteration, after the callbacks queued now
 
     def _fire(self) -> None:
+        self._run(self._on_loop)
+
+    def _run(self, on_loop: Callable[[], bool] | None) -> None:
         self._scheduled = False
         self._handle = None
         if self._interval:
             self._next_at = self._loop.time() + self._interval
-        on_loop = self._on_loop
         if on_loop is not None:
             try:
                 handled = on_loop()

@@ -125,6 +125,10 @@ SHUTDOWN_DRAIN_TIMEOUT_S = 10.0
 #: How long a queue read from a thread other than the loop waits for a pending dispatch window
 #: (the dispatch thread, woken, takes it; it normally takes well under a millisecond).
 DISPATCH_SETTLE_WAIT_S = 0.5
+#: DLedger mode: the most a queue read on the loop dispatches there when it finds a window
+#: waiting for the dispatch thread's interval (a window holds the records committed since the
+#: thread's last wake-up; a larger backlog, a catch-up, is left to the thread, woken at once)
+DLEDGER_SETTLE_MAX_BYTES = 1 << 20
 
 
 class Broker:
@@ -268,21 +272,29 @@ class Broker:
             # inline_dispatch_interval_ms while puts keep coming (a window shares its fixed
             # cost among the sends of several iterations); a larger one wakes the dispatch
             # thread as often. DLedger mode wakes its thread at most once per
-            # DISPATCH_WAKE_INTERVAL_S
+            # DISPATCH_WAKE_INTERVAL_S; a read that finds a window waiting dispatches it on the
+            # loop (up to DLEDGER_SETTLE_MAX_BYTES; with inline dispatch off it wakes the thread)
             thread_interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
             inline_bytes = store.config.inline_dispatch_max_bytes
             inline = inline_bytes > 0 and not thread_interval
             interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
+            on_loop = functools.partial(reput.dispatch_inline, inline_bytes) if inline else None
+            settle_on_loop = None
+            if thread_interval and inline_bytes > 0:
+                settle_on_loop = functools.partial(
+                    reput.dispatch_inline, max(inline_bytes, DLEDGER_SETTLE_MAX_BYTES)
+                )
             window = LoopWakeup(
                 asyncio.get_running_loop(),
                 reput.wakeup,
                 interval,
-                on_loop=functools.partial(reput.dispatch_inline, inline_bytes) if inline else None,
+                on_loop=on_loop,
                 settle_elsewhere=functools.partial(reput.catch_up, DISPATCH_SETTLE_WAIT_S),
+                settle_on_loop=settle_on_loop,
             )
             store.commitlog.append_listener = window
-            if inline and interval:
+            if interval:
                 # a read of the queues or the index first takes a window still waiting for its
                 # time, so an answered send is visible to the offset query or pull after it
                 store.dispatch_window = window

@@ -207,6 +207,10 @@ class RaftGroupLog:
         self._flush_wanted = asyncio.Event()
         self._unflushed = False  # written since the paced flusher's last fsync (APPENDED acks)
         self._flusher_wake = threading.Event()  # set: the paced flusher is not idle
+        #: the paced flusher's latest report (generation, flushed index) that the loop has not
+        #: taken yet; while one waits, later fsyncs replace it instead of waking the loop again
+        self._flush_report: tuple[int, int] | None = None
+        self._flush_report_lock = threading.Lock()
         self._io_lock = threading.Lock()  # the paced flusher's fsyncs and the checkpoints in turn
         self._truncations = 0
         self._committed_pos = -1
@@ -768,12 +772,19 @@ class RaftGroupLog:
                 log.exception("raft state change callback failed")
 
     async def _tick_loop(self) -> None:
+        """The core's clock: a ``Tick`` of the milliseconds elapsed every ``tick_ms``, from a
+        timer callback that sets its next timer (one timer handle a tick, where a sleeping task
+        took a timer, a future's callback and a task step). The task holds the ticks' life: its
+        cancellation stops them, and a failed step ends it with the step's exception."""
         loop = asyncio.get_running_loop()
         period = self.config.tick_ms / 1000
+        ended: asyncio.Future[None] = loop.create_future()
         last = loop.time()
         carry = 0.0
-        while True:
-            await asyncio.sleep(period)
+        timer: asyncio.TimerHandle | None = None
+
+        def tick() -> None:
+            nonlocal last, carry, timer
             now = loop.time()
             carry += (now - last) * 1000
             last = now
@@ -781,7 +792,19 @@ class RaftGroupLog:
             if ms > 0:
                 carry -= ms
                 if not self._disk_full:  # no campaign while writes fail
-                    self._step(Tick(ms))
+                    try:
+                        self._step(Tick(ms))
+                    except Exception as exc:
+                        if not ended.done():
+                            ended.set_exception(exc)
+                        return
+            timer = loop.call_later(period, tick)
+
+        timer = loop.call_later(period, tick)
+        try:
+            await ended
+        finally:
+            timer.cancel()  # the one set last (a failed step set none after its own)
 
     async def _flush_loop(self) -> None:
         if self.config.ack_policy is AckPolicy.APPENDED:
@@ -835,12 +858,24 @@ class RaftGroupLog:
             try:
                 with self._io_lock:
                     flushed = store.flush_unlocked()
-                loop.call_soon_threadsafe(self._flushed, generation, flushed)
+                with self._flush_report_lock:
+                    waiting = self._flush_report is not None
+                    self._flush_report = (generation, flushed)
+                if not waiting:  # else the report the loop has not taken yet carries this one
+                    loop.call_soon_threadsafe(self._take_flush_report)
             except RuntimeError:  # the loop is closed: the member is gone
                 return
             except Exception:
                 log.exception("raft member %s: flush failed; no more fsyncs", self.config.self_id)
                 return
+
+    def _take_flush_report(self) -> None:
+        """On the loop: the paced flusher's latest report, covering every fsync since the loop
+        took the one before (one ``Persisted`` step for them, not one each)."""
+        with self._flush_report_lock:
+            report, self._flush_report = self._flush_report, None
+        if report is not None:
+            self._flushed(*report)
 
     def _flushed(self, generation: int, flushed: int) -> None:
         if self._stopped or self._node is None:
