@@ -225,8 +225,7 @@ class PeerTransport:
         self.merge_bytes = merge_bytes
         self._raw_reader = raw_reader
         self._bulk_out: dict[str, list[Message | _Merging]] = {}
-        #: the end-of-iteration flush of what is queued, while one is due
-        self._flush_handle: asyncio.Handle | None = None
+        self._flush_scheduled = False
         self.merged = 0
         host, port = parse_address(listen_addr)
         self._deliver = deliver
@@ -272,26 +271,19 @@ class PeerTransport:
             return True
         else:
             queue.append(message)
-        if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_bulk)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_bulk)
         return True
 
     def _flush_bulk(self) -> None:
-        self._flush_handle = None
-        self._send_queued()
+        self._flush_scheduled = False
+        self.flush()
 
     def flush(self) -> None:
         """Send what is queued for the end of this loop iteration now (a leader's new entries:
         the sooner they leave, the shorter the time only the leader holds them). Messages
-        queued after it in this iteration still leave at its end (the flush due then is
-        called off now, and a later message arranges one again)."""
-        handle = self._flush_handle
-        if handle is not None:
-            handle.cancel()
-            self._flush_handle = None
-        self._send_queued()
-
-    def _send_queued(self) -> None:
+        queued after it in this iteration still leave at its end."""
         out, self._bulk_out = self._bulk_out, {}
         reader = self._raw_reader
         tails: peer_codec.AppendTails | None = None
