@@ -15,8 +15,11 @@ import pytest
 
 from _support.raft_group import OFFSET, LocalGroup, record
 from _support.wait import wait_until_async
-from rocketq.ha.raft_types import AckPolicy, Role
+from rocketq.ha import peer_codec
+from rocketq.ha.raft_types import AckPolicy, Append, Role
 from rocketq.ha.replicated_log import AppendStatus
+from rocketq.remoting.codec import FrameDecoder
+from rocketq.remoting.command import RemotingCommand
 
 
 def run(body: Callable[[LocalGroup], Awaitable[None]], tmp_path: object, **settings: object) -> None:
@@ -326,3 +329,65 @@ def test_a_leaders_new_entries_are_written_to_the_followers_before_append_batch_
         assert all(getattr(o, "status", None) is AppendStatus.OK for o in outcomes), outcomes
 
     run(body, tmp_path, enable_batch_push=batch_push)
+
+
+def test_a_batch_sent_in_several_appends_carries_the_stored_bytes_of_each_part(tmp_path: object) -> None:
+    """A proposal larger than an append message (batch push's 4 KiB) leaves as several appends
+    to each follower, each with the leader's store bytes of its entries (form 1), the same to
+    every follower; the transport's reads of the run just written give what the store holds."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        transport = leader.transport
+        await wait_until_async(
+            lambda: all(link.connected for link in transport.bulk.values()), "links up", 10
+        )
+        await group.append(b"first")
+        await group.wait_committed(leader.ledger_end_pos)
+        await wait_until_async(
+            lambda: all(not pr.probing for pr in leader.node.progress.values()), "followers replicating", 10
+        )
+        got: dict[str, list[RemotingCommand]] = {}
+        for peer, link in transport.bulk.items():
+            conn = link._conn
+            assert conn is not None and conn._transport is not None
+            sock = conn._transport
+            decoder, cmds = FrameDecoder(), got.setdefault(peer, [])
+
+            def counting(
+                data: bytes, write: Any = sock.write, decoder: FrameDecoder = decoder, cmds: list[Any] = cmds
+            ) -> None:
+                cmds.extend(decoder.feed(bytes(data)))
+                write(data)
+
+            sock.write = counting  # type: ignore[method-assign]
+        outcomes: list[object] = []
+        first = leader.store.ledger_end_index + 1
+        leader.append_batch([record(b"%03d" % k * 100) for k in range(30)], lambda _i, o: outcomes.append(o))
+        sent: dict[str, list[tuple[int, bytes]]] = {}
+        for peer, cmds in got.items():
+            for cmd in cmds:
+                message, raw = peer_codec.decode_raw(cmd.code, cmd.body or b"")
+                if isinstance(message, Append) and message.entries:
+                    assert raw is not None, "an append without the store's bytes"
+                    sent.setdefault(peer, []).append((message.entries[0].index, b"".join(raw)))
+        assert len(set(map(tuple, sent.values()))) == 1 and len(sent) == 2  # the same to both
+        parts = next(iter(sent.values()))
+        assert len(parts) >= 2 and parts[0][0] == first
+        for index, raw in parts:
+            assert raw == leader.store.read_bytes(index, len(raw))
+        assert b"".join(raw for _, raw in parts) == leader.store.read_bytes(first, 1 << 20)
+        for lo, hi in (
+            (first, first + 30),
+            (first + 3, first + 30),
+            (first + 5, first + 9),
+            (first - 1, first + 2),
+        ):
+            size = len(leader.store.read_bytes(lo, 1 << 20)) - len(leader.store.read_bytes(hi, 1 << 20))
+            assert leader._raw_entries(lo, size) == leader.store.read_bytes(lo, size)
+        await wait_until_async(lambda: len(outcomes) == 30, "the outcomes", 10)
+        assert all(getattr(o, "status", None) is AppendStatus.OK for o in outcomes), outcomes
+        await group.wait_committed(leader.ledger_end_pos)
+        await _same_bytes_everywhere(group)
+
+    run(body, tmp_path, enable_batch_push=True)

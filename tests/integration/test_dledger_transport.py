@@ -128,3 +128,34 @@ def test_the_same_entries_for_two_followers_are_read_once_and_each_follower_s_fr
                 await t.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_message_queued_after_a_flush_in_the_same_iteration_leaves_at_its_end() -> None:
+    async def main() -> None:
+        a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        got: list[Message] = []
+        a = PeerTransport("a", a_addr, {"b": b_addr}, lambda m, raw: None, merge_bytes=1 << 16)
+        b = PeerTransport("b", b_addr, {"a": a_addr}, lambda m, raw: got.append(m))
+        await b.start()
+        await a.start()
+        try:
+            await wait_until_async(lambda: a.bulk["b"].connected, "a's bulk link up", 10, 0.02)
+            for round_ in range(3):  # each in one synchronous stretch: queued, flushed, queued
+                a.send(Append("a", "b", 1, -1, 0, (Entry(0, 1, b"first"),), round_))
+                a.flush()
+                a.send(AppendReply("a", "b", 1, True, round_, round_, round_))
+                await wait_until_async(lambda n=2 * round_ + 2: len(got) >= n, "both messages", 10, 0.02)
+            # a last one behind them on the bulk connection: whatever was sent twice is in before it
+            a.send(AppendReply("a", "b", 1, True, 99, 99, 99))
+            await wait_until_async(lambda: len(got) >= 7, "the last message", 10, 0.02)
+            assert [
+                (type(m).__name__, getattr(m, "commit", getattr(m, "match_index", None))) for m in got
+            ] == [
+                *((name, r) for r in range(3) for name in ("Append", "AppendReply")),
+                ("AppendReply", 99),
+            ]
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

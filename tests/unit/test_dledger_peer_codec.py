@@ -3,6 +3,7 @@ bytes, and DLedgerConfig's broker.conf keys."""
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 
 import pytest
@@ -134,3 +135,74 @@ def test_appends_carry_the_leaders_store_bytes_which_a_follower_takes_verbatim(
     finally:
         leader.close()
         follower.close()
+
+
+#: (code, length, first 32 hex digits of the SHA-256) of each of MESSAGES' bodies: the wire
+#: form is pinned (a change of it would split a group of mixed versions)
+WIRE = [
+    (6100, 30, "80a6357c3725ca16ed904254fb06e3e7"),
+    (6101, 15, "4fab097fa77ae396e41f4aa7f4ba3b1e"),
+    (6102, 31, "53902471b11794eafe3673145a12116e"),
+    (6103, 15, "12b3363c268a9dfd9e4da508ae7f6999"),
+    (6104, 585, "6a48295e9db7f114ee5018b42bc37ef8"),
+    (6104, 43, "39f61cfc20243963802e310926b406e2"),
+    (6105, 63, "ffc16139b1cc2495ecfe016bd1b41eb4"),
+    (6106, 22, "23d4b995aa76a2ad18757405c138b32d"),
+    (6107, 46, "b1d29eb7696d54300c284375d48ec1ff"),
+    (6108, 14, "a5267b25e2c0f9065cf8387715f220fc"),
+]
+
+
+def _pin(code: int, body: bytes) -> tuple[int, int, str]:
+    return code, len(body), hashlib.sha256(body).hexdigest()[:32]
+
+
+def test_the_wire_bytes_of_every_message_are_pinned(tmp_path: pathlib.Path) -> None:
+    assert [_pin(*peer_codec.encode(m)) for m in MESSAGES] == WIRE
+    leader = EntryStore.open(str(tmp_path), "n0", data_file_size=4096, index_file_size=32 * 64)
+    try:
+        entries = []
+        for k in range(20):
+            body = b"" if k == 0 else b"%02d" % k * 17
+            leader.append_at(k, 1, body, magic=MAGIC_NOOP if k == 0 else MAGIC_NORMAL)
+            entries.append(Entry(k, 1, body, EntryKind.NOOP if k == 0 else EntryKind.NORMAL))
+        m = Append("n0", "n1", 1, -1, 0, tuple(entries), 19)
+        assert _pin(*peer_codec.encode(m, leader.read_bytes)) == (
+            6104,
+            1649,
+            "f1ec3c4f0d3f4bc688d8f5246056ff48",
+        )
+    finally:
+        leader.close()
+
+
+def test_appends_of_the_same_entries_to_several_followers_are_encoded_once(tmp_path: pathlib.Path) -> None:
+    leader = EntryStore.open(str(tmp_path), "n0", data_file_size=4096, index_file_size=32 * 64)
+    reads: list[tuple[int, int]] = []
+
+    def reader(index: int, size: int) -> bytes:
+        reads.append((index, size))
+        return leader.read_bytes(index, size)
+
+    try:
+        entries = tuple(Entry(k, 1, b"%02d" % k * 9) for k in range(8))
+        for e in entries:
+            leader.append_at(e.index, e.term, e.data)
+        to = {dst: Append("n0", dst, 1, -1, 0, entries[:6], 2) for dst in ("n1", "n2")}
+        other = [
+            Append("n0", "n2", 1, -1, 0, entries[:6], 3),  # another commit index
+            Append("n0", "n2", 1, -1, 0, entries[:5], 2),  # fewer entries
+            Append("n0", "n2", 1, -1, 0, (entries[0], *entries[1:5], Entry(5, 1, entries[5].data)), 2),
+            Append("n0", "n2", 1, 5, 1, entries[6:], 2),
+            Append("n0", "n2", 1, 7, 1, (), 2),
+        ]
+        tails: peer_codec.AppendTails = {}
+        for m in [*to.values(), *other]:
+            assert peer_codec.encode(m, reader, tails) == peer_codec.encode(m, leader.read_bytes)
+            assert peer_codec.decode(*peer_codec.encode(m, reader, tails)) == m
+        # read for each append but the second follower's, which took the first one's encoding
+        # (one whose last entry is another object, equal, is encoded on its own)
+        six, five = sum(e.size for e in entries[:6]), sum(e.size for e in entries[:5])
+        assert reads == [(0, six), (0, six), (0, five), (0, six), (6, 2 * entries[6].size)]
+    finally:
+        leader.close()

@@ -88,6 +88,36 @@ def test_records_live_inside_entries_at_pos_plus_48(dl_store: MessageStore, dl_c
     assert dl_store.get_max_phy_offset() == pos
 
 
+@pytest.mark.parametrize("prop_crc", [False, True], ids=["plain", "property-crc"])
+def test_an_entry_s_record_is_the_one_a_plain_commitlog_writes(
+    store_config: StoreConfig, dl_config: StoreConfig, prop_crc: bool
+) -> None:
+    """The same messages put in order into a DLedger store and a plain one: each record is the
+    same bytes but for the physical offset and the store timestamp (properties' CRC too)."""
+    records: dict[bool, list[bytes]] = {}
+    for dledger, base in ((False, store_config), (True, dl_config)):
+        cfg = dataclasses.replace(
+            base,
+            enabled_append_prop_crc=prop_crc,
+            store_path_root_dir=f"{base.store_path_root_dir}-{dledger}",
+        )
+        with open_message_store(cfg) as s:
+            got = []
+            for i in range(5):
+                put = s.put_message(Message("T", b"body %d" % i * (i + 1), keys=[f"k{i}"], tags="t"), i % 2)
+                raw = bytearray(s.commitlog.read(put.physical_offset, put.size) or b"")
+                view = rec.decode_record(raw, 0, check_crc=True, verify_prop_crc=prop_crc)
+                assert view.kind is rec.RecordKind.MESSAGE and view.size == put.size
+                assert (view.physical_offset, view.queue_offset) == (put.physical_offset, i // 2)
+                # physical offset, born and store timestamps; the properties' CRC covers them
+                raw[28:36] = raw[40:48] = raw[56:64] = bytes(8)
+                if prop_crc:
+                    raw[-11:-1] = bytes(10)
+                got.append(bytes(raw))
+            records[dledger] = got
+    assert records[True] == records[False]
+
+
 def test_restart_keeps_every_message_and_queue_offsets(dl_config: StoreConfig) -> None:
     with open_message_store(dl_config) as s:
         put_n(s, 20)

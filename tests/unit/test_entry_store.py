@@ -88,6 +88,48 @@ def test_placer_predicts_positions_and_append_raw_at_returns_the_stored_bytes(tm
             s.placer().place(DATA)
 
 
+def test_encode_at_places_and_takes_as_place_encode_place_take(tmp_path: pathlib.Path) -> None:
+    """A body is encoded for its position, again for the next data file when it does not fit
+    the current one; the same positions as :meth:`EntryPlacer.place` and ``take`` give."""
+    with open_store(tmp_path) as s:
+        by_hand, at_once = s.placer(), s.placer()
+        for i in range(200):  # across many file ends, and bodies that only just fit or not
+            body = body_of(i * 7)
+            size = fmt.BODY_OFFSET + len(body)
+            pos = by_hand.place(size)
+            by_hand.take(pos, size)
+            asked: list[int] = []
+
+            def encode(at: int, body: bytes = body, asked: list[int] = asked) -> bytes:
+                asked.append(at)
+                return body
+
+            assert at_once.encode_at(encode) == (pos, body)
+            assert asked[-1] == pos + fmt.BODY_OFFSET and len(asked) in (1, 2)
+            if len(asked) == 2:  # first encoded for the end of the current file
+                assert asked[0] < pos + fmt.BODY_OFFSET and pos % DATA == 0
+        assert at_once.place(fmt.BODY_OFFSET) == by_hand.place(fmt.BODY_OFFSET)
+
+
+def test_encode_at_leaves_the_placer_as_it_was_when_the_body_cannot_go(tmp_path: pathlib.Path) -> None:
+    with open_store(tmp_path) as s:
+        placer = s.placer()
+        placer.take(0, DATA - 100)  # the next body of 100 B goes to the next data file
+        grows = iter((b"x" * 100, b"x" * 200))  # a length that depends on the position
+
+        def failing(at: int) -> bytes:
+            raise ValueError("no record for you")
+
+        with pytest.raises(ValueError, match="depend on its physical offset"):
+            placer.encode_at(lambda at: next(grows))
+        with pytest.raises(fmt.EntryStoreError, match="does not fit"):
+            placer.encode_at(lambda at: b"x" * DATA)
+        with pytest.raises(ValueError, match="no record"):
+            placer.encode_at(failing)
+        assert placer.encode_at(lambda at: b"y" * 10) == (DATA - 100, b"y" * 10)
+        assert placer.encode_at(lambda at: b"z" * 100) == (DATA, b"z" * 100)
+
+
 def test_index_files_match_the_data(tmp_path: pathlib.Path) -> None:
     with open_store(tmp_path) as s:
         placed = fill(s, 70)

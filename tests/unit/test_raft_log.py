@@ -49,6 +49,26 @@ def test_append_refuses_gaps_and_falling_terms() -> None:
         log.term_at(2)
 
 
+def test_a_run_appended_at_once_leaves_the_log_as_its_entries_one_by_one() -> None:
+    for terms, run_term in (([1, 1, 2], 2), ([1, 1, 2], 4), ([], 1)):
+        one_by_one, at_once = RaftLog(make(terms)), RaftLog(make(terms))
+        run = tuple(Entry(len(terms) + k, run_term, b"r%d" % k) for k in range(5))
+        one_by_one.append(run)
+        at_once.append_run(run)
+        at_once.append_run(())
+        n = len(terms) + 5
+        assert at_once.last_index == one_by_one.last_index == n - 1
+        assert [at_once.term_at(i) for i in range(n)] == [one_by_one.term_at(i) for i in range(n)]
+        assert at_once.entries(0, n - 1) == one_by_one.entries(0, n - 1)
+        assert at_once.last_index_of_term(run_term) == n - 1
+    log = RaftLog(make([1, 2]))
+    with pytest.raises(ValueError, match="expected 2"):
+        log.append_run((Entry(3, 2, b""), Entry(4, 2, b"")))
+    with pytest.raises(ValueError, match="below the last term 2"):
+        log.append_run((Entry(2, 1, b""), Entry(3, 1, b"")))
+    assert log.last_index == 1  # nothing of a refused run is kept
+
+
 def test_released_payloads_are_read_back_through_the_reader() -> None:
     disk = make([1, 1, 1, 2, 2])
     reader = ListReader(disk)

@@ -64,6 +64,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+import operator
 import random
 import struct
 import threading
@@ -227,6 +228,9 @@ class RaftGroupLog:
         #: (end of the last entry :meth:`entries_from` gave, the index after it): where a call
         #: from that end starts, without searching the index
         self._entries_hint = (-1, -1)
+        #: the run the leader wrote last: its first index, its bytes, each entry's end in them,
+        #: and its first entry's bytes in the sent cache (valid while the cache holds those)
+        self._sent_run: tuple[int, bytes, list[int], bytes | None] = (-1, b"", [], None)
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -394,24 +398,18 @@ class RaftGroupLog:
         if self._stepping:  # pragma: no cover - never called inside a step
             raise RuntimeError("raft append called while the driver carries out actions")
         # from here to the step: nothing else is appended in between (no await)
-        placer = self.store.placer()
+        # each record encoded for its position (a second time for the next data file when it
+        # does not fit the current one)
+        encode_at = self.store.placer().encode_at
         bodies: list[bytes] = []
         positions: list[int] = []
         slots: list[int] = []
         for slot, encode in enumerate(encoders):
             try:
-                pos = placer.place(BODY_OFFSET)
-                body = encode(pos + BODY_OFFSET)
-                real = placer.place(BODY_OFFSET + len(body))
-                if real != pos:  # the record does not fit the current data file: encode it for the next
-                    size, pos = len(body), real
-                    body = encode(pos + BODY_OFFSET)
-                    if len(body) != size:
-                        raise ValueError("a record's length must not depend on its physical offset")
+                pos, body = encode_at(encode)
             except Exception as exc:  # this record only; the others go on
                 done(slot, exc)
                 continue
-            placer.take(pos, BODY_OFFSET + len(body))
             bodies.append(body)
             positions.append(pos)
             slots.append(slot)
@@ -555,12 +553,9 @@ class RaftGroupLog:
                 # records were encoded for (checked)
                 entries, n = action.entries, len(action.entries)
                 head = entries[0]
-                raw = store.append_run(head.index, head.term, self._proposing[:n], self._proposing_pos[:n])
-                off = 0
-                for e in entries:
-                    size = BODY_OFFSET + len(e.data)
-                    self._cache_sent(e.index, raw[off : off + size])
-                    off += size
+                bodies = self._proposing if n == len(self._proposing) else self._proposing[:n]
+                raw = store.append_run(head.index, head.term, bodies, self._proposing_pos[:n])
+                self._cache_run(head.index, raw, bodies)
             else:
                 first, bodies, positions = self._proposing_first, self._proposing, self._proposing_pos
                 for e in action.entries:
@@ -644,10 +639,8 @@ class RaftGroupLog:
         bodies = self._proposing
         if not bodies or entries[0].index != self._proposing_first or len(entries) > len(bodies):
             return False
-        for e, body in zip(entries, bodies, strict=False):
-            if e.data is not body or e.kind is not EntryKind.NORMAL:
-                return False
-        return True
+        same = all(map(operator.is_, [e.data for e in entries], bodies))  # the very bodies
+        return same and {e.kind for e in entries} == {EntryKind.NORMAL}
 
     def _out_of_disk(self, exc: DiskFull) -> None:
         """A store write (an entry, ``currterm``, the checkpoint before a truncation) failed on a
@@ -692,10 +685,39 @@ class RaftGroupLog:
         while self._sent_cache_bytes > SENT_CACHE_BYTES:
             self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
 
+    def _cache_run(self, index: int, raw: bytes, bodies: Sequence[bytes]) -> None:
+        """:meth:`_cache_sent` of each entry of a run the leader wrote together (``raw``: the
+        entries from ``index`` on, with ``bodies``), and the run kept whole for the transport's
+        reads of it (:meth:`_raw_entries`)."""
+        cache = self._sent_cache
+        get = cache.get
+        ends: list[int] = []
+        end = 0
+        added = 0
+        for i, body in enumerate(bodies, index):
+            start, end = end, end + BODY_OFFSET + len(body)
+            old = get(i)
+            if old is not None:
+                added -= len(old)
+            cache[i] = raw[start:end]
+            ends.append(end)
+        self._sent_cache_bytes += added + end
+        while self._sent_cache_bytes > SENT_CACHE_BYTES:
+            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
+        self._sent_run = (index, raw, ends, get(index))
+
     def _raw_entries(self, index: int, size: int) -> bytes:
         """The store's bytes of the entries from ``index`` on, ``size`` bytes in all (the
-        transport's reader): from the leader's cache of what it just wrote, else from the store."""
+        transport's reader): from the run the leader wrote last (no join of its entries) or
+        its cache of what it just wrote, else from the store."""
         cache = self._sent_cache
+        first, run, ends, head = self._sent_run
+        k = index - first
+        # the run is as written while the cache holds its first entry (a truncation clears it)
+        if 0 <= k < len(ends) and head is not None and cache.get(first) is head:
+            start = ends[k - 1] if k else 0
+            if start + size <= len(run):
+                return run if size == len(run) else run[start : start + size]
         parts: list[bytes] = []
         total = 0
         while total < size:

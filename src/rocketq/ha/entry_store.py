@@ -96,6 +96,30 @@ class EntryPlacer:
             self._file_end += self._file_size
         self._cursor = pos + size
 
+    def encode_at(self, encode: Callable[[int], bytes]) -> tuple[int, bytes]:
+        """The position and body of the next entry, whose body ``encode(pos + BODY_OFFSET)``
+        gives for the position it is encoded for, and its place taken: :meth:`place` of a bare
+        header, the body encoded for it, :meth:`place` of the whole entry, the body encoded a
+        second time when that is another position (the next data file), then :meth:`take`, in
+        one call. What ``encode`` raises, and a body too large for a data file, leave the
+        placer as it was."""
+        cursor, end = self._cursor, self._file_end
+        # a bare header always fits a data file (the store's minimum size)
+        pos = end if end - cursor < BODY_OFFSET + fmt.MIN_BLANK_LEN else cursor
+        body = encode(pos + BODY_OFFSET)
+        size = BODY_OFFSET + len(body)
+        if size + fmt.MIN_BLANK_LEN > end - cursor and pos != end:
+            pos = self.place(size)  # the next data file, or an entry too large for any
+            body = encode(pos + BODY_OFFSET)
+            if BODY_OFFSET + len(body) != size:
+                raise ValueError("a record's length must not depend on its physical offset")
+        elif size + fmt.MIN_BLANK_LEN > self._file_size:
+            self.place(size)  # raises: larger than a data file
+        if pos == end:
+            self._file_end = end + self._file_size
+        self._cursor = pos + size
+        return pos, body
+
 
 class EntryStore:
     """DLedger's ``DLedgerMmapFileStore``, synchronous and thread-safe. Use :meth:`open`."""

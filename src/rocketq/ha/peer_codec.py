@@ -75,6 +75,8 @@ FORM_RAW: Final = 1
 #: ``raw_reader(first index, total bytes)``: the store's bytes of those entries
 RawReader = Callable[[int, int], bytes]
 _ENTRY = struct.Struct(">qqBI")
+#: an entry header's size, index and term (at its byte 4)
+_SIZE_INDEX_TERM = struct.Struct(">iqq")
 _APPEND_REPLY = struct.Struct(">Bqqqqqq")
 _HB = struct.Struct(">q")
 _HB_REPLY = struct.Struct(">qqqq")
@@ -106,44 +108,63 @@ def _ident(value: str) -> bytes:
 def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
     """The store's bytes of ``m``'s entries, or None when the store no longer holds exactly them
     (a leader that stepped down and truncated before the message left)."""
-    total = sum([len(e.data) for e in m.entries]) + BODY_OFFSET * len(m.entries)  # Entry.size summed
+    entries = m.entries
+    sizes = [len(e.data) + BODY_OFFSET for e in entries]  # Entry.size of each
+    total = sum(sizes)
     try:
-        raw = raw_reader(m.entries[0].index, total)
+        raw = raw_reader(entries[0].index, total)
     except RocketqError:
         return None
     if len(raw) != total:
         return None
     off = 0
-    head = ENTRY_HEADER.unpack_from
-    for e in m.entries:
-        _, size, index, term, *_rest = head(raw, off)  # no Header object per entry
-        if index != e.index or term != e.term or size != e.size:
+    head = _SIZE_INDEX_TERM.unpack_from  # no Header object per entry
+    for e, size in zip(entries, sizes, strict=True):
+        if head(raw, off + 4) != (size, e.index, e.term):
             return None
         off += size
     return raw
 
 
-def encode(message: Message, raw_reader: RawReader | None = None) -> tuple[int, bytes]:
+def _append_tail(m: Append, raw_reader: RawReader | None) -> bytes:
+    raw = _raw_entries(m, raw_reader) if raw_reader is not None and m.entries else None
+    form = FORM_ENTRIES if raw is None else FORM_RAW
+    parts = [_APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries), form)]
+    if raw is not None:
+        parts.append(raw)
+    for e in m.entries if raw is None else ():
+        parts.append(_ENTRY.pack(e.index, e.term, int(e.kind), len(e.data)))
+        parts.append(e.data)
+    return b"".join(parts)
+
+
+#: what :func:`encode` keeps of the appends it encoded for :func:`encode`'s next calls
+AppendTails = dict[tuple[int, int, int, int, int, int], bytes]
+
+
+def encode(
+    message: Message, raw_reader: RawReader | None = None, tails: AppendTails | None = None
+) -> tuple[int, bytes]:
     """``(request code, body)`` of ``message``; appends carry the store's bytes when
-    ``raw_reader`` is given (form 1)."""
+    ``raw_reader`` is given (form 1). ``tails`` (optional, empty at first): a place where the
+    encoding of an append is kept for the next appends of the same entries (the same objects,
+    to other followers) while they all are alive; they then take it without encoding again."""
     head = _ident(message.src) + _ident(message.dst) + _TERM.pack(message.term)
     m = message
-    if isinstance(m, Vote):
+    if isinstance(m, Append):
+        entries = m.entries
+        if tails is None or not entries:
+            tail = _append_tail(m, raw_reader)
+        else:  # the entries by identity: the same objects are the same entries
+            key = (m.prev_index, m.prev_term, m.commit, len(entries), id(entries[0]), id(entries[-1]))
+            got = tails.get(key)
+            tail = tails[key] = _append_tail(m, raw_reader) if got is None else got
+    elif isinstance(m, Vote):
         tail = _VOTE.pack(m.last_index, m.last_term, m.transfer)
     elif isinstance(m, PreVote):
         tail = _LAST.pack(m.last_index, m.last_term)
     elif isinstance(m, PreVoteReply | VoteReply):
         tail = _FLAG.pack(m.granted)
-    elif isinstance(m, Append):
-        raw = _raw_entries(m, raw_reader) if raw_reader is not None and m.entries else None
-        form = FORM_ENTRIES if raw is None else FORM_RAW
-        parts = [_APPEND.pack(m.prev_index, m.prev_term, m.commit, len(m.entries), form)]
-        if raw is not None:
-            parts.append(raw)
-        for e in m.entries if raw is None else ():
-            parts.append(_ENTRY.pack(e.index, e.term, int(e.kind), len(e.data)))
-            parts.append(e.data)
-        tail = b"".join(parts)
     elif isinstance(m, AppendReply):
         tail = _APPEND_REPLY.pack(
             m.success,

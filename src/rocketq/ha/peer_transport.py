@@ -286,13 +286,16 @@ class PeerTransport:
         queued after it in this iteration still leave at its end."""
         out, self._bulk_out = self._bulk_out, {}
         reader = self._raw_reader
-        if reader is not None and len(out) > 1:
-            reader = _Shared(reader)  # the followers get the same entries: read them once
+        tails: peer_codec.AppendTails | None = None
+        if len(out) > 1:  # the followers get the same entries: read and encode them once
+            tails = {}
+            if reader is not None:
+                reader = _Shared(reader)
         for dst, messages in out.items():
             encoded = []
             for queued in messages:
                 message = queued.message() if isinstance(queued, _Merging) else queued
-                encoded.append(peer_codec.encode(message, reader))
+                encoded.append(peer_codec.encode(message, reader, tails))
             # one write per follower: it reads them together, and answers them with one reply
             self.bulk[dst].send_all(encoded)
         for link in self.bulk.values():  # a connection holds a second frame of an iteration

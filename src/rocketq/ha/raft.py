@@ -643,8 +643,8 @@ class RaftNode:
         take = max(0, min(room, len(data)))
         if take:
             nxt, term = self.log.last_index + 1, self.term
-            entries = tuple(Entry(nxt + i, term, d) for i, d in enumerate(data[:take]))
-            self.log.append(entries)
+            entries = tuple([Entry(nxt + i, term, d) for i, d in enumerate(data[:take])])
+            self.log.append_run(entries)  # consecutive, one term
             self._out.append(AppendEntries(entries))
             self._pending.append((nxt, first_id, take, self.now_ms + self.config.ack_timeout_ms))
             self._pending_count += take

@@ -216,6 +216,24 @@ class RaftLog:
             self._cache.append(e)
             self._last = e.index
 
+    def append_run(self, entries: tuple[Entry, ...]) -> None:
+        """:meth:`append` of entries that all have the first one's term at consecutive indexes
+        (a batch proposed together; not checked here): the checks and the bookkeeping once for
+        the run instead of once per entry."""
+        if not entries:
+            return
+        e = entries[0]
+        if e.index != self._last + 1:
+            raise ValueError(f"raft log append at index {e.index}, expected {self._last + 1}")
+        last_term = self.last_term
+        if e.term < last_term:
+            raise ValueError(f"raft log entry {e.index} has term {e.term} below the last term {last_term}")
+        if e.term != last_term or not self._run_terms:
+            self._run_starts.append(e.index)
+            self._run_terms.append(e.term)
+        self._cache += entries
+        self._last = e.index + len(entries) - 1
+
     def truncate(self, from_index: int) -> None:
         """Drop the entries at and after ``from_index``."""
         if from_index > self._last:

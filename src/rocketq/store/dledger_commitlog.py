@@ -342,14 +342,19 @@ class _OneAppend:
             self.queue_offset = qoff
             self.store_timestamp = time.time_ns() // 1_000_000
         self.calls += 1
+        if not cl._prop_crc:  # the layout is the whole record: packed straight into its bytes
+            return fmt.pack(  # type: ignore[no-any-return]
+                length, magic, crc, m.queue_id, m.flag, self.queue_offset, physical_offset, sys_flag,
+                m.born_timestamp, m.born_host, self.store_timestamp, cl._store_host, m.reconsume_times,
+                m.prepared_transaction_offset, len(m.body), m.body, len(topic_b), topic_b, len(props), props,
+            )  # fmt: skip
         buf = bytearray(length)
         fmt.pack_into(
             buf, 0, length, magic, crc, m.queue_id, m.flag, self.queue_offset, physical_offset, sys_flag,
             m.born_timestamp, m.born_host, self.store_timestamp, cl._store_host, m.reconsume_times,
             m.prepared_transaction_offset, len(m.body), m.body, len(topic_b), topic_b, len(props), props,
         )  # fmt: skip
-        if cl._prop_crc:
-            rec.stamp_prop_crc(buf, 0, length)
+        rec.stamp_prop_crc(buf, 0, length)
         return bytes(buf)
 
     def check(self, result: AppendResult, ledger: ReplicatedLog) -> None:
