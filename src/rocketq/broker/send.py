@@ -388,9 +388,17 @@ class SendMessageProcessor:
         send itself creates its topic, the checks and the record are redone by
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
+        put_then = self._ledger_put_then
+        if put_then is not None and self._sync:
+            # DLedger mode (whose puts always wait): _must_wait() holds, so the send is taken
+            # here when _send_replicated may take it, else by send_message
+            persister = self.ctx.topics_persister
+            if (persister is None or not persister.pending) and self._ledger_put_now():
+                return self._send_replicated(conn, request, put_then)
+            return None
         if self._must_wait() or self._topics_pending():
-            if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
-                return self._send_replicated(conn, request, self._ledger_put_then)
+            if put_then is not None and not self._topics_pending() and self._ledger_put_now():
+                return self._send_replicated(conn, request, put_then)
             return None
         header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
         if self._topics_pending():
@@ -494,16 +502,18 @@ class SendMessageProcessor:
         if is_retry_topic(topic):
             topic, queue_id = self._retry_or_dlq(request, header, props, topic, queue_id, reconsume_times)
             encoded = None  # props may have changed (a DLQ drops the delay level)
+        # positional (topic, body, properties, queue_id, flag, sys_flag, born_timestamp,
+        # born_host, reconsume_times): keywords cost this constructor 0.3 us more per send
         msg = BrokerMessage(
-            topic=topic,
-            body=request.body,
-            properties=encoded if encoded is not None else encode_properties(props).encode("utf-8"),
-            queue_id=queue_id,
-            flag=header.flag,
-            sys_flag=header.sys_flag,
-            born_timestamp=header.born_timestamp,
-            born_host=born_host_of(conn.remote_address),
-            reconsume_times=reconsume_times,
+            topic,
+            request.body,
+            encoded if encoded is not None else encode_properties(props).encode("utf-8"),
+            queue_id,
+            header.flag,
+            header.sys_flag,
+            header.born_timestamp,
+            born_host_of(conn.remote_address),
+            reconsume_times,
         )
         if half:
             ensure_half_topics(self.ctx)
