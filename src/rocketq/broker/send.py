@@ -243,7 +243,8 @@ class SendMessageProcessor:
         """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to."""
         ctx = self.ctx
         topic = header.topic
-        self._check_broker_writeable()
+        if not ctx.config.broker_permission & PERM_WRITE:  # is_writeable, without two calls
+            self._check_broker_writeable()
         checked = self._checked_topics
         if topic not in checked:  # both checks depend on the name alone: once per name
             try:
@@ -266,7 +267,7 @@ class SendMessageProcessor:
                 tc = ctx.topics.create_in_send_back(topic, 1, PERM_WRITE | PERM_READ)
             if tc is None:
                 raise TopicNotExist(f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
-        if not tc.writeable:
+        if not tc.perm & PERM_WRITE:  # tc.writeable, without the property's two calls
             raise NoPermission(f"the topic[{topic}] sending message is forbidden")
         valid = max(tc.write_queue_nums, tc.read_queue_nums)
         if header.queue_id >= valid:
@@ -495,13 +496,19 @@ class SendMessageProcessor:
         metrics derive the ``message_type`` label from: ``transaction``, or its properties, which
         BrokerMetrics.sent types at once; nothing is computed for them here, metrics on or off)."""
         tc = self.msg_check(conn, header)
-        queue_id = self._pick_queue(tc, header.queue_id)
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = self._pick_queue(tc, queue_id)
         # the record's properties and their bytes (None: encode_properties refuses them, and
         # raises below, after the checks that come first)
         props, encoded = sent_properties(
             header.properties, self.ctx.config.broker_cluster_name, self._ids.next_id
         )
-        half = self._check_transaction(header.sys_flag, props)
+        # _check_transaction only where it can find a half message (the flag or the property)
+        half = (
+            (header.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_PREPARED_TYPE
+            or PROPERTY_TRANSACTION_PREPARED in props
+        ) and self._check_transaction(header.sys_flag, props)
         if header.sys_flag & CHECKED_SYS_FLAGS:
             check_sys_flag(header.sys_flag, request.body, f"message to {header.topic}")
         topic = header.topic
