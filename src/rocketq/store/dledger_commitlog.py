@@ -206,9 +206,10 @@ class DLedgerCommitLog(CommitLog):
         e = self._encode(m)
         if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
             self._check_fits(e)
+        running = asyncio.get_running_loop()
         expiry = self._expiry
-        if expiry is None or expiry.loop is not asyncio.get_running_loop():
-            expiry = self._expiry_of(asyncio.get_running_loop())
+        if expiry is None or expiry.loop is not running:
+            expiry = self._expiry_of(running)
         put = _OnePut(self, ledger, e, done, stats)
         appends = self._appends
         if appends is None or appends.ledger is not ledger:
