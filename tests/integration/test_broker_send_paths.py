@@ -261,3 +261,25 @@ def test_read_only_broker_refuses_sends(store_config: StoreConfig) -> None:
             assert broker.store is not None and broker.store.commitlog.max_offset == 0
 
     run(main())
+
+
+def test_a_read_only_topic_refuses_sends_and_a_writable_one_stores_them(store_config: StoreConfig) -> None:
+    """A topic whose perm lacks the write bit answers NO_PERMISSION naming it, every time, and
+    stores nothing; the same broker stores a send to a writable topic."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            made = await client.invoke(addr, create_topic_request("ReadOnlyT", queues=1, perm=4))
+            assert made.code == ResponseCode.SUCCESS
+            for _ in range(2):
+                refused = await client.invoke(addr, send_request("ReadOnlyT", b"x"))
+                assert refused.code == ResponseCode.NO_PERMISSION
+                assert "the topic[ReadOnlyT] sending message is forbidden" in (refused.remark or "")
+            assert broker.store is not None and broker.store.commitlog.max_offset == 0
+            made = await client.invoke(addr, create_topic_request("WritableT", queues=1))
+            assert made.code == ResponseCode.SUCCESS
+            stored = await client.invoke(addr, send_request("WritableT", b"y"))
+            assert stored.code == ResponseCode.SUCCESS, stored.remark
+            assert broker.store.commitlog.max_offset > 0
+
+    run(main())

@@ -142,10 +142,14 @@ def test_puts_on_the_logs_loop_reach_it_and_come_back_without_a_thread_hand_off(
         await all_done
         return outcomes
 
+    counted, size = leader.stats.put_count, leader.stats.put_bytes
     outcomes = host.call(put_all())
     monkeypatch.undo()
     results = [o for o in outcomes if isinstance(o, PutMessageResult)]
     assert len(results) == PUTS and all(r.status is PutMessageStatus.PUT_OK for r in results), outcomes
+    # every put counted in the store's stats, the one-message puts of put_messages_then too
+    assert leader.stats.put_count - counted == PUTS
+    assert leader.stats.put_bytes - size == sum(r.size for r in results)
     assert sorted(r.queue_offset for r in results) == list(range(PUTS))
     # neither the appends nor their outcomes crossed threads
     assert not {"_AppendQueue._start_all", "_resolve"} & set(handed), handed

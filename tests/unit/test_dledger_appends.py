@@ -20,6 +20,7 @@ from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import AppendQueue, Expiry, LedgerLoop, ReplicationError
 from rocketq.store.dledger_commitlog import DLedgerCommitLog, _OnePut
+from rocketq.store.store_queries import StoreStats
 
 STORE_HOST = b"\x7f\x00\x00\x01\x00\x00\x27\x0f"
 
@@ -119,14 +120,19 @@ def test_a_receiver_without_committed_gets_an_ok_result_per_append() -> None:
     ]
 
 
-def _one_put(outcomes: list[PutMessageResult | Exception], told: list[int] | None = None) -> _OnePut:
-    """A one-message put whose append took queue offset 4; ``told`` counts the append listener's calls."""
+def _one_put(
+    outcomes: list[PutMessageResult | Exception],
+    told: list[int] | None = None,
+    stats: StoreStats | None = None,
+) -> _OnePut:
+    """A one-message put whose append took queue offset 4; ``told`` counts the append listener's
+    calls; ``stats``: the counters the put counts itself in."""
     listened = told if told is not None else []
     cl = types.SimpleNamespace(_append_listener=lambda: listened.append(1), _store_host=STORE_HOST)
     cl._put_ok = functools.partial(DLedgerCommitLog._put_ok, cl)
     ledger = types.SimpleNamespace(state=types.SimpleNamespace(leader_address=None))
     e = (None, None, 181, 0, 0, True, b"T", b"", 0)  # the record's size is e[2]
-    put = _OnePut(cl, ledger, e, outcomes.append)  # type: ignore[arg-type]
+    put = _OnePut(cl, ledger, e, outcomes.append, stats)  # type: ignore[arg-type]
     put.queue_offset, put.store_timestamp, put.calls = 4, 1_700_000_000_000, 1
     return put
 
@@ -145,6 +151,26 @@ def test_the_one_message_puts_result_from_a_commit_is_the_ok_results() -> None:
     )
     assert by_commit == by_result == [expected]
     assert told_commit == told_result == [1]  # the append listener (dispatch) told once
+
+
+def test_a_one_message_put_counts_its_outcome_in_the_stores_stats_before_answering() -> None:
+    stats = StoreStats()
+    seen: list[tuple[int, int, int]] = []
+
+    def answered(outcome: PutMessageResult | Exception) -> None:
+        seen.append((stats.put_count, stats.put_bytes, stats.put_failures))
+
+    for finish in (
+        lambda put: put.committed(3, 1000, "n0"),
+        lambda put: put.set_result(AppendResult(AppendStatus.OK, 4, 1200, 1200 + BODY_OFFSET, "n0")),
+        lambda put: put.set_result(AppendResult(AppendStatus.TIMEOUT, 5, 1400, 1400 + BODY_OFFSET, "n0")),
+        lambda put: put.set_exception(RuntimeError("log stopped")),
+    ):
+        put = _one_put([], stats=stats)
+        put._done = answered
+        finish(put)
+    # two commits of 181 B counted, then a failed append, then an append the log failed
+    assert seen == [(1, 181, 0), (2, 362, 0), (2, 362, 1), (2, 362, 2)]
 
 
 def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> None:

@@ -52,6 +52,7 @@ from rocketq.store.dledger_appends import (
     put_error,
 )
 from rocketq.store.flush import FlushListener
+from rocketq.store.store_queries import StoreStats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -187,26 +188,34 @@ class DLedgerCommitLog(CommitLog):
         an append fails. Errors found before anything is appended (log not open, writes off, a
         record too large) raise here instead."""
         if len(msgs) == 1:  # the usual send: the append's outcome is the put's, no generator
-            ledger, loop = self.ledger, self.loop
-            if ledger is None or loop is None or not self._accepting:
-                ledger, loop = self._open()
-            e = self._encode(msgs[0])
-            if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
-                self._check_fits(e)
-            expiry = self._expiry
-            if expiry is None or expiry.loop is not asyncio.get_running_loop():
-                expiry = self._expiry_of(asyncio.get_running_loop())
-            put = _OnePut(self, ledger, e, done)
-            appends = self._appends
-            if appends is None or appends.ledger is not ledger:
-                appends = self._append_queue(ledger, loop)
-            appends.submit_to(put.encode, expiry.loop, put)
-            expiry.add(put)
+            self.put_one_then(msgs[0], done, None)
             return
         ledger, loop, encoded = self._checked(msgs)
         appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
         steps = self._puts(ledger, encoded, len(encoded))
         PutChain(steps, appends, expiry, done).submit(next(steps))
+
+    def put_one_then(self, m: BrokerMessage, done: PutCallback, stats: StoreStats | None) -> None:
+        """:meth:`put_messages_then` of the one message ``m``, whose append's outcome is the
+        put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
+        itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
+        so a caller needs no completion of its own around ``done``."""
+        ledger, loop = self.ledger, self.loop
+        if ledger is None or loop is None or not self._accepting:
+            ledger, loop = self._open()
+        e = self._encode(m)
+        if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
+            self._check_fits(e)
+        running = asyncio.get_running_loop()
+        expiry = self._expiry
+        if expiry is None or expiry.loop is not running:
+            expiry = self._expiry_of(running)
+        put = _OnePut(self, ledger, e, done, stats)
+        appends = self._appends
+        if appends is None or appends.ledger is not ledger:
+            appends = self._append_queue(ledger, loop)
+        appends.submit_to(put.encode, expiry.loop, put)
+        expiry.add(put)
 
     def _start_puts(
         self, msgs: Sequence[BrokerMessage]
@@ -385,9 +394,16 @@ class _OnePut(_OneAppend):
     commit comes as :meth:`committed` (a run of them at a time, :class:`CommittedRun`), which
     builds the result without an ``AppendResult``."""
 
-    __slots__ = ("_done", "_finished", "_ledger")
+    __slots__ = ("_done", "_finished", "_ledger", "_stats")
 
-    def __init__(self, cl: DLedgerCommitLog, ledger: ReplicatedLog, e: Any, done: PutCallback) -> None:
+    def __init__(
+        self,
+        cl: DLedgerCommitLog,
+        ledger: ReplicatedLog,
+        e: Any,
+        done: PutCallback,
+        stats: StoreStats | None = None,
+    ) -> None:
         # _OneAppend's fields, set here (no second __init__ call per send)
         self.cl = cl
         self.e = e
@@ -397,9 +413,21 @@ class _OnePut(_OneAppend):
         self._ledger = ledger
         self._done = done
         self._finished = False
+        #: the store's counters this put counts itself in (None: the caller counts)
+        self._stats = stats
 
     def done(self) -> bool:
         return self._finished
+
+    def _finish(self, outcome: PutMessageResult | Exception) -> None:
+        stats = self._stats
+        if stats is not None:
+            if isinstance(outcome, Exception):
+                stats.put_failures += 1
+            else:
+                stats.put_count += outcome[6]  # msg_num
+                stats.put_bytes += outcome[2]  # size
+        finish_put(self._done, outcome)
 
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
@@ -411,11 +439,12 @@ class _OnePut(_OneAppend):
         listener = cl._append_listener
         if listener is not None:
             listener()
+        size = self.e[2]
         result = PutMessageResult(
             (
                 PutMessageStatus.PUT_OK,
                 pos + BODY_OFFSET,
-                self.e[2],
+                size,
                 self.queue_offset,
                 self.store_timestamp,
                 cl._store_host,
@@ -423,6 +452,10 @@ class _OnePut(_OneAppend):
                 None,
             )
         )
+        stats = self._stats
+        if stats is not None:
+            stats.put_count += 1
+            stats.put_bytes += size
         try:
             self._done(result)
         except Exception:
@@ -438,8 +471,8 @@ class _OnePut(_OneAppend):
             )
         except Exception as exc:  # the append did not commit (raise_for)
             outcome = exc
-        finish_put(self._done, outcome)
+        self._finish(outcome)
 
     def set_exception(self, exception: BaseException, /) -> None:
         self._finished = True
-        finish_put(self._done, put_error(exception))
+        self._finish(put_error(exception))
