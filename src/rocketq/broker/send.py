@@ -392,14 +392,10 @@ class SendMessageProcessor:
         put_then = self._ledger_put_then
         if put_then is not None and self._sync:
             # DLedger mode (whose puts always wait): _must_wait() holds, so the send is taken
-            # here when _send_replicated may take it (_ledger_put_now, no topics.json write
-            # pending), else by send_message
-            ctx = self.ctx
-            persister = ctx.topics_persister
-            if (persister is None or not persister.pending) and ctx.accepting:
-                store = ctx.store
-                if store.dispatch_behind_bytes() <= store.config.max_dispatch_lag_bytes // 2:
-                    return self._send_replicated(conn, request, put_then)
+            # here when _send_replicated may take it, else by send_message
+            persister = self.ctx.topics_persister
+            if (persister is None or not persister.pending) and self._ledger_put_now():
+                return self._send_replicated(conn, request, put_then)
             return None
         if self._must_wait() or self._topics_pending():
             if put_then is not None and not self._topics_pending() and self._ledger_put_now():
@@ -467,14 +463,11 @@ class SendMessageProcessor:
         it: the responses and errors of :meth:`send_message`, without a task per request. None
         (the task path) when this send created its topic, as in :meth:`send_message_now`."""
         header, _batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
-        ctx = self.ctx
-        persister = ctx.topics_persister
-        if persister is not None and persister.pending:  # this send created its topic
+        if self._topics_pending():
             return None
-        deferred = ctx.deferred
-        send = _ReplicatedSend(
-            self, conn, request, header, msgs, queue_id, transaction_id, kind, deferred.begin()
-        )
+        deferred = self.ctx.deferred
+        send = _ReplicatedSend(self, conn, request, header, msgs, queue_id, transaction_id, kind)
+        send.began = deferred.begin()
         try:
             put_then(msgs, send)
         except BaseException:
@@ -709,7 +702,6 @@ class _ReplicatedSend:
         queue_id: int,
         transaction_id: str | None,
         kind: SendKind,
-        began: int,
     ) -> None:
         self.proc = proc
         self.conn = conn
@@ -719,8 +711,7 @@ class _ReplicatedSend:
         self.queue_id = queue_id
         self.transaction_id = transaction_id
         self.kind = kind
-        #: when the request was taken (DeferredAnswers.begin)
-        self.began = began
+        self.began = 0
 
     def __call__(self, outcome: PutMessageResult | Exception) -> None:
         proc = self.proc
