@@ -94,7 +94,7 @@ from rocketq.ha.raft_types import (
     TruncateLog,
     Vote,
     VoteReply,
-    entries_size,
+    entry_run,
 )
 
 log = logging.getLogger(__name__)
@@ -526,7 +526,7 @@ class RaftNode:
                 return
             allow_empty = False
             try:
-                entries = self.log.batch(lo, cfg.max_batch_bytes)
+                entries, size = self.log.sized_batch(lo, cfg.max_batch_bytes)
                 prev_term = self.log.term_at(lo - 1)
             except Compacted:  # retention deleted them while this member runs
                 self._cannot_serve(peer, lo)
@@ -541,7 +541,6 @@ class RaftNode:
             pr.next = entries[-1].index + 1
             if not pr.inflight:
                 pr.last_ack_ms = self.now_ms  # the resend timer runs from the window's first send
-            size = entries_size(entries)
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
 
@@ -643,7 +642,7 @@ class RaftNode:
         take = max(0, min(room, len(data)))
         if take:
             nxt, term = self.log.last_index + 1, self.term
-            entries = tuple([Entry(nxt + i, term, d) for i, d in enumerate(data[:take])])
+            entries = entry_run(nxt, term, data if take == len(data) else data[:take])
             self.log.append_run(entries)  # consecutive, one term
             self._out.append(AppendEntries(entries))
             self._pending.append((nxt, first_id, take, self.now_ms + self.config.ack_timeout_ms))
