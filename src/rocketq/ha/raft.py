@@ -115,6 +115,7 @@ class RaftNode:
         self.config = config
         self.id = config.node_id
         self.peers = tuple(m for m in config.members if m != self.id)
+        self._quorum = config.quorum
         self._rng = rng
         hard_state = hard_state or HardState()
         self.term = hard_state.term
@@ -264,10 +265,10 @@ class RaftNode:
             )
 
     def _won(self) -> bool:
-        return sum(self._votes.values()) >= self.config.quorum
+        return sum(self._votes.values()) >= self._quorum
 
     def _lost(self) -> bool:
-        return sum(not v for v in self._votes.values()) >= self.config.quorum
+        return sum(not v for v in self._votes.values()) >= self._quorum
 
     def _become_leader(self) -> None:
         self._reset(self.term)
@@ -338,6 +339,9 @@ class RaftNode:
     def _receive(self, m: Message) -> None:
         if m.dst != self.id:
             raise ValueError(f"raft node {self.id!r} received a message for {m.dst!r}")
+        if type(m) is AppendReply and m.term == self.term and self.role is Role.LEADER:
+            self._handle_append_reply(m)  # the leader's most frequent message, where the tests below lead
+            return
         if m.term > self.term:
             if isinstance(m, PreVote | Vote):
                 transfer = isinstance(m, Vote) and m.transfer
@@ -589,8 +593,10 @@ class RaftNode:
         return m.synced_index if self.config.ack_policy is AckPolicy.FSYNCED else m.appended_index
 
     def _maybe_commit(self) -> None:
-        matches = sorted([self._own_match(), *(pr.match for pr in self.progress.values())], reverse=True)
-        q = matches[self.config.quorum - 1]
+        matches = [pr.match for pr in self.progress.values()]
+        matches.append(self._own_match())
+        matches.sort(reverse=True)
+        q = matches[self._quorum - 1]
         # Raft §5.4.2: only an entry of the leader's own term is committed by counting replicas
         if q > self.commit_index and self.log.term_at(q) == self.term:
             self.commit_index = q
