@@ -550,8 +550,10 @@ def test_committed_pos_is_the_committed_entry_end_after_runs_truncations_and_reo
             lead.append_run(first, 1, bodies, positions)
         end = lead.ledger_end_index
         assert len(lead.data.files) > 3
-        got = commit_each(lead, 0, end)
+        got = commit_each(lead, 0, end - 2)
         assert [a for a, _ in got] == [b for _, b in got]
+        assert lead.commit_to(end + 5) == entry_end(lead, end) and lead.committed_index == end  # clamped
+        assert lead.commit_to(3) == entry_end(lead, end) and lead.committed_index == end  # never lowered
         # a follower holding a stale tail of other sizes, cut and rewritten from the leader's bytes
         fol.append_entry_bytes(lead.read_bytes(0, 1 << 20))
         fol.truncate(10, floor=-1)

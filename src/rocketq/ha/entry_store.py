@@ -290,6 +290,12 @@ class EntryStore:
             self.committed = max(self.committed, index)
             return self.committed
 
+    def commit_to(self, index: int) -> int:
+        """:meth:`set_committed_index`, then :attr:`committed_pos` (in one hold of the lock)."""
+        with self.lock:
+            self.set_committed_index(index)
+            return self.committed_pos
+
     # -- term and vote --------------------------------------------------------------------------
     @property
     def term(self) -> int:
