@@ -98,11 +98,21 @@ def code_of(message: Message) -> int:
     return _CODES[type(message)]
 
 
+#: member ids as encoded (a group has a few members; every message names two of them)
+_IDENTS: dict[str, bytes] = {}
+
+
 def _ident(value: str) -> bytes:
+    got = _IDENTS.get(value)
+    if got is not None:
+        return got
     raw = value.encode("utf-8")
     if len(raw) > 255:
         raise ValueError(f"raft member id {value!r} is longer than 255 bytes")
-    return bytes((len(raw),)) + raw
+    got = bytes((len(raw),)) + raw
+    if len(_IDENTS) < 64:
+        _IDENTS[value] = got
+    return got
 
 
 def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
