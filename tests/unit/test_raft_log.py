@@ -5,7 +5,20 @@ from __future__ import annotations
 import pytest
 
 from rocketq.ha.raft_log import RaftLog
-from rocketq.ha.raft_types import ENTRY_OVERHEAD, Entry, EntryKind, entries_size, entry_run
+from rocketq.ha.raft_types import (
+    ENTRY_OVERHEAD,
+    Append,
+    Entry,
+    EntryKind,
+    Outcome,
+    ProposalResult,
+    Send,
+    append_of,
+    entries_size,
+    entry_run,
+    result_of,
+    send_of,
+)
 
 
 class ListReader:
@@ -109,6 +122,21 @@ def test_an_entry_run_is_the_entries_built_one_by_one() -> None:
     assert entry_run(0, 1, ()) == ()
     with pytest.raises(AttributeError):
         run[0].index = 1  # type: ignore[misc]  # still frozen
+
+
+def test_the_fast_constructors_give_what_the_constructors_give() -> None:
+    entries = entry_run(3, 2, (b"a", b"bb"))
+    built = [
+        (append_of("n0", "n1", 2, 2, 1, entries, 1), Append("n0", "n1", 2, 2, 1, entries, 1)),
+        (send_of(Append("n0", "n1", 2, 2, 1, (), 1)), Send(Append("n0", "n1", 2, 2, 1, (), 1))),
+        (result_of(7, Outcome.SUCCESS, 3, 2, "n0", 2), ProposalResult(7, Outcome.SUCCESS, 3, 2, "n0", 2)),
+        (result_of(8, Outcome.SUCCESS, 5, 2, None, 1), ProposalResult(8, Outcome.SUCCESS, 5, 2, None)),
+    ]
+    for fast, slow in built:
+        assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)
+        assert repr(fast) == repr(slow)
+    with pytest.raises(AttributeError):
+        built[0][0].commit = 5  # type: ignore[misc]  # still frozen
 
 
 def test_release_without_a_reader_keeps_everything() -> None:

@@ -87,14 +87,16 @@ from rocketq.ha.raft_types import (
     Receive,
     Role,
     RoleChanged,
-    Send,
     Tick,
     TimeoutNow,
     TransferLeadership,
     TruncateLog,
     Vote,
     VoteReply,
+    append_of,
     entry_run,
+    result_of,
+    send_of,
 )
 
 log = logging.getLogger(__name__)
@@ -198,7 +200,7 @@ class RaftNode:
 
     def _send(self, message: Message) -> None:
         self._flush_hard_state()  # persist before any message that depends on term or vote
-        self._out.append(Send(message))
+        self._out.append(send_of(message))
 
     def _random_timeout(self) -> int:
         t = self.config.election_timeout_ms
@@ -535,7 +537,7 @@ class RaftNode:
             except Compacted:  # retention deleted them while this member runs
                 self._cannot_serve(peer, lo)
                 return
-            self._send(Append(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
+            self._send(append_of(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
             pr.last_send_ms = self.now_ms
             if pr.probing:
                 pr.probe_sent = True
@@ -609,7 +611,7 @@ class RaftNode:
                 else:  # the rest of the run waits for a later commit
                     pending[0] = (index + done, pid + done, count - done, deadline)
                 self._pending_count -= done
-                self._out.append(ProposalResult(pid, Outcome.SUCCESS, index, self.term, self.id, done))
+                self._out.append(result_of(pid, Outcome.SUCCESS, index, self.term, self.id, done))
 
     def _fail_pending(self, outcome: Outcome) -> None:
         for index, pid, count, _ in self._pending:
