@@ -10,7 +10,7 @@ from typing import Any
 from _support.procs import free_port
 from _support.wait import wait_until_async
 from rocketq.ha import entry_format as fmt
-from rocketq.ha.peer_transport import PeerTransport
+from rocketq.ha.peer_transport import PeerTransport, _Merging
 from rocketq.ha.raft_types import Append, AppendReply, Entry, Heartbeat, Message
 
 
@@ -159,3 +159,18 @@ def test_a_message_queued_after_a_flush_in_the_same_iteration_leaves_at_its_end(
             await b.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_appends_merge_up_to_the_merge_bytes_counted_in_entry_sizes() -> None:
+    def append(prev: int, *bodies: bytes) -> Append:
+        entries = tuple(Entry(prev + 1 + k, 1, d) for k, d in enumerate(bodies))
+        return Append("a", "b", 1, prev, 1, entries, prev)
+
+    # entry sizes 148, 248 and 98 (48 B of header each): 394 fit a limit of 400, 492 do not
+    merging = _Merging(append(4, b"x" * 100))
+    assert merging.add(append(5, b"y" * 200), 400)
+    assert not merging.add(append(6, b"z" * 50), 400) and merging.add(append(6, b"z" * 50), 494)
+    assert not merging.add(append(7, b""), 494)  # 542 B
+    m = merging.message()
+    assert [e.index for e in m.entries] == [5, 6, 7] and m.commit == 6 and m.prev_index == 4
+    assert _Merging(append(4, b"x" * 100)).add(append(6, b"y"), 1 << 20) is False  # not contiguous

@@ -206,3 +206,16 @@ def test_appends_of_the_same_entries_to_several_followers_are_encoded_once(tmp_p
         assert reads == [(0, six), (0, six), (0, five), (0, six), (6, 2 * entries[6].size)]
     finally:
         leader.close()
+
+
+def test_a_decoded_append_reply_is_the_constructed_one() -> None:
+    replies = (AppendReply("n1", "n0", 7, True, 9, 9, 8), MESSAGES[6], AppendReply("é", "n0", 1, False, -1))
+    for sent in replies:
+        got = peer_codec.decode(*peer_codec.encode(sent))
+        assert type(got) is AppendReply and got == sent and hash(got) == hash(sent)
+        assert repr(got) == repr(sent) and type(got.success) is bool
+        with pytest.raises(AttributeError):
+            got.match_index = 0  # type: ignore[misc]  # still frozen
+    code, body = peer_codec.encode(AppendReply("n1", "n0", 7, True, 9, 9, 8))
+    with pytest.raises(RemoteProtocolError, match="raft"):
+        peer_codec.decode(code, body[:1] + b"\xff" + body[2:])  # a member id that is no UTF-8

@@ -516,3 +516,56 @@ def test_regression_an_index_file_the_disk_cannot_hold_fails_the_append_before_a
             assert s.append_at(16, 1, b"y" * 100, pos=end) == end
         with open_store(disk) as s:
             assert s.ledger_end_index == 16 and s.get(16).body == b"y" * 100
+
+
+def entry_end(s: EntryStore, i: int) -> int:
+    """Where entry ``i`` ends, from its header in the data files."""
+    e = s.get(i)
+    return e.pos + fmt.BODY_OFFSET + len(e.body)
+
+
+def commit_each(s: EntryStore, lo: int, hi: int) -> list[tuple[int, int]]:
+    """``(committed_pos, the end read back)`` after committing ``lo``, ``lo + 1``, ... ``hi``."""
+    out = []
+    for i in range(lo, hi + 1):
+        s.set_committed_index(i)
+        out.append((s.committed_pos, entry_end(s, i)))
+    return out
+
+
+def test_committed_pos_is_the_committed_entry_end_after_runs_truncations_and_reopening(
+    tmp_path: pathlib.Path,
+) -> None:
+    with open_store(tmp_path, "leader") as lead, open_store(tmp_path, "follower") as fol:
+        assert lead.committed_pos == -1
+        for k in range(30):  # runs of 1..5 entries: some written together, some across a file end
+            placer = lead.placer()
+            first = lead.ledger_end_index + 1
+            bodies = [body_of(first + j) for j in range(1 + k % 5)]
+            positions = []
+            for body in bodies:
+                pos = placer.place(fmt.BODY_OFFSET + len(body))
+                placer.take(pos, fmt.BODY_OFFSET + len(body))
+                positions.append(pos)
+            lead.append_run(first, 1, bodies, positions)
+        end = lead.ledger_end_index
+        assert len(lead.data.files) > 3
+        got = commit_each(lead, 0, end - 2)
+        assert [a for a, _ in got] == [b for _, b in got]
+        assert lead.commit_to(end + 5) == entry_end(lead, end) and lead.committed_index == end  # clamped
+        assert lead.commit_to(3) == entry_end(lead, end) and lead.committed_index == end  # never lowered
+        # a follower holding a stale tail of other sizes, cut and rewritten from the leader's bytes
+        fol.append_entry_bytes(lead.read_bytes(0, 1 << 20))
+        fol.truncate(10, floor=-1)
+        fol.set_committed_index(9)
+        assert fol.ledger_end_index == 9
+        for i in range(10, 20):
+            fol.append_at(i, 1, b"stale" * (i % 7 + 1))
+        assert fol.committed_pos == entry_end(fol, 9)
+        fol.truncate(10)
+        fol.append_entry_bytes(lead.read_bytes(10, 700))  # a few entries at a time
+        fol.append_entry_bytes(lead.read_bytes(fol.ledger_end_index + 1, 1 << 20))
+        got = commit_each(fol, 10, end)
+        assert [a for a, _ in got] == [b for _, b in got] == [entry_end(lead, i) for i in range(10, end + 1)]
+    with open_store(tmp_path, "follower") as fol:
+        assert fol.committed_pos == entry_end(fol, fol.committed_index)

@@ -5,7 +5,20 @@ from __future__ import annotations
 import pytest
 
 from rocketq.ha.raft_log import RaftLog
-from rocketq.ha.raft_types import Entry
+from rocketq.ha.raft_types import (
+    ENTRY_OVERHEAD,
+    Append,
+    Entry,
+    EntryKind,
+    Outcome,
+    ProposalResult,
+    Send,
+    append_of,
+    entries_size,
+    entry_run,
+    result_of,
+    send_of,
+)
 
 
 class ListReader:
@@ -82,6 +95,48 @@ def test_released_payloads_are_read_back_through_the_reader() -> None:
     assert log.last_index == 0 and log.released == 0
     log.append((Entry(1, 3, b"n"),))
     assert log.entry(1) == Entry(1, 3, b"n")
+
+
+def test_a_sized_batch_is_the_batch_and_its_size() -> None:
+    disk = [Entry(i, 1, b"x" * (i * 7 % 50)) for i in range(40)]
+    reader = ListReader(disk)
+    log = RaftLog(disk, reader=reader)
+    log.release(9)  # 0..9 from the reader, 10.. from memory
+    for lo in (0, 5, 9, 10, 25, 39, 40):
+        for max_bytes in (1, ENTRY_OVERHEAD + 20, 300, 1000, 100_000):
+            entries, size = log.sized_batch(lo, max_bytes)
+            assert entries == log.batch(lo, max_bytes)
+            assert size == entries_size(entries)
+            assert (len(entries) >= 1) == (lo <= 39)
+            assert size <= max_bytes or len(entries) == 1
+
+
+def test_an_entry_run_is_the_entries_built_one_by_one() -> None:
+    data = (b"a", b"", b"ccc" * 100)
+    run = entry_run(7, 3, data)
+    expected = tuple(Entry(7 + i, 3, d) for i, d in enumerate(data))
+    assert run == expected and [hash(e) for e in run] == [hash(e) for e in expected]
+    assert [repr(e) for e in run] == [repr(e) for e in expected]
+    assert all(type(e) is Entry and e.kind is EntryKind.NORMAL for e in run)
+    assert all(e.data is d for e, d in zip(run, data, strict=True))
+    assert entry_run(0, 1, ()) == ()
+    with pytest.raises(AttributeError):
+        run[0].index = 1  # type: ignore[misc]  # still frozen
+
+
+def test_the_fast_constructors_give_what_the_constructors_give() -> None:
+    entries = entry_run(3, 2, (b"a", b"bb"))
+    built = [
+        (append_of("n0", "n1", 2, 2, 1, entries, 1), Append("n0", "n1", 2, 2, 1, entries, 1)),
+        (send_of(Append("n0", "n1", 2, 2, 1, (), 1)), Send(Append("n0", "n1", 2, 2, 1, (), 1))),
+        (result_of(7, Outcome.SUCCESS, 3, 2, "n0", 2), ProposalResult(7, Outcome.SUCCESS, 3, 2, "n0", 2)),
+        (result_of(8, Outcome.SUCCESS, 5, 2, None, 1), ProposalResult(8, Outcome.SUCCESS, 5, 2, None)),
+    ]
+    for fast, slow in built:
+        assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)
+        assert repr(fast) == repr(slow)
+    with pytest.raises(AttributeError):
+        built[0][0].commit = 5  # type: ignore[misc]  # still frozen
 
 
 def test_release_without_a_reader_keeps_everything() -> None:

@@ -577,8 +577,7 @@ class RaftGroupLog:
                     self.config.self_id,
                 )
         elif isinstance(action, Apply):
-            store.set_committed_index(action.entries[-1].index)
-            self._committed_pos = store.committed_pos
+            self._committed_pos = store.commit_to(action.entries[-1].index)
             if self._elog is not None:
                 self._elog.commit(action.entries[-1].index, action.entries[-1].term)
             for callback in self._commit_callbacks:
@@ -737,8 +736,9 @@ class RaftGroupLog:
             # of (slot, entry index, entry pos) instead of an AppendResult per append
             receiver: BatchDone | None = None
             run: list[tuple[int, int, int]] = []
+            pop = futures.pop
             for k in range(result.count):
-                got = futures.pop(pid + k, None)
+                got = pop(pid + k, None)
                 if got is None:
                     continue
                 done, slot, pos = got

@@ -37,6 +37,7 @@ resetting an empty store to a snapshot position.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -61,6 +62,10 @@ from rocketq.ha.entry_recovery import recover
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
+
+#: runs of index records kept for :attr:`EntryStore.committed_pos` (a leader's proposals, a
+#: follower's received appends, single entries): the commit trails the end by a few of them
+RECENT_RUNS = 64
 
 #: An append hook: called with the entry's position and a mutable copy of the body, before the
 #: checksums are computed (RocketMQ's ``AppendHook`` writes the message's physical offset).
@@ -163,6 +168,10 @@ class EntryStore:
         self._voted_for: str | None = None
         self._closed = False
         self._truncations = 0
+        #: the index records of the last runs written, ``(first index, records)`` in index order
+        #: (cleared when the index files are cut): :attr:`committed_pos` finds a just committed
+        #: entry's end there instead of reading its record back from the index file
+        self._recent_records: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=RECENT_RUNS)
 
     # -- life cycle -----------------------------------------------------------------------------
     @classmethod
@@ -196,6 +205,7 @@ class EntryStore:
             store.data.shutdown()
             store.index.shutdown()
             raise
+        store._recent_records.clear()  # recovery may have cut index files after writing records
         return store
 
     def close(self) -> None:
@@ -252,8 +262,21 @@ class EntryStore:
                 return -1
             if self.committed < self.begin_index:  # everything committed was deleted
                 return self._index_record(self.begin_index).pos
-            rec = self._index_record(self.committed)
-            return rec.pos + rec.size
+            return self._entry_end(self.committed)
+
+    def _entry_end(self, index: int) -> int:
+        """Where entry ``index`` (one this store holds) ends: from the records of a run written
+        lately when it is one of theirs, else from its index record in the index file."""
+        recent = self._recent_records
+        for first, records in reversed(recent) if recent and recent[0][0] <= index else ():
+            k = index - first  # the newest first
+            if k >= 0:
+                if k * INDEX_UNIT_SIZE < len(records):
+                    _, pos, size, _, _ = fmt.INDEX_RECORD.unpack_from(records, k * INDEX_UNIT_SIZE)
+                    return int(pos + size)
+                break  # after the newest run that begins at or before it: not among them
+        rec = self._index_record(index)
+        return rec.pos + rec.size
 
     @staticmethod
     def body_offset(pos: int) -> int:
@@ -266,6 +289,12 @@ class EntryStore:
             index = min(index, self.end_index)
             self.committed = max(self.committed, index)
             return self.committed
+
+    def commit_to(self, index: int) -> int:
+        """:meth:`set_committed_index`, then :attr:`committed_pos` (in one hold of the lock)."""
+        with self.lock:
+            self.set_committed_index(index)
+            return self.committed_pos
 
     # -- term and vote --------------------------------------------------------------------------
     @property
@@ -399,6 +428,7 @@ class EntryStore:
             raise CorruptLogError(f"entries {index}.. cannot be written at {start}")
         if not idx.append(records):
             raise CorruptLogError(f"index records {index}.. cannot be written at {index * INDEX_UNIT_SIZE}")
+        self._recent_records.append((index, records))
         self.end_index, self.end_term, self.end_chain = index + len(bodies) - 1, term, chain
         if self.begin_index < 0:
             self.begin_index = index
@@ -476,6 +506,7 @@ class EntryStore:
             raise CorruptLogError(f"entries {first}.. cannot be written at {start}")
         if not idx.append(records):
             raise CorruptLogError(f"index records {first}.. cannot be written at {at}")
+        self._recent_records.append((first, records))
         self.end_index, self.end_term, self.end_chain = first + count - 1, term, chain
         if self.begin_index < 0:
             self.begin_index = first
@@ -574,9 +605,11 @@ class EntryStore:
         last = self._index_file_for(index)
         if last.file_from_offset + last.wrote_position != off or not last.append(record):
             raise CorruptLogError(f"index record {index} cannot be written at {off}")
+        self._recent_records.append((index, record))
 
     def index_reset_to(self, off: int) -> None:
         """Make the index files end at ``off``: later records cut, a missing file created."""
+        self._recent_records.clear()
         q = self.index
         q.truncate_dirty_files(off)
         last = q.last()
@@ -715,6 +748,7 @@ class EntryStore:
             if self.data.last() is None:
                 self.start_offset = cut - cut % self.data_file_size
             self.index.truncate_dirty_files(from_index * INDEX_UNIT_SIZE)
+            self._recent_records.clear()
             self.committed = min(self.committed, self.end_index)
 
     def delete_before(self, index: int) -> int:

@@ -98,11 +98,21 @@ def code_of(message: Message) -> int:
     return _CODES[type(message)]
 
 
+#: member ids as encoded (a group has a few members; every message names two of them)
+_IDENTS: dict[str, bytes] = {}
+
+
 def _ident(value: str) -> bytes:
+    got = _IDENTS.get(value)
+    if got is not None:
+        return got
     raw = value.encode("utf-8")
     if len(raw) > 255:
         raise ValueError(f"raft member id {value!r} is longer than 255 bytes")
-    return bytes((len(raw),)) + raw
+    got = bytes((len(raw),)) + raw
+    if len(_IDENTS) < 64:
+        _IDENTS[value] = got
+    return got
 
 
 def _raw_entries(m: Append, raw_reader: RawReader) -> bytes | None:
@@ -191,7 +201,7 @@ def _read_ident(body: memoryview, off: int) -> tuple[str, int]:
     end = off + 1 + n
     if end > len(body):
         raise RemoteProtocolError("raft message: member id runs past the body")
-    return bytes(body[off + 1 : end]).decode("utf-8"), end
+    return str(body[off + 1 : end], "utf-8"), end
 
 
 def decode(code: int, data: bytes) -> Message:
@@ -296,7 +306,40 @@ def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
     return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), None
 
 
+_new_message = object.__new__
+_SET_SRC, _SET_DST, _SET_TERM = (vars(Message)[name].__set__ for name in ("src", "dst", "term"))
+_SET_REPLY = tuple(
+    vars(AppendReply)[name].__set__
+    for name in (
+        "success", "match_index", "appended_index", "synced_index", "reject_index", "conflict_term",
+        "conflict_index",
+    )
+)  # fmt: skip
+
+
+def _decode_append_reply(body: memoryview) -> AppendReply:
+    """The leader's most frequent message, built through the slots' setters: equal to
+    ``AppendReply(src, dst, term, bool(ok), ...)``, without the frozen dataclass constructor."""
+    src, dst, term, off = _head(body)
+    ok, match, appended, synced, reject, cterm, cindex = _APPEND_REPLY.unpack_from(body, off)
+    m = _new_message(AppendReply)
+    _SET_SRC(m, src)
+    _SET_DST(m, dst)
+    _SET_TERM(m, term)
+    set_ok, set_match, set_appended, set_synced, set_reject, set_cterm, set_cindex = _SET_REPLY
+    set_ok(m, bool(ok))
+    set_match(m, match)
+    set_appended(m, appended)
+    set_synced(m, synced)
+    set_reject(m, reject)
+    set_cterm(m, cterm)
+    set_cindex(m, cindex)
+    return m
+
+
 def _decode_other(code: int, body: memoryview) -> Message:
+    if code == CODE_APPEND_REPLY:
+        return _decode_append_reply(body)
     src, dst, term, off = _head(body)
     if code == CODE_PRE_VOTE:
         return PreVote(src, dst, term, *_LAST.unpack_from(body, off))
@@ -307,9 +350,6 @@ def _decode_other(code: int, body: memoryview) -> Message:
         return PreVoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
     if code == CODE_VOTE_REPLY:
         return VoteReply(src, dst, term, bool(_FLAG.unpack_from(body, off)[0]))
-    if code == CODE_APPEND_REPLY:
-        ok, match, appended, synced, reject, cterm, cindex = _APPEND_REPLY.unpack_from(body, off)
-        return AppendReply(src, dst, term, bool(ok), match, appended, synced, reject, cterm, cindex)
     if code == CODE_HEARTBEAT:
         return Heartbeat(src, dst, term, _HB.unpack_from(body, off)[0])
     if code == CODE_HEARTBEAT_REPLY:

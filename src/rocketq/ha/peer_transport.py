@@ -149,7 +149,7 @@ class _Merging:
     def __init__(self, first: Append) -> None:
         self.first = first
         self.entries: list[Entry] = list(first.entries)
-        self.size = entries_size(first.entries)
+        self.size = -1  # summed when a second append comes (most of them leave alone)
         self.commit = first.commit
 
     def add(self, second: Append, merge_bytes: int) -> bool:
@@ -158,6 +158,8 @@ class _Merging:
             return False
         if not self.entries and second.prev_term != first.prev_term:
             return False
+        if self.size < 0:
+            self.size = entries_size(self.entries)
         size = self.size + entries_size(second.entries)
         if self.entries and size > merge_bytes:
             return False

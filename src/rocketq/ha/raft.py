@@ -87,14 +87,16 @@ from rocketq.ha.raft_types import (
     Receive,
     Role,
     RoleChanged,
-    Send,
     Tick,
     TimeoutNow,
     TransferLeadership,
     TruncateLog,
     Vote,
     VoteReply,
-    entries_size,
+    append_of,
+    entry_run,
+    result_of,
+    send_of,
 )
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class RaftNode:
         self.config = config
         self.id = config.node_id
         self.peers = tuple(m for m in config.members if m != self.id)
+        self._quorum = config.quorum
         self._rng = rng
         hard_state = hard_state or HardState()
         self.term = hard_state.term
@@ -197,7 +200,7 @@ class RaftNode:
 
     def _send(self, message: Message) -> None:
         self._flush_hard_state()  # persist before any message that depends on term or vote
-        self._out.append(Send(message))
+        self._out.append(send_of(message))
 
     def _random_timeout(self) -> int:
         t = self.config.election_timeout_ms
@@ -264,10 +267,10 @@ class RaftNode:
             )
 
     def _won(self) -> bool:
-        return sum(self._votes.values()) >= self.config.quorum
+        return sum(self._votes.values()) >= self._quorum
 
     def _lost(self) -> bool:
-        return sum(not v for v in self._votes.values()) >= self.config.quorum
+        return sum(not v for v in self._votes.values()) >= self._quorum
 
     def _become_leader(self) -> None:
         self._reset(self.term)
@@ -338,6 +341,9 @@ class RaftNode:
     def _receive(self, m: Message) -> None:
         if m.dst != self.id:
             raise ValueError(f"raft node {self.id!r} received a message for {m.dst!r}")
+        if type(m) is AppendReply and m.term == self.term and self.role is Role.LEADER:
+            self._handle_append_reply(m)  # the leader's most frequent message, where the tests below lead
+            return
         if m.term > self.term:
             if isinstance(m, PreVote | Vote):
                 transfer = isinstance(m, Vote) and m.transfer
@@ -526,12 +532,12 @@ class RaftNode:
                 return
             allow_empty = False
             try:
-                entries = self.log.batch(lo, cfg.max_batch_bytes)
+                entries, size = self.log.sized_batch(lo, cfg.max_batch_bytes)
                 prev_term = self.log.term_at(lo - 1)
             except Compacted:  # retention deleted them while this member runs
                 self._cannot_serve(peer, lo)
                 return
-            self._send(Append(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
+            self._send(append_of(self.id, peer, self.term, lo - 1, prev_term, entries, self.commit_index))
             pr.last_send_ms = self.now_ms
             if pr.probing:
                 pr.probe_sent = True
@@ -541,7 +547,6 @@ class RaftNode:
             pr.next = entries[-1].index + 1
             if not pr.inflight:
                 pr.last_ack_ms = self.now_ms  # the resend timer runs from the window's first send
-            size = entries_size(entries)
             pr.inflight.append((entries[-1].index, size))
             pr.inflight_bytes += size
 
@@ -590,8 +595,10 @@ class RaftNode:
         return m.synced_index if self.config.ack_policy is AckPolicy.FSYNCED else m.appended_index
 
     def _maybe_commit(self) -> None:
-        matches = sorted([self._own_match(), *(pr.match for pr in self.progress.values())], reverse=True)
-        q = matches[self.config.quorum - 1]
+        matches = [pr.match for pr in self.progress.values()]
+        matches.append(self._own_match())
+        matches.sort(reverse=True)
+        q = matches[self._quorum - 1]
         # Raft §5.4.2: only an entry of the leader's own term is committed by counting replicas
         if q > self.commit_index and self.log.term_at(q) == self.term:
             self.commit_index = q
@@ -604,7 +611,7 @@ class RaftNode:
                 else:  # the rest of the run waits for a later commit
                     pending[0] = (index + done, pid + done, count - done, deadline)
                 self._pending_count -= done
-                self._out.append(ProposalResult(pid, Outcome.SUCCESS, index, self.term, self.id, done))
+                self._out.append(result_of(pid, Outcome.SUCCESS, index, self.term, self.id, done))
 
     def _fail_pending(self, outcome: Outcome) -> None:
         for index, pid, count, _ in self._pending:
@@ -643,7 +650,7 @@ class RaftNode:
         take = max(0, min(room, len(data)))
         if take:
             nxt, term = self.log.last_index + 1, self.term
-            entries = tuple([Entry(nxt + i, term, d) for i, d in enumerate(data[:take])])
+            entries = entry_run(nxt, term, data if take == len(data) else data[:take])
             self.log.append_run(entries)  # consecutive, one term
             self._out.append(AppendEntries(entries))
             self._pending.append((nxt, first_id, take, self.now_ms + self.config.ack_timeout_ms))

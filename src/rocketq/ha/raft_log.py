@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from rocketq.ha.raft_types import ENTRY_OVERHEAD, Entry
+from rocketq.ha.raft_types import ENTRY_OVERHEAD, Entry, entries_size
 
 
 class EntryReader(Protocol):
@@ -160,24 +160,31 @@ class RaftLog:
 
     def batch(self, lo: int, max_bytes: int) -> tuple[Entry, ...]:
         """Entries from ``lo`` up to ``max_bytes`` in total, at least one if there is one."""
+        return self.sized_batch(lo, max_bytes)[0]
+
+    def sized_batch(self, lo: int, max_bytes: int) -> tuple[tuple[Entry, ...], int]:
+        """:meth:`batch` and the entries' total size (``entries_size`` of them), summed while
+        they are chosen: the leader counts every batch it sends against its in-flight window."""
         if lo > self._last:
-            return ()
+            return (), 0
         if lo < self._first:
             raise Compacted(f"raft log entry {lo} was deleted (the log begins at {self._first})")
         if lo < self._cache_start:
             got = self._read(lo, max_bytes)
-            return tuple(e for e in got if e.index <= self._last)
+            read = tuple(e for e in got if e.index <= self._last)
+            return read, entries_size(read)
         cache = self._cache
         i = lo - self._cache_start
         end = len(cache)
         total = len(cache[i].data) + ENTRY_OVERHEAD  # at least one
         j = i + 1
         while j < end:
-            total += len(cache[j].data) + ENTRY_OVERHEAD  # Entry.size, without the property call
-            if total > max_bytes:
+            size = len(cache[j].data) + ENTRY_OVERHEAD  # Entry.size, without the property call
+            if total + size > max_bytes:
                 break
+            total += size
             j += 1
-        return tuple(cache[i:j])
+        return tuple(cache[i:j]), total
 
     def compact(self, first: int, base_term: int | None) -> None:
         """Retention deleted the entries before ``first`` (all applied and written); the term of
