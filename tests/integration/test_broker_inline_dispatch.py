@@ -8,6 +8,8 @@ import asyncio
 import dataclasses
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from test_broker_server import decode_records, dispatched, run, running_broker
@@ -20,7 +22,7 @@ from rocketq.broker.server import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import Message
-from rocketq.remoting import RequestCode, create_request
+from rocketq.remoting import RemotingClient, RequestCode, create_request
 from rocketq.store import PutMessageStatus
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.record_scan import DispatchRequest
@@ -40,6 +42,14 @@ class Windows:
         self.threads.append(threading.current_thread().name)
         self.sizes.append(len(reqs))
         self.records += len(reqs)
+
+
+@asynccontextmanager
+async def broker_with_topic(cfg: StoreConfig) -> AsyncIterator[tuple[Broker, RemotingClient, str]]:
+    """:func:`running_broker` with ``TOPIC`` (one queue) created."""
+    async with running_broker(cfg) as (broker, client, addr):
+        assert (await client.invoke(addr, create_topic_request(TOPIC, queues=1))).code == ResponseCode.SUCCESS
+        yield broker, client, addr
 
 
 def watch(broker: Broker) -> tuple[Windows, LoopWakeup]:
@@ -63,10 +73,7 @@ def test_sends_are_dispatched_on_the_loop_without_a_thread_wakeup(
     )
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, wake = watch(broker)
             loop_thread = threading.current_thread().name  # client and broker share this loop
             for i in range(20):
@@ -99,10 +106,7 @@ def test_sends_within_one_interval_share_a_window(store_config: StoreConfig, int
     )
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, _wake = watch(broker)
             store = broker.store
             assert store is not None
@@ -135,10 +139,7 @@ def test_reads_after_an_answered_send_take_the_waiting_window(store_config: Stor
     )
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, _wake = watch(broker)
             store = broker.store
             assert store is not None and store.dispatch_window is not None
@@ -191,10 +192,7 @@ def test_a_window_over_the_bound_goes_to_the_dispatch_thread(store_config: Store
     cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH", inline_dispatch_max_bytes=2048)
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, wake = watch(broker)
             store = broker.store
             assert store is not None
@@ -218,10 +216,7 @@ def test_a_held_pull_is_woken_by_an_inline_dispatch(store_config: StoreConfig) -
     cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH")
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, wake = watch(broker)
             assert broker.ctx is not None
             hold = broker.ctx.hold
@@ -262,10 +257,7 @@ def test_sync_flush_sends_are_dispatched_on_the_loop_after_their_round(store_con
     cfg = dataclasses.replace(store_config, flush_disk_type="SYNC_FLUSH")
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             store = broker.store
             assert store is not None and store.reput is not None
             hop = store.flushed_dispatch_wake
@@ -293,10 +285,7 @@ def test_a_put_from_another_thread_still_wakes_the_dispatch_thread(store_config:
     cfg = dataclasses.replace(store_config, flush_disk_type="ASYNC_FLUSH")
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, _client, _addr):
             windows, wake = watch(broker)
             store = broker.store
             assert store is not None
@@ -330,10 +319,7 @@ def test_dledger_reads_take_the_window_waiting_for_the_thread(
     )
 
     async def main() -> None:
-        async with running_broker(cfg) as (broker, client, addr):
-            assert (
-                await client.invoke(addr, create_topic_request(TOPIC, queues=1))
-            ).code == ResponseCode.SUCCESS
+        async with broker_with_topic(cfg) as (broker, client, addr):
             windows, wake = watch(broker)
             store = broker.store
             assert isinstance(store, DLedgerMessageStore) and store.dispatch_window is wake
