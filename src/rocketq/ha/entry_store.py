@@ -264,6 +264,12 @@ class EntryStore:
                 return self._index_record(self.begin_index).pos
             return self._entry_end(self.committed)
 
+    def entry_end(self, index: int) -> int:
+        """Where entry ``index`` (one this store holds) ends: its position plus its size."""
+        with self.lock:
+            self._check_range(index)
+            return self._entry_end(index)
+
     def _entry_end(self, index: int) -> int:
         """Where entry ``index`` (one this store holds) ends: from the records of a run written
         lately when it is one of theirs, else from its index record in the index file."""

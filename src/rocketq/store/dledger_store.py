@@ -280,6 +280,10 @@ class DLedgerMessageStore(MessageStore):
                 if at == self._first_entry_pos():
                     log.info("dispatched position %d is below the first retained entry %d", start, at)
                     start = at
+                elif self._ends_entry_before(start, at):
+                    # dispatch had stopped after a data file's last entry: the rest of that file
+                    # is padding, and the next entry begins the next file
+                    start = at
                 else:
                     why = f"the checkpoint's dispatched position {start} is not where an entry starts"
         if why is None:
@@ -321,6 +325,23 @@ class DLedgerMessageStore(MessageStore):
             if problem is not None:
                 return f"the last unit of {cq.topic}-{cq.queue_id} disagrees with its record ({problem})"
         return None
+
+    def _ends_entry_before(self, end: int, at: int) -> bool:
+        """Whether the entry just before the one at position ``at`` ends at ``end`` (only
+        padding lies between them: ``at`` begins a data file)."""
+        entries = self._entry_store()
+        if entries is None or entries.ledger_begin_index < 0:
+            return False
+        lo, hi = entries.ledger_begin_index, entries.ledger_end_index
+        while lo < hi:  # the entry at ``at``: the first whose position is not below it
+            mid = (lo + hi) // 2
+            if entries.pos_at(mid) < at:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo <= entries.ledger_begin_index or entries.pos_at(lo) != at:
+            return False
+        return entries.entry_end(lo - 1) == end
 
     def _entry_at_or_after(self, pos: int) -> int | None:
         """The position of the first committed entry at or after ``pos`` (None: none)."""
