@@ -243,8 +243,7 @@ class SendMessageProcessor:
         """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to."""
         ctx = self.ctx
         topic = header.topic
-        if not ctx.config.broker_permission & PERM_WRITE:  # is_writeable, without two calls
-            self._check_broker_writeable()
+        self._check_broker_writeable()
         checked = self._checked_topics
         if topic not in checked:  # both checks depend on the name alone: once per name
             try:
@@ -267,7 +266,7 @@ class SendMessageProcessor:
                 tc = ctx.topics.create_in_send_back(topic, 1, PERM_WRITE | PERM_READ)
             if tc is None:
                 raise TopicNotExist(f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
-        if not tc.perm & PERM_WRITE:  # tc.writeable, without the property's two calls
+        if not tc.writeable:
             raise NoPermission(f"the topic[{topic}] sending message is forbidden")
         valid = max(tc.write_queue_nums, tc.read_queue_nums)
         if header.queue_id >= valid:
@@ -389,17 +388,9 @@ class SendMessageProcessor:
         send itself creates its topic, the checks and the record are redone by
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
-        put_then = self._ledger_put_then
-        if put_then is not None and self._sync:
-            # DLedger mode (whose puts always wait): _must_wait() holds, so the send is taken
-            # here when _send_replicated may take it, else by send_message
-            persister = self.ctx.topics_persister
-            if (persister is None or not persister.pending) and self._ledger_put_now():
-                return self._send_replicated(conn, request, put_then)
-            return None
         if self._must_wait() or self._topics_pending():
-            if put_then is not None and not self._topics_pending() and self._ledger_put_now():
-                return self._send_replicated(conn, request, put_then)
+            if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
+                return self._send_replicated(conn, request, self._ledger_put_then)
             return None
         header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
         if self._topics_pending():
@@ -489,19 +480,13 @@ class SendMessageProcessor:
         metrics derive the ``message_type`` label from: ``transaction``, or its properties, which
         BrokerMetrics.sent types at once; nothing is computed for them here, metrics on or off)."""
         tc = self.msg_check(conn, header)
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = self._pick_queue(tc, queue_id)
+        queue_id = self._pick_queue(tc, header.queue_id)
         # the record's properties and their bytes (None: encode_properties refuses them, and
         # raises below, after the checks that come first)
         props, encoded = sent_properties(
             header.properties, self.ctx.config.broker_cluster_name, self._ids.next_id
         )
-        # _check_transaction only where it can find a half message (the flag or the property)
-        half = (
-            (header.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_PREPARED_TYPE
-            or PROPERTY_TRANSACTION_PREPARED in props
-        ) and self._check_transaction(header.sys_flag, props)
+        half = self._check_transaction(header.sys_flag, props)
         if header.sys_flag & CHECKED_SYS_FLAGS:
             check_sys_flag(header.sys_flag, request.body, f"message to {header.topic}")
         topic = header.topic
@@ -722,18 +707,7 @@ class _ReplicatedSend:
         else:
             try:
                 proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
-                if outcome[0] is PutMessageStatus.PUT_OK:  # the usual answer, as _answer_now writes it
-                    cfg = proc.ctx.config
-                    response = send_ok_frame(
-                        request.opaque,
-                        outcome,
-                        self.queue_id,
-                        self.transaction_id,
-                        cfg.region_id,
-                        cfg.trace_on,
-                    )
-                else:
-                    response = proc._response(request, outcome, self.queue_id, self.transaction_id)
+                response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)

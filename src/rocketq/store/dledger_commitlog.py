@@ -200,21 +200,12 @@ class DLedgerCommitLog(CommitLog):
         put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
         itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
         so a caller needs no completion of its own around ``done``."""
-        ledger, loop = self.ledger, self.loop
-        if ledger is None or loop is None or not self._accepting:
-            ledger, loop = self._open()
+        ledger, loop = self._open()
         e = self._encode(m)
-        if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
-            self._check_fits(e)
-        running = asyncio.get_running_loop()
-        expiry = self._expiry
-        if expiry is None or expiry.loop is not running:
-            expiry = self._expiry_of(running)
+        self._check_fits(e)
+        expiry = self._expiry_of(asyncio.get_running_loop())
         put = _OnePut(self, ledger, e, done, stats)
-        appends = self._appends
-        if appends is None or appends.ledger is not ledger:
-            appends = self._append_queue(ledger, loop)
-        appends.submit_to(put.encode, expiry.loop, put)
+        self._append_queue(ledger, loop).submit_to(put.encode, expiry.loop, put)
         expiry.add(put)
 
     def _start_puts(
@@ -244,8 +235,8 @@ class DLedgerCommitLog(CommitLog):
 
     def _check_fits(self, e: Any) -> None:
         """An encoded record fits one entry (an entry never spans data files)."""
-        if e[2] > self.file_size - BODY_OFFSET - MIN_BLANK_LEN:
-            room = self.file_size - BODY_OFFSET - MIN_BLANK_LEN
+        room = self.file_size - BODY_OFFSET - MIN_BLANK_LEN
+        if e[2] > room:
             raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
 
     def _puts(
@@ -435,31 +426,8 @@ class _OnePut(_OneAppend):
         if self._finished:  # the expiry failed it meanwhile
             return
         self._finished = True
-        cl = self.cl
-        listener = cl._append_listener
-        if listener is not None:
-            listener()
-        size = self.e[2]
-        result = PutMessageResult(
-            (
-                PutMessageStatus.PUT_OK,
-                pos + BODY_OFFSET,
-                size,
-                self.queue_offset,
-                self.store_timestamp,
-                cl._store_host,
-                1,
-                None,
-            )
-        )
-        stats = self._stats
-        if stats is not None:
-            stats.put_count += 1
-            stats.put_bytes += size
-        try:
-            self._done(result)
-        except Exception:
-            log.exception("the completion of a DLedger put failed")
+        offsets = [pos + BODY_OFFSET]
+        self._finish(self.cl._put_ok(offsets, self.e[2], self.queue_offset, self.store_timestamp, 1))
 
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
