@@ -629,8 +629,7 @@ class RaftGroupLog:
         # index order: these are new to it
         cache.update(zip(range(first, first + len(raws)), raws, strict=True))
         self._sent_cache_bytes += len(data)
-        while self._sent_cache_bytes > SENT_CACHE_BYTES:
-            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
+        self._trim_sent_cache()
         return True
 
     def _is_proposing(self, entries: Sequence[Entry]) -> bool:
@@ -681,6 +680,11 @@ class RaftGroupLog:
             self._sent_cache_bytes -= len(old)
         cache[index] = raw
         self._sent_cache_bytes += len(raw)
+        self._trim_sent_cache()
+
+    def _trim_sent_cache(self) -> None:
+        """Drop the oldest cached entries while the cache holds more than SENT_CACHE_BYTES."""
+        cache = self._sent_cache
         while self._sent_cache_bytes > SENT_CACHE_BYTES:
             self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
 
@@ -701,8 +705,7 @@ class RaftGroupLog:
             cache[i] = raw[start:end]
             ends.append(end)
         self._sent_cache_bytes += added + end
-        while self._sent_cache_bytes > SENT_CACHE_BYTES:
-            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
+        self._trim_sent_cache()
         self._sent_run = (index, raw, ends, get(index))
 
     def _raw_entries(self, index: int, size: int) -> bytes:
@@ -769,9 +772,8 @@ class RaftGroupLog:
         if committed is not None:
             committed(run, leader)
             return
-        ok = AppendStatus.OK
         for slot, index, pos in run:
-            done(slot, AppendResult(ok, index, pos, pos + BODY_OFFSET, leader))
+            done(slot, AppendResult.ok(index, pos, leader))
 
     def _role_changed(self, change: RoleChanged) -> None:
         leader = change.leader_id

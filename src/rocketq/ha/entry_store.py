@@ -420,25 +420,49 @@ class EntryStore:
         end = positions[-1] + BODY_OFFSET + len(bodies[-1])
         if positions[0] != start or end + fmt.MIN_BLANK_LEN > last.file_from_offset + self.data_file_size:
             return None
-        idx = self._index_file_for(index)  # first: a full disk fails here, before any data is written
-        at = index * INDEX_UNIT_SIZE
-        if idx.file_from_offset + idx.wrote_position != at or at + len(bodies) * INDEX_UNIT_SIZE > (
-            idx.file_from_offset + self.index_file_size
-        ):
+        idx = self._run_index_file(index, len(bodies))
+        if idx is None:
             return None
         encoded = fmt.encode_entries(MAGIC_NORMAL, index, term, positions, bodies, self.end_chain)
         if encoded is None or len(encoded[0]) != end - start:
             return None
         data, records, chain = encoded
-        if not last.append(data):
-            raise CorruptLogError(f"entries {index}.. cannot be written at {start}")
-        if not idx.append(records):
-            raise CorruptLogError(f"index records {index}.. cannot be written at {index * INDEX_UNIT_SIZE}")
-        self._recent_records.append((index, records))
-        self.end_index, self.end_term, self.end_chain = index + len(bodies) - 1, term, chain
-        if self.begin_index < 0:
-            self.begin_index = index
+        self._put_run(last, idx, start, index, data, records, term, chain)
         return data
+
+    def _run_index_file(self, first: int, count: int) -> MappedFile | None:
+        """The index file whose end takes the records of entries ``first .. first + count - 1``,
+        or None when they do not all fit it. A full disk fails here, before any data is written."""
+        idx = self._index_file_for(first)
+        at = first * INDEX_UNIT_SIZE
+        if idx.file_from_offset + idx.wrote_position != at or at + count * INDEX_UNIT_SIZE > (
+            idx.file_from_offset + self.index_file_size
+        ):
+            return None
+        return idx
+
+    def _put_run(
+        self,
+        last: MappedFile,
+        idx: MappedFile,
+        start: int,
+        first: int,
+        data: bytes | memoryview,
+        records: bytes,
+        term: int,
+        chain: int,
+    ) -> None:
+        """Write a run of entries from ``first`` on (``data`` at ``start``, the end of the data
+        file ``last``; their index ``records`` at the end of ``idx``) and move the log's end."""
+        if not last.append(data):
+            raise CorruptLogError(f"entries {first}.. cannot be written at {start}")
+        if not idx.append(records):
+            raise CorruptLogError(f"index records {first}.. cannot be written at {first * INDEX_UNIT_SIZE}")
+        self._recent_records.append((first, records))
+        last_index = first + len(records) // INDEX_UNIT_SIZE - 1
+        self.end_index, self.end_term, self.end_chain = last_index, term, chain
+        if self.begin_index < 0:
+            self.begin_index = first
 
     def placer(self) -> EntryPlacer:
         """Positions for entries appended after the current end, in order, before any is written
@@ -502,20 +526,10 @@ class EntryStore:
         )
         if count == 0 or start + size + fmt.MIN_BLANK_LEN > last.file_from_offset + self.data_file_size:
             return 0, 0
-        idx = self._index_file_for(first)  # first: a full disk fails here, before any data is written
-        at = first * INDEX_UNIT_SIZE
-        if idx.file_from_offset + idx.wrote_position != at or at + len(records) > (
-            idx.file_from_offset + self.index_file_size
-        ):
+        idx = self._run_index_file(first, count)
+        if idx is None:
             return 0, 0
-        if not last.append(view[:size]):
-            raise CorruptLogError(f"entries {first}.. cannot be written at {start}")
-        if not idx.append(records):
-            raise CorruptLogError(f"index records {first}.. cannot be written at {at}")
-        self._recent_records.append((first, records))
-        self.end_index, self.end_term, self.end_chain = first + count - 1, term, chain
-        if self.begin_index < 0:
-            self.begin_index = first
+        self._put_run(last, idx, start, first, view[:size], records, term, chain)
         return count, size
 
     def next_entry_pos(self, size: int) -> int:

@@ -118,7 +118,7 @@ class SingleNodeLog:
         if self.fsync:
             store.flush()
             store.set_committed_index(index)
-        return AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, self.self_id)
+        return AppendResult.ok(index, pos, self.self_id)
 
     def read(self, pos: int, size: int) -> bytes:
         store = self.store

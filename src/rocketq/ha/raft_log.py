@@ -229,17 +229,9 @@ class RaftLog:
         the run instead of once per entry."""
         if not entries:
             return
-        e = entries[0]
-        if e.index != self._last + 1:
-            raise ValueError(f"raft log append at index {e.index}, expected {self._last + 1}")
-        last_term = self.last_term
-        if e.term < last_term:
-            raise ValueError(f"raft log entry {e.index} has term {e.term} below the last term {last_term}")
-        if e.term != last_term or not self._run_terms:
-            self._run_starts.append(e.index)
-            self._run_terms.append(e.term)
-        self._cache += entries
-        self._last = e.index + len(entries) - 1
+        self.append(entries[:1])  # its checks and its term's run
+        self._cache += entries[1:]
+        self._last = entries[0].index + len(entries) - 1
 
     def truncate(self, from_index: int) -> None:
         """Drop the entries at and after ``from_index``."""

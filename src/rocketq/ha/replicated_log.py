@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.raft_types import Outcome, Role
 
 
@@ -79,6 +80,11 @@ class AppendResult:
     physical_offset: int = -1
     #: the known leader when ``status`` is NOT_LEADER (its self id), else None
     leader_id: str | None = None
+
+    @classmethod
+    def ok(cls, index: int, pos: int, leader_id: str | None) -> AppendResult:
+        """The result of an append committed as entry ``index`` at ``pos``."""
+        return cls(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 from rocketq.errors import RocketqError
-from rocketq.ha.entry_format import BODY_OFFSET
-from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
+from rocketq.ha.replicated_log import AppendResult, RecordEncoder, ReplicatedLog
 from rocketq.store.commitlog import PutMessageResult
 
 log = logging.getLogger(__name__)
@@ -234,7 +233,7 @@ class AppendQueue:
                 continue
             waiters[slot] = None
             if isinstance(waiter, concurrent.futures.Future):
-                waiter.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+                waiter.set_result(AppendResult.ok(index, pos, leader))
                 continue
             caller, fut = waiter
             if caller is not last:
@@ -309,7 +308,7 @@ class CommittedRun:
             if committed is not None:
                 committed(index, pos, leader)
             elif not fut.done():  # else the caller gave up (timeout, cancelled request)
-                fut.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+                fut.set_result(AppendResult.ok(index, pos, leader))
 
 
 Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, Settable]
@@ -383,7 +382,7 @@ class PutChain:
 
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         if not self._finished:
-            self.set_result(AppendResult(AppendStatus.OK, index, pos, pos + BODY_OFFSET, leader))
+            self.set_result(AppendResult.ok(index, pos, leader))
 
 
 class Expiry:
