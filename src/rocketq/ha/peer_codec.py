@@ -51,6 +51,7 @@ from rocketq.ha.raft_types import (
     TimeoutNow,
     Vote,
     VoteReply,
+    append_reply_of,
 )
 
 RAFT_CODE_BASE: Final = 6100
@@ -306,35 +307,11 @@ def _decode_append(body: memoryview) -> tuple[Message, list[bytes] | None]:
     return Append(src, dst, term, prev_index, prev_term, tuple(entries), commit), None
 
 
-_new_message = object.__new__
-_SET_SRC, _SET_DST, _SET_TERM = (vars(Message)[name].__set__ for name in ("src", "dst", "term"))
-_SET_REPLY = tuple(
-    vars(AppendReply)[name].__set__
-    for name in (
-        "success", "match_index", "appended_index", "synced_index", "reject_index", "conflict_term",
-        "conflict_index",
-    )
-)  # fmt: skip
-
-
 def _decode_append_reply(body: memoryview) -> AppendReply:
-    """The leader's most frequent message, built through the slots' setters: equal to
-    ``AppendReply(src, dst, term, bool(ok), ...)``, without the frozen dataclass constructor."""
+    """The leader's most frequent message, built without the frozen dataclass constructor."""
     src, dst, term, off = _head(body)
     ok, match, appended, synced, reject, cterm, cindex = _APPEND_REPLY.unpack_from(body, off)
-    m = _new_message(AppendReply)
-    _SET_SRC(m, src)
-    _SET_DST(m, dst)
-    _SET_TERM(m, term)
-    set_ok, set_match, set_appended, set_synced, set_reject, set_cterm, set_cindex = _SET_REPLY
-    set_ok(m, bool(ok))
-    set_match(m, match)
-    set_appended(m, appended)
-    set_synced(m, synced)
-    set_reject(m, reject)
-    set_cterm(m, cterm)
-    set_cindex(m, cindex)
-    return m
+    return append_reply_of(src, dst, term, bool(ok), match, appended, synced, reject, cterm, cindex)
 
 
 def _decode_other(code: int, body: memoryview) -> Message:

@@ -467,6 +467,13 @@ _SEND_MESSAGE = _setter(Send, "message")
 _APPEND_FIELDS = tuple(
     _setter(Append, name) for name in ("src", "dst", "term", "prev_index", "prev_term", "entries", "commit")
 )
+_REPLY_FIELDS = tuple(
+    _setter(AppendReply, name)
+    for name in (
+        "src", "dst", "term", "success", "match_index", "appended_index", "synced_index", "reject_index",
+        "conflict_term", "conflict_index",
+    )
+)  # fmt: skip
 _RESULT_FIELDS = tuple(
     _setter(ProposalResult, name)
     for name in ("proposal_id", "outcome", "index", "term", "leader_id", "count")
@@ -509,3 +516,27 @@ def result_of(
     s_leader(r, leader_id)
     s_count(r, count)
     return r
+
+
+def append_reply_of(
+    src: str,
+    dst: str,
+    term: int,
+    success: bool,
+    match_index: int,
+    appended_index: int,
+    synced_index: int,
+    reject_index: int,
+    conflict_term: int,
+    conflict_index: int,
+) -> AppendReply:
+    """``AppendReply(src, dst, term, success, match_index, ...)`` (the leader's most frequent
+    message, decoded from every follower's reply)."""
+    m = _new(AppendReply)
+    values = (
+        src, dst, term, success, match_index, appended_index, synced_index, reject_index, conflict_term,
+        conflict_index,
+    )  # fmt: skip
+    for set_field, value in zip(_REPLY_FIELDS, values, strict=True):
+        set_field(m, value)
+    return m
