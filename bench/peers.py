@@ -171,14 +171,16 @@ class Result:
 
 
 async def gather_limited(n: int, limit: int, one: Callable[[int], Awaitable[None]]) -> None:
-    """Run ``one(0..n-1)`` with at most ``limit`` in flight (``asyncio.gather`` over a semaphore)."""
-    sem = asyncio.Semaphore(limit)
+    """Run ``one(0..n-1)`` with ``limit`` in flight: ``limit`` tasks, each awaiting one call at a
+    time, as an application's concurrent senders do. (A task per call over a semaphore, as
+    this used to be, spent about 10 µs of the harness's CPU per call on every system alike.)"""
+    calls = iter(range(n))
 
-    async def guarded(i: int) -> None:
-        async with sem:
+    async def sender() -> None:
+        for i in calls:
             await one(i)
 
-    await asyncio.gather(*(guarded(i) for i in range(n)))
+    await asyncio.gather(*(sender() for _ in range(min(limit, n))))
 
 
 async def timed_sends(n: int, limit: int, one: Callable[[int], Awaitable[None]], meter: Meter) -> None:

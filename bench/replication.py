@@ -24,7 +24,8 @@ Broker level (``--parts broker``): ``rocketq serve`` (one broker) and ``rocketq 
 once, for each ``--flushes`` mode; with ``--baseline-src DIR`` a second group runs from another
 source tree (before/after a change in one run). The same client for all: one ``AsyncProducer``
 per server, N senders (``--broker-clients``) each awaiting one send at a time, bodies of
-``--broker-sizes``; cases interleaved over ``--rounds`` rounds of ``--broker-seconds``, the
+``--broker-sizes`` (``--auto-batch``: the producers coalesce concurrent sends, for every server
+alike); cases interleaved over ``--rounds`` rounds of ``--broker-seconds``, the
 servers' order alternating. Figures: acknowledged sends/s, p50/p99 of a send, CPU per message
 (utime + stime from ``/proc/PID/stat``) of all the server's processes, of the process that takes
 the sends (the master) and of this client process, the group's rate over the single broker's
@@ -407,6 +408,7 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
         f"\nbroker level: rocketq serve (1 broker) against rocketq serve --dledger 3 (enableBatchPush=true),"
         f" both running, cases interleaved; {args.rounds} round(s) of {args.broker_seconds:g} s per case;"
         " client: one AsyncProducer per server, N senders each awaiting one send at a time"
+        + (", producer auto-batching on" if args.auto_batch else "")
     )
     for flush in args.flushes.split(","):
         servers = [Serve(root, flush, 1), Serve(root, flush, 3)]
@@ -419,7 +421,9 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
             conf = servers[1].conf
             print(f"{flush}: group conf " + ", ".join(f"{k}={v}" for k, v in conf.items()))
             for s in servers:
-                p = AsyncProducer(f"ReplBench{len(producers)}PG", namesrv_addr=s.namesrv)
+                p = AsyncProducer(
+                    f"ReplBench{len(producers)}PG", namesrv_addr=s.namesrv, auto_batch=args.auto_batch
+                )
                 await p.start()
                 producers.append(p)
                 for _ in range(50):  # routes, connections, the first files
@@ -597,6 +601,11 @@ if __name__ == "__main__":
         "--baseline-src",
         default=None,
         help="broker: also run the group from this source tree (a src/ directory), e.g. before a change",
+    )
+    p.add_argument(
+        "--auto-batch",
+        action="store_true",
+        help="broker: the producers auto-batch (AsyncProducer(auto_batch=True)) for every server alike",
     )
     p.add_argument("--broker-failovers", type=int, default=3, help="broker fail-over rounds")
     p.add_argument("--dir", default=None, help="where the data goes (default: a temporary directory)")

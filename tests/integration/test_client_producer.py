@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _support.wait import wait_until, wait_until_async
+from _support.wait import wait_until
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
 from rocketq.client._routes import hash_queue_index
@@ -29,6 +29,7 @@ from rocketq.errors import (
     ConfigError,
     MessageBodyTooLarge,
     NameServerUnavailable,
+    RocketqError,
     TopicNameInvalid,
 )
 from rocketq.message import decode_properties
@@ -96,12 +97,12 @@ class Cluster:
             await broker.start()
             self.brokers[name] = broker
 
-    def create_topic(self, topic: str, queues: int) -> None:
+    def create_topic(self, topic: str, queues: int, perm: int = 6) -> None:
         async def create() -> None:
             for broker in self.brokers.values():
                 assert broker.ctx is not None and broker.registrar is not None
                 broker.ctx.topics.update(
-                    TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues)
+                    TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
                 )
                 await broker.registrar.register_all()
 
@@ -387,13 +388,17 @@ def test_sync_send_from_threads_uses_blocking_connections(cluster: Cluster) -> N
 def test_auto_batch_coalesces_concurrent_sends_with_results_of_their_own(cluster: Cluster) -> None:
     cluster.create_topic("AutoBatchT", 4)
 
-    async def main() -> tuple[list[SendResult], list[SendResult], SendResult]:
+    async def main() -> tuple[list[SendResult], list[SendResult], list[SendResult], SendResult]:
         async with AsyncProducer(
-            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=200
+            "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=60_000
         ) as p:
-            await p.send(Message("AutoBatchT", b"warm-up"))  # alone: an ordinary send
-            together = await asyncio.gather(
-                *(p.send(Message("AutoBatchT", f"c{i}".encode())) for i in range(20))
+            # nothing in flight: each send goes out at once, alone (a minute's linger never waited)
+            alone = [
+                await asyncio.wait_for(p.send(Message("AutoBatchT", f"a{i}".encode())), 10) for i in range(4)
+            ]
+            # the first goes alone, the 19 made while it is in flight go as one batch when it is answered
+            together = await asyncio.wait_for(
+                asyncio.gather(*(p.send(Message("AutoBatchT", f"c{i}".encode())) for i in range(20))), 10
             )
         async with AsyncProducer(
             "PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_bytes=1
@@ -401,20 +406,26 @@ def test_auto_batch_coalesces_concurrent_sends_with_results_of_their_own(cluster
             apart = await asyncio.gather(*(p.send(Message("AutoBatchT", f"s{i}".encode())) for i in range(4)))
         p = AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=60_000)
         await p.start()
+        first = asyncio.ensure_future(p.send(Message("AutoBatchT", b"in flight at shutdown")))
         waiting = asyncio.ensure_future(p.send(Message("AutoBatchT", b"flushed at shutdown")))
-        await wait_until_async(lambda: bool(p._batches), "the send to wait for its batch")
+        await asyncio.sleep(0)  # one loop iteration: both sends take their first step, no I/O yet
+        assert p._batches, "the second send waits behind the first"
         await p.shutdown()
-        return together, apart, await asyncio.wait_for(waiting, 10)
+        assert (await asyncio.wait_for(first, 10)).status is SendStatus.SEND_OK
+        return alone, together, apart, await asyncio.wait_for(waiting, 10)
 
-    together, apart, last = asyncio.run(main())
+    alone, together, apart, last = asyncio.run(main())
+    # sent alone: round-robin over the queues, as without auto-batching
+    assert len({r.message_queue.queue_id for r in alone}) == 4
     # one SEND_BATCH_MESSAGE: one queue, consecutive offsets, each caller its own ids
-    assert len({r.message_queue for r in together}) == 1
-    first = together[0].queue_offset
-    assert [r.queue_offset for r in together] == list(range(first, first + 20))
+    batch = together[1:]
+    assert len({r.message_queue for r in batch}) == 1
+    first = batch[0].queue_offset
+    assert [r.queue_offset for r in batch] == list(range(first, first + 19))
     assert len({r.msg_id for r in together}) == 20 and len({r.offset_msg_id for r in together}) == 20
-    qid = together[0].message_queue.queue_id
+    qid = batch[0].message_queue.queue_id
     views = {v.queue_offset: v for v in cluster.pull_all("broker-a", "AutoBatchT", qid)}
-    for i, r in enumerate(together):
+    for i, r in enumerate(batch, start=1):
         v = views[r.queue_offset]
         assert v.body == f"c{i}".encode()
         assert decode_properties(v.properties)["UNIQ_KEY"] == r.msg_id
@@ -423,3 +434,24 @@ def test_auto_batch_coalesces_concurrent_sends_with_results_of_their_own(cluster
     assert last.status is SendStatus.SEND_OK
     stored = bodies(cluster.pull_all("broker-a", "AutoBatchT", last.message_queue.queue_id))
     assert b"flushed at shutdown" in stored
+
+
+def test_auto_batch_sends_waiting_behind_a_failed_request_are_not_stranded(cluster: Cluster) -> None:
+    """The request in flight fails (the topic is read-only): the sends that waited behind it go
+    out at once and get their own errors, not the minute's linger."""
+    cluster.create_topic("ReadOnlyAB", 4, perm=4)
+
+    async def main() -> list[SendResult | BaseException]:
+        async with AsyncProducer(
+            "PG",
+            namesrv_addr=cluster.namesrv_addr,
+            auto_batch=True,
+            batch_max_delay_ms=60_000,
+            retry_times_when_send_failed=0,
+        ) as p:
+            sends = (p.send(Message("ReadOnlyAB", f"m{i}".encode())) for i in range(5))
+            return await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 10)
+
+    outcomes = asyncio.run(main())
+    assert len(outcomes) == 5
+    assert all(isinstance(o, RocketqError) for o in outcomes), outcomes

@@ -26,12 +26,17 @@ Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
   ``status`` says what is missing, as in RocketMQ.
 * ``auto_batch`` (off by default; RocketMQ 5's ``autoBatch``): concurrent :meth:`AsyncProducer.send`
   calls for one topic (and one ``queue=`` when given) without sharding key, selector, delay
-  level or compression are held up to ``batch_max_delay_ms`` and sent together as one
-  SEND_BATCH_MESSAGE, at once when ``batch_max_bytes`` of bodies and properties are waiting.
+  level or compression coalesce into SEND_BATCH_MESSAGE requests. The key's requests decide
+  when (the rule of Nagle's algorithm, not RocketMQ's fixed hold): a send made while no request
+  of its key is in flight and none is waiting goes out at once, alone, as an ordinary
+  SEND_MESSAGE_V2; a send made while one is in flight waits, and everything waiting goes out
+  as one batch when a request of the key is answered, when ``batch_max_bytes`` of bodies and
+  properties are waiting, or ``batch_max_delay_ms`` after the first of them, whichever comes
+  first. So a lone send never waits, and the more sends are in flight, the larger the batches.
   Each caller still gets its own SendResult: its own ``msg_id`` (UNIQ_KEY), offset message id
   and ``queue_offset`` (the batch's first offset plus its place in the batch). A batch that fails
-  fails every send in it, after the retries a single send gets. A lone message goes out as an
-  ordinary SEND_MESSAGE_V2. Shutdown sends what is waiting first.
+  fails every send in it, after the retries a single send gets. Shutdown sends what is waiting
+  first.
 """
 
 from __future__ import annotations
@@ -182,6 +187,8 @@ class AsyncProducer:
         self.batch_max_delay_ms = batch_max_delay_ms
         self.batch_max_bytes = batch_max_bytes
         self._batches: dict[tuple[str, MessageQueue | None], _Accumulating] = {}
+        #: requests in flight per auto-batching key (sends alone and batches)
+        self._in_flight: dict[tuple[str, MessageQueue | None], int] = {}
         self._batch_tasks: set[asyncio.Task[None]] = set()
         self._ids = UniqueIdGenerator()
         self._remoting: RemotingClient | None = None
@@ -211,9 +218,9 @@ class AsyncProducer:
         if self._state != "running":
             self._state = "shutdown"
             return
-        for key in list(self._batches):
-            self._flush_batch(key)
-        if self._batch_tasks:
+        while self._batches or self._batch_tasks:  # a batch answered may let another go
+            for key in list(self._batches):
+                self._flush_batch(key)
             await asyncio.gather(*self._batch_tasks, return_exceptions=True)
         self._state = "shutdown"
         await cancel_and_wait(self._refresher)
@@ -268,10 +275,34 @@ class AsyncProducer:
             and msg.delay_level <= 0
             and not prepared.sys_flag & SYS_FLAG_COMPRESSED
         ):
-            return await self._send_batched(prepared, queue, msg)
+            key = (prepared.topic, queue)
+            if key in self._in_flight or key in self._batches:
+                return await self._send_batched(prepared, queue, msg)
+            return await self._send_alone(key, prepared, queue, msg)
         return await self._send_with_retries(prepared, sharding_key, selector, queue, msg)
 
     # -- auto-batching -----------------------------------------------------------------------
+    async def _send_alone(
+        self, key: tuple[str, MessageQueue | None], p: _Prepared, queue: MessageQueue | None, msg: Message
+    ) -> SendResult:
+        """Send ``p`` at once (nothing of its key in flight or waiting): an ordinary send, counted
+        in flight so that the sends made meanwhile wait for it and go together."""
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            return await self._send_with_retries(p, None, None, queue, msg)
+        finally:
+            self._request_done(key)
+
+    def _request_done(self, key: tuple[str, MessageQueue | None]) -> None:
+        """A request of ``key`` was answered (or failed): the sends waiting go out now."""
+        left = self._in_flight[key] - 1
+        if left:
+            self._in_flight[key] = left
+        else:
+            del self._in_flight[key]
+        if key in self._batches:
+            self._flush_batch(key)
+
     def _send_batched(
         self, p: _Prepared, queue: MessageQueue | None, msg: Message
     ) -> asyncio.Future[SendResult]:
@@ -300,11 +331,18 @@ class AsyncProducer:
             return
         if acc.timer is not None:
             acc.timer.cancel()
-        task = asyncio.get_running_loop().create_task(self._send_accumulated(key[1], acc))
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._send_accumulated(key, acc))
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 
-    async def _send_accumulated(self, queue: MessageQueue | None, acc: _Accumulating) -> None:
+    async def _send_accumulated(self, key: tuple[str, MessageQueue | None], acc: _Accumulating) -> None:
+        try:
+            await self._send_items(key[1], acc)
+        finally:
+            self._request_done(key)
+
+    async def _send_items(self, queue: MessageQueue | None, acc: _Accumulating) -> None:
         items = acc.items
         try:
             if len(items) == 1:
