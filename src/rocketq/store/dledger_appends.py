@@ -4,15 +4,16 @@
 
     caller (broker loop / worker thread)              log's loop (LedgerLoop)
     submit_to / submit ──► AppendQueue ──(one hand-over per caller-loop iteration)──► append_batch
-    PutChain / Future  ◄── resolve_outcomes ◄──(one call_soon_threadsafe per log iteration)── done
+    put / Future       ◄── resolve_outcomes ◄──(one call_soon_threadsafe per log iteration)── done
 
 * :class:`LedgerLoop` is the event loop the log lives on: the broker's own loop (adopted: sends
   reach the log with no thread hand-off, outcomes are set on the same loop) or a loop thread of
   its own (embedded stores, tests, tools).
 * :class:`AppendQueue` batches the appends of one caller-loop iteration into one proposal (one
   message to each follower with batch push) and sends the outcomes back the same way.
-* :class:`PutChain` runs a put's next append from the previous one's outcome with no task;
-  :class:`Expiry` fails every append still waiting after the put timeout with one timer.
+* a put's waiters (the one-message put, a batch's messages: ``dledger_commitlog``) take their
+  outcomes with no task; :class:`Expiry` fails every put still waiting after the put timeout
+  with one timer.
 
 Invariant: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
 unknown, or the exception that stopped the log); nobody waits forever.
@@ -26,7 +27,7 @@ import concurrent.futures
 import functools
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from rocketq.errors import RocketqError
@@ -154,6 +155,18 @@ class AppendQueue:
             caller.call_soon(self._hand_over, caller)
         outbox.append((encode, (caller, waiter)))
 
+    def submit_all(
+        self, appends: list[tuple[RecordEncoder, Settable]], caller: asyncio.AbstractEventLoop
+    ) -> None:
+        """:meth:`submit_to` of several appends that stay together: consecutive in the same
+        proposal, nothing of another put between them."""
+        outbox = self._outboxes.get(caller)
+        if outbox is None:
+            outbox = self._outboxes[caller] = []
+        if not outbox:
+            caller.call_soon(self._hand_over, caller)
+        outbox += [(encode, (caller, waiter)) for encode, waiter in appends]
+
     def _hand_over(self, caller: asyncio.AbstractEventLoop) -> None:
         outbox = self._outboxes.get(caller)
         if not outbox:
@@ -278,17 +291,22 @@ class _Proposal:
         self.queue._committed(self.waiters, run, leader)
 
 
-class Settable(Protocol):
-    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future``, a
-    :class:`PutChain`, or the one-message put of :meth:`DLedgerCommitLog.put_messages_then`.
-    One that also has ``committed(index, pos, leader)`` is told a commit that way (nothing when
-    it is done already) instead of by an OK ``AppendResult`` (:meth:`CommittedRun.resolve`)."""
+class Expirable(Protocol):
+    """What :class:`Expiry` fails when its time is up: an append's waiter, or a whole put."""
 
     def done(self) -> bool: ...
 
-    def set_result(self, result: AppendResult, /) -> None: ...
-
     def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class Settable(Expirable, Protocol):
+    """What an append's outcome is handed to on the caller's loop: an ``asyncio.Future``, or a
+    put's own waiter (:meth:`DLedgerCommitLog.put_messages_then`: one message, or each message
+    of a batch). One that also has ``committed(index, pos, leader)`` is told a commit that way
+    (nothing when it is done already) instead of by an OK ``AppendResult``
+    (:meth:`CommittedRun.resolve`)."""
+
+    def set_result(self, result: AppendResult, /) -> None: ...
 
 
 class CommittedRun:
@@ -332,77 +350,23 @@ def finish_put(done: PutCallback, outcome: PutMessageResult | Exception) -> None
         log.exception("the completion of a DLedger put failed")
 
 
-class PutChain:
-    """One append of a :meth:`DLedgerCommitLog.put_messages_then` and what follows it: the
-    waiter of that append, set on the caller's loop (:func:`resolve_outcomes`) or failed by the expiry,
-    like a future, but it runs the next step right there instead of waking a task. The appends
-    of a batch go one after the other (as :meth:`DLedgerCommitLog.put_messages_async` awaits
-    them), each with a chain of its own (its own deadline)."""
-
-    __slots__ = ("_appends", "_done", "_expiry", "_finished", "_loop", "_steps")
-
-    def __init__(
-        self,
-        steps: Generator[OneAppend, AppendResult, PutMessageResult],
-        appends: AppendQueue,
-        expiry: Expiry,
-        done: PutCallback,
-    ) -> None:
-        self._steps = steps
-        self._appends = appends
-        self._expiry = expiry
-        self._loop = expiry.loop
-        self._done = done
-        #: the append has its outcome (a future's done())
-        self._finished = False
-
-    def submit(self, put: OneAppend) -> None:
-        self._appends.submit_to(put.encode, self._loop, self)
-        self._expiry.add(self)
-
-    def done(self) -> bool:
-        return self._finished
-
-    def set_result(self, result: AppendResult, /) -> None:
-        self._finished = True
-        try:
-            put = self._steps.send(result)
-        except StopIteration as stop:
-            finish_put(self._done, stop.value)
-            return
-        except Exception as exc:  # the append did not commit (raise_for)
-            finish_put(self._done, exc)
-            return
-        PutChain(self._steps, self._appends, self._expiry, self._done).submit(put)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self._finished = True
-        self._steps.close()
-        finish_put(self._done, put_error(exception))
-
-    def committed(self, index: int, pos: int, leader: str | None) -> None:
-        if not self._finished:
-            self.set_result(AppendResult.ok(index, pos, leader))
-
-
 class Expiry:
     """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
     leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
-    :class:`PutChain` (done once its current append has its outcome; a chain's next append is
-    added again with its own deadline). The waiters added in one loop iteration get their
+    put (a batch's put is one waiter for all its messages). The waiters added in one loop iteration get their
     deadline together at its end (one clock read and one look at the oldest for them all, not
     one per send)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
-        self._waiting: collections.deque[tuple[float, Settable]] = collections.deque()
+        self._waiting: collections.deque[tuple[float, Expirable]] = collections.deque()
         #: waiters added in this loop iteration (:meth:`_added` at its end)
-        self._adding: list[Settable] = []
+        self._adding: list[Expirable] = []
         self._armed = False
 
-    def add(self, fut: Settable) -> None:
+    def add(self, fut: Expirable) -> None:
         adding = self._adding
         if not adding:
             self.loop.call_soon(self._added)

@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from rocketq.config import StoreConfig
@@ -46,7 +47,6 @@ from rocketq.store.dledger_appends import (
     Expiry,
     LedgerLoop,
     PutCallback,
-    PutChain,
     ReplicationError,
     finish_put,
     put_error,
@@ -89,6 +89,8 @@ class DLedgerCommitLog(CommitLog):
         self._append_timeout_s = max(1.0, config.put_message_timeout_ms / 1000 + 1)
         self._appends: AppendQueue | None = None
         self._expiry: Expiry | None = None
+        #: a group of one appends in the writer's thread: one put at a time
+        self._inline_lock = threading.Lock()
 
     # -- life cycle -------------------------------------------------------------------------
     def attach(self, ledger: ReplicatedLog, loop: LedgerLoop, divided_offset: int) -> None:
@@ -152,48 +154,56 @@ class DLedgerCommitLog(CommitLog):
         return self.put_messages((m,))
 
     def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
-        """One entry per message (as RocketMQ's DLedger batch put); a failure stops the batch
-        and raises (the messages before it are stored). Waits for each append's outcome (a
-        writer thread: the log runs on its own loop)."""
-        ledger, loop, steps = self._start_puts(msgs)
+        """One entry per message (as RocketMQ's DLedger batch put), for a writer thread: the
+        batch is handed to the log's loop as one put (:meth:`put_messages_then`) and waited for
+        here; a group of one, whose append never waits, appends in this thread, one batch at a
+        time. Raises what the put fails with."""
+        ledger, loop, encoded = self._checked(msgs)
+        if getattr(ledger, "append_completes_at_once", False):
+            with self._inline_lock:  # a batch's entries and queue offsets stay consecutive
+                return self._put_inline(ledger, encoded)
+        if loop.on_loop():  # it would wait for itself
+            raise RuntimeError(
+                "synchronous DLedger put called on the replicated log's event loop; "
+                "use put_messages_async / put_messages_then there, or a worker thread"
+            )
+        outcome: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
+
+        def start() -> None:  # on the log's loop
+            try:
+                put = _BatchPut(self, ledger, encoded, lambda r: _settle_thread(outcome, r))
+                put.submit(self._append_queue(ledger, loop), self._expiry_of(loop.loop))
+            except Exception as exc:
+                _settle_thread(outcome, exc)
+
+        loop.loop.call_soon_threadsafe(start)
         try:
-            put = next(steps)
-            while True:
-                put = steps.send(self._append(ledger, loop, put))
-        except StopIteration as done:
-            result: PutMessageResult = done.value
-            return result
+            return outcome.result(self._append_timeout_s + 1)
+        except concurrent.futures.TimeoutError:
+            raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
 
     async def put_messages_async(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
-        """:meth:`put_messages` for a caller on an event loop (the broker's sends): the appends
-        are handed to the log's loop and their outcomes come back to the caller's loop, many
-        per wake-up of each, with no worker thread in between."""
-        ledger, loop, steps = self._start_puts(msgs)
-        appends = self._append_queue(ledger, loop)
-        expiry = self._expiry_of(asyncio.get_running_loop())
-        try:
-            put = next(steps)
-            while True:
-                fut = appends.submit_async(put.encode)
-                expiry.add(fut)
-                put = steps.send(await fut)
-        except StopIteration as done:
-            outcome: PutMessageResult = done.value
-            return outcome
+        """:meth:`put_messages` for a caller on an event loop (the broker's sends): the put is
+        handed to the log's loop and its outcome comes back to the caller's loop, many per
+        wake-up of each, with no worker thread in between (:meth:`put_messages_then`)."""
+        fut: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
+        self.put_messages_then(msgs, lambda outcome: _settle(fut, outcome))
+        return await fut
 
     def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
-        """:meth:`put_messages_async` without a coroutine: the appends join the same batches,
-        and ``done(result or exception)`` is called on the caller's loop when the last append's
-        outcome comes back (the same outcomes and errors, the same expiry), or right away when
-        an append fails. Errors found before anything is appended (log not open, writes off, a
-        record too large) raise here instead."""
-        if len(msgs) == 1:  # the usual send: the append's outcome is the put's, no generator
+        """The put of ``msgs`` without a coroutine: ``done(result or exception)`` is called on
+        the caller's loop once every message's append committed, or as soon as one of them
+        failed; the put fails with ReplicationError (outcome unknown) after the put timeout.
+        Errors found before anything is appended (log not open, writes off, a record too large)
+        raise here instead. The messages of a batch are appended together, as one run of
+        consecutive entries of one proposal, with consecutive queue offsets
+        (:class:`_BatchPut`)."""
+        if len(msgs) == 1:  # the usual send: the append's outcome is the put's
             self.put_one_then(msgs[0], done, None)
             return
         ledger, loop, encoded = self._checked(msgs)
         appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
-        steps = self._puts(ledger, encoded, len(encoded))
-        PutChain(steps, appends, expiry, done).submit(next(steps))
+        _BatchPut(self, ledger, encoded, done).submit(appends, expiry)
 
     def put_one_then(self, m: BrokerMessage, done: PutCallback, stats: StoreStats | None) -> None:
         """:meth:`put_messages_then` of the one message ``m``, whose append's outcome is the
@@ -207,12 +217,6 @@ class DLedgerCommitLog(CommitLog):
         put = _OnePut(self, ledger, e, done, stats)
         self._append_queue(ledger, loop).submit_to(put.encode, expiry.loop, put)
         expiry.add(put)
-
-    def _start_puts(
-        self, msgs: Sequence[BrokerMessage]
-    ) -> tuple[ReplicatedLog, LedgerLoop, Generator[_OneAppend, AppendResult, PutMessageResult]]:
-        ledger, loop, encoded = self._checked(msgs)
-        return ledger, loop, self._puts(ledger, encoded, len(msgs))
 
     def _checked(self, msgs: Sequence[BrokerMessage]) -> tuple[ReplicatedLog, LedgerLoop, list[Any]]:
         """The log, its loop and the messages encoded, after every check made before a put."""
@@ -239,24 +243,20 @@ class DLedgerCommitLog(CommitLog):
         if e[2] > room:
             raise MessageIllegal(f"record of {e[2]} B does not fit a DLedger entry of at most {room} B")
 
-    def _puts(
-        self, ledger: ReplicatedLog, encoded: list[Any], count: int
-    ) -> Generator[_OneAppend, AppendResult, PutMessageResult]:
-        """The appends of a batch, one at a time: yields each, is sent its outcome."""
+    def _put_inline(self, ledger: ReplicatedLog, encoded: list[Any]) -> PutMessageResult:
+        """The appends of a put in this thread, one after the other (a group of one)."""
         offsets: list[int] = []
-        total = 0
         first_qoff = -1
         now = 0
         for e in encoded:
             put = _OneAppend(self, e)
-            result = yield put
+            result = self._append_now(ledger, put)
             put.check(result, ledger)
             offsets.append(result.physical_offset)
-            total += e[2]
             now = put.store_timestamp
             if first_qoff < 0:
                 first_qoff = put.queue_offset
-        return self._put_ok(offsets, total, first_qoff, now, count)
+        return self._put_ok(offsets, sum(e[2] for e in encoded), first_qoff, now, len(encoded))
 
     def _put_ok(
         self, offsets: list[int], total: int, first_qoff: int, now: int, count: int
@@ -289,28 +289,18 @@ class DLedgerCommitLog(CommitLog):
             appends = self._appends = AppendQueue(ledger, loop)
         return appends
 
-    def _append(self, ledger: ReplicatedLog, loop: LedgerLoop, put: _OneAppend) -> AppendResult:
-        """The append's outcome: on the log's loop, or right here when the log's append never
-        waits (``append_completes_at_once``: a group of one), which saves the thread hand-off
-        (about 70 µs a put on a loaded machine, most of a put's cost)."""
-        if getattr(ledger, "append_completes_at_once", False):
-            coro = ledger.append(put.encode)
-            try:
-                coro.send(None)
-            except StopIteration as done:
-                result: AppendResult = done.value
-                return result
-            coro.close()
-            raise ReplicationError("the log's append waited although it said it would not")
-        if loop.on_loop():  # it would wait for itself
-            raise RuntimeError(
-                "synchronous DLedger put called on the replicated log's event loop; "
-                "use put_messages_async / put_messages_then there, or a worker thread"
-            )
+    @staticmethod
+    def _append_now(ledger: ReplicatedLog, put: _OneAppend) -> AppendResult:
+        """The append's outcome, right here: the log's append never waits
+        (``append_completes_at_once``: a group of one), which saves the thread hand-off."""
+        coro = ledger.append(put.encode)
         try:
-            return self._append_queue(ledger, loop).submit(put.encode).result(self._append_timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise ReplicationError("DLedger append did not finish in time; outcome unknown") from None
+            coro.send(None)
+        except StopIteration as done:
+            result: AppendResult = done.value
+            return result
+        coro.close()
+        raise ReplicationError("the log's append waited although it said it would not")
 
 
 class _OneAppend:
@@ -444,3 +434,131 @@ class _OnePut(_OneAppend):
     def set_exception(self, exception: BaseException, /) -> None:
         self._finished = True
         self._finish(put_error(exception))
+
+
+class _BatchAppend(_OneAppend):
+    """One message of a :class:`_BatchPut`: its outcome goes to the batch, and its encoder
+    refuses once an earlier message of the batch failed to encode, so that what is appended of
+    a batch is always a prefix of it."""
+
+    __slots__ = ("batch", "slot")
+
+    def __init__(self, batch: _BatchPut, e: Any, slot: int) -> None:
+        self.cl = batch.cl
+        self.e = e
+        self.queue_offset = -1
+        self.store_timestamp = 0
+        self.calls = 0
+        self.batch = batch
+        self.slot = slot
+
+    def encode(self, physical_offset: int) -> bytes:
+        batch = self.batch
+        if batch.broken:
+            raise ReplicationError("an earlier message of the batch was not appended")
+        try:
+            return _OneAppend.encode(self, physical_offset)
+        except BaseException:
+            batch.broken = True
+            raise
+
+    def done(self) -> bool:
+        return self.batch.finished
+
+    def committed(self, index: int, pos: int, leader: str | None) -> None:
+        self.batch.appended(self.slot, pos + BODY_OFFSET)
+
+    def set_result(self, result: AppendResult, /) -> None:
+        if result.status is AppendStatus.OK:
+            self.batch.appended(self.slot, result.physical_offset)
+        else:
+            self.batch.refused(result)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self.batch.set_exception(exception)
+
+
+class _BatchPut:
+    """A put of several messages (SEND_BATCH_MESSAGE, a thread's put): their appends go to the
+    append queue together, so that they are one run of consecutive entries of one proposal
+    (one write, one append message per follower, one commit) and take consecutive queue
+    offsets, as RocketMQ's DLedger batch put appends a batch in one request. ``done`` gets the
+    put's result once the last one committed (entries commit in order), or the first failure
+    (the messages appended before it are stored, as when a plain CommitLog's batch fails
+    part-way; the producer retries the batch). It is the batch's waiter in the put expiry."""
+
+    __slots__ = ("_done", "broken", "cl", "finished", "items", "ledger", "left", "offsets")
+
+    def __init__(
+        self, cl: DLedgerCommitLog, ledger: ReplicatedLog, encoded: list[Any], done: PutCallback
+    ) -> None:
+        self.cl = cl
+        self.ledger = ledger
+        self._done = done
+        self.items = [_BatchAppend(self, e, slot) for slot, e in enumerate(encoded)]
+        self.offsets = [0] * len(encoded)
+        self.left = len(encoded)
+        self.finished = False
+        #: a message's encoder raised: the later ones refuse
+        self.broken = False
+
+    def submit(self, appends: AppendQueue, expiry: Expiry) -> None:
+        appends.submit_all([(item.encode, item) for item in self.items], expiry.loop)
+        expiry.add(self)
+
+    def done(self) -> bool:
+        return self.finished
+
+    def appended(self, slot: int, physical_offset: int) -> None:
+        """Message ``slot`` committed at ``physical_offset``."""
+        if self.finished:
+            return
+        self.offsets[slot] = physical_offset
+        self.left -= 1
+        if self.left:
+            return
+        self.finished = True
+        items = self.items
+        total = sum(item.e[2] for item in items)
+        result = self.cl._put_ok(
+            self.offsets, total, items[0].queue_offset, items[-1].store_timestamp, len(items)
+        )
+        finish_put(self._done, result)
+
+    def refused(self, result: AppendResult) -> None:
+        """An append did not commit: the put fails with what the broker answers for it, the
+        queue offsets of what was not written given back first (the last one first)."""
+        if self.finished:
+            return
+        for item in reversed(self.items):
+            item.undo_if_unwritten(result)
+        try:
+            raise_for(result, self.ledger.state.leader_address)
+        except Exception as exc:
+            self._fail(exc)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._fail(put_error(exception))
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.finished:
+            self.finished = True
+            finish_put(self._done, exc)
+
+
+def _settle(fut: asyncio.Future[PutMessageResult], outcome: PutMessageResult | Exception) -> None:
+    if fut.done():  # the caller gave up (cancelled)
+        return
+    if isinstance(outcome, Exception):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
+
+
+def _settle_thread(
+    fut: concurrent.futures.Future[PutMessageResult], outcome: PutMessageResult | Exception
+) -> None:
+    if isinstance(outcome, Exception):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
