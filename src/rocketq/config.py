@@ -159,6 +159,10 @@ class StoreConfig:
     preferred_leader_id: str = ""
     #: ``enableBatchPush``: replicate entries in batches.
     enable_batch_push: bool = False
+    #: ``maxBatchPushSize`` (DLedger's name; rocketq reads it from broker.conf): with batch push,
+    #: the bytes of entries one append message carries (at least one entry). DLedger's default
+    #: is 4 KiB; 64 KiB here: fewer, larger pushes cost the group less CPU per message.
+    max_batch_push_size: int = 64 * 1024
     #: ``storePathDLedgerCommitLog``: base directory of the entry store (``dledger-<selfId>/``
     #: under it); default the store root, as RocketMQ's ``storeBaseDir``.
     store_path_dledger_commit_log: str | None = None
@@ -218,6 +222,7 @@ class StoreConfig:
             "timer_roll_window_slot",
             "timer_snapshot_interval_ms",
             "clean_resource_interval_ms",
+            "max_batch_push_size",
         )
         if problems:
             raise ConfigError("invalid StoreConfig: " + "; ".join(problems))

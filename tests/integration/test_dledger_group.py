@@ -332,8 +332,8 @@ def test_a_leaders_new_entries_are_written_to_the_followers_before_append_batch_
 
 
 def test_a_batch_sent_in_several_appends_carries_the_stored_bytes_of_each_part(tmp_path: object) -> None:
-    """A proposal larger than an append message (batch push's 4 KiB) leaves as several appends
-    to each follower, each with the leader's store bytes of its entries (form 1), the same to
+    """A proposal larger than an append message (batch push of 4 KiB, DLedger's size) leaves as
+    several appends to each follower, each with the leader's store bytes of its entries (form 1), the same to
     every follower; the transport's reads of the run just written give what the store holds."""
 
     async def body(group: LocalGroup) -> None:
@@ -390,4 +390,4 @@ def test_a_batch_sent_in_several_appends_carries_the_stored_bytes_of_each_part(t
         await group.wait_committed(leader.ledger_end_pos)
         await _same_bytes_everywhere(group)
 
-    run(body, tmp_path, enable_batch_push=True)
+    run(body, tmp_path, enable_batch_push=True, max_batch_bytes=4096)

@@ -8,10 +8,12 @@ import pathlib
 
 import pytest
 
+from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.errors import ConfigError
 from rocketq.ha.driver import RaftGroupLog, config_of
 from rocketq.ha.group_config import LedgerSpec, open_ledger, parse_broker_addresses
 from rocketq.ha.raft_types import AckPolicy
+from rocketq.store.dledger_store import DLedgerMessageStore
 
 PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
 
@@ -82,3 +84,28 @@ def test_an_adopted_store_s_entries_start_at_the_divided_offset(tmp_path: pathli
             await log.stop()
 
     assert asyncio.run(main()) == 4 << 20
+
+
+def test_max_batch_push_size_goes_from_broker_conf_to_the_member(tmp_path: pathlib.Path) -> None:
+    """``maxBatchPushSize`` (DLedger's name) in broker.conf bounds a push's entries with batch
+    push on; off, a push carries one entry whatever the setting."""
+    store_cfg = from_rocketmq_properties(
+        StoreConfig,
+        {
+            "storePathRootDir": str(tmp_path),
+            "enableDLegerCommitLog": "true",
+            "dLegerPeers": ";".join(f"{k}-{v}" for k, v in PEERS.items()),
+            "dLegerSelfId": "n1",
+            "enableBatchPush": "true",
+            "maxBatchPushSize": "8192",
+        },
+    )
+    assert store_cfg.max_batch_push_size == 8192
+    ledger_spec = DLedgerMessageStore(store_cfg).ledger_spec(0)  # not started: nothing opened
+    assert ledger_spec.max_batch_bytes == 8192
+    assert config_of(ledger_spec).raft_config().max_batch_bytes == 8192
+    off = dataclasses.replace(ledger_spec, enable_batch_push=False)
+    assert config_of(off).raft_config().max_batch_bytes == 1
+    assert StoreConfig().max_batch_push_size == 64 * 1024  # rocketq's default; DLedger's is 4 KiB
+    with pytest.raises(ConfigError, match="max_batch_push_size=0 must be positive"):
+        from_rocketmq_properties(StoreConfig, {"maxBatchPushSize": "0"})

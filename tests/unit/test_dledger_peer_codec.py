@@ -91,7 +91,11 @@ def test_broker_conf_keys() -> None:
     assert cfg.enable_batch_push and cfg.data_file_size == 1 << 20
     raft = cfg.raft_config()
     assert raft.members == ("n0", "n1", "n2") and raft.ack_policy is AckPolicy.FSYNCED
-    assert raft.max_batch_bytes == 4096 and raft.preferred_leader_id == "n2"
+    assert raft.max_batch_bytes == 64 * 1024 and raft.preferred_leader_id == "n2"
+    pushed = DLedgerConfig.from_broker_conf({**props, "maxBatchPushSize": "4096"})
+    assert pushed.raft_config().max_batch_bytes == 4096
+    with pytest.raises(ConfigError, match="maxBatchPushSize='0'"):
+        DLedgerConfig.from_broker_conf({**props, "maxBatchPushSize": "0"})
     assert (
         DLedgerConfig.from_broker_conf({**props, "enableBatchPush": "false"}).raft_config().max_batch_bytes
         == 1

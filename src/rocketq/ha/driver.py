@@ -954,6 +954,7 @@ def config_of(spec: LedgerSpec) -> DLedgerConfig:
         ack_policy=AckPolicy.FSYNCED if spec.fsync else AckPolicy.APPENDED,
         preferred_leader_id=spec.preferred_leader_id,
         enable_batch_push=spec.enable_batch_push,
+        max_batch_bytes=spec.max_batch_bytes,
         data_file_size=spec.data_file_size,
         data_start_offset=spec.data_start_offset,
         client_addresses=tuple(clients.items()),

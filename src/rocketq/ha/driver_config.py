@@ -10,6 +10,7 @@ broker.conf key                field
 ``dLegerSelfId``               ``self_id`` (must be one of the peers)
 ``preferredLeaderId``          ``preferred_leader_id`` (empty: none)
 ``enableBatchPush``            ``enable_batch_push`` (false: one entry per append message)
+``maxBatchPushSize``           ``max_batch_bytes`` with batch push (default 64 KiB; DLedger's 4 KiB)
 ``storePathDLedgerCommitLog``  ``data_dir`` (the entry store lives in ``<data_dir>/dledger-<self>``;
                                default ``storePathRootDir``, as RocketMQ)
 ``mappedFileSizeCommitLog``    ``data_file_size``
@@ -71,7 +72,7 @@ class DLedgerConfig:
     preferred_leader_id: str | None = None
     max_pending_appends: int = 10000
     enable_batch_push: bool = False
-    max_batch_bytes: int = 4096
+    max_batch_bytes: int = 64 * 1024  # with batch push; DLedger's maxBatchPushSize is 4 KiB
     max_inflight_appends: int = 1000  # append messages in flight per follower (DLedger: 1000)
     tick_ms: int = 10
     checkpoint_interval_ms: int = 3000
@@ -153,6 +154,11 @@ class DLedgerConfig:
             "preferred_leader_id": preferred,
             "enable_batch_push": _bool(props.get("enableBatchPush", "false"), "enableBatchPush"),
         }
+        batch = props.get("maxBatchPushSize", "").strip()
+        if batch:
+            if not batch.isdigit() or not int(batch):
+                raise ConfigError(f"maxBatchPushSize={batch!r} is not a positive number of bytes")
+            kwargs["max_batch_bytes"] = int(batch)
         events = props.get("dLegerEventLogPath", "").strip()
         if events:
             kwargs["event_log_path"] = events

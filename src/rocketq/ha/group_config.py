@@ -69,6 +69,8 @@ class LedgerSpec:
     fsync: bool
     preferred_leader_id: str | None = None
     enable_batch_push: bool = False
+    #: ``maxBatchPushSize``: with batch push, the bytes of entries in one append message
+    max_batch_bytes: int = 64 * 1024
     #: this broker's remoting address (``ip:port`` clients and peers' SlaveSynchronize use); the
     #: log reports the leader's as ``LogState.leader_address``
     broker_address: str | None = None

@@ -194,6 +194,7 @@ class DLedgerMessageStore(MessageStore):
             fsync=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             preferred_leader_id=cfg.preferred_leader_id or None,
             enable_batch_push=cfg.enable_batch_push,
+            max_batch_bytes=cfg.max_batch_push_size,
             broker_address=cfg.store_host,
             broker_addresses=parse_broker_addresses(cfg.d_leger_broker_addresses),
             election_timeout_ms=cfg.d_leger_election_timeout_ms or None,
