@@ -1,0 +1,215 @@
+"""What one request in flight costs a server that does nothing: the floor under every
+one-at-a-time figure of ``bench/peers.py`` and ``bench/broker.py`` on this machine.
+
+    python bench/wakeup_floor.py               # 5 s per server, 200-byte requests
+    python bench/wakeup_floor.py --seconds 10 --size 1024
+
+A blocking client (a plain socket, TCP_NODELAY, one request in flight) sends a request and
+reads the answer, again and again, to each server in turn:
+
+* ``asyncio echo``: an ``asyncio.Protocol`` that writes back what it reads (the event loop and
+  transport a rocketq broker runs on, with no work at all);
+* ``uvloop echo``: the same on uvloop, where it is installed;
+* ``redis PING``: ``redis-server`` answering ``PING`` (RESP), where it is on PATH;
+* ``rocketq serve``: a blocking ``rocketq.client.Producer.send`` of a ``size``-byte body
+  (ASYNC_FLUSH, no gRPC): the whole broker, for comparison.
+
+Printed: round trips per second, and the CPU the server process spent per round trip
+(utime + stime of all its threads, ``/proc/PID/stat``), with its voluntary context switches per
+round trip. Each server sleeps in ``epoll_wait`` between requests; waking it and putting it to
+sleep again is most of what a do-nothing server costs per request here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+ECHO = """
+import asyncio, os, sys
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport): self.transport = transport
+    def data_received(self, data): self.transport.write(data)
+async def main():
+    await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", int(sys.argv[1]))
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+if sys.argv[2] == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_and_switches(pid: int) -> tuple[float, int]:
+    """CPU seconds (utime + stime, every thread) and voluntary context switches of ``pid``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu, switches = 0.0, 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / ticks
+        switches += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return cpu, switches
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)  # polling a port that is not open yet
+    raise SystemExit(f"port {port} did not open")
+
+
+def measure(label: str, pid: int, one: Callable[[], None], seconds: float) -> None:
+    for _ in range(500):  # warm-up
+        one()
+    cpu0, sw0 = cpu_and_switches(pid)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        one()
+        n += 1
+    took = time.perf_counter() - t0
+    cpu1, sw1 = cpu_and_switches(pid)
+    print(
+        f"| {label} | {n / took:,.0f} | {1e6 * (cpu1 - cpu0) / n:.1f} | {(sw1 - sw0) / n:.2f} |",
+        flush=True,
+    )
+
+
+def socket_round_trip(port: int, request: bytes, answer_len: int) -> tuple[socket.socket, Callable[[], None]]:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def one() -> None:
+        sock.sendall(request)
+        got = 0
+        while got < answer_len:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise SystemExit("the server closed the connection")
+            got += len(chunk)
+
+    return sock, one
+
+
+def echo(loop_name: str, size: int, seconds: float) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", ECHO, str(port), loop_name], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            print(f"| {loop_name} echo | skipped: the server did not start | | |")
+            return
+        sock, one = socket_round_trip(port, b"x" * size, size)
+        with sock:
+            measure(f"{loop_name} echo", proc.pid, one, seconds)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def redis_ping(seconds: float) -> None:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        print("| redis PING | skipped: redis-server not on PATH | | |")
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="wakeup-floor-") as data:
+        proc = subprocess.Popen(
+            [exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", data],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_port(port, proc)
+            sock, one = socket_round_trip(port, b"*1\r\n$4\r\nPING\r\n", len(b"+PONG\r\n"))
+            with sock:
+                measure("redis PING", proc.pid, one, seconds)
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def rocketq_send(size: int, seconds: float) -> None:
+    from rocketq.client import Message, Producer  # noqa: PLC0415
+
+    namesrv, broker = free_port(), free_port()
+    with tempfile.TemporaryDirectory(prefix="wakeup-floor-") as data:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "rocketq.cli", "serve", "--data-dir", data),
+                *("--namesrv-port", str(namesrv), "--broker-port", str(broker), "--grpc-port", "-1"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if b"ready" in line:
+                    break
+            producer = Producer("WakeupFloorPG", namesrv_addr=f"127.0.0.1:{namesrv}")
+            producer.start()
+            body = b"x" * size
+            try:
+                measure(
+                    "rocketq serve, Producer.send",
+                    proc.pid,
+                    lambda: producer.send(Message("WakeupFloorT", body)) and None,
+                    seconds,
+                )
+            finally:
+                producer.shutdown()
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds per server")
+    p.add_argument("--size", type=int, default=200, help="request bytes (echo) and body bytes (rocketq)")
+    a = p.parse_args()
+    load = os.getloadavg()[0]
+    print(f"one request in flight from a blocking client, {a.seconds:g} s each; load average {load:.1f}\n")
+    print("| server | round trips/s | server CPU µs per round trip | server sleeps per round trip |")
+    print("|---|---:|---:|---:|")
+    echo("asyncio", a.size, a.seconds)
+    try:
+        import uvloop  # noqa: F401, PLC0415
+    except ImportError:
+        print("| uvloop echo | skipped: uvloop is not installed | | |")
+    else:
+        echo("uvloop", a.size, a.seconds)
+    redis_ping(a.seconds)
+    rocketq_send(a.size, a.seconds)
+
+
+if __name__ == "__main__":
+    main()
