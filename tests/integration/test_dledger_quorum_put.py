@@ -64,6 +64,39 @@ def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+def _leader_and_follower(
+    stores: list[DLedgerMessageStore],
+) -> tuple[DLedgerMessageStore, DLedgerMessageStore]:
+    """The leader, and a follower once it knows that leader."""
+    leader = wait_until(lambda: _leader(stores), "a leader", 30)
+    assert leader.ledger is not None
+    leader_id = leader.ledger.state.self_id
+    follower = next(s for s in stores if s is not leader)
+    wait_until(
+        lambda: follower.ledger is not None and follower.ledger.state.leader_id == leader_id,
+        "the follower knowing the leader",
+        30,
+    )
+    return leader, follower
+
+
+def _count_appends(leader: DLedgerMessageStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets the number of entries of each append message the leader sends."""
+    ledger = leader.ledger
+    assert isinstance(ledger, RaftGroupLog)
+    transport = ledger.transport
+    appends: list[int] = []
+    send = transport.send
+
+    def counting(message: RaftMessage) -> bool:
+        if isinstance(message, Append) and message.entries:
+            appends.append(len(message.entries))
+        return send(message)
+
+    monkeypatch.setattr(transport, "send", counting)
+    return appends
+
+
 def _msg(body: bytes) -> BrokerMessage:
     return BrokerMessage.from_message(Message("T", body), 0)
 
@@ -74,18 +107,7 @@ def test_puts_awaited_together_are_proposed_together_and_commit_in_order(
     leader = wait_until(lambda: _leader(group), "a leader", 30)
     put = leader.quorum_put()
     assert put is not None
-    ledger = leader.ledger
-    assert isinstance(ledger, RaftGroupLog)
-    transport = ledger.transport
-    appends: list[int] = []  # entries per append message the leader sends
-    send = transport.send
-
-    def counting(message: RaftMessage) -> bool:
-        if isinstance(message, Append) and message.entries:
-            appends.append(len(message.entries))
-        return send(message)
-
-    monkeypatch.setattr(transport, "send", counting)
+    appends = _count_appends(leader, monkeypatch)  # entries per append message the leader sends
 
     async def put_all() -> list[tuple[int, int]]:
         results = await asyncio.gather(*(put([_msg(f"m{i}".encode())]) for i in range(PUTS)))
@@ -105,16 +127,8 @@ def test_puts_awaited_together_are_proposed_together_and_commit_in_order(
 
 
 def test_an_awaited_put_on_a_follower_is_refused_naming_the_leader(group: list[DLedgerMessageStore]) -> None:
-    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    leader, follower = _leader_and_follower(group)
     assert leader.ledger is not None
-    follower = next(s for s in group if s is not leader)
-    wait_until(
-        lambda: (
-            follower.ledger is not None and follower.ledger.state.leader_id == leader.ledger.state.self_id
-        ),
-        "the follower knowing the leader",
-        30,
-    )
     put = follower.quorum_put()
     assert put is not None
 
@@ -156,18 +170,7 @@ def test_a_batch_is_one_run_of_entries_with_consecutive_queue_offsets_amid_other
     leader = wait_until(lambda: _leader(group), "a leader", 30)
     put = leader.quorum_put()
     assert put is not None
-    ledger = leader.ledger
-    assert isinstance(ledger, RaftGroupLog)
-    transport = ledger.transport
-    appends: list[int] = []
-    send = transport.send
-
-    def counting(message: RaftMessage) -> bool:
-        if isinstance(message, Append) and message.entries:
-            appends.append(len(message.entries))
-        return send(message)
-
-    monkeypatch.setattr(transport, "send", counting)
+    appends = _count_appends(leader, monkeypatch)
     batches = [_batch(f"b{k}", 10) for k in range(6)]
 
     async def put_all() -> tuple[list[Any], list[Any]]:
@@ -202,16 +205,8 @@ def test_a_writer_thread_batch_on_a_group_commits_as_one_run(group: list[DLedger
 
 
 def test_a_batch_on_a_follower_is_refused_naming_the_leader(group: list[DLedgerMessageStore]) -> None:
-    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    leader, follower = _leader_and_follower(group)
     assert leader.ledger is not None
-    follower = next(s for s in group if s is not leader)
-    wait_until(
-        lambda: (
-            follower.ledger is not None and follower.ledger.state.leader_id == leader.ledger.state.self_id
-        ),
-        "the follower knowing the leader",
-        30,
-    )
     with pytest.raises(ServiceNotAvailable, match=f"the leader is {leader.ledger.state.self_id}"):
         follower.put_messages(_batch("no", 5))
 

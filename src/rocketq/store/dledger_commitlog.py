@@ -444,11 +444,7 @@ class _BatchAppend(_OneAppend):
     __slots__ = ("batch", "slot")
 
     def __init__(self, batch: _BatchPut, e: Any, slot: int) -> None:
-        self.cl = batch.cl
-        self.e = e
-        self.queue_offset = -1
-        self.store_timestamp = 0
-        self.calls = 0
+        _OneAppend.__init__(self, batch.cl, e)
         self.batch = batch
         self.slot = slot
 
