@@ -4,25 +4,30 @@ one-at-a-time figure of ``bench/peers.py`` and ``bench/broker.py`` on this machi
     python bench/wakeup_floor.py               # 5 s per server, 200-byte requests
     python bench/wakeup_floor.py --seconds 10 --size 1024
 
-A blocking client (a plain socket, TCP_NODELAY, one request in flight) sends a request and
-reads the answer, again and again, to each server in turn:
+A client with one request in flight sends a request and reads the answer, again and again, to
+each server in turn; a blocking socket (TCP_NODELAY) unless said otherwise:
 
 * ``asyncio echo``: an ``asyncio.Protocol`` that writes back what it reads (the event loop and
   transport a rocketq broker runs on, with no work at all);
 * ``uvloop echo``: the same on uvloop, where it is installed;
+* ``asyncio echo, asyncio client``: the asyncio echo server again, the client an asyncio
+  ``Protocol`` on its own event loop (what an asyncio client pays per round trip, e.g.
+  ``AsyncProducer.send`` awaited in sequence);
 * ``redis PING``: ``redis-server`` answering ``PING`` (RESP), where it is on PATH;
 * ``rocketq serve``: a blocking ``rocketq.client.Producer.send`` of a ``size``-byte body
   (ASYNC_FLUSH, no gRPC): the whole broker, for comparison.
 
-Printed: round trips per second, and the CPU the server process spent per round trip
-(utime + stime of all its threads, ``/proc/PID/stat``), with its voluntary context switches per
-round trip. Each server sleeps in ``epoll_wait`` between requests; waking it and putting it to
-sleep again is most of what a do-nothing server costs per request here.
+Printed: round trips per second, the CPU the server process spent per round trip (utime +
+stime of all its threads, ``/proc/PID/stat``) with its voluntary context switches per round trip,
+and the client's CPU per round trip (this process). Each server sleeps in ``epoll_wait``
+between requests; waking it and putting it to sleep again is most of what a do-nothing server
+costs per request here.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import socket
@@ -91,16 +96,74 @@ def measure(label: str, pid: int, one: Callable[[], None], seconds: float) -> No
     for _ in range(500):  # warm-up
         one()
     cpu0, sw0 = cpu_and_switches(pid)
+    mine0 = time.process_time()
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         one()
         n += 1
     took = time.perf_counter() - t0
     cpu1, sw1 = cpu_and_switches(pid)
+    report(label, n, took, cpu1 - cpu0, sw1 - sw0, time.process_time() - mine0)
+
+
+def report(label: str, n: int, took: float, server_cpu: float, sleeps: int, client_cpu: float) -> None:
     print(
-        f"| {label} | {n / took:,.0f} | {1e6 * (cpu1 - cpu0) / n:.1f} | {(sw1 - sw0) / n:.2f} |",
+        f"| {label} | {n / took:,.0f} | {1e6 * server_cpu / n:.1f} | {sleeps / n:.2f}"
+        f" | {1e6 * client_cpu / n:.1f} |",
         flush=True,
     )
+
+
+class _Asker(asyncio.Protocol):
+    """An asyncio client protocol with one request in flight."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.got = 0
+        self.waiter: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        if self.got >= self.size and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the server closed the connection"))
+
+    async def ask(self, request: bytes) -> None:
+        assert self.transport is not None
+        self.got = 0
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        await self.waiter
+
+
+def asyncio_client(port: int, pid: int, size: int, seconds: float) -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        _, asker = await loop.create_connection(lambda: _Asker(size), "127.0.0.1", port)
+        request = b"x" * size
+        for _ in range(500):
+            await asker.ask(request)
+        cpu0, sw0 = cpu_and_switches(pid)
+        mine0 = time.process_time()
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            await asker.ask(request)
+            n += 1
+        took = time.perf_counter() - t0
+        cpu1, sw1 = cpu_and_switches(pid)
+        report("asyncio echo, asyncio client", n, took, cpu1 - cpu0, sw1 - sw0, time.process_time() - mine0)
+        assert asker.transport is not None
+        asker.transport.close()
+
+    asyncio.run(run())
 
 
 def socket_round_trip(port: int, request: bytes, answer_len: int) -> tuple[socket.socket, Callable[[], None]]:
@@ -125,11 +188,13 @@ def echo(loop_name: str, size: int, seconds: float) -> None:
     try:
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != b"ready":
-            print(f"| {loop_name} echo | skipped: the server did not start | | |")
+            print(f"| {loop_name} echo | skipped: the server did not start | | | |")
             return
         sock, one = socket_round_trip(port, b"x" * size, size)
         with sock:
             measure(f"{loop_name} echo", proc.pid, one, seconds)
+        if loop_name == "asyncio":
+            asyncio_client(port, proc.pid, size, seconds)
     finally:
         proc.kill()
         proc.wait()
@@ -138,7 +203,7 @@ def echo(loop_name: str, size: int, seconds: float) -> None:
 def redis_ping(seconds: float) -> None:
     exe = shutil.which("redis-server")
     if exe is None:
-        print("| redis PING | skipped: redis-server not on PATH | | |")
+        print("| redis PING | skipped: redis-server not on PATH | | | |")
         return
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="wakeup-floor-") as data:
@@ -198,13 +263,16 @@ def main() -> None:
     a = p.parse_args()
     load = os.getloadavg()[0]
     print(f"one request in flight from a blocking client, {a.seconds:g} s each; load average {load:.1f}\n")
-    print("| server | round trips/s | server CPU µs per round trip | server sleeps per round trip |")
-    print("|---|---:|---:|---:|")
+    print(
+        "| server | round trips/s | server CPU µs per round trip | server sleeps per round trip"
+        " | client CPU µs per round trip |"
+    )
+    print("|---|---:|---:|---:|---:|")
     echo("asyncio", a.size, a.seconds)
     try:
         import uvloop  # noqa: F401, PLC0415
     except ImportError:
-        print("| uvloop echo | skipped: uvloop is not installed | | |")
+        print("| uvloop echo | skipped: uvloop is not installed | | | |")
     else:
         echo("uvloop", a.size, a.seconds)
     redis_ping(a.seconds)
