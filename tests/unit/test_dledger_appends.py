@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import threading
 import types
 from collections.abc import Sequence
 
 import pytest
 
+from rocketq.errors import ServiceNotAvailable
 from rocketq.ha.driver import BatchDone, RaftGroupLog
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import AppendQueue, Expiry, LedgerLoop, ReplicationError
-from rocketq.store.dledger_commitlog import DLedgerCommitLog, _OnePut
+from rocketq.store.dledger_commitlog import DLedgerCommitLog, _BatchPut, _OnePut
 from rocketq.store.store_queries import StoreStats
 
 STORE_HOST = b"\x7f\x00\x00\x01\x00\x00\x27\x0f"
@@ -190,3 +192,92 @@ def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> Non
         assert len(outcomes) == 1 and put.done()
 
     asyncio.run(main())
+
+
+def _batch_put(outcomes: list[PutMessageResult | Exception], n: int = 3) -> _BatchPut:
+    """A put of ``n`` messages whose appends took queue offsets 4, 5, ...: its items as the
+    append queue holds them."""
+    table = {0: 4 + n}  # queue 0 of topic T: the next queue offset
+    cl = types.SimpleNamespace(
+        _append_listener=None,
+        _store_host=STORE_HOST,
+        _put_lock=threading.Lock(),
+        topic_queue_table=types.SimpleNamespace(of_topic=lambda topic: table),
+        table=table,
+    )
+    cl._put_ok = functools.partial(DLedgerCommitLog._put_ok, cl)
+    ledger = types.SimpleNamespace(state=types.SimpleNamespace(leader_address="127.0.0.1:10911"))
+    m = types.SimpleNamespace(topic="T", queue_id=0)
+    encoded = [(m, None, 100 + i, 0, 0, True, b"T", b"", 0) for i in range(n)]
+    put = _BatchPut(cl, ledger, encoded, outcomes.append)  # type: ignore[arg-type]
+    for i, item in enumerate(put.items):
+        item.queue_offset, item.store_timestamp, item.calls = 4 + i, 1_700_000_000_000 + i, 1
+    return put
+
+
+def test_a_batch_put_is_answered_once_when_its_last_message_commits() -> None:
+    """Commits may reach the items in any order and in several runs; the put is answered once,
+    with each message's offset in its place, the first queue offset and the last timestamp."""
+    outcomes: list[PutMessageResult | Exception] = []
+    put = _batch_put(outcomes)
+    put.items[2].committed(12, 2000, "n0")
+    put.items[0].committed(10, 1000, "n0")
+    assert outcomes == [] and not put.done()
+    put.items[1].set_result(AppendResult(AppendStatus.OK, 11, 1500, 1500 + BODY_OFFSET, "n0"))
+    assert outcomes == [
+        PutMessageResult(
+            (
+                PutMessageStatus.PUT_OK, 1000 + BODY_OFFSET, 303, 4, 1_700_000_000_002, STORE_HOST, 3,
+                [1000 + BODY_OFFSET, 1500 + BODY_OFFSET, 2000 + BODY_OFFSET],
+            )
+        )
+    ]  # fmt: skip
+    assert all(item.done() for item in put.items)
+
+
+def test_a_batch_put_fails_once_at_its_first_failure_and_ignores_later_outcomes() -> None:
+    refused: list[PutMessageResult | Exception] = []
+    put = _batch_put(refused)
+    put.items[0].committed(10, 1000, "n0")
+    put.items[1].set_result(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
+    put.items[2].set_result(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
+    assert len(refused) == 1 and isinstance(refused[0], ServiceNotAvailable), refused
+    # the two messages not written gave their queue offsets back; the committed one kept its own
+    assert put.cl.table == {0: 5}
+    put.items[2].committed(12, 2000, "n0")  # a late commit changes nothing
+    assert len(refused) == 1
+
+    broken: list[PutMessageResult | Exception] = []
+    put = _batch_put(broken)
+    put.items[1].set_exception(OSError("disk gone"))
+    put.items[0].committed(10, 1000, "n0")
+    assert len(broken) == 1 and isinstance(broken[0], OSError)
+
+
+def test_a_batch_put_the_expiry_failed_is_not_answered_again() -> None:
+    async def main() -> None:
+        outcomes: list[PutMessageResult | Exception] = []
+        put = _batch_put(outcomes, 2)
+        expiry = Expiry(asyncio.get_running_loop(), 0.05)
+        expiry.add(put)  # the batch is one waiter of the expiry
+        put.items[0].committed(10, 1000, "n0")
+        for _ in range(200):  # bounded poll: the expiry's timer fails it after 50 ms
+            if outcomes:
+                break
+            await asyncio.sleep(0.01)
+        assert len(outcomes) == 1 and isinstance(outcomes[0], ReplicationError), outcomes
+        put.items[1].committed(11, 1500, "n0")
+        assert len(outcomes) == 1 and put.done()
+
+    asyncio.run(main())
+
+
+def test_a_batch_message_that_cannot_be_encoded_stops_the_later_ones() -> None:
+    put = _batch_put([])
+    for item in put.items:
+        item.calls = 0
+    put.items[0].e = None  # its encoder raises (no message to encode)
+    with pytest.raises(TypeError):
+        put.items[0].encode(1000)
+    with pytest.raises(ReplicationError, match="an earlier message of the batch was not appended"):
+        put.items[1].encode(2000)

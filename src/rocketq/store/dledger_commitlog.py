@@ -523,11 +523,14 @@ class _BatchPut:
 
     def refused(self, result: AppendResult) -> None:
         """An append did not commit: the put fails with what the broker answers for it, the
-        queue offsets of what was not written given back first (the last one first)."""
+        queue offsets of what was not written given back first (the last one first; a message
+        that committed keeps its own)."""
         if self.finished:
             return
+        offsets = self.offsets
         for item in reversed(self.items):
-            item.undo_if_unwritten(result)
+            if not offsets[item.slot]:
+                item.undo_if_unwritten(result)
         try:
             raise_for(result, self.ledger.state.leader_address)
         except Exception as exc:
