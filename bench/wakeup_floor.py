@@ -114,54 +114,31 @@ def report(label: str, n: int, took: float, server_cpu: float, sleeps: int, clie
     )
 
 
-class _Asker(asyncio.Protocol):
-    """An asyncio client protocol with one request in flight."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.got = 0
-        self.waiter: asyncio.Future[None] | None = None
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.got += len(data)
-        if self.got >= self.size and self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(ConnectionError("the server closed the connection"))
-
-    async def ask(self, request: bytes) -> None:
-        assert self.transport is not None
-        self.got = 0
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        await self.waiter
-
-
 def asyncio_client(port: int, pid: int, size: int, seconds: float) -> None:
+    from remoting import RawCaller  # noqa: PLC0415 (bench/remoting.py: the same echo client)
+
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        _, asker = await loop.create_connection(lambda: _Asker(size), "127.0.0.1", port)
+        transport, caller = await loop.create_connection(lambda: RawCaller(size), "127.0.0.1", port)
         request = b"x" * size
+
+        async def ask() -> None:
+            caller.waiter = loop.create_future()
+            transport.write(request)
+            await caller.waiter
+
         for _ in range(500):
-            await asker.ask(request)
+            await ask()
         cpu0, sw0 = cpu_and_switches(pid)
         mine0 = time.process_time()
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            await asker.ask(request)
+            await ask()
             n += 1
         took = time.perf_counter() - t0
         cpu1, sw1 = cpu_and_switches(pid)
         report("asyncio echo, asyncio client", n, took, cpu1 - cpu0, sw1 - sw0, time.process_time() - mine0)
-        assert asker.transport is not None
-        asker.transport.close()
+        transport.close()
 
     asyncio.run(run())
 
