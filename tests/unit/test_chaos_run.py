@@ -3,6 +3,7 @@ the campaign table. The group here is a recording stand-in; tests/chaos runs the
 
 from __future__ import annotations
 
+import json
 import pathlib
 import random
 
@@ -11,7 +12,14 @@ import pytest
 from rocketq.testing.chaos.check import CheckResult
 from rocketq.testing.chaos.history import Op
 from rocketq.testing.chaos.report import Outage, Window
-from rocketq.testing.chaos.run import RunResult, _acks, _Striker, campaign_markdown, write_results
+from rocketq.testing.chaos.run import (
+    RunResult,
+    _acks,
+    _Striker,
+    campaign_markdown,
+    events_tail,
+    write_results,
+)
 from rocketq.testing.chaos.schedule import NEMESES, Fault
 
 
@@ -118,3 +126,34 @@ def test_results_replace_only_the_campaign_block(tmp_path: pathlib.Path) -> None
     fresh = tmp_path / "new.md"
     write_results(fresh, "t\n", "")
     assert fresh.read_text(encoding="utf-8").endswith("t\n<!-- /campaign -->\n")
+
+
+def test_an_undo_failure_note_quotes_the_members_last_raft_events(tmp_path: pathlib.Path) -> None:
+    """The events a failed undo's note quotes: the last role changes and truncations, not the
+    commit advances between them, then the very last event; a torn last line is skipped."""
+    lines = [
+        {"ev": "start", "node": "n1", "pid": 7, "wall_ms": 1, "term": 4, "ledgerEnd": 40263, "commit": 36795},
+        {"ev": "role", "node": "n1", "pid": 7, "wall_ms": 2, "role": "FOLLOWER", "term": 4, "leader": "n2"},
+        *({"ev": "commit", "node": "n1", "pid": 7, "wall_ms": 3 + i, "commit": 37000 + i} for i in range(50)),
+        {
+            "ev": "truncate",
+            "node": "n1",
+            "pid": 7,
+            "wall_ms": 60,
+            "from": 40000,
+            "to": 40263,
+            "commit": 37049,
+        },
+        {"ev": "commit", "node": "n1", "pid": 7, "wall_ms": 61, "commit": 37050},
+    ]
+    path = tmp_path / "raft-n1.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"ev": "comm', encoding="utf-8")
+    told = [json.loads(line) for line in events_tail(path).splitlines()]
+    assert [e["ev"] for e in told] == ["start", "role", "truncate", "commit"]
+    assert told[-1] == {"ev": "commit", "pid": 7, "wall_ms": 61, "commit": 37050}
+    assert told[2]["from"] == 40000 and "node" not in told[2]
+    assert [e["ev"] for e in (json.loads(x) for x in events_tail(path, count=1).splitlines())] == [
+        "truncate",
+        "commit",
+    ]
+    assert events_tail(tmp_path / "missing.jsonl").startswith("(unreadable:")

@@ -257,6 +257,23 @@ def _create_topics(group: ChaosGroup) -> None:
                 time.sleep(0.1)
 
 
+def events_tail(path: pathlib.Path, count: int = 12) -> str:
+    """The last ``count`` events of a member's Raft event log other than commit advances, and its
+    last event, one JSON object a line: what a failure note quotes, since the run's directory may
+    be gone by the time someone reads it."""
+    try:
+        events = list(read_events(str(path)))
+    except (OSError, ValueError) as exc:
+        return f"(unreadable: {exc})"
+    if not events:
+        return "(no events)"
+    chosen = [e for e in events if e.get("ev") != "commit"][-count:]
+    if events[-1] not in chosen:
+        chosen.append(events[-1])
+    keep = ("ev", "pid", "wall_ms", "role", "term", "leader", "ledgerEnd", "commit", "from", "to")
+    return "\n".join(json.dumps({k: e[k] for k in keep if k in e}) for e in chosen)
+
+
 def run_once(cfg: RunConfig) -> RunResult:
     """One run (module docstring). Raises only when the group cannot be started at all."""
     made_root = cfg.root is None
@@ -311,7 +328,10 @@ def run_once(cfg: RunConfig) -> RunResult:
                 try:
                     undo()
                 except (ChaosError, OSError) as exc:
-                    notes.append(f"{fault.nemesis} on n{node}: undo failed: {exc}")
+                    story = events_tail(events_dir / f"raft-n{node}.jsonl")
+                    notes.append(
+                        f"{fault.nemesis} on n{node}: undo failed: {exc}; its Raft events end:\n{story}"
+                    )
                 windows.append(Window(fault.nemesis, began, time.monotonic() - t0, f"n{node}"))
             striker.heal_all()
             _wait_until(t0 + cfg.duration_s)
