@@ -25,6 +25,7 @@ from rocketq.message import (
 )
 from rocketq.store import MessageStore
 from rocketq.store.dispatch import parse_delay_levels
+from rocketq.store.message_store import open_message_store
 from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.retention import decide, is_delete_hour
 from rocketq.store.store_queries import GetMessageStatus
@@ -477,3 +478,26 @@ def test_puts_are_refused_once_dispatch_is_too_far_behind(store_config: StoreCon
         with pytest.raises(SystemBusy):
             s.put_message(Message("T", b"refused"), queue_id=0)
         assert s.get_max_phy_offset() == end
+
+
+@pytest.mark.parametrize("dledger", [False, True], ids=["plain", "dledger"])
+def test_a_started_store_checkpoints_its_dispatched_position_at_its_first_flush(
+    store_config: StoreConfig, dledger: bool
+) -> None:
+    """The first ConsumeQueue flush after a start is thorough (as RocketMQ's, whose last flush
+    time starts at 0): the checkpoint holds a dispatched position within a flush interval, not a
+    thorough interval (a minute) later, so a store killed in its first minute resumes dispatch
+    from there instead of rebuilding every ConsumeQueue and the index."""
+    cfg = dataclasses.replace(
+        store_config,
+        flush_interval_consume_queue_ms=50,
+        enable_dleger_commit_log=dledger,
+        d_leger_self_id="n0" if dledger else "",
+    )
+    assert cfg.flush_consume_queue_thorough_interval_ms == 60_000
+    with open_message_store(cfg) as s:
+        r = s.put_message(Message("T", b"first"), queue_id=0)
+        assert s.wait_dispatched(10)
+        cp = s.checkpoint
+        assert cp is not None
+        wait_until(lambda: cp.dispatched_phy_offset > r.physical_offset, "the first thorough flush", 10)

@@ -239,7 +239,11 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
     def _flush_logics_loop(self) -> None:
         interval = self.config.flush_interval_consume_queue_ms / 1000
         thorough = self.config.flush_consume_queue_thorough_interval_ms / 1000
-        last_thorough = time.monotonic()
+        # the first flush after a start is thorough (RocketMQ's FlushConsumeQueueService starts
+        # from lastFlushTimestamp 0): the checkpoint gets a dispatched position within a flush
+        # interval of a start, so a store killed in its first minute resumes dispatch from there
+        # instead of rebuilding every ConsumeQueue and the index
+        last_thorough = time.monotonic() - thorough
         while not self._stopping.wait(interval):
             now = time.monotonic()
             least = self.config.flush_consume_queue_least_pages
