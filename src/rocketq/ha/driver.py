@@ -106,6 +106,7 @@ from rocketq.ha.raft_types import (
 )
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
 from rocketq.remoting.connection import RequestHandler
+from rocketq.tasks import settle
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +123,6 @@ _POS_OFFSET = 24
 
 #: ``done(slot, outcome)``: where :meth:`RaftGroupLog.append_batch` reports each append's outcome
 BatchDone = Callable[[int, "AppendResult | BaseException"], None]
-
-
-def _settle(fut: asyncio.Future[AppendResult], outcome: AppendResult | BaseException) -> None:
-    if fut.done():
-        return
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
 
 
 class _StoreReader:
@@ -379,7 +371,7 @@ class RaftGroupLog:
 
     async def append(self, encode: RecordEncoder) -> AppendResult:
         fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self.append_batch((encode,), lambda _slot, outcome: _settle(fut, outcome))
+        self.append_batch((encode,), lambda _slot, outcome: settle(fut, outcome))
         return await fut
 
     def append_batch(self, encoders: Sequence[RecordEncoder], done: BatchDone) -> None:

@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from rocketq.errors import RocketqError
 from rocketq.ha.replicated_log import AppendResult, RecordEncoder, ReplicatedLog
 from rocketq.store.commitlog import PutMessageResult
+from rocketq.tasks import settle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -406,9 +407,4 @@ def resolve_outcomes(outcomes: list[Reply]) -> None:
             item.resolve()
             continue
         fut, outcome = item
-        if fut.done():  # the caller gave up (timeout, cancelled request)
-            continue
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
+        settle(fut, outcome)  # nothing for a caller that gave up (timeout, cancelled request)

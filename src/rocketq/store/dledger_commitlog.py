@@ -53,6 +53,7 @@ from rocketq.store.dledger_appends import (
 )
 from rocketq.store.flush import FlushListener
 from rocketq.store.store_queries import StoreStats
+from rocketq.tasks import settle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -171,10 +172,10 @@ class DLedgerCommitLog(CommitLog):
 
         def start() -> None:  # on the log's loop
             try:
-                put = _BatchPut(self, ledger, encoded, lambda r: _settle_thread(outcome, r))
+                put = _BatchPut(self, ledger, encoded, lambda r: settle(outcome, r))
                 put.submit(self._append_queue(ledger, loop), self._expiry_of(loop.loop))
             except Exception as exc:
-                _settle_thread(outcome, exc)
+                settle(outcome, exc)
 
         loop.loop.call_soon_threadsafe(start)
         try:
@@ -187,7 +188,7 @@ class DLedgerCommitLog(CommitLog):
         handed to the log's loop and its outcome comes back to the caller's loop, many per
         wake-up of each, with no worker thread in between (:meth:`put_messages_then`)."""
         fut: asyncio.Future[PutMessageResult] = asyncio.get_running_loop().create_future()
-        self.put_messages_then(msgs, lambda outcome: _settle(fut, outcome))
+        self.put_messages_then(msgs, lambda outcome: settle(fut, outcome))
         return await fut
 
     def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
@@ -543,21 +544,3 @@ class _BatchPut:
         if not self.finished:
             self.finished = True
             finish_put(self._done, exc)
-
-
-def _settle(fut: asyncio.Future[PutMessageResult], outcome: PutMessageResult | Exception) -> None:
-    if fut.done():  # the caller gave up (cancelled)
-        return
-    if isinstance(outcome, Exception):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
-
-
-def _settle_thread(
-    fut: concurrent.futures.Future[PutMessageResult], outcome: PutMessageResult | Exception
-) -> None:
-    if isinstance(outcome, Exception):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
