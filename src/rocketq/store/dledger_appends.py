@@ -149,24 +149,24 @@ class AppendQueue:
     def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: Settable) -> None:
         """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
         of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
-        outbox = self._outboxes.get(caller)
-        if outbox is None:
-            outbox = self._outboxes[caller] = []
-        if not outbox:
-            caller.call_soon(self._hand_over, caller)
-        outbox.append((encode, (caller, waiter)))
+        self._outbox(caller).append((encode, (caller, waiter)))
 
     def submit_all(
         self, appends: list[tuple[RecordEncoder, Settable]], caller: asyncio.AbstractEventLoop
     ) -> None:
         """:meth:`submit_to` of several appends that stay together: consecutive in the same
         proposal, nothing of another put between them."""
+        self._outbox(caller).extend([(encode, (caller, waiter)) for encode, waiter in appends])
+
+    def _outbox(self, caller: asyncio.AbstractEventLoop) -> list[tuple[RecordEncoder, Waiter]]:
+        """The appends of ``caller``'s current loop iteration, its hand-over scheduled at the
+        iteration's end when this is the first."""
         outbox = self._outboxes.get(caller)
         if outbox is None:
             outbox = self._outboxes[caller] = []
         if not outbox:
             caller.call_soon(self._hand_over, caller)
-        outbox += [(encode, (caller, waiter)) for encode, waiter in appends]
+        return outbox
 
     def _hand_over(self, caller: asyncio.AbstractEventLoop) -> None:
         outbox = self._outboxes.get(caller)
