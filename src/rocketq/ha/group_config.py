@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketq.errors import ConfigError
+from rocketq.ha.driver_config import MAX_BATCH_PUSH_BYTES
 from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import ReplicatedLog
 
@@ -70,7 +71,7 @@ class LedgerSpec:
     preferred_leader_id: str | None = None
     enable_batch_push: bool = False
     #: ``maxBatchPushSize``: with batch push, the bytes of entries in one append message
-    max_batch_bytes: int = 64 * 1024
+    max_batch_bytes: int = MAX_BATCH_PUSH_BYTES
     #: this broker's remoting address (``ip:port`` clients and peers' SlaveSynchronize use); the
     #: log reports the leader's as ``LogState.leader_address``
     broker_address: str | None = None
