@@ -27,7 +27,6 @@ from rocketq.ha import entry_format as fmt
 from rocketq.protocol import record as rec
 from rocketq.store import record_scan
 from rocketq.store.record_scan import (
-    MIN_COMPILED_COLUMNAR_RECORDS,
     V1_MIN_SIZE,
     DispatchBatch,
     DispatchRequest,
@@ -76,7 +75,7 @@ def parse_entry_run(
     scan_c = record_scan._scan_window  # read per call: tests run the pure path beside it
     if scan_c is None:
         return parse_entry_run_pure(data, pos, index, delay_levels)
-    scanned = scan_c(data, pos, MIN_COMPILED_COLUMNAR_RECORDS, index)
+    scanned = scan_c(data, pos, record_scan.MIN_COMPILED_COLUMNAR_RECORDS, index)
     if scanned is None or scanned[3] != len(data) or scanned[1] != scanned[2]:
         return None  # an entry or a record it does not take, or too many topics
     if not scanned[2]:
