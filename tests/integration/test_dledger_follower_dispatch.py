@@ -154,3 +154,11 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
         assert at == len(data) and 1 <= entries <= 7 and (len(data) <= 2000 or entries == 1)
         pos = start + len(data)
     assert got == want
+    # the dispatch limit: whole entries ending by it, none when the first does not
+    i = next(i for i in range(len(want) - 2, 0, -1) if want[i][0] // file_size == want[i - 1][0] // file_size)
+    (p0, b0), (p1, b1) = want[i - 1], want[i]  # two entries of one data file
+    end1 = p1 + 48 + len(b1)
+    run = log.committed_run(p0, end1 + 47, 1024, 4 << 20)
+    assert run is not None and run[1] == p0 and run[1] + len(run[2]) == end1
+    assert log.committed_run(p0, p0 + 48 + len(b0) - 1, 1024, 4 << 20) is None
+    assert log.committed_run(limit, limit, 1024, 4 << 20) is None

@@ -19,9 +19,11 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
 CommitLog record per entry body, the bodies of a window of entries parsed together as the plain
-dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record. It
-is woken by local puts and by every advance of the commit (the log's ``on_commit``, a
-follower's too).
+dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record.
+With the Raft driver a window is one run of the data file's bytes (``committed_run``) scanned
+in one compiled pass over entry headers and records (``parse_entry_run``); a run the scan does
+not take whole, and a group of one, go entry by entry (``entries_from``). It is woken by local
+puts and by every advance of the commit (the log's ``on_commit``, a follower's too).
 """
 
 from __future__ import annotations
