@@ -517,7 +517,9 @@ class RaftGroupLog:
                         high = mid - 1
                 last = low
             end = store.entry_end(last)
-            data = mf.read(start - mf.file_from_offset, end - start)
+        # the copy without the lock (the log's appends wait on it): committed entries stay as
+        # they are, and the file is held while it is read (None once it is closed)
+        data = mf.read(start - mf.file_from_offset, end - start)
         if data is None:
             return None
         self._entries_hint = (end, last + 1)
