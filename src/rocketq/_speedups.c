@@ -2401,7 +2401,17 @@ static PyTypeObject PutSamplerType = {
  * else None.
  * The whole answer is None when the window names more distinct topics than SCAN_MAX_TOPICS
  * (1024, told apart through a hash table of their bytes): the caller's pure path takes it.
- * Every read is bounds-checked against the window: nothing past `len(data)` is touched. */
+ * Every read is bounds-checked against the window: nothing past `len(data)` is touched.
+ *
+ * With entry_index (not None) the window holds DLedger entries instead (dledger_entry_walk,
+ * rocketq.store.dledger_window.parse_entry_run): the walk steps over their 48-byte headers
+ * from entry entry_index at position base, a record start per NORMAL entry's body, NOOPs
+ * stepped over; stop_at is where the entries it takes end and stop 3 says that it met one it
+ * does not take. A record's start is then its entry's position + 48 - base, as in the data
+ * files, so base + start stays its CommitLog offset. */
+
+static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long long base, long long index,
+                                     Py_ssize_t **starts, Py_ssize_t *nstarts, Py_ssize_t *cap, int *stop);
 
 enum {
     SC_START, SC_SIZE, SC_QUEUE_ID, SC_QUEUE_OFFSET, SC_SYS_FLAG, SC_STORE_TS, SC_PREPARED,
@@ -2539,16 +2549,28 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
 }
 
 static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "scan_window(data, base=None, objects_below=0)");
+    if (nargs < 1 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_window(data, base=None, objects_below=0, entry_index=None)");
         return NULL;
     }
-    long long base = 0;
+    long long base = 0, entry_index = -1;
     Py_ssize_t objects_below = 0;
+    if (nargs == 4 && args[3] != Py_None) {
+        if (args[1] == Py_None) {
+            PyErr_SetString(PyExc_TypeError, "scan_window: entries need their base position");
+            return NULL;
+        }
+        entry_index = PyLong_AsLongLong(args[3]);
+        if (entry_index == -1 && PyErr_Occurred()) return NULL;
+        if (entry_index < 0) {
+            PyErr_SetString(PyExc_ValueError, "scan_window: entry_index must be >= 0");
+            return NULL;
+        }
+    }
     if (nargs >= 2 && args[1] != Py_None) {
         base = PyLong_AsLongLong(args[1]);
         if (base == -1 && PyErr_Occurred()) return NULL;
-        if (nargs == 3) {
+        if (nargs >= 3) {
             objects_below = PyLong_AsSsize_t(args[2]);
             if (objects_below == -1 && PyErr_Occurred()) return NULL;
         }
@@ -2581,7 +2603,11 @@ static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t n
     /* 1. the walk (record_scan.walk) */
     Py_ssize_t p = 0;
     int stop = 0;
-    while (p <= n - 8) {
+    if (entry_index >= 0) {
+        p = dledger_entry_walk(d, n, base, entry_index, &starts, &nstarts, &cap, &stop);
+        if (p < 0) goto done;
+    }
+    while (entry_index < 0 && p <= n - 8) {
         int32_t size = be32(d + p);
         int32_t magic = be32(d + p + 4);
         int is_msg = magic == MESSAGE_MAGIC_CODE || magic == MESSAGE_MAGIC_CODE_V2;
@@ -3855,6 +3881,67 @@ done:
     return result;
 }
 
+/* -- DLedger dispatch: scan_window's walk over entries --------------------------------------
+ *
+ * The entries of a window of a DLedger data file, from entry `index` at position `base`: each a
+ * 48-byte header (entry_format: magic, size, index, term, pos, channel, chainCrc, bodyCrc,
+ * bodySize) and its body. A NOOP (magic 2, empty body) is stepped over; a NORMAL entry (magic 1)
+ * adds the start of its body, which must be exactly one CommitLog record (its TOTALSIZE the body's
+ * size, a message magic, at least V1_MIN_SIZE bytes: scan_window checks its layout). The entry's
+ * index and pos fields must follow on (index, base + offset) and its body match bodyCrc unless
+ * both checksum fields are 0 (entry_format.unchecked), as EntryStore.get checks a read. The walk
+ * stops at the window's end (*stop 0) or at the first entry it does not take (*stop 3: another
+ * magic, a size that does not add up or runs past the window, a body that is not one record, a
+ * CRC that does not match); it returns where it stopped (the end of the last entry taken), or
+ * -1 with MemoryError. */
+static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long long base, long long index,
+                                     Py_ssize_t **starts, Py_ssize_t *nstarts, Py_ssize_t *cap, int *stop) {
+    Py_ssize_t p = 0;
+    *stop = 0;
+    while (p < n) {
+        const unsigned char *h = d + p;
+        if (n - p < 48) {
+            *stop = 3;
+            break;
+        }
+        const int32_t magic = be32(h), size = be32(h + 4), body_size = be32(h + 44);
+        if ((magic != 1 && magic != 2) || body_size < 0 || (int64_t)size != 48 + (int64_t)body_size ||
+            (Py_ssize_t)size > n - p || be64(h + 8) != index || be64(h + 24) != base + p ||
+            (magic == 2) != (body_size == 0)) {
+            *stop = 3;
+            break;
+        }
+        if (magic == 1) {
+            const unsigned char *r = h + 48;
+            const int32_t rmagic = body_size >= 8 ? be32(r + 4) : 0;
+            if (body_size < V1_MIN_SIZE || be32(r) != body_size ||
+                (rmagic != MESSAGE_MAGIC_CODE && rmagic != MESSAGE_MAGIC_CODE_V2)) {
+                *stop = 3;
+                break;
+            }
+            const int32_t chain = be32(h + 36), body_crc = be32(h + 40);
+            if (!(chain == 0 && body_crc == 0) && (int32_t)crc32_update(0, r, body_size) != body_crc) {
+                *stop = 3;
+                break;
+            }
+            if (*nstarts == *cap) {
+                Py_ssize_t grown_cap = *cap ? *cap * 2 : 64;
+                Py_ssize_t *grown = PyMem_Realloc(*starts, (size_t)grown_cap * sizeof(Py_ssize_t));
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                *starts = grown;
+                *cap = grown_cap;
+            }
+            (*starts)[(*nstarts)++] = p + 48;
+        }
+        p += size;
+        index++;
+    }
+    return p;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -3898,8 +3985,9 @@ static PyMethodDef methods[] = {
      "put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic): "
      "CommitLog.put_message's write of one V1/IPv4 record, compiled"},
     {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
-     "scan_window(data, base=None, objects_below=0): rocketq.store.record_scan's walk, V1/IPv4 check, "
-     "columns, tags codes and index key hashes of a window of CommitLog records, in one pass"},
+     "scan_window(data, base=None, objects_below=0, entry_index=None): rocketq.store.record_scan's walk, "
+     "V1/IPv4 check, columns, tags codes and index key hashes of a window of CommitLog records (or of "
+     "DLedger entries' records), in one pass"},
     {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
      "index_put_keys(mm, slots, entries_pos, count, n, begin_ts, slot_count, hashes, phys, stamps): "
      "rocketq.store.index_file.IndexFile.put_keys' entry loop, compiled"},

@@ -15,7 +15,10 @@ topic and type, :class:`rocketq.broker.metrics.BrokerMetrics`), whose pure count
 those classes; and the store's dispatch of CommitLog records (``scan_window``: the window
 parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the entry loop of
 :meth:`rocketq.store.index_file.IndexFile.put_keys`; ``cq_pack_run``: the run loop of
-:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules; and the
+:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules;
+``scan_window`` with an entry index also scans a DLedger member's committed entries, headers and
+records (:func:`rocketq.store.dledger_window.parse_entry_run`, whose reference is
+``parse_entry_run_pure``); and the
 broker's batch sends (``batch_plan``, ``batch_write``: the usual SEND_BATCH_MESSAGE of a RocketMQ
 client packed into the CommitLog from its body, :mod:`rocketq.store.packed_batch`, whose
 reference is the general path of building the messages and packing each); the embedded

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -15,11 +16,14 @@ import pytest
 from _support.procs import free_port
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
+from rocketq.ha.driver import RaftGroupLog
+from rocketq.ha.entry_format import MAGIC_NORMAL
 from rocketq.ha.raft_types import Role
 from rocketq.message import Message
 from rocketq.store import dledger_store
-from rocketq.store.dledger_store import DLedgerMessageStore
+from rocketq.store.dledger_store import DLedgerMessageStore, DLedgerReputService
 from rocketq.store.message_store import open_message_store
+from rocketq.store.record_scan import DispatchRequest
 
 IDS = ("n0", "n1", "n2")
 TOPIC = "T"
@@ -76,3 +80,85 @@ def test_followers_dispatch_committed_entries_without_polling(stores: dict[str, 
     follower = next(s for s in stores.values() if s is not first)
     r = follower.get_message("g", TOPIC, 0, 0, 32)
     assert [m.body for m in r.messages] == [f"{a}:{b}".encode() for a in range(3) for b in range(5)]
+
+
+def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
+    stores: dict[str, DLedgerMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every member dispatches the committed entries from runs of the data files' bytes, one scan
+    each (``parse_entry_run``), never entry by entry, into ConsumeQueues and an index that hold
+    every message, over entries that fill more than one 64 KiB data file; and the runs the log
+    gives are whole entries of one data file within the window's limits, the entries that
+    ``entries_from`` gives one by one."""
+    taken: list[int] = []
+    one_by_one: list[int] = []
+    scan = dledger_store.parse_entry_run
+
+    def counting_scan(
+        data: bytes, pos: int, index: int, levels: dict[int, int] | None
+    ) -> list[DispatchRequest] | None:
+        reqs = scan(data, pos, index, levels)
+        taken.append(-1 if reqs is None else len(reqs))
+        return reqs
+
+    general = DLedgerReputService._dispatch_entries
+
+    def counting_general(self: DLedgerReputService, bodies: list[bytes], offsets: list[int]) -> int:
+        one_by_one.extend(offsets)
+        return general(self, bodies, offsets)
+
+    monkeypatch.setattr(dledger_store, "parse_entry_run", counting_scan)
+    monkeypatch.setattr(DLedgerReputService, "_dispatch_entries", counting_general)
+
+    def leader() -> DLedgerMessageStore | None:
+        found = [s for s in stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+        return found[0] if len(found) == 1 else None
+
+    first = wait_until(leader, "one leader", 30)
+    n = 300
+    for i in range(n):
+        first.put_message(Message(TOPIC, b"m%d-" % i + bytes(120), tags=f"t{i % 3}", keys=[f"k{i}"]), i % 2)
+    for sid, store in stores.items():
+        wait_until(
+            lambda s=store: s.get_max_offset(TOPIC, 0) + s.get_max_offset(TOPIC, 1) == n,
+            f"member {sid}'s ConsumeQueues to hold the {n} messages",
+            20,
+        )
+        for q in (0, 1):
+            got = store.get_message("g", TOPIC, q, 0, n)
+            assert [m.body for m in got.messages] == [b"m%d-" % i + bytes(120) for i in range(q, n, 2)]
+        assert [m.body for m in store.query_messages_by_key(TOPIC, "k123").messages] == [
+            b"m123-" + bytes(120)
+        ]
+    assert -1 not in taken and sum(taken) == 3 * n
+    assert one_by_one == []
+
+    log = first.ledger
+    assert isinstance(log, RaftGroupLog)
+    limit = log.committed_pos
+    file_size = first.config.mapped_file_size_commit_log
+    want = list(log.entries_from(0))
+    assert want[-1][0] > file_size  # the entries fill more than one data file
+    got: list[tuple[int, bytes]] = []
+    pos = 0
+    while (run := log.committed_run(pos, limit, 7, 2000)) is not None:
+        index, start, data = run
+        assert start >= pos and start // file_size == (start + len(data) - 1) // file_size  # one data file
+        entries = at = 0
+        while at < len(data):
+            magic, size, e_index, _term, e_pos = struct.unpack_from(">iiqqq", data, at)
+            assert (e_index, e_pos) == (index + entries, start + at)
+            got.append((e_pos, data[at + 48 : at + size] if magic == MAGIC_NORMAL else b""))
+            at += size
+            entries += 1
+        assert at == len(data) and 1 <= entries <= 7 and (len(data) <= 2000 or entries == 1)
+        pos = start + len(data)
+    assert got == want
+    # the dispatch limit: whole entries ending by it, none when the first does not
+    i = next(i for i in range(len(want) - 2, 0, -1) if want[i][0] // file_size == want[i - 1][0] // file_size)
+    (p0, b0), (p1, b1) = want[i - 1], want[i]  # two entries of one data file
+    end1 = p1 + 48 + len(b1)
+    run = log.committed_run(p0, end1 + 47, 1024, 4 << 20)
+    assert run is not None and run[1] == p0 and run[1] + len(run[2]) == end1
+    assert log.committed_run(p0, p0 + 48 + len(b0) - 1, 1024, 4 << 20) is None
+    assert log.committed_run(limit, limit, 1024, 4 << 20) is None

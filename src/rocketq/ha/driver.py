@@ -443,23 +443,29 @@ class RaftGroupLog:
                 size -= n
         return bytes(out)
 
+    def _first_committed_at(self, pos: int, lo: int, hi: int) -> int:
+        """The first committed entry (of ``lo`` .. ``hi``) at or after ``pos``; ``hi`` when none
+        is (the caller checks that entry's position)."""
+        hint_pos, hint = self._entries_hint
+        if hint_pos == pos and lo <= hint <= hi + 1:  # dispatch goes on where it stopped
+            return hint
+        store = self.store
+        first, last = lo, hi
+        while first < last:  # first committed entry at or after pos (index records only)
+            mid = (first + last) // 2
+            if store.pos_at(mid) < pos:
+                first = mid + 1
+            else:
+                last = mid
+        return first
+
     def entries_from(self, pos: int) -> Iterator[tuple[int, bytes]]:
         store = self.store
         hi = store.committed_index
         lo = store.ledger_begin_index
         if hi < 0 or lo < 0:
             return
-        hint_pos, hint = self._entries_hint
-        if hint_pos == pos and lo <= hint <= hi + 1:  # dispatch goes on where it stopped
-            first = hint
-        else:
-            first, last = lo, hi
-            while first < last:  # first committed entry at or after pos (index records only)
-                mid = (first + last) // 2
-                if store.pos_at(mid) < pos:
-                    first = mid + 1
-                else:
-                    last = mid
+        first = self._first_committed_at(pos, lo, hi)
         cache = self._sent_cache  # the bytes just written or received, checked then: no re-read
         for i in range(first, hi + 1):
             raw = cache.get(i)
@@ -474,6 +480,50 @@ class RaftGroupLog:
             if e.pos >= pos:  # NOOPs too (empty body): dispatch reaches the committed end
                 self._entries_hint = (e.pos + e.size, i + 1)
                 yield e.pos, (e.body if e.magic == MAGIC_NORMAL else b"")
+
+    def committed_run(
+        self, pos: int, limit: int, max_entries: int, max_bytes: int
+    ) -> tuple[int, int, bytes] | None:
+        """The committed entries from the first at or after ``pos`` as one run of the data file's
+        bytes, for dispatch (``rocketq.store.dledger_window.parse_entry_run``): (its first entry's
+        index, that entry's position, the bytes of whole entries, headers and all). At most
+        ``max_entries`` entries and ``max_bytes`` bytes (one entry at least), all ending by
+        ``limit`` and in the first one's data file (one copy of them, no step per entry). None
+        when no committed entry ends by ``limit`` there."""
+        store = self.store
+        with store.lock:
+            hi = store.committed_index
+            lo = store.ledger_begin_index
+            if hi < 0 or lo < 0 or hi < lo:
+                return None
+            first = self._first_committed_at(pos, lo, hi)
+            if first > hi:
+                return None
+            start = store.pos_at(first)
+            mf = store.data.find_by_offset(start)
+            if start < pos or mf is None:
+                return None
+            cap = min(limit, start + max_bytes, mf.file_from_offset + mf.file_size)
+            last = min(hi, first + max_entries - 1)
+            if store.entry_end(last) > cap:
+                if store.entry_end(first) > limit:
+                    return None
+                low, high = first, last - 1  # the last entry that ends by cap (the first one at least)
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    if store.entry_end(mid) <= cap:
+                        low = mid
+                    else:
+                        high = mid - 1
+                last = low
+            end = store.entry_end(last)
+        # the copy without the lock (the log's appends wait on it): committed entries stay as
+        # they are, and the file is held while it is read (None once it is closed)
+        data = mf.read(start - mf.file_from_offset, end - start)
+        if data is None:
+            return None
+        self._entries_hint = (end, last + 1)
+        return first, start, data
 
     async def transfer_leadership(self, target: str, timeout_s: float | None = None) -> bool:
         """Ask this leader to hand leadership to ``target``; True once ``target`` leads."""

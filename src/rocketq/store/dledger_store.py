@@ -19,9 +19,11 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
 
 Dispatch (:class:`DLedgerReputService`) walks committed entries only, on every node: one
 CommitLog record per entry body, the bodies of a window of entries parsed together as the plain
-dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record. It
-is woken by local puts and by every advance of the commit (the log's ``on_commit``, a
-follower's too).
+dispatcher parses a window (``rocketq.store.dledger_window``); NOOP entries carry no record.
+With the Raft driver a window is one run of the data file's bytes (``committed_run``) scanned
+in one compiled pass over entry headers and records (``parse_entry_run``); a run the scan does
+not take whole, and a group of one, go entry by entry (``entries_from``). It is woken by local
+puts and by every advance of the commit (the log's ``on_commit``, a follower's too).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
-from rocketq.store.dledger_window import PendingRequests, parse_entries
+from rocketq.store.dledger_window import PendingRequests, parse_entries, parse_entry_run
 from rocketq.store.message_store import MessageStore
 from rocketq.store.record_scan import DispatchBatch, parse_window
 from rocketq.store.retention import RetentionService, Segment
@@ -67,6 +69,9 @@ _WINDOW_BYTES = 4 << 20
 #: wakes dispatch itself, and the look is then a fallback only (COMMIT_WAKE_FALLBACK_S)
 FOLLOWER_POLL_S = 0.1
 COMMIT_WAKE_FALLBACK_S = 1.0
+#: ``(pos, limit, max_entries, max_bytes) -> (first index, its pos, entry bytes) | None``:
+#: :meth:`rocketq.ha.driver.RaftGroupLog.committed_run`
+CommittedRuns = Callable[[int, int, int, int], "tuple[int, int, bytes] | None"]
 
 
 class DLedgerReputService(ReputMessageService):
@@ -93,11 +98,20 @@ class DLedgerReputService(ReputMessageService):
             idle_wait_s=COMMIT_WAKE_FALLBACK_S if hasattr(ledger, "on_commit") else FOLLOWER_POLL_S,
         )
         self._ledger = ledger
+        #: the log's runs of committed entries in a data file's bytes (the Raft driver has them),
+        #: for :meth:`_dispatch_run`; None (a group of one): every window goes entry by entry
+        self._runs: CommittedRuns | None = getattr(ledger, "committed_run", None)
 
     def do_reput(self) -> int:
         count = 0
         limit = self._limit()
         self.reput_from_offset = max(self.reput_from_offset, self._min_offset())
+        if self._runs is not None:
+            while self.reput_from_offset < limit and not self._stopped_hard:
+                done = self._dispatch_run(self._runs, limit)
+                if done is None:
+                    break  # not a usual run: the entries one by one from here
+                count += done
         if self.reput_from_offset < limit:
             bodies: list[bytes] = []
             offsets: list[int] = []
@@ -121,6 +135,22 @@ class DLedgerReputService(ReputMessageService):
             count += self._dispatch_entries(bodies, offsets)
             self.reput_from_offset = end
         self.dispatched_records += count
+        self._notify_progress()
+        return count
+
+    def _dispatch_run(self, runs: CommittedRuns, limit: int) -> int | None:
+        """Dispatch the next window of committed entries from one run of their bytes, in one
+        scan (``parse_entry_run``); None, with nothing dispatched, when there is no such run or
+        it holds entries the scan does not take."""
+        run = runs(self.reput_from_offset, limit, _ENTRIES_PER_WINDOW, _WINDOW_BYTES)
+        if run is None:
+            return None
+        index, pos, data = run
+        reqs = parse_entry_run(data, pos, index, self._delay_levels)
+        if reqs is None:
+            return None
+        count = self._dispatch(reqs)
+        self.reput_from_offset = pos + len(data)
         self._notify_progress()
         return count
 

@@ -7,16 +7,37 @@ compiled scan, the columnar batch for many records), then gives each request the
 offset of its own entry (``pos + 48``). When the bodies are not one whole record each, it
 says so and the caller parses them one by one (:class:`PendingRequests` keeps the key hashes
 the compiled scan made for each, so the index does not hash them again).
+
+:func:`parse_entry_run` takes the usual case without a step per entry in Python: the bytes of a
+run of committed entries as they lie in a data file (headers and all), walked by the compiled
+scan (``scan_window`` with an entry index), which steps over each 48-byte header and NOOP and
+gives each record the CommitLog offset of its place in the file (``pos + 48``), so the
+requests are the ones the entries' bodies give one by one. Any entry it does not take whole
+makes it answer None, and the caller goes the general way above.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
 
+from rocketq.ha import entry_format as fmt
 from rocketq.protocol import record as rec
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList, parse_window
+from rocketq.store import record_scan
+from rocketq.store.record_scan import (
+    V1_MIN_SIZE,
+    DispatchBatch,
+    DispatchRequest,
+    RequestList,
+    compiled_requests,
+    parse_window,
+    requests_at_starts,
+)
+
+_RECORD_HEAD = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
+_MESSAGE_MAGICS = frozenset((rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2))
 
 
 def parse_entries(
@@ -38,6 +59,67 @@ def parse_entries(
         for req, offset in zip(reqs, offsets, strict=True):
             req.commit_log_offset = offset
     return reqs
+
+
+def parse_entry_run(
+    data: bytes, pos: int, index: int, delay_levels: dict[int, int] | None
+) -> list[DispatchRequest] | None:
+    """The requests of the records in ``data``: whole entries as a data file holds them, the
+    first one entry ``index`` at position ``pos``, each NORMAL entry's body one CommitLog record
+    (at CommitLog offset entry pos + 48), NOOPs stepped over; the same requests as
+    :func:`parse_window` of each body at its offset. None when an entry is not of that kind
+    (another entry type, header fields that do not follow on, a body that is not exactly one
+    record of a good layout or does not match its CRC, a cut entry): nothing is dispatched,
+    the caller parses the entries one by one. The compiled scan when built, else
+    :func:`parse_entry_run_pure`."""
+    scan_c = record_scan._scan_window  # read per call: tests run the pure path beside it
+    if scan_c is None:
+        return parse_entry_run_pure(data, pos, index, delay_levels)
+    scanned = scan_c(data, pos, record_scan.MIN_COMPILED_COLUMNAR_RECORDS, index)
+    if scanned is None or scanned[3] != len(data) or scanned[1] != scanned[2]:
+        return None  # an entry or a record it does not take, or too many topics
+    if not scanned[2]:
+        return []  # NOOPs only
+    parsed = compiled_requests(data, pos, delay_levels, scanned)
+    return parsed[0] if parsed is not None and parsed[1] == len(data) else None
+
+
+def parse_entry_run_pure(
+    data: bytes, pos: int, index: int, delay_levels: dict[int, int] | None
+) -> list[DispatchRequest] | None:
+    """:func:`parse_entry_run` in pure Python (the reference of its compiled walk)."""
+    starts: list[int] = []
+    header = fmt.ENTRY_HEADER.unpack_from
+    n = len(data)
+    p = 0
+    while p < n:
+        if n - p < fmt.BODY_OFFSET:
+            return None
+        magic, size, e_index, _term, e_pos, _channel, chain, crc, body_size = header(data, p)
+        if (
+            magic not in (fmt.MAGIC_NORMAL, fmt.MAGIC_NOOP)
+            or body_size < 0
+            or size != fmt.BODY_OFFSET + body_size
+            or size > n - p
+            or e_index != index
+            or e_pos != pos + p
+            or (magic == fmt.MAGIC_NOOP) != (body_size == 0)
+        ):
+            return None
+        if magic == fmt.MAGIC_NORMAL:
+            at = p + fmt.BODY_OFFSET
+            r_size, r_magic = _RECORD_HEAD.unpack_from(data, at) if body_size >= 8 else (0, 0)
+            if body_size < V1_MIN_SIZE or r_size != body_size or r_magic not in _MESSAGE_MAGICS:
+                return None
+            if not (chain == 0 and crc == 0) and fmt.body_crc(memoryview(data)[at : at + body_size]) != crc:
+                return None
+            starts.append(at)
+        p += size
+        index += 1
+    if not starts:
+        return []
+    reqs, used, _ = requests_at_starts(data, pos, delay_levels, starts, n, None)
+    return reqs if used == n else None
 
 
 class PendingRequests:

@@ -1087,7 +1087,7 @@ def _columnar(
 #: The compiled scan (``rocketq._speedups.scan_window``: the walk, :func:`check_v1`, the columns,
 #: tags codes and index key hashes of a window in one C pass), or None on the pure path. Tests
 #: set it to None to run the pure path beside the compiled one.
-_scan_window: Callable[[bytes, int, int], Any] | None = getattr(_speedups.COMPILED, "scan_window", None)
+_scan_window: Callable[..., Any] | None = getattr(_speedups.COMPILED, "scan_window", None)
 if _scan_window is not None:
     _speedups.COMPILED.setup_dispatch(DispatchRequest)  # type: ignore[union-attr]
 
@@ -1186,31 +1186,40 @@ def parse_window(
     if scan_c is not None:
         scanned = scan_c(data, base, MIN_COMPILED_COLUMNAR_RECORDS)
         if scanned is not None:
-            objects = scanned[9]
-            if objects is not None:  # a small window of good records, as objects
-                reqs, names = objects
-                slow = scanned[8]
-                if slow or (delay_levels is not None and SCHEDULE_TOPIC in names):
-                    _fix_tags(reqs, slow, delay_levels)
-                entries = None
-                if not slow:
-                    flat = memoryview(scanned[7]).cast("q").tolist()
-                    entries = flat[0::2], flat[1::2]
-                stop_at = scanned[3]
-                return RequestList(reqs, entries), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
-            k = scanned[1]
-            nstarts = scanned[2]
-            if k and (
-                nstarts >= MIN_COLUMNAR_RECORDS or (k == nstarts and nstarts >= MIN_COMPILED_COLUMNAR_RECORDS)
-            ):
-                batch = _compiled_batch(data, base, delay_levels, scanned)
-                if k < nstarts:
-                    cols = batch.columns
-                    at = int(cols.starts[k - 1]) + int(cols.size[k - 1])
-                    return batch, at, rec.RecordKind.CORRUPT if scanned[5] else None
-                stop_at = scanned[3]
-                return batch, stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+            parsed = compiled_requests(data, base, delay_levels, scanned)
+            if parsed is not None:
+                return parsed
     return _parse_window_pure(data, base, delay_levels)
+
+
+def compiled_requests(
+    data: bytes, base: int, delay_levels: dict[int, int] | None, scanned: tuple[Any, ...]
+) -> tuple[list[DispatchRequest], int, rec.RecordKind | None] | None:
+    """:func:`parse_window`'s answer from a compiled scan of ``data`` (``scan_window``), or None
+    when the pure path is to take the window (a few good records before another layout)."""
+    objects = scanned[9]
+    if objects is not None:  # a small window of good records, as objects
+        reqs, names = objects
+        slow = scanned[8]
+        if slow or (delay_levels is not None and SCHEDULE_TOPIC in names):
+            _fix_tags(reqs, slow, delay_levels)
+        entries = None
+        if not slow:
+            flat = memoryview(scanned[7]).cast("q").tolist()
+            entries = flat[0::2], flat[1::2]
+        stop_at = scanned[3]
+        return RequestList(reqs, entries), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+    k = scanned[1]
+    nstarts = scanned[2]
+    if k and (nstarts >= MIN_COLUMNAR_RECORDS or (k == nstarts and nstarts >= MIN_COMPILED_COLUMNAR_RECORDS)):
+        batch = _compiled_batch(data, base, delay_levels, scanned)
+        if k < nstarts:
+            cols = batch.columns
+            at = int(cols.starts[k - 1]) + int(cols.size[k - 1])
+            return batch, at, rec.RecordKind.CORRUPT if scanned[5] else None
+        stop_at = scanned[3]
+        return batch, stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+    return None
 
 
 def _parse_window_pure(
@@ -1218,6 +1227,19 @@ def _parse_window_pure(
 ) -> tuple[list[DispatchRequest], int, rec.RecordKind | None]:
     """:func:`parse_window` in pure Python (the reference)."""
     starts, stop_at, stop = walk(data)
+    return requests_at_starts(data, base, delay_levels, starts, stop_at, stop)
+
+
+def requests_at_starts(
+    data: bytes,
+    base: int,
+    delay_levels: dict[int, int] | None,
+    starts: list[int],
+    stop_at: int,
+    stop: rec.RecordKind | None,
+) -> tuple[list[DispatchRequest], int, rec.RecordKind | None]:
+    """The pure :func:`parse_window` of the records at ``starts`` of ``data``, found by a walk
+    that stopped at ``stop_at`` for ``stop``: in columns when there are enough, else one by one."""
     if len(starts) >= MIN_COLUMNAR_RECORDS:
         batch, k, corrupt = _columnar(data, base, delay_levels, starts)
         if batch is not None:
@@ -1250,6 +1272,7 @@ __all__ = [
     "WindowColumns",
     "build_dispatch_request",
     "check_v1",
+    "compiled_requests",
     "compute_deliver_timestamp",
     "find_properties",
     "hash_ranges",
@@ -1257,6 +1280,7 @@ __all__ = [
     "note_queue_offsets",
     "pad",
     "parse_window",
+    "requests_at_starts",
     "rows",
     "scan",
     "segment_finder",
