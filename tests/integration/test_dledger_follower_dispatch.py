@@ -20,8 +20,9 @@ from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.entry_format import MAGIC_NORMAL
 from rocketq.ha.raft_types import Role
 from rocketq.message import Message
-from rocketq.store import dledger_store
-from rocketq.store.dledger_store import DLedgerMessageStore, DLedgerReputService
+from rocketq.store import dledger_reput
+from rocketq.store.dledger_reput import DLedgerReputService
+from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
 from rocketq.store.record_scan import DispatchRequest
 
@@ -33,8 +34,8 @@ TOPIC = "T"
 def stores(
     tmp_path: pathlib.Path, store_config: StoreConfig, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dict[str, DLedgerMessageStore]]:
-    monkeypatch.setattr(dledger_store, "COMMIT_WAKE_FALLBACK_S", 3600.0, raising=False)
-    monkeypatch.setattr(dledger_store, "FOLLOWER_POLL_S", 3600.0)
+    monkeypatch.setattr(dledger_reput, "COMMIT_WAKE_FALLBACK_S", 3600.0)
+    monkeypatch.setattr(dledger_reput, "FOLLOWER_POLL_S", 3600.0)
     peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in IDS)
     out: dict[str, DLedgerMessageStore] = {}
     try:
@@ -92,7 +93,7 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
     ``entries_from`` gives one by one."""
     taken: list[int] = []
     one_by_one: list[int] = []
-    scan = dledger_store.parse_entry_run
+    scan = dledger_reput.parse_entry_run
 
     def counting_scan(
         data: bytes, pos: int, index: int, levels: dict[int, int] | None
@@ -107,7 +108,7 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
         one_by_one.extend(offsets)
         return general(self, bodies, offsets)
 
-    monkeypatch.setattr(dledger_store, "parse_entry_run", counting_scan)
+    monkeypatch.setattr(dledger_reput, "parse_entry_run", counting_scan)
     monkeypatch.setattr(DLedgerReputService, "_dispatch_entries", counting_general)
 
     def leader() -> DLedgerMessageStore | None:

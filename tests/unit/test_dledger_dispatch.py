@@ -15,7 +15,8 @@ import pytest
 from rocketq.config import StoreConfig
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.message import Message
-from rocketq.store.dledger_store import DLedgerMessageStore, DLedgerReputService
+from rocketq.store.dledger_reput import DLedgerReputService
+from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
 from rocketq.store.record_scan import DispatchRequest
 from rocketq.store.store_queries import GetMessageStatus
@@ -147,7 +148,7 @@ def test_a_body_that_is_not_one_record_falls_back_and_the_rest_is_dispatched(
             recorder = Recorder()
             reput.dispatchers = [recorder]
             caplog.clear()
-            with caplog.at_level(logging.ERROR, "rocketq.store.dledger_store"):
+            with caplog.at_level(logging.ERROR, "rocketq.store.dledger_reput"):
                 reput._dispatch_entries([b for _, b in window], [pos + BODY_OFFSET for pos, _ in window])
             rows = recorder.rows()
             assert len(rows) == expected
