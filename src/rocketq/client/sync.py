@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
-from rocketq.client.send_values import _Prepared
+from rocketq.client.send_values import SendAttempts, _Prepared
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
@@ -91,7 +92,27 @@ class Producer(BlockingFacade[AsyncProducer]):
         if pool is None or self._loop is None or self._thread is threading.current_thread():
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         prepared = core._prepare_send(msg, sharding_key, selector, queue)
-        return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
+        routes = core._routes
+        info = routes.cached(prepared.topic) if routes is not None else None
+        if routes is None or info is None or not info.queues:
+            return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
+        # the first attempt made here, as _send_steps makes each (its rules are shared): the
+        # usual send needs no generator; a failed attempt hands the retries to _send_steps
+        tried = SendAttempts(time.monotonic() + core.send_timeout_ms / 1000)
+        mq = core._pick_queue(prepared, info, sharding_key, selector, queue, msg, None)
+        began = time.monotonic()
+        try:
+            addr = core._broker_addr(mq, routes)
+            if pool.rpc_hook is None:  # framed at once, no command built
+                frame, opaque, code = core._request_frame(prepared, mq)
+                response = pool.invoke_frame(addr, frame, opaque, code, tried.deadline - began)
+            else:
+                response = pool.invoke(addr, core._request(prepared, mq), tried.deadline - began)
+            result = core._result(response, prepared, mq, addr)
+        except RocketqError as exc:
+            core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
+            return self._send_here(pool, prepared, sharding_key, selector, queue, msg, tried)
+        return core._attempt_succeeded(result, info, began)
 
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send several messages of one topic in one SEND_BATCH_MESSAGE request (see
@@ -111,11 +132,12 @@ class Producer(BlockingFacade[AsyncProducer]):
         selector: QueueSelector | None,
         queue: MessageQueue | None,
         msg: Message,
+        tried: SendAttempts | None = None,
     ) -> SendResult:
         """The send steps of ``prepared`` with the broker calls made on ``pool`` in this thread
-        (a route not cached yet is fetched on the loop thread)."""
+        (a route not cached yet is fetched on the loop thread), after the attempts ``tried``."""
         core = self._core
-        steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
+        steps = core._send_steps(prepared, sharding_key, selector, queue, msg, tried)
         step: RouteStep | InvokeStep | SendResult = next(steps)
         while not isinstance(step, SendResult):
             outcome: object
