@@ -98,18 +98,19 @@ class Producer(BlockingFacade[AsyncProducer]):
             return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
         # the first attempt made here, as _send_steps makes each (its rules are shared): the
         # usual send needs no generator; a failed attempt hands the retries to _send_steps
-        tried = SendAttempts(time.monotonic() + core.send_timeout_ms / 1000)
+        deadline = time.monotonic() + core.send_timeout_ms / 1000
         mq = core._pick_queue(prepared, info, sharding_key, selector, queue, msg, None)
         began = time.monotonic()
         try:
             addr = core._broker_addr(mq, routes)
             if pool.rpc_hook is None:  # framed at once, no command built
                 frame, opaque, code = core._request_frame(prepared, mq)
-                response = pool.invoke_frame(addr, frame, opaque, code, tried.deadline - began)
+                response = pool.invoke_frame(addr, frame, opaque, code, deadline - began)
             else:
-                response = pool.invoke(addr, core._request(prepared, mq), tried.deadline - began)
+                response = pool.invoke(addr, core._request(prepared, mq), deadline - began)
             result = core._result(response, prepared, mq, addr)
         except RocketqError as exc:
+            tried = SendAttempts(deadline)
             core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
             return self._send_here(pool, prepared, sharding_key, selector, queue, msg, tried)
         return core._attempt_succeeded(result, info, began)

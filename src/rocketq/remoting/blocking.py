@@ -163,7 +163,12 @@ class BlockingConnection:
                             return got
                         continue  # the late answer to a call that timed out
                     self._refuse(got, deadline)
-                pending.extend(self._decoder.feed(self._read(deadline)))
+                read = self._decoder.feed(self._read(deadline))
+                if len(read) == 1:  # the usual read: the answer alone
+                    answer = read[0]
+                    if answer.flag & FLAG_RESPONSE and answer.opaque == opaque:
+                        return answer
+                pending.extend(read)
         except TimeoutError:
             raise RemotingTimeout(
                 f"no response to code {code} from {self.addr} within {timeout_s:g} s"
