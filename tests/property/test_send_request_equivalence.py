@@ -54,32 +54,21 @@ odd = st.one_of(
 @compiled_only
 @settings(max_examples=400, deadline=None)
 @given(
-    opaque=ints,
-    group=texts,
-    topic=texts,
-    queue_id=ints,
-    sys_flag=ints,
-    born_ms=ints,
-    flag=ints,
-    properties=texts,
-    batch=st.booleans(),
-    broker_name=texts,
-    body=st.binary(max_size=64),
+    args=st.tuples(
+        ints,  # opaque
+        texts,  # group
+        texts,  # topic
+        ints,  # queue id
+        ints,  # sys flag
+        ints,  # born ms
+        ints,  # flag
+        texts,  # properties
+        st.booleans(),  # batch
+        texts,  # broker name
+        st.binary(max_size=64),  # body
+    )
 )
-def test_the_compiled_frame_is_the_pure_one(
-    opaque: int,
-    group: str,
-    topic: str,
-    queue_id: int,
-    sys_flag: int,
-    born_ms: int,
-    flag: int,
-    properties: str,
-    batch: bool,
-    broker_name: str,
-    body: bytes,
-) -> None:
-    args = (opaque, group, topic, queue_id, sys_flag, born_ms, flag, properties, batch, broker_name, body)
+def test_the_compiled_frame_is_the_pure_one(args: tuple[Any, ...]) -> None:
     assert outcome(send_request_frame, *args) == outcome(pure_send_request_frame, *args)
 
 

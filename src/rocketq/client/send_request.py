@@ -21,7 +21,7 @@ limits) to :func:`pure_send_request_frame`, whose bytes and errors are the refer
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from rocketq import speedups as _speedups
 from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS
@@ -70,21 +70,10 @@ def send_request(
     return create_request(code, fields, body)  # anything else stringified as Java would
 
 
-def pure_send_request_frame(
-    opaque: int,
-    group: str,
-    topic: str,
-    queue_id: int,
-    sys_flag: int,
-    born_ms: int,
-    flag: int,
-    properties: str,
-    batch: bool,
-    broker_name: str,
-    body: bytes,
-) -> bytes:
-    """The whole frame of :func:`send_request`'s request with opaque ``opaque``."""
-    cmd = send_request(group, topic, queue_id, sys_flag, born_ms, flag, properties, batch, broker_name, body)
+def pure_send_request_frame(opaque: int, *request: Any) -> bytes:
+    """The whole frame of ``send_request(*request)`` (the same arguments, in the same order)
+    with opaque ``opaque``."""
+    cmd = send_request(*request)
     cmd.opaque = opaque
     return encode(cmd)
 
