@@ -11,6 +11,10 @@ do, instead of handing the call to the loop thread and back (two thread hand-off
 runs the same send steps as :meth:`AsyncProducer.send` (checks, queue selection, retries with
 fault back-off, one ``send_timeout_ms`` deadline: :meth:`AsyncProducer._send_steps`) and makes
 the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the same frame codec).
+With one send in flight the client's Python is on every round trip, so the first attempt of a
+send whose route is cached is made without the generator, from the same parts (queue choice,
+result, failure handling), its request framed in one call (``send_request_frame``); a failure
+hands the retries to the generator with the attempt counted.
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
