@@ -3944,6 +3944,159 @@ static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long 
 
 /* -- module ------------------------------------------------------------------------------- */
 
+/* -- the producer's send request, written ------------------------------------------------------
+ *
+ *   send_request_frame(opaque, group, topic, queue_id, sys_flag, born_ms, flag, properties, batch,
+ *                      broker_name, body)      rocketq.client.send_request.pure_send_request_frame
+ *
+ * The whole SEND_MESSAGE_V2 (SEND_BATCH_MESSAGE when batch) frame a producer writes, without the
+ * RemotingCommand and extFields dict the pure function builds and encodes: the same header
+ * (SendMessageRequestHeaderV2's fields a..n in Java's order, then flag 0, language, opaque, JSON,
+ * version), texts escaped as encode_basestring does. Takes exact str texts with a UTF-8 form,
+ * exact ints (queue id, sys flag, born time, flag, opaque) that fit 64 bits, an exact bool and
+ * bytes; anything else, and a frame over the 24-bit header or int32 length, goes to the pure
+ * function, so the bytes and errors are the pure ones. */
+
+static struct {
+    PyObject *pure;
+    char default_topic[64];
+    Py_ssize_t default_topic_len;  /* its JSON literal, quotes included */
+    char queue_nums[64];
+    Py_ssize_t queue_nums_len;
+    char lang[32];
+    Py_ssize_t lang_len;
+    long long version, code_single, code_batch;
+} sr;
+
+static PyObject *setup_send_request(PyObject *self, PyObject *args) {
+    PyObject *pure, *topic, *nums, *lang;
+    long long version, single, batch;
+    if (!PyArg_ParseTuple(args, "OUUULLL:setup_send_request", &pure, &topic, &nums, &lang, &version, &single, &batch))
+        return NULL;
+    const char *p;
+    Py_ssize_t n;
+    Py_ssize_t tl = jlit_len(topic, &p, &n);
+    if (tl < 0 || tl >= (Py_ssize_t)sizeof sr.default_topic) goto bad;
+    put_jlit(sr.default_topic, p, n);
+    sr.default_topic_len = tl;
+    Py_ssize_t nl = jlit_len(nums, &p, &n);
+    if (nl < 0 || nl >= (Py_ssize_t)sizeof sr.queue_nums) goto bad;
+    put_jlit(sr.queue_nums, p, n);
+    sr.queue_nums_len = nl;
+    Py_ssize_t ll = jlit_len(lang, &p, &n);
+    if (ll < 0 || ll >= (Py_ssize_t)sizeof sr.lang) goto bad;
+    put_jlit(sr.lang, p, n);
+    sr.lang_len = ll;
+    sr.version = version;
+    sr.code_single = single;
+    sr.code_batch = batch;
+    Py_INCREF(pure);
+    Py_XSETREF(sr.pure, pure);
+    Py_RETURN_NONE;
+bad:
+    PyErr_SetString(PyExc_ValueError, "setup_send_request: a constant text is too long or not UTF-8");
+    return NULL;
+}
+
+/* An exact int that fits 64 bits into *v: 1, or 0 when not (no exception), -1 on an error. */
+static int exact_ll(PyObject *o, long long *v) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return 0;
+    if (*v == -1 && PyErr_Occurred()) return -1;
+    return 1;
+}
+
+static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (sr.pure == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_request() was not called");
+        return NULL;
+    }
+    if (nargs != 11) return PyObject_Vectorcall(sr.pure, args, (size_t)nargs, NULL);
+    /* opaque, queue_id, sys_flag, born_ms, flag: decimal */
+    static const int int_args[5] = {0, 3, 4, 5, 6};
+    char num[5][24];
+    Py_ssize_t num_len[5];
+    for (int j = 0; j < 5; j++) {
+        long long v;
+        int ok = exact_ll(args[int_args[j]], &v);
+        if (ok < 0) return NULL;
+        if (ok == 0) return PyObject_Vectorcall(sr.pure, args, (size_t)nargs, NULL);
+        num_len[j] = put_decimal(num[j], v) - num[j];
+    }
+    /* group, topic, properties, broker_name: JSON string literals */
+    static const int text_args[4] = {1, 2, 7, 9};
+    const char *tp[4];
+    Py_ssize_t tn[4], tl[4];
+    for (int j = 0; j < 4; j++) {
+        tl[j] = jlit_len(args[text_args[j]], &tp[j], &tn[j]);
+        if (tl[j] < 0) return PyObject_Vectorcall(sr.pure, args, (size_t)nargs, NULL);
+    }
+    PyObject *batch = args[8], *body = args[10];
+    if ((batch != Py_True && batch != Py_False) || !PyBytes_CheckExact(body))
+        return PyObject_Vectorcall(sr.pure, args, (size_t)nargs, NULL);
+    int is_batch = batch == Py_True;
+    char code[24], version[24];
+    Py_ssize_t code_len = put_decimal(code, is_batch ? sr.code_batch : sr.code_single) - code;
+    Py_ssize_t version_len = put_decimal(version, sr.version) - version;
+#define T_(t) (sizeof(t) - 1)
+    Py_ssize_t hlen = T_("{\"code\":") + code_len + T_(",\"extFields\":{\"a\":") + tl[0] + T_(",\"b\":") + tl[1] +
+                      T_(",\"c\":") + sr.default_topic_len + T_(",\"d\":") + sr.queue_nums_len + T_(",\"e\":\"") +
+                      num_len[1] + T_("\",\"f\":\"") + num_len[2] + T_("\",\"g\":\"") + num_len[3] +
+                      T_("\",\"h\":\"") + num_len[4] + T_("\",\"i\":") + tl[2] +
+                      T_(",\"j\":\"0\",\"k\":\"false\",\"m\":") + (is_batch ? T_("\"true\"") : T_("\"false\"")) +
+                      T_(",\"n\":") + tl[3] + T_("},\"flag\":0,\"language\":") + sr.lang_len + T_(",\"opaque\":") +
+                      num_len[0] + T_(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":") + version_len + T_("}");
+    Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+    if (hlen > 0xFFFFFF || 4 + hlen + body_len > I32_MAX) return PyObject_Vectorcall(sr.pure, args, (size_t)nargs, NULL);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 + hlen + body_len);
+    if (out == NULL) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    put_be32((unsigned char *)w, (int32_t)(4 + hlen + body_len));
+    put_be32((unsigned char *)w + 4, (int32_t)hlen);
+    w += 8;
+#define PUT_T(t) (memcpy(w, (t), T_(t)), w += T_(t))
+#define PUT_N(p, n) (memcpy(w, (p), (size_t)(n)), w += (n))
+    PUT_T("{\"code\":");
+    PUT_N(code, code_len);
+    PUT_T(",\"extFields\":{\"a\":");
+    w = put_jlit(w, tp[0], tn[0]);
+    PUT_T(",\"b\":");
+    w = put_jlit(w, tp[1], tn[1]);
+    PUT_T(",\"c\":");
+    PUT_N(sr.default_topic, sr.default_topic_len);
+    PUT_T(",\"d\":");
+    PUT_N(sr.queue_nums, sr.queue_nums_len);
+    PUT_T(",\"e\":\"");
+    PUT_N(num[1], num_len[1]);
+    PUT_T("\",\"f\":\"");
+    PUT_N(num[2], num_len[2]);
+    PUT_T("\",\"g\":\"");
+    PUT_N(num[3], num_len[3]);
+    PUT_T("\",\"h\":\"");
+    PUT_N(num[4], num_len[4]);
+    PUT_T("\",\"i\":");
+    w = put_jlit(w, tp[2], tn[2]);
+    PUT_T(",\"j\":\"0\",\"k\":\"false\",\"m\":");
+    if (is_batch) PUT_T("\"true\"");
+    else PUT_T("\"false\"");
+    PUT_T(",\"n\":");
+    w = put_jlit(w, tp[3], tn[3]);
+    PUT_T("},\"flag\":0,\"language\":");
+    PUT_N(sr.lang, sr.lang_len);
+    PUT_T(",\"opaque\":");
+    PUT_N(num[0], num_len[0]);
+    PUT_T(",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    PUT_N(version, version_len);
+    PUT_T("}");
+    memcpy(w, PyBytes_AS_STRING(body), (size_t)body_len);
+#undef PUT_N
+#undef PUT_T
+#undef T_
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
      "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
@@ -4019,6 +4172,11 @@ static PyMethodDef methods[] = {
      "setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP): bind split_raw_entries to the entry class"},
     {"split_raw_entries", (PyCFunction)(void (*)(void))split_raw_entries, METH_FASTCALL,
      "split_raw_entries(body, off, count): rocketq.ha.peer_codec.split_raw_pure, compiled, or None"},
+    {"setup_send_request", (PyCFunction)setup_send_request, METH_VARARGS,
+     "setup_send_request(pure, default_topic, queue_nums, language, version, code, batch_code)"},
+    {"send_request_frame", (PyCFunction)(void (*)(void))send_request_frame, METH_FASTCALL,
+     "send_request_frame(opaque, group, topic, queue_id, sys_flag, born_ms, flag, properties, batch, "
+     "broker_name, body): rocketq.client.send_request.pure_send_request_frame, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,9 +9,12 @@ answer the bare code. The test counts the sends and the route queries the produc
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
 
 import pytest
 
+from rocketq.client import Producer
 from rocketq.client.aio import AsyncProducer, SendStatus
 from rocketq.errors import BrokerResponseError, ResponseCode, RocketqError, for_code
 from rocketq.message import Message
@@ -43,8 +46,10 @@ REFUSALS = sorted(
 class ScriptedCluster:
     """A name server with a route of two brokers that answer every send with ``code``."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, answered: int = 0) -> None:
         self.code = code
+        #: sends answered SUCCESS before the refusals begin
+        self.answered = answered
         self.sends: dict[str, int] = {"broker-a": 0, "broker-b": 0}
         self.route_queries = 0
         self.namesrv = RemotingServer(HOST, 0, self._namesrv)
@@ -74,6 +79,9 @@ class ScriptedCluster:
         async def handle(conn: Connection, request: RemotingCommand) -> RemotingCommand:
             assert request.code == RequestCode.SEND_MESSAGE_V2, request
             self.sends[name] += 1
+            if self.answered > 0:
+                self.answered -= 1
+                return create_response(request, ResponseCode.SUCCESS, ext_fields={"queueOffset": 0})
             cls = for_code(self.code)
             if cls is not BrokerResponseError:
                 raise cls(f"scripted refusal {self.code}")
@@ -125,3 +133,43 @@ def test_unknown_code_is_not_retried() -> None:
     exc, cluster = asyncio.run(send_once(777))
     assert isinstance(exc, BrokerResponseError) and exc.response_code == 777
     assert sum(cluster.sends.values()) == 1 and cluster.route_queries == 1
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own, for scripted servers that blocking producers call."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+@pytest.mark.parametrize("code", REFUSALS, ids=lambda c: ResponseCode(c).name)
+def test_blocking_send_is_retried_exactly_for_retriable_codes(
+    code: int, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The blocking producer's own first attempt (its route cached by an answered send) hands
+    its failure to the same retries: as many attempts, the other broker, the same error."""
+    cluster = ScriptedCluster(code, answered=1)
+    asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(10)
+    try:
+        with Producer("PG", namesrv_addr=cluster.namesrv.address, retry_times_when_send_failed=RETRIES) as p:
+            assert p.send(Message(TOPIC, b"x")).status is SendStatus.SEND_OK  # the route is cached now
+            first = dict(cluster.sends)
+            with pytest.raises(RocketqError) as caught:
+                p.send(Message(TOPIC, b"x"))
+    finally:
+        asyncio.run_coroutine_threadsafe(cluster.close(), loop).result(10)
+    exc = caught.value
+    cls = for_code(code)
+    assert type(exc) is cls, exc
+    attempts = {name: n - first[name] for name, n in cluster.sends.items()}
+    if cls.retriable:
+        assert sorted(attempts.values()) == [1, 2], attempts  # each retry on the other broker
+        assert f"failed {1 + RETRIES} time(s)" in "".join(getattr(exc, "__notes__", []))
+    else:
+        assert sum(attempts.values()) == 1, attempts
+    assert cluster.route_queries == (1 + RETRIES if cls.retriable and cls.refresh_route else 1)

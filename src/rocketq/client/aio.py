@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.client._routes import DEFAULT_TOPIC_QUEUE_NUMS, RouteCache, TopicPublishInfo, hash_queue_index
+from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
+from rocketq.client.send_request import send_request, send_request_frame
 from rocketq.client.send_values import (
     _STATUS_BY_CODE,
     GROUP_MAX_LENGTH,
@@ -61,6 +62,7 @@ from rocketq.client.send_values import (
     InvokeStep,
     QueueSelector,
     RouteStep,
+    SendAttempts,
     SendResult,
     SendStatus,
     SendSteps,
@@ -89,8 +91,7 @@ from rocketq.message import (
     encode_properties,
 )
 from rocketq.protocol.queue import MessageQueue
-from rocketq.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
-from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler, create_request
+from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler
 from rocketq.remoting.command import next_opaque
 from rocketq.tasks import cancel_and_wait
 
@@ -105,7 +106,6 @@ DEFAULT_ROUTE_REFRESH_INTERVAL_MS = 30_000
 #: RocketMQ 5's ``batchMaxDelayMs`` and ``batchMaxBytes`` (producer auto-batching).
 DEFAULT_BATCH_MAX_DELAY_MS = 10
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024
-_DEFAULT_TOPIC_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
 #: The WAIT property of every send as encode_properties writes it.
 _WAIT_TRUE = f"{PROPERTY_WAIT_STORE_MSG_OK}\x01true\x02"
 
@@ -486,32 +486,22 @@ class AsyncProducer:
         return addr
 
     def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
-        """The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) request: ``SendMessageRequestHeaderV2``'s
-        fields in the order Java writes them, each value as Java formats it."""
-        flag = p.flag
-        queue_id = mq.queue_id
-        # every value but the flag and the queue id is written here as create_request writes it
-        fields: dict[str, object] = {
-            "a": self.group,
-            "b": p.topic,
-            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
-            "e": queue_id,
-            "f": str(p.sys_flag),
-            "g": str(time.time_ns() // 1_000_000),
-            "h": flag,
-            "i": p.properties,
-            "j": "0",
-            "k": "false",
-            "m": "true" if p.batch else "false",
-            "n": mq.broker_name,
-        }
-        code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
-        if type(flag) is int and type(queue_id) is int:  # the usual values: their strings directly
-            fields["e"], fields["h"] = str(queue_id), str(flag)
-            ext = cast(dict[str, str], fields)
-            return RemotingCommand(code, opaque=next_opaque(), ext_fields=ext, body=p.body)
-        return create_request(code, fields, p.body)  # anything else stringified as Java would
+        """The SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) request of ``p`` to ``mq``
+        (:mod:`rocketq.client.send_request`)."""
+        return send_request(
+            self.group, p.topic, mq.queue_id, p.sys_flag, time.time_ns() // 1_000_000, p.flag,
+            p.properties, p.batch, mq.broker_name, p.body,
+        )  # fmt: skip
+
+    def _request_frame(self, p: _Prepared, mq: MessageQueue) -> tuple[bytes, int, int]:
+        """:meth:`_request` as its whole frame, with its opaque and code (the blocking producer
+        writes it itself)."""
+        opaque = next_opaque()
+        frame = send_request_frame(
+            opaque, self.group, p.topic, mq.queue_id, p.sys_flag, time.time_ns() // 1_000_000, p.flag,
+            p.properties, p.batch, mq.broker_name, p.body,
+        )  # fmt: skip
+        return frame, opaque, RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
 
     async def _send_with_retries(
         self,
@@ -543,19 +533,20 @@ class AsyncProducer:
         selector: QueueSelector | None,
         queue: MessageQueue | None,
         msg: Message,
+        tried: SendAttempts | None = None,
     ) -> SendSteps:
         """The send with retries, without I/O: yields the route lookups and broker calls it
         needs and takes their results (or their exceptions, thrown in); returns the SendResult.
         The asyncio producer and the blocking facade each drive it with their own I/O. A route
         the cache holds (with a writable queue) is used without a RouteStep: the drivers only
-        fetch the ones it lacks (asyncio's ``wait_for`` would cost a task per send)."""
+        fetch the ones it lacks (asyncio's ``wait_for`` would cost a task per send). ``tried``:
+        the attempts a driver already made itself (their deadline and failures), which this
+        goes on from."""
         _, routes = self._running()
-        deadline = time.monotonic() + self.send_timeout_ms / 1000
-        attempts = 1 + self.retry_times_when_send_failed
-        last_broker: str | None = None
-        failures: list[str] = []
-        last_exc: BaseException | None = None
-        for attempt in range(attempts):
+        if tried is None:
+            tried = SendAttempts(time.monotonic() + self.send_timeout_ms / 1000)
+        deadline = tried.deadline
+        while tried.count <= self.retry_times_when_send_failed:  # each pass fails, returns or ends
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -567,16 +558,7 @@ class AsyncProducer:
                     raise RemotingTimeout(
                         f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
                     ) from None
-            if queue is not None:
-                mq = queue
-            elif sharding_key is not None:
-                mq = self._hash_queue(info.queues, sharding_key, p.topic)
-            elif selector is not None:
-                if not info.queues:
-                    raise TopicNotExist(f"topic {p.topic!r} has no writable queue on any master broker")
-                mq = selector(info.queues, msg)
-            else:
-                mq = info.select(self.faults, last_broker)
+            mq = self._pick_queue(p, info, sharding_key, selector, queue, msg, tried.last_broker)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -586,29 +568,71 @@ class AsyncProducer:
                 response = cast(RemotingCommand, (yield InvokeStep(addr, self._request(p, mq), remaining)))
                 result = self._result(response, p, mq, addr)
             except RocketqError as exc:
-                elapsed_ms = (time.monotonic() - began) * 1000
-                last_broker = mq.broker_name
-                last_exc = exc
-                failures.append(f"attempt {attempt + 1} to {mq.broker_name} queue {mq.queue_id}: {exc}")
-                if not exc.retriable:
-                    raise
-                if self.faults is not None:
-                    self.faults.update(mq.broker_name, elapsed_ms, failed=True)
-                if exc.refresh_route:
-                    routes.invalidate(p.topic)
-                log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, attempts - attempt - 1)
+                self._attempt_failed(exc, p.topic, mq, began, tried)  # raises when not retriable
                 continue
-            if self.faults is not None:
-                self.faults.update(mq.broker_name, (time.monotonic() - began) * 1000)
-            if info.from_template:
-                routes.invalidate(p.topic)  # created on the broker now; fetch the real route next time
-            return result
+            return self._attempt_succeeded(result, info, began)
+        raise self._send_failed(p.topic, tried)
+
+    def _pick_queue(
+        self,
+        p: _Prepared,
+        info: TopicPublishInfo,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+        last_broker: str | None,
+    ) -> MessageQueue:
+        """The queue of an attempt: the one named, the key's, the selector's, or the next one
+        round-robin on an available broker other than ``last_broker`` (the last one failed)."""
+        if queue is not None:
+            return queue
+        if sharding_key is not None:
+            return self._hash_queue(info.queues, sharding_key, p.topic)
+        if selector is not None:
+            if not info.queues:
+                raise TopicNotExist(f"topic {p.topic!r} has no writable queue on any master broker")
+            return selector(info.queues, msg)
+        return info.select(self.faults, last_broker)
+
+    def _attempt_succeeded(self, result: SendResult, info: TopicPublishInfo, began: float) -> SendResult:
+        """``result`` of the attempt begun at ``began`` (monotonic s): the broker's latency
+        noted, a route made from the template dropped (the topic exists on the broker now)."""
+        if self.faults is not None:
+            self.faults.update(result.message_queue.broker_name, (time.monotonic() - began) * 1000)
+        if info.from_template and self._routes is not None:
+            self._routes.invalidate(info.topic)  # fetch the real route next time
+        return result
+
+    def _attempt_failed(
+        self, exc: RocketqError, topic: str, mq: MessageQueue, began: float, tried: SendAttempts
+    ) -> None:
+        """Note the failure ``exc`` of an attempt on ``mq`` in ``tried``; raise it when it is
+        not retriable, else mark the broker in back-off and drop the route when the error
+        says so."""
+        elapsed_ms = (time.monotonic() - began) * 1000
+        tried.last_broker = mq.broker_name
+        tried.last_exc = exc
+        tried.count += 1
+        tried.failures.append(f"attempt {tried.count} to {mq.broker_name} queue {mq.queue_id}: {exc}")
+        if not exc.retriable:
+            raise exc
+        if self.faults is not None:
+            self.faults.update(mq.broker_name, elapsed_ms, failed=True)
+        if exc.refresh_route and self._routes is not None:
+            self._routes.invalidate(topic)
+        left = 1 + self.retry_times_when_send_failed - tried.count
+        log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, left)
+
+    def _send_failed(self, topic: str, tried: SendAttempts) -> BaseException:
+        """The error of a send whose attempts all failed or whose deadline passed."""
+        last_exc = tried.last_exc
         if last_exc is None:
-            raise RemotingTimeout(f"send to topic {p.topic!r} exceeded {self.send_timeout_ms} ms")
+            return RemotingTimeout(f"send to topic {topic!r} exceeded {self.send_timeout_ms} ms")
         last_exc.add_note(
-            f"send to topic {p.topic!r} failed {len(failures)} time(s): " + " | ".join(failures)
+            f"send to topic {topic!r} failed {len(tried.failures)} time(s): " + " | ".join(tried.failures)
         )
-        raise last_exc
+        return last_exc
 
     def _result(self, response: RemotingCommand, p: _Prepared, mq: MessageQueue, addr: str) -> SendResult:
         status = _STATUS_BY_CODE.get(response.code)

@@ -11,7 +11,7 @@ import enum
 import functools
 import re
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from rocketq.errors import (
@@ -94,6 +94,19 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     transaction_id: str | None = None
+
+
+@dataclass(slots=True)
+class SendAttempts:
+    """The attempts of one send so far, within its one ``send_timeout_ms`` ``deadline``
+    (``time.monotonic()`` s): how many failed, on which broker the last one, its error, and a
+    line per failure (the note the send's final error gets)."""
+
+    deadline: float
+    count: int = 0
+    last_broker: str | None = None
+    last_exc: RocketqError | None = None
+    failures: list[str] = field(default_factory=list)
 
 
 #: The I/O-free send (:meth:`AsyncProducer._send_steps`): yields its steps, takes their results

@@ -11,6 +11,10 @@ do, instead of handing the call to the loop thread and back (two thread hand-off
 runs the same send steps as :meth:`AsyncProducer.send` (checks, queue selection, retries with
 fault back-off, one ``send_timeout_ms`` deadline: :meth:`AsyncProducer._send_steps`) and makes
 the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the same frame codec).
+With one send in flight the client's Python is on every round trip, so the first attempt of a
+send whose route is cached is made without the generator, from the same parts (queue choice,
+result, failure handling), its request framed in one call (``send_request_frame``); a failure
+hands the retries to the generator with the attempt counted.
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
@@ -23,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
-from rocketq.client.send_values import _Prepared
+from rocketq.client.send_values import SendAttempts, _Prepared
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
@@ -91,7 +96,28 @@ class Producer(BlockingFacade[AsyncProducer]):
         if pool is None or self._loop is None or self._thread is threading.current_thread():
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         prepared = core._prepare_send(msg, sharding_key, selector, queue)
-        return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
+        routes = core._routes
+        info = routes.cached(prepared.topic) if routes is not None else None
+        if routes is None or info is None or not info.queues:
+            return self._send_here(pool, prepared, sharding_key, selector, queue, msg)
+        # the first attempt made here, as _send_steps makes each (its rules are shared): the
+        # usual send needs no generator; a failed attempt hands the retries to _send_steps
+        deadline = time.monotonic() + core.send_timeout_ms / 1000
+        mq = core._pick_queue(prepared, info, sharding_key, selector, queue, msg, None)
+        began = time.monotonic()
+        try:
+            addr = core._broker_addr(mq, routes)
+            if pool.rpc_hook is None:  # framed at once, no command built
+                frame, opaque, code = core._request_frame(prepared, mq)
+                response = pool.invoke_frame(addr, frame, opaque, code, deadline - began)
+            else:
+                response = pool.invoke(addr, core._request(prepared, mq), deadline - began)
+            result = core._result(response, prepared, mq, addr)
+        except RocketqError as exc:
+            tried = SendAttempts(deadline)
+            core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
+            return self._send_here(pool, prepared, sharding_key, selector, queue, msg, tried)
+        return core._attempt_succeeded(result, info, began)
 
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Send several messages of one topic in one SEND_BATCH_MESSAGE request (see
@@ -111,11 +137,12 @@ class Producer(BlockingFacade[AsyncProducer]):
         selector: QueueSelector | None,
         queue: MessageQueue | None,
         msg: Message,
+        tried: SendAttempts | None = None,
     ) -> SendResult:
         """The send steps of ``prepared`` with the broker calls made on ``pool`` in this thread
-        (a route not cached yet is fetched on the loop thread)."""
+        (a route not cached yet is fetched on the loop thread), after the attempts ``tried``."""
         core = self._core
-        steps = core._send_steps(prepared, sharding_key, selector, queue, msg)
+        steps = core._send_steps(prepared, sharding_key, selector, queue, msg, tried)
         step: RouteStep | InvokeStep | SendResult = next(steps)
         while not isinstance(step, SendResult):
             outcome: object

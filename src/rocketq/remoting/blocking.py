@@ -140,15 +140,20 @@ class BlockingConnection:
         LocalProtocolError when ``cmd`` cannot be framed (nothing sent)."""
         if self.closed:
             raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {cmd.code}")
-        frame = encode(cmd)
+        return self.invoke_frame(encode(cmd), cmd.opaque, cmd.code, timeout_s)
+
+    def invoke_frame(self, frame: bytes, opaque: int, code: int, timeout_s: float) -> RemotingCommand:
+        """:meth:`invoke` of a request already framed (``frame``: its whole frame, ``opaque``
+        and ``code`` its own)."""
+        if self.closed:
+            raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {code}")
         if len(frame) > self._max_frame_size:
             raise LocalProtocolError(
-                f"frame of {len(frame)} B (code {cmd.code}) exceeds max {self._max_frame_size} B"
+                f"frame of {len(frame)} B (code {code}) exceeds max {self._max_frame_size} B"
             )
         deadline = time.monotonic() + timeout_s
         try:
             self._write(frame, deadline)
-            opaque = cmd.opaque
             pending = self._pending
             while True:
                 while pending:
@@ -158,10 +163,15 @@ class BlockingConnection:
                             return got
                         continue  # the late answer to a call that timed out
                     self._refuse(got, deadline)
-                pending.extend(self._decoder.feed(self._read(deadline)))
+                read = self._decoder.feed(self._read(deadline))
+                if len(read) == 1:  # the usual read: the answer alone
+                    answer = read[0]
+                    if answer.flag & FLAG_RESPONSE and answer.opaque == opaque:
+                        return answer
+                pending.extend(read)
         except TimeoutError:
             raise RemotingTimeout(
-                f"no response to code {cmd.code} from {self.addr} within {timeout_s:g} s"
+                f"no response to code {code} from {self.addr} within {timeout_s:g} s"
             ) from None
         except RemoteProtocolError:
             self.close()
@@ -282,6 +292,20 @@ class BlockingConnectionPool:
         ``timeout_s`` covers connecting and waiting."""
         if self.rpc_hook is not None:
             self.rpc_hook(addr, cmd)
+        return self._invoke_frame(addr, encode(cmd), cmd.opaque, cmd.code, timeout_s)
+
+    def invoke_frame(
+        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
+    ) -> RemotingCommand:
+        """:meth:`invoke` of a request already framed (its ``opaque`` and ``code``), for a pool
+        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`."""
+        if self.rpc_hook is not None:
+            raise LocalProtocolError(f"code {code}: a framed request cannot be signed by the rpc hook")
+        return self._invoke_frame(addr, frame, opaque, code, timeout_s)
+
+    def _invoke_frame(
+        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
+    ) -> RemotingCommand:
         conn = self._take_idle(addr)
         if conn is None:
             deadline = time.monotonic() + timeout_s
@@ -291,9 +315,9 @@ class BlockingConnectionPool:
             timeout_s = deadline - time.monotonic()
             if timeout_s <= 0:
                 self._give_back(conn)
-                raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {cmd.code})")
+                raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {code})")
         try:
-            return conn.invoke(cmd, timeout_s)
+            return conn.invoke_frame(frame, opaque, code, timeout_s)
         finally:
             self._give_back(conn)
 
