@@ -3951,6 +3951,33 @@ done:
     return result;
 }
 
+/* -- a BrokerMessage, built ----------------------------------------------------------------------
+ *
+ *   broker_message(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host,
+ *                  reconsume_times) -> BrokerMessage
+ *
+ * BrokerMessage(...) called with those nine positional arguments (prepared_transaction_offset
+ * 0): the instance its generated __init__ makes, the slots filled in place (it checks nothing).
+ * Any other call is the class's own (setup_put_record binds the class). */
+
+static PyObject *new_broker_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (broker_message == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_put_record() was not called");
+        return NULL;
+    }
+    if (nargs != BM_PREPARED_OFFSET) return PyObject_Vectorcall((PyObject *)broker_message, args, (size_t)nargs, NULL);
+    PyObject *out = broker_message->tp_alloc(broker_message, 0);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < BM_PREPARED_OFFSET; i++) SLOT(out, bm_off[i]) = Py_NewRef(args[i]);
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    SLOT(out, bm_off[BM_PREPARED_OFFSET]) = zero;
+    return out;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -4032,6 +4059,9 @@ static PyMethodDef methods[] = {
     {"lone_send", (PyCFunction)(void (*)(void))lone_send, METH_FASTCALL,
      "lone_send(data, max_body) -> (command, header) or None: rocketq.broker.send_frame.pure_lone_send, "
      "compiled"},
+    {"broker_message", (PyCFunction)(void (*)(void))new_broker_message, METH_FASTCALL,
+     "broker_message(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host, "
+     "reconsume_times): BrokerMessage(...) with those positional arguments, built in C"},
     {NULL, NULL, 0, NULL},
 };
 

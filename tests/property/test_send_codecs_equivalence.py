@@ -585,3 +585,25 @@ def test_lone_send_is_compiled_and_takes_a_java_producers_send() -> None:
     for args in [(bytearray(frame), 1 << 20), (memoryview(frame), 1 << 20), (frame, 2**40), (frame, -1),
                  (frame, "x"), (frame,), ("text", 10)]:  # fmt: skip
         assert typed(outcome(send_frame.lone_send, *args)) == typed(outcome(send_frame.pure_lone_send, *args))
+
+
+# -- broker_message ------------------------------------------------------------------------------
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text(max_size=4), st.binary(max_size=4), st.integers(-(2**70), 2**70), st.none()),
+        min_size=0,
+        max_size=11,
+    )
+)
+def test_broker_message_agrees(args: list[Any]) -> None:
+    compiled = outcome(send.new_broker_message, *args)
+    assert typed(compiled) == typed(outcome(BrokerMessage, *args))
+
+
+def test_broker_message_is_compiled_and_builds_a_sends_record() -> None:
+    assert send.new_broker_message is speedups.COMPILED.broker_message  # type: ignore[union-attr]
+    args = ("T", b"body", b"K\x01V\x02", 3, 0, 0, NOW_MS, b"\x7f\x00\x00\x01\x00\x00\x9c\x40", 0)
+    msg = send.new_broker_message(*args)
+    assert type(msg) is BrokerMessage and msg == BrokerMessage(*args)
+    assert msg.prepared_transaction_offset == 0
