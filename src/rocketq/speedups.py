@@ -45,7 +45,9 @@ record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.s
 :meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference);
 and ``lone_send`` (:func:`rocketq.broker.send_frame.pure_lone_send`: a read that is one whole
 SEND_MESSAGE_V2 frame to its command and checked header in one call, for the broker's lone
-handler, :meth:`rocketq.broker.send.SendMessageProcessor.send_lone`).
+handler, :meth:`rocketq.broker.send.SendMessageProcessor.send_lone`) and ``broker_message``
+(:data:`rocketq.broker.send.new_broker_message`: a single send's ``BrokerMessage`` built without
+its generated ``__init__``).
 
 A client's requests are written compiled too, with the same pattern:
 :func:`rocketq.remoting.command.encode_json_header` (a command's JSON header) and ``encode_frame``

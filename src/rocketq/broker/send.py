@@ -39,6 +39,11 @@ CONSUMER_SEND_MSG_BACK: the consumed message (found by commit-log offset) is re-
 RETRY_TOPIC and ORIGIN_MESSAGE_ID kept/added; once reconsumeTimes reaches the maximum (or the
 requested delay level is negative) it goes to %DLQ%<group> instead.
 
+With one request in flight a producer's send arrives as one read of one frame: the connection
+hands such a read to :meth:`SendMessageProcessor.send_lone` first, which decodes it in one call
+(:mod:`rocketq.broker.send_frame`) and does what :meth:`SendMessageProcessor.send_message_now`
+does for the usual send, in one function; it leaves anything else to the general path.
+
 The common case's codecs are compiled when the C accelerator is in use (:mod:`rocketq.speedups`):
 the header (:func:`rocketq.protocol.headers.decode_send_header`), the properties
 (:func:`rocketq.broker.send_properties.sent_properties`) and the SUCCESS answer
