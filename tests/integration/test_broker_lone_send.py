@@ -128,13 +128,11 @@ def test_lone_sends_are_answered_and_stored_as_pipelined_ones(store_config: Stor
                 assert (await client.invoke(addr, send_request(TOPIC, b"w", queue_id=queue_id))).code == 0
             counted = count_lone(broker)
             props = {"UNIQ_KEY": "AB", "TAGS": "t", "KEYS": "k1 k2", "WAIT": "true"}
-            lone = [
-                frame_of(send_request(TOPIC, b"m%d" % i, queue_id=0, properties=props), i) for i in range(3)
-            ]
-            piped = [
-                frame_of(send_request(TOPIC, b"m%d" % i, queue_id=1, properties=props), 10 + i)
-                for i in range(3)
-            ]
+            requests = [send_request(TOPIC, b"m%d" % i, queue_id=0, properties=props) for i in range(3)]
+            lone = [frame_of(request, i) for i, request in enumerate(requests)]
+            for request in requests:  # the same sends (born at the same ms) to queue 1
+                request.ext_fields["e"] = "1"
+            piped = [frame_of(request, 10 + i) for i, request in enumerate(requests)]
             alone = await exchange(broker.port, lone, 3)
             assert counted.answered == 3 and counted.left == 0
             together = await exchange(broker.port, [b"".join(piped)], 3)
@@ -227,5 +225,32 @@ def test_no_lone_handler_with_request_timing(store_config: StoreConfig) -> None:
             _addr,
         ):
             assert broker._server is not None and broker._server.lone is None
+
+    run(main())
+
+
+def test_an_error_before_the_put_leaves_the_read_to_the_general_path(store_config: StoreConfig) -> None:
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            assert (await client.invoke(addr, create_topic_request(TOPIC, queues=1))).code == 0
+            assert (await client.invoke(addr, send_request(TOPIC, b"w"))).code == 0  # name checked
+            counted = count_lone(broker)
+            send = broker._send
+            assert send is not None
+
+            def broken() -> bool:
+                raise RuntimeError("topics.json state unreadable")
+
+            send._topics_pending = broken  # type: ignore[method-assign]
+            try:
+                answers = await exchange(broker.port, [frame_of(send_request(TOPIC, b"x"), 5)], 1)
+            finally:
+                del send._topics_pending
+            # left, then answered as the general path answers a handler's exception
+            assert counted.answered == 0 and counted.left == 1
+            assert answers[0].code == ResponseCode.SYSTEM_ERROR and answers[0].opaque == 5
+            assert answers[0].remark == "topics.json state unreadable"
+            again = await exchange(broker.port, [frame_of(send_request(TOPIC, b"y"), 6)], 1)
+            assert again[0].code == ResponseCode.SUCCESS and counted.answered == 1
 
     run(main())

@@ -439,28 +439,35 @@ class SendMessageProcessor:
         ctx = self.ctx
         if not self.lone_open or ctx.trace is not None or ctx.metrics is not None:
             return None
-        taken = lone_send(data, max_body)
-        if taken is None:
-            return None
-        request, header = taken
-        topic = header.topic
-        queue_id = header.queue_id
-        properties = header.properties
-        cfg = ctx.config
-        if (
-            topic not in self._checked_topics
-            or queue_id < 0
-            or header.sys_flag & _LONE_REFUSED_SYS_FLAGS
-            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-            or len(header.producer_group) > GROUP_NAME_MAX_LENGTH
-            or (properties is not None and PROPERTY_TRANSACTION_PREPARED in properties)
-            or not cfg.broker_permission & PERM_WRITE
-            or self._dispatch_behind()
-            or self._topics_pending()
-        ):
-            return None
-        tc = ctx.topics.select(topic)
-        if tc is None or not tc.perm & PERM_WRITE or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+        try:  # nothing is done until the put: an error here leaves the read to the general path
+            taken = lone_send(data, max_body)
+            if taken is None:
+                return None
+            request, header = taken
+            topic = header.topic
+            queue_id = header.queue_id
+            properties = header.properties
+            cfg = ctx.config
+            if (
+                topic not in self._checked_topics
+                or queue_id < 0
+                or header.sys_flag & _LONE_REFUSED_SYS_FLAGS
+                or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                or len(header.producer_group) > GROUP_NAME_MAX_LENGTH
+                or (properties is not None and PROPERTY_TRANSACTION_PREPARED in properties)
+                or not cfg.broker_permission & PERM_WRITE
+                or self._dispatch_behind()
+                or self._topics_pending()
+            ):
+                return None
+            tc = ctx.topics.select(topic)
+            if (
+                tc is None
+                or not tc.perm & PERM_WRITE
+                or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
+            ):
+                return None
+        except Exception:  # which meets it again and answers it as a handler's exception
             return None
         try:  # from here on, an error is the answer, as _prepare's and the put's are
             props, encoded = sent_properties(properties, cfg.broker_cluster_name, self._ids.next_id)
