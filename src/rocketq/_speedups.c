@@ -3942,6 +3942,129 @@ static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long 
     return p;
 }
 
+/* -- a lone SEND_MESSAGE_V2 frame ---------------------------------------------------------------
+ *
+ *   lone_send(data, max_body) -> (command, header) or None
+ *
+ * rocketq.broker.send_frame.pure_lone_send, compiled: when data is exactly one whole frame (its
+ * length field is len(data) - 4, at most max_body) with a JSON header that begins
+ * {"code":310, and decodes (decode_json_header above) to a request of code 310 with flag 0
+ * whose extFields decode_send_header takes as a SEND_MESSAGE_V2 header that is not a batch: the
+ * command and that header. None for anything else, errors of the header decoding included (the
+ * general path decodes the frame again and meets them). Any data other than bytes goes to the
+ * pure function. */
+
+static struct {
+    PyObject *pure;                 /* pure_lone_send */
+} ls;
+
+#define LONE_PREFIX "{\"code\":310,"
+#define LONE_CODE 310
+
+static PyObject *setup_lone_send(PyObject *self, PyObject *pure) {
+    Py_INCREF(pure);
+    Py_XSETREF(ls.pure, pure);
+    Py_RETURN_NONE;
+}
+
+/* NULL with an exception on a failure of this process; None after an Exception it swallowed. */
+static PyObject *lone_swallow(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ls.pure == NULL || jh.command_type == NULL || ss.header_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_lone_send() was not called");
+        return NULL;
+    }
+    long long max_body;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1]))
+        return PyObject_Vectorcall(ls.pure, args, (size_t)nargs, NULL);
+    if (long_in(args[1], 0, I32_MAX, &max_body) < 0) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(ls.pure, args, (size_t)nargs, NULL);
+    }
+    const Py_ssize_t plen = (Py_ssize_t)(sizeof LONE_PREFIX - 1);
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (n < 8 + plen) Py_RETURN_NONE;
+    long long length = be32(p);
+    uint32_t type_hlen = (uint32_t)be32(p + 4);
+    if (length != (long long)n - 4 || length > max_body || (type_hlen >> 24) != 0) Py_RETURN_NONE;
+    Py_ssize_t hlen = (Py_ssize_t)type_hlen;
+    if (hlen > n - 8 || hlen < plen || memcmp(p + 8, LONE_PREFIX, (size_t)plen) != 0) Py_RETURN_NONE;
+    PyObject *pair[2];
+    pair[0] = PyBytes_FromStringAndSize((const char *)p + 8, hlen);
+    pair[1] = 8 + hlen < n ? PyBytes_FromStringAndSize((const char *)p + 8 + hlen, n - 8 - hlen)
+                           : Py_NewRef(st.empty_bytes);
+    PyObject *cmd = pair[0] == NULL || pair[1] == NULL ? NULL : decode_json_header(NULL, pair, 2);
+    Py_XDECREF(pair[0]);
+    Py_XDECREF(pair[1]);
+    if (cmd == NULL) return PyErr_Occurred() ? lone_swallow() : NULL;
+    PyObject *result = NULL, *h = NULL;
+    const Py_ssize_t *off = jh.rc_off;
+    int command = Py_TYPE(cmd) == jh.command_type;
+    PyObject *code = command ? SLOT(cmd, off[RC_CODE]) : NULL, *flag = command ? SLOT(cmd, off[RC_FLAG]) : NULL,
+             *ext = command ? SLOT(cmd, off[RC_EXT_FIELDS]) : NULL;
+    if (code == NULL || flag == NULL || ext == NULL || !PyLong_CheckExact(code) ||
+        !PyLong_CheckExact(flag) || !PyDict_CheckExact(ext) || PyLong_AsLongLong(code) != LONE_CODE ||
+        PyLong_AsLongLong(flag) != 0) {
+        if (PyErr_Occurred()) PyErr_Clear(); /* an int beyond 64 bits: not a lone send */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *val[SH_COUNT];
+    int err = 0;
+    for (int i = 0; i < SH_COUNT; i++) { /* held: a lookup may compare keys with Python code */
+        val[i] = ext_get(ext, ss.keys[1][i], &err);
+        Py_XINCREF(val[i]);
+    }
+    h = err ? NULL : send_header_of(ext, Py_True, val);
+    for (int i = 0; i < SH_COUNT; i++) Py_XDECREF(val[i]);
+    if (h == NULL) {
+        result = lone_swallow();
+        goto done;
+    }
+    if (Py_TYPE(h) != ss.header_type || SLOT(h, ss.sh_off[SH_BATCH]) != Py_False) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = PyTuple_Pack(2, cmd, h);
+done:
+    Py_DECREF(cmd);
+    Py_XDECREF(h);
+    return result;
+}
+
+/* -- a BrokerMessage, built ----------------------------------------------------------------------
+ *
+ *   broker_message(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host,
+ *                  reconsume_times) -> BrokerMessage
+ *
+ * BrokerMessage(...) called with those nine positional arguments (prepared_transaction_offset
+ * 0): the instance its generated __init__ makes, the slots filled in place (it checks nothing).
+ * Any other call is the class's own (setup_put_record binds the class). */
+
+static PyObject *new_broker_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (broker_message == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_put_record() was not called");
+        return NULL;
+    }
+    if (nargs != BM_PREPARED_OFFSET) return PyObject_Vectorcall((PyObject *)broker_message, args, (size_t)nargs, NULL);
+    PyObject *out = broker_message->tp_alloc(broker_message, 0);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < BM_PREPARED_OFFSET; i++) SLOT(out, bm_off[i]) = Py_NewRef(args[i]);
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    SLOT(out, bm_off[BM_PREPARED_OFFSET]) = zero;
+    return out;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 /* -- the producer's send request, written ------------------------------------------------------
@@ -4177,6 +4300,14 @@ static PyMethodDef methods[] = {
     {"send_request_frame", (PyCFunction)(void (*)(void))send_request_frame, METH_FASTCALL,
      "send_request_frame(opaque, group, topic, queue_id, sys_flag, born_ms, flag, properties, batch, "
      "broker_name, body): rocketq.client.send_request.pure_send_request_frame, compiled"},
+    {"setup_lone_send", (PyCFunction)setup_lone_send, METH_O,
+     "setup_lone_send(pure lone_send): bind lone_send to its pure twin"},
+    {"lone_send", (PyCFunction)(void (*)(void))lone_send, METH_FASTCALL,
+     "lone_send(data, max_body) -> (command, header) or None: rocketq.broker.send_frame.pure_lone_send, "
+     "compiled"},
+    {"broker_message", (PyCFunction)(void (*)(void))new_broker_message, METH_FASTCALL,
+     "broker_message(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host, "
+     "reconsume_times): BrokerMessage(...) with those positional arguments, built in C"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -45,7 +45,12 @@ SEND_MESSAGE(_V2) header's fields to checked values),
 :func:`rocketq.broker.send_properties.sent_properties` (the request's properties to the
 record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`
 (the SUCCESS answer frame) and ``put_record`` (the record write of
-:meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference).
+:meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference);
+and ``lone_send`` (:func:`rocketq.broker.send_frame.pure_lone_send`: a read that is one whole
+SEND_MESSAGE_V2 frame to its command and checked header in one call, for the broker's lone
+handler, :meth:`rocketq.broker.send.SendMessageProcessor.send_lone`) and ``broker_message``
+(:data:`rocketq.broker.send.new_broker_message`: a single send's ``BrokerMessage`` built without
+its generated ``__init__``).
 
 A client's requests are written compiled too, with the same pattern:
 :func:`rocketq.remoting.command.encode_json_header` (a command's JSON header) and ``encode_frame``

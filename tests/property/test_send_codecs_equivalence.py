@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from _support.examples import examples
 from rocketq import speedups
-from rocketq.broker import send, send_properties
+from rocketq.broker import send, send_frame, send_properties
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage
 from rocketq.protocol import headers
@@ -466,6 +466,7 @@ def feed_all(stream: bytes, cuts: list[int], max_frame: int) -> list[Any]:
     for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
         seen.append(typed(outcome(decoder.feed, stream[a:b])))
         seen.append((decoder.buffered, decoder.failed, decoder._need))
+        assert decoder.idle is (not decoder.buffered and not decoder.failed)
     return seen
 
 
@@ -505,3 +506,104 @@ def test_decode_send_header_survives_a_key_whose_comparison_changes_the_fields()
 
     compiled = typed(outcome(headers.decode_send_header, fresh(), v2=True))
     assert compiled == typed(outcome(headers.pure_decode_send_header, fresh(), v2=True))
+
+
+# -- lone_send -----------------------------------------------------------------------------------
+@st.composite
+def lone_frames(draw: st.DrawFn) -> tuple[bytes, int, bool]:
+    """A read's bytes: mostly one SEND_MESSAGE_V2 frame as clients write it (extFields of the
+    header cases above), else another code, flag or header, damaged, cut or with more bytes."""
+    if draw(st.integers(0, 3)):  # what clients send, some fields left out or odd
+        small = st.integers(0, 2**31 - 1).map(str)
+        fields = {"a": texts, "b": texts, "c": texts, "d": small, "e": small, "f": small,
+                  "g": st.integers(0, 10**18 - 1).map(str), "h": small, "i": texts, "j": small,
+                  "k": booleans, "l": small, "m": booleans, "n": texts}  # fmt: skip
+        ext = {}
+        for key, values in fields.items():
+            kind = draw(st.integers(0, 40))
+            if kind:
+                ext[key] = draw(values if kind > 2 else numbers)
+    else:
+        ext, _ = draw(send_fields())
+    code = 310 if draw(st.integers(0, 4)) else draw(st.sampled_from([10, 320, 311, 0, 3100]))
+    cmd = RemotingCommand(
+        code,
+        opaque=draw(st.integers(-(2**31), 2**31 - 1)),
+        flag=0 if draw(st.integers(0, 4)) else draw(st.integers(1, 3)),
+        ext_fields=ext,
+        body=draw(st.binary(max_size=8)),
+    )
+    if draw(st.integers(0, 6)) == 0:
+        header = draw(json_headers())
+        frame = bytearray(
+            struct.pack(">iI", 4 + len(header) + len(cmd.body), len(header)) + header + cmd.body
+        )
+    else:
+        frame = bytearray(encode(cmd))
+    kind = draw(st.integers(0, 15))
+    if kind == 1:  # a length that does not match the read
+        frame[:4] = struct.pack(
+            ">i", draw(st.sampled_from([-1, 0, 3, len(frame), len(frame) - 5, 2**31 - 1]))
+        )
+    elif kind == 2:  # a header length beyond the frame, below the prefix, or another serialize type
+        frame[4:8] = struct.pack(">I", draw(st.sampled_from([0xFFFF, 5, 1 << 24 | 20, len(frame) - 8])))
+    elif kind == 3 and len(frame) > 9:  # a damaged byte
+        frame[draw(st.integers(8, len(frame) - 1))] = draw(st.integers(0, 255))
+    elif kind == 4:  # cut, or followed by more
+        frame = frame[: draw(st.integers(0, len(frame)))] if draw(st.booleans()) else frame + b"\0\0\0"
+    max_body = draw(st.sampled_from([DEFAULT_MAX_FRAME_SIZE - 4, len(frame) - 4] * 3 + [len(frame) - 5, 16]))
+    return bytes(frame), max_body, "g" in ext
+
+
+def lone_outcome(fn: Callable[..., Any], data: Any, max_body: Any, born: bool) -> Any:
+    got = outcome(fn, data, max_body)
+    if got[0] == "value" and got[1] is not None and not born:
+        cmd, header = got[1]
+        got = ("value", (cmd, dataclasses.replace(header, born_timestamp=NOW_MS)))  # both "now"
+    return typed(got)
+
+
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lone_frames())
+def test_lone_send_agrees(case: tuple[bytes, int, bool]) -> None:
+    data, max_body, born = case
+    compiled = lone_outcome(send_frame.lone_send, data, max_body, born)
+    assert compiled == lone_outcome(send_frame.pure_lone_send, data, max_body, born)
+
+
+def test_lone_send_is_compiled_and_takes_a_java_producers_send() -> None:
+    assert send_frame.lone_send is speedups.COMPILED.lone_send  # type: ignore[union-attr]
+    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000"}
+    ext |= {"h": "0", "i": "TAGS\x01A\x02UNIQ_KEY\x01AB\x02", "j": "0", "k": "false", "m": "false", "n": "b"}
+    frame = encode(RemotingCommand(310, opaque=9, ext_fields=ext, body=b"body"))
+    got = send_frame.lone_send(frame, DEFAULT_MAX_FRAME_SIZE - 4)
+    assert got is not None
+    cmd, header = got
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.body, cmd.ext_fields) == (310, 9, 0, b"body", ext)
+    assert (header.topic, header.queue_id, header.properties) == ("T", 3, ext["i"])
+    assert typed(got) == typed(send_frame.pure_lone_send(frame, DEFAULT_MAX_FRAME_SIZE - 4))
+    for args in [(bytearray(frame), 1 << 20), (memoryview(frame), 1 << 20), (frame, 2**40), (frame, -1),
+                 (frame, "x"), (frame,), ("text", 10)]:  # fmt: skip
+        assert typed(outcome(send_frame.lone_send, *args)) == typed(outcome(send_frame.pure_lone_send, *args))
+
+
+# -- broker_message ------------------------------------------------------------------------------
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text(max_size=4), st.binary(max_size=4), st.integers(-(2**70), 2**70), st.none()),
+        min_size=0,
+        max_size=11,
+    )
+)
+def test_broker_message_agrees(args: list[Any]) -> None:
+    compiled = outcome(send.new_broker_message, *args)
+    assert typed(compiled) == typed(outcome(BrokerMessage, *args))
+
+
+def test_broker_message_is_compiled_and_builds_a_sends_record() -> None:
+    assert send.new_broker_message is speedups.COMPILED.broker_message  # type: ignore[union-attr]
+    args = ("T", b"body", b"K\x01V\x02", 3, 0, 0, NOW_MS, b"\x7f\x00\x00\x01\x00\x00\x9c\x40", 0)
+    msg = send.new_broker_message(*args)
+    assert type(msg) is BrokerMessage and msg == BrokerMessage(*args)
+    assert msg.prepared_transaction_offset == 0

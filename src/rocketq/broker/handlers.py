@@ -26,8 +26,9 @@ from rocketq.remoting.connection import DeferringHandler, RequestHandler
 
 def request_tables(
     ctx: BrokerContext,
-) -> tuple[dict[int, RequestHandler], dict[int, DeferringHandler], TransactionService]:
-    """The request table, the immediate table and the transaction service they use."""
+) -> tuple[dict[int, RequestHandler], dict[int, DeferringHandler], TransactionService, SendMessageProcessor]:
+    """The request table, the immediate table, the transaction service they use and the send
+    processor (whose lone handler the broker opens to its connections)."""
     send = SendMessageProcessor(ctx)
     pull = PullMessageProcessor(ctx)
     query = QueryMessageProcessor(ctx)
@@ -90,4 +91,4 @@ def request_tables(
         rc.LITE_PULL_MESSAGE: pull.process_now,
         rc.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset_now,
     }
-    return handlers, immediate, transactions
+    return handlers, immediate, transactions, send

@@ -39,6 +39,11 @@ CONSUMER_SEND_MSG_BACK: the consumed message (found by commit-log offset) is re-
 RETRY_TOPIC and ORIGIN_MESSAGE_ID kept/added; once reconsumeTimes reaches the maximum (or the
 requested delay level is negative) it goes to %DLQ%<group> instead.
 
+With one request in flight a producer's send arrives as one read of one frame: the connection
+hands such a read to :meth:`SendMessageProcessor.send_lone` first, which decodes it in one call
+(:mod:`rocketq.broker.send_frame`) and does what :meth:`SendMessageProcessor.send_message_now`
+does for the usual send, in one function; it leaves anything else to the general path.
+
 The common case's codecs are compiled when the C accelerator is in use (:mod:`rocketq.speedups`):
 the header (:func:`rocketq.protocol.headers.decode_send_header`), the properties
 (:func:`rocketq.broker.send_properties.sent_properties`) and the SUCCESS answer
@@ -61,6 +66,7 @@ from typing import TypeVar
 from rocketq import speedups as _speedups
 from rocketq.broker.context import BrokerContext
 from rocketq.broker.metrics import NORMAL, TRANSACTION, SendKind
+from rocketq.broker.send_frame import lone_send
 from rocketq.broker.send_properties import (
     batch_entry_properties,
     cluster_property,
@@ -142,6 +148,9 @@ PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
 TRANSACTION_PREPARED_TYPE = 0x4
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+#: sysFlag bits :meth:`SendMessageProcessor.send_lone` leaves to the general path: those checked
+#: (compression, unwrap, inner batch) and the transaction type.
+_LONE_REFUSED_SYS_FLAGS = CHECKED_SYS_FLAGS | TRANSACTION_TYPE_MASK
 
 
 def send_response_fields(
@@ -201,6 +210,14 @@ if _speedups.COMPILED is not None:
     send_ok_frame = _speedups.COMPILED.send_ok_frame
 
 
+#: ``BrokerMessage(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host,
+#: reconsume_times)``: the class itself, or its compiled constructor when the C accelerator is in
+#: use (``rocketq._speedups.broker_message``: the same instance, without the generated __init__).
+new_broker_message: Callable[..., BrokerMessage] = (
+    BrokerMessage if _speedups.COMPILED is None else _speedups.COMPILED.broker_message
+)
+
+
 class SendMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
@@ -232,6 +249,11 @@ class SendMessageProcessor:
             if isinstance(group_commit, GroupCommitService) and not cfg.enable_dleger_commit_log
             else None
         )
+        #: :meth:`send_lone` can take sends: ASYNC_FLUSH on a plain CommitLog (no wait per put)
+        self.lone_possible = not self._sync and self._ledger_put is None and self._ledger_put_then is None
+        #: :meth:`send_lone` takes sends now (the broker opens it once ready, when nothing it
+        #: skips applies: ACL, request timing; closes it when shutting down)
+        self.lone_open = False
 
     # -- shared checks ----------------------------------------------------------------------
     def _check_broker_writeable(self) -> None:
@@ -400,6 +422,80 @@ class SendMessageProcessor:
         self._record(conn, header, msgs, result, kind)
         return self._answer_now(request, result, queue_id, transaction_id)
 
+    def send_lone(self, conn: Connection, data: bytes, max_body: int) -> bytes | None:
+        """The answer frame to a read that is one whole SEND_MESSAGE_V2 request of the usual kind,
+        stored at once (the connection's :data:`~rocketq.remoting.connection.LoneHandler`), or
+        None with nothing done: the frame decoder and :meth:`send_message_now` (or
+        :meth:`send_message`) then take the bytes as they always did.
+
+        The usual kind: what :meth:`send_message_now` stores at once and answers PUT_OK without
+        trace or metrics to record, through the same steps in one function: a topic whose name
+        was checked before and that exists and is writable, a queue it has, a broker that is
+        writable with dispatch in bounds and no topic change waiting for topics.json, no retry
+        topic, no transaction, no sysFlag to check, properties that encode. The header is
+        decoded by :func:`~rocketq.broker.send_frame.lone_send`; the record, the put and the
+        answer are those of :meth:`_prepare` and :meth:`_answer_now`, and an error of the put
+        is answered as the connection answers a handler's exception."""
+        ctx = self.ctx
+        if not self.lone_open or ctx.trace is not None or ctx.metrics is not None:
+            return None
+        try:  # nothing is done until the put: an error here leaves the read to the general path
+            taken = lone_send(data, max_body)
+            if taken is None:
+                return None
+            request, header = taken
+            topic = header.topic
+            queue_id = header.queue_id
+            properties = header.properties
+            cfg = ctx.config
+            if (
+                topic not in self._checked_topics
+                or queue_id < 0
+                or header.sys_flag & _LONE_REFUSED_SYS_FLAGS
+                or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                or len(header.producer_group) > GROUP_NAME_MAX_LENGTH
+                or (properties is not None and PROPERTY_TRANSACTION_PREPARED in properties)
+                or not cfg.broker_permission & PERM_WRITE
+                or self._dispatch_behind()
+                or self._topics_pending()
+            ):
+                return None
+            tc = ctx.topics.select(topic)
+            if (
+                tc is None
+                or not tc.perm & PERM_WRITE
+                or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
+            ):
+                return None
+        except Exception:  # which meets it again and answers it as a handler's exception
+            return None
+        try:  # from here on, an error is the answer, as _prepare's and the put's are
+            props, encoded = sent_properties(properties, cfg.broker_cluster_name, self._ids.next_id)
+            if encoded is None:  # refused: _prepare raises the encoder's error
+                return None
+            # positional, as in _prepare
+            msg = new_broker_message(
+                topic,
+                request.body,
+                encoded,
+                queue_id,
+                header.flag,
+                header.sys_flag,
+                header.born_timestamp,
+                born_host_of(conn.remote_address),
+                header.reconsume_times or 0,
+            )
+            result = ctx.store.put_message(msg)
+            transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if result.status is PutMessageStatus.PUT_OK:
+                return send_ok_frame(
+                    request.opaque, result, queue_id, transaction_id, cfg.region_id, cfg.trace_on
+                )
+            answer: RemotingCommand | Exception = self._response(request, result, queue_id, transaction_id)
+        except Exception as exc:
+            answer = exc
+        return conn.response_frame(request, answer)
+
     def _prepare_send(
         self, conn: Connection, request: RemotingCommand
     ) -> tuple[SendMessageRequestHeader, bool, list[BrokerMessage], int, str | None, SendKind]:
@@ -496,7 +592,7 @@ class SendMessageProcessor:
             encoded = None  # props may have changed (a DLQ drops the delay level)
         # positional (topic, body, properties, queue_id, flag, sys_flag, born_timestamp,
         # born_host, reconsume_times): keywords cost this constructor 0.3 us more per send
-        msg = BrokerMessage(
+        msg = new_broker_message(
             topic,
             request.body,
             encoded if encoded is not None else encode_properties(props).encode("utf-8"),

@@ -74,6 +74,7 @@ from rocketq.broker.loop_coalesce import LoopWakeup
 from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.registration import NameServerRegistrar
+from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
@@ -149,6 +150,8 @@ class Broker:
         self._handlers: dict[int, RequestHandler] = {}
         #: Requests answered inside data_received when they need not wait (sends under ASYNC_FLUSH).
         self._immediate_handlers: dict[int, DeferringHandler] = {}
+        #: The send processor (set by start): its lone handler takes a read that is one plain send.
+        self._send: SendMessageProcessor | None = None
         #: The request latencies (metrics on; None: nothing is timed), and its timed call of an
         #: immediate handler (RpcLatency.call), None exactly when it is.
         self._rpc: RpcLatency | None = None
@@ -202,6 +205,8 @@ class Broker:
             await self._abandon()
             raise
         self._ready = True
+        if self._send is not None:
+            self._send.lone_open = True
         log.info(
             "broker %s of cluster %s started at %s in %.0f ms",
             cfg.broker_name,
@@ -367,12 +372,17 @@ class Broker:
 
         if cfg.metrics_enabled:
             self._count_metrics(ctx)
-        self._handlers, self._immediate_handlers, self.transactions = request_tables(ctx)
+        self._handlers, self._immediate_handlers, self.transactions, self._send = request_tables(ctx)
         start_tracer(ctx)
         self._periodic += attach_role_handler(self)  # DLedger mode: the group decides master or slave
         if ctx.metrics is not None:  # time every request (rocketmq_rpc_latency): _handle, _handle_now
             self._rpc, self._rpc_call = ctx.metrics.rpc, ctx.metrics.rpc.call
             ctx.deferred.rpc = ctx.metrics.rpc  # and the answers given later (DLedger sends)
+        if self.acl is None and self._rpc_call is None and self._send.lone_possible:
+            # a read that is one plain send goes straight to the send processor (opened once ready)
+            for remoting in (self._server, self._fast_server):
+                if remoting is not None:
+                    remoting.lone = self._send.send_lone
         self._every(STATS_SAMPLE_INTERVAL_S, self._sample_stats, "broker-stats")
         self._every(CHANNEL_SCAN_INTERVAL_S, self._scan_channels, "broker-channel-expiry")
         self._every(cfg.flush_consumer_offset_interval_ms / 1000, self._persist_offsets, "broker-offsets")
@@ -422,6 +432,8 @@ class Broker:
             return
         self._started = False
         self._ready = False
+        if self._send is not None:
+            self._send.lone_open = False
         ctx = self.ctx
         log.info("broker %s shutting down", self.config.broker_name)
         await self._stop_metrics()

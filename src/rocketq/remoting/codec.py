@@ -100,7 +100,7 @@ def success_frame(opaque: int, ext_json: str) -> bytes:
 class FrameDecoder:
     """Incremental frame parser: ``feed(chunk) -> [RemotingCommand, ...]``."""
 
-    __slots__ = ("_buf", "_error", "_max_body", "_need", "_pos", "max_frame_size")
+    __slots__ = ("_buf", "_error", "_max_body", "_need", "_pos", "idle", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < MIN_FRAME_SIZE:
@@ -113,6 +113,8 @@ class FrameDecoder:
         self._pos = 0  # read position in _buf
         self._need = 4  # bytes needed after _pos before parsing can make progress
         self._error: str | None = None
+        #: True while no byte is buffered and no bad frame was seen: the next chunk starts a frame.
+        self.idle = True
 
     @property
     def buffered(self) -> int:
@@ -141,6 +143,7 @@ class FrameDecoder:
                     buf.clear()
                     self._pos = 0
                 buf += memoryview(data)[done:]
+                self.idle = False
             elif pos:
                 buf.clear()
                 self._pos = 0
@@ -155,6 +158,7 @@ class FrameDecoder:
         if pos == end:
             buf.clear()
             pos = 0
+            self.idle = True
         elif pos >= _COMPACT_AT or pos >= end - pos:
             del buf[:pos]
             pos = 0
@@ -212,5 +216,6 @@ class FrameDecoder:
         self._error = reason
         self._buf = bytearray()
         self._pos = 0
+        self.idle = False
         log.debug("bad frame: %s", reason)
         raise RemoteProtocolError(reason)

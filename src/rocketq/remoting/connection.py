@@ -20,6 +20,10 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   response frame already encoded (see :func:`~rocketq.remoting.codec.success_frame`); it may
   also take the request and answer later (:data:`DEFERRED`, then :meth:`Connection.answer`: a
   send on a DLedger leader, answered when its quorum is reached), still without a task;
+* a server may also have a lone handler (:data:`LoneHandler`), asked before the decoder with a
+  read's bytes when nothing is buffered: a read that is exactly one request it answers at once
+  (a producer's single send with one request in flight) skips the decoder, the dispatch and the
+  enqueueing, with the same answer bytes; it returns None for anything else;
 * a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
   anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
   remark; oneway requests (flag bit1) never get a response;
@@ -108,6 +112,12 @@ DeferringHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | 
 :data:`DEFERRED`, and the answer comes through :meth:`Connection.answer`. The connection's
 immediate handler is one of these."""
 
+LoneHandler = Callable[["Connection", bytes, int], "bytes | None"]
+"""``lone(connection, data, max_body)``: the answer frame to ``data`` when it is one whole
+request the handler takes and answers at once (a single send under ASYNC_FLUSH, read on its
+own), or None, with nothing done, to leave ``data`` to the frame decoder and the handlers.
+``max_body`` is the largest length field the connection accepts."""
+
 CloseCallback = Callable[["Connection"], None]
 
 #: A transport's write buffer above this pauses the writer (serving side: stops reading).
@@ -161,6 +171,7 @@ class Connection(asyncio.Protocol):
         on_made: Callable[[Connection], None] | None = None,
         immediate: DeferringHandler | None = None,
         guard: LimitGuard | None = None,
+        lone: LoneHandler | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
@@ -175,6 +186,8 @@ class Connection(asyncio.Protocol):
         self.partial_since: float | None = None
         self._handler = handler
         self._immediate = immediate
+        self._lone = lone
+        self._lone_max_body = max_frame_size - 4  # the decoder's largest length field
         self._max_frame_size = max_frame_size
         self._max_pending_requests = max(1, max_pending_requests)
         self._serving = serving
@@ -418,6 +431,22 @@ class Connection(asyncio.Protocol):
             self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
+        lone = self._lone
+        if (
+            lone is not None
+            and self._decoder.idle
+            and not (self.held_bytes or self._backlog or self._closing or self._lost)
+        ):
+            # one whole request in this read that the lone handler answers at once: what the
+            # decoder, _dispatch and _enqueue below do for it, without them
+            frame = lone(self, data, self._lone_max_body)
+            if frame is not None:
+                self._active = True
+                if self._flush_scheduled:  # frames already wait for this iteration's flush
+                    self._out.append(frame)
+                elif (transport := self._transport) is not None:
+                    transport.write(frame)
+                return
         try:
             commands = self._decoder.feed(data)
         except RemoteProtocolError as exc:
@@ -673,6 +702,13 @@ class Connection(asyncio.Protocol):
         if self._closing or self._lost:
             log.debug("dropping response to %r: connection %s is closed", request, self.remote_address)
             return
+        self._enqueue(self.response_frame(request, response))
+
+    def response_frame(self, request: RemotingCommand, response: RemotingCommand | Exception) -> bytes:
+        """The frame that answers ``request`` with ``response``, or with the error response of
+        an exception the request failed with, as a handler's are written."""
+        if isinstance(response, Exception):
+            response = self._error_response(request, response)
         response.opaque = request.opaque
         response.flag |= FLAG_RESPONSE
         try:
@@ -684,7 +720,7 @@ class Connection(asyncio.Protocol):
                     request, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"
                 )
             )
-        self._enqueue(frame)
+        return frame
 
 
 def _suffix(reason: str | None) -> str:

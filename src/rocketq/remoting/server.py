@@ -28,6 +28,7 @@ from rocketq.remoting.connection import (
     DEFAULT_CLOSE_TIMEOUT_S,
     Connection,
     DeferringHandler,
+    LoneHandler,
     RequestHandler,
     close_connections,
     format_address,
@@ -96,6 +97,9 @@ class RemotingServer:
         self._ssl = ssl
         self._tls_permissive = tls_permissive and ssl is not None
         self._immediate = immediate
+        #: Asked first with a read's bytes (see :data:`~rocketq.remoting.connection.LoneHandler`);
+        #: connections accepted from then on use it.
+        self.lone: LoneHandler | None = None
         self._port = port
         self._handler = handler
         self._max_frame_size = max_frame_size
@@ -192,6 +196,7 @@ class RemotingServer:
             on_made=self._register,
             immediate=self._immediate,
             guard=self.guard,
+            lone=self.lone,
         )
 
     def _register(self, conn: Connection) -> None:

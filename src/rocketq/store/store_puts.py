@@ -148,15 +148,16 @@ class StorePuts:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
         began = self._put_begin()
         try:
-            if (
-                type(msg) is Message
-                and _message_inner is not None
+            if type(msg) is not Message:  # a BrokerMessage (a broker's send): one type test
+                inner = self._inner(msg, queue_id)
+            elif (
+                _message_inner is not None
                 and (inner_c := _message_inner(msg, queue_id or 0, _time_ns() // 1_000_000, self._born_host))
                 is not None
             ):
                 # a Message nothing parks, converted in C (None for any other)
                 inner = inner_c
-            elif type(msg) is Message and not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
+            elif not msg.delay_level and _PARKING_KEYS.isdisjoint(msg.properties):
                 # a Message nothing parks (see _PARKING_KEYS): what _inner makes of it, without
                 # from_message's keyword call and the timer and delay scans
                 inner = BrokerMessage(
