@@ -3942,6 +3942,147 @@ static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long 
     return p;
 }
 
+/* -- dispatch of small windows: the per-record loops of the ConsumeQueue and index dispatchers -- */
+
+/* A slot of a DispatchRequest (exactly that class, from setup_dispatch) as a long long, or -1
+ * (no exception) when the object is another class, the slot is unset or not an exact int that
+ * fits. */
+static int dr_long(PyObject *req, int slot, long long *out) {
+    PyObject *v = SLOT(req, dr_off[slot]);
+    if (v == NULL || !PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* cq_group_requests(reqs) -> (groups, last_ts) | None
+ *
+ * The loop of rocketq.store.consume_queue.ConsumeQueueStore._put_batch over a window's
+ * DispatchRequest objects: the records whose transaction type goes to a ConsumeQueue (sys_flag
+ * & 0xC is NOT_TYPE or COMMIT) grouped by (topic, queue_id) in order of first appearance, each
+ * group the list of (commit_log_offset, msg_size, tags_code, consume_queue_offset) tuples of
+ * its records in window order (the very objects of the requests), and the store_timestamp of
+ * the last such record (0 when none). None, with nothing raised, when reqs is not a list of
+ * exactly DispatchRequest objects with every slot set and an exact int sys_flag (the pure loop
+ * then takes the window). */
+static PyObject *cq_group_requests(PyObject *self, PyObject *reqs) {
+    if (dispatch_request == NULL || !PyList_Check(reqs)) Py_RETURN_NONE;
+    const Py_ssize_t n = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked first: nothing is built for a window left to Python */
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        long long flag;
+        if (Py_TYPE(r) != dispatch_request || dr_long(r, DR_SYS_FLAG, &flag) < 0) Py_RETURN_NONE;
+        if (SLOT(r, dr_off[DR_TOPIC]) == NULL || SLOT(r, dr_off[DR_QUEUE_ID]) == NULL ||
+            SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET]) == NULL || SLOT(r, dr_off[DR_MSG_SIZE]) == NULL ||
+            SLOT(r, dr_off[DR_TAGS_CODE]) == NULL || SLOT(r, dr_off[DR_CQ_OFFSET]) == NULL ||
+            SLOT(r, dr_off[DR_STORE_TS]) == NULL)
+            Py_RETURN_NONE;
+    }
+    PyObject *groups = PyDict_New();
+    if (groups == NULL) return NULL;
+    PyObject *last_ts = NULL; /* borrowed */
+    PyObject *prev_topic = NULL, *prev_qid = NULL, *prev_list = NULL; /* borrowed */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        long long flag = 0;
+        dr_long(r, DR_SYS_FLAG, &flag);
+        if ((flag & 0xC) != 0x0 && (flag & 0xC) != 0x8) continue;
+        PyObject *topic = SLOT(r, dr_off[DR_TOPIC]), *qid = SLOT(r, dr_off[DR_QUEUE_ID]);
+        PyObject *group = NULL;
+        if (prev_list != NULL && topic == prev_topic && qid == prev_qid) {
+            group = prev_list; /* the same objects as the record before: the same key */
+        } else {
+            PyObject *key = PyTuple_Pack(2, topic, qid);
+            if (key == NULL) goto fail;
+            group = PyDict_GetItemWithError(groups, key);
+            if (group == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    goto fail;
+                }
+                group = PyList_New(0);
+                if (group == NULL || PyDict_SetItem(groups, key, group) < 0) {
+                    Py_XDECREF(group);
+                    Py_DECREF(key);
+                    goto fail;
+                }
+                Py_DECREF(group); /* the dict holds it */
+            }
+            Py_DECREF(key);
+            prev_topic = topic;
+            prev_qid = qid;
+            prev_list = group;
+        }
+        PyObject *unit = PyTuple_Pack(4, SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET]), SLOT(r, dr_off[DR_MSG_SIZE]),
+                                      SLOT(r, dr_off[DR_TAGS_CODE]), SLOT(r, dr_off[DR_CQ_OFFSET]));
+        if (unit == NULL) goto fail;
+        int rc = PyList_Append(group, unit);
+        Py_DECREF(unit);
+        if (rc < 0) goto fail;
+        last_ts = SLOT(r, dr_off[DR_STORE_TS]);
+    }
+    if (last_ts == NULL) return Py_BuildValue("(Ni)", groups, 0);
+    return Py_BuildValue("(NO)", groups, last_ts);
+fail:
+    Py_DECREF(groups);
+    return NULL;
+}
+
+/* index_entries_of(reqs, rows, hashes, floor) -> (hashes, phys, stamps) | None
+ *
+ * The loop of rocketq.store.index_file.IndexService.build_index_batch over the index entries
+ * the compiled scan made (a RequestList's index_entries: record numbers and key hashes): the
+ * entries of records at or past floor that are not ROLLBACK records (sys_flag & 0xC != 0xC), as
+ * their key hashes, their records' commit_log_offset and store_timestamp (the very objects).
+ * None, with nothing raised, when an argument is not what that loop reads (a row out of range,
+ * lists of different lengths, a request not exactly a DispatchRequest, a value not an exact
+ * int): the pure loop then takes them and raises what it raises. */
+static PyObject *index_entries_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "index_entries_of(reqs, rows, hashes, floor)");
+        return NULL;
+    }
+    PyObject *reqs = args[0], *rows = args[1], *hashes = args[2];
+    long long floor;
+    if (dispatch_request == NULL || !PyList_Check(reqs) || !PyList_CheckExact(rows) || !PyList_CheckExact(hashes) ||
+        PyList_GET_SIZE(rows) != PyList_GET_SIZE(hashes) || long_in(args[3], LLONG_MIN, LLONG_MAX, &floor) < 0)
+        Py_RETURN_NONE;
+    const Py_ssize_t n = PyList_GET_SIZE(rows), nreqs = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked first, as cq_group_requests */
+        long long row, offset, flag;
+        if (item_in(rows, i, 0, (long long)nreqs - 1, &row) < 0) Py_RETURN_NONE;
+        PyObject *r = PyList_GET_ITEM(reqs, (Py_ssize_t)row);
+        if (Py_TYPE(r) != dispatch_request || dr_long(r, DR_COMMIT_LOG_OFFSET, &offset) < 0 ||
+            dr_long(r, DR_SYS_FLAG, &flag) < 0 || SLOT(r, dr_off[DR_STORE_TS]) == NULL)
+            Py_RETURN_NONE;
+    }
+    PyObject *out_h = PyList_New(0), *out_p = PyList_New(0), *out_s = PyList_New(0);
+    if (out_h == NULL || out_p == NULL || out_s == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long row = 0, offset = 0, flag = 0;
+        item_in(rows, i, 0, (long long)nreqs - 1, &row);
+        PyObject *r = PyList_GET_ITEM(reqs, (Py_ssize_t)row);
+        dr_long(r, DR_COMMIT_LOG_OFFSET, &offset);
+        dr_long(r, DR_SYS_FLAG, &flag);
+        if (offset < floor || (flag & 0xC) == 0xC) continue;
+        if (PyList_Append(out_h, PyList_GET_ITEM(hashes, i)) < 0 ||
+            PyList_Append(out_p, SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET])) < 0 ||
+            PyList_Append(out_s, SLOT(r, dr_off[DR_STORE_TS])) < 0)
+            goto fail;
+    }
+    return Py_BuildValue("(NNN)", out_h, out_p, out_s);
+fail:
+    Py_XDECREF(out_h);
+    Py_XDECREF(out_p);
+    Py_XDECREF(out_s);
+    return NULL;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -4019,6 +4160,10 @@ static PyMethodDef methods[] = {
      "setup_raft_entry(Entry, EntryKind.NORMAL, EntryKind.NOOP): bind split_raw_entries to the entry class"},
     {"split_raw_entries", (PyCFunction)(void (*)(void))split_raw_entries, METH_FASTCALL,
      "split_raw_entries(body, off, count): rocketq.ha.peer_codec.split_raw_pure, compiled, or None"},
+    {"cq_group_requests", (PyCFunction)cq_group_requests, METH_O,
+     "cq_group_requests(reqs): ConsumeQueueStore._put_batch's grouping of a window's requests, or None"},
+    {"index_entries_of", (PyCFunction)(void (*)(void))index_entries_of, METH_FASTCALL,
+     "index_entries_of(reqs, rows, hashes, floor): build_index_batch's entries of a RequestList, or None"},
     {NULL, NULL, 0, NULL},
 };
 

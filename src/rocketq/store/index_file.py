@@ -130,6 +130,14 @@ _index_put_keys: Callable[..., tuple[int, int, int | None, int] | None] | None =
 _I64 = struct.Struct(">q")
 
 
+#: The entry loop of :meth:`IndexService.build_index_batch` over a :class:`RequestList`'s hashes
+#: compiled (``rocketq._speedups.index_entries_of``), or None on the pure path; tests set it to
+#: None to run the pure loop beside it.
+_index_entries_of: Callable[..., tuple[list[int], list[int], list[int]] | None] | None = getattr(
+    _speedups.COMPILED, "index_entries_of", None
+)
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an index file with these counts: ``40 + slots*4 + entries*20``."""
     return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
@@ -787,7 +795,15 @@ class IndexService:
             floor = f.end_phy_offset
             owners: list[DispatchRequest] = []
             made = reqs.index_entries if isinstance(reqs, RequestList) else None
-            if made is not None:
+            taken = None
+            if made is not None and _index_entries_of is not None:
+                # the loop below, compiled (None: entries it leaves to that loop)
+                taken = _index_entries_of(reqs, made[0], made[1], floor)
+            if taken is not None:
+                hashes, phys, stamps = taken
+                if not hashes:
+                    return
+            elif made is not None:
                 # the compiled scan hashed the keys already (same entries, same order)
                 hashes = []
                 for row, key_hash in zip(*made, strict=True):
@@ -819,8 +835,9 @@ class IndexService:
                 if not keys:
                     return
                 hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
-            phys = [r.commit_log_offset for r in owners]
-            stamps = [r.store_timestamp for r in owners]
+            if taken is None:
+                phys = [r.commit_log_offset for r in owners]
+                stamps = [r.store_timestamp for r in owners]
             if floor > 0 and phys[0] == floor:
                 # The message at the end offset is re-dispatched after a restart: keep only the
                 # keys that are not indexed yet (RocketMQ would index all of them again).

@@ -814,15 +814,20 @@ class RequestList(list[DispatchRequest]):
     """The requests of a small window from the compiled scan, with the index key hashes it made:
     :attr:`index_entries` is (record numbers, hashes), one pair per index entry in the order the
     index writes them (as :meth:`DispatchBatch.index_entries`), or None when the index must hash
-    the keys itself."""
+    the keys itself. :attr:`topics` is every topic of the requests (each once), or None when not
+    known: a listener of another topic is then not called without looking at each request."""
 
-    __slots__ = ("index_entries",)
+    __slots__ = ("index_entries", "topics")
 
     def __init__(
-        self, requests: list[DispatchRequest], index_entries: tuple[list[int], list[int]] | None
+        self,
+        requests: list[DispatchRequest],
+        index_entries: tuple[list[int], list[int]] | None,
+        topics: list[str] | None = None,
     ) -> None:
         super().__init__(requests)
         self.index_entries = index_entries
+        self.topics = topics
 
 
 class DispatchBatch(LazyList[DispatchRequest]):
@@ -1208,7 +1213,7 @@ def compiled_requests(
             flat = memoryview(scanned[7]).cast("q").tolist()
             entries = flat[0::2], flat[1::2]
         stop_at = scanned[3]
-        return RequestList(reqs, entries), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+        return RequestList(reqs, entries, names), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
     k = scanned[1]
     nstarts = scanned[2]
     if k and (nstarts >= MIN_COLUMNAR_RECORDS or (k == nstarts and nstarts >= MIN_COMPILED_COLUMNAR_RECORDS)):
