@@ -3986,7 +3986,12 @@ static PyObject *cq_group_requests(PyObject *self, PyObject *reqs) {
     PyObject *groups = PyDict_New();
     if (groups == NULL) return NULL;
     PyObject *last_ts = NULL; /* borrowed */
-    PyObject *prev_topic = NULL, *prev_qid = NULL, *prev_list = NULL; /* borrowed */
+    /* the groups met so far by topic object and exact-int queue id (the window's requests share
+     * their topic objects): most records find theirs here without making a key tuple */
+    enum { GROUP_CACHE = 32 };
+    PyObject *seen_topic[GROUP_CACHE], *seen_list[GROUP_CACHE]; /* borrowed */
+    long long seen_qid[GROUP_CACHE];
+    int nseen = 0, hit = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyList_GET_ITEM(reqs, i);
         long long flag = 0;
@@ -3994,9 +3999,19 @@ static PyObject *cq_group_requests(PyObject *self, PyObject *reqs) {
         if ((flag & 0xC) != 0x0 && (flag & 0xC) != 0x8) continue;
         PyObject *topic = SLOT(r, dr_off[DR_TOPIC]), *qid = SLOT(r, dr_off[DR_QUEUE_ID]);
         PyObject *group = NULL;
-        if (prev_list != NULL && topic == prev_topic && qid == prev_qid) {
-            group = prev_list; /* the same objects as the record before: the same key */
-        } else {
+        long long q = 0;
+        const int cacheable = dr_long(r, DR_QUEUE_ID, &q) == 0;
+        if (cacheable) {
+            for (int j = 0; j < nseen; j++) {
+                const int at = (hit + j) % nseen; /* from the last hit on: round-robin queues */
+                if (seen_topic[at] == topic && seen_qid[at] == q) {
+                    group = seen_list[at];
+                    hit = at + 1 < nseen ? at + 1 : 0;
+                    break;
+                }
+            }
+        }
+        if (group == NULL) {
             PyObject *key = PyTuple_Pack(2, topic, qid);
             if (key == NULL) goto fail;
             group = PyDict_GetItemWithError(groups, key);
@@ -4014,9 +4029,11 @@ static PyObject *cq_group_requests(PyObject *self, PyObject *reqs) {
                 Py_DECREF(group); /* the dict holds it */
             }
             Py_DECREF(key);
-            prev_topic = topic;
-            prev_qid = qid;
-            prev_list = group;
+            if (cacheable && nseen < GROUP_CACHE) {
+                seen_topic[nseen] = topic;
+                seen_qid[nseen] = q;
+                seen_list[nseen++] = group;
+            }
         }
         PyObject *unit = PyTuple_Pack(4, SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET]), SLOT(r, dr_off[DR_MSG_SIZE]),
                                       SLOT(r, dr_off[DR_TAGS_CODE]), SLOT(r, dr_off[DR_CQ_OFFSET]));
