@@ -2498,8 +2498,12 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
                              long long base, PyObject *names) {
     PyObject *out = PyList_New(k);
     if (out == NULL) return NULL;
+    /* records sent together mostly share their size, store time and tags code: the int of
+     * the record before is taken again when the value is the same (ints are immutable) */
+    PyObject *prev_size = NULL, *prev_ts = NULL, *prev_tags = NULL; /* borrowed from the requests */
     for (Py_ssize_t i = 0; i < k; i++) {
 #define C(c) col[(Py_ssize_t)(c) * stride + i]
+#define SAME_INT(prev, c) ((prev) != NULL && i > 0 && C(c) == col[(Py_ssize_t)(c) * stride + i - 1])
         PyObject *req = dispatch_request->tp_alloc(dispatch_request, 0);
         if (req == NULL) {
             Py_DECREF(out);
@@ -2514,14 +2518,18 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
         v[DR_PROPERTIES] = Py_None;
         v[DR_COMMIT_LOG_OFFSET] = PyLong_FromLongLong(base + C(SC_START));
         v[DR_CQ_OFFSET] = PyLong_FromLongLong(C(SC_QUEUE_OFFSET));
-        v[DR_MSG_SIZE] = PyLong_FromLongLong(C(SC_SIZE));
+        v[DR_MSG_SIZE] = SAME_INT(prev_size, SC_SIZE) ? Py_NewRef(prev_size) : PyLong_FromLongLong(C(SC_SIZE));
         v[DR_PREPARED] = PyLong_FromLongLong(C(SC_PREPARED));
         int64_t ps = C(SC_PROPS_START), pe = C(SC_PROPS_END);
         v[DR_PROPERTIES_RAW] = PyBytes_FromStringAndSize((const char *)d + (ps < pe ? ps : pe), ps < pe ? pe - ps : 0);
         v[DR_QUEUE_ID] = PyLong_FromLongLong(C(SC_QUEUE_ID));
-        v[DR_STORE_TS] = PyLong_FromLongLong(C(SC_STORE_TS));
+        v[DR_STORE_TS] = SAME_INT(prev_ts, SC_STORE_TS) ? Py_NewRef(prev_ts) : PyLong_FromLongLong(C(SC_STORE_TS));
         v[DR_SYS_FLAG] = PyLong_FromLongLong(C(SC_SYS_FLAG));
-        v[DR_TAGS_CODE] = PyLong_FromLongLong(C(SC_TAGS_CODE));
+        v[DR_TAGS_CODE] =
+            SAME_INT(prev_tags, SC_TAGS_CODE) ? Py_NewRef(prev_tags) : PyLong_FromLongLong(C(SC_TAGS_CODE));
+        prev_size = v[DR_MSG_SIZE];
+        prev_ts = v[DR_STORE_TS];
+        prev_tags = v[DR_TAGS_CODE];
         if (C(SC_KEYS_PRESENT)) {
             v[DR_KEYS] = PyUnicode_DecodeUTF8((const char *)d + C(SC_KEYS_START), C(SC_KEYS_LEN), "replace");
         } else {
@@ -2534,6 +2542,7 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
             Py_INCREF(Py_None);
             v[DR_UNIQ_KEY] = Py_None;
         }
+#undef SAME_INT
 #undef C
         int failed = 0;
         for (int j = 0; j < DR_COUNT; j++) {
