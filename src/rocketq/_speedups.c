@@ -4109,6 +4109,135 @@ fail:
     return NULL;
 }
 
+/* cq_put_run(cq, units) -> count | None
+ *
+ * The first step of rocketq.store.consume_queue.ConsumeQueue.put_units, for a ConsumeQueue `cq`
+ * whose last file is not full: cq_pack_run's run from units[0], written straight into that
+ * file's write target (its write buffer, else its mapping) at its write position, the file's
+ * wrote_position and the queue's _max_physic_offset moved past it; returns how many units it
+ * wrote (0: the first unit is not part of a run, nothing written). The caller gives the rest
+ * of the units to put_units. None, with nothing written and nothing raised, when the queue has
+ * no file, its last file is full, an attribute is not what put_units reads or a unit is not
+ * what cq_pack_run takes: put_units then takes every unit. */
+static PyObject *cq_attr_names[8]; /* queue, _files, wrote_position, file_size, file_from_offset,
+                                      write_buffer, mm, _max_physic_offset */
+
+static int attr_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    int rc = long_in(v, -(1LL << 61), 1LL << 61, out);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *cq_put_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "cq_put_run(cq, units)");
+        return NULL;
+    }
+    static const char *const names[8] = {"queue", "_files", "wrote_position", "file_size", "file_from_offset",
+                                         "write_buffer", "mm", "_max_physic_offset"};
+    for (int j = 0; j < 8; j++) {
+        if (cq_attr_names[j] == NULL && (cq_attr_names[j] = PyUnicode_InternFromString(names[j])) == NULL)
+            return NULL;
+    }
+    PyObject **nm = cq_attr_names;
+    PyObject *cq = args[0], *units = args[1];
+    if (!PyList_CheckExact(units)) Py_RETURN_NONE;
+    PyObject *queue = PyObject_GetAttr(cq, nm[0]);
+    PyObject *files = queue == NULL ? NULL : PyObject_GetAttr(queue, nm[1]);
+    Py_XDECREF(queue);
+    if (files == NULL || !PyList_CheckExact(files) || PyList_GET_SIZE(files) == 0) {
+        PyErr_Clear();
+        Py_XDECREF(files);
+        Py_RETURN_NONE;
+    }
+    PyObject *last = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
+    Py_DECREF(files);
+    PyObject *result = NULL, *target = NULL;
+    long long wrote, file_size, from, max_physic;
+    if (attr_ll(last, nm[2], &wrote) < 0 || attr_ll(last, nm[3], &file_size) < 0 ||
+        attr_ll(last, nm[4], &from) < 0 || attr_ll(cq, nm[7], &max_physic) < 0 || wrote < 0 ||
+        wrote >= file_size) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    target = PyObject_GetAttr(last, nm[5]);
+    if (target == Py_None) {
+        Py_DECREF(target);
+        target = PyObject_GetAttr(last, nm[6]);
+    }
+    if (target == NULL) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const long long current = from + wrote, room = (file_size - wrote) / 20;
+    const Py_ssize_t n = PyList_GET_SIZE(units);
+    const long long avail = n < room ? n : room;
+    const long long big = 1LL << 58; /* as cq_pack_run */
+    long long count = 0;
+    for (; count < avail; count++) { /* checked first: nothing is written for units left to Python */
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)count);
+        long long offset, size, tags, cq_offset;
+        if (!PyTuple_CheckExact(u) || PyTuple_GET_SIZE(u) != 4 || tuple_ll(u, 0, -big, big, &offset) < 0 ||
+            tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size) < 0 || tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags) < 0 ||
+            tuple_ll(u, 3, -big, big, &cq_offset) < 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (cq_offset * 20 != current + count * 20 || offset + size <= max_physic) break;
+        if (offset < 0 || size <= 0 || cq_offset == 0) break;
+        max_physic = offset + size;
+    }
+    if (count == 0) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (view.itemsize != 1 || wrote > view.len || count > (view.len - wrote) / 20) {
+        PyBuffer_Release(&view);
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    unsigned char *out = (unsigned char *)view.buf + wrote;
+    for (long long k = 0; k < count; k++) {
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)k);
+        long long offset = 0, size = 0, tags = 0;
+        tuple_ll(u, 0, -big, big, &offset);
+        tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size);
+        tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags);
+        unsigned char *p = out + k * 20;
+        put_be64(p, offset);
+        put_be32(p + 8, (int32_t)size);
+        put_be64(p + 12, tags);
+    }
+    PyBuffer_Release(&view);
+    PyObject *new_wrote = PyLong_FromLongLong(wrote + count * 20);
+    PyObject *new_max = PyLong_FromLongLong(max_physic);
+    if (new_wrote == NULL || new_max == NULL || PyObject_SetAttr(last, nm[2], new_wrote) < 0 ||
+        PyObject_SetAttr(cq, nm[7], new_max) < 0) {
+        Py_XDECREF(new_wrote);
+        Py_XDECREF(new_max);
+        goto done;
+    }
+    Py_DECREF(new_wrote);
+    Py_DECREF(new_max);
+    result = PyLong_FromLongLong(count);
+done:
+    Py_XDECREF(target);
+    Py_DECREF(last);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -4190,6 +4319,8 @@ static PyMethodDef methods[] = {
      "cq_group_requests(reqs): ConsumeQueueStore._put_batch's grouping of a window's requests, or None"},
     {"index_entries_of", (PyCFunction)(void (*)(void))index_entries_of, METH_FASTCALL,
      "index_entries_of(reqs, rows, hashes, floor): build_index_batch's entries of a RequestList, or None"},
+    {"cq_put_run", (PyCFunction)(void (*)(void))cq_put_run, METH_FASTCALL,
+     "cq_put_run(cq, units): ConsumeQueue.put_units' first run written into the queue's last file, or None"},
     {NULL, NULL, 0, NULL},
 };
 

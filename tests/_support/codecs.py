@@ -65,6 +65,7 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
         patch(record_scan, "_scan_window", None if impl == "pure" else compiled.scan_window)  # type: ignore[union-attr]
         patch(index_file, "_index_put_keys", None if impl == "pure" else compiled.index_put_keys)  # type: ignore[union-attr]
         patch(consume_queue, "_cq_pack_run", None if impl == "pure" else compiled.cq_pack_run)  # type: ignore[union-attr]
+        patch(consume_queue, "_cq_put_run", None if impl == "pure" else compiled.cq_put_run)  # type: ignore[union-attr]
         patch(consume_queue, "_cq_group_requests", None if impl == "pure" else compiled.cq_group_requests)  # type: ignore[union-attr]
         patch(index_file, "_index_entries_of", None if impl == "pure" else compiled.index_entries_of)  # type: ignore[union-attr]
         yield

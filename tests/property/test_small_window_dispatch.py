@@ -8,7 +8,9 @@ import os
 import pathlib
 import random
 import shutil
+import struct
 import tempfile
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,7 @@ from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage
 from rocketq.store import MessageStore, consume_queue, index_file
 from rocketq.store import record_scan as rs
+from rocketq.store.consume_queue import ConsumeQueue
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.record_scan import DispatchRequest, RequestList
 
@@ -126,6 +129,60 @@ def test_index_entries_equal_the_pure_loop(reqs: list[DispatchRequest], data: st
     assert speedups.COMPILED.index_entries_of(reqs, rows, hashes[:-1], floor) == (None if rows else got)
 
 
+STEPS = ["next"] * 12 + ["hole", "duplicate", "built", "bad size", "bad tags", "zero"]
+
+
+@settings(deadline=None, max_examples=examples(200))
+@given(st.sampled_from([0, 0, 5, 40]), st.lists(st.lists(st.sampled_from(STEPS), max_size=40), max_size=12))
+def test_queue_runs_written_in_place_equal_put_units(start: int, windows: list[list[str]]) -> None:
+    """``cq_put_run`` (a queue's first run written straight into its last file), then
+    ``put_units`` for the rest, against ``put_units`` with every compiled loop off: the same
+    files, positions and outcomes through holes, duplicates, units already built, file ends
+    (16 units a file), queue offset 0 and values out of a unit field's range (the pure loop
+    raises for those)."""
+    assert speedups.COMPILED is not None
+    put_run = speedups.COMPILED.cq_put_run
+    with tempfile.TemporaryDirectory(prefix="rocketq-cq-runs-") as tmp:
+        queues = [ConsumeQueue("T", 0, os.path.join(tmp, side), 20 * 16) for side in "cp"]
+        cq, phys = start, 0
+        saved = consume_queue._cq_pack_run
+        try:
+            for steps in windows:
+                units = []
+                for step in steps:
+                    cq += {"hole": 2, "duplicate": -1}.get(step, 0)
+                    phys -= 300 if step == "built" else 0
+                    size = {"bad size": 1 << 31, "zero": 0}.get(step, 100)
+                    tags = 1 << 63 if step == "bad tags" else len(units) % 3
+                    units.append((phys, size, tags, cq))
+                    phys += 100
+                    cq += 1
+                outcomes: list[object] = []
+                for q, compiled in zip(queues, (True, False), strict=True):
+                    consume_queue._cq_pack_run = saved if compiled else None
+                    try:
+                        done = put_run(q, list(units)) if compiled else None
+                        rest = units if not done else units[done:]
+                        outcomes.append(q.put_units(list(rest)) if rest else True)
+                    except struct.error as exc:
+                        outcomes.append(str(exc))
+                assert outcomes[0] == outcomes[1]
+                a, b = queues
+                assert (a.max_offset_in_queue, a.min_offset_in_queue, a.max_physic_offset) == (
+                    b.max_offset_in_queue,
+                    b.min_offset_in_queue,
+                    b.max_physic_offset,
+                )
+                assert [mf.wrote_position for mf in a.queue.files] == [
+                    mf.wrote_position for mf in b.queue.files
+                ]
+                assert [mf.mm[:] for mf in a.queue.files] == [mf.mm[:] for mf in b.queue.files]
+        finally:
+            consume_queue._cq_pack_run = saved
+            for q in queues:
+                q.shutdown()
+
+
 def _messages(seed: int, n: int) -> list[BrokerMessage]:
     """Messages of every property shape the index and the queues tell apart (the shapes of
     tests/unit/test_dispatch_columns.py): keys, UNIQ_KEY, tags, transaction types, queues."""
@@ -157,13 +214,13 @@ def _tree(root: str) -> dict[str, bytes]:
 def _rebuild(
     cfg: StoreConfig, window_bytes: int, compiled: bool
 ) -> tuple[dict[str, bytes], list[bytes], int]:
-    """ConsumeQueues and index rebuilt from the CommitLog with windows of ``window_bytes``, the
-    dispatchers' loops compiled or pure (the scan compiled either way: requests as objects)."""
+    """ConsumeQueues and index rebuilt from the CommitLog with windows of ``window_bytes``, every
+    compiled loop of the dispatchers on or off (the scan compiled either way: requests as
+    objects)."""
     assert speedups.COMPILED is not None
     root = cfg.store_path_root_dir
     shutil.rmtree(os.path.join(root, "consumequeue"))
     shutil.rmtree(os.path.join(root, "index"))
-    saved = consume_queue._cq_group_requests, index_file._index_entries_of, ReputMessageService.do_reput
     old = ReputMessageService.do_reput
 
     def windowed(self: ReputMessageService) -> int:
@@ -183,8 +240,16 @@ def _rebuild(
         taken.append("index" if out is not None else "")
         return out
 
-    consume_queue._cq_group_requests = group if compiled else None
-    index_file._index_entries_of = entries if compiled else None
+    loops: list[tuple[ModuleType, str, object]] = [
+        (consume_queue, "_cq_group_requests", group),
+        (consume_queue, "_cq_put_run", speedups.COMPILED.cq_put_run),
+        (index_file, "_index_entries_of", entries),
+        (consume_queue, "_cq_pack_run", speedups.COMPILED.cq_pack_run),
+        (index_file, "_index_put_keys", speedups.COMPILED.index_put_keys),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in loops]
+    for module, name, fn in loops:
+        setattr(module, name, fn if compiled else None)
     ReputMessageService.do_reput = windowed  # type: ignore[method-assign]
     try:
         store = MessageStore(cfg)
@@ -193,8 +258,9 @@ def _rebuild(
         inline = store.reput.dispatched_records
         store.shutdown()
     finally:
-        consume_queue._cq_group_requests, index_file._index_entries_of = saved[0], saved[1]
-        ReputMessageService.do_reput = saved[2]  # type: ignore[method-assign]
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+        ReputMessageService.do_reput = old  # type: ignore[method-assign]
     if compiled:  # the compiled loops took every window they were given (a window with a
         # non-ASCII key has no hashes from the scan: the index hashes it the pure way)
         assert "" not in taken and "cq" in taken and ("index" in taken or window_bytes > 2000)

@@ -106,6 +106,11 @@ _QueueKey = tuple[str, int]  # (topic, queue id)
 _cq_pack_run: Callable[..., tuple[bytes, int, int] | None] | None = getattr(
     _speedups.COMPILED, "cq_pack_run", None
 )
+#: The first step of :meth:`ConsumeQueue.put_units` compiled (``rocketq._speedups.cq_put_run``:
+#: the run written straight into the queue's last file), or None; tests set it to None.
+_cq_put_run: Callable[[ConsumeQueue, list[_Unit]], int | None] | None = getattr(
+    _speedups.COMPILED, "cq_put_run", None
+)
 #: The grouping loop of :meth:`ConsumeQueueStore._put_batch` compiled
 #: (``rocketq._speedups.cq_group_requests``), or None on the pure path; tests set it to None to
 #: run the pure loop beside it.
@@ -863,8 +868,14 @@ class ConsumeQueueStore:
                 group.append((r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset))
                 last_ts = r.store_timestamp
         ok = True
+        put_run = _cq_put_run
         for (topic, queue_id), units in groups.items():
-            ok = self.find_or_create(topic, queue_id).put_units(units) and ok
+            cq = self.find_or_create(topic, queue_id)
+            done = None if put_run is None else put_run(cq, units)
+            if done is None:
+                ok = cq.put_units(units) and ok
+            elif done < len(units):  # the first run is written: put_units goes on from there
+                ok = cq.put_units(units[done:] if done else units) and ok
         if ok and last_ts and self.checkpoint is not None:
             self.checkpoint.logics_msg_timestamp = last_ts
         return ok
