@@ -4238,6 +4238,111 @@ done:
     return result;
 }
 
+/* index_put_file(f, hashes, phys, stamps) -> n | None
+ *
+ * rocketq.store.index_file.IndexFile.put_keys for an IndexFile `f` whose reserved blocks
+ * already hold the entries to write: as many entries as fit (min(index_num - index_count,
+ * len(hashes))) written by index_put_keys' loop, then f's counts, begin and end values and
+ * its header as put_keys leaves them, f marked dirty; returns how many it wrote (0: the file is
+ * full, nothing touched). None, with nothing written and nothing raised, when blocks must be
+ * reserved first, an attribute is not what put_keys reads, a count would not fit the header's
+ * int32 fields or index_put_keys leaves the values to Python: put_keys then does it all. */
+static PyObject *ix_attr_names[12];
+
+static PyObject *index_put_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "index_put_file(f, hashes, phys, stamps)");
+        return NULL;
+    }
+    static const char *const names[12] = {"_mm", "_index_count", "index_num", "hash_slot_num",
+                                          "_entries_pos", "_begin_timestamp", "_hash_slot_count",
+                                          "_reserved_end", "_begin_phy_offset", "_end_phy_offset",
+                                          "_end_timestamp", "_dirty"};
+    enum { IX_MM, IX_COUNT, IX_NUM, IX_SLOTS, IX_ENTRIES, IX_BEGIN_TS, IX_SLOT_COUNT, IX_RESERVED, IX_BEGIN_PHY,
+           IX_END_PHY, IX_END_TS, IX_DIRTY };
+    for (int j = 0; j < 12; j++) {
+        if (ix_attr_names[j] == NULL && (ix_attr_names[j] = PyUnicode_InternFromString(names[j])) == NULL)
+            return NULL;
+    }
+    PyObject **nm = ix_attr_names;
+    PyObject *f = args[0], *hashes = args[1], *phys = args[2], *stamps = args[3];
+    if (!PyList_CheckExact(hashes) || !PyList_CheckExact(phys) || !PyList_CheckExact(stamps)) Py_RETURN_NONE;
+    long long count, index_num, slots, entries_pos, begin, slot_count, reserved_end, begin_phy;
+    if (attr_ll(f, nm[IX_COUNT], &count) < 0 || attr_ll(f, nm[IX_NUM], &index_num) < 0 ||
+        attr_ll(f, nm[IX_SLOTS], &slots) < 0 || attr_ll(f, nm[IX_ENTRIES], &entries_pos) < 0 ||
+        attr_ll(f, nm[IX_BEGIN_TS], &begin) < 0 || attr_ll(f, nm[IX_SLOT_COUNT], &slot_count) < 0 ||
+        attr_ll(f, nm[IX_RESERVED], &reserved_end) < 0 || attr_ll(f, nm[IX_BEGIN_PHY], &begin_phy) < 0)
+        Py_RETURN_NONE;
+    const long long room = index_num - count, given = PyList_GET_SIZE(hashes);
+    const long long n = room < given ? room : given;
+    if (n <= 0) return PyLong_FromLong(0);
+    if (entries_pos + (count + n) * INDEX_ENTRY_SIZE > reserved_end || count + n > INT32_MAX ||
+        slot_count + n > INT32_MAX || n > PyList_GET_SIZE(phys) || n > PyList_GET_SIZE(stamps))
+        Py_RETURN_NONE;
+    PyObject *mm = PyObject_GetAttr(f, nm[IX_MM]);
+    if (mm == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *argv[10] = {mm, NULL, NULL, NULL, NULL, NULL, NULL, hashes, phys, stamps};
+    const long long nums[6] = {slots, entries_pos, count, n, begin, slot_count};
+    PyObject *result = NULL, *done = NULL;
+    for (int j = 0; j < 6; j++) {
+        if ((argv[1 + j] = PyLong_FromLongLong(nums[j])) == NULL) goto out;
+    }
+    done = index_put_keys(self, argv, 10);
+    if (done == NULL) goto out;
+    if (done == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    long long new_count, new_slot_count;
+    PyObject *begin_phy_o = PyTuple_GET_ITEM(done, 2);
+    if (long_in(PyTuple_GET_ITEM(done, 0), 0, INT32_MAX, &new_count) < 0 ||
+        long_in(PyTuple_GET_ITEM(done, 1), 0, INT32_MAX, &new_slot_count) < 0) {
+        PyErr_SetString(PyExc_SystemError, "index_put_file: index_put_keys gave counts out of range");
+        goto out;
+    }
+    if (begin_phy_o != Py_None) {
+        PyObject *begin_ts_o = PyTuple_GET_ITEM(done, 3);
+        if (long_in(begin_phy_o, LLONG_MIN, LLONG_MAX, &begin_phy) < 0 ||
+            long_in(begin_ts_o, LLONG_MIN, LLONG_MAX, &begin) < 0 ||
+            PyObject_SetAttr(f, nm[IX_BEGIN_PHY], begin_phy_o) < 0 || PyObject_SetAttr(f, nm[IX_BEGIN_TS], begin_ts_o) < 0)
+            goto out;
+    }
+    PyObject *end_phy_o = PyList_GET_ITEM(phys, (Py_ssize_t)(n - 1));
+    PyObject *end_ts_o = PyList_GET_ITEM(stamps, (Py_ssize_t)(n - 1));
+    long long end_phy = 0, end_ts = 0;
+    long_in(end_phy_o, LLONG_MIN, LLONG_MAX, &end_phy); /* checked by index_put_keys */
+    long_in(end_ts_o, LLONG_MIN, LLONG_MAX, &end_ts);
+    if (PyObject_SetAttr(f, nm[IX_SLOT_COUNT], PyTuple_GET_ITEM(done, 1)) < 0 ||
+        PyObject_SetAttr(f, nm[IX_COUNT], PyTuple_GET_ITEM(done, 0)) < 0 ||
+        PyObject_SetAttr(f, nm[IX_END_PHY], end_phy_o) < 0 || PyObject_SetAttr(f, nm[IX_END_TS], end_ts_o) < 0)
+        goto out;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) goto out;
+    if (view.len < INDEX_HEADER_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_SystemError, "index_put_file: the map is shorter than the header");
+        goto out;
+    }
+    unsigned char *h = (unsigned char *)view.buf; /* the header, as IndexFile._write_header packs it */
+    put_be64(h, begin);
+    put_be64(h + 8, end_ts);
+    put_be64(h + 16, begin_phy);
+    put_be64(h + 24, end_phy);
+    put_be32(h + 32, (int32_t)new_slot_count);
+    put_be32(h + 36, (int32_t)new_count);
+    PyBuffer_Release(&view);
+    if (PyObject_SetAttr(f, nm[IX_DIRTY], Py_True) < 0) goto out;
+    result = PyLong_FromLongLong(n);
+out:
+    Py_XDECREF(done);
+    for (int j = 1; j < 7; j++) Py_XDECREF(argv[j]);
+    Py_DECREF(mm);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -4321,6 +4426,8 @@ static PyMethodDef methods[] = {
      "index_entries_of(reqs, rows, hashes, floor): build_index_batch's entries of a RequestList, or None"},
     {"cq_put_run", (PyCFunction)(void (*)(void))cq_put_run, METH_FASTCALL,
      "cq_put_run(cq, units): ConsumeQueue.put_units' first run written into the queue's last file, or None"},
+    {"index_put_file", (PyCFunction)(void (*)(void))index_put_file, METH_FASTCALL,
+     "index_put_file(f, hashes, phys, stamps): IndexFile.put_keys with its blocks reserved, compiled, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -129,6 +129,79 @@ def test_index_entries_equal_the_pure_loop(reqs: list[DispatchRequest], data: st
     assert speedups.COMPILED.index_entries_of(reqs, rows, hashes[:-1], floor) == (None if rows else got)
 
 
+@settings(deadline=None, max_examples=examples(100))
+@given(
+    st.sampled_from([(1, 50), (7, 40), (64, 300), (97, 60_000)]),
+    st.sampled_from([0, 5000, 1 << 62]),
+    st.integers(0, 1 << 30),
+    st.lists(st.tuples(st.integers(1, 3000), st.sampled_from(["", "", "", "hash", "offset"])), max_size=30),
+)
+def test_index_files_written_in_c_equal_put_keys(
+    shape: tuple[int, int], begin: int, seed: int, batches: list[tuple[int, str]]
+) -> None:
+    """``index_put_file`` (``IndexFile.put_keys`` whole in C, for reserved blocks), then
+    ``put_keys`` when it declines, against ``put_keys`` with every compiled loop off: the same
+    file bytes (slots, links, counts, header), the same state and outcomes, with a stale slot,
+    files filling up, timestamps before the file's begin, blocks still to be reserved (60,000
+    entries: past the first reservation) and values out of a field's range (the pure loop
+    raises for those)."""
+    assert speedups.COMPILED is not None
+    put_file = speedups.COMPILED.index_put_file
+    rnd = random.Random(seed)
+    slots, entries = shape
+    with tempfile.TemporaryDirectory(prefix="rocketq-index-file-") as tmp:
+        files = []
+        stale = struct.pack(">i", rnd.randrange(1, entries))
+        stale_at = 40 + 4 * rnd.randrange(slots)
+        for side in "cp":
+            f = index_file.IndexFile(
+                os.path.join(tmp, side), slots, entries, end_phy_offset=10, end_timestamp=begin
+            )
+            f._mm[stale_at : stale_at + 4] = stale
+            files.append(f)
+        saved = index_file._index_put_keys
+        ts, phys = 10_000, 100
+        try:
+            for n, bad in batches:
+                hashes = [rnd.randrange(0, 1 << 31) for _ in range(n)]
+                stamps = [ts + rnd.choice([0, -3000, 400, 1500]) for _ in range(n)]
+                offsets = [phys + 90 * i for i in range(n)]
+                ts += 1000
+                phys += 90 * n
+                if bad == "hash":
+                    hashes[rnd.randrange(n)] = 1 << 31  # struct.error in the pure loop
+                elif bad == "offset":
+                    offsets[rnd.randrange(n)] = 1 << 63
+                outcomes: list[object] = []
+                for f, compiled in zip(files, (True, False), strict=True):
+                    index_file._index_put_keys = saved if compiled else None
+                    try:
+                        wrote = put_file(f, list(hashes), list(offsets), list(stamps)) if compiled else None
+                        outcomes.append(
+                            f.put_keys(list(hashes), list(offsets), list(stamps)) if wrote is None else wrote
+                        )
+                    except struct.error as exc:
+                        outcomes.append(str(exc))
+                assert outcomes[0] == outcomes[1]
+                a, b = files
+                assert a._mm[:] == b._mm[:]
+                state = (
+                    "hash_slot_count",
+                    "index_count",
+                    "begin_timestamp",
+                    "end_timestamp",
+                    "begin_phy_offset",
+                    "end_phy_offset",
+                    "dirty",
+                )
+                assert [getattr(a, s) for s in state] == [getattr(b, s) for s in state]
+                assert a._reserved_end == b._reserved_end
+        finally:
+            index_file._index_put_keys = saved
+            for f in files:
+                f.shutdown()
+
+
 STEPS = ["next"] * 12 + ["hole", "duplicate", "built", "bad size", "bad tags", "zero"]
 
 
@@ -244,6 +317,7 @@ def _rebuild(
         (consume_queue, "_cq_group_requests", group),
         (consume_queue, "_cq_put_run", speedups.COMPILED.cq_put_run),
         (index_file, "_index_entries_of", entries),
+        (index_file, "_index_put_file", speedups.COMPILED.index_put_file),
         (consume_queue, "_cq_pack_run", speedups.COMPILED.cq_pack_run),
         (index_file, "_index_put_keys", speedups.COMPILED.index_put_keys),
     ]

@@ -138,6 +138,14 @@ _index_entries_of: Callable[..., tuple[list[int], list[int], list[int]] | None] 
 )
 
 
+#: :meth:`IndexFile.put_keys` compiled whole (``rocketq._speedups.index_put_file``: the entries,
+#: the file's counts and header) for a file whose blocks are reserved already, or None on the
+#: pure path; tests set it to None to run put_keys beside it.
+_index_put_file: Callable[[IndexFile, list[int], list[int], list[int]], int | None] | None = getattr(
+    _speedups.COMPILED, "index_put_file", None
+)
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an index file with these counts: ``40 + slots*4 + entries*20``."""
     return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
@@ -850,8 +858,11 @@ class IndexService:
                 phys = [phys[i] for i in keep]
                 stamps = [stamps[i] for i in keep]
             done = 0
+            put_file = _index_put_file
             while done < len(hashes):
-                done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
+                rest = (hashes, phys, stamps) if not done else (hashes[done:], phys[done:], stamps[done:])
+                wrote = None if put_file is None else put_file(f, *rest)
+                done += f.put_keys(*rest) if wrote is None else wrote
                 if done < len(hashes):
                     f = self._writable_file()
 
