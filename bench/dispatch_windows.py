@@ -2,6 +2,7 @@
 
     python bench/dispatch_windows.py            # windows of 8 ... 1024 records, 5 rounds
     python bench/dispatch_windows.py --rounds 9
+    python bench/dispatch_windows.py --sizes 8,32,180,1000
 
 A store with its dispatch thread stopped; each step puts one batch of N messages (136 B bodies,
 UNIQ_KEY, WAIT, TAGS, 4 queues) and then runs one dispatch pass over exactly those N records on
@@ -40,7 +41,14 @@ PER_STEP = 1024  # records dispatched per size, per path and round
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="records per window, comma-separated")
     args = ap.parse_args()
+    try:
+        sizes = tuple(int(n) for n in args.sizes.split(","))
+    except ValueError:
+        ap.error(f"--sizes: {args.sizes!r} is not a comma-separated list of numbers")
+    if not sizes or min(sizes) < 1 or max(sizes) > PER_STEP:
+        ap.error(f"--sizes: each size must be between 1 and {PER_STEP}")
     root = tempfile.mkdtemp(prefix="rocketq-bench-dispatch-")
     default = record_scan.MIN_COLUMNAR_RECORDS
     default_compiled = record_scan.MIN_COMPILED_COLUMNAR_RECORDS
@@ -54,7 +62,7 @@ def main() -> int:
         msgs = make_messages(PER_STEP, 136)
         costs: dict[tuple[int, str], list[float]] = {}
         for _ in range(args.rounds):
-            for n in SIZES:
+            for n in sizes:
                 for path, threshold, compiled_threshold in paths:
                     record_scan.MIN_COLUMNAR_RECORDS = threshold
                     record_scan.MIN_COMPILED_COLUMNAR_RECORDS = compiled_threshold
@@ -75,7 +83,7 @@ def main() -> int:
     print()
     print("| records per window | record by record | columns | as the store chooses | faster |")
     print("|---:|---:|---:|---:|---|")
-    for n in SIZES:
+    for n in sizes:
         a = statistics.median(costs[(n, "records")])
         b = statistics.median(costs[(n, "columns")])
         c = statistics.median(costs[(n, "store")])

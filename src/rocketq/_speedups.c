@@ -2498,8 +2498,12 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
                              long long base, PyObject *names) {
     PyObject *out = PyList_New(k);
     if (out == NULL) return NULL;
+    /* records sent together mostly share their size, store time and tags code: the int of
+     * the record before is taken again when the value is the same (ints are immutable) */
+    PyObject *prev_size = NULL, *prev_ts = NULL, *prev_tags = NULL; /* borrowed from the requests */
     for (Py_ssize_t i = 0; i < k; i++) {
 #define C(c) col[(Py_ssize_t)(c) * stride + i]
+#define SAME_INT(prev, c) ((prev) != NULL && i > 0 && C(c) == col[(Py_ssize_t)(c) * stride + i - 1])
         PyObject *req = dispatch_request->tp_alloc(dispatch_request, 0);
         if (req == NULL) {
             Py_DECREF(out);
@@ -2514,14 +2518,18 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
         v[DR_PROPERTIES] = Py_None;
         v[DR_COMMIT_LOG_OFFSET] = PyLong_FromLongLong(base + C(SC_START));
         v[DR_CQ_OFFSET] = PyLong_FromLongLong(C(SC_QUEUE_OFFSET));
-        v[DR_MSG_SIZE] = PyLong_FromLongLong(C(SC_SIZE));
+        v[DR_MSG_SIZE] = SAME_INT(prev_size, SC_SIZE) ? Py_NewRef(prev_size) : PyLong_FromLongLong(C(SC_SIZE));
         v[DR_PREPARED] = PyLong_FromLongLong(C(SC_PREPARED));
         int64_t ps = C(SC_PROPS_START), pe = C(SC_PROPS_END);
         v[DR_PROPERTIES_RAW] = PyBytes_FromStringAndSize((const char *)d + (ps < pe ? ps : pe), ps < pe ? pe - ps : 0);
         v[DR_QUEUE_ID] = PyLong_FromLongLong(C(SC_QUEUE_ID));
-        v[DR_STORE_TS] = PyLong_FromLongLong(C(SC_STORE_TS));
+        v[DR_STORE_TS] = SAME_INT(prev_ts, SC_STORE_TS) ? Py_NewRef(prev_ts) : PyLong_FromLongLong(C(SC_STORE_TS));
         v[DR_SYS_FLAG] = PyLong_FromLongLong(C(SC_SYS_FLAG));
-        v[DR_TAGS_CODE] = PyLong_FromLongLong(C(SC_TAGS_CODE));
+        v[DR_TAGS_CODE] =
+            SAME_INT(prev_tags, SC_TAGS_CODE) ? Py_NewRef(prev_tags) : PyLong_FromLongLong(C(SC_TAGS_CODE));
+        prev_size = v[DR_MSG_SIZE];
+        prev_ts = v[DR_STORE_TS];
+        prev_tags = v[DR_TAGS_CODE];
         if (C(SC_KEYS_PRESENT)) {
             v[DR_KEYS] = PyUnicode_DecodeUTF8((const char *)d + C(SC_KEYS_START), C(SC_KEYS_LEN), "replace");
         } else {
@@ -2534,6 +2542,7 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
             Py_INCREF(Py_None);
             v[DR_UNIQ_KEY] = Py_None;
         }
+#undef SAME_INT
 #undef C
         int failed = 0;
         for (int j = 0; j < DR_COUNT; j++) {
@@ -4065,6 +4074,398 @@ static PyObject *new_broker_message(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* -- dispatch of small windows: the per-record loops of the ConsumeQueue and index dispatchers -- */
+
+/* A slot of a DispatchRequest (exactly that class, from setup_dispatch) as a long long, or -1
+ * (no exception) when the object is another class, the slot is unset or not an exact int that
+ * fits. */
+static int dr_long(PyObject *req, int slot, long long *out) {
+    PyObject *v = SLOT(req, dr_off[slot]);
+    if (v == NULL || !PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* cq_group_requests(reqs) -> (groups, last_ts) | None
+ *
+ * The loop of rocketq.store.consume_queue.ConsumeQueueStore._put_batch over a window's
+ * DispatchRequest objects: the records whose transaction type goes to a ConsumeQueue (sys_flag
+ * & 0xC is NOT_TYPE or COMMIT) grouped by (topic, queue_id) in order of first appearance, each
+ * group the list of (commit_log_offset, msg_size, tags_code, consume_queue_offset) tuples of
+ * its records in window order (the very objects of the requests), and the store_timestamp of
+ * the last such record (0 when none). None, with nothing raised, when reqs is not a list of
+ * exactly DispatchRequest objects with every slot set and an exact int sys_flag (the pure loop
+ * then takes the window). */
+static PyObject *cq_group_requests(PyObject *self, PyObject *reqs) {
+    if (dispatch_request == NULL || !PyList_Check(reqs)) Py_RETURN_NONE;
+    const Py_ssize_t n = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked first: nothing is built for a window left to Python */
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        long long flag;
+        if (Py_TYPE(r) != dispatch_request || dr_long(r, DR_SYS_FLAG, &flag) < 0) Py_RETURN_NONE;
+        if (SLOT(r, dr_off[DR_TOPIC]) == NULL || SLOT(r, dr_off[DR_QUEUE_ID]) == NULL ||
+            SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET]) == NULL || SLOT(r, dr_off[DR_MSG_SIZE]) == NULL ||
+            SLOT(r, dr_off[DR_TAGS_CODE]) == NULL || SLOT(r, dr_off[DR_CQ_OFFSET]) == NULL ||
+            SLOT(r, dr_off[DR_STORE_TS]) == NULL)
+            Py_RETURN_NONE;
+    }
+    PyObject *groups = PyDict_New();
+    if (groups == NULL) return NULL;
+    PyObject *last_ts = NULL; /* borrowed */
+    /* the groups met so far by topic object and exact-int queue id (the window's requests share
+     * their topic objects): most records find theirs here without making a key tuple */
+    enum { GROUP_CACHE = 32 };
+    PyObject *seen_topic[GROUP_CACHE], *seen_list[GROUP_CACHE]; /* borrowed */
+    long long seen_qid[GROUP_CACHE];
+    int nseen = 0, hit = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        long long flag = 0;
+        dr_long(r, DR_SYS_FLAG, &flag);
+        if ((flag & 0xC) != 0x0 && (flag & 0xC) != 0x8) continue;
+        PyObject *topic = SLOT(r, dr_off[DR_TOPIC]), *qid = SLOT(r, dr_off[DR_QUEUE_ID]);
+        PyObject *group = NULL;
+        long long q = 0;
+        const int cacheable = dr_long(r, DR_QUEUE_ID, &q) == 0;
+        if (cacheable) {
+            for (int j = 0; j < nseen; j++) {
+                const int at = (hit + j) % nseen; /* from the last hit on: round-robin queues */
+                if (seen_topic[at] == topic && seen_qid[at] == q) {
+                    group = seen_list[at];
+                    hit = at + 1 < nseen ? at + 1 : 0;
+                    break;
+                }
+            }
+        }
+        if (group == NULL) {
+            PyObject *key = PyTuple_Pack(2, topic, qid);
+            if (key == NULL) goto fail;
+            group = PyDict_GetItemWithError(groups, key);
+            if (group == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    goto fail;
+                }
+                group = PyList_New(0);
+                if (group == NULL || PyDict_SetItem(groups, key, group) < 0) {
+                    Py_XDECREF(group);
+                    Py_DECREF(key);
+                    goto fail;
+                }
+                Py_DECREF(group); /* the dict holds it */
+            }
+            Py_DECREF(key);
+            if (cacheable && nseen < GROUP_CACHE) {
+                seen_topic[nseen] = topic;
+                seen_qid[nseen] = q;
+                seen_list[nseen++] = group;
+            }
+        }
+        PyObject *unit = PyTuple_Pack(4, SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET]), SLOT(r, dr_off[DR_MSG_SIZE]),
+                                      SLOT(r, dr_off[DR_TAGS_CODE]), SLOT(r, dr_off[DR_CQ_OFFSET]));
+        if (unit == NULL) goto fail;
+        int rc = PyList_Append(group, unit);
+        Py_DECREF(unit);
+        if (rc < 0) goto fail;
+        last_ts = SLOT(r, dr_off[DR_STORE_TS]);
+    }
+    if (last_ts == NULL) return Py_BuildValue("(Ni)", groups, 0);
+    return Py_BuildValue("(NO)", groups, last_ts);
+fail:
+    Py_DECREF(groups);
+    return NULL;
+}
+
+/* index_entries_of(reqs, rows, hashes, floor) -> (hashes, phys, stamps) | None
+ *
+ * The loop of rocketq.store.index_file.IndexService.build_index_batch over the index entries
+ * the compiled scan made (a RequestList's index_entries: record numbers and key hashes): the
+ * entries of records at or past floor that are not ROLLBACK records (sys_flag & 0xC != 0xC), as
+ * their key hashes, their records' commit_log_offset and store_timestamp (the very objects).
+ * None, with nothing raised, when an argument is not what that loop reads (a row out of range,
+ * lists of different lengths, a request not exactly a DispatchRequest, a value not an exact
+ * int): the pure loop then takes them and raises what it raises. */
+static PyObject *index_entries_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "index_entries_of(reqs, rows, hashes, floor)");
+        return NULL;
+    }
+    PyObject *reqs = args[0], *rows = args[1], *hashes = args[2];
+    long long floor;
+    if (dispatch_request == NULL || !PyList_Check(reqs) || !PyList_CheckExact(rows) || !PyList_CheckExact(hashes) ||
+        PyList_GET_SIZE(rows) != PyList_GET_SIZE(hashes) || long_in(args[3], LLONG_MIN, LLONG_MAX, &floor) < 0)
+        Py_RETURN_NONE;
+    const Py_ssize_t n = PyList_GET_SIZE(rows), nreqs = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked first, as cq_group_requests */
+        long long row, offset, flag;
+        if (item_in(rows, i, 0, (long long)nreqs - 1, &row) < 0) Py_RETURN_NONE;
+        PyObject *r = PyList_GET_ITEM(reqs, (Py_ssize_t)row);
+        if (Py_TYPE(r) != dispatch_request || dr_long(r, DR_COMMIT_LOG_OFFSET, &offset) < 0 ||
+            dr_long(r, DR_SYS_FLAG, &flag) < 0 || SLOT(r, dr_off[DR_STORE_TS]) == NULL)
+            Py_RETURN_NONE;
+    }
+    PyObject *out_h = PyList_New(0), *out_p = PyList_New(0), *out_s = PyList_New(0);
+    if (out_h == NULL || out_p == NULL || out_s == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long row = 0, offset = 0, flag = 0;
+        item_in(rows, i, 0, (long long)nreqs - 1, &row);
+        PyObject *r = PyList_GET_ITEM(reqs, (Py_ssize_t)row);
+        dr_long(r, DR_COMMIT_LOG_OFFSET, &offset);
+        dr_long(r, DR_SYS_FLAG, &flag);
+        if (offset < floor || (flag & 0xC) == 0xC) continue;
+        if (PyList_Append(out_h, PyList_GET_ITEM(hashes, i)) < 0 ||
+            PyList_Append(out_p, SLOT(r, dr_off[DR_COMMIT_LOG_OFFSET])) < 0 ||
+            PyList_Append(out_s, SLOT(r, dr_off[DR_STORE_TS])) < 0)
+            goto fail;
+    }
+    return Py_BuildValue("(NNN)", out_h, out_p, out_s);
+fail:
+    Py_XDECREF(out_h);
+    Py_XDECREF(out_p);
+    Py_XDECREF(out_s);
+    return NULL;
+}
+
+/* cq_put_run(cq, units) -> count | None
+ *
+ * The first step of rocketq.store.consume_queue.ConsumeQueue.put_units, for a ConsumeQueue `cq`
+ * whose last file is not full: cq_pack_run's run from units[0], written straight into that
+ * file's write target (its write buffer, else its mapping) at its write position, the file's
+ * wrote_position and the queue's _max_physic_offset moved past it; returns how many units it
+ * wrote (0: the first unit is not part of a run, nothing written). The caller gives the rest
+ * of the units to put_units. None, with nothing written and nothing raised, when the queue has
+ * no file, its last file is full, an attribute is not what put_units reads or a unit is not
+ * what cq_pack_run takes: put_units then takes every unit. */
+static PyObject *cq_attr_names[8]; /* queue, _files, wrote_position, file_size, file_from_offset,
+                                      write_buffer, mm, _max_physic_offset */
+
+static int attr_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    int rc = long_in(v, -(1LL << 61), 1LL << 61, out);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *cq_put_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "cq_put_run(cq, units)");
+        return NULL;
+    }
+    static const char *const names[8] = {"queue", "_files", "wrote_position", "file_size", "file_from_offset",
+                                         "write_buffer", "mm", "_max_physic_offset"};
+    for (int j = 0; j < 8; j++) {
+        if (cq_attr_names[j] == NULL && (cq_attr_names[j] = PyUnicode_InternFromString(names[j])) == NULL)
+            return NULL;
+    }
+    PyObject **nm = cq_attr_names;
+    PyObject *cq = args[0], *units = args[1];
+    if (!PyList_CheckExact(units)) Py_RETURN_NONE;
+    PyObject *queue = PyObject_GetAttr(cq, nm[0]);
+    PyObject *files = queue == NULL ? NULL : PyObject_GetAttr(queue, nm[1]);
+    Py_XDECREF(queue);
+    if (files == NULL || !PyList_CheckExact(files) || PyList_GET_SIZE(files) == 0) {
+        PyErr_Clear();
+        Py_XDECREF(files);
+        Py_RETURN_NONE;
+    }
+    PyObject *last = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
+    Py_DECREF(files);
+    PyObject *result = NULL, *target = NULL;
+    long long wrote, file_size, from, max_physic;
+    if (attr_ll(last, nm[2], &wrote) < 0 || attr_ll(last, nm[3], &file_size) < 0 ||
+        attr_ll(last, nm[4], &from) < 0 || attr_ll(cq, nm[7], &max_physic) < 0 || wrote < 0 ||
+        wrote >= file_size) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    target = PyObject_GetAttr(last, nm[5]);
+    if (target == Py_None) {
+        Py_DECREF(target);
+        target = PyObject_GetAttr(last, nm[6]);
+    }
+    if (target == NULL) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const long long current = from + wrote, room = (file_size - wrote) / 20;
+    const Py_ssize_t n = PyList_GET_SIZE(units);
+    const long long avail = n < room ? n : room;
+    const long long big = 1LL << 58; /* as cq_pack_run */
+    long long count = 0;
+    for (; count < avail; count++) { /* checked first: nothing is written for units left to Python */
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)count);
+        long long offset, size, tags, cq_offset;
+        if (!PyTuple_CheckExact(u) || PyTuple_GET_SIZE(u) != 4 || tuple_ll(u, 0, -big, big, &offset) < 0 ||
+            tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size) < 0 || tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags) < 0 ||
+            tuple_ll(u, 3, -big, big, &cq_offset) < 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (cq_offset * 20 != current + count * 20 || offset + size <= max_physic) break;
+        if (offset < 0 || size <= 0 || cq_offset == 0) break;
+        max_physic = offset + size;
+    }
+    if (count == 0) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (view.itemsize != 1 || wrote > view.len || count > (view.len - wrote) / 20) {
+        PyBuffer_Release(&view);
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    unsigned char *out = (unsigned char *)view.buf + wrote;
+    for (long long k = 0; k < count; k++) {
+        PyObject *u = PyList_GET_ITEM(units, (Py_ssize_t)k);
+        long long offset = 0, size = 0, tags = 0;
+        tuple_ll(u, 0, -big, big, &offset);
+        tuple_ll(u, 1, INT32_MIN, INT32_MAX, &size);
+        tuple_ll(u, 2, INT64_MIN, INT64_MAX, &tags);
+        unsigned char *p = out + k * 20;
+        put_be64(p, offset);
+        put_be32(p + 8, (int32_t)size);
+        put_be64(p + 12, tags);
+    }
+    PyBuffer_Release(&view);
+    PyObject *new_wrote = PyLong_FromLongLong(wrote + count * 20);
+    PyObject *new_max = PyLong_FromLongLong(max_physic);
+    if (new_wrote == NULL || new_max == NULL || PyObject_SetAttr(last, nm[2], new_wrote) < 0 ||
+        PyObject_SetAttr(cq, nm[7], new_max) < 0) {
+        Py_XDECREF(new_wrote);
+        Py_XDECREF(new_max);
+        goto done;
+    }
+    Py_DECREF(new_wrote);
+    Py_DECREF(new_max);
+    result = PyLong_FromLongLong(count);
+done:
+    Py_XDECREF(target);
+    Py_DECREF(last);
+    return result;
+}
+
+/* index_put_file(f, hashes, phys, stamps) -> n | None
+ *
+ * rocketq.store.index_file.IndexFile.put_keys for an IndexFile `f` whose reserved blocks
+ * already hold the entries to write: as many entries as fit (min(index_num - index_count,
+ * len(hashes))) written by index_put_keys' loop, then f's counts, begin and end values and
+ * its header as put_keys leaves them, f marked dirty; returns how many it wrote (0: the file is
+ * full, nothing touched). None, with nothing written and nothing raised, when blocks must be
+ * reserved first, an attribute is not what put_keys reads, a count would not fit the header's
+ * int32 fields or index_put_keys leaves the values to Python: put_keys then does it all. */
+static PyObject *ix_attr_names[12];
+
+static PyObject *index_put_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "index_put_file(f, hashes, phys, stamps)");
+        return NULL;
+    }
+    static const char *const names[12] = {"_mm", "_index_count", "index_num", "hash_slot_num",
+                                          "_entries_pos", "_begin_timestamp", "_hash_slot_count",
+                                          "_reserved_end", "_begin_phy_offset", "_end_phy_offset",
+                                          "_end_timestamp", "_dirty"};
+    enum { IX_MM, IX_COUNT, IX_NUM, IX_SLOTS, IX_ENTRIES, IX_BEGIN_TS, IX_SLOT_COUNT, IX_RESERVED, IX_BEGIN_PHY,
+           IX_END_PHY, IX_END_TS, IX_DIRTY };
+    for (int j = 0; j < 12; j++) {
+        if (ix_attr_names[j] == NULL && (ix_attr_names[j] = PyUnicode_InternFromString(names[j])) == NULL)
+            return NULL;
+    }
+    PyObject **nm = ix_attr_names;
+    PyObject *f = args[0], *hashes = args[1], *phys = args[2], *stamps = args[3];
+    if (!PyList_CheckExact(hashes) || !PyList_CheckExact(phys) || !PyList_CheckExact(stamps)) Py_RETURN_NONE;
+    long long count, index_num, slots, entries_pos, begin, slot_count, reserved_end, begin_phy;
+    if (attr_ll(f, nm[IX_COUNT], &count) < 0 || attr_ll(f, nm[IX_NUM], &index_num) < 0 ||
+        attr_ll(f, nm[IX_SLOTS], &slots) < 0 || attr_ll(f, nm[IX_ENTRIES], &entries_pos) < 0 ||
+        attr_ll(f, nm[IX_BEGIN_TS], &begin) < 0 || attr_ll(f, nm[IX_SLOT_COUNT], &slot_count) < 0 ||
+        attr_ll(f, nm[IX_RESERVED], &reserved_end) < 0 || attr_ll(f, nm[IX_BEGIN_PHY], &begin_phy) < 0)
+        Py_RETURN_NONE;
+    const long long room = index_num - count, given = PyList_GET_SIZE(hashes);
+    const long long n = room < given ? room : given;
+    if (n <= 0) return PyLong_FromLong(0);
+    if (entries_pos + (count + n) * INDEX_ENTRY_SIZE > reserved_end || count + n > INT32_MAX ||
+        slot_count + n > INT32_MAX || n > PyList_GET_SIZE(phys) || n > PyList_GET_SIZE(stamps))
+        Py_RETURN_NONE;
+    PyObject *mm = PyObject_GetAttr(f, nm[IX_MM]);
+    if (mm == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *argv[10] = {mm, NULL, NULL, NULL, NULL, NULL, NULL, hashes, phys, stamps};
+    const long long nums[6] = {slots, entries_pos, count, n, begin, slot_count};
+    PyObject *result = NULL, *done = NULL;
+    for (int j = 0; j < 6; j++) {
+        if ((argv[1 + j] = PyLong_FromLongLong(nums[j])) == NULL) goto out;
+    }
+    done = index_put_keys(self, argv, 10);
+    if (done == NULL) goto out;
+    if (done == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    long long new_count, new_slot_count;
+    PyObject *begin_phy_o = PyTuple_GET_ITEM(done, 2);
+    if (long_in(PyTuple_GET_ITEM(done, 0), 0, INT32_MAX, &new_count) < 0 ||
+        long_in(PyTuple_GET_ITEM(done, 1), 0, INT32_MAX, &new_slot_count) < 0) {
+        PyErr_SetString(PyExc_SystemError, "index_put_file: index_put_keys gave counts out of range");
+        goto out;
+    }
+    if (begin_phy_o != Py_None) {
+        PyObject *begin_ts_o = PyTuple_GET_ITEM(done, 3);
+        if (long_in(begin_phy_o, LLONG_MIN, LLONG_MAX, &begin_phy) < 0 ||
+            long_in(begin_ts_o, LLONG_MIN, LLONG_MAX, &begin) < 0 ||
+            PyObject_SetAttr(f, nm[IX_BEGIN_PHY], begin_phy_o) < 0 || PyObject_SetAttr(f, nm[IX_BEGIN_TS], begin_ts_o) < 0)
+            goto out;
+    }
+    PyObject *end_phy_o = PyList_GET_ITEM(phys, (Py_ssize_t)(n - 1));
+    PyObject *end_ts_o = PyList_GET_ITEM(stamps, (Py_ssize_t)(n - 1));
+    long long end_phy = 0, end_ts = 0;
+    long_in(end_phy_o, LLONG_MIN, LLONG_MAX, &end_phy); /* checked by index_put_keys */
+    long_in(end_ts_o, LLONG_MIN, LLONG_MAX, &end_ts);
+    if (PyObject_SetAttr(f, nm[IX_SLOT_COUNT], PyTuple_GET_ITEM(done, 1)) < 0 ||
+        PyObject_SetAttr(f, nm[IX_COUNT], PyTuple_GET_ITEM(done, 0)) < 0 ||
+        PyObject_SetAttr(f, nm[IX_END_PHY], end_phy_o) < 0 || PyObject_SetAttr(f, nm[IX_END_TS], end_ts_o) < 0)
+        goto out;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) goto out;
+    if (view.len < INDEX_HEADER_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_SystemError, "index_put_file: the map is shorter than the header");
+        goto out;
+    }
+    unsigned char *h = (unsigned char *)view.buf; /* the header, as IndexFile._write_header packs it */
+    put_be64(h, begin);
+    put_be64(h + 8, end_ts);
+    put_be64(h + 16, begin_phy);
+    put_be64(h + 24, end_phy);
+    put_be32(h + 32, (int32_t)new_slot_count);
+    put_be32(h + 36, (int32_t)new_count);
+    PyBuffer_Release(&view);
+    if (PyObject_SetAttr(f, nm[IX_DIRTY], Py_True) < 0) goto out;
+    result = PyLong_FromLongLong(n);
+out:
+    Py_XDECREF(done);
+    for (int j = 1; j < 7; j++) Py_XDECREF(argv[j]);
+    Py_DECREF(mm);
+    return result;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 /* -- the producer's send request, written ------------------------------------------------------
@@ -4308,6 +4709,14 @@ static PyMethodDef methods[] = {
     {"broker_message", (PyCFunction)(void (*)(void))new_broker_message, METH_FASTCALL,
      "broker_message(topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host, "
      "reconsume_times): BrokerMessage(...) with those positional arguments, built in C"},
+    {"cq_group_requests", (PyCFunction)cq_group_requests, METH_O,
+     "cq_group_requests(reqs): ConsumeQueueStore._put_batch's grouping of a window's requests, or None"},
+    {"index_entries_of", (PyCFunction)(void (*)(void))index_entries_of, METH_FASTCALL,
+     "index_entries_of(reqs, rows, hashes, floor): build_index_batch's entries of a RequestList, or None"},
+    {"cq_put_run", (PyCFunction)(void (*)(void))cq_put_run, METH_FASTCALL,
+     "cq_put_run(cq, units): ConsumeQueue.put_units' first run written into the queue's last file, or None"},
+    {"index_put_file", (PyCFunction)(void (*)(void))index_put_file, METH_FASTCALL,
+     "index_put_file(f, hashes, phys, stamps): IndexFile.put_keys with its blocks reserved, compiled, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,7 +15,10 @@ topic and type, :class:`rocketq.broker.metrics.BrokerMetrics`), whose pure count
 those classes; and the store's dispatch of CommitLog records (``scan_window``: the window
 parse of :func:`rocketq.store.record_scan.parse_window`; ``index_put_keys``: the entry loop of
 :meth:`rocketq.store.index_file.IndexFile.put_keys`; ``cq_pack_run``: the run loop of
-:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`), selected in those modules;
+:meth:`rocketq.store.consume_queue.ConsumeQueue.put_units`; for a small window's request objects
+``cq_group_requests``, ``cq_put_run``, ``index_entries_of`` and ``index_put_file``: the
+ConsumeQueue dispatcher's grouping and each queue's first run, the index dispatcher's entry
+picking and ``put_keys`` whole), selected in those modules;
 ``scan_window`` with an entry index also scans a DLedger member's committed entries, headers and
 records (:func:`rocketq.store.dledger_window.parse_entry_run`, whose reference is
 ``parse_entry_run_pure``); and the

@@ -4,8 +4,10 @@ tests that must pass with both: the compiled one (when built) and the pure-Pytho
 :func:`bound` rebinds every accelerated name, in the record module, in each loaded ``rocketq``
 module that imported the name, and in the given test modules, to one implementation, and sets
 the dispatch parser's compiled scan (``record_scan._scan_window``), the index's compiled entry
-loop (``index_file._index_put_keys``) and the ConsumeQueue's compiled run loop
-(``consume_queue._cq_pack_run``) to it or None."""
+loops (``index_file._index_put_keys``, ``index_file._index_put_file``), the ConsumeQueue's
+compiled run loops (``consume_queue._cq_pack_run``, ``consume_queue._cq_put_run``) and the
+dispatchers' compiled loops over a small window's requests (``consume_queue._cq_group_requests``,
+``index_file._index_entries_of``) to it or None."""
 
 from __future__ import annotations
 
@@ -64,6 +66,10 @@ def bound(impl: str, *extra: ModuleType) -> Iterator[None]:
         patch(record_scan, "_scan_window", None if impl == "pure" else compiled.scan_window)  # type: ignore[union-attr]
         patch(index_file, "_index_put_keys", None if impl == "pure" else compiled.index_put_keys)  # type: ignore[union-attr]
         patch(consume_queue, "_cq_pack_run", None if impl == "pure" else compiled.cq_pack_run)  # type: ignore[union-attr]
+        patch(consume_queue, "_cq_put_run", None if impl == "pure" else compiled.cq_put_run)  # type: ignore[union-attr]
+        patch(consume_queue, "_cq_group_requests", None if impl == "pure" else compiled.cq_group_requests)  # type: ignore[union-attr]
+        patch(index_file, "_index_put_file", None if impl == "pure" else compiled.index_put_file)  # type: ignore[union-attr]
+        patch(index_file, "_index_entries_of", None if impl == "pure" else compiled.index_entries_of)  # type: ignore[union-attr]
         yield
 
 

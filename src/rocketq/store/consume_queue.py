@@ -99,11 +99,24 @@ CQ_UNIT_DTYPE: Final = np.dtype([("offset", "=i8"), ("size", "=i4"), ("tags", "=
 CQ_DISK_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 _UNIT = struct.Struct(">qiq")
+_Unit = tuple[int, int, int, int]  # (offset, size, tags code, queue offset)
+_QueueKey = tuple[str, int]  # (topic, queue id)
 #: The run loop of :meth:`ConsumeQueue.put_units` compiled (``rocketq._speedups.cq_pack_run``),
 #: or None on the pure path; tests set it to None to run the pure loop beside it.
 _cq_pack_run: Callable[..., tuple[bytes, int, int] | None] | None = getattr(
     _speedups.COMPILED, "cq_pack_run", None
 )
+#: The first step of :meth:`ConsumeQueue.put_units` compiled (``rocketq._speedups.cq_put_run``:
+#: the run written straight into the queue's last file), or None; tests set it to None.
+_cq_put_run: Callable[[ConsumeQueue, list[_Unit]], int | None] | None = getattr(
+    _speedups.COMPILED, "cq_put_run", None
+)
+#: The grouping loop of :meth:`ConsumeQueueStore._put_batch` compiled
+#: (``rocketq._speedups.cq_group_requests``), or None on the pure path; tests set it to None to
+#: run the pure loop beside it.
+_cq_group_requests: (
+    Callable[[list[DispatchRequest]], tuple[dict[_QueueKey, list[_Unit]], int] | None] | None
+) = getattr(_speedups.COMPILED, "cq_group_requests", None)
 _FILLER = _UNIT.pack(0, FILLER_SIZE, 0)
 _TRANSACTION_MASK = 0xC
 #: NOT_TYPE and COMMIT records go to the ConsumeQueue; PREPARED and ROLLBACK do not.
@@ -838,20 +851,31 @@ class ConsumeQueueStore:
     def _put_batch(self, requests: list[DispatchRequest]) -> bool:
         if isinstance(requests, DispatchBatch):
             return self._put_columns(requests)
-        groups: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        last_ts = 0
-        for r in requests:
-            if (r.sys_flag & _TRANSACTION_MASK) not in _QUEUED_TRANSACTION_TYPES:
-                continue
-            key = (r.topic, r.queue_id)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = []
-            group.append((r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset))
-            last_ts = r.store_timestamp
+        group_c = _cq_group_requests
+        grouped = None if group_c is None else group_c(requests)
+        if grouped is not None:  # the loop below, compiled (None: requests it leaves to the loop)
+            groups, last_ts = grouped
+        else:
+            groups = {}
+            last_ts = 0
+            for r in requests:
+                if (r.sys_flag & _TRANSACTION_MASK) not in _QUEUED_TRANSACTION_TYPES:
+                    continue
+                key = (r.topic, r.queue_id)
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = []
+                group.append((r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset))
+                last_ts = r.store_timestamp
         ok = True
+        put_run = _cq_put_run
         for (topic, queue_id), units in groups.items():
-            ok = self.find_or_create(topic, queue_id).put_units(units) and ok
+            cq = self.find_or_create(topic, queue_id)
+            done = None if put_run is None else put_run(cq, units)
+            if done is None:
+                ok = cq.put_units(units) and ok
+            elif done < len(units):  # the first run is written: put_units goes on from there
+                ok = cq.put_units(units[done:] if done else units) and ok
         if ok and last_ts and self.checkpoint is not None:
             self.checkpoint.logics_msg_timestamp = last_ts
         return ok

@@ -51,7 +51,7 @@ from rocketq.errors import DiskFull
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.quarantine import ResyncPolicy, find_resync
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest, parse_window
+from rocketq.store.record_scan import DispatchBatch, DispatchRequest, RequestList, parse_window
 from rocketq.store.service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -317,6 +317,8 @@ class ReputMessageService(ServiceThread):
         for topic, listener in self.topic_listeners:
             if isinstance(reqs, DispatchBatch):
                 mine = reqs.of_topic(topic)
+            elif isinstance(reqs, RequestList) and reqs.topics is not None and topic not in reqs.topics:
+                continue  # the scan saw every topic of the window: none of this listener's
             else:
                 mine = [r for r in reqs if r.topic == topic]
             if mine:

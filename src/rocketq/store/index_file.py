@@ -130,6 +130,22 @@ _index_put_keys: Callable[..., tuple[int, int, int | None, int] | None] | None =
 _I64 = struct.Struct(">q")
 
 
+#: The entry loop of :meth:`IndexService.build_index_batch` over a :class:`RequestList`'s hashes
+#: compiled (``rocketq._speedups.index_entries_of``), or None on the pure path; tests set it to
+#: None to run the pure loop beside it.
+_index_entries_of: Callable[..., tuple[list[int], list[int], list[int]] | None] | None = getattr(
+    _speedups.COMPILED, "index_entries_of", None
+)
+
+
+#: :meth:`IndexFile.put_keys` compiled whole (``rocketq._speedups.index_put_file``: the entries,
+#: the file's counts and header) for a file whose blocks are reserved already, or None on the
+#: pure path; tests set it to None to run put_keys beside it.
+_index_put_file: Callable[[IndexFile, list[int], list[int], list[int]], int | None] | None = getattr(
+    _speedups.COMPILED, "index_put_file", None
+)
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an index file with these counts: ``40 + slots*4 + entries*20``."""
     return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
@@ -787,7 +803,15 @@ class IndexService:
             floor = f.end_phy_offset
             owners: list[DispatchRequest] = []
             made = reqs.index_entries if isinstance(reqs, RequestList) else None
-            if made is not None:
+            taken = None
+            if made is not None and _index_entries_of is not None:
+                # the loop below, compiled (None: entries it leaves to that loop)
+                taken = _index_entries_of(reqs, made[0], made[1], floor)
+            if taken is not None:
+                hashes, phys, stamps = taken
+                if not hashes:
+                    return
+            elif made is not None:
                 # the compiled scan hashed the keys already (same entries, same order)
                 hashes = []
                 for row, key_hash in zip(*made, strict=True):
@@ -819,8 +843,9 @@ class IndexService:
                 if not keys:
                     return
                 hashes = [h if h >= 0 else (0 if h == INT_MIN else -h) for h in java_string_hashes(keys)]
-            phys = [r.commit_log_offset for r in owners]
-            stamps = [r.store_timestamp for r in owners]
+            if taken is None:
+                phys = [r.commit_log_offset for r in owners]
+                stamps = [r.store_timestamp for r in owners]
             if floor > 0 and phys[0] == floor:
                 # The message at the end offset is re-dispatched after a restart: keep only the
                 # keys that are not indexed yet (RocketMQ would index all of them again).
@@ -833,8 +858,11 @@ class IndexService:
                 phys = [phys[i] for i in keep]
                 stamps = [stamps[i] for i in keep]
             done = 0
+            put_file = _index_put_file
             while done < len(hashes):
-                done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
+                rest = (hashes, phys, stamps) if not done else (hashes[done:], phys[done:], stamps[done:])
+                wrote = None if put_file is None else put_file(f, *rest)
+                done += f.put_keys(*rest) if wrote is None else wrote
                 if done < len(hashes):
                     f = self._writable_file()
 

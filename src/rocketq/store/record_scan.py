@@ -814,15 +814,20 @@ class RequestList(list[DispatchRequest]):
     """The requests of a small window from the compiled scan, with the index key hashes it made:
     :attr:`index_entries` is (record numbers, hashes), one pair per index entry in the order the
     index writes them (as :meth:`DispatchBatch.index_entries`), or None when the index must hash
-    the keys itself."""
+    the keys itself. :attr:`topics` is every topic of the requests (each once), or None when not
+    known: a listener of another topic is then not called without looking at each request."""
 
-    __slots__ = ("index_entries",)
+    __slots__ = ("index_entries", "topics")
 
     def __init__(
-        self, requests: list[DispatchRequest], index_entries: tuple[list[int], list[int]] | None
+        self,
+        requests: list[DispatchRequest],
+        index_entries: tuple[list[int], list[int]] | None,
+        topics: list[str] | None = None,
     ) -> None:
         super().__init__(requests)
         self.index_entries = index_entries
+        self.topics = topics
 
 
 class DispatchBatch(LazyList[DispatchRequest]):
@@ -1097,7 +1102,11 @@ if _scan_window is not None:
 #: objects made in C. Measured with the ConsumeQueue's and the index's compiled loops (two runs of
 #: the median of 3 rounds, µs per record, objects / columns): 128 records 0.89 / 1.69 and
 #: 0.90 / 1.79, 256 records 0.82 / 1.14 and 0.74 / 1.00, 512 records 0.95 / 0.75 and 0.85 / 0.78.
-MIN_COMPILED_COLUMNAR_RECORDS = 384
+#: With the dispatchers' loops over objects compiled too (``cq_group_requests``, ``cq_put_run``,
+#: ``index_entries_of``, ``index_put_file``; medians of 7 rounds, two runs): 512 records
+#: 0.43 / 0.48 and 0.44 / 0.50, 768 records 0.47 / 0.51 and 0.42 / 0.50, 1024 records 0.45 / 0.41
+#: and 0.42 / 0.42; it was 384.
+MIN_COMPILED_COLUMNAR_RECORDS = 768
 
 # The rows of scan_window's column block, in its order (SC_ in _speedups.c).
 (_C_START, _C_SIZE, _C_QUEUE_ID, _C_QUEUE_OFFSET, _C_SYS_FLAG, _C_STORE_TS, _C_PREPARED, _C_TOPIC_START,
@@ -1208,7 +1217,7 @@ def compiled_requests(
             flat = memoryview(scanned[7]).cast("q").tolist()
             entries = flat[0::2], flat[1::2]
         stop_at = scanned[3]
-        return RequestList(reqs, entries), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
+        return RequestList(reqs, entries, names), stop_at, _zero_tail(data, stop_at, _STOPS[scanned[4]])
     k = scanned[1]
     nstarts = scanned[2]
     if k and (nstarts >= MIN_COLUMNAR_RECORDS or (k == nstarts and nstarts >= MIN_COMPILED_COLUMNAR_RECORDS)):
