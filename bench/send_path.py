@@ -78,6 +78,24 @@ def send_all(sock: socket.socket, batch: list[bytes], burst: int) -> None:
 PARTS = ("wrapper", "record", "put")
 
 
+def opcode_tracer(counts: Counter[str]) -> Callable[[FrameType, str, object], Callable[..., object]]:
+    """A ``sys.settrace`` function that counts the bytecode run by each function (by its
+    qualified name) into ``counts``."""
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+        frame.f_trace_opcodes, frame.f_trace_lines = True, False
+        name = frame.f_code.co_qualname
+
+        def opcode(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+            if event == "opcode":
+                counts[name] += 1
+            return opcode
+
+        return opcode
+
+    return tracer
+
+
 def counting_switch(
     cluster: InProcessCluster, parts: Sequence[str] = PARTS
 ) -> Callable[[bool], Coroutine[Any, Any, None]]:
@@ -195,16 +213,7 @@ def handler_opcodes(count: int) -> int:
             await switch(counting)
             counts: Counter[str] = Counter()
 
-            def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
-                frame.f_trace_opcodes, frame.f_trace_lines = True, False
-                name = frame.f_code.co_qualname
-
-                def opcode(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
-                    if event == "opcode":
-                        counts[name] += 1
-                    return opcode
-
-                return opcode
+            tracer = opcode_tracer(counts)
 
             handle = broker._handle_now  # the bench reaches in on purpose
             if traced:

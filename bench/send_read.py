@@ -24,8 +24,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,20 +70,11 @@ def main() -> int:
 
     # rocketq first: send_path puts this tree's src first on the path, rocketq is bound by then
     from rocketq.testing import InProcessCluster  # noqa: PLC0415 - after the source tree is chosen
-    from send_path import QUEUES, TOPIC, frames  # noqa: PLC0415
+    from send_path import QUEUES, TOPIC, frames, opcode_tracer  # noqa: PLC0415
 
     counts: Counter[str] = Counter()
 
-    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
-        frame.f_trace_opcodes, frame.f_trace_lines = True, False
-        name = frame.f_code.co_qualname
-
-        def opcode(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
-            if event == "opcode":
-                counts[name] += 1
-            return opcode
-
-        return opcode
+    tracer = opcode_tracer(counts)
 
     with InProcessCluster() as cluster:
         cluster.create_topic(TOPIC, QUEUES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from rocketq.message import encode_properties
+from rocketq.protocol import record as rec
 from rocketq.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
@@ -122,3 +123,14 @@ def create_topic_request(topic: str, *, queues: int = 4, perm: int = 6) -> Remot
     return create_request(
         RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields(topic, queues=queues, perm=perm)
     )
+
+
+def pulled_records(body: bytes) -> list[rec.RecordView]:
+    """The records of a pull answer's body, decoded one after the other with their CRCs checked."""
+    views = []
+    pos = 0
+    while pos < len(body):
+        view = rec.decode_record(body, pos, check_crc=True)
+        views.append(view)
+        pos += view.size
+    return views

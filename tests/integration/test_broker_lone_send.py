@@ -13,7 +13,7 @@ from typing import Any
 
 from test_broker_server import WAIT_S, dispatched, run, running_broker
 
-from _support.requests import create_topic_request, pull_request, send_request
+from _support.requests import create_topic_request, pull_request, pulled_records, send_request
 from rocketq.broker import Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
@@ -105,13 +105,7 @@ async def records(broker: Broker, client: Any, addr: str, queue_id: int, n: int)
         addr, pull_request(TOPIC, 0, queue_id=queue_id, expression_type="TAG", suspend_ms=0, max_msgs=n)
     )
     assert pulled.code == ResponseCode.SUCCESS
-    views = []
-    pos = 0
-    while pos < len(pulled.body):
-        view = rec.decode_record(pulled.body, pos, check_crc=True)
-        views.append(view)
-        pos += view.size
-    return views
+    return pulled_records(pulled.body)
 
 
 def stable(view: rec.RecordView) -> tuple[Any, ...]:

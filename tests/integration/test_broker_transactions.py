@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from _support.requests import send_request
+from _support.requests import pulled_records, send_request
 from _support.wait import wait_until_async
 from rocketq.broker import Broker, BrokerConfig
 from rocketq.broker.transaction import TransactionService
@@ -134,13 +134,7 @@ async def pull(producer: Producer, addr: str, topic: str, queue_id: int) -> list
     )
     if response.code != ResponseCode.SUCCESS:
         return []
-    views = []
-    pos = 0
-    while pos < len(response.body):
-        view = rec.decode_record(response.body, pos, check_crc=True)
-        views.append(view)
-        pos += view.size
-    return views
+    return pulled_records(response.body)
 
 
 async def passes(broker: Broker, service: TransactionService, count: int) -> None:

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
+from _support.index_entries import index_entries_of
 from rocketq import speedups
 from rocketq.ha import entry_format as fmt
-from rocketq.message import java_string_hash
 from rocketq.protocol import record as rec
 from rocketq.store import record_scan as rs
 from rocketq.store.dledger_window import parse_entry_run, parse_entry_run_pure
@@ -105,13 +105,7 @@ def encode_run(
 
 def entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
     """The index entries a request list carries, checked against the keys it names."""
-    want = []
-    for row, r in enumerate(reqs):
-        texts = [] if r.uniq_key is None else [f"{r.topic}#{r.uniq_key}"]
-        texts += [f"{r.topic}#{k}" for k in r.keys.split(" ") if k]
-        for t in texts:
-            h = java_string_hash(t)
-            want.append((row, 0 if h == -(1 << 31) else abs(h)))
+    want = index_entries_of(reqs)
     if isinstance(reqs, rs.RequestList) and reqs.index_entries is not None:
         assert list(zip(*reqs.index_entries, strict=True)) == want
     elif isinstance(reqs, DispatchBatch):

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
+from _support.index_entries import index_entries_of
 from rocketq import speedups
-from rocketq.message import java_string_hash
 from rocketq.protocol import record as rec
 from rocketq.store import record_scan as rs
-from rocketq.store.record_scan import DispatchBatch, DispatchRequest
+from rocketq.store.record_scan import DispatchBatch
 
 pytestmark = pytest.mark.skipif(
     speedups.COMPILED is None, reason=f"compiled codecs not in use: {speedups.REASON}"
@@ -102,17 +102,6 @@ def window(draw: st.DrawFn) -> bytes:
             at = draw(st.integers(0, len(data) - 1))
             data = data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1 :]
     return data
-
-
-def index_entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
-    out = []
-    for row, r in enumerate(reqs):
-        texts = [] if r.uniq_key is None else [f"{r.topic}#{r.uniq_key}"]
-        texts += [f"{r.topic}#{k}" for k in r.keys.split(" ") if k]
-        for t in texts:
-            h = java_string_hash(t)
-            out.append((row, 0 if h == -(1 << 31) else abs(h)))
-    return out
 
 
 def parsed(data: bytes, base: int, levels: dict[int, int] | None) -> tuple[Any, ...]:

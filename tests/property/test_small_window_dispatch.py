@@ -5,7 +5,6 @@ against the pure loops they replace, as functions and as the files dispatch writ
 from __future__ import annotations
 
 import os
-import pathlib
 import random
 import shutil
 import struct
@@ -17,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
+from _support.files import tree_bytes
+from _support.queues import assert_same_queue
 from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage
@@ -240,16 +241,7 @@ def test_queue_runs_written_in_place_equal_put_units(start: int, windows: list[l
                     except struct.error as exc:
                         outcomes.append(str(exc))
                 assert outcomes[0] == outcomes[1]
-                a, b = queues
-                assert (a.max_offset_in_queue, a.min_offset_in_queue, a.max_physic_offset) == (
-                    b.max_offset_in_queue,
-                    b.min_offset_in_queue,
-                    b.max_physic_offset,
-                )
-                assert [mf.wrote_position for mf in a.queue.files] == [
-                    mf.wrote_position for mf in b.queue.files
-                ]
-                assert [mf.mm[:] for mf in a.queue.files] == [mf.mm[:] for mf in b.queue.files]
+                assert_same_queue(*queues)
         finally:
             consume_queue._cq_pack_run = saved
             for q in queues:
@@ -272,15 +264,6 @@ def _messages(seed: int, n: int) -> list[BrokerMessage]:
         out.append(
             BrokerMessage(topic, b"b" * rnd.choice([0, 16, 136]), raw, queue_id=i % 4, sys_flag=sys_flag)
         )
-    return out
-
-
-def _tree(root: str) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = pathlib.Path(path).read_bytes()
     return out
 
 
@@ -338,8 +321,8 @@ def _rebuild(
     if compiled:  # the compiled loops took every window they were given (a window with a
         # non-ASCII key has no hashes from the scan: the index hashes it the pure way)
         assert "" not in taken and "cq" in taken and ("index" in taken or window_bytes > 2000)
-    index = sorted(_tree(os.path.join(root, "index")).values())
-    return _tree(os.path.join(root, "consumequeue")), index, inline
+    index = sorted(tree_bytes(os.path.join(root, "index")).values())
+    return tree_bytes(os.path.join(root, "consumequeue")), index, inline
 
 
 @settings(deadline=None, max_examples=examples(8))

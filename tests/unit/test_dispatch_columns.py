@@ -12,6 +12,9 @@ import struct
 import numpy as np
 import pytest
 
+from _support.files import tree_bytes
+from _support.index_entries import index_entries_of
+from _support.queues import assert_same_queue
 from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, java_string_hash
@@ -84,17 +87,6 @@ def _segment(tmp_path: pathlib.Path, msgs: list[BrokerMessage]) -> bytes:
         return data
 
 
-def _index_entries_of(reqs: list[DispatchRequest]) -> list[tuple[int, int]]:
-    out = []
-    for row, r in enumerate(reqs):
-        texts = [] if r.uniq_key is None else [f"{r.topic}#{r.uniq_key}"]
-        texts += [f"{r.topic}#{k}" for k in r.keys.split(" ") if k]
-        for t in texts:
-            h = java_string_hash(t)
-            out.append((row, 0 if h == -(1 << 31) else abs(h)))
-    return out
-
-
 @pytest.fixture(autouse=True)
 def _columnar_from_16_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """The windows here are small: take the columnar path from 16 records on (the default
@@ -119,7 +111,7 @@ def test_columns_match_the_record_parser(tmp_path: pathlib.Path, seed: int) -> N
                     assert used <= want_used  # a prefix: the scalar parser takes over after it
                     want = want[: len(got)]
                     rows, hashes = got.index_entries()
-                    assert list(zip(rows.tolist(), hashes.tolist(), strict=True)) == _index_entries_of(want)
+                    assert list(zip(rows.tolist(), hashes.tolist(), strict=True)) == index_entries_of(want)
                     if used < want_used:
                         assert stop is None
                 else:
@@ -174,15 +166,6 @@ def test_blank_and_zero_tail_after_a_batch() -> None:
     assert (len(got), used, stop) == (20, len(data), None)
 
 
-def _tree(root: str) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            p = os.path.join(dirpath, name)
-            out[os.path.relpath(p, root)] = pathlib.Path(p).read_bytes()
-    return out
-
-
 def _rebuild(cfg: StoreConfig, window_bytes: int) -> tuple[dict[str, bytes], list[bytes]]:
     root = cfg.store_path_root_dir
     shutil.rmtree(os.path.join(root, "consumequeue"))
@@ -200,7 +183,8 @@ def _rebuild(cfg: StoreConfig, window_bytes: int) -> tuple[dict[str, bytes], lis
     finally:
         ReputMessageService.do_reput = old  # type: ignore[method-assign]
     store.shutdown()
-    return _tree(os.path.join(root, "consumequeue")), sorted(_tree(os.path.join(root, "index")).values())
+    queues, index = tree_bytes(os.path.join(root, "consumequeue")), tree_bytes(os.path.join(root, "index"))
+    return queues, sorted(index.values())
 
 
 def test_columnar_dispatch_writes_the_same_files(
@@ -221,7 +205,8 @@ def test_columnar_dispatch_writes_the_same_files(
             store.commitlog.put_message(m) if i % 7 else store.commitlog.put_messages([m])
         assert store.wait_dispatched(30)
     root = cfg.store_path_root_dir
-    live = _tree(os.path.join(root, "consumequeue")), sorted(_tree(os.path.join(root, "index")).values())
+    queues, index = tree_bytes(os.path.join(root, "consumequeue")), tree_bytes(os.path.join(root, "index"))
+    live = queues, sorted(index.values())
     assert len(live[1]) >= 3
     monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 1 << 30)
     scalar = _rebuild(cfg, 1 << 20)
@@ -444,14 +429,6 @@ def test_compiled_queue_runs_write_the_pure_bytes(
                 except struct.error as exc:
                     outcomes.append(str(exc))
             assert outcomes[0] == outcomes[1]
-            a, b = queues
-            assert (a.max_offset_in_queue, a.min_offset_in_queue, a.max_physic_offset) == (
-                b.max_offset_in_queue,
-                b.min_offset_in_queue,
-                b.max_physic_offset,
-            )
-            assert [mf.mm[: mf.wrote_position] for mf in a.queue.files] == [
-                mf.mm[: mf.wrote_position] for mf in b.queue.files
-            ]
+            assert_same_queue(*queues)
         for q in queues:
             q.shutdown()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _support.files import tree_bytes
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull, SystemBusy
@@ -164,28 +165,19 @@ def test_abnormal_restart_redispatches(store_config: StoreConfig) -> None:
         assert again.put_message(Message("T", b"x"), queue_id=1).queue_offset == 15
 
 
-def _tree(root: str) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            out[os.path.relpath(p, root)] = pathlib.Path(p).read_bytes()
-    return out
-
-
 def test_deleting_queues_and_index_rebuilds_them_identically(store_config: StoreConfig) -> None:
     with MessageStore(store_config) as s:
         put_n(s, 400, queues=3)  # several CQ files and index files
     root = store_config.store_path_root_dir
-    cq_before = _tree(os.path.join(root, "consumequeue"))
-    index_before = sorted(_tree(os.path.join(root, "index")).values())
+    cq_before = tree_bytes(os.path.join(root, "consumequeue"))
+    index_before = sorted(tree_bytes(os.path.join(root, "index")).values())
     assert len(index_before) >= 2
     shutil.rmtree(os.path.join(root, "consumequeue"))
     shutil.rmtree(os.path.join(root, "index"))
     with MessageStore(store_config) as s:
         assert s.get_max_offset("T", 2) == 133
-    assert _tree(os.path.join(root, "consumequeue")) == cq_before
-    assert sorted(_tree(os.path.join(root, "index")).values()) == index_before
+    assert tree_bytes(os.path.join(root, "consumequeue")) == cq_before
+    assert sorted(tree_bytes(os.path.join(root, "index")).values()) == index_before
 
 
 def test_transactions_prepared_not_in_queue(store: MessageStore) -> None:
