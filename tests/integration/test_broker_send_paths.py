@@ -283,3 +283,52 @@ def test_a_read_only_topic_refuses_sends_and_a_writable_one_stores_them(store_co
             assert broker.store.commitlog.max_offset > 0
 
     run(main())
+
+
+def test_a_known_topic_is_checked_again_on_every_send_after_its_state_changes(
+    store_config: StoreConfig,
+) -> None:
+    """A topic whose name passed the checks takes the usual target at once (``usual_topic``,
+    shared by ``msg_check`` and the lone send); what can change after that is read on every
+    send: the broker's permission, the topic's, its queue count and the producer group's length
+    each refuse the next send with the general path's code and remark, and nothing is stored."""
+
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            assert broker.ctx is not None and broker.store is not None
+            ctx, commitlog = broker.ctx, broker.store.commitlog
+            made = await client.invoke(addr, create_topic_request("UsualT", queues=2))
+            assert made.code == ResponseCode.SUCCESS
+            ok = await client.invoke(addr, send_request("UsualT", b"a", queue_id=1))
+            assert ok.code == ResponseCode.SUCCESS, ok.remark
+            stored = commitlog.max_offset
+
+            async def refused(request: RemotingCommand, code: int, remark: str) -> None:
+                answer = await client.invoke(addr, request)
+                assert answer.code == code, answer.remark
+                assert remark in (answer.remark or "")
+                assert commitlog.max_offset == stored
+
+            illegal = ResponseCode.INVALID_PARAMETER
+            await refused(send_request("UsualT", b"b", queue_id=2), illegal, "queueId[2] is illegal")
+            await refused(
+                send_request("UsualT", b"c", group="G" * 256), ResponseCode.INVALID_PARAMETER, "producer"
+            )
+            config = ctx.config
+            ctx.config = dataclasses.replace(config, broker_permission=4)
+            forbidden = "sending message is forbidden"
+            await refused(send_request("UsualT", b"d"), ResponseCode.NO_PERMISSION, forbidden)
+            ctx.config = config
+            made = await client.invoke(addr, create_topic_request("UsualT", queues=2, perm=4))
+            assert made.code == ResponseCode.SUCCESS
+            await refused(
+                send_request("UsualT", b"e"), ResponseCode.NO_PERMISSION, "the topic[UsualT] sending message"
+            )
+            made = await client.invoke(addr, create_topic_request("UsualT", queues=1))
+            assert made.code == ResponseCode.SUCCESS
+            await refused(send_request("UsualT", b"f", queue_id=1), illegal, "queueId[1] is illegal")
+            ok = await client.invoke(addr, send_request("UsualT", b"g", queue_id=0))
+            assert ok.code == ResponseCode.SUCCESS, ok.remark
+            assert commitlog.max_offset > stored
+
+    run(main())

@@ -148,9 +148,21 @@ PROPERTY_TRACE_SWITCH = "TRACE_ON"
 TRANSACTION_TYPE_MASK = 0xC
 TRANSACTION_PREPARED_TYPE = 0x4
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
-#: sysFlag bits :meth:`SendMessageProcessor.send_lone` leaves to the general path: those checked
-#: (compression, unwrap, inner batch) and the transaction type.
-_LONE_REFUSED_SYS_FLAGS = CHECKED_SYS_FLAGS | TRANSACTION_TYPE_MASK
+#: sysFlag bits that make a send other than plain: those checked (compression, unwrap, inner
+#: batch) and the transaction type.
+_NOT_PLAIN_SYS_FLAGS = CHECKED_SYS_FLAGS | TRANSACTION_TYPE_MASK
+
+
+def plain_send(topic: str, sys_flag: int, properties: str | None) -> bool:
+    """True for a send :meth:`SendMessageProcessor._prepare` stores as it comes: no transaction
+    (neither a type in ``sys_flag`` nor the ``TRAN_MSG`` name anywhere in the properties), no
+    sysFlag bit to check, not a retry topic. False sends take those branches of ``_prepare``
+    (and never :meth:`SendMessageProcessor.send_lone`)."""
+    return not (
+        sys_flag & _NOT_PLAIN_SYS_FLAGS
+        or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        or (properties is not None and PROPERTY_TRANSACTION_PREPARED in properties)
+    )
 
 
 def send_response_fields(
@@ -261,8 +273,30 @@ class SendMessageProcessor:
         if not is_writeable(cfg.broker_permission):
             raise NoPermission(f"the broker[{cfg.broker_ip1}] sending message is forbidden")
 
+    def usual_topic(self, topic: str, queue_id: int, producer_group: str) -> TopicConfig | None:
+        """The topic config :meth:`msg_check` returns when every one of its checks passes at once:
+        a writable broker, a topic name checked before, a producer group of legal length, a topic
+        that exists and is writable, a queue id below its queue count (or negative: picked). None
+        when any of them does not hold: :meth:`msg_check` then runs the checks one by one, raises
+        what fails or creates the topic. The one definition of the usual send's target, shared by
+        :meth:`msg_check` and :meth:`send_lone`; a new check of ``msg_check`` belongs here too."""
+        if (
+            not self.ctx.config.broker_permission & PERM_WRITE
+            or topic not in self._checked_topics
+            or len(producer_group) > GROUP_NAME_MAX_LENGTH
+        ):
+            return None
+        tc = self.ctx.topics.select(topic)
+        if tc is None or not tc.perm & PERM_WRITE or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            return None
+        return tc
+
     def msg_check(self, conn: Connection, header: SendMessageRequestHeader) -> TopicConfig:
-        """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to."""
+        """``AbstractSendMessageProcessor.msgCheck``: the topic config to send to (at once when
+        :meth:`usual_topic` has it)."""
+        tc = self.usual_topic(header.topic, header.queue_id, header.producer_group)
+        if tc is not None:
+            return tc
         ctx = self.ctx
         topic = header.topic
         self._check_broker_writeable()
@@ -429,10 +463,11 @@ class SendMessageProcessor:
         :meth:`send_message`) then take the bytes as they always did.
 
         The usual kind: what :meth:`send_message_now` stores at once and answers PUT_OK without
-        trace or metrics to record, through the same steps in one function: a topic whose name
-        was checked before and that exists and is writable, a queue it has, a broker that is
-        writable with dispatch in bounds and no topic change waiting for topics.json, no retry
-        topic, no transaction, no sysFlag to check, properties that encode. The header is
+        trace or metrics to record, through the same steps in one function: a target
+        :meth:`usual_topic` gives at once (a writable broker, a topic whose name was checked
+        before and that exists and is writable, a queue it has), a queue id given, a
+        :func:`plain_send` (no retry topic, no transaction, no sysFlag to check), dispatch in
+        bounds, no topic change waiting for topics.json, properties that encode. The header is
         decoded by :func:`~rocketq.broker.send_frame.lone_send`; the record, the put and the
         answer are those of :meth:`_prepare` and :meth:`_answer_now`, and an error of the put
         is answered as the connection answers a handler's exception."""
@@ -449,22 +484,11 @@ class SendMessageProcessor:
             properties = header.properties
             cfg = ctx.config
             if (
-                topic not in self._checked_topics
-                or queue_id < 0
-                or header.sys_flag & _LONE_REFUSED_SYS_FLAGS
-                or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                or len(header.producer_group) > GROUP_NAME_MAX_LENGTH
-                or (properties is not None and PROPERTY_TRANSACTION_PREPARED in properties)
-                or not cfg.broker_permission & PERM_WRITE
+                queue_id < 0
+                or not plain_send(topic, header.sys_flag, properties)
                 or self._dispatch_behind()
                 or self._topics_pending()
-            ):
-                return None
-            tc = ctx.topics.select(topic)
-            if (
-                tc is None
-                or not tc.perm & PERM_WRITE
-                or queue_id >= max(tc.write_queue_nums, tc.read_queue_nums)
+                or self.usual_topic(topic, queue_id, header.producer_group) is None
             ):
                 return None
         except Exception:  # which meets it again and answers it as a handler's exception
@@ -582,14 +606,16 @@ class SendMessageProcessor:
         props, encoded = sent_properties(
             header.properties, self.ctx.config.broker_cluster_name, self._ids.next_id
         )
-        half = self._check_transaction(header.sys_flag, props)
-        if header.sys_flag & CHECKED_SYS_FLAGS:
-            check_sys_flag(header.sys_flag, request.body, f"message to {header.topic}")
         topic = header.topic
         reconsume_times = header.reconsume_times or 0
-        if is_retry_topic(topic):
-            topic, queue_id = self._retry_or_dlq(request, header, props, topic, queue_id, reconsume_times)
-            encoded = None  # props may have changed (a DLQ drops the delay level)
+        half = False
+        if not plain_send(topic, header.sys_flag, header.properties):
+            half = self._check_transaction(header.sys_flag, props)
+            if header.sys_flag & CHECKED_SYS_FLAGS:
+                check_sys_flag(header.sys_flag, request.body, f"message to {topic}")
+            if is_retry_topic(topic):
+                topic, queue_id = self._retry_or_dlq(request, header, props, topic, queue_id, reconsume_times)
+                encoded = None  # props may have changed (a DLQ drops the delay level)
         # positional (topic, body, properties, queue_id, flag, sys_flag, born_timestamp,
         # born_host, reconsume_times): keywords cost this constructor 0.3 us more per send
         msg = new_broker_message(
