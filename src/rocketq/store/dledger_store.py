@@ -356,6 +356,12 @@ class DLedgerMessageStore(MessageStore):
             table.clear()
             table.update(self.consume_queues.max_offsets())
 
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of the queue gets here (0 for a queue with none):
+        on a leader past every message appended, committed or not, and every one its queues
+        held when the table was rebuilt (:meth:`recover_topic_queue_table`)."""
+        return self.commitlog.topic_queue_table.get((topic, queue_id), 0)
+
     def _pad_old_commitlog(self) -> int:
         """Fill the rest of the last old segment with a BLANK; its end is ``divided_offset``
         (0 without old segments)."""
