@@ -245,42 +245,51 @@ class StoreRecovery:
         cqs = self.consume_queues
         began = time.monotonic()
         with cqs.repair_lock:
-            reput = self.reput
-            end = reput.reput_from_offset if reput is not None else self.commitlog.max_offset
-            found = collect_units(
-                self.commitlog,
-                damaged.keys(),
-                end,
-                delay_levels=self.delay_levels,
-                damaged=reput.damaged if reput is not None else None,
+            cqs.repair_generation += 1  # odd: reads that overlap this read again (get_message)
+            try:
+                self._rebuild_queues(damaged, began)
+            finally:
+                cqs.repair_generation += 1
+
+    def _rebuild_queues(self, damaged: dict[tuple[str, int], str], began: float) -> None:
+        """:meth:`rebuild_queues` with :attr:`ConsumeQueueStore.repair_lock` held."""
+        cqs = self.consume_queues
+        reput = self.reput
+        end = reput.reput_from_offset if reput is not None else self.commitlog.max_offset
+        found = collect_units(
+            self.commitlog,
+            damaged.keys(),
+            end,
+            delay_levels=self.delay_levels,
+            damaged=reput.damaged if reput is not None else None,
+        )
+        for (topic, queue_id), units in sorted(found.items()):
+            old = cqs.find(topic, queue_id)
+            old_max = old.max_offset_in_queue if old is not None else 0
+            kept, dropped = dedupe(units)
+            cq = cqs.replace(topic, queue_id)
+            # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
+            # filler units of holes would stop its search)
+            holes = cq.fill_from(kept)
+            cq.flush(0)
+            with self.commitlog._put_lock:
+                table = self.commitlog.topic_queue_table
+                table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), cq.max_offset_in_queue)
+            log.error(
+                "ConsumeQueue %s-%d disagreed with the CommitLog (%s): rebuilt from the CommitLog "
+                "with %d units, queue offsets [%d, %d) (it ended at %d before); %d holes filled, "
+                "%d duplicate queue offsets dropped (%.0f ms)",
+                topic,
+                queue_id,
+                damaged[(topic, queue_id)],
+                len(kept),
+                cq.min_offset_in_queue,
+                cq.max_offset_in_queue,
+                old_max,
+                holes,
+                dropped,
+                (time.monotonic() - began) * 1000,
             )
-            for (topic, queue_id), units in sorted(found.items()):
-                old = cqs.find(topic, queue_id)
-                old_max = old.max_offset_in_queue if old is not None else 0
-                kept, dropped = dedupe(units)
-                cq = cqs.replace(topic, queue_id)
-                # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
-                # filler units of holes would stop its search)
-                holes = cq.fill_from(kept)
-                cq.flush(0)
-                with self.commitlog._put_lock:
-                    table = self.commitlog.topic_queue_table
-                    table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), cq.max_offset_in_queue)
-                log.error(
-                    "ConsumeQueue %s-%d disagreed with the CommitLog (%s): rebuilt from the CommitLog "
-                    "with %d units, queue offsets [%d, %d) (it ended at %d before); %d holes filled, "
-                    "%d duplicate queue offsets dropped (%.0f ms)",
-                    topic,
-                    queue_id,
-                    damaged[(topic, queue_id)],
-                    len(kept),
-                    cq.min_offset_in_queue,
-                    cq.max_offset_in_queue,
-                    old_max,
-                    holes,
-                    dropped,
-                    (time.monotonic() - began) * 1000,
-                )
         self.stats.queues_rebuilt += len(found)
 
     def _recovery_start(self) -> int | None:
