@@ -26,6 +26,16 @@ older data is read in a worker thread, as it may wait for the disk::
 Every response carries nextBeginOffset, minOffset, maxOffset and suggestWhichBrokerId (Java
 clients unbox all four; ali-ons reads them on every code); the remark is the status name.
 
+Who may answer 21 PULL_OFFSET_MOVED (else 20 PULL_RETRY_IMMEDIATELY, nextBeginOffset = the
+requested offset, as a RocketMQ slave with ``offsetCheckInSlave`` off answers): the master
+(``ctx.is_master``, brokerId 0) only. In DLedger mode also only the master of the log's current
+term (``DLedgerRoleHandler.leads_current_term``), and for an offset past the queue's end only
+when it is beyond the queue's next offset in the queue-offset table, so no message, committed
+or not, can be there: a ConsumeQueue that is merely behind what the member holds (dispatch not
+there yet, a queue being rebuilt, a member whose queues lack entries it has) never moves a
+consumer back to 0 on a fail-over (issue 17; docs/replication.md, Roles). Every move answered
+is logged at INFO (the queue's bounds, the requested and the new offset).
+
 A SQL92 subscription is compiled once per (group, topic, expression, subVersion); the records the
 store found are then matched on their properties (plus ``TAGS``) and the rejected ones dropped,
 with nextBeginOffset still past them, as RocketMQ counts filtered messages as consumed. When
