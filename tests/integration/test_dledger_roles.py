@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from _support.requests import pull_request, send_request
+from _support.requests import pull_request, pulled_records, send_request
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode
@@ -265,3 +265,34 @@ def test_regression_a_leader_again_in_a_newer_term_is_no_master_while_it_catches
     assert handler.leads_current_term() and store.commitlog.writable
     moved = asyncio.run(raw_send(addr, pull_request(TOPIC, 50)))
     assert moved.code == ResponseCode.PULL_OFFSET_MOVED, moved
+
+
+def test_regression_a_master_reading_across_a_queue_offset_hole_keeps_its_consumer_in_place(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    """Issue 17 end to end: a queue offset given out and never appended leaves the next units one
+    place early; the first pull across them finds a unit disagreeing with its record and the
+    queue is rebuilt. The rebuild read no entries in DLedger mode, so the queue came out empty
+    and the master answered PULL_OFFSET_MOVED to offset 0; now the pull gets its messages."""
+    c, _logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore)
+    addr = c.broker_addrs[a]
+
+    def send(body: bytes) -> int:
+        sent = asyncio.run(raw_send(addr, send_request(TOPIC, body, queue_id=0)))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        return int(sent.ext_fields["queueOffset"])
+
+    assert [send(f"a{i}".encode()) for i in range(3)] == [0, 1, 2]
+    with store.commitlog._put_lock:
+        store.commitlog.topic_queue_table[(TOPIC, 0)] += 1  # offset 3 given out, never appended
+    assert [send(f"b{i}".encode()) for i in range(3)] == [4, 5, 6]
+    wait_until(lambda: store.get_max_offset(TOPIC, 0) == 6, "six units dispatched")
+    pulled = asyncio.run(raw_send(addr, pull_request(TOPIC, 5)))
+    assert pulled.code == ResponseCode.SUCCESS, pulled
+    assert [r.body for r in pulled_records(pulled.body)] == [b"b1", b"b2"]
+    assert pulled.ext_fields["nextBeginOffset"] == "7" and store.stats.queues_rebuilt == 1
+    from_start = asyncio.run(raw_send(addr, pull_request(TOPIC, 0)))
+    assert [r.body for r in pulled_records(from_start.body)] == [b"a0", b"a1", b"a2"]
