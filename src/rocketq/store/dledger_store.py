@@ -18,6 +18,9 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch walks committed entries only, on every node (:mod:`rocketq.store.dledger_reput`).
+A queue rebuilt at a read (a unit that disagrees with its record: ``rebuild_queues``) gets the
+units of the old segments and then of the committed entries up to where dispatch stands
+(:meth:`DLedgerMessageStore._collect_queue_units`), each at its own queue offset.
 """
 
 from __future__ import annotations
