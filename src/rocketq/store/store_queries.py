@@ -300,19 +300,21 @@ class StoreQueries:
         """
         self.stats.get_count += 1
         cqs = self.consume_queues
-        read = (group, topic, queue_id, offset, max_count, tags_codes, max_bytes, False)
         generation = cqs.repair_generation
-        result = self._get_message(*read)
+        result = self._get_message(group, topic, queue_id, offset, max_count, tags_codes, max_bytes, False)
+        # read again after a rebuild as after one this read asked for: a unit that still
+        # disagrees is skipped, not rebuilt once more
+        again = (group, topic, queue_id, offset, max_count, tags_codes, max_bytes, True)
         for _ in range(_REREADS):
             if cqs.repair_generation == generation and not generation & 1:
                 return result
             with cqs.repair_lock:  # the rebuild is over once this is held
                 generation = cqs.repair_generation
-            result = self._get_message(*read)
+            result = self._get_message(*again)
         if cqs.repair_generation == generation and not generation & 1:
             return result
         with cqs.repair_lock:  # rebuild after rebuild: the last read with them held off
-            return self._get_message(*read)
+            return self._get_message(*again)
 
     def _get_message(
         self,
