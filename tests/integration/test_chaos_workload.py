@@ -6,7 +6,9 @@ the replicas compared, and no anomaly allowed.
 Two workloads share the group: ``a`` sends to each queue through a selector with no SDK retries
 (the workload resends a failed payload itself, each attempt recorded), half its producers
 blocking; ``b`` sends with sharding keys and SDK retries. Election timeout 1000 ms, heartbeats
-200 ms (what ``serve`` writes); the event logs are switched on by the ``-c`` conf.
+200 ms (what ``serve`` writes); the event logs are switched on by the ``-c`` conf. The brokers
+log their PULL_OFFSET_MOVED answers and role changes at INFO (``ROCKETQ_LOG_INFO``), and a check
+that fails prints those lines of every broker's log.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import pytest
 from procs import RocketqProcess
 
 from _support.wait import wait_until
+from rocketq.cli import LOG_INFO_ENV
 from rocketq.client import Admin
 from rocketq.errors import RocketqError
 from rocketq.ha.event_log import read_events
 from rocketq.testing.chaos.check import check
+from rocketq.testing.chaos.cluster import DIAGNOSTIC_LOGGERS
 from rocketq.testing.chaos.history import Recorder, load_history
 from rocketq.testing.chaos.replicas import read_replica, replica_drain
 from rocketq.testing.chaos.workload import Workload, WorkloadConfig
@@ -51,8 +55,12 @@ def _routed(admin: Admin, topic: str) -> bool:
 
 
 @pytest.mark.slow  # three broker processes, one killed: 30 to 45 s here
-def test_workload_through_a_leader_kill_has_no_anomaly(tmp_path: pathlib.Path) -> None:
+def test_workload_through_a_leader_kill_has_no_anomaly(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
+    # the brokers (children of serve) log their offset moves and role changes at INFO
+    monkeypatch.setenv(LOG_INFO_ENV, ",".join(DIAGNOSTIC_LOGGERS))
     events_dir = tmp_path / "events"
     base = tmp_path / "base.conf"
     base.write_text(
@@ -129,6 +137,19 @@ def test_workload_through_a_leader_kill_has_no_anomaly(tmp_path: pathlib.Path) -
     events = [e for path in sorted(events_dir.glob("raft-*.jsonl")) for e in read_events(str(path))]
     result = check(ops, events, dumps)
     print(result)
+    told = {
+        path.name: [
+            line
+            for line in path.read_text(errors="replace").splitlines()
+            if "PULL_OFFSET_MOVED" in line or "DLedger" in line
+        ]
+        for path in sorted(data.glob("broker-n*.log"))
+    }
+    if not result.valid:
+        for name, lines in told.items():
+            print(f"--- {name}: offset moves and role changes ---\n" + "\n".join(lines[-300:]))
+    # the brokers logged their role changes at INFO without -v (ROCKETQ_LOG_INFO)
+    assert sum("DLedger leader of term" in line for lines in told.values() for line in lines) >= 2, told
     assert result.valid, str(result)
     assert result.stats["acked"] >= 400
     assert result.stats["leader_terms"] >= 2  # the kill made a new leader

@@ -163,3 +163,26 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
     assert run is not None and run[1] == p0 and run[1] + len(run[2]) == end1
     assert log.committed_run(p0, p0 + 48 + len(b0) - 1, 1024, 4 << 20) is None
     assert log.committed_run(limit, limit, 1024, 4 << 20) is None
+
+
+def test_regression_a_queue_rebuilt_on_a_raft_member_keeps_every_committed_message(
+    stores: dict[str, DLedgerMessageStore],
+) -> None:
+    """Issue 17: a ConsumeQueue rebuild walked the CommitLog's segments only and left a DLedger
+    store's queue empty; it walks the committed entries (the driver's runs of them here), on the
+    leader as on the followers."""
+
+    def leader() -> DLedgerMessageStore | None:
+        found = [s for s in stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+        return found[0] if len(found) == 1 else None
+
+    first = wait_until(leader, "one leader", 30)
+    for n in range(8):
+        first.put_message(Message(TOPIC, f"r{n}".encode()), queue_id=0)
+    want = [f"r{n}".encode() for n in range(8)]
+    for sid, store in stores.items():
+        wait_until(lambda s=store: s.get_max_offset(TOPIC, 0) == 8, f"member {sid}'s queue to hold 8", 10)
+        store.rebuild_queues({(TOPIC, 0): "a test"})
+        got = store.get_message("G", TOPIC, 0, 0, 32)
+        assert [m.body for m in got.messages] == want, sid
+        assert store.get_max_offset(TOPIC, 0) == 8

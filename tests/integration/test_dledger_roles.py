@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from _support.requests import pull_request, send_request
+from _support.requests import pull_request, pulled_records, send_request
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode
@@ -186,3 +186,113 @@ def test_a_new_leader_takes_writes_only_once_caught_up(
     log.ledger_end_pos = log.committed_pos  # everything committed (and dispatched): master now
     wait_until(lambda: store.commitlog.writable, "the caught-up leader accepts writes")
     assert asyncio.run(raw_send(c.broker_addrs[a])).code == ResponseCode.SUCCESS
+
+
+def test_regression_a_master_whose_queue_is_behind_never_moves_a_consumer_back(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    """Issue 17 (a chaos run: a new leader answered PULL_OFFSET_MOVED to offset 0 for an offset the
+    consumer had read on the old leader): a DLedger master whose ConsumeQueue is behind the
+    messages it holds answers a pull past the queue's end with PULL_RETRY_IMMEDIATELY at the
+    requested offset; only an offset beyond the queue's next offset in the queue-offset table
+    (no message there, committed or not) is moved."""
+    c, _logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore)
+    addr = c.broker_addrs[a]
+    for i in range(6):
+        sent = asyncio.run(raw_send(addr, send_request(TOPIC, f"q{i}".encode(), queue_id=0)))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    wait_until(lambda: store.get_max_offset(TOPIC, 0) == 6, "six messages dispatched")
+    handler = c.broker(a).ctx.dledger_role  # type: ignore[union-attr]
+    assert handler is not None and handler.leads_current_term()
+    # the state the fail-over left: the queue two units long while the member holds six messages
+    with store.consume_queues.repair_lock:
+        cq = store.consume_queues.find(TOPIC, 0)
+        assert cq is not None
+        unit = cq.get_unit(2)
+        assert unit is not None
+        cq.truncate_dirty_logic_files(unit.offset)
+    assert store.get_max_offset(TOPIC, 0) == 2 and store.next_queue_offset(TOPIC, 0) == 6
+    for offset in (3, 5, 6):  # read on the old leader, or the next to come: kept
+        kept = asyncio.run(raw_send(addr, pull_request(TOPIC, offset)))
+        assert kept.code == ResponseCode.PULL_RETRY_IMMEDIATELY, kept
+        assert kept.ext_fields["nextBeginOffset"] == str(offset)
+        assert kept.ext_fields["maxOffset"] == "2"
+    beyond = asyncio.run(raw_send(addr, pull_request(TOPIC, 7)))  # no message can be there
+    assert beyond.code == ResponseCode.PULL_OFFSET_MOVED, beyond
+    assert beyond.ext_fields["nextBeginOffset"] == "0"  # RocketMQ's correction: the minimum is 0
+    found = asyncio.run(raw_send(addr, pull_request(TOPIC, 0)))
+    assert found.code == ResponseCode.SUCCESS
+
+
+def test_regression_a_leader_again_in_a_newer_term_is_no_master_while_it_catches_up(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    """A master that loses the leadership and wins it back before its follower state is applied
+    (leader, follower, leader in one turn of the loop) is no master while it catches up in the
+    new term: another leader may have committed entries in between that its queues lack, so
+    nothing it answers meanwhile may move a consumer's offset."""
+    c, logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore) and store.ledger_loop is not None
+    ctx = c.broker(a).ctx
+    assert ctx is not None and ctx.dledger_role is not None
+    handler = ctx.dledger_role
+    log = logs[a]
+    addr = c.broker_addrs[a]
+    log.ledger_end_pos = log.committed_pos
+    store.ledger_loop.loop.call_soon_threadsafe(log.force, LogState(Role.LEADER, 3, "n0", "n0", addr))
+    wait_until(lambda: handler.history[-1] == ("LEADER", 3) and ctx.is_master, "master in term 3")
+    assert handler.leads_current_term()
+
+    def flip() -> None:  # one callback on the log's loop (the broker's): the handler sees term 5 only
+        log.force(LogState(Role.FOLLOWER, 4, "n0", "n1", None))
+        log.ledger_end_pos = log.committed_pos + 100  # entries this leader still has to commit
+        log.force(LogState(Role.LEADER, 5, "n0", "n0", addr))
+
+    store.ledger_loop.loop.call_soon_threadsafe(flip)
+    wait_until(
+        lambda: not ctx.is_master, "the term-5 leader gives up the master role while it catches up", 10
+    )
+    assert not handler.leads_current_term() and not store.commitlog.writable
+    past = asyncio.run(raw_send(addr, pull_request(TOPIC, 50)))
+    assert past.code == ResponseCode.PULL_RETRY_IMMEDIATELY and past.ext_fields["nextBeginOffset"] == "50"
+    log.ledger_end_pos = log.committed_pos
+    wait_until(lambda: handler.history[-1] == ("LEADER", 5) and ctx.is_master, "master in term 5")
+    assert handler.leads_current_term() and store.commitlog.writable
+    moved = asyncio.run(raw_send(addr, pull_request(TOPIC, 50)))
+    assert moved.code == ResponseCode.PULL_OFFSET_MOVED, moved
+
+
+def test_regression_a_master_reading_across_a_queue_offset_hole_keeps_its_consumer_in_place(
+    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+) -> None:
+    """Issue 17 end to end: a queue offset given out and never appended leaves the next units one
+    place early; the first pull across them finds a unit disagreeing with its record and the
+    queue is rebuilt. The rebuild read no entries in DLedger mode, so the queue came out empty
+    and the master answered PULL_OFFSET_MOVED to offset 0; now the pull gets its messages."""
+    c, _logs = cluster
+    a = c.broker_names[0]
+    store = c.store(a)
+    assert isinstance(store, DLedgerMessageStore)
+    addr = c.broker_addrs[a]
+
+    def send(body: bytes) -> int:
+        sent = asyncio.run(raw_send(addr, send_request(TOPIC, body, queue_id=0)))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        return int(sent.ext_fields["queueOffset"])
+
+    assert [send(f"a{i}".encode()) for i in range(3)] == [0, 1, 2]
+    with store.commitlog._put_lock:
+        store.commitlog.topic_queue_table[(TOPIC, 0)] += 1  # offset 3 given out, never appended
+    assert [send(f"b{i}".encode()) for i in range(3)] == [4, 5, 6]
+    wait_until(lambda: store.get_max_offset(TOPIC, 0) == 6, "six units dispatched")
+    pulled = asyncio.run(raw_send(addr, pull_request(TOPIC, 5)))
+    assert pulled.code == ResponseCode.SUCCESS, pulled
+    assert [r.body for r in pulled_records(pulled.body)] == [b"b1", b"b2"]
+    assert pulled.ext_fields["nextBeginOffset"] == "7" and store.stats.queues_rebuilt == 1
+    from_start = asyncio.run(raw_send(addr, pull_request(TOPIC, 0)))
+    assert [r.body for r in pulled_records(from_start.body)] == [b"a0", b"a1", b"a2"]

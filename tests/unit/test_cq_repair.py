@@ -9,11 +9,17 @@ large for its place; that unit is dropped, and never the intact units after it.
 from __future__ import annotations
 
 import pathlib
+import threading
+from types import TracebackType
+
+import pytest
 
 from rocketq.config import StoreConfig
 from rocketq.message import Message
 from rocketq.store import MessageStore
+from rocketq.store.consume_queue import ConsumeQueue
 from rocketq.store.cq_repair import Unit, dedupe
+from rocketq.store.store_queries import GetMessageResult, GetMessageStatus
 
 SEGMENT = 32 * 1024
 
@@ -105,3 +111,72 @@ def test_a_rebuilt_queue_gives_the_records_after_a_damaged_first_one(tmp_path: p
             assert [(m.queue_offset, m.body) for m in got.messages] == [(queue_offset, body)], (
                 f"queue {queue_id} offset {queue_offset} (record at {offset})"
             )
+
+
+class WatchedLock:
+    """A lock that tells when ``watched`` starts to wait for it (or take it)."""
+
+    def __init__(self, inner: threading.RLock, watched: threading.Thread, waits: threading.Event) -> None:
+        self.inner = inner
+        self.watched = watched
+        self.waits = waits
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.current_thread() is self.watched:
+            self.waits.set()
+        return self.inner.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def test_regression_a_read_overlapping_a_rebuild_of_its_queue_reads_the_rebuilt_queue(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17: a rebuilt queue is put in place empty and filled after; a read in another thread
+    in between found no message in the queue, which a broker answers with PULL_OFFSET_MOVED to
+    offset 0. A read that overlaps a rebuild is made again once the rebuild is over."""
+    config = StoreConfig(
+        store_path_root_dir=str(tmp_path / "store"), flush_disk_type="ASYNC_FLUSH", message_index_enable=False
+    )
+    with MessageStore(config) as store:
+        for i in range(10):
+            store.put_message(Message("T", f"m{i}".encode()), 0)
+        assert store.wait_dispatched()
+        results: list[GetMessageResult] = []
+        progressed = threading.Event()  # the reader has its answer, or waits for the rebuild
+
+        def read() -> None:
+            try:
+                results.append(store.get_message("g", "T", 0, 5, 2))
+            finally:
+                progressed.set()
+
+        reader = threading.Thread(target=read, name="reader")
+        cqs = store.consume_queues
+        cqs.repair_lock = WatchedLock(cqs.repair_lock, reader, progressed)  # type: ignore[assignment]
+        fill_from = ConsumeQueue.fill_from
+        empty_seen: list[int] = []
+
+        def fill_later(cq: ConsumeQueue, units: list[tuple[int, int, int, int]]) -> int:
+            if not empty_seen:  # the rebuilt queue is in place, still empty: read it now
+                empty_seen.append(cq.max_offset_in_queue)
+                reader.start()
+                assert progressed.wait(30)
+            return fill_from(cq, units)
+
+        monkeypatch.setattr(ConsumeQueue, "fill_from", fill_later)
+        store.rebuild_queues({("T", 0): "a test"})
+        reader.join(30)
+        assert empty_seen == [0] and not reader.is_alive()
+        assert results[0].status is GetMessageStatus.FOUND, results[0].status
+        assert [m.body for m in results[0].messages] == [b"m5", b"m6"]
+        assert results[0].next_begin_offset == 7

@@ -341,3 +341,65 @@ def test_dispatch_indexes_keys_with_the_hashes_of_the_compiled_scan(
     for i in (0, 1, 17, 39):
         found = dl_store.query_messages_by_key("T", f"k{i}", 5).messages
         assert [m.body for m in found] == [f"m{i}".encode()]
+
+
+def test_regression_a_queue_rebuilt_in_dledger_mode_keeps_the_records_of_the_entries(
+    dl_store: MessageStore,
+) -> None:
+    """Issue 17: a rebuild of a queue (after a unit that disagreed with its record) walked the
+    CommitLog's segments only, which a DLedger store does not have: the queue came out empty and
+    a master moved its consumers to offset 0 (NO_MESSAGE_IN_QUEUE). The rebuild walks the
+    committed entries."""
+    assert isinstance(dl_store, DLedgerMessageStore)
+    put_n(dl_store, 10)
+    assert bodies(dl_store, 0) == [f"m{i}".encode() for i in range(0, 10, 2)]
+    dl_store.rebuild_queues({("T", 0): "a test"})
+    assert dl_store.get_max_offset("T", 0) == 5
+    assert bodies(dl_store, 0) == [f"m{i}".encode() for i in range(0, 10, 2)]
+    assert bodies(dl_store, 1) == [f"m{i}".encode() for i in range(1, 10, 2)]  # left alone
+    assert dl_store.put_message(Message("T", b"next"), queue_id=0).queue_offset == 5
+    assert bodies(dl_store, 0)[-1] == b"next"
+
+
+def test_regression_a_queue_offset_no_entry_holds_is_a_hole_the_rebuilt_queue_skips(
+    dl_store: MessageStore,
+) -> None:
+    """A queue offset given out and never appended: dispatch puts the next unit one place early
+    (RocketMQ's rule for a hole), the first read across it finds the unit disagreeing with its
+    record and rebuilds the queue; every message is then read at its own queue offset, and the
+    hole is skipped."""
+    assert isinstance(dl_store, DLedgerMessageStore)
+    for i in range(3):
+        dl_store.put_message(Message("T", f"a{i}".encode()), queue_id=0)
+    dl_store.commitlog.topic_queue_table[("T", 0)] += 1  # offset 3 given out, never appended
+    assert [
+        dl_store.put_message(Message("T", f"b{i}".encode()), queue_id=0).queue_offset for i in range(3)
+    ] == [
+        4,
+        5,
+        6,
+    ]
+    assert dl_store.wait_dispatched(10)
+    rebuilt = dl_store.stats.queues_rebuilt
+    got = dl_store.get_message("G", "T", 0, 0, 10)
+    assert dl_store.stats.queues_rebuilt == rebuilt + 1
+    assert got.status is GetMessageStatus.FOUND and got.next_begin_offset == 3
+    assert [(m.queue_offset, m.body) for m in got.messages] == [(0, b"a0"), (1, b"a1"), (2, b"a2")]
+    assert dl_store.get_max_offset("T", 0) == 7
+    after = dl_store.get_message("G", "T", 0, 3, 10)  # the hole: skipped
+    assert [(m.queue_offset, m.body) for m in after.messages] == [(4, b"b0"), (5, b"b1"), (6, b"b2")]
+    assert after.next_begin_offset == 7 and dl_store.stats.queues_rebuilt == rebuilt + 1
+
+
+def test_regression_a_rebuild_of_an_adopted_store_s_queue_keeps_old_and_new_records(
+    store_config: StoreConfig,
+) -> None:
+    with MessageStore(store_config) as plain:
+        put_n(plain, 9)
+    dl = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+    with open_message_store(dl) as s:
+        put_n(s, 6, start=9)
+        want = [f"m{i}".encode() for i in range(0, 15, 2)]
+        assert bodies(s, 0) == want
+        s.rebuild_queues({("T", 0): "a test"})
+        assert bodies(s, 0) == want and s.get_max_offset("T", 0) == 8

@@ -9,7 +9,11 @@ LEADER
     it, ``ledger_end_pos``) and dispatch has reached the committed position; rebuild the
     queue-offset table from the ConsumeQueues; accept writes; resume the master-only services
     (delay and timer delivery, transaction checks); register with the name servers as master
-    (brokerId 0). Until then sends are refused.
+    (brokerId 0). Until then sends are refused. A broker that was master in an older term and
+    leads again before its follower state was applied (a quick leader, follower, leader flip)
+    is no master while it catches up in the new term: ``ctx.is_master`` goes False at once, so
+    nothing it answers from its queues meanwhile counts as a master's word
+    (:meth:`DLedgerRoleHandler.leads_current_term`, which the pull's offset rule asks).
 FOLLOWER / CANDIDATE
     refuse sends at once (the store's writes are switched off from the log's loop, before
     anything else): SERVICE_NOT_AVAILABLE (14) with a remark naming the leader, a definite
@@ -163,10 +167,18 @@ class DLedgerRoleHandler:
             self._sync_task = self._loop.create_task(self._sync_loop(), name="dledger-slave-sync")
 
     # -- state changes ----------------------------------------------------------------------
+    def leads_current_term(self) -> bool:
+        """Whether this broker is the master of the log's current term: the LEADER role applied
+        (caught up, queue-offset table rebuilt) in the term the log is in now. False while a
+        new term's leader catches up, and from the moment the log leaves the role, before the
+        handler has applied the change."""
+        state = self.ledger.state
+        return self.master and state.role is Role.LEADER and state.term == self.role.term
+
     def _on_state(self, state: LogState) -> None:
         """On the log's loop: refuse writes at once unless this is the leader already taking
-        them (a new leader is refused until caught up), then wake the handler."""
-        if state.role is not Role.LEADER or not self.master:
+        them in this term (a new leader is refused until caught up), then wake the handler."""
+        if state.role is not Role.LEADER or not self.master or state.term != self.role.term:
             self._refuse(state)
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -202,6 +214,19 @@ class DLedgerRoleHandler:
 
     async def _become_leader(self, state: LogState) -> None:
         store, ledger = self.store, self.ledger
+        if self.master and state.term != self.role.term:
+            # master of an older term, leader again before the follower state was applied:
+            # not the master until caught up in this term (its queues may lack what another
+            # leader committed in between)
+            self.master = False
+            self.ctx.is_master = False
+            self._refuse(state)
+            self.gate.open.clear()
+            log.info(
+                "DLedger leader of term %d after term %d: not master until caught up",
+                state.term,
+                self.role.term,
+            )
         while True:
             if self._changed.is_set() or ledger.state.role is not Role.LEADER:
                 return  # a newer state: applied next

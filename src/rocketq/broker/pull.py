@@ -26,6 +26,16 @@ older data is read in a worker thread, as it may wait for the disk::
 Every response carries nextBeginOffset, minOffset, maxOffset and suggestWhichBrokerId (Java
 clients unbox all four; ali-ons reads them on every code); the remark is the status name.
 
+Who may answer 21 PULL_OFFSET_MOVED (else 20 PULL_RETRY_IMMEDIATELY, nextBeginOffset = the
+requested offset, as a RocketMQ slave with ``offsetCheckInSlave`` off answers): the master
+(``ctx.is_master``, brokerId 0) only. In DLedger mode also only the master of the log's current
+term (``DLedgerRoleHandler.leads_current_term``), and for an offset past the queue's end only
+when it is beyond the queue's next offset in the queue-offset table, so no message, committed
+or not, can be there: a ConsumeQueue that is merely behind what the member holds (dispatch not
+there yet, a queue being rebuilt, a member whose queues lack entries it has) never moves a
+consumer back to 0 on a fail-over (issue 17; docs/replication.md, Roles). Every move answered
+is logged at INFO (the queue's bounds, the requested and the new offset).
+
 A SQL92 subscription is compiled once per (group, topic, expression, subVersion); the records the
 store found are then matched on their properties (plus ``TAGS``) and the rejected ones dropped,
 with nextBeginOffset still past them, as RocketMQ counts filtered messages as consumed. When
@@ -42,6 +52,7 @@ more without suspension or commit, and that answer is sent.
 from __future__ import annotations
 
 import logging
+import time
 
 from rocketq.broker.consumer_manage import check_in_disk_by_consume_offset
 from rocketq.broker.context import BrokerContext
@@ -133,6 +144,7 @@ class PullMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._filters: dict[FilterKey, MessageFilter] = {}
+        self._not_moved_logged = float("-inf")
 
     def _message_filter(self, group: str, sub: SubscriptionData) -> MessageFilter | None:
         """The compiled property filter of a non-TAG subscription (cached), else None."""
@@ -236,13 +248,77 @@ class PullMessageProcessor:
         dispatched what the consumer already read, so it never moves a consumer's offset:
         PULL_OFFSET_MOVED becomes PULL_RETRY_IMMEDIATELY at the requested offset. (Found by the
         chaos campaign, seed 128: consumers pulled from a restarted member before it had rebuilt
-        its queues, were moved to offset 0 and read every queue again.)"""
+        its queues, were moved to offset 0 and read every queue again.) In DLedger mode the
+        master moves an offset only when :meth:`_may_move` proves it wrong. Every move answered
+        is logged at INFO (the queue's bounds, the requested offset, the new one)."""
         ctx = self.ctx
         code = pull_status_to_code(result.status, header.queue_offset)
-        if code != ResponseCode.PULL_OFFSET_MOVED or (ctx.is_master and ctx.config.broker_id == MASTER_ID):
+        if code != ResponseCode.PULL_OFFSET_MOVED:
             return code
+        if ctx.is_master and ctx.config.broker_id == MASTER_ID:
+            beyond = self._may_move(header, result)
+            if beyond is not None:
+                log.info(
+                    "PULL_OFFSET_MOVED as master: %s-%d of group %s, requested offset %d, queue "
+                    "[%d, %d)%s, %s: next offset %d",
+                    header.topic,
+                    header.queue_id,
+                    header.consumer_group,
+                    header.queue_offset,
+                    result.min_offset,
+                    result.max_offset,
+                    beyond,
+                    result.status.value,
+                    result.next_begin_offset,
+                )
+                return code
         result.next_begin_offset = header.queue_offset
         return ResponseCode.PULL_RETRY_IMMEDIATELY
+
+    def _may_move(self, header: PullMessageRequestHeader, result: GetMessageResult) -> str | None:
+        """Whether the master may move the consumer's offset: None when not, else what the log
+        line adds. Always on a plain broker. In DLedger mode only the master of the log's
+        current term moves one (:meth:`DLedgerRoleHandler.leads_current_term`), and past the
+        queue's end (OFFSET_OVERFLOW_BADLY, NO_MESSAGE_IN_QUEUE, no queue) only when the
+        requested offset is beyond the queue's next offset in the queue-offset table: the table
+        was rebuilt from the queues after every committed entry was dispatched, and every
+        message appended since counts in it, so no message of the group, committed or not, is
+        at or after that offset. A queue that is only behind (dispatch not there yet, a queue
+        being rebuilt, a member whose queues lack entries it has) never moves a consumer back:
+        PULL_RETRY_IMMEDIATELY at the requested offset, as on a slave."""
+        role = self.ctx.dledger_role
+        if role is None:
+            return ""
+        term = role.role.term
+        if not role.leads_current_term():
+            self._not_moved(header, result, f"not the master of the log's term (applied term {term})")
+            return None
+        if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # forward, to the queue's minimum
+            return f", term {term}"
+        assigned = role.store.next_queue_offset(header.topic, header.queue_id)
+        if header.queue_offset > assigned:
+            return f", term {term}, next queue offset {assigned}"
+        self._not_moved(header, result, f"the queue's next offset is {assigned} (term {term})")
+        return None
+
+    def _not_moved(self, header: PullMessageRequestHeader, result: GetMessageResult, why: str) -> None:
+        """Log (INFO, at most once a second) a move a DLedger master did not answer."""
+        now = time.monotonic()
+        if now - self._not_moved_logged < 1.0:
+            return
+        self._not_moved_logged = now
+        log.info(
+            "PULL_OFFSET_MOVED not answered: %s-%d of group %s, requested offset %d, queue [%d, %d), "
+            "%s: %s; PULL_RETRY_IMMEDIATELY at the requested offset",
+            header.topic,
+            header.queue_id,
+            header.consumer_group,
+            header.queue_offset,
+            result.min_offset,
+            result.max_offset,
+            result.status.value,
+            why,
+        )
 
     def _plan(
         self, conn: Connection, header: PullMessageRequestHeader

@@ -731,6 +731,10 @@ class ConsumeQueueStore:
         #: Held by dispatch while it writes units and by a rebuild of queues from the CommitLog,
         #: so a rebuild sees dispatch stopped at a window boundary.
         self.repair_lock = threading.RLock()
+        #: Odd while a rebuild runs (one step up as it begins, one as it ends, under
+        #: :attr:`repair_lock`): a rebuilt queue is empty, then half filled, before it is whole,
+        #: so a read that saw the number change reads again once no rebuild runs.
+        self.repair_generation = 0
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._table.values()))

@@ -105,8 +105,19 @@ def collect_units(
     damaged: dict[int, int] | None = None,
 ) -> dict[Key, list[Unit]]:
     """The units of the queues ``keys`` as the CommitLog says, from its minimum offset to ``end``
-    (a record boundary: where dispatch stands), in CommitLog order. Walks the CommitLog with the
-    dispatch parser (BLANKs, quarantined ranges and damage handled as dispatch does)."""
+    (a record boundary: where dispatch stands), in CommitLog order. Walks the CommitLog's
+    segments with the dispatch parser (BLANKs, quarantined ranges and damage handled as dispatch
+    does); a DLedger store adds the records of its entries (``DLedgerMessageStore``)."""
+    take, out = unit_collector(keys)
+    _walk(commitlog, take, 0, end, delay_levels=delay_levels, damaged=damaged)
+    return out
+
+
+def unit_collector(
+    keys: Collection[Key],
+) -> tuple[Callable[[list[DispatchRequest]], None], dict[Key, list[Unit]]]:
+    """A dispatcher that keeps the units of the queues ``keys`` from the requests it is given,
+    and the lists it appends them to (key → units, in the order given)."""
     wanted = set(keys)
     topics = {topic for topic, _ in wanted}
     out: dict[Key, list[Unit]] = {key: [] for key in wanted}
@@ -122,8 +133,7 @@ def collect_units(
                 if units is not None and rec.transaction_type(r.sys_flag) in _QUEUED_TRANSACTION_TYPES:
                     units.append((r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset))
 
-    _walk(commitlog, take, 0, end, delay_levels=delay_levels, damaged=damaged)
-    return out
+    return take, out
 
 
 def _walk(

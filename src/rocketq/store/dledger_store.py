@@ -18,6 +18,9 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
 Dispatch walks committed entries only, on every node (:mod:`rocketq.store.dledger_reput`).
+A queue rebuilt at a read (a unit that disagrees with its record: ``rebuild_queues``) gets the
+units of the old segments and then of the committed entries up to where dispatch stands
+(:meth:`DLedgerMessageStore._collect_queue_units`), each at its own queue offset.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import datetime as _dt
 import logging
 import os
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from rocketq.config import FlushDiskType, StoreConfig
 from rocketq.ha.entry_store import EntryStore
@@ -42,6 +45,7 @@ from rocketq.ha.replicated_log import ReplicatedLog
 from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult
+from rocketq.store.cq_repair import Key, Unit, dedupe, unit_collector
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_reput import DLedgerReputService
@@ -348,6 +352,46 @@ class DLedgerMessageStore(MessageStore):
             stats.put_failures += 1
             raise
 
+    def _collect_queue_units(self, keys: Collection[Key], end: int) -> dict[Key, list[Unit]]:
+        """A rebuild's units (``rebuild_queues``): those of the old CommitLog's segments below
+        ``divided_offset``, then those of the committed entries from there up to ``end`` (walked
+        as dispatch walks them). The plain walk reads segments only, and a store that was always
+        in DLedger mode has none: a queue rebuilt from it came out empty, and a master answered
+        its next pulls with PULL_OFFSET_MOVED to offset 0 (issue 17)."""
+        cl = self.commitlog
+        divided = cl.divided_offset
+        found = super()._collect_queue_units(keys, min(end, divided))
+        ledger = self.ledger
+        if ledger is None or end <= divided:
+            return found
+        take, more = unit_collector(keys)
+        walker = DLedgerReputService(cl, ledger, [take], delay_levels=self.delay_levels)
+        walker._limit = lambda: end  # where dispatch stands: it goes on from there afterwards
+        walker.reput_from_offset = divided
+        walker.do_reput()
+        for key, units in more.items():
+            found.setdefault(key, []).extend(units)
+        return found
+
+    def _consistent_units(self, units: list[Unit]) -> tuple[list[Unit], int]:
+        """A rebuild keeps the units of the entries whose queue offsets increase (a repeated or
+        smaller one is dropped), each at its own queue offset; the old segments' units go through
+        :func:`~rocketq.store.cq_repair.dedupe`. Entries are checked whole (CRC) when written and
+        recovered, so their QUEUEOFFSET is not suspect; a queue offset no entry holds (given out
+        by a leader and never appended) is a hole, which ``dedupe`` would take for a lost record
+        that needs room between its neighbours and drop an intact unit for."""
+        divided = self.commitlog.divided_offset
+        cut = next((i for i, u in enumerate(units) if u[0] >= divided), len(units))
+        kept, dropped = dedupe(units[:cut])
+        last = kept[-1][3] if kept else -1
+        for unit in units[cut:]:
+            if unit[3] > last:
+                kept.append(unit)
+                last = unit[3]
+            else:
+                dropped += 1
+        return kept, dropped
+
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every
         committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``)."""
@@ -355,6 +399,12 @@ class DLedgerMessageStore(MessageStore):
         with self.commitlog._put_lock:
             table.clear()
             table.update(self.consume_queues.max_offsets())
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of the queue gets here (0 for a queue with none):
+        on a leader past every message appended, committed or not, and every one its queues
+        held when the table was rebuilt (:meth:`recover_topic_queue_table`)."""
+        return self.commitlog.topic_queue_table.get((topic, queue_id), 0)
 
     def _pad_old_commitlog(self) -> int:
         """Fill the rest of the last old segment with a BLANK; its end is ``divided_offset``

@@ -56,6 +56,11 @@ _CHECK = struct.Struct(">i8xi4xqq")
 _BODY_LEN = struct.Struct(">I")
 
 
+#: reads of a queue made again, each after waiting for the rebuild it overlapped, before the
+#: last one holds rebuilds off (``StoreQueries.get_message``)
+_REREADS = 2
+
+
 def _no_segment(offset: int) -> MappedFile | None:
     return None
 
@@ -282,14 +287,47 @@ class StoreQueries:
         tags_codes: Collection[int] | None = None,
         *,
         max_bytes: int = 256 * 1024,
-        _repaired: bool = False,
     ) -> GetMessageResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ ``getMessage``).
 
         ``tags_codes``: the subscription's tag hash codes; None (or ``"*"``) matches every message.
         Statuses and the next offset follow RocketMQ's rules for offsets outside ``[min, max)``.
+        A read that overlapped a rebuild of queues (``rebuild_queues``, in another thread or this
+        one) is made again once the rebuild is over: the rebuilt queue is empty, then half
+        filled, before it is whole, and its old files are gone, so the first read could find no
+        queue, an end before the consumer's offset (which would move the consumer back to 0) or
+        no units where there are messages.
         """
         self.stats.get_count += 1
+        cqs = self.consume_queues
+        generation = cqs.repair_generation
+        result = self._get_message(group, topic, queue_id, offset, max_count, tags_codes, max_bytes, False)
+        # read again after a rebuild as after one this read asked for: a unit that still
+        # disagrees is skipped, not rebuilt once more
+        again = (group, topic, queue_id, offset, max_count, tags_codes, max_bytes, True)
+        for _ in range(_REREADS):
+            if cqs.repair_generation == generation and not generation & 1:
+                return result
+            with cqs.repair_lock:  # the rebuild is over once this is held
+                generation = cqs.repair_generation
+            result = self._get_message(*again)
+        if cqs.repair_generation == generation and not generation & 1:
+            return result
+        with cqs.repair_lock:  # rebuild after rebuild: the last read with them held off
+            return self._get_message(*again)
+
+    def _get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags_codes: Collection[int] | None,
+        max_bytes: int,
+        repaired: bool,
+    ) -> GetMessageResult:
+        """:meth:`get_message`, once (``repaired``: after a rebuild this read asked for)."""
         self._settle_dispatch()
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
@@ -380,7 +418,7 @@ class StoreQueries:
                         continue
                     bad = unit_mismatch(data, phy, size, topic_b, queue_id, where)
                     if bad is not None:
-                        if not _repaired:
+                        if not repaired:
                             problem = (where, bad)
                             break
                         log.error(
@@ -410,8 +448,7 @@ class StoreQueries:
         if problem is not None:
             # The unit disagrees with the CommitLog: rebuild the queue, then read again.
             self.rebuild_queues({(topic, queue_id): f"unit {problem[0]} read: {problem[1]}"})
-            again = (group, topic, queue_id, offset, max_count, tags_codes)
-            return self.get_message(*again, max_bytes=max_bytes, _repaired=True)
+            return self._get_message(group, topic, queue_id, offset, max_count, tags_codes, max_bytes, True)
         result.next_begin_offset = offset + scanned
         if ends:
             result._set_body(body, ends)

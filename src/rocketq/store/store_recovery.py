@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Collection
 
 from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull
@@ -40,7 +41,7 @@ from rocketq.message import TOPIC_PATTERN
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueue, ConsumeQueueStore
-from rocketq.store.cq_repair import collect_units, dedupe, unit_mismatch
+from rocketq.store.cq_repair import Key, Unit, collect_units, dedupe, unit_mismatch
 from rocketq.store.dispatch import Dispatcher, ReputMessageService
 from rocketq.store.index_file import IndexService
 from rocketq.store.quarantine import QUARANTINE_DIR, ResyncPolicy, list_quarantined
@@ -245,42 +246,62 @@ class StoreRecovery:
         cqs = self.consume_queues
         began = time.monotonic()
         with cqs.repair_lock:
-            reput = self.reput
-            end = reput.reput_from_offset if reput is not None else self.commitlog.max_offset
-            found = collect_units(
-                self.commitlog,
-                damaged.keys(),
-                end,
-                delay_levels=self.delay_levels,
-                damaged=reput.damaged if reput is not None else None,
+            cqs.repair_generation += 1  # odd: reads that overlap this read again (get_message)
+            try:
+                self._rebuild_queues(damaged, began)
+            finally:
+                cqs.repair_generation += 1
+
+    def _collect_queue_units(self, keys: Collection[Key], end: int) -> dict[Key, list[Unit]]:
+        """The units of the queues ``keys`` the CommitLog holds below ``end``, in CommitLog order
+        (:func:`~rocketq.store.cq_repair.collect_units`; a DLedger store adds its entries')."""
+        reput = self.reput
+        return collect_units(
+            self.commitlog,
+            keys,
+            end,
+            delay_levels=self.delay_levels,
+            damaged=reput.damaged if reput is not None else None,
+        )
+
+    def _consistent_units(self, units: list[Unit]) -> tuple[list[Unit], int]:
+        """The units a rebuilt queue keeps, and how many were dropped
+        (:func:`~rocketq.store.cq_repair.dedupe`)."""
+        return dedupe(units)
+
+    def _rebuild_queues(self, damaged: dict[tuple[str, int], str], began: float) -> None:
+        """:meth:`rebuild_queues` with :attr:`ConsumeQueueStore.repair_lock` held."""
+        cqs = self.consume_queues
+        reput = self.reput
+        end = reput.reput_from_offset if reput is not None else self.commitlog.max_offset
+        found = self._collect_queue_units(damaged.keys(), end)
+        for (topic, queue_id), units in sorted(found.items()):
+            old = cqs.find(topic, queue_id)
+            old_max = old.max_offset_in_queue if old is not None else 0
+            kept, dropped = self._consistent_units(units)
+            cq = cqs.replace(topic, queue_id)
+            # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
+            # filler units of holes would stop its search)
+            holes = cq.fill_from(kept)
+            cq.flush(0)
+            with self.commitlog._put_lock:
+                table = self.commitlog.topic_queue_table
+                table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), cq.max_offset_in_queue)
+            log.error(
+                "ConsumeQueue %s-%d disagreed with the CommitLog (%s): rebuilt from the CommitLog "
+                "with %d units, queue offsets [%d, %d) (it ended at %d before); %d holes filled, "
+                "%d duplicate queue offsets dropped (%.0f ms)",
+                topic,
+                queue_id,
+                damaged[(topic, queue_id)],
+                len(kept),
+                cq.min_offset_in_queue,
+                cq.max_offset_in_queue,
+                old_max,
+                holes,
+                dropped,
+                (time.monotonic() - began) * 1000,
             )
-            for (topic, queue_id), units in sorted(found.items()):
-                old = cqs.find(topic, queue_id)
-                old_max = old.max_offset_in_queue if old is not None else 0
-                kept, dropped = dedupe(units)
-                cq = cqs.replace(topic, queue_id)
-                # (no correct_min_offset: the walk starts at the CommitLog's minimum, and the
-                # filler units of holes would stop its search)
-                holes = cq.fill_from(kept)
-                cq.flush(0)
-                with self.commitlog._put_lock:
-                    table = self.commitlog.topic_queue_table
-                    table[(topic, queue_id)] = max(table.get((topic, queue_id), 0), cq.max_offset_in_queue)
-                log.error(
-                    "ConsumeQueue %s-%d disagreed with the CommitLog (%s): rebuilt from the CommitLog "
-                    "with %d units, queue offsets [%d, %d) (it ended at %d before); %d holes filled, "
-                    "%d duplicate queue offsets dropped (%.0f ms)",
-                    topic,
-                    queue_id,
-                    damaged[(topic, queue_id)],
-                    len(kept),
-                    cq.min_offset_in_queue,
-                    cq.max_offset_in_queue,
-                    old_max,
-                    holes,
-                    dropped,
-                    (time.monotonic() - began) * 1000,
-                )
         self.stats.queues_rebuilt += len(found)
 
     def _recovery_start(self) -> int | None:

@@ -59,8 +59,9 @@ node that says it leads in the highest term reported; ``master()`` the node the 
 lists as brokerId 0; ``wait_leader()`` waits until the two agree (producers then reach it);
 ``read_log(node, end)`` reads a node's replicated CommitLog bytes for comparison. Timing:
 election timeout 1000 ms (randomized up to 2000), heartbeats every 200 ms, as ``serve`` writes;
-small store segments (``STORE_DEFAULTS``); the brokers log at INFO (``-v``) into
-``<root>/broker-nI.log``.
+small store segments (``STORE_DEFAULTS``); the brokers log at INFO (``-v``; with
+``verbose=False`` at WARNING, and at INFO for ``DIAGNOSTIC_LOGGERS``) into
+``<root>/broker-nI.log``, appended to across restarts, each start marked by a line of its own.
 
 **What ``lose_unsynced`` models**: :mod:`rocketq.testing.chaos.power_loss`.
 
@@ -88,6 +89,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from types import TracebackType
 from typing import TypeVar
 
+from rocketq.cli import LOG_INFO_ENV
 from rocketq.cli.dledger_serve import _free_ports, broker_confs
 from rocketq.errors import RocketqError
 from rocketq.ha import entry_format as fmt
@@ -112,6 +114,10 @@ OP_TIMEOUT_S = 30.0
 #: last file is still dispatched again, and without a usable checkpoint everything is: a
 #: restart keeps a longer bound than the other operations.
 RESTART_TIMEOUT_S = 90.0
+#: Loggers a broker writes at INFO also without ``verbose`` (``ROCKETQ_LOG_INFO``): the pull's
+#: PULL_OFFSET_MOVED answers (queue bounds, requested and new offset) and the DLedger role
+#: changes, so a consumer moved back after a fail-over can be explained from the kept logs.
+DIAGNOSTIC_LOGGERS = ("rocketq.broker.pull", "rocketq.broker.dledger_role")
 #: Bound on the start of the group (every broker registered, a master elected).
 START_TIMEOUT_S = 90.0
 #: One request to a broker (its role); a paused broker counts as not answering.
@@ -168,6 +174,8 @@ class _Node:
         self.store_root = props["storePathRootDir"]
         self.log_path = os.path.join(root, f"broker-{sid}.log")
         self.proc: subprocess.Popen[bytes] | None = None
+        #: how many times the broker was started (each start marked in its log)
+        self.starts = 0
         self.paused = False
         self.tmpfs = False
         self.filler: str | None = None
@@ -708,7 +716,16 @@ class ChaosGroup:
         node.tmpfs = True
 
     def _spawn(self, node: _Node) -> None:
-        with open(node.log_path, "ab") as out:
+        node.starts += 1
+        env = {
+            **_child_env(),
+            LOG_INFO_ENV: ",".join(DIAGNOSTIC_LOGGERS),
+            **self.node_env.get(node.index, {}),
+        }
+        with open(node.log_path, "ab") as out:  # appended to: the logs of earlier starts stay
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+            out.write(f"--- chaos: start {node.starts} of broker {node.sid} at {stamp} UTC ---\n".encode())
+            out.flush()
             node.proc = subprocess.Popen(
                 [
                     sys.executable,
@@ -721,7 +738,7 @@ class ChaosGroup:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**_child_env(), **self.node_env.get(node.index, {})},
+                env=env,
             )
         node.paused = False
 
@@ -761,4 +778,4 @@ def _log_tail(path: str | os.PathLike[str], size: int = 2000) -> str:
         return f"(unreadable: {exc})"
 
 
-__all__ = ["ChaosError", "ChaosGroup", "ChaosUnsupported", "LostTail", "NodeState"]
+__all__ = ["DIAGNOSTIC_LOGGERS", "ChaosError", "ChaosGroup", "ChaosUnsupported", "LostTail", "NodeState"]
