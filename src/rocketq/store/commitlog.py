@@ -59,7 +59,7 @@ from rocketq.protocol.record import MESSAGE_MAGIC_CODE
 from rocketq.store import record_scan
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.commitlog_encode import RECORD_SLACK, RecordEncoder, TopicInfo
-from rocketq.store.commitlog_lifecycle import CommitLogLifecycle
+from rocketq.store.commitlog_lifecycle import CommitLogLifecycle, PutLane
 from rocketq.store.flush import (
     CommitRealTimeService,
     FlushListener,
@@ -175,6 +175,11 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
 
 _second = itemgetter(1)
 _PUT_OK = PutMessageStatus.PUT_OK
+#: The compiled single put (``rocketq._speedups.put_lane``: a :class:`PutLane` per plain
+#: CommitLog, see the module docstring), or None on the pure path.
+_new_lane: Callable[..., PutLane] | None = getattr(_speedups.COMPILED, "put_lane", None)
+if _new_lane is not None:
+    _speedups.COMPILED.setup_put_lane(MappedFile, PutMessageResult, _PUT_OK)  # type: ignore[union-attr]
 
 
 class CommitLog(RecordEncoder, CommitLogLifecycle):
@@ -248,6 +253,13 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
                 flush_service=self.flush_service,
             )
         self._wake_commit = config.wake_commit_when_put_message and self.commit_service is not None
+        #: The compiled single put (a plain CommitLog's only: a subclass has puts of its own).
+        self._lane: PutLane | None = None
+        if _new_lane is not None and type(self) is CommitLog:
+            self._lane = _new_lane(
+                self._put_lock, self._topic_cache, self._store_host, self._store_v6, self.file_size,
+                self._units_per_cq_file, self._sync,
+            )  # fmt: skip
         self._update_after_put()
 
     # -- write path -------------------------------------------------------------------------
@@ -266,6 +278,12 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         # * acquire()/release() in try/finally instead of ``with``: the context-manager protocol
         #   costs two special-method lookups and a three-argument __exit__ call per put;
         # * everything read more than once is a local.
+        # Before all that, the compiled lane takes the usual put whole (None: it did nothing).
+        lane = self._lane
+        if lane is not None:
+            done = lane.put(m)
+            if done is not None:
+                return done
         body = m.body
         props = m.properties
         info = self._topic_cache.get(m.topic)
@@ -335,6 +353,11 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         self._cur = mf
         self._cur_target = mf.write_target
         self._cur_from = mf.file_from_offset
+        lane = self._lane
+        if lane is not None:  # the compiled put writes where this one does
+            lane.cur = mf
+            lane.target = self._cur_target
+            lane.cur_from = self._cur_from
         return mf
 
     def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:
