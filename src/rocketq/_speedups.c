@@ -4655,7 +4655,8 @@ static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ss
  * an IPv4 born host and every field an exact int or bytes in its range, under ASYNC_FLUSH, while
  * the CommitLog takes writes, when the current segment has room (no roll) and the queue offset
  * opens no ConsumeQueue file: the record (fill_v1_record, TOTALSIZE last), the queue offset, the
- * segment's wrote_position and store_timestamp, after_put() and the same PutMessageResult. None,
+ * segment's wrote_position and store_timestamp, after_put() (not called while wake_event, the
+ * dispatch service's, is set: its wakeup has nothing to do then) and the same PutMessageResult. None,
  * with nothing written or changed, for anything else: CommitLog.put_message's Python path then
  * runs, the reference, and writes, raises or rolls as it always did.
  *
@@ -4676,7 +4677,7 @@ static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ss
  * store timestamp: one clock read, time.time_ns()'s clock (or lane.clock(), when set, for tests). */
 
 static PyTypeObject *lane_mapped_file, *lane_result, *lane_stats;
-static PyObject *lane_put_ok;
+static PyObject *lane_put_ok, *lane_str_flag;
 enum { LMF_WROTE, LMF_STAMP, LMF_COUNT };
 static const char *const lmf_names[LMF_COUNT] = {"wrote_position", "store_timestamp"};
 static Py_ssize_t lmf_off[LMF_COUNT];
@@ -4694,6 +4695,7 @@ static PyObject *setup_put_lane(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (read_offsets((PyTypeObject *)mf, lmf_names, lmf_off, LMF_COUNT) < 0) return NULL;
+    if (lane_str_flag == NULL && (lane_str_flag = PyUnicode_InternFromString("_flag")) == NULL) return NULL;
     Py_XSETREF(lane_mapped_file, (PyTypeObject *)Py_NewRef(mf));
     Py_XSETREF(lane_result, (PyTypeObject *)Py_NewRef(result));
     Py_XSETREF(lane_put_ok, Py_NewRef(ok));
@@ -4718,6 +4720,7 @@ typedef struct {
     PyObject *cur;         /* the current segment (MappedFile) or None */
     PyObject *target;      /* its write target */
     PyObject *after_put;   /* callable or None */
+    PyObject *wake_event;  /* a threading.Event whose being set means after_put has nothing to do */
     PyObject *stats;       /* the store's StoreStats, or None */
     PyObject *born_host;   /* the store's born host of a Message, or None */
     PyObject *clock;       /* None: the system clock; else a callable giving time.time_ns() */
@@ -4731,6 +4734,7 @@ static int PutLane_traverse(PutLane *self, visitproc visit, void *arg) {
     Py_VISIT(self->cur);
     Py_VISIT(self->target);
     Py_VISIT(self->after_put);
+    Py_VISIT(self->wake_event);
     Py_VISIT(self->stats);
     Py_VISIT(self->clock);
     return 0;
@@ -4743,6 +4747,7 @@ static int PutLane_clear(PutLane *self) {
     Py_CLEAR(self->cur);
     Py_CLEAR(self->target);
     Py_CLEAR(self->after_put);
+    Py_CLEAR(self->wake_event);
     Py_CLEAR(self->stats);
     Py_CLEAR(self->born_host);
     Py_CLEAR(self->clock);
@@ -4814,7 +4819,7 @@ static int lane_broker_msg(PyObject *msg, lane_msg *m) {
  * and its state are in, i.e. after_put raised). */
 static int lane_write(PutLane *self, const lane_msg *m, long long now, PyObject **out, int *written) {
     *written = 0;
-    if (self->sync || lane_result == NULL || lane_mapped_file == NULL || self->topic_cache == NULL ||
+    if (self->sync || lane_result == NULL || lane_mapped_file == NULL || lane_str_flag == NULL || self->topic_cache == NULL ||
         self->locked == NULL)
         return 0;
     PyObject *info = PyDict_GetItemWithError(self->topic_cache, m->topic);
@@ -4902,9 +4907,21 @@ static int lane_write(PutLane *self, const lane_msg *m, long long now, PyObject 
     *written = 1;
     PyObject *res = NULL;
     if (self->after_put != NULL && self->after_put != Py_None) {
-        PyObject *r = PyObject_CallNoArgs(self->after_put);
-        if (r == NULL) goto fail;
-        Py_DECREF(r);
+        /* ServiceThread.wakeup (the dispatch service's) does nothing while its event is set:
+         * Event.is_set() is its _flag */
+        PyObject *flag = NULL;
+        if (self->wake_event != NULL && self->wake_event != Py_None &&
+            (flag = PyObject_GetAttr(self->wake_event, lane_str_flag)) == NULL)
+            goto fail;
+        if (flag != Py_True) {
+            PyObject *r = PyObject_CallNoArgs(self->after_put);
+            if (r == NULL) {
+                Py_XDECREF(flag);
+                goto fail;
+            }
+            Py_DECREF(r);
+        }
+        Py_XDECREF(flag);
     }
     res = lane_result->tp_alloc(lane_result, 8);
     if (res == NULL) goto fail;
@@ -5039,6 +5056,8 @@ static PyMemberDef PutLane_members[] = {
     {"cur_from", T_LONGLONG, offsetof(PutLane, cur_from), 0, "its first offset (CommitLog._cur_from)"},
     {"accepting", T_BOOL, offsetof(PutLane, accepting), 0, "CommitLog._accepting"},
     {"after_put", T_OBJECT, offsetof(PutLane, after_put), 0, "CommitLog._after_put"},
+    {"wake_event", T_OBJECT, offsetof(PutLane, wake_event), 0,
+     "None, or the threading.Event of the ServiceThread whose wakeup after_put is: set, no call"},
     {"stats", T_OBJECT, offsetof(PutLane, stats), 0, "the store's StoreStats"},
     {"born_host", T_OBJECT, offsetof(PutLane, born_host), 0, "the store's born host of a Message"},
     {"every", T_LONGLONG, offsetof(PutLane, every), 0, "bytes between two looks at the dispatch lag"},
@@ -5082,7 +5101,7 @@ static PyObject *put_lane(PyObject *self, PyObject *const *args, Py_ssize_t narg
     lane->locked = locked;
     lane->topic_cache = Py_NewRef(args[1]);
     lane->store_host = Py_NewRef(args[2]);
-    lane->cur = lane->target = lane->after_put = lane->stats = lane->born_host = lane->clock = NULL;
+    lane->cur = lane->target = lane->after_put = lane->wake_event = lane->stats = lane->born_host = lane->clock = NULL;
     lane->store_v6 = store_v6;
     lane->file_size = file_size;
     lane->units = units;

@@ -357,3 +357,38 @@ def test_put_lane_refuses_bad_arguments() -> None:
         new(threading.Lock(), {}, b"h" * 8, 0, 1024, 0, False)
     with pytest.raises(AttributeError):
         new(object(), {}, b"h" * 8, 0, 1024, 10, False)
+
+
+def test_after_put_is_not_called_while_the_dispatch_wake_event_is_set(store: MessageStore) -> None:
+    warm(store)
+    lane = lane_of(store)
+    assert store.reput is not None and lane.wake_event is store.reput._wakeup
+    assert lane.after_put == store.reput.wakeup
+    calls: list[int] = []
+    event = threading.Event()
+    lane.after_put = lambda: calls.append(1)
+    lane.wake_event = event
+    try:
+        assert lane.put(bm()) is not None
+        assert calls == [1]  # clear: what wakeup would do is done
+        event.set()
+        assert lane.put(bm()) is not None
+        assert calls == [1]  # set: wakeup would do nothing, so it is not called
+        lane.wake_event = None
+        assert lane.put(bm()) is not None
+        assert calls == [1, 1]
+    finally:
+        store.commitlog.append_listener = store.commitlog.append_listener  # restores the lane's copy
+    assert lane.wake_event is store.reput._wakeup
+
+
+def test_no_wake_event_beside_the_commit_waker_or_another_listener(tmp_path: pathlib.Path) -> None:
+    s = MessageStore(config(tmp_path / "pool", transient_store_pool_enable=True, transient_store_pool_size=2))
+    s.start()
+    try:
+        lane = lane_of(s)
+        assert lane.after_put is s.commitlog._after_put and lane.wake_event is None  # wakes both
+        s.commitlog.append_listener = lambda: None
+        assert lane.wake_event is None
+    finally:
+        s.shutdown()

@@ -24,6 +24,7 @@ from rocketq.errors import ServiceNotAvailable, StoreNotWritable, StoreShutdown
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.service import ServiceThread
 from rocketq.store.transient_pool import TransientStorePool
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class PutLane(Protocol):
     cur_from: int
     accepting: bool
     after_put: Callable[[], None] | None
+    wake_event: threading.Event | None
     stats: object
     born_host: bytes | None
     every: int
@@ -104,6 +106,17 @@ class CommitLogLifecycle:
             self._after_put = listener or commit
         if self._lane is not None:
             self._lane.after_put = self._after_put
+            # a service's wakeup (dispatch's) does nothing while its event is set: the compiled
+            # put reads the event's flag instead of calling it
+            owner = getattr(listener, "__self__", None)
+            event = None
+            if (
+                commit is None
+                and isinstance(owner, ServiceThread)
+                and getattr(listener, "__func__", None) is ServiceThread.wakeup
+            ):
+                event = owner._wakeup
+            self._lane.wake_event = event
 
     def _commit_waker(self) -> Callable[[], None] | None:
         """With the write-buffer pool: what a put calls to wake the commit service.
