@@ -4677,7 +4677,7 @@ static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ss
  * store timestamp: one clock read, time.time_ns()'s clock (or lane.clock(), when set, for tests). */
 
 static PyTypeObject *lane_mapped_file, *lane_result, *lane_stats;
-static PyObject *lane_put_ok, *lane_str_flag;
+static PyObject *lane_put_ok, *lane_str_flag, *lane_zero;
 enum { LMF_WROTE, LMF_STAMP, LMF_COUNT };
 static const char *const lmf_names[LMF_COUNT] = {"wrote_position", "store_timestamp"};
 static Py_ssize_t lmf_off[LMF_COUNT];
@@ -4696,6 +4696,7 @@ static PyObject *setup_put_lane(PyObject *self, PyObject *args) {
     }
     if (read_offsets((PyTypeObject *)mf, lmf_names, lmf_off, LMF_COUNT) < 0) return NULL;
     if (lane_str_flag == NULL && (lane_str_flag = PyUnicode_InternFromString("_flag")) == NULL) return NULL;
+    if (lane_zero == NULL && (lane_zero = PyLong_FromLong(0)) == NULL) return NULL;
     Py_XSETREF(lane_mapped_file, (PyTypeObject *)Py_NewRef(mf));
     Py_XSETREF(lane_result, (PyTypeObject *)Py_NewRef(result));
     Py_XSETREF(lane_put_ok, Py_NewRef(ok));
@@ -4987,8 +4988,7 @@ static PyObject *PutLane_store_put(PutLane *self, PyObject *const *args, Py_ssiz
         PyObject *topic = SLOT(msg, ms_off[MS_TOPIC]), *body = SLOT(msg, ms_off[MS_BODY]);
         PyObject *flag = SLOT(msg, ms_off[MS_FLAG]), *born = self->born_host;
         if (queue_id == Py_None) {
-            m.qid = PyLong_FromLong(0); /* a cached small int: borrowed below */
-            Py_DECREF(m.qid);
+            m.qid = lane_zero;
             m.queue_id = 0;
         } else if (long_in(queue_id, I32_MIN, I32_MAX, &m.queue_id) == 0) {
             m.qid = queue_id;

@@ -23,6 +23,31 @@ Invariants:
   normal and COMMIT records (PREPARED/ROLLBACK records carry queue offset 0, as in RocketMQ);
 * a rejected message (too large, bad topic) writes nothing and consumes no queue offset.
 
+The compiled lane (where ``rocketq._speedups`` is in use): a plain CommitLog owns a
+:class:`~rocketq.store.commitlog_lifecycle.PutLane` (``put_lane``), and ``put_message`` first
+offers the message to it. ``lane.put`` is the fast path below in one C call, from the topic-cache
+lookup to the result: a topic and (body, properties) shape already in the caches, no transaction
+bits, an IPv4 born host, every field an exact int or bytes in range, ASYNC_FLUSH, the CommitLog
+taking writes, room in the current segment, a queue offset that opens no ConsumeQueue file. It
+writes the record with the same writer as ``put_record`` (TOTALSIZE last), advances the queue
+offset, ``wrote_position`` and ``store_timestamp``, calls ``after_put`` and returns the same
+``PutMessageResult``; for anything else it returns None having read into and changed nothing,
+and the Python path (the reference) runs. MessageStore.put_message calls ``lane.store_put``,
+which adds the store's part in the same call (a Message converted as ``message_inner`` does, its
+properties text written straight into the record, or a BrokerMessage that nothing parks; the
+put counts and the lag count).
+
+The lane's state is the CommitLog's: the topic, shape and queue-offset dicts are shared objects;
+the current segment, its write target and first offset are copied into the lane by ``_roll``,
+``_accepting`` by ``_update_accepting`` and ``_after_put`` by ``_update_after_put`` (with the
+dispatch service's wake-up Event, whose flag the lane reads instead of calling a wake-up that
+would do nothing); ``wrote_position`` is read from the segment at every put. The put lock is
+never waited for in C: while any thread holds it the lane hands the put back (the Python path
+waits for it); when it is free the lane writes holding the GIL from the lock test to the last
+update, calling nothing that runs Python code or starts a garbage collection meanwhile, so no
+other thread can be inside or see the critical section half done. A subclass (the DLedger
+CommitLog) has no lane; ``ROCKETQ_PURE=1`` turns it off with the rest of the compiled module.
+
 One idea: the writes under the put lock (a message, a batch of messages, a batch send packed
 from its body by the compiled ``batch_write``, :mod:`rocketq.store.packed_batch`) and the reads
 of records. Beside it: ``commitlog_encode.py``

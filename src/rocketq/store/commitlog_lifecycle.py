@@ -105,6 +105,7 @@ class CommitLogLifecycle:
         else:
             self._after_put = listener or commit
         if self._lane is not None:
+            self._lane.wake_event = None  # never beside another after_put than its service's
             self._lane.after_put = self._after_put
             # a service's wakeup (dispatch's) does nothing while its event is set: the compiled
             # put reads the event's flag instead of calling it
