@@ -241,13 +241,27 @@ def test_a_held_lock_leaves_the_put_to_the_python_path_which_waits(store: Messag
     warm(store)
     lane = lane_of(store)
     lock = store.commitlog._put_lock
+    results: list[object] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        results.append(store.put_message(bm()))
+        done.set()
+
     lock.acquire()
     try:
         assert lane.put(bm()) is None
+        thread = threading.Thread(target=writer)
+        thread.start()
+        assert not done.wait(0.2)  # handed back by the lane, waiting for the lock in Python
+        assert store.commitlog.topic_queue_table[("LaneT", 1)] == 2
     finally:
         lock.release()
+    assert done.wait(10)
+    thread.join(10)
+    assert [r.queue_offset for r in results] == [2]  # type: ignore[attr-defined]
     r = lane.put(bm())
-    assert r is not None and r.queue_offset == 2
+    assert r is not None and r.queue_offset == 3
 
 
 def test_a_lag_check_due_runs_in_python_and_the_lane_takes_the_next_put(store: MessageStore) -> None:
