@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import pathlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -406,3 +407,56 @@ def test_no_wake_event_beside_the_commit_waker_or_another_listener(tmp_path: pat
         assert lane.wake_event is None
     finally:
         s.shutdown()
+
+
+def test_threads_putting_at_once_through_the_lane_and_python_paths_lose_nothing(store: MessageStore) -> None:
+    """Single puts (mostly the lane's), batches and rolls (the Python path's, under the put lock)
+    from four threads at once, the GIL switched as often as it goes: every record whole, every
+    queue offset given once and in order, every put readable."""
+    warm(store)
+    warm(store, queue_id=2)
+    per_thread = 1000
+    errors: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                body = b"%d-%03d" % (t, i) + b"b" * 95
+                if i % 10 == 9:
+                    assert store.put_messages([msg(body), msg(body)], 1 + t % 2).ok
+                elif t % 2:
+                    assert store.put_message(msg(body), 1 + t % 2).ok
+                else:
+                    assert store.put_message(bm(body, queue_id=1 + t % 2)).ok
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors
+    assert store.wait_dispatched(10)
+    cl = store.commitlog
+    scanned = list(cl.iter_records(0, check_crc=True))
+    records = [view for _, view in scanned]
+    assert sum(1 for v in records if v.topic == "LaneT") == 2 * 2 + 4 * (per_thread + per_thread // 10)
+    ends = [off + v.size for off, v in scanned]
+    for end, (nxt, _) in zip(ends, scanned[1:], strict=False):  # contiguous, or the next segment
+        assert nxt == end or (nxt % cl.file_size == 0 and nxt - end < 2 * 1024)
+    assert ends[-1] == cl.max_offset
+    for queue_id in (1, 2):
+        offsets = [v.queue_offset for v in records if v.topic == "LaneT" and v.queue_id == queue_id]
+        assert offsets == list(range(len(offsets)))
+        read: list[int] = []
+        while len(read) < len(offsets):  # a pull answers a bounded number of bytes
+            got = store.get_message("G", "LaneT", queue_id, len(read), 2000).messages
+            assert got
+            read += [m.queue_offset for m in got]
+        assert read == offsets
