@@ -1621,6 +1621,41 @@ static PyObject *setup_put_record(PyObject *self, PyObject *cls) {
     Py_RETURN_NONE;
 }
 
+/* Every field of one V1 record with an IPv4 born host at w but its TOTALSIZE (w[0..3]), which
+ * the caller writes last: the commit point. With props NULL the properties' pl bytes are left
+ * for the caller to write too (before the TOTALSIZE). */
+static void fill_v1_record(unsigned char *w, int32_t crc, int32_t queue_id, int32_t flag, long long qoff,
+                           long long physical, int32_t flags, long long born_ts, const char *born_host,
+                           long long now, const char *store_host, Py_ssize_t sh, int32_t reconsume,
+                           long long prepared, const char *body, Py_ssize_t bl, const char *topic, Py_ssize_t tl,
+                           const char *props, Py_ssize_t pl) {
+    put_be32(w + 4, MESSAGE_MAGIC_CODE);
+    put_be32(w + 8, crc);
+    put_be32(w + 12, queue_id);
+    put_be32(w + 16, flag);
+    put_be64(w + 20, qoff);
+    put_be64(w + 28, physical);
+    put_be32(w + 36, flags);
+    put_be64(w + 40, born_ts);
+    memcpy(w + 48, born_host, 8);
+    put_be64(w + 56, now);
+    unsigned char *q = w + 64;
+    memcpy(q, store_host, (size_t)sh);
+    q += sh;
+    put_be32(q, reconsume);
+    put_be64(q + 4, prepared);
+    put_be32(q + 12, (int32_t)bl);
+    q += 16;
+    memcpy(q, body, (size_t)bl);
+    q += bl;
+    *q++ = (unsigned char)tl;
+    memcpy(q, topic, (size_t)tl);
+    q += tl;
+    q[0] = (unsigned char)(pl >> 8);
+    q[1] = (unsigned char)pl;
+    if (props != NULL) memcpy(q + 2, props, (size_t)pl);
+}
+
 static PyObject *put_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "put_record(target, pos, length, msg, crc, queue_offset, physical, "
@@ -1666,31 +1701,9 @@ static PyObject *put_record(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_RETURN_FALSE;
     }
     unsigned char *w = (unsigned char *)view.buf + pos;
-    put_be32(w + 4, MESSAGE_MAGIC_CODE);
-    put_be32(w + 8, (int32_t)crc);
-    put_be32(w + 12, (int32_t)queue_id);
-    put_be32(w + 16, (int32_t)flag);
-    put_be64(w + 20, qoff);
-    put_be64(w + 28, physical);
-    put_be32(w + 36, (int32_t)flags);
-    put_be64(w + 40, born_ts);
-    memcpy(w + 48, PyBytes_AS_STRING(born_host), 8);
-    put_be64(w + 56, now);
-    unsigned char *q = w + 64;
-    memcpy(q, PyBytes_AS_STRING(store_host), (size_t)sh);
-    q += sh;
-    put_be32(q, (int32_t)reconsume);
-    put_be64(q + 4, prepared);
-    put_be32(q + 12, (int32_t)bl);
-    q += 16;
-    memcpy(q, PyBytes_AS_STRING(body), (size_t)bl);
-    q += bl;
-    *q++ = (unsigned char)tl;
-    memcpy(q, PyBytes_AS_STRING(topic), (size_t)tl);
-    q += tl;
-    q[0] = (unsigned char)(pl >> 8);
-    q[1] = (unsigned char)pl;
-    memcpy(q + 2, PyBytes_AS_STRING(props), (size_t)pl);
+    fill_v1_record(w, (int32_t)crc, (int32_t)queue_id, (int32_t)flag, qoff, physical, (int32_t)flags, born_ts,
+                   PyBytes_AS_STRING(born_host), now, PyBytes_AS_STRING(store_host), sh, (int32_t)reconsume, prepared,
+                   PyBytes_AS_STRING(body), bl, PyBytes_AS_STRING(topic), tl, PyBytes_AS_STRING(props), pl);
     put_be32(w, (int32_t)length); /* commit point: TOTALSIZE last */
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;
@@ -4621,6 +4634,485 @@ static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* -- the single put, compiled: CommitLog.put_message and MessageStore.put_message in one call ----
+ *
+ *   setup_put_lane(MappedFile, PutMessageResult, PutMessageStatus.PUT_OK)
+ *   setup_lane_stats(StoreStats)
+ *   put_lane(lock, topic_cache, store_host, store_v6, file_size, units_per_cq_file, sync) -> PutLane
+ *   lane.put(msg) -> PutMessageResult | None              CommitLog.put_message of a BrokerMessage
+ *   lane.store_put(msg, queue_id) -> PutMessageResult | None       MessageStore.put_message
+ *
+ * A PutLane belongs to one plain CommitLog (rocketq/store/commitlog.py) and holds what the fast
+ * path of its put_message reads, kept current by the CommitLog wherever Python changes it: the
+ * current segment (cur, target, cur_from: CommitLog._roll), whether it takes writes (accepting:
+ * _update_accepting) and what a put calls afterwards (after_put: _update_after_put). The topic
+ * cache, its shape caches and its per-topic queue-offset dicts are the CommitLog's own objects,
+ * read and updated in place. A MessageStore in front of the CommitLog sets its side (stats,
+ * born_host, every, timed) and counts in since the bytes put since the dispatch lag was looked at.
+ *
+ * put does what CommitLog.put_message's fast path does, from the topic cache to the result: for
+ * a BrokerMessage of a cached topic and (body, properties) shape without transaction bits, with
+ * an IPv4 born host and every field an exact int or bytes in its range, under ASYNC_FLUSH, while
+ * the CommitLog takes writes, when the current segment has room (no roll) and the queue offset
+ * opens no ConsumeQueue file: the record (fill_v1_record, TOTALSIZE last), the queue offset, the
+ * segment's wrote_position and store_timestamp, after_put() (not called while wake_event, the
+ * dispatch service's, is set: its wakeup has nothing to do then) and the same PutMessageResult. None,
+ * with nothing written or changed, for anything else: CommitLog.put_message's Python path then
+ * runs, the reference, and writes, raises or rolls as it always did.
+ *
+ * The put lock: the lane never waits for it. While a thread holds it (a batch, a roll, shutdown,
+ * set_writable, a queue-offset repair) the lane hands the put to the Python path, which waits.
+ * When it is free, the lane makes its whole write holding the GIL and calls nothing that could
+ * run Python code or let the GIL go between that test and the last update (the clock is read and
+ * the message measured before; only ints, which never start a garbage collection, are allocated
+ * in between), so no other thread can enter the critical section or see it half done: the
+ * exclusion the lock gives, without its acquire and release.
+ *
+ * store_put is MessageStore.put_message's usual path in the same call: a Message nothing parks
+ * (message_inner's conditions) written straight into its record, its properties text included,
+ * or a BrokerMessage without a queue id whose properties name nothing that parks (no TIMER_,
+ * __STARTDELIVERTIME or DELAY); then the façade's bookkeeping (since, stats.put_count and
+ * put_bytes; put_failures when after_put raises). None as well when the lag is due for a look
+ * (since >= every) and while put latency is sampled (timed). A Message's born timestamp is its
+ * store timestamp: one clock read, time.time_ns()'s clock (or lane.clock(), when set, for tests). */
+
+static PyTypeObject *lane_mapped_file, *lane_result, *lane_stats;
+static PyObject *lane_put_ok, *lane_str_flag, *lane_zero;
+enum { LMF_WROTE, LMF_STAMP, LMF_COUNT };
+static const char *const lmf_names[LMF_COUNT] = {"wrote_position", "store_timestamp"};
+static Py_ssize_t lmf_off[LMF_COUNT];
+enum { LST_COUNT, LST_BYTES, LST_FAILURES, LST_N };
+static const char *const lst_names[LST_N] = {"put_count", "put_bytes", "put_failures"};
+static Py_ssize_t lst_off[LST_N];
+
+static PyObject *setup_put_lane(PyObject *self, PyObject *args) {
+    PyObject *mf, *result, *ok;
+    if (!PyArg_ParseTuple(args, "O!O!O:setup_put_lane", &PyType_Type, &mf, &PyType_Type, &result, &ok)) return NULL;
+    PyTypeObject *rt = (PyTypeObject *)result;
+    if (!PyType_IsSubtype(rt, &PyTuple_Type) || rt->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        rt->tp_itemsize != PyTuple_Type.tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "setup_put_lane: the result class must be a tuple subclass without fields");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)mf, lmf_names, lmf_off, LMF_COUNT) < 0) return NULL;
+    if (lane_str_flag == NULL && (lane_str_flag = PyUnicode_InternFromString("_flag")) == NULL) return NULL;
+    if (lane_zero == NULL && (lane_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    Py_XSETREF(lane_mapped_file, (PyTypeObject *)Py_NewRef(mf));
+    Py_XSETREF(lane_result, (PyTypeObject *)Py_NewRef(result));
+    Py_XSETREF(lane_put_ok, Py_NewRef(ok));
+    Py_RETURN_NONE;
+}
+
+static PyObject *setup_lane_stats(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_lane_stats: StoreStats must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, lst_names, lst_off, LST_N) < 0) return NULL;
+    Py_XSETREF(lane_stats, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *locked;      /* the put lock's bound locked() */
+    PyObject *topic_cache; /* CommitLog._topic_cache */
+    PyObject *store_host;  /* bytes */
+    PyObject *cur;         /* the current segment (MappedFile) or None */
+    PyObject *target;      /* its write target */
+    PyObject *after_put;   /* callable or None */
+    PyObject *wake_event;  /* a threading.Event whose being set means after_put has nothing to do */
+    PyObject *stats;       /* the store's StoreStats, or None */
+    PyObject *born_host;   /* the store's born host of a Message, or None */
+    PyObject *clock;       /* None: the system clock; else a callable giving time.time_ns() */
+    long long store_v6, file_size, units, cur_from, every, since;
+    char sync, accepting, timed;
+} PutLane;
+
+static int PutLane_traverse(PutLane *self, visitproc visit, void *arg) {
+    Py_VISIT(self->locked);
+    Py_VISIT(self->topic_cache);
+    Py_VISIT(self->cur);
+    Py_VISIT(self->target);
+    Py_VISIT(self->after_put);
+    Py_VISIT(self->wake_event);
+    Py_VISIT(self->stats);
+    Py_VISIT(self->clock);
+    return 0;
+}
+
+static int PutLane_clear(PutLane *self) {
+    Py_CLEAR(self->locked);
+    Py_CLEAR(self->topic_cache);
+    Py_CLEAR(self->store_host);
+    Py_CLEAR(self->cur);
+    Py_CLEAR(self->target);
+    Py_CLEAR(self->after_put);
+    Py_CLEAR(self->wake_event);
+    Py_CLEAR(self->stats);
+    Py_CLEAR(self->born_host);
+    Py_CLEAR(self->clock);
+    return 0;
+}
+
+static void PutLane_dealloc(PutLane *self) {
+    PyObject_GC_UnTrack(self);
+    PutLane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The put's store time, time.time_ns() // 1_000_000: 1, or 0 when lane.clock gives something
+ * else than an int, -1 when it raised. */
+static int lane_now(PutLane *self, long long *now) {
+    if (self->clock == NULL || self->clock == Py_None) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        *now = (long long)ts.tv_sec * 1000 + (long long)ts.tv_nsec / 1000000;
+        return 1;
+    }
+    PyObject *r = PyObject_CallNoArgs(self->clock);
+    if (r == NULL) return -1;
+    long long ns;
+    int ok = long_in(r, LLONG_MIN, LLONG_MAX, &ns) == 0;
+    Py_DECREF(r);
+    if (!ok) return 0;
+    *now = ns / 1000000 - (ns % 1000000 < 0); /* floor division, as // */
+    return 1;
+}
+
+/* One put's values, checked. */
+typedef struct {
+    PyObject *topic; /* str */
+    PyObject *qid;   /* exact int: the key of the queue-offset dict */
+    PyObject *msg;   /* a Message whose properties text msg_text writes (props NULL), else NULL */
+    const char *body, *props, *born_host;
+    Py_ssize_t bl, pl;
+    long long queue_id, flag, sys_flag, born_ts, reconsume, prepared;
+} lane_msg;
+
+/* a BrokerMessage's fields into m: 1, or 0 when it is not one the lane takes */
+static int lane_broker_msg(PyObject *msg, lane_msg *m) {
+    if (broker_message == NULL || Py_TYPE(msg) != broker_message) return 0;
+    PyObject *v[BM_COUNT];
+    for (int i = 0; i < BM_COUNT; i++)
+        if ((v[i] = SLOT(msg, bm_off[i])) == NULL) return 0;
+    if (!PyUnicode_CheckExact(v[BM_TOPIC]) || !PyBytes_CheckExact(v[BM_BODY]) || !PyBytes_CheckExact(v[BM_PROPERTIES]) ||
+        !PyBytes_CheckExact(v[BM_BORN_HOST]) || PyBytes_GET_SIZE(v[BM_BORN_HOST]) != 8 ||
+        long_in(v[BM_QUEUE_ID], I32_MIN, I32_MAX, &m->queue_id) < 0 || long_in(v[BM_FLAG], I32_MIN, I32_MAX, &m->flag) < 0 ||
+        long_in(v[BM_SYS_FLAG], I32_MIN, I32_MAX, &m->sys_flag) < 0 ||
+        long_in(v[BM_BORN_TIMESTAMP], LLONG_MIN, LLONG_MAX, &m->born_ts) < 0 ||
+        long_in(v[BM_RECONSUME_TIMES], I32_MIN, I32_MAX, &m->reconsume) < 0 ||
+        long_in(v[BM_PREPARED_OFFSET], LLONG_MIN, LLONG_MAX, &m->prepared) < 0)
+        return 0;
+    m->topic = v[BM_TOPIC];
+    m->qid = v[BM_QUEUE_ID];
+    m->msg = NULL;
+    m->body = PyBytes_AS_STRING(v[BM_BODY]);
+    m->bl = PyBytes_GET_SIZE(v[BM_BODY]);
+    m->props = PyBytes_AS_STRING(v[BM_PROPERTIES]);
+    m->pl = PyBytes_GET_SIZE(v[BM_PROPERTIES]);
+    m->born_host = PyBytes_AS_STRING(v[BM_BORN_HOST]);
+    return 1;
+}
+
+/* The put of m at store time now, as described above: 1 with the result in *out, 0 when the
+ * Python path must take it (nothing done), -1 with an exception (*written: whether the record
+ * and its state are in, i.e. after_put raised). */
+static int lane_write(PutLane *self, const lane_msg *m, long long now, PyObject **out, int *written) {
+    *written = 0;
+    if (self->sync || lane_result == NULL || lane_mapped_file == NULL || lane_str_flag == NULL || self->topic_cache == NULL ||
+        self->locked == NULL)
+        return 0;
+    PyObject *info = PyDict_GetItemWithError(self->topic_cache, m->topic);
+    if (info == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 4) return 0;
+    PyObject *topic_b = PyTuple_GET_ITEM(info, 0), *shapes = PyTuple_GET_ITEM(info, 2);
+    PyObject *qoffs = PyTuple_GET_ITEM(info, 3);
+    if (!PyBytes_CheckExact(topic_b) || PyTuple_GET_ITEM(info, 1) != Py_False || !PyDict_CheckExact(shapes) ||
+        !PyDict_CheckExact(qoffs))
+        return 0;
+    const Py_ssize_t tl = PyBytes_GET_SIZE(topic_b), sh = PyBytes_GET_SIZE(self->store_host);
+    const long long flags = m->sys_flag | self->store_v6;
+    if ((m->sys_flag & 0x3C) || tl > 127 || m->pl > 32767 || m->bl > I32_MAX || flags < I32_MIN || flags > I32_MAX)
+        return 0;
+    const long long length = 64 + sh + 16 + m->bl + 1 + tl + 2 + m->pl;
+    /* the shape cache holds only shapes within every limit (RecordEncoder._encode) */
+    PyObject *key = PyLong_FromLongLong((long long)m->bl << 16 | m->pl);
+    if (key == NULL) return -1;
+    PyObject *shape = PyDict_GetItemWithError(shapes, key);
+    Py_DECREF(key);
+    if (shape == NULL) return PyErr_Occurred() ? -1 : 0;
+    long long shape_len;
+    if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2 ||
+        long_in(PyTuple_GET_ITEM(shape, 1), 0, I32_MAX, &shape_len) < 0 || shape_len != length)
+        return 0;
+    const uint32_t crc = crc32_of((const unsigned char *)m->body, m->bl) & 0x7FFFFFFFu;
+
+    /* -- from here to the last update: nothing that may run Python code or let the GIL go -- */
+    PyObject *held = PyObject_CallNoArgs(self->locked);
+    if (held == NULL) return -1;
+    Py_DECREF(held);
+    if (held != Py_False || !self->accepting) return 0;
+    PyObject *mf = self->cur;
+    if (mf == NULL || Py_TYPE(mf) != lane_mapped_file || self->target == NULL) return 0;
+    PyObject *wrote = SLOT(mf, lmf_off[LMF_WROTE]);
+    long long wp;
+    if (wrote == NULL || long_in(wrote, 0, LLONG_MAX, &wp) < 0) return 0;
+    if (length + 8 > self->file_size - wp) return 0; /* a roll: the Python path's */
+    PyObject *qv = PyDict_GetItemWithError(qoffs, m->qid);
+    long long qoff = 0;
+    if (qv == NULL) {
+        if (PyErr_Occurred()) return -1;
+    } else if (long_in(qv, LLONG_MIN, LLONG_MAX - 1, &qoff) < 0) {
+        return 0;
+    }
+    if (qoff % self->units == 0) return 0; /* opens a ConsumeQueue file: reserved by the Python path */
+    Py_buffer view;
+    if (PyObject_GetBuffer(self->target, &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (wp > view.len - length) {
+        PyBuffer_Release(&view);
+        return 0;
+    }
+    const long long physical = self->cur_from + wp;
+    PyObject *o_phys = PyLong_FromLongLong(physical), *o_len = PyLong_FromLongLong(length);
+    PyObject *o_qoff = PyLong_FromLongLong(qoff), *o_next = PyLong_FromLongLong(qoff + 1);
+    PyObject *o_wp = PyLong_FromLongLong(wp + length), *o_now = PyLong_FromLongLong(now);
+    if (o_phys == NULL || o_len == NULL || o_qoff == NULL || o_next == NULL || o_wp == NULL || o_now == NULL ||
+        PyDict_SetItem(qoffs, m->qid, o_next) < 0) {
+        PyBuffer_Release(&view);
+        Py_XDECREF(o_phys);
+        Py_XDECREF(o_len);
+        Py_XDECREF(o_qoff);
+        Py_XDECREF(o_next);
+        Py_XDECREF(o_wp);
+        Py_XDECREF(o_now);
+        return -1;
+    }
+    Py_DECREF(o_next);
+    unsigned char *w = (unsigned char *)view.buf + wp;
+    fill_v1_record(w, (int32_t)crc, (int32_t)m->queue_id, (int32_t)m->flag, qoff, physical, (int32_t)flags,
+                   m->born_ts, m->born_host, now, PyBytes_AS_STRING(self->store_host), sh, (int32_t)m->reconsume,
+                   m->prepared, m->body, m->bl, PyBytes_AS_STRING(topic_b), tl, m->props, m->pl);
+    if (m->props == NULL) msg_text(m->msg, (char *)w + length - m->pl);
+    put_be32(w, (int32_t)length); /* commit point: TOTALSIZE last */
+    PyBuffer_Release(&view);
+    PyObject *old_wp = SLOT(mf, lmf_off[LMF_WROTE]), *old_ts = SLOT(mf, lmf_off[LMF_STAMP]);
+    SLOT(mf, lmf_off[LMF_WROTE]) = o_wp;
+    SLOT(mf, lmf_off[LMF_STAMP]) = Py_NewRef(o_now);
+    Py_XDECREF(old_wp);
+    Py_XDECREF(old_ts);
+    /* -- the critical section ends: the Python path releases the put lock here -- */
+    *written = 1;
+    PyObject *res = NULL;
+    if (self->after_put != NULL && self->after_put != Py_None) {
+        /* ServiceThread.wakeup (the dispatch service's) does nothing while its event is set:
+         * Event.is_set() is its _flag */
+        PyObject *flag = NULL;
+        if (self->wake_event != NULL && self->wake_event != Py_None &&
+            (flag = PyObject_GetAttr(self->wake_event, lane_str_flag)) == NULL)
+            goto fail;
+        if (flag != Py_True) {
+            PyObject *r = PyObject_CallNoArgs(self->after_put);
+            if (r == NULL) {
+                Py_XDECREF(flag);
+                goto fail;
+            }
+            Py_DECREF(r);
+        }
+        Py_XDECREF(flag);
+    }
+    res = lane_result->tp_alloc(lane_result, 8);
+    if (res == NULL) goto fail;
+    PyObject *items[8] = {Py_NewRef(lane_put_ok), o_phys, o_len, o_qoff, o_now, Py_NewRef(self->store_host),
+                          PyLong_FromLong(1), Py_NewRef(Py_None)};
+    for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(res, i, items[i]);
+    *out = res;
+    return 1;
+fail:
+    Py_DECREF(o_phys);
+    Py_DECREF(o_len);
+    Py_DECREF(o_qoff);
+    Py_DECREF(o_now);
+    return -1;
+}
+
+static PyObject *PutLane_put(PutLane *self, PyObject *msg) {
+    long long now;
+    int r = lane_now(self, &now);
+    if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
+    lane_msg m;
+    if (!lane_broker_msg(msg, &m)) Py_RETURN_NONE;
+    PyObject *out = NULL;
+    int written;
+    r = lane_write(self, &m, now, &out, &written);
+    if (r < 0) return NULL;
+    return r == 0 ? Py_NewRef(Py_None) : out;
+}
+
+/* stats.<slot> += by; -1 with an exception */
+static int lane_count(PyObject *stats, int slot, long long by) {
+    PyObject *old = SLOT(stats, lst_off[slot]);
+    if (old == NULL) {
+        PyErr_SetString(PyExc_AttributeError, lst_names[slot]);
+        return -1;
+    }
+    PyObject *add = PyLong_FromLongLong(by);
+    if (add == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, add);
+    Py_DECREF(add);
+    if (sum == NULL) return -1;
+    old = SLOT(stats, lst_off[slot]);
+    SLOT(stats, lst_off[slot]) = sum;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static PyObject *PutLane_store_put(PutLane *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "store_put(msg, queue_id)");
+        return NULL;
+    }
+    PyObject *msg = args[0], *queue_id = args[1], *stats = self->stats;
+    if (self->timed || self->since >= self->every || lane_stats == NULL || stats == NULL ||
+        Py_TYPE(stats) != lane_stats)
+        Py_RETURN_NONE;
+    long long now;
+    int r = lane_now(self, &now);
+    if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
+    lane_msg m;
+    if (message_class != NULL && Py_TYPE(msg) == message_class) {
+        /* message_inner's Message, written in place: queue id `queue_id or 0`, born now */
+        PyObject *topic = SLOT(msg, ms_off[MS_TOPIC]), *body = SLOT(msg, ms_off[MS_BODY]);
+        PyObject *flag = SLOT(msg, ms_off[MS_FLAG]), *born = self->born_host;
+        if (queue_id == Py_None) {
+            m.qid = lane_zero;
+            m.queue_id = 0;
+        } else if (long_in(queue_id, I32_MIN, I32_MAX, &m.queue_id) == 0) {
+            m.qid = queue_id;
+        } else {
+            Py_RETURN_NONE;
+        }
+        if (topic == NULL || body == NULL || flag == NULL || born == NULL || !PyUnicode_CheckExact(topic) ||
+            !PyBytes_CheckExact(body) || !PyBytes_CheckExact(born) || PyBytes_GET_SIZE(born) != 8 ||
+            long_in(flag, I32_MIN, I32_MAX, &m.flag) < 0)
+            Py_RETURN_NONE;
+        Py_ssize_t pl = msg_text(msg, NULL);
+        if (pl < 0) Py_RETURN_NONE;
+        m.topic = topic;
+        m.msg = msg;
+        m.body = PyBytes_AS_STRING(body);
+        m.bl = PyBytes_GET_SIZE(body);
+        m.props = NULL;
+        m.pl = pl;
+        m.born_host = PyBytes_AS_STRING(born);
+        m.sys_flag = m.reconsume = m.prepared = 0;
+        m.born_ts = now;
+    } else if (queue_id == Py_None && lane_broker_msg(msg, &m)) {
+        /* StorePuts._inner's BrokerMessage that nothing parks: taken as it is */
+        const unsigned char *p = (const unsigned char *)m.props;
+        if (has_sub(p, m.pl, "TIMER_", 6) || has_sub(p, m.pl, "__STARTDELIVERTIME\x01", 19) ||
+            has_sub(p, m.pl, "DELAY\x01", 6))
+            Py_RETURN_NONE;
+    } else {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = NULL;
+    int written;
+    r = lane_write(self, &m, now, &out, &written);
+    if (r == 0) Py_RETURN_NONE;
+    if (r < 0) {
+        if (written) { /* after_put raised: the façade counts a failure, as around the Python put */
+            PyObject *exc_type, *exc, *tb;
+            PyErr_Fetch(&exc_type, &exc, &tb);
+            int bad = lane_count(stats, LST_FAILURES, 1);
+            PyErr_Restore(exc_type, exc, tb);
+            if (bad < 0) return NULL;
+        }
+        return NULL;
+    }
+    const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(out, 2));
+    self->since += size;
+    if (lane_count(stats, LST_COUNT, 1) < 0 || lane_count(stats, LST_BYTES, size) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyMethodDef PutLane_methods[] = {
+    {"put", (PyCFunction)PutLane_put, METH_O,
+     "put(msg): CommitLog.put_message of a BrokerMessage on its fast path, or None (nothing done)"},
+    {"store_put", (PyCFunction)(void (*)(void))PutLane_store_put, METH_FASTCALL,
+     "store_put(msg, queue_id): MessageStore.put_message's usual path, or None (nothing done)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef PutLane_members[] = {
+    {"cur", T_OBJECT, offsetof(PutLane, cur), 0, "the current segment (CommitLog._cur)"},
+    {"target", T_OBJECT, offsetof(PutLane, target), 0, "its write target (CommitLog._cur_target)"},
+    {"cur_from", T_LONGLONG, offsetof(PutLane, cur_from), 0, "its first offset (CommitLog._cur_from)"},
+    {"accepting", T_BOOL, offsetof(PutLane, accepting), 0, "CommitLog._accepting"},
+    {"after_put", T_OBJECT, offsetof(PutLane, after_put), 0, "CommitLog._after_put"},
+    {"wake_event", T_OBJECT, offsetof(PutLane, wake_event), 0,
+     "None, or the threading.Event of the ServiceThread whose wakeup after_put is: set, no call"},
+    {"stats", T_OBJECT, offsetof(PutLane, stats), 0, "the store's StoreStats"},
+    {"born_host", T_OBJECT, offsetof(PutLane, born_host), 0, "the store's born host of a Message"},
+    {"every", T_LONGLONG, offsetof(PutLane, every), 0, "bytes between two looks at the dispatch lag"},
+    {"since", T_LONGLONG, offsetof(PutLane, since), 0, "bytes put since the last look"},
+    {"timed", T_BOOL, offsetof(PutLane, timed), 0, "put latency is sampled: store_put takes nothing"},
+    {"clock", T_OBJECT, offsetof(PutLane, clock), 0, "None (the system clock) or a time.time_ns twin"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PutLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rocketq._speedups.PutLane",
+    .tp_basicsize = sizeof(PutLane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled single put of one CommitLog (see rocketq.store.commitlog)",
+    .tp_dealloc = (destructor)PutLane_dealloc,
+    .tp_traverse = (traverseproc)PutLane_traverse,
+    .tp_clear = (inquiry)PutLane_clear,
+    .tp_methods = PutLane_methods,
+    .tp_members = PutLane_members,
+};
+
+static PyObject *put_lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long store_v6, file_size, units;
+    if (nargs != 7 || !PyDict_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) ||
+        long_in(args[3], 0, I32_MAX, &store_v6) < 0 || long_in(args[4], 1, LLONG_MAX / 2, &file_size) < 0 ||
+        long_in(args[5], 1, LLONG_MAX, &units) < 0) {
+        PyErr_SetString(PyExc_TypeError, "put_lane(lock, topic_cache: dict, store_host: bytes, store_v6: int, "
+                                         "file_size: int > 0, units_per_cq_file: int > 0, sync)");
+        return NULL;
+    }
+    int sync = PyObject_IsTrue(args[6]);
+    if (sync < 0) return NULL;
+    if (!(PutLaneType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&PutLaneType) < 0) return NULL;
+    PyObject *locked = PyObject_GetAttrString(args[0], "locked");
+    if (locked == NULL) return NULL;
+    PutLane *lane = PyObject_GC_New(PutLane, &PutLaneType);
+    if (lane == NULL) {
+        Py_DECREF(locked);
+        return NULL;
+    }
+    lane->locked = locked;
+    lane->topic_cache = Py_NewRef(args[1]);
+    lane->store_host = Py_NewRef(args[2]);
+    lane->cur = lane->target = lane->after_put = lane->wake_event = lane->stats = lane->born_host = lane->clock = NULL;
+    lane->store_v6 = store_v6;
+    lane->file_size = file_size;
+    lane->units = units;
+    lane->cur_from = lane->since = 0;
+    lane->every = LLONG_MAX;
+    lane->sync = (char)sync;
+    lane->accepting = lane->timed = 0;
+    PyObject_GC_Track(lane);
+    return (PyObject *)lane;
+}
+
 static PyMethodDef methods[] = {
     {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
      "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
@@ -4717,6 +5209,13 @@ static PyMethodDef methods[] = {
      "cq_put_run(cq, units): ConsumeQueue.put_units' first run written into the queue's last file, or None"},
     {"index_put_file", (PyCFunction)(void (*)(void))index_put_file, METH_FASTCALL,
      "index_put_file(f, hashes, phys, stamps): IndexFile.put_keys with its blocks reserved, compiled, or None"},
+    {"setup_put_lane", (PyCFunction)setup_put_lane, METH_VARARGS,
+     "setup_put_lane(MappedFile, PutMessageResult, PutMessageStatus.PUT_OK): bind put_lane to its classes"},
+    {"setup_lane_stats", (PyCFunction)setup_lane_stats, METH_O,
+     "setup_lane_stats(StoreStats): bind PutLane.store_put to the store's counters"},
+    {"put_lane", (PyCFunction)(void (*)(void))put_lane, METH_FASTCALL,
+     "put_lane(lock, topic_cache, store_host, store_v6, file_size, units_per_cq_file, sync): the compiled "
+     "single put of one CommitLog (PutLane)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,6 +49,9 @@ SEND_MESSAGE(_V2) header's fields to checked values),
 record's: decoded, UNIQ_KEY and CLUSTER added, encoded), :func:`rocketq.broker.send.send_ok_frame`
 (the SUCCESS answer frame) and ``put_record`` (the record write of
 :meth:`rocketq.store.commitlog.CommitLog.put_message`, whose struct layout stays the reference);
+``put_lane`` (a ``PutLane`` per plain CommitLog: that ``put_message``'s whole fast path, and
+:meth:`rocketq.store.message_store.MessageStore.put_message`'s usual path with it, in one call,
+handing every other put to the Python path, the reference; see :mod:`rocketq.store.commitlog`);
 and ``lone_send`` (:func:`rocketq.broker.send_frame.pure_lone_send`: a read that is one whole
 SEND_MESSAGE_V2 frame to its command and checked header in one call, for the broker's lone
 handler, :meth:`rocketq.broker.send.SendMessageProcessor.send_lone`) and ``broker_message``

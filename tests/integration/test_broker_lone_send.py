@@ -11,6 +11,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from test_broker_server import WAIT_S, dispatched, run, running_broker
 
 from _support.requests import create_topic_request, pull_request, pulled_records, send_request
@@ -21,6 +22,7 @@ from rocketq.protocol import record as rec
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection
+from rocketq.speedups import COMPILED
 
 TOPIC = "LoneT"
 
@@ -246,5 +248,49 @@ def test_an_error_before_the_put_leaves_the_read_to_the_general_path(store_confi
             assert answers[0].remark == "topics.json state unreadable"
             again = await exchange(broker.port, [frame_of(send_request(TOPIC, b"y"), 6)], 1)
             assert again[0].code == ResponseCode.SUCCESS and counted.answered == 1
+
+    run(main())
+
+
+class CountedPuts:
+    """A store's compiled single put, counting the puts it took and the ones it handed back."""
+
+    def __init__(self, lane: Any) -> None:
+        self.lane = lane
+        self.taken = 0
+        self.left = 0
+
+    def store_put(self, msg: Any, queue_id: int | None) -> Any:
+        r = self.lane.store_put(msg, queue_id)
+        if r is None:
+            self.left += 1
+        else:
+            self.taken += 1
+        return r
+
+
+@pytest.mark.skipif(
+    COMPILED is None or not hasattr(COMPILED, "put_lane"), reason="the compiled module is not in use"
+)
+def test_a_lone_send_is_stored_by_the_compiled_single_put(store_config: StoreConfig) -> None:
+    async def main() -> None:
+        async with running_broker(store_config) as (broker, client, addr):
+            assert (await client.invoke(addr, create_topic_request(TOPIC, queues=1))).code == 0
+            for i in range(2):  # the topic's name checked, its shape cached, queue offset 0 taken
+                assert (await client.invoke(addr, send_request(TOPIC, b"w%d" % i, queue_id=0))).code == 0
+            store = broker.store
+            assert store is not None and store._lane is not None
+            counted = CountedPuts(store._lane)
+            store._lane = counted  # type: ignore[assignment]
+            lone = count_lone(broker)
+            answers = await exchange(
+                broker.port, [frame_of(send_request(TOPIC, b"m%d" % i), i) for i in range(5)], 5
+            )
+            assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 5
+            assert lone.answered == 5 and (counted.taken, counted.left) == (5, 0)
+            assert [a.ext_fields["queueOffset"] for a in answers] == ["2", "3", "4", "5", "6"]
+            assert [v.body for v in await records(broker, client, addr, 0, 8)] == [b"w0", b"w1"] + [
+                b"m%d" % i for i in range(5)
+            ]
 
     run(main())

@@ -23,6 +23,31 @@ Invariants:
   normal and COMMIT records (PREPARED/ROLLBACK records carry queue offset 0, as in RocketMQ);
 * a rejected message (too large, bad topic) writes nothing and consumes no queue offset.
 
+The compiled lane (where ``rocketq._speedups`` is in use): a plain CommitLog owns a
+:class:`~rocketq.store.commitlog_lifecycle.PutLane` (``put_lane``), and ``put_message`` first
+offers the message to it. ``lane.put`` is the fast path below in one C call, from the topic-cache
+lookup to the result: a topic and (body, properties) shape already in the caches, no transaction
+bits, an IPv4 born host, every field an exact int or bytes in range, ASYNC_FLUSH, the CommitLog
+taking writes, room in the current segment, a queue offset that opens no ConsumeQueue file. It
+writes the record with the same writer as ``put_record`` (TOTALSIZE last), advances the queue
+offset, ``wrote_position`` and ``store_timestamp``, calls ``after_put`` and returns the same
+``PutMessageResult``; for anything else it returns None having read into and changed nothing,
+and the Python path (the reference) runs. MessageStore.put_message calls ``lane.store_put``,
+which adds the store's part in the same call (a Message converted as ``message_inner`` does, its
+properties text written straight into the record, or a BrokerMessage that nothing parks; the
+put counts and the lag count).
+
+The lane's state is the CommitLog's: the topic, shape and queue-offset dicts are shared objects;
+the current segment, its write target and first offset are copied into the lane by ``_roll``,
+``_accepting`` by ``_update_accepting`` and ``_after_put`` by ``_update_after_put`` (with the
+dispatch service's wake-up Event, whose flag the lane reads instead of calling a wake-up that
+would do nothing); ``wrote_position`` is read from the segment at every put. The put lock is
+never waited for in C: while any thread holds it the lane hands the put back (the Python path
+waits for it); when it is free the lane writes holding the GIL from the lock test to the last
+update, calling nothing that runs Python code or starts a garbage collection meanwhile, so no
+other thread can be inside or see the critical section half done. A subclass (the DLedger
+CommitLog) has no lane; ``ROCKETQ_PURE=1`` turns it off with the rest of the compiled module.
+
 One idea: the writes under the put lock (a message, a batch of messages, a batch send packed
 from its body by the compiled ``batch_write``, :mod:`rocketq.store.packed_batch`) and the reads
 of records. Beside it: ``commitlog_encode.py``
@@ -59,7 +84,7 @@ from rocketq.protocol.record import MESSAGE_MAGIC_CODE
 from rocketq.store import record_scan
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.commitlog_encode import RECORD_SLACK, RecordEncoder, TopicInfo
-from rocketq.store.commitlog_lifecycle import CommitLogLifecycle
+from rocketq.store.commitlog_lifecycle import CommitLogLifecycle, PutLane
 from rocketq.store.flush import (
     CommitRealTimeService,
     FlushListener,
@@ -175,6 +200,11 @@ class PutMessageResult(tuple[PutMessageStatus, int, int, int, int, bytes, int, "
 
 _second = itemgetter(1)
 _PUT_OK = PutMessageStatus.PUT_OK
+#: The compiled single put (``rocketq._speedups.put_lane``: a :class:`PutLane` per plain
+#: CommitLog, see the module docstring), or None on the pure path.
+_new_lane: Callable[..., PutLane] | None = getattr(_speedups.COMPILED, "put_lane", None)
+if _new_lane is not None:
+    _speedups.COMPILED.setup_put_lane(MappedFile, PutMessageResult, _PUT_OK)  # type: ignore[union-attr]
 
 
 class CommitLog(RecordEncoder, CommitLogLifecycle):
@@ -248,6 +278,13 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
                 flush_service=self.flush_service,
             )
         self._wake_commit = config.wake_commit_when_put_message and self.commit_service is not None
+        #: The compiled single put (a plain CommitLog's only: a subclass has puts of its own).
+        self._lane: PutLane | None = None
+        if _new_lane is not None and type(self) is CommitLog:
+            self._lane = _new_lane(
+                self._put_lock, self._topic_cache, self._store_host, self._store_v6, self.file_size,
+                self._units_per_cq_file, self._sync,
+            )  # fmt: skip
         self._update_after_put()
 
     # -- write path -------------------------------------------------------------------------
@@ -266,6 +303,12 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         # * acquire()/release() in try/finally instead of ``with``: the context-manager protocol
         #   costs two special-method lookups and a three-argument __exit__ call per put;
         # * everything read more than once is a local.
+        # Before all that, the compiled lane takes the usual put whole (None: it did nothing).
+        lane = self._lane
+        if lane is not None:
+            done = lane.put(m)
+            if done is not None:
+                return done
         body = m.body
         props = m.properties
         info = self._topic_cache.get(m.topic)
@@ -335,6 +378,11 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         self._cur = mf
         self._cur_target = mf.write_target
         self._cur_from = mf.file_from_offset
+        lane = self._lane
+        if lane is not None:  # the compiled put writes where this one does
+            lane.cur = mf
+            lane.target = self._cur_target
+            lane.cur_from = self._cur_from
         return mf
 
     def put_messages(self, msgs: Sequence[BrokerMessage]) -> PutMessageResult:

@@ -8,7 +8,8 @@ service (``flush.py``). ``load`` maps the segments (recovery then sets the write
 ``shutdown_writes`` refuses new puts, ``shutdown`` stops the services and commits and syncs what
 they left. The put path reads one flag, ``_accepting`` (running and writable), kept here; and it
 calls ``_after_put`` after every put, outside the lock: the append listener (which wakes
-dispatch) and, with the write-buffer pool, a check whether the commit service is due.
+dispatch) and, with the write-buffer pool, a check whether the commit service is due. Both are
+copied into the compiled put's state (:class:`PutLane`) whenever they change.
 """
 
 from __future__ import annotations
@@ -17,14 +18,43 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from rocketq.errors import ServiceNotAvailable, StoreNotWritable, StoreShutdown
 from rocketq.store.allocate import AllocateMappedFileService
 from rocketq.store.flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from rocketq.store.mapped_file import MappedFile, MappedFileQueue
+from rocketq.store.service import ServiceThread
 from rocketq.store.transient_pool import TransientStorePool
 
+if TYPE_CHECKING:
+    from rocketq.message import BrokerMessage, Message
+    from rocketq.store.commitlog import PutMessageResult
+
 log = logging.getLogger("rocketq.store.commitlog")
+
+
+class PutLane(Protocol):
+    """The compiled single put of one CommitLog (``rocketq._speedups.put_lane``; see the module
+    docstring of :mod:`rocketq.store.commitlog`): the state its fast path reads, which the
+    CommitLog (and the store in front of it) keep current, and its two entry points."""
+
+    cur: MappedFile | None
+    target: object
+    cur_from: int
+    accepting: bool
+    after_put: Callable[[], None] | None
+    wake_event: threading.Event | None
+    stats: object
+    born_host: bytes | None
+    every: int
+    since: int
+    timed: bool
+    clock: Callable[[], int] | None
+
+    def put(self, msg: BrokerMessage, /) -> PutMessageResult | None: ...
+
+    def store_put(self, msg: Message | BrokerMessage, queue_id: int | None, /) -> PutMessageResult | None: ...
 
 
 class CommitLogLifecycle:
@@ -47,6 +77,7 @@ class CommitLogLifecycle:
     _cur: MappedFile | None
     _append_listener: Callable[[], None] | None
     _after_put: Callable[[], None] | None
+    _lane: PutLane | None
     _wake_commit: bool
     _sync_timeout_s: float
 
@@ -73,6 +104,20 @@ class CommitLogLifecycle:
             self._after_put = both
         else:
             self._after_put = listener or commit
+        if self._lane is not None:
+            self._lane.wake_event = None  # never beside another after_put than its service's
+            self._lane.after_put = self._after_put
+            # a service's wakeup (dispatch's) does nothing while its event is set: the compiled
+            # put reads the event's flag instead of calling it
+            owner = getattr(listener, "__self__", None)
+            event = None
+            if (
+                commit is None
+                and isinstance(owner, ServiceThread)
+                and getattr(listener, "__func__", None) is ServiceThread.wakeup
+            ):
+                event = owner._wakeup
+            self._lane.wake_event = event
 
     def _commit_waker(self) -> Callable[[], None] | None:
         """With the write-buffer pool: what a put calls to wake the commit service.
@@ -194,6 +239,8 @@ class CommitLogLifecycle:
 
     def _update_accepting(self) -> None:
         self._accepting = self._running and self.writable
+        if self._lane is not None:
+            self._lane.accepting = self._accepting
 
     def _check_writable(self) -> None:
         if not self._running:

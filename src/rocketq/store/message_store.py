@@ -39,6 +39,7 @@ from rocketq.errors import ConfigError, DiskFull, StoreLocked
 from rocketq.message import pack_socket_addr
 from rocketq.store.checkpoint import StoreCheckpoint
 from rocketq.store.commitlog import CommitLog
+from rocketq.store.commitlog_lifecycle import PutLane
 from rocketq.store.consume_queue import FILLER_SIZE, ConsumeQueueStore
 from rocketq.store.dispatch import ReputMessageService, parse_delay_levels
 from rocketq.store.index_file import IndexService
@@ -47,7 +48,7 @@ from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport
 from rocketq.store.retention import NOTHING_NEEDED, CleanDecision, RetentionService, Segment, Unconsumed
 from rocketq.store.schedule import ScheduleMessageService
-from rocketq.store.store_puts import StorePuts, _plan_messages
+from rocketq.store.store_puts import LANE_STORE_PUT, LagCount, StorePuts, _plan_messages
 from rocketq.store.store_queries import StoreQueries, StoreStats
 from rocketq.store.store_recovery import StoreRecovery
 from rocketq.store.timer import (
@@ -95,7 +96,7 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
             default=1 << 62,
         )
         self._throttle_every = min(smallest // 16, 256 * 1024) if smallest < 1 << 62 else 1 << 62
-        self._put_since_throttle = 0
+        self._lag_count: LagCount | PutLane = LagCount()
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         #: Installed by the broker under SYNC_FLUSH: what a flush round calls to have its
@@ -110,6 +111,13 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
         self.started = False
         self.stats = StoreStats()
         PutLatencySampling.__init__(self)
+        #: The CommitLog's compiled single put, fronted here (None: the Python path).
+        self._lane = lane = self.commitlog._lane if LANE_STORE_PUT else None
+        if lane is not None:
+            lane.stats = self.stats
+            lane.born_host = self._born_host
+            lane.every = self._throttle_every
+            self._lag_count = lane
         self._index_dir_missing = False
         self._index_disk_full = False
         #: Dispatch windows whose keys a full disk kept out of the index.

@@ -65,6 +65,9 @@ class PutLatencySampling:
         # a put asks next() either way: no test of put_latency per put, on or off
         self._put_samples = itertools.repeat(0) if histograms is None else put_samples(None, histograms)
         self._put_observe = getattr(self._put_samples, "observe", None)  # the compiled sampler's
+        lane = getattr(self, "_lane", None)  # the store's compiled single put: it never samples
+        if lane is not None:
+            lane.timed = histograms is not None
 
     def _put_timed(self, began: int) -> None:
         observe = self._put_observe

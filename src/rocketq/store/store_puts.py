@@ -8,9 +8,16 @@
   every message the compiled one hands back.
 * Any other message goes through :meth:`StorePuts._inner`: the timer topic for timer
   properties, the schedule topic for a delay level.
+* A single put of either kind that the CommitLog's compiled lane takes (a plain CommitLog,
+  ASYNC_FLUSH, a topic and shape seen before, no roll, no ConsumeQueue file to reserve, put
+  latency not sampled, the lag not due for a look) is one call (``PutLane.store_put``, see
+  :mod:`rocketq.store.commitlog`): the conversion, the record and this module's bookkeeping.
+  Whatever it hands back (None, nothing done) goes the way described here.
 * Back-pressure: every 256 KiB put the dispatch lag is looked at (:meth:`StorePuts._throttle`:
   yield the GIL above ``dispatch_yield_lag_bytes``, wait, bounded, above
-  ``max_dispatch_lag_bytes``).
+  ``max_dispatch_lag_bytes``). The bytes put since the last look are counted in
+  ``_lag_count.since``: the lane itself where there is one (its puts count there too), else a
+  :class:`LagCount`.
 
 :class:`StorePuts` is a base class of :class:`~rocketq.store.message_store.MessageStore` and
 holds no state of its own.
@@ -28,6 +35,7 @@ from rocketq.config import StoreConfig
 from rocketq.errors import SystemBusy
 from rocketq.message import PROPERTY_DELAY_TIME_LEVEL, BrokerMessage, Message
 from rocketq.store.commitlog import CommitLog, PutMessageResult
+from rocketq.store.commitlog_lifecycle import PutLane
 from rocketq.store.dispatch import ReputMessageService
 from rocketq.store.packed_batch import PackedBatch
 from rocketq.store.schedule import delay_level_of, to_schedule_topic
@@ -76,6 +84,20 @@ if _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "plan_messages
     _speedups.COMPILED.setup_message_put(Message, tuple(sorted(_PARKING_KEYS)))
     _message_inner = _speedups.COMPILED.message_inner
     _plan_messages = _speedups.COMPILED.plan_messages
+#: Whether the compiled lane can do the store's part of a single put (its counters bound).
+LANE_STORE_PUT = _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "setup_lane_stats")
+if LANE_STORE_PUT:
+    _speedups.COMPILED.setup_lane_stats(StoreStats)  # type: ignore[union-attr]
+
+
+class LagCount:
+    """The bytes put since the dispatch lag was last looked at, where no compiled lane counts
+    them (a :class:`~rocketq.store.commitlog_lifecycle.PutLane` has the same ``since``)."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since = 0
 
 
 class StorePuts:
@@ -88,7 +110,8 @@ class StorePuts:
     delay_levels: dict[int, int]
     _born_host: bytes
     _timer_policy: TimerPolicy
-    _put_since_throttle: int
+    _lag_count: LagCount | PutLane
+    _lane: PutLane | None  # the compiled single put; None: the Python path below
     _throttle_every: int
     _put_samples: Iterator[int]
     _plan_messages: Callable[[list[Message]], _Planned | None] | None
@@ -139,13 +162,18 @@ class StorePuts:
     def _put_begin(self) -> int:
         """Before a put: the dispatch-lag check when due, and the start of the put's latency
         sample (one put in :data:`PUT_LATENCY_SAMPLE` while metrics count; 0: not sampled)."""
-        if self._put_since_throttle >= self._throttle_every:
+        if self._lag_count.since >= self._throttle_every:
             self._throttle()  # a refused put (SystemBusy) leaves the count: the next one looks too
-            self._put_since_throttle = 0
+            self._lag_count.since = 0
         return next(self._put_samples)
 
     def put_message(self, msg: Message | BrokerMessage, queue_id: int | None = None) -> PutMessageResult:
         """Store one message in ``queue_id`` (default 0; a BrokerMessage keeps its own)."""
+        lane = self._lane
+        if lane is not None:
+            done = lane.store_put(msg, queue_id)  # the usual put in one call; None: nothing done
+            if done is not None:
+                return done
         began = self._put_begin()
         try:
             if type(msg) is not Message:  # a BrokerMessage (a broker's send): one type test
@@ -177,7 +205,7 @@ class StorePuts:
             self.stats.put_failures += 1
             raise
         size = r[2]
-        self._put_since_throttle += size
+        self._lag_count.since += size
         stats = self.stats
         stats.put_count += 1
         stats.put_bytes += size
@@ -199,7 +227,7 @@ class StorePuts:
         except Exception:
             self.stats.put_failures += 1
             raise
-        self._put_since_throttle += r[2]
+        self._lag_count.since += r[2]
         stats = self.stats
         stats.put_count += r[6]
         stats.put_bytes += r[2]
