@@ -54,6 +54,17 @@ def test_put_and_read_back(store: MessageStore) -> None:
     assert m.store_timestamp == r.store_timestamp
 
 
+def test_a_single_put_s_result_does_not_depend_on_the_path_that_took_it(store: MessageStore) -> None:
+    """The first put of a topic goes through the batch path, the next ones through the fast
+    path (or the compiled lane): the same fields, ``physical_offsets`` None on every one."""
+    results = [store.put_message(msg("SingleResultT", b"m%d" % i)) for i in range(3)]
+    assert [r.physical_offsets for r in results] == [None, None, None]
+    assert [r.msg_num for r in results] == [1, 1, 1]
+    assert [r.queue_offset for r in results] == [0, 1, 2]
+    assert results[1].physical_offset == results[0].next_offset
+    assert [len(r.msg_ids) for r in results] == [1, 1, 1]
+
+
 def test_queue_offsets_are_per_topic_queue(store: MessageStore) -> None:
     seen = {}
     for i in range(30):

@@ -313,10 +313,10 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         props = m.properties
         info = self._topic_cache.get(m.topic)
         if info is None:
-            return self.put_messages((m,))
+            return self._put_single(m)
         shape = info[2].get(len(body) << 16 | len(props))
         if shape is None or m.sys_flag & 0x3C or len(m.born_host) != 8:
-            return self.put_messages((m,))
+            return self._put_single(m)
         fmt, length = shape
         crc = _crc32(body) & 0x7FFFFFFF
         qid = m.queue_id
@@ -358,6 +358,14 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         if self._sync:
             return self._await_flush(result)
         return result
+
+    def _put_single(self, m: BrokerMessage) -> PutMessageResult:
+        """One message through the batch path, its result as the fast paths give it (no
+        ``physical_offsets``: a single put's result does not depend on which path took it)."""
+        result = self.put_messages((m,))
+        if result[7] is None:
+            return result
+        return PutMessageResult((*result[:7], None))
 
     def _roll(self, length: int) -> MappedFile:
         """Under the put lock: the segment the next record of ``length`` bytes goes to. Writes the
