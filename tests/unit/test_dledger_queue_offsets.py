@@ -1,6 +1,7 @@
 """Queue offsets of a DLedger store on a group of one (real entry store files): an offset is
 taken only by a message that is appended, so a queue's messages carry consecutive queue offsets
-with no hole and no repeat (issue 17)."""
+with no hole and no repeat (issue 17), and a queue-offset table rebuilt from queues that hold a
+hole (from before this rule) never hands out an offset a message already has."""
 
 from __future__ import annotations
 
@@ -67,3 +68,29 @@ def test_a_put_the_entry_store_cannot_write_takes_no_queue_offset(
     monkeypatch.setattr(EntryStore, "append", append)
     assert store.put_message(Message("T", b"b"), queue_id=0).queue_offset == 1
     assert _queue(store) == [(0, b"a"), (1, b"b")]
+
+
+def test_a_queue_offset_table_rebuilt_over_a_hole_hands_out_no_offset_twice(
+    store: DLedgerMessageStore,
+) -> None:
+    """A queue whose messages skip a queue offset (given out and never appended, by a store
+    from before the rule above) has one unit fewer than its last message's offset + 1. The
+    table a new leader rebuilds (``recover_topic_queue_table``) counted units and handed out
+    the last message's offset again; the rebuilt queue then kept one of the two and the other
+    was lost to consumers. The table continues after the queue's last message instead."""
+    for body in (b"a", b"b"):
+        store.put_message(Message("T", body), queue_id=0)
+    cl = store.commitlog
+    with cl._put_lock:  # an offset given out and never appended
+        cl.topic_queue_table[("T", 0)] += 1
+    for body in (b"c", b"d"):
+        store.put_message(Message("T", body), queue_id=0)
+    assert store.wait_dispatched(10)
+    cq = store.find_consume_queue("T", 0)
+    assert cq is not None and cq.max_offset_in_queue == 4  # one unit fewer than the offsets
+    last = cq.get_unit(3)
+    assert last is not None and store.look_message_by_offset(last.offset).queue_offset == 4
+    store.recover_topic_queue_table()
+    assert store.next_queue_offset("T", 0) == 5
+    assert store.put_message(Message("T", b"e"), queue_id=0).queue_offset == 5
+    assert store.next_queue_offset("T", 1) == 0  # a queue with no message: none

@@ -55,6 +55,9 @@ from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
+#: a record's QUEUEOFFSET: 8 bytes after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID and FLAG
+_QUEUE_OFFSET_AT = 20
+_QUEUE_OFFSET = struct.Struct(">q")
 
 
 class DLedgerMessageStore(MessageStore):
@@ -394,11 +397,24 @@ class DLedgerMessageStore(MessageStore):
 
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every
-        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``)."""
-        table = self.commitlog.topic_queue_table
-        with self.commitlog._put_lock:
+        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``): past its last
+        unit, and past the queue offset its last message carries. A queue offset once given
+        out and never appended (a hole, from before the put path gave back every offset whose
+        entry was not placed) leaves a queue one unit short of its messages' offsets; counting
+        units alone handed its last message's offset out again, and the queue kept only one of
+        the two once rebuilt."""
+        cl = self.commitlog
+        table = cl.topic_queue_table
+        nexts = self.consume_queues.max_offsets()
+        for key, units in nexts.items():
+            cq = self.consume_queues.find(*key) if units else None
+            unit = cq.get_unit(units - 1) if cq is not None else None
+            raw = cl.read(unit.offset + _QUEUE_OFFSET_AT, 8) if unit is not None else None
+            if raw is not None:
+                nexts[key] = max(units, _QUEUE_OFFSET.unpack(raw)[0] + 1)
+        with cl._put_lock:
             table.clear()
-            table.update(self.consume_queues.max_offsets())
+            table.update(nexts)
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next message of the queue gets here (0 for a queue with none):
