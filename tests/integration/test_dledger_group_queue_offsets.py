@@ -24,6 +24,7 @@ from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import ReplicatedLog
 from rocketq.message import BrokerMessage, Message
 from rocketq.store.commitlog import PutMessageResult
+from rocketq.store.dledger_appends import ReplicationError
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.store_queries import GetMessageStatus
 
@@ -150,3 +151,45 @@ def test_puts_the_leader_refuses_in_part_of_a_proposal_leave_no_hole(
     assert isinstance(after[0], PutMessageResult) and after[0].queue_offset == 4, after
     expected = [(0, b"p0"), (1, b"p1"), (2, b"q0"), (3, b"b0"), (4, b"after")]
     assert _queue_on_every_member(group, 5) == expected
+
+
+def test_a_new_leader_numbers_a_queue_after_its_committed_messages_and_the_old_one_follows(
+    group: list[DLedgerMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose messages stop reaching the others appends two puts that never commit:
+    their queue offsets (2 and 3) were handed out, and the puts fail (outcome unknown) once it
+    learns of a newer term. The new leader, caught up and its table rebuilt from its queues as
+    the broker's role handler does it, numbers the queue after the committed messages (2 and 3
+    again, for its own); the old leader drops its uncommitted entries for the new leader's
+    and its queue, built from committed entries only, is the same as everyone's."""
+    old = _leader(group)
+    first = _put_together(old, [[_msg(b"m0")], [_msg(b"m1")]])
+    assert [r.queue_offset for r in first if isinstance(r, PutMessageResult)] == [0, 1], first
+    _queue_on_every_member(group, 2)
+    ledger = old.ledger
+    assert isinstance(ledger, RaftGroupLog)
+    transport = ledger.transport
+    monkeypatch.setattr(transport, "send", lambda message: True)  # nothing leaves it
+    lost = _put_together(old, [[_msg(b"lost2")], [_msg(b"lost3")]])
+    assert all(isinstance(r, ReplicationError) for r in lost), lost
+    wait_until(lambda: ledger.state.role is not Role.LEADER, "the old leader stepping down", 30)
+    assert old.next_queue_offset("T", 0) == 4  # handed out, appended here, never committed
+    others = [s for s in group if s is not old]
+    new = _leader(others)
+    assert new.ledger is not None
+    wait_until(
+        lambda: (
+            new.ledger is not None
+            and new.ledger.committed_pos >= getattr(new.ledger, "ledger_end_pos", 0)
+            and new.dispatch_behind_bytes() == 0
+        ),
+        "the new leader caught up",
+        30,
+    )
+    new.recover_topic_queue_table()
+    assert new.next_queue_offset("T", 0) == 2
+    mine = _put_together(new, [[_msg(b"n2")], [_msg(b"n3")]])
+    assert [r.queue_offset for r in mine if isinstance(r, PutMessageResult)] == [2, 3], mine
+    monkeypatch.undo()  # the old leader's messages get through again: it follows and catches up
+    expected = [(0, b"m0"), (1, b"m1"), (2, b"n2"), (3, b"n3")]
+    assert _queue_on_every_member(group, 4) == expected
