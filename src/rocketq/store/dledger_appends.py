@@ -15,8 +15,12 @@
   outcomes with no task; :class:`Expiry` fails every put still waiting after the put timeout
   with one timer.
 
-Invariant: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
-unknown, or the exception that stopped the log); nobody waits forever.
+Invariants: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
+unknown, or the exception that stopped the log); nobody waits forever. An entry that was not
+placed in the log gives its queue offset back (its waiter's ``give_back``) while its proposal
+is made, before any later entry is encoded, last taken first (:class:`_Proposal`): every
+outcome of such an entry comes then (an exception, or a refusal with no position), and one
+that comes later is of a placed entry, which keeps its offset.
 """
 
 from __future__ import annotations

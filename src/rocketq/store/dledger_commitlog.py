@@ -5,10 +5,19 @@ RocketMQ's ``DLedgerCommitLog`` on :class:`~rocketq.ha.replicated_log.Replicated
 segments are the *old* CommitLog of an adopted store (below ``divided_offset``; read only), and
 whose new records go to the log:
 
-* put: the queue offset is assigned and the record encoded for its physical offset
-  (``entry pos + 48``) inside the log's append, one critical section
-  (:meth:`DLedgerCommitLog.put_message`); the append's outcome maps to RocketMQ's statuses
+* put: the record is encoded for its physical offset (``entry pos + 48``) with the queue's
+  next offset inside the log's append, one critical section, and the offset is taken once
+  the record is packed (:class:`_OneAppend`); the append's outcome maps to RocketMQ's statuses
   (:func:`raise_for`);
+* queue offsets, the plain CommitLog's rule: only an entry placed in the log keeps one, in
+  the log's order, so a queue's entries carry consecutive offsets with no hole or repeat. A
+  record that cannot be packed takes none; an entry encoded and then not placed (a failed
+  write, a refusal: BUSY, NOT_LEADER) gives its offset back before any later entry is encoded
+  (:meth:`_OneAppend.give_back`: a group of one in the writer's thread, a Raft group while the
+  proposal is made, :class:`~rocketq.store.dledger_appends.AppendQueue`). A placed entry keeps
+  its offset whatever comes of it; one truncated by a new leader is gone with the old leader's
+  table, as each new leader rebuilds its own
+  (:meth:`~rocketq.store.dledger_store.DLedgerMessageStore.recover_topic_queue_table`);
 * reads at or above ``divided_offset`` come from the entry store's data files, and only below
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
