@@ -94,3 +94,21 @@ def test_a_queue_offset_table_rebuilt_over_a_hole_hands_out_no_offset_twice(
     assert store.next_queue_offset("T", 0) == 5
     assert store.put_message(Message("T", b"e"), queue_id=0).queue_offset == 5
     assert store.next_queue_offset("T", 1) == 0  # a queue with no message: none
+
+
+def test_a_last_unit_that_names_another_queues_record_leaves_the_unit_count(
+    store: DLedgerMessageStore,
+) -> None:
+    """The table reads the record the queue's last unit names only when it is that queue's
+    (its size, a message's magic code, its queue id): a unit naming another record's bytes does
+    not move the queue's next offset to that record's queue offset."""
+    store.put_message(Message("T", b"a"), queue_id=0)
+    other = [store.put_message(Message("T", b"q1-%d" % i), queue_id=1) for i in range(5)]
+    assert store.wait_dispatched(10)
+    cq = store.find_consume_queue("T", 0)
+    assert cq is not None
+    last = other[-1]
+    assert cq.put_message_position_info(last.physical_offset, last.size, 0, 1)  # names queue 1's
+    assert cq.max_offset_in_queue == 2
+    store.recover_topic_queue_table()
+    assert store.next_queue_offset("T", 0) == 2 and store.next_queue_offset("T", 1) == 5

@@ -55,9 +55,9 @@ from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
-#: a record's QUEUEOFFSET: 8 bytes after TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID and FLAG
-_QUEUE_OFFSET_AT = 20
-_QUEUE_OFFSET = struct.Struct(">q")
+#: a record's TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG and QUEUEOFFSET
+_RECORD_HEAD = struct.Struct(">iiiiiq")
+_MESSAGE_MAGICS = (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2)
 
 
 class DLedgerMessageStore(MessageStore):
@@ -409,9 +409,13 @@ class DLedgerMessageStore(MessageStore):
         for key, units in nexts.items():
             cq = self.consume_queues.find(*key) if units else None
             unit = cq.get_unit(units - 1) if cq is not None else None
-            raw = cl.read(unit.offset + _QUEUE_OFFSET_AT, 8) if unit is not None else None
-            if raw is not None:
-                nexts[key] = max(units, _QUEUE_OFFSET.unpack(raw)[0] + 1)
+            head = cl.read(unit.offset, _RECORD_HEAD.size) if unit is not None else None
+            if unit is None or head is None:
+                continue
+            size, magic, _, queue_id, _, queue_offset = _RECORD_HEAD.unpack(head)
+            # the record the unit names (not another one's bytes): its size, kind and queue
+            if size == unit.size and magic in _MESSAGE_MAGICS and queue_id == key[1]:
+                nexts[key] = max(units, queue_offset + 1)
         with cl._put_lock:
             table.clear()
             table.update(nexts)
