@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rocketq.errors import ServiceNotAvailable
+from rocketq.errors import ServiceNotAvailable, SystemBusy
 from rocketq.ha.driver import BatchDone, RaftGroupLog
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder
@@ -242,8 +242,9 @@ def test_a_batch_put_fails_once_at_its_first_failure_and_ignores_later_outcomes(
     put.items[1].set_result(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
     put.items[2].set_result(AppendResult(AppendStatus.NOT_LEADER, leader_id="n1"))
     assert len(refused) == 1 and isinstance(refused[0], ServiceNotAvailable), refused
-    # the two messages not written gave their queue offsets back; the committed one kept its own
-    assert put.cl.table == {0: 5}
+    # an outcome after the proposal was made gives no queue offset back: those of entries not
+    # placed went back while it was made (test_offsets_of_entries_not_placed_go_back_...)
+    assert put.cl.table == {0: 7}
     put.items[2].committed(12, 2000, "n0")  # a late commit changes nothing
     assert len(refused) == 1
 
@@ -281,3 +282,50 @@ def test_a_batch_message_that_cannot_be_encoded_stops_the_later_ones() -> None:
         put.items[0].encode(1000)
     with pytest.raises(ReplicationError, match="an earlier message of the batch was not appended"):
         put.items[1].encode(2000)
+
+
+class Refusing:
+    """A replicated log double that answers each proposal as the core answers one it takes the
+    first ``take`` entries of: those placed (appended, waiting for their quorum), the rest
+    refused one by one in order (BUSY), or ``fail`` for the last when given (its placement
+    failed: an exception while the proposal is made)."""
+
+    def __init__(self, take: int, fail: BaseException | None = None) -> None:
+        self.take = take
+        self.fail = fail
+
+    def append_batch(self, encoders: Sequence[RecordEncoder], done: BatchDone) -> None:
+        n = len(encoders)
+        if self.fail is not None:
+            done(n - 1, self.fail)
+            n -= 1
+        for i in range(n):
+            if i >= self.take:
+                done(i, AppendResult(AppendStatus.BUSY, leader_id="n0"))
+
+
+@pytest.mark.parametrize(
+    ("take", "fail", "table"),
+    [(0, None, 4), (1, None, 5), (2, None, 6), (3, None, 7), (2, OSError("full"), 6), (0, OSError("x"), 4)],
+)
+def test_offsets_of_entries_not_placed_go_back_while_the_proposal_is_made(
+    take: int, fail: BaseException | None, table: int
+) -> None:
+    """A put of three messages whose encoders took queue offsets 4, 5 and 6: what the log did
+    not place gives its offset back before the proposal's call returns, last taken first (the
+    core refuses a proposal's tail entry by entry from its first), so that the next put takes
+    the first one not placed; the placed ones keep theirs."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        outcomes: list[PutMessageResult | Exception] = []
+        put = _batch_put(outcomes, 3)
+        queue = AppendQueue(Refusing(take, fail), LedgerLoop.adopt(loop))  # type: ignore[arg-type]
+        queue.submit_all([(item.encode, item) for item in put.items], loop)
+        await _until(lambda: queue._outboxes[loop] == [], "the proposal")
+        assert put.cl.table == {0: table}
+        if take < 3:
+            await _until(lambda: outcomes, "the put's failure")
+            assert isinstance(outcomes[0], SystemBusy if fail is None else OSError), outcomes
+
+    asyncio.run(main())

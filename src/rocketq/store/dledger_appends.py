@@ -15,8 +15,12 @@
   outcomes with no task; :class:`Expiry` fails every put still waiting after the put timeout
   with one timer.
 
-Invariant: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
-unknown, or the exception that stopped the log); nobody waits forever.
+Invariants: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
+unknown, or the exception that stopped the log); nobody waits forever. An entry that was not
+placed in the log gives its queue offset back (its waiter's ``give_back``) while its proposal
+is made, before any later entry is encoded, last taken first (:class:`_Proposal`): every
+outcome of such an entry comes then (an exception, or a refusal with no position), and one
+that comes later is of a placed entry, which keeps its offset.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from rocketq.errors import RocketqError
-from rocketq.ha.replicated_log import AppendResult, RecordEncoder, ReplicatedLog
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
 from rocketq.store.commitlog import PutMessageResult
 from rocketq.tasks import settle
 
@@ -205,11 +209,26 @@ class AppendQueue:
             except Exception as exc:  # the log stopped on it: nobody may wait forever
                 for i in range(len(done.waiters)):
                     done(i, exc)
+            finally:
+                done.proposed()
             return
         for encode, waiter in batch:
             # the tasks' first steps (each append's proposal) all run in the next loop iteration
-            task = self._loop.create_task(self.ledger.append(encode))
+            task = self._loop.create_task(self._append_one(encode, waiter))
             task.add_done_callback(functools.partial(self._task_done, waiter=waiter))
+
+    async def _append_one(self, encode: RecordEncoder, waiter: Waiter) -> AppendResult:
+        """One append of a log without ``append_batch`` (a group of one, whose append finishes
+        in its first step): a queue offset taken for an entry that was not placed is given back
+        within that step, before the next append encodes."""
+        try:
+            result = await self.ledger.append(encode)
+        except BaseException:
+            _give_back(waiter)
+            raise
+        if not placed(result):
+            _give_back(waiter)
+        return result
 
     def _task_done(self, task: asyncio.Task[AppendResult], waiter: Waiter) -> None:
         outcome: Outcome
@@ -273,20 +292,45 @@ class AppendQueue:
 class _Proposal:
     """``done(i, outcome)`` of one :meth:`AppendQueue._start`'s ``append_batch``: append ``i``'s
     outcome to its waiter (once); ``committed(run, leader)`` takes a run of them that committed
-    at once (:meth:`AppendQueue._committed`)."""
+    at once (:meth:`AppendQueue._committed`).
 
-    __slots__ = ("queue", "waiters")
+    While the proposal is made (until :meth:`proposed`), an outcome that says the entry was not
+    placed (an exception: its encoder, the placement or the write failed; a refusal with no
+    position: BUSY, NOT_LEADER) gives the waiter's queue offset back at once
+    (``give_back()``, a put's waiter has one): an encoder or placement failure is the last
+    offset taken then. The core refuses the tail of a proposal entry by entry in order, so
+    those that could not give theirs back yet (a later one holds the next) give it back at
+    :meth:`proposed`, last taken first. Every outcome of an entry that was not placed comes
+    while the proposal is made; later ones (a commit, TIMEOUT, TERM_CHANGED) are of placed
+    entries, whose offsets stay taken."""
+
+    __slots__ = ("queue", "unplaced", "waiters")
 
     def __init__(self, queue: AppendQueue, waiters: list[Waiter | None]) -> None:
         self.queue = queue
         self.waiters = waiters
+        #: give-backs that waited for a later entry's (None once the proposal was made)
+        self.unplaced: list[Callable[[], bool]] | None = []
 
     def __call__(self, i: int, outcome: Outcome) -> None:
         waiters = self.waiters
         waiter = waiters[i]
         if waiter is not None:
             waiters[i] = None
+            unplaced = self.unplaced
+            if unplaced is not None and not placed(outcome):
+                give_back = _give_back_of(waiter)
+                if give_back is not None and not give_back():
+                    unplaced.append(give_back)
             self.queue._done(outcome, waiter)
+
+    def proposed(self) -> None:
+        """The proposal was made: the offsets of its entries not placed that are still out go
+        back, last taken first."""
+        unplaced, self.unplaced = self.unplaced, None
+        for give_back in reversed(unplaced or ()):
+            if not give_back():  # pragma: no cover - a later entry of the queue was placed
+                log.error("a queue offset given out for an entry that was not placed stays a hole")
 
     def committed(self, run: list[tuple[int, int, int]], leader: str | None) -> None:
         self.queue._committed(self.waiters, run, leader)
@@ -336,6 +380,26 @@ Outcome = AppendResult | BaseException
 Reply = tuple[Settable, Outcome] | CommittedRun
 #: ``done(result or exception)`` of :meth:`DLedgerCommitLog.put_messages_then`
 PutCallback = Callable[[PutMessageResult | Exception], None]
+
+
+def placed(outcome: Outcome) -> bool:
+    """The entry of an append with this outcome is in the log (committed, or appended here and
+    waiting for its quorum or its fate under a new leader)."""
+    return isinstance(outcome, AppendResult) and (outcome.status is AppendStatus.OK or outcome.pos >= 0)
+
+
+def _give_back_of(waiter: Waiter) -> Callable[[], bool] | None:
+    """The waiter's ``give_back`` (a put's waiter: its queue offset to the table), if it has one."""
+    if isinstance(waiter, concurrent.futures.Future):
+        return None
+    give_back: Callable[[], bool] | None = getattr(waiter[1], "give_back", None)
+    return give_back
+
+
+def _give_back(waiter: Waiter) -> None:
+    give_back = _give_back_of(waiter)
+    if give_back is not None and not give_back():  # pragma: no cover - a later entry was placed
+        log.error("a queue offset given out for an entry that was not placed stays a hole")
 
 
 def put_error(exception: BaseException) -> Exception:

@@ -5,10 +5,19 @@ RocketMQ's ``DLedgerCommitLog`` on :class:`~rocketq.ha.replicated_log.Replicated
 segments are the *old* CommitLog of an adopted store (below ``divided_offset``; read only), and
 whose new records go to the log:
 
-* put: the queue offset is assigned and the record encoded for its physical offset
-  (``entry pos + 48``) inside the log's append, one critical section
-  (:meth:`DLedgerCommitLog.put_message`); the append's outcome maps to RocketMQ's statuses
+* put: the record is encoded for its physical offset (``entry pos + 48``) with the queue's
+  next offset inside the log's append, one critical section, and the offset is taken once
+  the record is packed (:class:`_OneAppend`); the append's outcome maps to RocketMQ's statuses
   (:func:`raise_for`);
+* queue offsets, the plain CommitLog's rule: only an entry placed in the log keeps one, in
+  the log's order, so a queue's entries carry consecutive offsets with no hole or repeat. A
+  record that cannot be packed takes none; an entry encoded and then not placed (a failed
+  write, a refusal: BUSY, NOT_LEADER) gives its offset back before any later entry is encoded
+  (:meth:`_OneAppend.give_back`: a group of one in the writer's thread, a Raft group while the
+  proposal is made, :class:`~rocketq.store.dledger_appends.AppendQueue`). A placed entry keeps
+  its offset whatever comes of it; one truncated by a new leader is gone with the old leader's
+  table, as each new leader rebuilds its own
+  (:meth:`~rocketq.store.dledger_store.DLedgerMessageStore.recover_topic_queue_table`);
 * reads at or above ``divided_offset`` come from the entry store's data files, and only below
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
@@ -251,7 +260,13 @@ class DLedgerCommitLog(CommitLog):
         now = 0
         for e in encoded:
             put = _OneAppend(self, e)
-            result = self._append_now(ledger, put)
+            try:
+                result = self._append_now(ledger, put)
+            except BaseException:  # nothing appended (the entry store could not write it)
+                put.give_back()
+                raise
+            if result.status is not AppendStatus.OK and result.pos < 0:
+                put.give_back()
             put.check(result, ledger)
             offsets.append(result.physical_offset)
             now = put.store_timestamp
@@ -305,8 +320,10 @@ class DLedgerCommitLog(CommitLog):
 
 
 class _OneAppend:
-    """The encoder of one message's entry: assigns the queue offset on the first call (inside
-    the log's append critical section) and packs the record for the offset it is given."""
+    """The encoder of one message's entry: on the first call (inside the log's append critical
+    section) packs the record with the queue's next offset and only then takes that offset, so
+    a record that cannot be packed takes none; a second call (the next data file) packs it
+    again with the same offset for the offset it is given."""
 
     __slots__ = ("calls", "cl", "e", "queue_offset", "store_timestamp")
 
@@ -318,21 +335,30 @@ class _OneAppend:
         self.calls = 0
 
     def encode(self, physical_offset: int) -> bytes:
+        if self.calls:
+            self.calls += 1
+            return self._pack(physical_offset)
         cl = self.cl
-        m, fmt, length, crc, sys_flag, in_queue, topic_b, props, magic = self.e
-        if self.calls == 0:
-            with cl._put_lock:
-                if not cl._accepting:
-                    cl._check_writable()
-                qoffs = cl.topic_queue_table.of_topic(m.topic)
-                qoff = qoffs.get(m.queue_id, 0) if in_queue else 0
-                if in_queue:
-                    if not qoff % cl._units_per_cq_file and cl.reserve_queue_file is not None:
-                        cl.reserve_queue_file(m.topic, m.queue_id, qoff)
-                    qoffs[m.queue_id] = qoff + 1
+        m, in_queue = self.e[0], self.e[5]
+        with cl._put_lock:
+            if not cl._accepting:
+                cl._check_writable()
+            qoffs = cl.topic_queue_table.of_topic(m.topic)
+            qoff = qoffs.get(m.queue_id, 0) if in_queue else 0
             self.queue_offset = qoff
             self.store_timestamp = time.time_ns() // 1_000_000
-        self.calls += 1
+            record = self._pack(physical_offset)  # what it raises leaves the table as it was
+            if in_queue:
+                if not qoff % cl._units_per_cq_file and cl.reserve_queue_file is not None:
+                    cl.reserve_queue_file(m.topic, m.queue_id, qoff)
+                qoffs[m.queue_id] = qoff + 1
+            self.calls = 1
+        return record
+
+    def _pack(self, physical_offset: int) -> bytes:
+        """The record for ``physical_offset``, with this message's queue offset and timestamp."""
+        cl = self.cl
+        m, fmt, length, crc, sys_flag, _, topic_b, props, magic = self.e
         if not cl._prop_crc:  # the layout is the whole record: packed straight into its bytes
             return fmt.pack(  # type: ignore[no-any-return]
                 length, magic, crc, m.queue_id, m.flag, self.queue_offset, physical_offset, sys_flag,
@@ -349,24 +375,30 @@ class _OneAppend:
         return bytes(buf)
 
     def check(self, result: AppendResult, ledger: ReplicatedLog) -> None:
-        """Raise what the broker answers when the append did not commit (its queue offset
-        given back first when nothing was written)."""
+        """Raise what the broker answers when the append did not commit."""
         if result.status is not AppendStatus.OK:
-            self.undo_if_unwritten(result)
             raise_for(result, ledger.state.leader_address)
 
-    def undo_if_unwritten(self, result: AppendResult) -> None:
-        """Give the queue offset back when nothing was appended and no later message took the
-        next one (a leader rebuilds the table from its ConsumeQueues anyway)."""
-        if self.calls == 0 or result.pos >= 0:
-            return
+    def give_back(self) -> bool:
+        """The entry was not placed in the log: its queue offset goes back to the table, when
+        it is the last one the queue gave out (True; also when it holds none). Called where
+        the entry turned out not to be placed, before any later entry is encoded (the append
+        queue gives a proposal's back last taken first, :class:`AppendQueue`), so that the
+        queue's next entry takes it; never for an entry that was placed (its offset stays
+        taken even when the entry is truncated later: a new leader rebuilds the table)."""
+        if not self.calls:
+            return True
         m, in_queue = self.e[0], self.e[5]
         if not in_queue:
-            return
+            self.calls = 0
+            return True
         with self.cl._put_lock:
             qoffs = self.cl.topic_queue_table.of_topic(m.topic)
-            if qoffs.get(m.queue_id) == self.queue_offset + 1:
-                qoffs[m.queue_id] = self.queue_offset
+            if qoffs.get(m.queue_id) != self.queue_offset + 1:
+                return False
+            qoffs[m.queue_id] = self.queue_offset
+            self.calls = 0
+        return True
 
 
 class _OnePut(_OneAppend):
@@ -523,15 +555,10 @@ class _BatchPut:
         finish_put(self._done, result)
 
     def refused(self, result: AppendResult) -> None:
-        """An append did not commit: the put fails with what the broker answers for it, the
-        queue offsets of what was not written given back first (the last one first; a message
-        that committed keeps its own)."""
+        """An append did not commit: the put fails with what the broker answers for it (the
+        queue offsets of what was not placed were given back when the proposal was made)."""
         if self.finished:
             return
-        offsets = self.offsets
-        for item in reversed(self.items):
-            if not offsets[item.slot]:
-                item.undo_if_unwritten(result)
         try:
             raise_for(result, self.ledger.state.leader_address)
         except Exception as exc:

@@ -55,6 +55,9 @@ from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
+#: a record's TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG and QUEUEOFFSET
+_RECORD_HEAD = struct.Struct(">iiiiiq")
+_MESSAGE_MAGICS = (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2)
 
 
 class DLedgerMessageStore(MessageStore):
@@ -394,11 +397,28 @@ class DLedgerMessageStore(MessageStore):
 
     def recover_topic_queue_table(self) -> None:
         """Each queue's next offset from its ConsumeQueue (a new leader does this once every
-        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``)."""
-        table = self.commitlog.topic_queue_table
-        with self.commitlog._put_lock:
+        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``): past its last
+        unit, and past the queue offset its last message carries. A queue offset once given
+        out and never appended (a hole, from before the put path gave back every offset whose
+        entry was not placed) leaves a queue one unit short of its messages' offsets; counting
+        units alone handed its last message's offset out again, and the queue kept only one of
+        the two once rebuilt."""
+        cl = self.commitlog
+        table = cl.topic_queue_table
+        nexts = self.consume_queues.max_offsets()
+        for key, units in nexts.items():
+            cq = self.consume_queues.find(*key) if units else None
+            unit = cq.get_unit(units - 1) if cq is not None else None
+            head = cl.read(unit.offset, _RECORD_HEAD.size) if unit is not None else None
+            if unit is None or head is None:
+                continue
+            size, magic, _, queue_id, _, queue_offset = _RECORD_HEAD.unpack(head)
+            # the record the unit names (not another one's bytes): its size, kind and queue
+            if size == unit.size and magic in _MESSAGE_MAGICS and queue_id == key[1]:
+                nexts[key] = max(units, queue_offset + 1)
+        with cl._put_lock:
             table.clear()
-            table.update(self.consume_queues.max_offsets())
+            table.update(nexts)
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next message of the queue gets here (0 for a queue with none):
