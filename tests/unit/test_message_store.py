@@ -493,3 +493,33 @@ def test_a_started_store_checkpoints_its_dispatched_position_at_its_first_flush(
         cp = s.checkpoint
         assert cp is not None
         wait_until(lambda: cp.dispatched_phy_offset > r.physical_offset, "the first thorough flush", 10)
+
+
+@pytest.mark.parametrize("dledger", [False, True], ids=["plain", "dledger"])
+def test_a_store_whose_first_flush_came_before_any_put_checkpoints_its_first_dispatch(
+    store_config: StoreConfig, dledger: bool
+) -> None:
+    """The first flush after a start may run before anything is put (a store opened and left
+    idle, or a put that comes late): the first flush after dispatch has moved on is thorough as
+    well, so the checkpoint does not wait a thorough interval (a minute) for the first messages."""
+    cfg = dataclasses.replace(
+        store_config,
+        flush_interval_consume_queue_ms=50,
+        enable_dleger_commit_log=dledger,
+        d_leger_self_id="n0" if dledger else "",
+    )
+    with open_message_store(cfg) as s:
+        cp = s.checkpoint
+        assert cp is not None
+        flushes: list[int] = []
+        checkpoint_flush = cp.flush
+
+        def counted() -> None:
+            checkpoint_flush()
+            flushes.append(cp.dispatched_phy_offset)
+
+        cp.flush = counted  # type: ignore[method-assign]
+        wait_until(lambda: flushes, "the first thorough flush, before any put", 10)
+        r = s.put_message(Message("T", b"late"), queue_id=0)
+        assert s.wait_dispatched(10)
+        wait_until(lambda: flushes[-1] > r.physical_offset, "a thorough flush after the put", 10)

@@ -248,16 +248,26 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
         interval = self.config.flush_interval_consume_queue_ms / 1000
         thorough = self.config.flush_consume_queue_thorough_interval_ms / 1000
         # the first flush after a start is thorough (RocketMQ's FlushConsumeQueueService starts
-        # from lastFlushTimestamp 0): the checkpoint gets a dispatched position within a flush
-        # interval of a start, so a store killed in its first minute resumes dispatch from there
-        # instead of rebuilding every ConsumeQueue and the index
+        # from lastFlushTimestamp 0), and so is the first one after dispatch has moved on from
+        # where the start left it (the first flush may come before anything is put): the
+        # checkpoint gets a dispatched position within a flush interval of the first dispatch,
+        # so a store killed in its first minute resumes dispatch from there instead of
+        # rebuilding every ConsumeQueue and the index
+        reput = self.reput
+        start_dispatched = reput.reput_from_offset if reput is not None else -1
+        first_dispatch_pending = reput is not None
         last_thorough = time.monotonic() - thorough
         while not self._stopping.wait(interval):
             now = time.monotonic()
             least = self.config.flush_consume_queue_least_pages
-            if now - last_thorough >= thorough:
+            moved = (
+                first_dispatch_pending and reput is not None and reput.reput_from_offset > start_dispatched
+            )
+            if moved or now - last_thorough >= thorough:
                 least = 0
                 last_thorough = now
+                if moved:
+                    first_dispatch_pending = False
             try:
                 self.flush_logics(least, checkpoint=least == 0)
             except Exception:
