@@ -666,3 +666,39 @@ def test_request_on_a_closed_connection_raises_at_once() -> None:
             await server.close()
 
     run(main())
+
+
+def test_oneway_commands_written_at_once_leave_no_flush_and_keep_their_place() -> None:
+    """``write_oneway_all``: the frames of ``send_oneway_all`` in one write at once, with no
+    end-of-iteration flush scheduled; behind frames that already wait for that flush; refused
+    on a closed connection."""
+
+    async def main() -> None:
+        conn = Connection(None, serving=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        first = [create_request(RequestCode.HEART_BEAT) for _ in range(3)]
+        conn.write_oneway_all(first)
+        assert len(transport.written) == 1 and not conn._flush_scheduled
+        assert written_commands(transport) == first and all(c.flag & 2 for c in first)
+        twin = Connection(None, serving=False)
+        twin_transport = FakeTransport()
+        twin.connection_made(twin_transport)
+        twin.send_oneway_all(first)  # the same frames through the iteration's batching
+        assert twin_transport.written == transport.written
+        twin.connection_lost(None)
+
+        queued = [create_request(RequestCode.HEART_BEAT) for _ in range(3)]
+        conn.send_oneway(queued[0])  # at once, and a flush scheduled for what follows
+        conn.send_oneway(queued[1])  # waits for that flush
+        conn.write_oneway_all([queued[2]])  # so this one goes behind it
+        assert len(transport.written) == 2
+        await wait_until_async(lambda: len(transport.written) == 3, "the iteration's flush", WAIT_S, 0)
+        assert written_commands(transport) == first + queued
+        conn.write_oneway_all([])
+        assert len(transport.written) == 3
+        conn.connection_lost(None)
+        with pytest.raises(ConnectionClosed, match="cannot send 1 commands"):
+            conn.write_oneway_all([create_request(RequestCode.HEART_BEAT)])
+
+    run(main())

@@ -31,13 +31,18 @@ them all (the core frees every in-flight slot up to the acknowledged index). The
 entries in a list with their running size (constant work per merged message, whatever the batch
 holds). Likewise a successful append reply is replaced by a later one of the same iteration that
 says at least as much (same term; match, written and fsynced ends no lower): a follower that
-acknowledges an append and then its write in one iteration sends one reply.
+acknowledges an append and then its write sends one reply.
 
 Sending at once. A leader's new entries are not left for the end of the iteration: the driver
 calls :meth:`PeerTransport.flush` after each proposal, and a flush also writes what the link's
 connection holds for the iteration's end (a second frame of an iteration waits there). On a
 broker's loop the rest of an iteration can be long (the sends that arrived meanwhile), and what
 only the leader holds when it dies is gone (never acknowledged; a new leader writes over it).
+Likewise a follower's reply to an append is written as soon as the append is handled (inside
+the read that brought it), not from a callback at the end of the iteration. A link writes
+what it is given at once (``Connection.write_oneway_all``): the transport has already joined
+the frames of a flush for each peer, so the connection's own end-of-iteration flush would find
+nothing to join and only cost a loop callback per write.
 """
 
 from __future__ import annotations
@@ -98,7 +103,8 @@ class PeerLink:
             self.dropped += len(messages)
             return 0
         try:
-            conn.send_oneway_all([RemotingCommand(code, body=body) for code, body in messages])
+            # written at once: the transport joins an iteration's frames per peer itself
+            conn.write_oneway_all([RemotingCommand(code, body=body) for code, body in messages])
         except RocketqError:
             self.dropped += len(messages)
             return 0
@@ -228,6 +234,8 @@ class PeerTransport:
         self._raw_reader = raw_reader
         self._bulk_out: dict[str, list[Message | _Merging]] = {}
         self._flush_scheduled = False
+        #: an append is being delivered: what it queues is flushed when it returns
+        self._answering = False
         self.merged = 0
         host, port = parse_address(listen_addr)
         self._deliver = deliver
@@ -273,7 +281,7 @@ class PeerTransport:
             return True
         else:
             queue.append(message)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._answering:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_bulk)
         return True
@@ -311,7 +319,18 @@ class PeerTransport:
             log.warning("raft message for %r arrived at %r; dropped", message.dst, self.self_id)
             return _HANDLED
         self.received += 1
-        self._deliver(message, raw)
+        if type(message) is not Append:
+            self._deliver(message, raw)
+            return _HANDLED
+        # a follower's reply to an append leaves as soon as the append is handled, not from a
+        # callback at the end of the iteration (one loop iteration less per append)
+        self._answering = True
+        try:
+            self._deliver(message, raw)
+        finally:
+            self._answering = False
+            if self._bulk_out and not self._flush_scheduled:
+                self.flush()
         return _HANDLED
 
     async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:

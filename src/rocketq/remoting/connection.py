@@ -296,6 +296,26 @@ class Connection(asyncio.Protocol):
         if frames:
             self._enqueue(frames[0] if len(frames) == 1 else b"".join(frames))
 
+    def write_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
+        """:meth:`send_oneway_all` written at once, without the end-of-iteration flush it
+        schedules for a first frame (for a caller that joins an iteration's frames itself, as
+        the Raft peer links do): the same bytes, behind any frames that wait for that flush."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(
+                f"connection {self.remote_address} is closed; cannot send {len(cmds)} commands"
+            )
+        frames = []
+        for cmd in cmds:
+            cmd.flag |= FLAG_ONEWAY
+            frames.append(self._frame(cmd))
+        if not frames:
+            return
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if self._out:  # frames of this iteration wait for its flush: these go behind them
+            self._out.append(data)
+        elif (transport := self._transport) is not None:
+            transport.write(data)
+
     def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | Exception) -> None:
         """Answer a request the immediate handler took (:data:`DEFERRED`), on this connection's
         loop: a response command, the response frame already encoded, or the exception the
