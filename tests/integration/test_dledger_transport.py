@@ -177,9 +177,9 @@ def test_appends_merge_up_to_the_merge_bytes_counted_in_entry_sizes() -> None:
 
 
 def test_a_follower_s_reply_to_an_append_is_written_as_the_append_is_handled() -> None:
-    """The reply an append's delivery queues leaves when the delivery returns, inside the read
-    that brought the append: no end-of-iteration callback of the transport, none of the link's
-    connection, one write per append; the replies arrive in order."""
+    """The reply an append's delivery queues leaves at the end of the read that brought the
+    append: no end-of-iteration callback of the transport, none of the link's connection, one
+    write per read (the replies to a read's appends supersede each other); in order."""
 
     async def main() -> None:
         a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -224,6 +224,16 @@ def test_a_follower_s_reply_to_an_append_is_written_as_the_append_is_handled() -
                 (i, i) for i in range(5)
             ]
             assert writes == [False] * 5 and not conn._flush_scheduled and callbacks == []
+            # two appends that do not merge (a gap between them), written together: one read,
+            # whose replies supersede each other and leave at its end as one
+            reads_before = b.received
+            a.send(Append("a", "b", 1, 4, 1, (Entry(5, 1, b"e5"),), 4))
+            a.send(Append("a", "b", 1, 9, 1, (Entry(10, 1, b"e10"),), 4))
+            a.flush()
+            await wait_until_async(lambda: b.received == reads_before + 2, "both appends", 10, 0.01)
+            await wait_until_async(lambda: len(got) >= 6, "the reply", 10, 0.01)
+            assert [(m.match_index, m.appended_index) for m in got[5:]] == [(10, 10)]  # type: ignore[attr-defined]
+            assert writes == [False] * 6 and callbacks == []
         finally:
             await a.close()
             await b.close()

@@ -702,3 +702,31 @@ def test_oneway_commands_written_at_once_leave_no_flush_and_keep_their_place() -
             conn.write_oneway_all([create_request(RequestCode.HEART_BEAT)])
 
     run(main())
+
+
+def test_after_read_runs_once_at_the_end_of_each_read_after_its_answers() -> None:
+    async def main() -> None:
+        seen: list[tuple[str, bool]] = []
+
+        def immediate(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            seen.append((request.ext_fields["i"], conn.receiving))
+            return create_response(request, 0)
+
+        serving = Connection(
+            echo,
+            serving=True,
+            immediate=immediate,
+            after_read=lambda: seen.append(("end", serving.receiving)),
+        )
+        transport = FakeTransport()
+        serving.connection_made(transport)
+        requests = [create_request(RequestCode.SEND_MESSAGE_V2, {"i": str(i)}) for i in range(3)]
+        frames = b"".join(encode(r) for r in requests)
+        serving.data_received(frames[:-5])  # the last request incomplete: two handled
+        assert seen == [("0", True), ("1", True), ("end", False)]
+        assert len(written_commands(transport)) == 2  # their answers written before the end
+        serving.data_received(frames[-5:])
+        assert seen[3:] == [("2", True), ("end", False)] and not serving.receiving
+        serving.connection_lost(None)
+
+    run(main())

@@ -38,8 +38,9 @@ calls :meth:`PeerTransport.flush` after each proposal, and a flush also writes w
 connection holds for the iteration's end (a second frame of an iteration waits there). On a
 broker's loop the rest of an iteration can be long (the sends that arrived meanwhile), and what
 only the leader holds when it dies is gone (never acknowledged; a new leader writes over it).
-Likewise a follower's reply to an append is written as soon as the append is handled (inside
-the read that brought it), not from a callback at the end of the iteration. A link writes
+Likewise a follower's reply to the appends of one read is written at the end of that read
+(the server's ``after_read``), not from a callback at the end of the iteration: one reply, as
+its replies supersede each other, and no loop iteration of its own. A link writes
 what it is given at once (``Connection.write_oneway_all``): the transport has already joined
 the frames of a flush for each peer, so the connection's own end-of-iteration flush would find
 nothing to join and only cost a loop callback per write.
@@ -234,13 +235,16 @@ class PeerTransport:
         self._raw_reader = raw_reader
         self._bulk_out: dict[str, list[Message | _Merging]] = {}
         self._flush_scheduled = False
-        #: an append is being delivered: what it queues is flushed when it returns
+        #: an append of the read being handled was delivered: what is queued for the bulk links
+        #: is flushed at the read's end
         self._answering = False
         self.merged = 0
         host, port = parse_address(listen_addr)
         self._deliver = deliver
         self._other = other
-        self.server = RemotingServer(host, port, self._handle, immediate=self._immediate)
+        self.server = RemotingServer(
+            host, port, self._handle, immediate=self._immediate, after_read=self._read_done
+        )
         self.control = {p: PeerLink(a, f"{self_id}->{p}/control") for p, a in peers.items()}
         self.bulk = {p: PeerLink(a, f"{self_id}->{p}/bulk") for p, a in peers.items()}
         self.received = 0
@@ -321,17 +325,26 @@ class PeerTransport:
         self.received += 1
         if type(message) is not Append:
             self._deliver(message, raw)
-            return _HANDLED
-        # a follower's reply to an append leaves as soon as the append is handled, not from a
-        # callback at the end of the iteration (one loop iteration less per append)
-        self._answering = True
-        try:
+        elif conn.receiving:
+            # a follower's replies to the appends of one read leave together at its end
+            # (_read_done), not from a callback at the end of the loop iteration
+            self._answering = True
             self._deliver(message, raw)
-        finally:
+        else:  # not within a read (no _read_done to come): its reply leaves when it returns
+            self._answering = True
+            try:
+                self._deliver(message, raw)
+            finally:
+                self._read_done()
+        return _HANDLED
+
+    def _read_done(self) -> None:
+        """The end of a read of the peers' messages: what its appends' deliveries queued (a
+        follower's replies, superseding each other) is written now."""
+        if self._answering:
             self._answering = False
             if self._bulk_out and not self._flush_scheduled:
                 self.flush()
-        return _HANDLED
 
     async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if self._other is not None:
