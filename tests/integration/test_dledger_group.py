@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import shutil
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -391,3 +392,28 @@ def test_a_batch_sent_in_several_appends_carries_the_stored_bytes_of_each_part(t
         await _same_bytes_everywhere(group)
 
     run(body, tmp_path, enable_batch_push=True, max_batch_bytes=4096)
+
+
+def test_under_appended_acks_every_member_fsyncs_what_it_wrote_and_its_core_learns_it(
+    tmp_path: object,
+) -> None:
+    """The paced flusher of each member fsyncs the entries it wrote; its report waits for the
+    loop (no wake-up of its own) and reaches the core at the next peer message or tick."""
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        results = [await leader.append(record(b"f%d" % k * 20)) for k in range(30)]
+        assert {r.status for r in results} == {AppendStatus.OK}
+        last = results[-1].index
+        await group.wait_committed(results[-1].pos + 48)
+        flushers = {t.name for t in threading.enumerate() if t.name.startswith("dledger-flush-")}
+        assert flushers == {f"dledger-flush-{i}" for i in group.members}
+        for m in group.members.values():
+            await wait_until_async(
+                lambda m=m: m.store.flushed_index >= last and m.node.synced_index >= last,  # type: ignore[misc]
+                f"{m.config.self_id} fsynced up to {last}",
+                5,
+                0.005,
+            )
+
+    run(body, tmp_path, ack_policy=AckPolicy.APPENDED)

@@ -174,3 +174,68 @@ def test_appends_merge_up_to_the_merge_bytes_counted_in_entry_sizes() -> None:
     m = merging.message()
     assert [e.index for e in m.entries] == [5, 6, 7] and m.commit == 6 and m.prev_index == 4
     assert _Merging(append(4, b"x" * 100)).add(append(6, b"y"), 1 << 20) is False  # not contiguous
+
+
+def test_a_follower_s_reply_to_an_append_is_written_as_the_append_is_handled() -> None:
+    """The reply an append's delivery queues leaves at the end of the read that brought the
+    append: no end-of-iteration callback of the transport, none of the link's connection, one
+    write per read (the replies to a read's appends supersede each other); in order."""
+
+    async def main() -> None:
+        a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        got: list[Message] = []
+        a = PeerTransport("a", a_addr, {"b": b_addr}, lambda m, raw: got.append(m), merge_bytes=1 << 16)
+
+        def answer(m: Message, raw: object) -> None:
+            assert isinstance(m, Append)
+            last = m.entries[-1].index
+            b.send(AppendReply("b", "a", 1, True, last, last - 1, -1))
+            b.send(AppendReply("b", "a", 1, True, last, last, -1))  # its write: supersedes the one before
+
+        b = PeerTransport("b", b_addr, {"a": a_addr}, answer, merge_bytes=1 << 16)
+        callbacks: list[str] = []
+        b._flush_bulk = lambda: callbacks.append("transport")  # type: ignore[method-assign]
+        await a.start()
+        await b.start()
+        try:
+
+            def up() -> bool:
+                for link in (a.bulk["b"], b.bulk["a"]):
+                    if not link.connected:
+                        link._ensure_connecting()  # what a send on a link that is down does
+                return a.bulk["b"].connected and b.bulk["a"].connected
+
+            await wait_until_async(up, "bulk links up", 10, 0.02)
+            conn = b.bulk["a"]._conn
+            assert conn is not None and conn._transport is not None
+            write = conn._transport.write
+            writes: list[bool] = []
+
+            def counting(data: Any) -> None:
+                writes.append(conn._flush_scheduled)  # type: ignore[union-attr]
+                write(data)
+
+            conn._transport.write = counting  # type: ignore[method-assign]
+            for i in range(5):
+                a.send(Append("a", "b", 1, i - 1, 1 if i else 0, (Entry(i, 1, b"e%d" % i),), i - 1))
+                a.flush()
+                await wait_until_async(lambda n=i + 1: len(got) >= n, f"reply {i}", 10, 0.01)
+            assert [(m.match_index, m.appended_index) for m in got if isinstance(m, AppendReply)] == [
+                (i, i) for i in range(5)
+            ]
+            assert writes == [False] * 5 and not conn._flush_scheduled and callbacks == []
+            # two appends that do not merge (a gap between them), written together: one read,
+            # whose replies supersede each other and leave at its end as one
+            reads_before = b.received
+            a.send(Append("a", "b", 1, 4, 1, (Entry(5, 1, b"e5"),), 4))
+            a.send(Append("a", "b", 1, 9, 1, (Entry(10, 1, b"e10"),), 4))
+            a.flush()
+            await wait_until_async(lambda: b.received == reads_before + 2, "both appends", 10, 0.01)
+            await wait_until_async(lambda: len(got) >= 6, "the reply", 10, 0.01)
+            assert [(m.match_index, m.appended_index) for m in got[5:]] == [(10, 10)]  # type: ignore[attr-defined]
+            assert writes == [False] * 6 and callbacks == []
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

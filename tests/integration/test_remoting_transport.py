@@ -666,3 +666,67 @@ def test_request_on_a_closed_connection_raises_at_once() -> None:
             await server.close()
 
     run(main())
+
+
+def test_oneway_commands_written_at_once_leave_no_flush_and_keep_their_place() -> None:
+    """``write_oneway_all``: the frames of ``send_oneway_all`` in one write at once, with no
+    end-of-iteration flush scheduled; behind frames that already wait for that flush; refused
+    on a closed connection."""
+
+    async def main() -> None:
+        conn = Connection(None, serving=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        first = [create_request(RequestCode.HEART_BEAT) for _ in range(3)]
+        conn.write_oneway_all(first)
+        assert len(transport.written) == 1 and not conn._flush_scheduled
+        assert written_commands(transport) == first and all(c.flag & 2 for c in first)
+        twin = Connection(None, serving=False)
+        twin_transport = FakeTransport()
+        twin.connection_made(twin_transport)
+        twin.send_oneway_all(first)  # the same frames through the iteration's batching
+        assert twin_transport.written == transport.written
+        twin.connection_lost(None)
+
+        queued = [create_request(RequestCode.HEART_BEAT) for _ in range(3)]
+        conn.send_oneway(queued[0])  # at once, and a flush scheduled for what follows
+        conn.send_oneway(queued[1])  # waits for that flush
+        conn.write_oneway_all([queued[2]])  # so this one goes behind it
+        assert len(transport.written) == 2
+        await wait_until_async(lambda: len(transport.written) == 3, "the iteration's flush", WAIT_S, 0)
+        assert written_commands(transport) == first + queued
+        conn.write_oneway_all([])
+        assert len(transport.written) == 3
+        conn.connection_lost(None)
+        with pytest.raises(ConnectionClosed, match="cannot send 1 commands"):
+            conn.write_oneway_all([create_request(RequestCode.HEART_BEAT)])
+
+    run(main())
+
+
+def test_after_read_runs_once_at_the_end_of_each_read_after_its_answers() -> None:
+    async def main() -> None:
+        seen: list[tuple[str, bool]] = []
+
+        def immediate(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            seen.append((request.ext_fields["i"], conn.receiving))
+            return create_response(request, 0)
+
+        serving = Connection(
+            echo,
+            serving=True,
+            immediate=immediate,
+            after_read=lambda: seen.append(("end", serving.receiving)),
+        )
+        transport = FakeTransport()
+        serving.connection_made(transport)
+        requests = [create_request(RequestCode.SEND_MESSAGE_V2, {"i": str(i)}) for i in range(3)]
+        frames = b"".join(encode(r) for r in requests)
+        serving.data_received(frames[:-5])  # the last request incomplete: two handled
+        assert seen == [("0", True), ("1", True), ("end", False)]
+        assert len(written_commands(transport)) == 2  # their answers written before the end
+        serving.data_received(frames[-5:])
+        assert seen[3:] == [("2", True), ("end", False)] and not serving.receiving
+        serving.connection_lost(None)
+
+    run(main())

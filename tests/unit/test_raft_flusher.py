@@ -11,7 +11,7 @@ import pytest
 from _support.wait import wait_until, wait_until_async
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.driver_config import DLedgerConfig
-from rocketq.ha.raft_types import Tick
+from rocketq.ha.raft_types import Heartbeat, Tick
 
 
 class StopRightAfterTheWait(threading.Event):
@@ -35,16 +35,10 @@ class StopRightAfterTheWait(threading.Event):
 def test_a_stop_between_the_paced_wait_and_the_idle_sleep_ends_the_flusher(tmp_path: object) -> None:
     member = RaftGroupLog(DLedgerConfig(self_id="n0", peers=(("n0", "127.0.0.1:1"),), data_dir=str(tmp_path)))
     member._store = object()  # type: ignore[assignment]  # idle: the flusher never touches it
-    loop = asyncio.new_event_loop()
-    try:
-        thread = threading.Thread(
-            target=member._flusher, args=(loop, StopRightAfterTheWait(member)), daemon=True
-        )
-        thread.start()
-        thread.join(5)
-        assert not thread.is_alive(), "the flusher slept through the stop"
-    finally:
-        loop.close()
+    thread = threading.Thread(target=member._flusher, args=(StopRightAfterTheWait(member),), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the flusher slept through the stop"
 
 
 class CountingStore:
@@ -58,18 +52,17 @@ class CountingStore:
         return self.flushes
 
 
-def test_fsyncs_made_while_a_report_waits_for_the_loop_are_reported_once(tmp_path: object) -> None:
-    """The flusher wakes the loop for its first report only; the fsyncs after it, while the
-    loop has not taken that report, replace it: the loop steps once, with the latest index.
-    Once the loop took it, the next fsync wakes the loop again."""
+def test_fsync_reports_wait_for_the_loop_without_waking_it(tmp_path: object) -> None:
+    """The flusher leaves its report for the loop and does not wake it: the fsyncs made while
+    a report waits replace it, and the loop steps once, with the latest index, when it takes
+    the report (at a peer message or a tick). The next fsync leaves a new report."""
     member = RaftGroupLog(DLedgerConfig(self_id="n0", peers=(("n0", "127.0.0.1:1"),), data_dir=str(tmp_path)))
     store = CountingStore()
     member._store = store  # type: ignore[assignment]
     taken: list[tuple[int, int]] = []
     member._flushed = lambda generation, flushed: taken.append((generation, flushed))  # type: ignore[method-assign]
-    loop = asyncio.new_event_loop()  # run only when the test says: the reports wait for it
     stop = threading.Event()
-    thread = threading.Thread(target=member._flusher, args=(loop, stop), daemon=True)
+    thread = threading.Thread(target=member._flusher, args=(stop,), daemon=True)
 
     def write_and_wait_for_fsync(n: int) -> None:
         member._unflushed = True  # what a write on the loop does
@@ -81,19 +74,34 @@ def test_fsyncs_made_while_a_report_waits_for_the_loop_are_reported_once(tmp_pat
         for n in range(1, 4):
             write_and_wait_for_fsync(n)
         wait_until(lambda: member._flush_report == (0, 3), "the third report", 5, 0.001)
-        assert len(loop._ready) == 1  # type: ignore[attr-defined]  # one wake-up of the loop
-        loop.run_until_complete(asyncio.sleep(0))
+        assert taken == []  # nothing ran on the loop's behalf
+        member._take_flush_report()
+        assert taken == [(0, 3)] and member._flush_report is None
+        member._take_flush_report()  # nothing new: no step
         assert taken == [(0, 3)]
         write_and_wait_for_fsync(4)
-        wait_until(lambda: loop._ready, "the fourth report's wake-up", 5, 0.001)  # type: ignore[attr-defined]
-        assert len(loop._ready) == 1  # type: ignore[attr-defined]
-        loop.run_until_complete(asyncio.sleep(0))
+        wait_until(lambda: member._flush_report == (0, 4), "the fourth report", 5, 0.001)
+        member._take_flush_report()
         assert taken == [(0, 3), (0, 4)]
     finally:
         stop.set()
         member._flusher_wake.set()
         thread.join(5)
-        loop.close()
+
+
+def test_a_waiting_fsync_report_is_stepped_before_the_next_peer_message(tmp_path: object) -> None:
+    """A peer message takes the waiting report first (a follower's reply to it then carries
+    the fsynced index); with no report waiting, only the message is stepped."""
+    member = RaftGroupLog(DLedgerConfig(self_id="n0", peers=(("n0", "127.0.0.1:1"),), data_dir=str(tmp_path)))
+    member._node = object()  # type: ignore[assignment]  # started, as far as _deliver looks
+    order: list[object] = []
+    member._flushed = lambda generation, flushed: order.append(("fsynced", flushed))  # type: ignore[method-assign]
+    member._step = lambda event: order.append(type(event).__name__)  # type: ignore[assignment,method-assign]
+    beat = Heartbeat("n1", "n0", 1, 5)
+    member._flush_report = (0, 7)
+    member._deliver(beat, None)
+    member._deliver(beat, None)
+    assert order == [("fsynced", 7), "Receive", "Receive"]
 
 
 def test_ticks_carry_the_elapsed_milliseconds_until_a_failed_step_ends_them(tmp_path: object) -> None:
@@ -150,3 +158,23 @@ def test_a_cancelled_tick_task_leaves_no_timer(tmp_path: object) -> None:
         assert not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
 
     asyncio.run(main())
+
+
+def test_a_tick_takes_the_fsync_report_no_peer_message_took(tmp_path: object) -> None:
+    member = RaftGroupLog(
+        DLedgerConfig(self_id="n0", peers=(("n0", "127.0.0.1:1"),), data_dir=str(tmp_path), tick_ms=1)
+    )
+    order: list[object] = []
+    member._flushed = lambda generation, flushed: order.append(("fsynced", flushed))  # type: ignore[method-assign]
+    member._step = lambda event: order.append(type(event).__name__)  # type: ignore[assignment,method-assign]
+    member._flush_report = (0, 3)
+
+    async def main() -> None:
+        task = asyncio.get_running_loop().create_task(member._tick_loop())
+        await wait_until_async(lambda: order.count("Tick") >= 2, "2 ticks", 5, 0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert order[:2] == [("fsynced", 3), "Tick"] and ("fsynced", 3) not in order[2:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rocketq.ha.raft_log import RaftLog
@@ -156,3 +158,33 @@ def test_from_store_builds_the_view_of_a_recovered_log() -> None:
         RaftLog.from_store([(0, 3), (2, 1)], 4, ListReader(disk))
     with pytest.raises(ValueError, match="must start at index 0"):
         RaftLog.from_store([(1, 1)], 4, ListReader(disk))
+
+
+def test_an_append_of_many_entries_leaves_the_log_and_its_errors_as_one_by_one() -> None:
+    """Runs of one term at consecutive indexes take the run path; anything else the entries
+    one by one: the same log, the same errors, the same entries kept before an error."""
+    rnd = random.Random(11)
+    for _ in range(300):
+        fast, slow = RaftLog(), RaftLog()
+        for _ in range(rnd.randrange(1, 8)):
+            start = fast.last_index + 1 + rnd.choice((0, 0, 0, 1, -1))
+            term = fast.last_term + rnd.choice((0, 0, 1, 2, -1))
+            n = rnd.randrange(0, 6)
+            batch = [Entry(start + k, term + (rnd.random() < 0.1), b"%d" % k) for k in range(n)]
+            if batch and rnd.random() < 0.1:
+                k = rnd.randrange(n)
+                batch[k] = Entry(batch[k].index + rnd.choice((1, -1)), batch[k].term, b"odd")
+            errors = []
+            for log in (fast, slow):
+                try:
+                    if log is fast:
+                        log.append(tuple(batch))
+                    else:
+                        for e in batch:
+                            log.append((e,))
+                except ValueError as exc:
+                    errors.append(str(exc))
+            assert len(errors) in (0, 2) and len(set(errors)) <= 1
+            assert fast.last_index == slow.last_index and fast.last_term == slow.last_term
+            assert fast._run_starts == slow._run_starts and fast._run_terms == slow._run_terms
+            assert fast.entries(0, fast.last_index) == slow.entries(0, slow.last_index)

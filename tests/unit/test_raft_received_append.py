@@ -1,7 +1,7 @@
 """A follower's write of an append it received (``RaftGroupLog._append_received``): the core's new
 entries, when they are the tail of the received ones, go to the store as the block of the
-leader's bytes they lie in, and each entry's bytes to the sent cache (what the dispatch and,
-after an election, the transport read); anything else is left to the other paths."""
+leader's bytes they lie in, and none to the sent cache (dispatch and, after an election, the
+transport read them from the store); anything else is left to the other paths."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import random
 
 import pytest
 
-from rocketq.ha import driver as driver_mod
 from rocketq.ha import peer_codec
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.driver_config import DLedgerConfig
@@ -37,10 +36,7 @@ def received(leader: EntryStore, first: int, last: int) -> tuple[tuple[Entry, ..
     return message.entries, raws
 
 
-def test_received_entries_are_written_from_their_block_and_cached(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(driver_mod, "SENT_CACHE_BYTES", 20_000)  # some leave the cache
+def test_received_entries_are_written_from_their_block_and_not_cached(tmp_path: pathlib.Path) -> None:
     rnd = random.Random(7)
     leader = EntryStore.open(str(tmp_path / "l"), "l", data_file_size=DATA)
     f = member(tmp_path / "f")
@@ -54,10 +50,9 @@ def test_received_entries_are_written_from_their_block_and_cached(
             assert f._append_received(got[skip:], got, raws)
             first = leader.ledger_end_index + 1
             assert f.store.ledger_end_index == leader.ledger_end_index
-            cache = f._sent_cache
-            assert list(cache) == list(range(next(iter(cache)), first))
-            assert all(cache[i] == leader.read_bytes(i, 1) for i in cache)
-            assert f._sent_cache_bytes == sum(map(len, cache.values())) <= 20_000
+            assert not f._sent_cache and f._sent_cache_bytes == 0
+            whole = leader.read_bytes(0, 1 << 30)
+            assert f._raw_entries(0, len(whole)) == whole  # what an elected member would send
         assert len(leader.data.files) > 1  # the runs crossed data file ends
         assert f.store.read_bytes(0, 1 << 30) == leader.read_bytes(0, 1 << 30)
 

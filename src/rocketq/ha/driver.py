@@ -42,13 +42,15 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
   each fsync covered: every write that arrives during an fsync is covered by the next one. Under
   ``AckPolicy.APPENDED`` (nobody waits for the fsync) a thread of its own fsyncs what was written
-  every ``FLUSH_INTERVAL_MS`` instead, taking turns with the checkpoint writes.
+  every ``FLUSH_INTERVAL_MS`` instead, taking turns with the checkpoint writes; its report waits
+  for the loop's next peer message or tick (the loop is not woken for it).
 * **Positions.** The leader asks the store where the next entries go (:meth:`EntryStore.placer`),
   encodes each record for its position and proposes them together (:meth:`append_batch`: one
   ``ProposeBatch``, one write of the entries, one append message per follower), all in one
   synchronous stretch of the loop, so nothing can be appended in between. A record whose size
   pushes it into the next data file is encoded a second time for that position. The leader
-  keeps the bytes it wrote, a follower those it received, for replication and dispatch.
+  keeps the bytes it wrote, for replication and dispatch; a follower writes those it received
+  and keeps none (its dispatch reads committed runs from the store).
 
 The loop is the broker's own in a broker process (its requests share it), else a loop thread
 of its own. The store's open, the fsync and term scan that build the core at start, the
@@ -550,6 +552,8 @@ class RaftGroupLog:
             return
         if self._disk_full and asyncio.get_running_loop().time() < self._disk_full_until:
             return  # as if unreachable for a while; the leader resends
+        if self._flush_report is not None:  # the paced flusher's fsync, before the message
+            self._take_flush_report()
         if raw is not None and isinstance(message, Append) and len(raw) == len(message.entries):
             self._raw = (message.entries, raw)
         try:
@@ -649,8 +653,13 @@ class RaftGroupLog:
     ) -> bool:
         """Write the core's new ``entries`` from the leader's bytes ``raws`` of the ``received``
         ones when they are the tail of those (the usual case: all of them, or those after the
-        ones this log holds already), and keep each entry's bytes for the transport and the
-        dispatch. False (nothing written) when they are not."""
+        ones this log holds already). False (nothing written) when they are not.
+
+        A follower does not keep the entries' bytes in the sent cache: its dispatch reads
+        committed runs from the store (``committed_run``), and were it elected, the transport
+        would read what the cache lacks from the store too. Caching each entry (and dropping
+        as many old ones) took about 9 % of a follower's busy loop under load (py-spy, 128
+        senders)."""
         skip = len(received) - len(entries)
         if skip < 0 or entries != received[skip:]:  # the same objects: compared by identity
             return False
@@ -661,17 +670,6 @@ class RaftGroupLog:
             block = block[at:] if block is not None else None
         data = block if block is not None else b"".join(raws)
         self.store.append_entry_bytes(data)  # raises on the first entry that does not follow
-        first = entries[0].index  # the entries are first, first + 1, ...: checked by the store
-        cache = self._sent_cache
-        if cache and next(reversed(cache)) >= first:  # not after what is cached: one by one
-            for i, raw in enumerate(raws):
-                self._cache_sent(first + i, raw)
-            return True
-        # the cache holds entries below the store's end only (cleared on a truncation), added in
-        # index order: these are new to it
-        cache.update(zip(range(first, first + len(raws)), raws, strict=True))
-        self._sent_cache_bytes += len(data)
-        self._trim_sent_cache()
         return True
 
     def _is_proposing(self, entries: Sequence[Entry]) -> bool:
@@ -859,6 +857,8 @@ class RaftGroupLog:
                 carry -= ms
                 if not self._disk_full:  # no campaign while writes fail
                     try:
+                        if self._flush_report is not None:  # no peer message took it
+                            self._take_flush_report()
                         self._step(Tick(ms))
                     except Exception as exc:
                         if not ended.done():
@@ -892,23 +892,27 @@ class RaftGroupLog:
 
     async def _paced_flushes(self) -> None:
         """Under APPENDED acks nobody waits for an fsync: a thread of its own fsyncs what was
-        written every ``FLUSH_INTERVAL_MS`` and reports it to the loop, so the loop hands no
+        written every ``FLUSH_INTERVAL_MS`` and leaves the loop its report, so the loop hands no
         work to a thread per fsync (waking a worker from the loop cost a follower about a tenth
         of its time under load). With nothing written it sleeps until the loop's next write
         wakes it (once per idle spell, not per write)."""
-        loop = asyncio.get_running_loop()
         stop = threading.Event()
         name = f"dledger-flush-{self.config.self_id}"
-        thread = threading.Thread(target=self._flusher, args=(loop, stop), name=name, daemon=True)
+        thread = threading.Thread(target=self._flusher, args=(stop,), name=name, daemon=True)
         thread.start()
         try:
-            await loop.create_future()  # until the member stops
+            await asyncio.get_running_loop().create_future()  # until the member stops
         finally:
             stop.set()
             self._flusher_wake.set()
             await asyncio.to_thread(thread.join)
 
-    def _flusher(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> None:
+    def _flusher(self, stop: threading.Event) -> None:
+        """Every ``FLUSH_INTERVAL_MS``, the fsync of what was written; its report waits in
+        ``_flush_report`` for the loop, which takes it at its next peer message or tick
+        (:meth:`_take_flush_report`): nobody waits for an fsync under APPENDED acks, so the
+        loop is not woken for it (a wake-up of the loop per fsync, and on a follower a reply
+        of its own to the leader)."""
         store = self.store
         wake = self._flusher_wake
         while not stop.wait(FLUSH_INTERVAL_MS / 1000):
@@ -924,20 +928,17 @@ class RaftGroupLog:
             try:
                 with self._io_lock:
                     flushed = store.flush_unlocked()
-                with self._flush_report_lock:
-                    waiting = self._flush_report is not None
+                with self._flush_report_lock:  # a report the loop has not taken yet is replaced
                     self._flush_report = (generation, flushed)
-                if not waiting:  # else the report the loop has not taken yet carries this one
-                    loop.call_soon_threadsafe(self._take_flush_report)
-            except RuntimeError:  # the loop is closed: the member is gone
-                return
             except Exception:
                 log.exception("raft member %s: flush failed; no more fsyncs", self.config.self_id)
                 return
 
     def _take_flush_report(self) -> None:
         """On the loop: the paced flusher's latest report, covering every fsync since the loop
-        took the one before (one ``Persisted`` step for them, not one each)."""
+        took the one before (one ``Persisted`` step for them, not one each). Taken before a
+        peer message is stepped, so that a follower's reply to that message carries it (no
+        reply of its own), and at each tick when no message came."""
         with self._flush_report_lock:
             report, self._flush_report = self._flush_report, None
         if report is not None:

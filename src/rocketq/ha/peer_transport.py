@@ -31,13 +31,19 @@ them all (the core frees every in-flight slot up to the acknowledged index). The
 entries in a list with their running size (constant work per merged message, whatever the batch
 holds). Likewise a successful append reply is replaced by a later one of the same iteration that
 says at least as much (same term; match, written and fsynced ends no lower): a follower that
-acknowledges an append and then its write in one iteration sends one reply.
+acknowledges an append and then its write sends one reply.
 
 Sending at once. A leader's new entries are not left for the end of the iteration: the driver
 calls :meth:`PeerTransport.flush` after each proposal, and a flush also writes what the link's
 connection holds for the iteration's end (a second frame of an iteration waits there). On a
 broker's loop the rest of an iteration can be long (the sends that arrived meanwhile), and what
 only the leader holds when it dies is gone (never acknowledged; a new leader writes over it).
+Likewise a follower's reply to the appends of one read is written at the end of that read
+(the server's ``after_read``), not from a callback at the end of the iteration: one reply, as
+its replies supersede each other, and no loop iteration of its own. A link writes
+what it is given at once (``Connection.write_oneway_all``): the transport has already joined
+the frames of a flush for each peer, so the connection's own end-of-iteration flush would find
+nothing to join and only cost a loop callback per write.
 """
 
 from __future__ import annotations
@@ -98,7 +104,8 @@ class PeerLink:
             self.dropped += len(messages)
             return 0
         try:
-            conn.send_oneway_all([RemotingCommand(code, body=body) for code, body in messages])
+            # written at once: the transport joins an iteration's frames per peer itself
+            conn.write_oneway_all([RemotingCommand(code, body=body) for code, body in messages])
         except RocketqError:
             self.dropped += len(messages)
             return 0
@@ -228,11 +235,16 @@ class PeerTransport:
         self._raw_reader = raw_reader
         self._bulk_out: dict[str, list[Message | _Merging]] = {}
         self._flush_scheduled = False
+        #: an append of the read being handled was delivered: what is queued for the bulk links
+        #: is flushed at the read's end
+        self._answering = False
         self.merged = 0
         host, port = parse_address(listen_addr)
         self._deliver = deliver
         self._other = other
-        self.server = RemotingServer(host, port, self._handle, immediate=self._immediate)
+        self.server = RemotingServer(
+            host, port, self._handle, immediate=self._immediate, after_read=self._read_done
+        )
         self.control = {p: PeerLink(a, f"{self_id}->{p}/control") for p, a in peers.items()}
         self.bulk = {p: PeerLink(a, f"{self_id}->{p}/bulk") for p, a in peers.items()}
         self.received = 0
@@ -273,7 +285,7 @@ class PeerTransport:
             return True
         else:
             queue.append(message)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._answering:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_bulk)
         return True
@@ -311,8 +323,28 @@ class PeerTransport:
             log.warning("raft message for %r arrived at %r; dropped", message.dst, self.self_id)
             return _HANDLED
         self.received += 1
-        self._deliver(message, raw)
+        if type(message) is not Append:
+            self._deliver(message, raw)
+        elif conn.receiving:
+            # a follower's replies to the appends of one read leave together at its end
+            # (_read_done), not from a callback at the end of the loop iteration
+            self._answering = True
+            self._deliver(message, raw)
+        else:  # not within a read (no _read_done to come): its reply leaves when it returns
+            self._answering = True
+            try:
+                self._deliver(message, raw)
+            finally:
+                self._read_done()
         return _HANDLED
+
+    def _read_done(self) -> None:
+        """The end of a read of the peers' messages: what its appends' deliveries queued (a
+        follower's replies, superseding each other) is written now."""
+        if self._answering:
+            self._answering = False
+            if self._bulk_out and not self._flush_scheduled:
+                self.flush()
 
     async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if self._other is not None:

@@ -19,10 +19,14 @@ are written (the reader can serve them).
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from rocketq.ha.raft_types import ENTRY_OVERHEAD, Entry, entries_size
+
+_INDEX = operator.attrgetter("index")
+_TERM = operator.attrgetter("term")
 
 
 class EntryReader(Protocol):
@@ -210,6 +214,20 @@ class RaftLog:
         return got
 
     def append(self, entries: tuple[Entry, ...]) -> None:
+        n = len(entries)
+        if n > 1:
+            first, last = entries[0], entries[-1]
+            start, term = first.index, first.term
+            # the usual append, a follower's: a run of one term at consecutive indexes, found
+            # so in two passes over the indexes and the terms (no step per entry)
+            if (
+                last.index == start + n - 1
+                and last.term == term
+                and list(map(_INDEX, entries)) == list(range(start, start + n))
+                and list(map(_TERM, entries)).count(term) == n
+            ):
+                self.append_run(entries)  # which checks the first entry against the log
+                return
         for e in entries:
             if e.index != self._last + 1:
                 raise ValueError(f"raft log append at index {e.index}, expected {self._last + 1}")

@@ -20,6 +20,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   response frame already encoded (see :func:`~rocketq.remoting.codec.success_frame`); it may
   also take the request and answer later (:data:`DEFERRED`, then :meth:`Connection.answer`: a
   send on a DLedger leader, answered when its quorum is reached), still without a task;
+* a server may give its connections an ``after_read`` callback, called at the end of each read
+  whose requests went to the handlers: an immediate handler that queued work for the read's
+  requests together (the Raft peer transport's replies to the appends of one read) does it then;
 * a server may also have a lone handler (:data:`LoneHandler`), asked before the decoder with a
   read's bytes when nothing is buffered: a read that is exactly one request it answers at once
   (a producer's single send with one request in flight) skips the decoder, the dispatch and the
@@ -172,6 +175,7 @@ class Connection(asyncio.Protocol):
         immediate: DeferringHandler | None = None,
         guard: LimitGuard | None = None,
         lone: LoneHandler | None = None,
+        after_read: Callable[[], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
@@ -187,6 +191,9 @@ class Connection(asyncio.Protocol):
         self._handler = handler
         self._immediate = immediate
         self._lone = lone
+        #: called at the end of each read whose requests went to the handlers (after their
+        #: answers are written): a handler that queued work of its own for the read does it then
+        self._after_read = after_read
         self._lone_max_body = max_frame_size - 4  # the decoder's largest length field
         self._max_frame_size = max_frame_size
         self._max_pending_requests = max(1, max_pending_requests)
@@ -242,6 +249,12 @@ class Connection(asyncio.Protocol):
         """Bytes received but not yet part of a decoded command (an incomplete frame)."""
         return self._decoder.buffered
 
+    @property
+    def receiving(self) -> bool:
+        """Inside ``data_received``, handing a read's requests to the handlers (the
+        ``after_read`` callback comes at its end)."""
+        return self._receiving
+
     def seen_activity(self) -> bool:
         """True when bytes arrived since the last call, or a request or call is in flight (for
         the idle check); clears the arrival mark."""
@@ -295,6 +308,26 @@ class Connection(asyncio.Protocol):
             frames.append(self._frame(cmd))
         if frames:
             self._enqueue(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def write_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
+        """:meth:`send_oneway_all` written at once, without the end-of-iteration flush it
+        schedules for a first frame (for a caller that joins an iteration's frames itself, as
+        the Raft peer links do): the same bytes, behind any frames that wait for that flush."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(
+                f"connection {self.remote_address} is closed; cannot send {len(cmds)} commands"
+            )
+        frames = []
+        for cmd in cmds:
+            cmd.flag |= FLAG_ONEWAY
+            frames.append(self._frame(cmd))
+        if not frames:
+            return
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if self._out:  # frames of this iteration wait for its flush: these go behind them
+            self._out.append(data)
+        elif (transport := self._transport) is not None:
+            transport.write(data)
 
     def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | Exception) -> None:
         """Answer a request the immediate handler took (:data:`DEFERRED`), on this connection's
@@ -481,6 +514,8 @@ class Connection(asyncio.Protocol):
                 self._receive_batch = self._flush_scheduled = False
                 if self._out:
                     self.flush()
+            if self._after_read is not None:
+                self._after_read()
 
     def eof_received(self) -> bool | None:
         return None

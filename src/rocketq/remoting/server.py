@@ -92,8 +92,11 @@ class RemotingServer:
         ssl: ssl.SSLContext | None = None,
         tls_permissive: bool = False,
         limits: ServerLimits | None = None,
+        after_read: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
+        #: each connection calls it at the end of a read whose requests it handled
+        self._after_read = after_read
         self._ssl = ssl
         self._tls_permissive = tls_permissive and ssl is not None
         self._immediate = immediate
@@ -197,6 +200,7 @@ class RemotingServer:
             immediate=self._immediate,
             guard=self.guard,
             lone=self.lone,
+            after_read=self._after_read,
         )
 
     def _register(self, conn: Connection) -> None:
