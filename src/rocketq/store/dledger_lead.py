@@ -6,8 +6,8 @@ meanwhile other leaders numbered and committed messages it only received as a fo
 store itself (not its owner: a broker's role handler, or nobody in an embedded group) makes
 sure it never hands out such an offset again::
 
-    log's loop (role change, before any append)      dispatch thread (after each of its steps)
-    LeaderTable.on_state ─► lead_term = term or -1    LeaderTable.check:
+    log's loop (role change, before any append)     dispatch thread (after each of its steps)
+    LeaderTable.on_state: lead_term = term or -1     LeaderTable.check:
       lead_term != table_term: puts refused            leads a term the table is not for?
       (ServiceNotAvailable, "catching up")             committed == ledger end, dispatched there?
       wake the dispatch thread                         rebuild from the ConsumeQueues, then under
