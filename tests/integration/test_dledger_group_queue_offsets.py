@@ -206,23 +206,31 @@ def _put_when_taken(store: DLedgerMessageStore, body: bytes) -> PutMessageResult
     return wait_until(attempt, f"the new leader taking the put of {body!r}", 30)
 
 
+@pytest.mark.parametrize("change", ["transfer", "stop"])
 def test_an_embedded_new_leader_numbers_its_queues_after_the_committed_messages_by_itself(
-    group: list[DLedgerMessageStore],
+    group: list[DLedgerMessageStore], change: str
 ) -> None:
     """No broker, no role handler, nobody calling ``recover_topic_queue_table``: after a
-    leadership transfer the new leader's puts continue each queue after the messages the old
-    leader committed (it handed out offset 0 again, from the table it opened with), and every
-    member's ConsumeQueue holds the same messages at the same offsets."""
+    leadership transfer, or the leader's stop, the new leader's puts continue each queue after
+    the messages the old leader committed (it handed out offset 0 again, from the table it
+    opened with), and every running member's ConsumeQueue holds the same messages at the same
+    offsets. Puts made as soon as it leads are refused as catching up, or numbered right."""
     old = _leader(group)
     first = _put_together(old, [[_msg(b"m0")], [_msg(b"m1")]])
     assert [r.queue_offset for r in first if isinstance(r, PutMessageResult)] == [0, 1], first
     _queue_on_every_member(group, 2)
-    target = next(s for s in group if s is not old)
-    assert old.ledger is not None and old.ledger_loop is not None and target.ledger is not None
-    target_id = target.ledger.state.self_id
-    assert old.ledger_loop.run(old.ledger.transfer_leadership(target_id), 30)
-    assert _leader(group, taking_puts=False) is target  # puts at once: refused or numbered right
+    others = [s for s in group if s is not old]
+    if change == "transfer":
+        target = others[0]
+        assert old.ledger is not None and old.ledger_loop is not None and target.ledger is not None
+        assert old.ledger_loop.run(old.ledger.transfer_leadership(target.ledger.state.self_id), 30)
+        assert _leader(group, taking_puts=False) is target
+        running = group
+    else:
+        old.shutdown()
+        target = _leader(others, taking_puts=False)
+        running = others
     mine = [_put_when_taken(target, body) for body in (b"n2", b"n3")]
     assert [r.queue_offset for r in mine] == [2, 3], mine
     expected = [(0, b"m0"), (1, b"m1"), (2, b"n2"), (3, b"n3")]
-    assert _queue_on_every_member(group, 4) == expected
+    assert _queue_on_every_member(running, 4) == expected
