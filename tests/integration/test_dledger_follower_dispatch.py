@@ -18,7 +18,6 @@ from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.entry_format import MAGIC_NORMAL
-from rocketq.ha.raft_types import Role
 from rocketq.message import Message
 from rocketq.store import dledger_reput
 from rocketq.store.dledger_reput import DLedgerReputService
@@ -63,7 +62,7 @@ def stores(
 
 def test_followers_dispatch_committed_entries_without_polling(stores: dict[str, DLedgerMessageStore]) -> None:
     def leader() -> DLedgerMessageStore | None:
-        found = [s for s in stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+        found = [s for s in stores.values() if s.ledger is not None and s.leads_caught_up()]
         return found[0] if len(found) == 1 else None
 
     first = wait_until(leader, "one leader", 30)
@@ -112,7 +111,7 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
     monkeypatch.setattr(DLedgerReputService, "_dispatch_entries", counting_general)
 
     def leader() -> DLedgerMessageStore | None:
-        found = [s for s in stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+        found = [s for s in stores.values() if s.ledger is not None and s.leads_caught_up()]
         return found[0] if len(found) == 1 else None
 
     first = wait_until(leader, "one leader", 30)
@@ -173,7 +172,7 @@ def test_regression_a_queue_rebuilt_on_a_raft_member_keeps_every_committed_messa
     leader as on the followers."""
 
     def leader() -> DLedgerMessageStore | None:
-        found = [s for s in stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+        found = [s for s in stores.values() if s.ledger is not None and s.leads_caught_up()]
         return found[0] if len(found) == 1 else None
 
     first = wait_until(leader, "one leader", 30)

@@ -17,7 +17,7 @@ import pytest
 from _support.procs import free_port
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.errors import SystemBusy
+from rocketq.errors import ServiceNotAvailable, SystemBusy
 from rocketq.ha.driver import RaftGroupLog, config_of
 from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.raft_types import Role
@@ -64,10 +64,15 @@ def group(tmp_path: pathlib.Path, store_config: StoreConfig) -> Iterator[list[DL
             store.shutdown()
 
 
-def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore:
+def _leader(stores: list[DLedgerMessageStore], *, taking_puts: bool = True) -> DLedgerMessageStore:
+    """The one leader among ``stores``; with ``taking_puts``, once it takes puts (its log caught
+    up and dispatched, its queue-offset table rebuilt for its term: until then it refuses them)."""
+
     def find() -> DLedgerMessageStore | None:
         leaders = [s for s in stores if s.ledger is not None and s.ledger.state.role is Role.LEADER]
-        return leaders[0] if len(leaders) == 1 else None
+        if len(leaders) != 1 or (taking_puts and not leaders[0].leads_caught_up()):
+            return None
+        return leaders[0]
 
     return wait_until(find, "a leader", 30)
 
@@ -158,8 +163,8 @@ def test_a_new_leader_numbers_a_queue_after_its_committed_messages_and_the_old_o
 ) -> None:
     """A leader whose messages stop reaching the others appends two puts that never commit:
     their queue offsets (2 and 3) were handed out, and the puts fail (outcome unknown) once it
-    learns of a newer term. The new leader, caught up and its table rebuilt from its queues as
-    the broker's role handler does it, numbers the queue after the committed messages (2 and 3
+    learns of a newer term. The new leader, caught up and its table rebuilt from its queues by
+    the store itself, numbers the queue after the committed messages (2 and 3
     again, for its own); the old leader drops its uncommitted entries for the new leader's
     and its queue, built from committed entries only, is the same as everyone's."""
     old = _leader(group)
@@ -175,21 +180,57 @@ def test_a_new_leader_numbers_a_queue_after_its_committed_messages_and_the_old_o
     wait_until(lambda: ledger.state.role is not Role.LEADER, "the old leader stepping down", 30)
     assert old.next_queue_offset("T", 0) == 4  # handed out, appended here, never committed
     others = [s for s in group if s is not old]
-    new = _leader(others)
-    assert new.ledger is not None
-    wait_until(
-        lambda: (
-            new.ledger is not None
-            and new.ledger.committed_pos >= getattr(new.ledger, "ledger_end_pos", 0)
-            and new.dispatch_behind_bytes() == 0
-        ),
-        "the new leader caught up",
-        30,
-    )
-    new.recover_topic_queue_table()
+    new = _leader(others)  # caught up: its table rebuilt from its queues by the store itself
     assert new.next_queue_offset("T", 0) == 2
     mine = _put_together(new, [[_msg(b"n2")], [_msg(b"n3")]])
     assert [r.queue_offset for r in mine if isinstance(r, PutMessageResult)] == [2, 3], mine
     monkeypatch.undo()  # the old leader's messages get through again: it follows and catches up
     expected = [(0, b"m0"), (1, b"m1"), (2, b"n2"), (3, b"n3")]
     assert _queue_on_every_member(group, 4) == expected
+
+
+def _put_when_taken(store: DLedgerMessageStore, body: bytes) -> PutMessageResult:
+    """A put of ``body`` to queue 0 of T, made again while ``store``, a new leader, refuses it
+    as catching up (the definite refusal, SERVICE_NOT_AVAILABLE: nothing was appended); any
+    other outcome is the put's."""
+
+    def attempt() -> PutMessageResult | None:
+        try:
+            outcome = _put_together(store, [[_msg(body)]])[0]
+        except ServiceNotAvailable as exc:  # refused before anything was appended
+            assert "catching up" in str(exc), exc
+            return None
+        assert isinstance(outcome, PutMessageResult), outcome
+        return outcome
+
+    return wait_until(attempt, f"the new leader taking the put of {body!r}", 30)
+
+
+@pytest.mark.parametrize("change", ["transfer", "stop"])
+def test_an_embedded_new_leader_numbers_its_queues_after_the_committed_messages_by_itself(
+    group: list[DLedgerMessageStore], change: str
+) -> None:
+    """No broker, no role handler, nobody calling ``recover_topic_queue_table``: after a
+    leadership transfer, or the leader's stop, the new leader's puts continue each queue after
+    the messages the old leader committed (it handed out offset 0 again, from the table it
+    opened with), and every running member's ConsumeQueue holds the same messages at the same
+    offsets. Puts made as soon as it leads are refused as catching up, or numbered right."""
+    old = _leader(group)
+    first = _put_together(old, [[_msg(b"m0")], [_msg(b"m1")]])
+    assert [r.queue_offset for r in first if isinstance(r, PutMessageResult)] == [0, 1], first
+    _queue_on_every_member(group, 2)
+    others = [s for s in group if s is not old]
+    if change == "transfer":
+        target = others[0]
+        assert old.ledger is not None and old.ledger_loop is not None and target.ledger is not None
+        assert old.ledger_loop.run(old.ledger.transfer_leadership(target.ledger.state.self_id), 30)
+        assert _leader(group, taking_puts=False) is target
+        running = group
+    else:
+        old.shutdown()
+        target = _leader(others, taking_puts=False)
+        running = others
+    mine = [_put_when_taken(target, body) for body in (b"n2", b"n3")]
+    assert [r.queue_offset for r in mine] == [2, 3], mine
+    expected = [(0, b"m0"), (1, b"m1"), (2, b"n2"), (3, b"n3")]
+    assert _queue_on_every_member(running, 4) == expected

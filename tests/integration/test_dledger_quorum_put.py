@@ -20,7 +20,7 @@ from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import ServiceNotAvailable
 from rocketq.ha.driver import RaftGroupLog
-from rocketq.ha.raft_types import Append, Role
+from rocketq.ha.raft_types import Append
 from rocketq.ha.raft_types import Message as RaftMessage
 from rocketq.message import BrokerMessage, Message
 from rocketq.store import dledger_commitlog
@@ -60,7 +60,7 @@ def group(tmp_path: pathlib.Path, store_config: StoreConfig) -> Iterator[list[DL
 
 
 def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore | None:
-    leaders = [s for s in stores if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+    leaders = [s for s in stores if s.ledger is not None and s.leads_caught_up()]
     return leaders[0] if len(leaders) == 1 else None
 
 

@@ -74,9 +74,7 @@ class Group:
 
     def leader(self) -> DLedgerMessageStore:
         def one() -> DLedgerMessageStore | None:
-            leaders = [
-                s for s in self.stores.values() if s.ledger is not None and s.ledger.state.role is Role.LEADER
-            ]
+            leaders = [s for s in self.stores.values() if s.ledger is not None and s.leads_caught_up()]
             return leaders[0] if len(leaders) == 1 else None
 
         return wait_until(one, "one leader", 30)

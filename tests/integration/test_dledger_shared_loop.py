@@ -20,7 +20,6 @@ import pytest
 from _support.procs import free_port
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.ha.raft_types import Role
 from rocketq.message import BrokerMessage, Message
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import LedgerLoop
@@ -90,7 +89,7 @@ def group(
 
 
 def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore | None:
-    leaders = [s for s in stores if s.ledger is not None and s.ledger.state.role is Role.LEADER]
+    leaders = [s for s in stores if s.ledger is not None and s.leads_caught_up()]
     return leaders[0] if len(leaders) == 1 else None
 
 

@@ -1,19 +1,24 @@
 """Queue offsets of a DLedger store on a group of one (real entry store files): an offset is
 taken only by a message that is appended, so a queue's messages carry consecutive queue offsets
-with no hole and no repeat (issue 17), and a queue-offset table rebuilt from queues that hold a
-hole (from before this rule) never hands out an offset a message already has."""
+with no hole and no repeat (issue 17), a queue-offset table rebuilt from queues that hold a
+hole (from before this rule) never hands out an offset a message already has, and a member that
+leads a new term has its table rebuilt by the store itself before it takes a put."""
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.errors import DiskFull
+from rocketq.errors import DiskFull, ServiceNotAvailable
 from rocketq.ha.entry_store import EntryStore
+from rocketq.ha.group_config import LedgerSpec, open_ledger
+from rocketq.ha.raft_types import Role
+from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder, ReplicatedLog
 from rocketq.message import Message
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
@@ -112,3 +117,104 @@ def test_a_last_unit_that_names_another_queues_record_leaves_the_unit_count(
     assert cq.max_offset_in_queue == 2
     store.recover_topic_queue_table()
     assert store.next_queue_offset("T", 0) == 2 and store.next_queue_offset("T", 1) == 5
+
+
+class _SteeredLog:
+    """A group of one whose role the test sets (on the log's loop, as a Raft member's changes
+    come), and whose ledger end it may hold past the committed position (entries to commit)."""
+
+    def __init__(self, inner: ReplicatedLog) -> None:
+        self.inner = inner
+        self.forced: LogState | None = None
+        self.ledger_end_pos: int | None = None
+        self._callbacks: list[Callable[[LogState], None]] = []
+
+    @property
+    def state(self) -> LogState:
+        return self.forced or self.inner.state
+
+    @property
+    def committed_pos(self) -> int:
+        return self.inner.committed_pos
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    async def append(self, encode: RecordEncoder) -> AppendResult:
+        if self.state.role is not Role.LEADER:
+            return AppendResult(AppendStatus.NOT_LEADER, leader_id=self.state.leader_id)
+        return await self.inner.append(encode)
+
+    def read(self, pos: int, size: int) -> bytes:
+        return self.inner.read(pos, size)
+
+    def entries_from(self, pos: int) -> Iterator[tuple[int, bytes]]:
+        return self.inner.entries_from(pos)
+
+    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
+        self._callbacks.append(callback)
+
+    async def transfer_leadership(self, target: str) -> bool:
+        return False
+
+    async def force(self, state: LogState) -> None:
+        self.forced = state
+        for callback in self._callbacks:
+            callback(state)
+
+
+@pytest.fixture
+def steered(store_config: StoreConfig) -> Iterator[tuple[DLedgerMessageStore, _SteeredLog]]:
+    logs: list[_SteeredLog] = []
+
+    def factory(spec: LedgerSpec) -> ReplicatedLog:
+        logs.append(_SteeredLog(open_ledger(spec)))
+        return logs[-1]
+
+    cfg = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
+    with DLedgerMessageStore(cfg, ledger_factory=factory) as s:
+        yield s, logs[0]
+
+
+def test_a_leader_of_a_new_term_refuses_puts_until_its_table_is_rebuilt_once_for_that_term(
+    steered: tuple[DLedgerMessageStore, _SteeredLog],
+) -> None:
+    """With no broker and nobody calling ``recover_topic_queue_table``: a member that leads a
+    new term refuses puts with the definite SERVICE_NOT_AVAILABLE of a leader catching up
+    (nothing appended) while its log is not caught up, then the store rebuilds its table from
+    its queues, once for the term, and its puts continue the queue. A follower is refused by
+    its log as before (NOT_LEADER, naming no catch-up)."""
+    store, log = steered
+    assert store.leader_table is not None and store.ledger_loop is not None
+    assert store.leads_caught_up() and store.queue_table_term == 1  # a group of one: at open
+    assert store.leader_table.rebuilds == 1
+    for body in (b"a", b"b"):
+        store.put_message(Message("T", body), queue_id=0)
+    run = store.ledger_loop.run
+    run(log.force(LogState(Role.FOLLOWER, 2, "n0", "n1", None)), 5)
+    assert not store.leads_caught_up()
+    with pytest.raises(ServiceNotAvailable, match="not the leader of its DLedger group"):
+        store.put_message(Message("T", b"x"), queue_id=0)
+    cl = store.commitlog
+    with cl._put_lock:  # a table from before: another leader numbered the queue meanwhile
+        cl.topic_queue_table[("T", 0)] = 0
+    log.ledger_end_pos = cl.max_offset + 100  # entries this leader still has to commit
+    run(log.force(LogState(Role.LEADER, 3, "n0", "n0", None)), 5)
+    committed = cl.max_offset
+    with pytest.raises(ServiceNotAvailable, match="DLedger leader of term 3 is catching up"):
+        store.put_message(Message("T", b"y"), queue_id=0)
+    with pytest.raises(ServiceNotAvailable, match="catching up"):
+        store.put_messages([Message("T", b"y"), Message("T", b"z")], queue_id=0)
+    assert cl.max_offset == committed and store.next_queue_offset("T", 0) == 0  # nothing taken
+    log.ledger_end_pos = None  # all committed (and dispatched): the store rebuilds by itself
+    wait_until(store.leads_caught_up, "the leader's table rebuilt for term 3", 10)
+    assert store.queue_table_term == 3 and store.next_queue_offset("T", 0) == 2
+    assert store.put_message(Message("T", b"c"), queue_id=0).queue_offset == 2
+    assert store.reput is not None
+    for _ in range(3):  # more steps of dispatch, each followed by the check: no second rebuild
+        store.reput.step()
+    assert store.leader_table.rebuilds == 2
+    assert _queue(store) == [(0, b"a"), (1, b"b"), (2, b"c")]

@@ -5,9 +5,10 @@ loop: the broker's own in a broker process, a loop thread of its own otherwise);
 applies the latest one on the broker's event loop, one at a time:
 
 LEADER
-    wait until the log is caught up (``committed_pos`` equals the ledger end when the log tells
-    it, ``ledger_end_pos``) and dispatch has reached the committed position; rebuild the
-    queue-offset table from the ConsumeQueues; accept writes; resume the master-only services
+    wait until the store has its queue-offset table rebuilt for this term (the store does that
+    itself once the log is caught up, ``committed_pos`` equal to the ledger end when the log
+    tells it, and dispatch has reached the committed position: :mod:`rocketq.store.dledger_lead`,
+    which also refuses puts until then); accept writes; resume the master-only services
     (delay and timer delivery, transaction checks); register with the name servers as master
     (brokerId 0). Until then sends are refused. A broker that was master in an older term and
     leads again before its follower state was applied (a quick leader, follower, leader flip)
@@ -46,6 +47,7 @@ from rocketq.protocol.fastjson import loads_object_keys
 from rocketq.protocol.route import ClusterInfo
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request, create_response
+from rocketq.store.dledger_lead import catching_up
 from rocketq.store.service import ServiceThread
 
 if TYPE_CHECKING:
@@ -186,7 +188,7 @@ class DLedgerRoleHandler:
 
     def _refuse(self, state: LogState) -> None:
         if state.role is Role.LEADER:
-            reason = f"DLedger leader of term {state.term} is catching up before it accepts writes"
+            reason = catching_up(state.term)  # the store's own refusal says the same
         else:
             if not state.leader_id:
                 where = "not known yet"
@@ -227,17 +229,16 @@ class DLedgerRoleHandler:
                 state.term,
                 self.role.term,
             )
+        # the store refuses puts itself until its log is caught up and dispatched, then has its
+        # queue-offset table rebuilt for this term in its dispatch thread (store/dledger_lead.py)
         while True:
             if self._changed.is_set() or ledger.state.role is not Role.LEADER:
                 return  # a newer state: applied next
-            end = getattr(ledger, "ledger_end_pos", None)
-            committed = ledger.committed_pos
-            if (end is None or committed >= end) and store.dispatch_behind_bytes() == 0:
+            if store.queue_table_term == state.term:
                 break
+            if store.reput is not None:
+                store.reput.wakeup()  # the catch-up is looked at by the dispatch thread
             await asyncio.sleep(CATCH_UP_POLL_S)
-        await asyncio.to_thread(store.recover_topic_queue_table)
-        if self._changed.is_set() or ledger.state.role is not Role.LEADER:
-            return
         store.commitlog.set_writable(True)
         self.gate.open.set()
         self.master = True

@@ -16,8 +16,13 @@ whose new records go to the log:
   (:meth:`_OneAppend.give_back`: a group of one in the writer's thread, a Raft group while the
   proposal is made, :class:`~rocketq.store.dledger_appends.AppendQueue`). A placed entry keeps
   its offset whatever comes of it; one truncated by a new leader is gone with the old leader's
-  table, as each new leader rebuilds its own
-  (:meth:`~rocketq.store.dledger_store.DLedgerMessageStore.recover_topic_queue_table`);
+  table, as each new leader rebuilds its own (:mod:`rocketq.store.dledger_lead`);
+* a leader takes puts only with a queue-offset table rebuilt for the term it leads:
+  ``lead_term`` (the term the log says this member leads, -1: none; set on the log's loop at
+  each role change, :class:`~rocketq.store.dledger_lead.LeaderTable`) and ``table_term`` (the
+  term the table was rebuilt for) are folded into ``_accepting``, the one flag the put path
+  reads, so the check costs a put nothing; while they differ a put is refused before anything
+  is encoded (ServiceNotAvailable, :func:`~rocketq.store.dledger_lead.catching_up`);
 * reads at or above ``divided_offset`` come from the entry store's data files, and only below
   the committed position (RocketMQ's ``getData`` returns nothing at or after ``committedPos``);
 * ``max_offset`` and ``flushed_where`` are the committed position: what dispatch may expose.
@@ -60,6 +65,7 @@ from rocketq.store.dledger_appends import (
     finish_put,
     put_error,
 )
+from rocketq.store.dledger_lead import catching_up
 from rocketq.store.flush import FlushListener
 from rocketq.store.store_queries import StoreStats
 from rocketq.tasks import settle
@@ -87,6 +93,10 @@ class DLedgerCommitLog(CommitLog):
     recovery; until then it is the plain CommitLog of the old segments."""
 
     def __init__(self, config: StoreConfig, *, on_flushed: FlushListener | None = None) -> None:
+        #: the term the log says this member leads (-1: it leads none), and the leader term the
+        #: queue-offset table was rebuilt for (-1: none); puts wait for the two to agree
+        self.lead_term = -1
+        self.table_term = -1
         super().__init__(config, on_flushed=on_flushed)
         self.ledger: ReplicatedLog | None = None
         self.loop: LedgerLoop | None = None
@@ -118,6 +128,21 @@ class DLedgerCommitLog(CommitLog):
             except Exception:
                 log.exception("stopping the replicated log failed")
             loop.stop()
+
+    # -- the leader's term ------------------------------------------------------------------
+    def _table_behind(self) -> bool:
+        """A leader whose queue-offset table was not rebuilt for the term it leads."""
+        return self.lead_term >= 0 and self.lead_term != self.table_term
+
+    def _update_accepting(self) -> None:
+        super()._update_accepting()  # (a DLedger CommitLog has no compiled put lane to update)
+        if self._accepting and self._table_behind():
+            self._accepting = False
+
+    def _check_writable(self) -> None:
+        if self._running and self._table_behind():
+            raise ServiceNotAvailable(f"message store is not writable: {catching_up(self.lead_term)}")
+        super()._check_writable()
 
     # -- positions --------------------------------------------------------------------------
     @property

@@ -12,7 +12,8 @@ scanned in one compiled pass over entry headers and records (``parse_entry_run``
 scan does not take whole, and a group of one, go entry by entry (``entries_from``), the bodies
 of a window parsed together (``parse_entries``), else one by one. Dispatch is woken by local puts
 and by every advance of the commit (the log's ``on_commit``, a follower's too); a log that
-cannot say when its commit advances is looked at every FOLLOWER_POLL_S.
+cannot say when its commit advances is looked at every FOLLOWER_POLL_S. After each step of its
+thread, ``after_step`` (the store's new-leader check, :mod:`rocketq.store.dledger_lead`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ class DLedgerReputService(ReputMessageService):
         #: the log's runs of committed entries in a data file's bytes (the Raft driver has them),
         #: for :meth:`_dispatch_run`; None (a group of one): every window goes entry by entry
         self._runs: CommittedRuns | None = getattr(ledger, "committed_run", None)
+        #: called in the dispatch thread after each of its steps, whatever it dispatched: a new
+        #: leader's table is rebuilt there once dispatch reached the committed end
+        #: (:meth:`rocketq.store.dledger_lead.LeaderTable.check`)
+        self.after_step: Callable[[], object] | None = None
+
+    def step(self) -> None:
+        super().step()
+        after = self.after_step
+        if after is not None:
+            after()
 
     def do_reput(self) -> int:
         count = 0

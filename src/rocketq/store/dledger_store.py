@@ -17,6 +17,10 @@ Start-up, after :class:`~rocketq.store.message_store.MessageStore` recovered the
    the entries, not an entry start, a queue's last unit not its record) the replicated part is
    rebuilt from its first entry, logged. Then the queue-offset table from the ConsumeQueues.
 
+A member that leads a term its queue-offset table was not rebuilt for (every new leader, with
+or without a broker around it) refuses puts until its log is caught up and dispatched, and
+then has the table rebuilt by the dispatch thread, once per term (:mod:`rocketq.store.dledger_lead`).
+
 Dispatch walks committed entries only, on every node (:mod:`rocketq.store.dledger_reput`).
 A queue rebuilt at a read (a unit that disagrees with its record: ``rebuild_queues``) gets the
 units of the old segments and then of the committed entries up to where dispatch stands
@@ -48,6 +52,7 @@ from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.cq_repair import Key, Unit, dedupe, unit_collector
 from rocketq.store.dledger_appends import LedgerLoop, PutCallback
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
+from rocketq.store.dledger_lead import LeaderTable, queue_table_nexts
 from rocketq.store.dledger_reput import DLedgerReputService
 from rocketq.store.dledger_retention import DataFile, EntryRetentionService, Holds, data_file_mtime_ms
 from rocketq.store.message_store import MessageStore
@@ -55,9 +60,6 @@ from rocketq.store.retention import RetentionService, Segment
 
 log = logging.getLogger(__name__)
 _BLANK = struct.Struct(">ii")
-#: a record's TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG and QUEUEOFFSET
-_RECORD_HEAD = struct.Struct(">iiiiiq")
-_MESSAGE_MAGICS = (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2)
 
 
 class DLedgerMessageStore(MessageStore):
@@ -84,6 +86,8 @@ class DLedgerMessageStore(MessageStore):
         self.ledger_loop: LedgerLoop | None = None
         #: the running loop the log is to live on (:meth:`run_ledger_on`); None: a thread of its own
         self._host_loop: asyncio.AbstractEventLoop | None = None
+        #: rebuilds the queue-offset table for each term this member leads (once the log is open)
+        self.leader_table: LeaderTable | None = None
 
     def run_ledger_on(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the replicated log on ``loop`` (the broker's, running) instead of a loop thread
@@ -141,6 +145,8 @@ class DLedgerMessageStore(MessageStore):
         if divided > 0 and cl.queue.last() is None:
             log.info("DLedger entries start at %d (no old CommitLog segments)", divided)
         self.reput = DLedgerReputService(cl, ledger, self._dispatchers(), delay_levels=self.delay_levels)
+        self.leader_table = lead = LeaderTable(self, ledger)  # follows the log's role from here on
+        self.reput.after_step = lead.check
         start = self._resume_dispatch(divided, rebuilt_queues)
         # the old CommitLog's recovery set these before the entries were readable
         self.consume_queues.correct_min_offsets(max(0, cl.min_offset))
@@ -153,7 +159,8 @@ class DLedgerMessageStore(MessageStore):
             dispatched,
             start,
         )
-        self.recover_topic_queue_table()
+        if not lead.check():  # not a caught-up leader (a group of one is one): rebuilt all the same
+            self.recover_topic_queue_table()
 
     def _replicated_logics_from(self) -> int | None:
         """Where the entries start (the old CommitLog's last segment's end, or the entry store's
@@ -396,34 +403,33 @@ class DLedgerMessageStore(MessageStore):
         return kept, dropped
 
     def recover_topic_queue_table(self) -> None:
-        """Each queue's next offset from its ConsumeQueue (a new leader does this once every
-        committed entry is dispatched; RocketMQ's ``recoverTopicQueueTable``): past its last
-        unit, and past the queue offset its last message carries. A queue offset once given
-        out and never appended (a hole, from before the put path gave back every offset whose
-        entry was not placed) leaves a queue one unit short of its messages' offsets; counting
-        units alone handed its last message's offset out again, and the queue kept only one of
-        the two once rebuilt."""
+        """Each queue's next offset from its ConsumeQueue (RocketMQ's ``recoverTopicQueueTable``;
+        :func:`~rocketq.store.dledger_lead.queue_table_nexts`: past its last unit and past the
+        queue offset its last message carries), as at open. A member that becomes leader has
+        its table rebuilt by the store itself once caught up, and refuses puts until then
+        (:mod:`rocketq.store.dledger_lead`): nobody needs to call this for that."""
+        nexts = queue_table_nexts(self)
         cl = self.commitlog
-        table = cl.topic_queue_table
-        nexts = self.consume_queues.max_offsets()
-        for key, units in nexts.items():
-            cq = self.consume_queues.find(*key) if units else None
-            unit = cq.get_unit(units - 1) if cq is not None else None
-            head = cl.read(unit.offset, _RECORD_HEAD.size) if unit is not None else None
-            if unit is None or head is None:
-                continue
-            size, magic, _, queue_id, _, queue_offset = _RECORD_HEAD.unpack(head)
-            # the record the unit names (not another one's bytes): its size, kind and queue
-            if size == unit.size and magic in _MESSAGE_MAGICS and queue_id == key[1]:
-                nexts[key] = max(units, queue_offset + 1)
         with cl._put_lock:
-            table.clear()
-            table.update(nexts)
+            cl.topic_queue_table.clear()
+            cl.topic_queue_table.update(nexts)
+
+    def leads_caught_up(self) -> bool:
+        """Whether this member leads its log's term with the queue-offset table rebuilt for that
+        term: its puts are numbered after every committed message. A leader refuses puts
+        (ServiceNotAvailable, "catching up") until then; a follower's log refuses them anyway."""
+        cl = self.commitlog
+        return cl.lead_term >= 0 and cl.lead_term == cl.table_term
+
+    @property
+    def queue_table_term(self) -> int:
+        """The leader term the queue-offset table was rebuilt for (-1: none yet)."""
+        return self.commitlog.table_term
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next message of the queue gets here (0 for a queue with none):
         on a leader past every message appended, committed or not, and every one its queues
-        held when the table was rebuilt (:meth:`recover_topic_queue_table`)."""
+        held when the table was rebuilt for its term (:mod:`rocketq.store.dledger_lead`)."""
         return self.commitlog.topic_queue_table.get((topic, queue_id), 0)
 
     def _pad_old_commitlog(self) -> int:

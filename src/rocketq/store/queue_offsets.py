@@ -3,9 +3,10 @@
 The CommitLog assigns queue offsets under its put lock from this table (one consecutive run per
 queue), advancing a queue's entry only for a record it wrote (the DLedger CommitLog: for an
 entry placed in the log; one encoded and not placed gives its offset back at once); recovery
-rebuilds it from the ConsumeQueues and the re-verified CommitLog tail (in DLedger mode, and on
-each new leader, past each queue's last message), and a ConsumeQueue rebuild raises it, under
-the put lock, so no queue offset is given out twice.
+rebuilds it from the ConsumeQueues and the re-verified CommitLog tail (in DLedger mode past
+each queue's last message, at open and, by the store itself, once for each term a member leads:
+:mod:`rocketq.store.dledger_lead`), and a ConsumeQueue rebuild raises it, under the put lock, so
+no queue offset is given out twice.
 """
 
 from __future__ import annotations
