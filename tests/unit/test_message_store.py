@@ -523,3 +523,25 @@ def test_a_store_whose_first_flush_came_before_any_put_checkpoints_its_first_dis
         r = s.put_message(Message("T", b"late"), queue_id=0)
         assert s.wait_dispatched(10)
         wait_until(lambda: flushes[-1] > r.physical_offset, "a thorough flush after the put", 10)
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["shutdown", "abort"])
+def test_a_queue_whose_first_file_was_reserved_but_never_written_is_not_in_the_table(
+    store_config: StoreConfig, clean: bool
+) -> None:
+    """A put reserves a queue's first ConsumeQueue file before its record is written; a store
+    killed in between reopens with an empty queue, which the queue-offset table leaves out
+    (next offset 0 either way), so the table names exactly the queues that have messages."""
+    s = MessageStore(store_config)
+    s.start()
+    r = s.put_message(Message("Written", b"x"), queue_id=0)
+    assert r.ok
+    s.consume_queues.reserve("Reserved", 2, 0)
+    assert os.listdir(os.path.join(s.consume_queues.directory, "Reserved", "2"))
+    s.shutdown()
+    if not clean:  # as a killed writer leaves it: the abort file there, recovery abnormal
+        pathlib.Path(store_config.store_path_root_dir, "abort").touch()
+    with open_message_store(store_config) as again:
+        assert again.last_exit_ok is clean
+        assert dict(again.commitlog.topic_queue_table) == {("Written", 0): 1}
+        assert again.put_message(Message("Reserved", b"y"), queue_id=2).queue_offset == 0

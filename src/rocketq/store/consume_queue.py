@@ -939,8 +939,11 @@ class ConsumeQueueStore:
             cq.correct_min_offset(commitlog_min_offset)
 
     def max_offsets(self) -> dict[tuple[str, int], int]:
-        """Next queue offset of every queue (rebuilds the CommitLog's topic-queue table)."""
-        return {(cq.topic, cq.queue_id): cq.max_offset_in_queue for cq in self}
+        """Next queue offset of every queue that has had a message (rebuilds the CommitLog's
+        topic-queue table). A queue with none (its first file reserved by a put that was never
+        written, e.g. killed before its record was durable) is left out: its next offset is 0,
+        as for a queue the table does not name."""
+        return {(cq.topic, cq.queue_id): n for cq in self if (n := cq.max_offset_in_queue)}
 
     def max_physic_offset(self) -> int:
         """Largest ``max_physic_offset`` over all queues, or -1."""
