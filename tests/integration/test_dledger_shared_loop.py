@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ import pytest
 from _support.procs import free_port
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
+from rocketq.ha.driver import RaftGroupLog
 from rocketq.message import BrokerMessage, Message
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import LedgerLoop
@@ -156,6 +158,46 @@ def test_puts_on_the_logs_loop_reach_it_and_come_back_without_a_thread_hand_off(
         for r in results:
             m = wait_until(lambda s=store, o=r.physical_offset: s.look_message_by_offset(o), "a record", 30)
             assert m.queue_offset == r.queue_offset
+
+
+def test_puts_a_followers_acknowledgement_commits_are_answered_within_its_delivery(
+    group: list[DLedgerMessageStore], host: Host
+) -> None:
+    """On the log's own loop, the puts a follower's acknowledgement commits are answered as
+    soon as the driver has handled that acknowledgement, inside its delivery (the peer
+    connection's read), not from a loop callback of the append queue's own."""
+    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    wait_until(lambda: leader.commitlog.writable, "the leader taking writes", 30)
+    deliver = RaftGroupLog._deliver.__code__
+
+    def in_delivery() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is deliver:
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    async def put_all() -> list[tuple[PutMessageResult | Exception, bool]]:
+        loop = asyncio.get_running_loop()
+        outcomes: list[tuple[PutMessageResult | Exception, bool]] = []
+        all_done = loop.create_future()
+
+        def done(outcome: PutMessageResult | Exception) -> None:
+            outcomes.append((outcome, in_delivery()))
+            if len(outcomes) == PUTS:
+                all_done.set_result(None)
+
+        for i in range(PUTS):
+            leader.put_messages_then([_msg(f"m{i}".encode())], done)
+            if i % 10 == 9:  # a few proposals
+                await asyncio.sleep(0)
+        await all_done
+        return outcomes
+
+    outcomes = host.call(put_all())
+    assert all(isinstance(o, PutMessageResult) and o.status is PutMessageStatus.PUT_OK for o, _ in outcomes)
+    assert [inside for _, inside in outcomes] == [True] * PUTS
 
 
 def test_a_synchronous_put_on_the_logs_loop_raises_and_one_from_another_thread_commits(

@@ -239,3 +239,46 @@ def test_a_follower_s_reply_to_an_append_is_written_as_the_append_is_handled() -
             await b.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_held_proposal_s_messages_schedule_no_flush_and_leave_with_the_callers_flush() -> None:
+    """After ``hold()`` (a leader's proposal), what is queued for the bulk links schedules no
+    end-of-iteration callback: the caller's ``flush()`` writes it and ends the hold, after
+    which a message queued schedules the callback as before."""
+
+    async def main() -> None:
+        a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        got: list[Message] = []
+        a = PeerTransport("a", a_addr, {"b": b_addr}, lambda m, raw: None, merge_bytes=1 << 16)
+        b = PeerTransport("b", b_addr, {"a": a_addr}, lambda m, raw: got.append(m))
+        callbacks: list[str] = []
+        flush_bulk = a._flush_bulk
+
+        def counted() -> None:
+            callbacks.append("transport")
+            flush_bulk()
+
+        a._flush_bulk = counted  # type: ignore[method-assign]
+        await b.start()
+        await a.start()
+        try:
+            await wait_until_async(lambda: a.bulk["b"].connected, "a's bulk link up", 10, 0.02)
+            a.hold()
+            a.send(Append("a", "b", 1, -1, 0, (Entry(0, 1, b"e0"),), -1))
+            a.send(Append("a", "b", 1, 0, 1, (Entry(1, 1, b"e1"),), 0))  # merged with the first
+            assert not a._flush_scheduled
+            a.flush()
+            await wait_until_async(lambda: len(got) >= 1, "the proposal's append", 10, 0.01)
+            assert callbacks == []
+            ((append),) = got
+            assert isinstance(append, Append) and [e.index for e in append.entries] == [0, 1]
+            # the hold ended with the flush: a later message is flushed at the iteration's end
+            a.send(Append("a", "b", 1, 1, 1, (Entry(2, 1, b"e2"),), 1))
+            assert a._flush_scheduled
+            await wait_until_async(lambda: len(got) >= 2, "the later append", 10, 0.01)
+            assert callbacks == ["transport"]
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -22,7 +22,7 @@ from rocketq.remoting import (
     encode,
     eventloop,
 )
-from rocketq.remoting.connection import DEFERRED, Deferred
+from rocketq.remoting.connection import DEFERRED, Deferred, answers_held
 
 T = TypeVar("T")
 WAIT_S = 10.0
@@ -220,3 +220,79 @@ def test_event_loop_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     if importlib.util.find_spec("uvloop") is not None:
         monkeypatch.setenv(eventloop.EVENT_LOOP_ENV, "auto")
         assert eventloop.run(name()) == "uvloop"
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_deferred_answers_inside_answers_held_leave_in_one_write_per_connection_at_its_end(loop: str) -> None:
+    """A deferred answer given as its frame inside an ``answers_held`` block schedules no
+    end-of-iteration flush: the block's end writes each connection's answers, in order, one write per
+    connection; a block inside it leaves them to the outer one; outside a block an answer
+    leaves at the end of the iteration, as before."""
+
+    async def main() -> None:
+        taken: list[tuple[Connection, RemotingCommand]] = []
+        conns: list[Connection] = []
+
+        def immediate(conn: Connection, request: RemotingCommand) -> Deferred:
+            taken.append((conn, request))
+            return DEFERRED
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            raise AssertionError("no request takes the task path here")
+
+        server = RemotingServer("127.0.0.1", 0, handler, immediate=immediate, on_connection=conns.append)
+        await server.start()
+        try:
+            peers = [await RawPeer.connect(server) for _ in range(2)]
+            for k, peer in enumerate(peers):
+                await peer.send(
+                    b"".join(encode(create_request(LATER, body=b"%d" % (3 * k + i))) for i in range(3))
+                )
+            await asyncio.wait_for(_until(lambda: len(taken) == 6), WAIT_S)
+            writes: dict[int, list[bytes]] = {}
+            for conn in conns:
+                transport = conn._transport
+                assert transport is not None
+                conn._transport = _Recording(transport, writes.setdefault(id(conn), []))  # type: ignore[assignment]
+            loop_ = asyncio.get_running_loop()
+            with answers_held(loop_):
+                with answers_held(loop_):  # nested: the outer block writes
+                    for conn, request in taken[:4]:
+                        conn.answer(
+                            request, encode(create_response(request, 0, remark=request.body.decode()))
+                        )
+                for _ in range(5):  # loop iterations pass: nothing is written from a callback
+                    await asyncio.sleep(0)
+                assert all(w == [] for w in writes.values())
+                for conn, request in taken[4:5]:
+                    conn.answer(request, encode(create_response(request, 0, remark="frame")))
+            assert sorted(len(w) for w in writes.values()) == [1, 1]  # one write per connection
+            last_conn, last = taken[5]
+            # no block: at the end of the iteration, as before
+            last_conn.answer(last, encode(create_response(last, 0, remark="after")))
+            assert len(writes[id(last_conn)]) == 1
+            replies = [[await asyncio.wait_for(p.next_command(), WAIT_S) for _ in range(3)] for p in peers]
+            remarks = sorted([r.remark for r in rs] for rs in replies)
+            assert remarks == [["0", "1", "2"], ["3", "frame", "after"]]
+            assert sorted(len(w) for w in writes.values()) == [1, 2]
+            for p in peers:
+                await p.close()
+        finally:
+            await server.close()
+
+    run_on(loop, main())
+
+
+class _Recording:
+    """A transport whose writes are recorded (uvloop's transports take no new attributes)."""
+
+    def __init__(self, transport: asyncio.BaseTransport, written: list[bytes]) -> None:
+        self._transport = transport
+        self._written = written
+
+    def write(self, data: bytes) -> None:
+        self._written.append(bytes(data))
+        self._transport.write(data)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)

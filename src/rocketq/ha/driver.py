@@ -225,6 +225,9 @@ class RaftGroupLog:
         #: the run the leader wrote last: its first index, its bytes, each entry's end in them,
         #: and its first entry's bytes in the sent cache (valid while the cache holds those)
         self._sent_run: tuple[int, bytes, list[int], bytes | None] = (-1, b"", [], None)
+        #: callbacks for the end of the peer message being delivered (:meth:`after_delivery`);
+        #: None while no delivery is under way
+        self._after_delivery: list[Callable[[], None]] | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -417,17 +420,19 @@ class RaftGroupLog:
         self._proposing_first = node.log.last_index + 1
         self._proposing, self._proposing_pos = bodies, positions
         self._proposing_pids = range(first, first + len(bodies))
+        transport = self._transport
+        if transport is not None:
+            transport.hold()
         try:
             self._step(ProposeBatch(first, tuple(bodies)))
         finally:
             self._proposing, self._proposing_pos = [], []
             self._proposing_pids = range(0)
-        # the entries to the followers now, not at the end of the loop iteration: on a broker's
-        # loop the rest of the iteration (the sends that arrived meanwhile) would stand between
-        # the leader's write and theirs
-        transport = self._transport
-        if transport is not None:
-            transport.flush()
+            # the entries to the followers now, not at the end of the loop iteration: on a
+            # broker's loop the rest of the iteration (the sends that arrived meanwhile) would
+            # stand between the leader's write and theirs
+            if transport is not None:
+                transport.flush()
 
     def read(self, pos: int, size: int) -> bytes:
         store = self.store
@@ -552,14 +557,37 @@ class RaftGroupLog:
             return
         if self._disk_full and asyncio.get_running_loop().time() < self._disk_full_until:
             return  # as if unreachable for a while; the leader resends
-        if self._flush_report is not None:  # the paced flusher's fsync, before the message
-            self._take_flush_report()
-        if raw is not None and isinstance(message, Append) and len(raw) == len(message.entries):
-            self._raw = (message.entries, raw)
+        after: list[Callable[[], None]] = []
+        self._after_delivery = after
         try:
+            if self._flush_report is not None:  # the paced flusher's fsync, before the message
+                self._take_flush_report()
+            if raw is not None and isinstance(message, Append) and len(raw) == len(message.entries):
+                self._raw = (message.entries, raw)
             self._step(Receive(message))
         finally:
             self._raw = None
+            self._after_delivery = None
+            for callback in after:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("raft after-delivery callback failed")
+
+    def after_delivery(self, callback: Callable[[], None]) -> bool:
+        """Have ``callback()`` called once the peer message being delivered was handled (its
+        step and the actions it led to done, outside the step): True; False, with nothing
+        done, when no delivery is under way (the caller schedules it itself).
+
+        A leader's commit comes with a follower's acknowledgement: the appends it answers
+        (:class:`rocketq.store.dledger_appends.AppendQueue`) are answered within that read,
+        not from a loop callback of their own, and their requests' answers leave at its end
+        (``answers_held`` in :meth:`PeerTransport._immediate`)."""
+        after = self._after_delivery
+        if after is None:
+            return False
+        after.append(callback)
+        return True
 
     def _step(self, event: Event) -> None:
         self._events.append(event)

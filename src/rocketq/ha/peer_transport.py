@@ -34,7 +34,9 @@ says at least as much (same term; match, written and fsynced ends no lower): a f
 acknowledges an append and then its write sends one reply.
 
 Sending at once. A leader's new entries are not left for the end of the iteration: the driver
-calls :meth:`PeerTransport.flush` after each proposal, and a flush also writes what the link's
+calls :meth:`PeerTransport.flush` after each proposal (having called :meth:`PeerTransport.hold`
+before it, so that the proposal's messages schedule no end-of-iteration flush that would find
+nothing left), and a flush also writes what the link's
 connection holds for the iteration's end (a second frame of an iteration waits there). On a
 broker's loop the rest of an iteration can be long (the sends that arrived meanwhile), and what
 only the leader holds when it dies is gone (never acknowledged; a new leader writes over it).
@@ -58,7 +60,7 @@ from rocketq.ha import peer_codec
 from rocketq.ha.raft_types import Append, AppendReply, Entry, Message, entries_size, is_control
 from rocketq.remoting.client import RemotingClient
 from rocketq.remoting.command import RemotingCommand
-from rocketq.remoting.connection import Connection, RequestHandler, parse_address
+from rocketq.remoting.connection import Connection, RequestHandler, answers_held, parse_address
 from rocketq.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -238,6 +240,8 @@ class PeerTransport:
         #: an append of the read being handled was delivered: what is queued for the bulk links
         #: is flushed at the read's end
         self._answering = False
+        #: a proposal is being made: what it queues is flushed by its caller (:meth:`hold`)
+        self._holding = False
         self.merged = 0
         host, port = parse_address(listen_addr)
         self._deliver = deliver
@@ -285,10 +289,16 @@ class PeerTransport:
             return True
         else:
             queue.append(message)
-        if not self._flush_scheduled and not self._answering:
+        if not (self._flush_scheduled or self._answering or self._holding):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_bulk)
         return True
+
+    def hold(self) -> None:
+        """What is queued for the bulk links from now on waits for the caller's :meth:`flush`
+        (a leader's proposal: flushed as soon as its step is done), with no end-of-iteration
+        callback of its own."""
+        self._holding = True
 
     def _flush_bulk(self) -> None:
         self._flush_scheduled = False
@@ -298,6 +308,7 @@ class PeerTransport:
         """Send what is queued for the end of this loop iteration now (a leader's new entries:
         the sooner they leave, the shorter the time only the leader holds them). Messages
         queued after it in this iteration still leave at its end."""
+        self._holding = False
         out, self._bulk_out = self._bulk_out, {}
         reader = self._raw_reader
         tails: peer_codec.AppendTails | None = None
@@ -324,7 +335,10 @@ class PeerTransport:
             return _HANDLED
         self.received += 1
         if type(message) is not Append:
-            self._deliver(message, raw)
+            # the sends a leader's commit answers here leave together at the end of this
+            # delivery, one write per producer connection (RaftGroupLog.after_delivery)
+            with answers_held(conn.loop):
+                self._deliver(message, raw)
         elif conn.receiving:
             # a follower's replies to the appends of one read leave together at its end
             # (_read_done), not from a callback at the end of the loop iteration

@@ -38,7 +38,10 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   queued inside ``data_received`` (the answers to one read's requests) the rest are written at
   the end of that call, which saves a loop callback per read. A deferred answer's frame is
   never written at once: it waits for the end of the iteration with the others (they come in
-  runs, the sends a DLedger leader's commit answers together: one write for the run).
+  runs, the sends a DLedger leader's commit answers together: one write for the run), or for
+  the end of a :func:`answers_held` block when it is answered inside one (a DLedger leader
+  answers the sends a follower's acknowledgement commits within that acknowledgement's read:
+  one write per connection at the read's end, no loop callback per connection).
 
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
@@ -61,7 +64,7 @@ import collections
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Final, cast
 
 from rocketq.errors import (
@@ -136,6 +139,31 @@ DEFAULT_CLOSE_TIMEOUT_S: Final = 5.0
 #: Call deadlines are rounded up to this grid (one timer per slot, not per call).
 _TIMEOUT_TICK_S: Final = 0.01
 _TICKS_PER_S: Final = round(1 / _TIMEOUT_TICK_S)
+
+#: per event loop, the connections whose deferred answers wait for the end of the
+#: :func:`answers_held` block under way on that loop (absent: none under way)
+_HELD_ANSWERS: dict[asyncio.AbstractEventLoop, list[Connection]] = {}
+
+
+@contextlib.contextmanager
+def answers_held(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """The deferred answers given as frames (:meth:`Connection.answer`, a DLedger leader's
+    PUT_OK answers) on ``loop`` inside this block are written when it ends, one write per
+    connection (its frames in order, the same bytes), not from a callback at the end of the
+    loop iteration. Called on ``loop``'s thread; a block inside another one on the same loop
+    leaves the writes to the outer one."""
+    if loop in _HELD_ANSWERS:
+        yield
+        return
+    held: list[Connection] = []
+    _HELD_ANSWERS[loop] = held
+    try:
+        yield
+    finally:
+        del _HELD_ANSWERS[loop]
+        for conn in held:
+            conn._flush()
+
 
 _PAUSED_BY_WRITES: Final = 1
 _PAUSED_BY_REQUESTS: Final = 2
@@ -233,6 +261,11 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         """True once closing started (locally or by the peer); no new calls are accepted."""
         return self._closing or self._lost
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the connection runs on."""
+        return self._loop
 
     @property
     def pending_calls(self) -> int:
@@ -348,6 +381,8 @@ class Connection(asyncio.Protocol):
                     self._flush_scheduled = True
                     if self._receiving:
                         self._receive_batch = True
+                    elif (held := _HELD_ANSWERS.get(self._loop)) is not None:
+                        held.append(self)  # written at the end of the answers_held block
                     else:
                         self._loop.call_soon(self._flush)
         if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:

@@ -126,7 +126,9 @@ class AppendQueue:
     takes the same steps without a thread in between: its appends are proposed at the end of
     its loop iteration (``append_batch`` called from that callback, no lock, no wake-up), and
     their outcomes are set right after the driver's step that produced them (one ``call_soon``
-    per step, as for other loops, then the waiters directly)."""
+    per step, as for other loops, then the waiters directly; those committed by a peer message
+    as soon as its delivery is done, within the same read, when the log offers
+    ``after_delivery``)."""
 
     def __init__(self, ledger: ReplicatedLog, loop: LedgerLoop) -> None:
         self.ledger = ledger
@@ -138,6 +140,11 @@ class AppendQueue:
         #: appends of each caller loop's current iteration, handed over at its end (each list
         #: is only touched on its own loop's thread)
         self._outboxes: dict[asyncio.AbstractEventLoop, list[tuple[RecordEncoder, Waiter]]] = {}
+        #: the log's ``after_delivery(callback)`` (commits that come with a peer message are
+        #: answered at its end, in the same read, with no loop callback), or one that declines
+        self._after_delivery: Callable[[Callable[[], None]], bool] = getattr(
+            ledger, "after_delivery", _no_delivery
+        )
 
     def submit(self, encode: RecordEncoder) -> concurrent.futures.Future[AppendResult]:
         done: concurrent.futures.Future[AppendResult] = concurrent.futures.Future()
@@ -270,7 +277,7 @@ class AppendQueue:
                 continue
             caller, fut = waiter
             if caller is not last:
-                if not replies:
+                if not replies and not self._after_delivery(self._send_replies):
                     self._loop.call_soon(self._send_replies)
                 entries = []
                 replies.setdefault(caller, []).append(CommittedRun(entries, leader))
@@ -287,6 +294,11 @@ class AppendQueue:
                 caller.call_soon_threadsafe(resolve_outcomes, outcomes)
             except RuntimeError:  # that loop is closed: nobody waits any more
                 pass
+
+
+def _no_delivery(callback: Callable[[], None]) -> bool:
+    """The ``after_delivery`` of a log that has none: never under way."""
+    return False
 
 
 class _Proposal:
