@@ -80,8 +80,8 @@ class DLedgerMessageStore(MessageStore):
     #: records reach its ConsumeQueues and index up to this long after their commit reached it,
     #: under load (at once after a quiet interval; a read on it first takes a window still
     #: waiting). Nobody consumes from a follower while its leader serves; fewer, larger windows
-    #: cost its dispatch thread less per message (docs/benchmarks.md, "A follower's dispatch
-    #: windows"). A member that becomes leader is woken at its role change as before.
+    #: cost its dispatch thread a third less per message (docs/benchmarks.md, "A member's
+    #: dispatch thread per message"). A member that becomes leader is woken at its role change.
     FOLLOWER_DISPATCH_WAKE_INTERVAL_S = 0.030
 
     def __init__(
