@@ -2421,10 +2421,13 @@ static PyTypeObject PutSamplerType = {
  * from entry entry_index at position base, a record start per NORMAL entry's body, NOOPs
  * stepped over; stop_at is where the entries it takes end and stop 3 says that it met one it
  * does not take. A record's start is then its entry's position + 48 - base, as in the data
- * files, so base + start stays its CommitLog offset. */
+ * files, so base + start stays its CommitLog offset. With checked_from (not None) the bodies of
+ * entries at or past that position are not checked against their CRC (bytes this process wrote
+ * and checked as it wrote them). */
 
 static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long long base, long long index,
-                                     Py_ssize_t **starts, Py_ssize_t *nstarts, Py_ssize_t *cap, int *stop);
+                                     long long checked_from, Py_ssize_t **starts, Py_ssize_t *nstarts,
+                                     Py_ssize_t *cap, int *stop);
 
 enum {
     SC_START, SC_SIZE, SC_QUEUE_ID, SC_QUEUE_OFFSET, SC_SYS_FLAG, SC_STORE_TS, SC_PREPARED,
@@ -2571,13 +2574,18 @@ static PyObject *requests_of(const unsigned char *d, const int64_t *col, Py_ssiz
 }
 
 static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "scan_window(data, base=None, objects_below=0, entry_index=None)");
+    if (nargs < 1 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_window(data, base=None, objects_below=0, entry_index=None, checked_from=None)");
         return NULL;
     }
-    long long base = 0, entry_index = -1;
+    long long base = 0, entry_index = -1, checked_from = LLONG_MAX;
     Py_ssize_t objects_below = 0;
-    if (nargs == 4 && args[3] != Py_None) {
+    if (nargs == 5 && args[4] != Py_None) {
+        checked_from = PyLong_AsLongLong(args[4]);
+        if (checked_from == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (nargs >= 4 && args[3] != Py_None) {
         if (args[1] == Py_None) {
             PyErr_SetString(PyExc_TypeError, "scan_window: entries need their base position");
             return NULL;
@@ -2626,7 +2634,7 @@ static PyObject *scan_window(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t p = 0;
     int stop = 0;
     if (entry_index >= 0) {
-        p = dledger_entry_walk(d, n, base, entry_index, &starts, &nstarts, &cap, &stop);
+        p = dledger_entry_walk(d, n, base, entry_index, checked_from, &starts, &nstarts, &cap, &stop);
         if (p < 0) goto done;
     }
     while (entry_index < 0 && p <= n - 8) {
@@ -3911,13 +3919,16 @@ done:
  * adds the start of its body, which must be exactly one CommitLog record (its TOTALSIZE the body's
  * size, a message magic, at least V1_MIN_SIZE bytes: scan_window checks its layout). The entry's
  * index and pos fields must follow on (index, base + offset) and its body match bodyCrc unless
- * both checksum fields are 0 (entry_format.unchecked), as EntryStore.get checks a read. The walk
+ * both checksum fields are 0 (entry_format.unchecked), as EntryStore.get checks a read, or the
+ * entry lies at or past `checked_from` (EntryStore.written_from: bytes this process wrote, their
+ * CRCs computed or checked as they were written; LLONG_MAX: every entry is checked). The walk
  * stops at the window's end (*stop 0) or at the first entry it does not take (*stop 3: another
  * magic, a size that does not add up or runs past the window, a body that is not one record, a
  * CRC that does not match); it returns where it stopped (the end of the last entry taken), or
  * -1 with MemoryError. */
 static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long long base, long long index,
-                                     Py_ssize_t **starts, Py_ssize_t *nstarts, Py_ssize_t *cap, int *stop) {
+                                     long long checked_from, Py_ssize_t **starts, Py_ssize_t *nstarts,
+                                     Py_ssize_t *cap, int *stop) {
     Py_ssize_t p = 0;
     *stop = 0;
     while (p < n) {
@@ -3942,7 +3953,8 @@ static Py_ssize_t dledger_entry_walk(const unsigned char *d, Py_ssize_t n, long 
                 break;
             }
             const int32_t chain = be32(h + 36), body_crc = be32(h + 40);
-            if (!(chain == 0 && body_crc == 0) && (int32_t)crc32_update(0, r, body_size) != body_crc) {
+            if (base + p < checked_from && !(chain == 0 && body_crc == 0) &&
+                (int32_t)crc32_update(0, r, body_size) != body_crc) {
                 *stop = 3;
                 break;
             }
@@ -5154,7 +5166,8 @@ static PyMethodDef methods[] = {
      "put_record(target, pos, length, msg, crc, queue_offset, physical, store_v6, now, store_host, topic): "
      "CommitLog.put_message's write of one V1/IPv4 record, compiled"},
     {"scan_window", (PyCFunction)(void (*)(void))scan_window, METH_FASTCALL,
-     "scan_window(data, base=None, objects_below=0, entry_index=None): rocketq.store.record_scan's walk, "
+     "scan_window(data, base=None, objects_below=0, entry_index=None, checked_from=None): "
+     "rocketq.store.record_scan's walk, "
      "V1/IPv4 check, columns, tags codes and index key hashes of a window of CommitLog records (or of "
      "DLedger entries' records), in one pass"},
     {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,

@@ -310,6 +310,7 @@ def test_dledger_reads_take_the_window_waiting_for_the_thread(
     thread to take it. Without the reads' settling both find one record. With inline dispatch
     off the read wakes the thread at once instead."""
     monkeypatch.setattr(DLedgerMessageStore, "DISPATCH_WAKE_INTERVAL_S", 600.0)
+    monkeypatch.setattr(DLedgerMessageStore, "FOLLOWER_DISPATCH_WAKE_INTERVAL_S", 300.0)
     cfg = dataclasses.replace(
         store_config,
         flush_disk_type="ASYNC_FLUSH",
@@ -323,6 +324,7 @@ def test_dledger_reads_take_the_window_waiting_for_the_thread(
             windows, wake = watch(broker)
             store = broker.store
             assert isinstance(store, DLedgerMessageStore) and store.dispatch_window is wake
+            assert wake.next_interval() == 600.0  # the leader's interval: a group of one leads
             assert store.put_message(Message(TOPIC, b"first"), 0).status is PutMessageStatus.PUT_OK
             # after a quiet interval: the thread, at the end of the loop's iteration
             await wait_until_async(lambda: windows.records == 1, "the first dispatched", 10)

@@ -92,13 +92,15 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
     ``entries_from`` gives one by one."""
     taken: list[int] = []
     one_by_one: list[int] = []
+    checked_from: list[int | None] = []
     scan = dledger_reput.parse_entry_run
 
     def counting_scan(
-        data: bytes, pos: int, index: int, levels: dict[int, int] | None
+        data: bytes, pos: int, index: int, levels: dict[int, int] | None, written_from: int | None = None
     ) -> list[DispatchRequest] | None:
-        reqs = scan(data, pos, index, levels)
+        reqs = scan(data, pos, index, levels, written_from)
         taken.append(-1 if reqs is None else len(reqs))
+        checked_from.append(written_from)
         return reqs
 
     general = DLedgerReputService._dispatch_entries
@@ -132,6 +134,12 @@ def test_dispatch_takes_committed_runs_in_one_scan_across_data_files(
         ]
     assert -1 not in taken and sum(taken) == 3 * n
     assert one_by_one == []
+    # the entries each member wrote itself are not checked against their CRCs again
+    written = set()
+    for store in stores.values():
+        assert isinstance(store.ledger, RaftGroupLog)
+        written.add(store.ledger.store.written_from)
+    assert set(checked_from) == written
 
     log = first.ledger
     assert isinstance(log, RaftGroupLog)

@@ -180,16 +180,18 @@ def scan_saved() -> Iterator[None]:
     rs._scan_window = saved
 
 
-def both(data: bytes, pos: int, index: int, levels: dict[int, int] | None) -> tuple[Any, Any]:
+def both(
+    data: bytes, pos: int, index: int, levels: dict[int, int] | None, checked_from: int | None = None
+) -> tuple[Any, Any]:
     """parse_entry_run with the compiled scan (when built) and with the pure one."""
     compiled = speedups.COMPILED
     rs._scan_window = None
-    pure = answer(parse_entry_run(data, pos, index, levels))
-    assert answer(parse_entry_run_pure(data, pos, index, levels)) == pure
+    pure = answer(parse_entry_run(data, pos, index, levels, checked_from))
+    assert answer(parse_entry_run_pure(data, pos, index, levels, checked_from)) == pure
     if compiled is None:
         return pure, pure
     rs._scan_window = compiled.scan_window
-    return answer(parse_entry_run(data, pos, index, levels)), pure
+    return answer(parse_entry_run(data, pos, index, levels, checked_from)), pure
 
 
 @settings(
@@ -257,3 +259,38 @@ def test_noops_alone_give_no_requests_and_an_empty_run_none_either(scan_saved: N
     # a run read from the wrong place: the first entry is not the one asked for
     assert both(data, 4096, 6, None) == (None, None)
     assert both(data, 4100, 5, None) == (None, None)
+
+
+@settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    items=st.lists(st.one_of(st.none(), record()), min_size=1, max_size=10),
+    index=st.integers(0, 1 << 40),
+    pos=st.integers(0, 1 << 40),
+    pick=st.integers(0, 1 << 16),
+    how=st.sampled_from(("crc", "crc", "pos", "record layout", "cut record")),
+    shift=st.integers(-300, 300),
+)
+def test_entries_written_by_this_process_are_not_checked_against_their_crc_again(
+    scan_saved: None, items: list[bytes | None], index: int, pos: int, pick: int, how: str, shift: int
+) -> None:
+    """With ``checked_from`` (the entry store's ``written_from``) a body that does not match its
+    CRC is taken when its entry lies at or past that position, and leaves the run to the
+    general path before it; every other check stays whatever ``checked_from`` says."""
+    k = pick % len(items)
+    items[k] = V1_RECORD if how == "record layout" else items[k] or V1_RECORD  # as above
+    data, normal = encode_run(items, index, pos, set())
+    at = pos + sum(fmt.BODY_OFFSET + len(b or b"") for b in items[:k])
+    bad = mutate(data, at - pos, fmt.BODY_OFFSET + len(items[k] or b""), how, V1_RECORD)
+    checked_from = max(at + shift, 0)
+    compiled, pure = both(bad, pos, index, None, checked_from)
+    if how == "crc" and checked_from <= at:
+        want = one_by_one(normal, None)  # the same bodies: only the CRC field is wrong
+        usual_layout = all(b is None or is_v1_ipv4(b) for b in items)
+        assert pure == want
+        assert compiled == want or (compiled is None and not usual_layout)
+    else:
+        assert compiled is None and pure is None
+    # without checked_from every entry is checked, as a read checks it
+    assert both(bad, pos, index, None) == (None, None)

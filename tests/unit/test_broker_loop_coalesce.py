@@ -329,3 +329,32 @@ def test_settle_on_the_loop_tries_settle_on_loop_while_the_wake_ups_stay_the_thr
         assert wake.handled_on_loop == 1 and wake.wakeups == 2
 
     asyncio.run(main())
+
+
+def test_loop_wakeup_asks_interval_of_for_each_next_interval() -> None:
+    """With ``interval_of`` the interval after each wake-up is the one it gives when the
+    wake-up runs (a DLedger member's: longer while it does not lead)."""
+    intervals = [0.2, 0.0]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fired: list[float] = []
+        wake = LoopWakeup(
+            loop, lambda: fired.append(loop.time()), min_interval_s=0.01, interval_of=lambda: intervals[0]
+        )
+        assert wake.next_interval() == 0.2
+        wake()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(fired) == 1
+        intervals[0] = 0.05  # read when the next wake-up runs, not now
+        wake()
+        await asyncio.sleep(0.03)  # past the fixed 10 ms: still held by the 200 ms asked at the first
+        assert len(fired) == 1 and wake.pending
+        await wait_until_async(lambda: len(fired) == 2, "the timed wake-up", WAIT_S, 0.005)
+        assert fired[1] - fired[0] >= 0.2 - 0.001
+        wake()  # the second set 50 ms
+        await wait_until_async(lambda: len(fired) == 3, "the next timed wake-up", WAIT_S, 0.005)
+        assert 0.05 - 0.001 <= fired[2] - fired[1] < 0.2
+
+    asyncio.run(main())

@@ -403,3 +403,16 @@ def test_regression_a_rebuild_of_an_adopted_store_s_queue_keeps_old_and_new_reco
         assert bodies(s, 0) == want
         s.rebuild_queues({("T", 0): "a test"})
         assert bodies(s, 0) == want and s.get_max_offset("T", 0) == 8
+
+
+def test_dispatch_wakes_less_often_on_a_member_that_does_not_lead(dl_config: StoreConfig) -> None:
+    """The broker's interval between dispatch wake-ups follows the member's role: the leader's
+    while it leads (a group of one leads from its open), the longer follower's while it does
+    not (``lead_term`` -1: before the open, a follower, a candidate)."""
+    unopened = DLedgerMessageStore(dl_config)
+    assert unopened.commitlog.lead_term == -1
+    follower_s = DLedgerMessageStore.FOLLOWER_DISPATCH_WAKE_INTERVAL_S
+    assert unopened.dispatch_wake_interval_s() == follower_s > DLedgerMessageStore.DISPATCH_WAKE_INTERVAL_S
+    with open_message_store(dl_config) as store:
+        assert isinstance(store, DLedgerMessageStore) and store.commitlog.lead_term >= 0
+        assert store.dispatch_wake_interval_s() == DLedgerMessageStore.DISPATCH_WAKE_INTERVAL_S

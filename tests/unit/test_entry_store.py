@@ -569,3 +569,17 @@ def test_committed_pos_is_the_committed_entry_end_after_runs_truncations_and_reo
         assert [a for a, _ in got] == [b for _, b in got] == [entry_end(lead, i) for i in range(10, end + 1)]
     with open_store(tmp_path, "follower") as fol:
         assert fol.committed_pos == entry_end(fol, fol.committed_index)
+
+
+def test_written_from_is_where_the_data_ended_at_the_open(tmp_path: pathlib.Path) -> None:
+    """Entries at or past ``written_from`` are the ones this process wrote (dispatch does not
+    check their CRCs again); those of an earlier open lie before it."""
+    with open_store(tmp_path) as s:
+        assert s.written_from == s.write_pos == 0
+        placed = fill(s, 30)
+        assert s.written_from == 0 and s.write_pos > placed[-1][1]
+    with open_store(tmp_path) as s:
+        end = s.write_pos
+        assert s.written_from == end and end > placed[-1][1]
+        new = fill(s, 5)
+        assert s.written_from == end and all(pos >= end for _, pos in new)

@@ -25,6 +25,8 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
   far apart: one asked for sooner is made by a timer at the end of the interval, so under a
   steady stream of puts the dispatch thread is woken at most once an interval and finds that
   interval's records in one window; after a quiet interval the first put wakes it at once.
+  ``interval_of`` (a DLedger member: longer on a follower) gives the interval after each
+  wake-up, read when the wake-up runs.
 * ``on_loop`` (the broker passes the store's ``dispatch_inline`` bounded by
   ``inline_dispatch_max_bytes``): the wake-up that runs on the loop first offers the work to the
   loop itself; only when that declines (a window over the bound, the dispatch thread busy) is
@@ -72,6 +74,7 @@ class LoopWakeup:
         "_hop",
         "_hopping",
         "_interval",
+        "_interval_of",
         "_loop",
         "_next_at",
         "_on_loop",
@@ -93,6 +96,7 @@ class LoopWakeup:
         hop_from_threads: bool = False,
         settle_elsewhere: Callable[[], object] | None = None,
         settle_on_loop: Callable[[], bool] | None = None,
+        interval_of: Callable[[], float] | None = None,
     ) -> None:
         self._loop = loop
         self._wake = wake
@@ -114,6 +118,9 @@ class LoopWakeup:
         self._settle_on_loop = settle_on_loop if settle_on_loop is not None else on_loop
         #: wake-ups on the loop at least this far apart (0: once per iteration, no timer)
         self._interval = min_interval_s
+        #: with an interval: the interval after each wake-up, asked when it runs (None: the
+        #: fixed ``min_interval_s``)
+        self._interval_of = interval_of
         #: loop time before which a wake-up waits for the timer (with an interval)
         self._next_at = 0.0
         #: how many times ``wake`` actually ran (tests and stats)
@@ -141,6 +148,11 @@ class LoopWakeup:
         except RuntimeError:  # the loop is closed: nobody will run the callback
             self._scheduled = False
             self._fire_now()
+
+    def next_interval(self) -> float:
+        """The interval the next wake-up sets before the one after it (0: none)."""
+        of = self._interval_of
+        return self._interval if of is None or not self._interval else of()
 
     @property
     def pending(self) -> bool:
@@ -186,7 +198,7 @@ class LoopWakeup:
         self._scheduled = False
         self._handle = None
         if self._interval:
-            self._next_at = self._loop.time() + self._interval
+            self._next_at = self._loop.time() + self.next_interval()
         if on_loop is not None:
             try:
                 handled = on_loop()

@@ -277,7 +277,8 @@ class Broker:
             # inline_dispatch_interval_ms while puts keep coming (a window shares its fixed
             # cost among the sends of several iterations); a larger one wakes the dispatch
             # thread as often. DLedger mode wakes its thread at most once per
-            # DISPATCH_WAKE_INTERVAL_S; a read that finds a window waiting dispatches it on the
+            # DISPATCH_WAKE_INTERVAL_S (FOLLOWER_DISPATCH_WAKE_INTERVAL_S while the member does
+            # not lead); a read that finds a window waiting dispatches it on the
             # loop (up to DLEDGER_SETTLE_MAX_BYTES; with inline dispatch off it wakes the thread)
             thread_interval = getattr(store, "DISPATCH_WAKE_INTERVAL_S", 0.0)
             inline_bytes = store.config.inline_dispatch_max_bytes
@@ -297,6 +298,8 @@ class Broker:
                 on_loop=on_loop,
                 settle_elsewhere=functools.partial(reput.catch_up, DISPATCH_SETTLE_WAIT_S),
                 settle_on_loop=settle_on_loop,
+                # DLedger: the interval of the member's role (longer on a follower)
+                interval_of=getattr(store, "dispatch_wake_interval_s", None) if thread_interval else None,
             )
             store.commitlog.append_listener = window
             if interval:

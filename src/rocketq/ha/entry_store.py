@@ -167,6 +167,11 @@ class EntryStore:
         self._term = 0
         self._voted_for: str | None = None
         self._closed = False
+        #: where the data ended at the open: every entry at or past it was written by this
+        #: process, through a path that computed its CRCs (a leader's encoding) or checked them
+        #: (a follower's ``append_entry_bytes``), so dispatch need not check them again
+        #: (``dledger_window.parse_entry_run``); no position before the open
+        self.written_from = (1 << 63) - 1
         self._truncations = 0
         #: the index records of the last runs written, ``(first index, records)`` in index order
         #: (cleared when the index files are cut): :attr:`committed_pos` finds a just committed
@@ -206,6 +211,7 @@ class EntryStore:
             store.index.shutdown()
             raise
         store._recent_records.clear()  # recovery may have cut index files after writing records
+        store.written_from = store.write_pos
         return store
 
     def close(self) -> None:

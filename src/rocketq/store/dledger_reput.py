@@ -8,7 +8,8 @@ it is dispatched.
 
 With the Raft driver a window is one run of the data file's bytes (``committed_run``: at most
 _ENTRIES_PER_WINDOW entries and about _WINDOW_BYTES, within one data file, up to the limit),
-scanned in one compiled pass over entry headers and records (``parse_entry_run``). A run the
+scanned in one compiled pass over entry headers and records (``parse_entry_run``; the bodies
+of entries this process wrote are not checked against their CRCs again). A run the
 scan does not take whole, and a group of one, go entry by entry (``entries_from``), the bodies
 of a window parsed together (``parse_entries``), else one by one. Dispatch is woken by local puts
 and by every advance of the commit (the log's ``on_commit``, a follower's too); a log that
@@ -126,13 +127,23 @@ class DLedgerReputService(ReputMessageService):
         if run is None:
             return None
         index, pos, data = run
-        reqs = parse_entry_run(data, pos, index, self._delay_levels)
+        reqs = parse_entry_run(data, pos, index, self._delay_levels, self._written_from())
         if reqs is None:
             return None
         count = self._dispatch(reqs)
         self.reput_from_offset = pos + len(data)
         self._notify_progress()
         return count
+
+    def _written_from(self) -> int | None:
+        """The entry store's ``written_from`` (entries this process wrote, their CRCs checked as
+        they were written), or None: the scan checks every entry's CRC."""
+        try:
+            entries = getattr(self._ledger, "store", None)  # the Raft driver's EntryStore
+        except RuntimeError:  # a log not started (or stopped): check them all
+            return None
+        written_from = getattr(entries, "written_from", None)
+        return written_from if isinstance(written_from, int) else None
 
     def _dispatch_entries(self, bodies: list[bytes], offsets: list[int]) -> int:
         """Dispatch the records of a window of entries: parsed together, else one by one."""
