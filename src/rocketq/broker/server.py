@@ -651,10 +651,15 @@ class Broker:
             self._offsets_persister.request()
 
 
-async def serve_broker(broker_config: BrokerConfig, store_config: StoreConfig, stop: asyncio.Event) -> None:
-    """Run a broker until ``stop`` is set."""
+async def serve_broker(
+    broker_config: BrokerConfig, store_config: StoreConfig, stop: asyncio.Event, *, freeze_heap: bool = False
+) -> None:
+    """Run a broker until ``stop`` is set; ``freeze_heap``: a process of its own, whose start
+    objects are then frozen (:func:`~rocketq.remoting.eventloop.freeze_start_heap`)."""
     broker = Broker(broker_config, store_config)
     await broker.start()
+    if freeze_heap:
+        eventloop.freeze_start_heap()
     try:
         await stop.wait()
     finally:
@@ -670,7 +675,7 @@ def run_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve_broker(broker_config, store_config, stop)
+        await serve_broker(broker_config, store_config, stop, freeze_heap=True)
 
     eventloop.run(main())
 

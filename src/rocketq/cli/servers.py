@@ -227,6 +227,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
         from rocketq.cli.dashboard import start_alongside  # noqa: PLC0415 - only with --dashboard-port
 
         dashboard = await start_alongside(args, namesrv_addr)
+        eventloop.freeze_start_heap()
         await stop.wait()
     finally:
         if dashboard is not None:

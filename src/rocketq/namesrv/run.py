@@ -13,8 +13,11 @@ from rocketq.remoting import eventloop
 log = logging.getLogger("rocketq.namesrv.server")
 
 
-async def serve_namesrv(config: NamesrvConfig, stop: asyncio.Event | None = None) -> None:
-    """Run a name server until ``stop`` is set, or SIGINT/SIGTERM when no event is given."""
+async def serve_namesrv(
+    config: NamesrvConfig, stop: asyncio.Event | None = None, *, freeze_heap: bool = False
+) -> None:
+    """Run a name server until ``stop`` is set, or SIGINT/SIGTERM when no event is given;
+    ``freeze_heap``: a process of its own (:func:`~rocketq.remoting.eventloop.freeze_start_heap`)."""
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if stop is None:
@@ -27,6 +30,8 @@ async def serve_namesrv(config: NamesrvConfig, stop: asyncio.Event | None = None
                 pass
     server = NameServer(config)
     await server.start()
+    if freeze_heap:
+        eventloop.freeze_start_heap()
     try:
         await stop.wait()
         log.info("name server on %s shutting down", server.address)
@@ -38,5 +43,5 @@ async def serve_namesrv(config: NamesrvConfig, stop: asyncio.Event | None = None
 
 def run_namesrv(config: NamesrvConfig | None = None) -> int:
     """Run a name server in this process until SIGINT or SIGTERM; returns the exit status (0)."""
-    eventloop.run(serve_namesrv(config or NamesrvConfig()))
+    eventloop.run(serve_namesrv(config or NamesrvConfig(), freeze_heap=True))
     return 0
