@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from _support.procs import free_port
+from _support.dledger_stores import store_group
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import ServiceNotAvailable, SystemBusy
@@ -38,30 +38,10 @@ def _ledger(spec: LedgerSpec) -> ReplicatedLog:
 
 @pytest.fixture
 def group(tmp_path: pathlib.Path, store_config: StoreConfig) -> Iterator[list[DLedgerMessageStore]]:
-    ids = ["n0", "n1", "n2"]
-    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
-    stores: list[DLedgerMessageStore] = []
-    try:
-        for i in ids:
-            cfg = dataclasses.replace(
-                store_config,
-                store_path_root_dir=str(tmp_path / i),
-                mapped_file_size_commit_log=1 << 20,
-                enable_dleger_commit_log=True,
-                d_leger_group="g",
-                d_leger_peers=peers,
-                d_leger_self_id=i,
-                enable_batch_push=True,
-                d_leger_election_timeout_ms=300,
-                d_leger_heartbeat_interval_ms=50,
-            )
-            store = DLedgerMessageStore(cfg, ledger_factory=_ledger)
-            store.start()
-            stores.append(store)
+    with store_group(
+        store_config, tmp_path, open_store=lambda cfg: DLedgerMessageStore(cfg, ledger_factory=_ledger)
+    ) as stores:
         yield stores
-    finally:
-        for store in stores:
-            store.shutdown()
 
 
 def _leader(stores: list[DLedgerMessageStore], *, taking_puts: bool = True) -> DLedgerMessageStore:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from _support.dledger_stores import caught_up_leader, store_group
 from _support.procs import free_port
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
@@ -62,37 +63,13 @@ def host() -> Iterator[Host]:
 def group(
     tmp_path: pathlib.Path, store_config: StoreConfig, host: Host
 ) -> Iterator[list[DLedgerMessageStore]]:
-    ids = ["n0", "n1", "n2"]
-    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
-    stores: list[DLedgerMessageStore] = []
-    try:
-        for i in ids:
-            cfg = dataclasses.replace(
-                store_config,
-                store_path_root_dir=str(tmp_path / i),
-                mapped_file_size_commit_log=1 << 20,
-                enable_dleger_commit_log=True,
-                d_leger_group="g",
-                d_leger_peers=peers,
-                d_leger_self_id=i,
-                enable_batch_push=True,
-                d_leger_election_timeout_ms=300,
-                d_leger_heartbeat_interval_ms=50,
-            )
-            store = open_message_store(cfg)
-            assert isinstance(store, DLedgerMessageStore)
-            store.run_ledger_on(host.loop)
-            store.start()  # from this thread, while the host loop runs: the log starts there
-            stores.append(store)
+    with store_group(
+        store_config, tmp_path, before_start=lambda store: store.run_ledger_on(host.loop)
+    ) as stores:  # started from this thread, while the host loop runs: the logs start there
         yield stores
-    finally:
-        for store in stores:
-            store.shutdown()
 
 
-def _leader(stores: list[DLedgerMessageStore]) -> DLedgerMessageStore | None:
-    leaders = [s for s in stores if s.ledger is not None and s.leads_caught_up()]
-    return leaders[0] if len(leaders) == 1 else None
+_leader = caught_up_leader
 
 
 def _msg(body: bytes) -> BrokerMessage:
