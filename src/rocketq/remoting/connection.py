@@ -328,9 +328,9 @@ class Connection(asyncio.Protocol):
         cmd.flag |= FLAG_ONEWAY
         self.send(cmd)
 
-    def send_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
-        """:meth:`send_oneway` of each of ``cmds``, in order, their frames in one write: the same
-        bytes, and a peer that reads them finds them together."""
+    def _oneway_frames(self, cmds: Collection[RemotingCommand]) -> bytes:
+        """The frames of ``cmds`` marked oneway, joined (empty for none); ConnectionClosed when
+        this connection is closing or lost."""
         if self._closing or self._lost:
             raise ConnectionClosed(
                 f"connection {self.remote_address} is closed; cannot send {len(cmds)} commands"
@@ -339,24 +339,22 @@ class Connection(asyncio.Protocol):
         for cmd in cmds:
             cmd.flag |= FLAG_ONEWAY
             frames.append(self._frame(cmd))
-        if frames:
-            self._enqueue(frames[0] if len(frames) == 1 else b"".join(frames))
+        return frames[0] if len(frames) == 1 else b"".join(frames)
+
+    def send_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
+        """:meth:`send_oneway` of each of ``cmds``, in order, their frames in one write: the same
+        bytes, and a peer that reads them finds them together."""
+        data = self._oneway_frames(cmds)
+        if data:
+            self._enqueue(data)
 
     def write_oneway_all(self, cmds: Collection[RemotingCommand]) -> None:
         """:meth:`send_oneway_all` written at once, without the end-of-iteration flush it
         schedules for a first frame (for a caller that joins an iteration's frames itself, as
         the Raft peer links do): the same bytes, behind any frames that wait for that flush."""
-        if self._closing or self._lost:
-            raise ConnectionClosed(
-                f"connection {self.remote_address} is closed; cannot send {len(cmds)} commands"
-            )
-        frames = []
-        for cmd in cmds:
-            cmd.flag |= FLAG_ONEWAY
-            frames.append(self._frame(cmd))
-        if not frames:
+        data = self._oneway_frames(cmds)
+        if not data:
             return
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
         if self._out:  # frames of this iteration wait for its flush: these go behind them
             self._out.append(data)
         elif (transport := self._transport) is not None:
