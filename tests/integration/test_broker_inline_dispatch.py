@@ -18,7 +18,7 @@ from _support.requests import create_topic_request, pull_request, send_request
 from _support.wait import wait_until_async
 from rocketq.broker.long_polling import ARRIVED
 from rocketq.broker.loop_coalesce import LoopWakeup
-from rocketq.broker.server import Broker
+from rocketq.broker.server import INLINE_WINDOW_PUTS, Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import Message
@@ -353,5 +353,50 @@ def test_dledger_reads_take_the_window_waiting_for_the_thread(
             assert wake.pending
             assert await asyncio.to_thread(store.get_max_offset, TOPIC, 0) == 5
             assert windows.threads[-1] == "ReputMessageService" and windows.records == 5
+
+    run(main())
+
+
+def test_a_window_of_small_sends_over_the_bound_stays_on_the_loop(store_config: StoreConfig) -> None:
+    """With dispatch windows the bound holds per put the window covers (up to
+    ``INLINE_WINDOW_PUTS`` of them): three sends of 1 KiB waiting in one window (more than the
+    2 KiB bound together) are dispatched on the loop; one record over the bound still goes to the
+    thread, and so does a window of more small sends than the scale allows."""
+    cfg = dataclasses.replace(
+        store_config,
+        flush_disk_type="ASYNC_FLUSH",
+        inline_dispatch_max_bytes=2048,
+        inline_dispatch_interval_ms=600_000,  # every window after the first waits for a read
+    )
+    loop_thread = threading.current_thread().name
+
+    async def main() -> None:
+        async with broker_with_topic(cfg) as (broker, client, addr):
+            windows, wake = watch(broker)
+            store = broker.store
+            assert store is not None
+
+            async def send(body: bytes) -> None:
+                assert (await client.invoke(addr, send_request(TOPIC, body))).code == ResponseCode.SUCCESS
+
+            await send(b"first")  # after a quiet interval: dispatched at once
+            await wait_until_async(lambda: store.get_max_offset(TOPIC, 0) == 1, "the first", 10)
+            for _ in range(3):
+                await send(b"s" * 1024)
+            assert wake.pending and wake.puts == 3
+            assert store.get_max_offset(TOPIC, 0) == 4  # the read takes the window, on the loop
+            assert wake.window_puts == 3 and windows.sizes == [1, 3]
+            assert windows.threads == [loop_thread] * 2 and wake.wakeups == 0
+
+            await send(b"B" * 3000)  # one put over the bound: the thread's
+            await wait_until_async(lambda: store.get_max_offset(TOPIC, 0) == 5, "the big one", 10)
+            assert windows.threads[2:] == ["ReputMessageService"] and wake.wakeups == 1
+
+            n = INLINE_WINDOW_PUTS + 1  # more than the scale: 2 KiB x 3 < 4 x 1.6 KiB
+            for _ in range(n):
+                await send(b"m" * 1600)
+            await wait_until_async(lambda: store.get_max_offset(TOPIC, 0) == 5 + n, "the last window", 10)
+            assert windows.threads[3:] == ["ReputMessageService"] and wake.wakeups == 2
+            assert windows.records == 5 + n
 
     run(main())

@@ -83,7 +83,9 @@ class LoopWakeup:
         "_thread_id",
         "_wake",
         "handled_on_loop",
+        "puts",
         "wakeups",
+        "window_puts",
     )
 
     def __init__(
@@ -127,6 +129,11 @@ class LoopWakeup:
         self.wakeups = 0
         #: how many wake-ups ``on_loop`` handled instead (tests and stats)
         self.handled_on_loop = 0
+        #: calls on the loop's thread (appends) since the last wake-up ran
+        self.puts = 0
+        #: the calls on the loop's thread the running (or last) wake-up covers, for ``on_loop``
+        #: (the broker bounds the window it dispatches on the loop by them)
+        self.window_puts = 0
 
     def __call__(self) -> None:
         if threading.get_ident() != self._thread_id:
@@ -135,6 +142,7 @@ class LoopWakeup:
             else:
                 self._fire_now()
             return
+        self.puts += 1
         if self._scheduled:
             return
         self._scheduled = True
@@ -197,6 +205,8 @@ class LoopWakeup:
     def _run(self, on_loop: Callable[[], bool] | None) -> None:
         self._scheduled = False
         self._handle = None
+        self.window_puts = self.puts
+        self.puts = 0
         if self._interval:
             self._next_at = self._loop.time() + self.next_interval()
         if on_loop is not None:

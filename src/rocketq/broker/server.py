@@ -130,6 +130,14 @@ DISPATCH_SETTLE_WAIT_S = 0.5
 #: waiting for the dispatch thread's interval (a window holds the records committed since the
 #: thread's last wake-up; a larger backlog, a catch-up, is left to the thread, woken at once)
 DLEDGER_SETTLE_MAX_BYTES = 1 << 20
+#: ASYNC_FLUSH with dispatch windows (``inline_dispatch_interval_ms``): a window the loop
+#: dispatches itself may hold ``inline_dispatch_max_bytes`` per put it covers (a lone record or a
+#: whole batch), up to this many times the bound. A window gathers the puts of an interval, not of
+#: one iteration: one send in flight at 13,000+ sends/s puts more than 4 KiB of small records in
+#: 1 ms, which the bound alone sent to the thread (a wake-up per window); a batch of 32 still
+#: goes to the thread, as does 64 in flight's iteration of 19 KB (docs/benchmarks.md, "The lone
+#: send's windows at high rates")
+INLINE_WINDOW_PUTS = 3
 
 
 class Broker:
@@ -285,7 +293,16 @@ class Broker:
             inline = inline_bytes > 0 and not thread_interval
             interval = store.config.inline_dispatch_interval_ms / 1000 if inline else thread_interval
             reput = store.reput
-            on_loop = functools.partial(reput.dispatch_inline, inline_bytes) if inline else None
+            on_loop: Callable[[], bool] | None = None
+            if inline and interval:
+
+                def window_on_loop() -> bool:  # the bound grows with the puts the window covers
+                    scale = min(max(window.window_puts, 1), INLINE_WINDOW_PUTS)
+                    return reput.dispatch_inline(inline_bytes * scale)
+
+                on_loop = window_on_loop
+            elif inline:
+                on_loop = functools.partial(reput.dispatch_inline, inline_bytes)
             settle_on_loop = None
             if thread_interval and inline_bytes > 0:
                 settle_on_loop = functools.partial(
