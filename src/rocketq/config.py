@@ -86,7 +86,9 @@ class StoreConfig:
     #: is not dispatching; a larger backlog is the thread's. 0: always the thread. 4 KiB (about
     #: a dozen small records) takes the thread's wake-up off a lone send (8 % less CPU per send)
     #: and leaves a batch of 32 to the thread, which dispatches it on the other core while the
-    #: loop answers (docs/benchmarks.md, "Dispatch on the loop").
+    #: loop answers (docs/benchmarks.md, "Dispatch on the loop"). With dispatch windows
+    #: (``inline_dispatch_interval_ms``) the bound holds per put the window covers, up to three
+    #: times (``rocketq.broker.server.INLINE_WINDOW_PUTS``).
     inline_dispatch_max_bytes: int = 4096
     #: While puts keep coming the loop dispatches at most once per this interval (the first put
     #: after a quiet interval at once, later ones with the next window), so one window takes the
