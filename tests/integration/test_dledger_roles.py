@@ -5,17 +5,18 @@ retries on another broker), registers as a slave, and takes writes again once le
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from _support.requests import pull_request, pulled_records, send_request
+from _support.steered_log import SteeredLog
 from _support.wait import wait_until
 from rocketq.client import Admin, Message, Producer, SendStatus
 from rocketq.errors import ResponseCode
 from rocketq.ha.group_config import LedgerSpec, open_ledger
 from rocketq.ha.raft_types import Role
-from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
+from rocketq.ha.replicated_log import LogState
 from rocketq.remoting import RemotingClient, RemotingCommand
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.testing import InProcessCluster
@@ -31,61 +32,14 @@ async def raw_send(addr: str, request: RemotingCommand | None = None) -> Remotin
         await client.close()
 
 
-class SteerableLog:
-    """A group of one whose role the test overrides (a test double of ReplicatedLog)."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.forced: LogState | None = None
-        #: the ledger end the role handler waits for (None: it does not wait for one)
-        self.ledger_end_pos: int | None = None
-        self._callbacks: list[Callable[[LogState], None]] = []
-
-    @property
-    def state(self) -> LogState:
-        return self.forced or self.inner.state  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def committed_pos(self) -> int:
-        return self.inner.committed_pos  # type: ignore[attr-defined,no-any-return]
-
-    async def start(self) -> None:
-        await self.inner.start()  # type: ignore[attr-defined]
-
-    async def stop(self) -> None:
-        await self.inner.stop()  # type: ignore[attr-defined]
-
-    async def append(self, encode: RecordEncoder) -> AppendResult:
-        if self.forced is not None and self.forced.role is not Role.LEADER:
-            return AppendResult(AppendStatus.NOT_LEADER, leader_id=self.forced.leader_id)
-        return await self.inner.append(encode)  # type: ignore[attr-defined,no-any-return]
-
-    def read(self, pos: int, size: int) -> bytes:
-        return self.inner.read(pos, size)  # type: ignore[attr-defined,no-any-return]
-
-    def entries_from(self, pos: int):  # type: ignore[no-untyped-def]
-        return self.inner.entries_from(pos)  # type: ignore[attr-defined]
-
-    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
-        self._callbacks.append(callback)
-
-    async def transfer_leadership(self, target: str) -> bool:
-        return False
-
-    def force(self, state: LogState | None) -> None:
-        self.forced = state
-        for callback in self._callbacks:
-            callback(self.state)
-
-
 @pytest.fixture
 def cluster(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[InProcessCluster, dict[str, SteerableLog]]]:
-    logs: dict[str, SteerableLog] = {}
+) -> Iterator[tuple[InProcessCluster, dict[str, SteeredLog]]]:
+    logs: dict[str, SteeredLog] = {}
 
-    def factory(spec: LedgerSpec) -> SteerableLog:
-        log = SteerableLog(open_ledger(spec))
+    def factory(spec: LedgerSpec) -> SteeredLog:
+        log = SteeredLog(open_ledger(spec))
         logs[spec.base_dir] = log
         return log
 
@@ -101,7 +55,7 @@ def cluster(
 
 
 def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
-    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+    cluster: tuple[InProcessCluster, dict[str, SteeredLog]],
 ) -> None:
     c, logs = cluster
     a, b = c.broker_names
@@ -165,7 +119,7 @@ def test_follower_refuses_sends_and_the_producer_retries_elsewhere(
 
 
 def test_a_new_leader_takes_writes_only_once_caught_up(
-    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+    cluster: tuple[InProcessCluster, dict[str, SteeredLog]],
 ) -> None:
     c, logs = cluster
     a = c.broker_names[0]
@@ -189,7 +143,7 @@ def test_a_new_leader_takes_writes_only_once_caught_up(
 
 
 def test_regression_a_master_whose_queue_is_behind_never_moves_a_consumer_back(
-    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+    cluster: tuple[InProcessCluster, dict[str, SteeredLog]],
 ) -> None:
     """Issue 17 (a chaos run: a new leader answered PULL_OFFSET_MOVED to offset 0 for an offset the
     consumer had read on the old leader): a DLedger master whose ConsumeQueue is behind the
@@ -228,7 +182,7 @@ def test_regression_a_master_whose_queue_is_behind_never_moves_a_consumer_back(
 
 
 def test_regression_a_leader_again_in_a_newer_term_is_no_master_while_it_catches_up(
-    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+    cluster: tuple[InProcessCluster, dict[str, SteeredLog]],
 ) -> None:
     """A master that loses the leadership and wins it back before its follower state is applied
     (leader, follower, leader in one turn of the loop) is no master while it catches up in the
@@ -268,7 +222,7 @@ def test_regression_a_leader_again_in_a_newer_term_is_no_master_while_it_catches
 
 
 def test_regression_a_master_reading_across_a_queue_offset_hole_keeps_its_consumer_in_place(
-    cluster: tuple[InProcessCluster, dict[str, SteerableLog]],
+    cluster: tuple[InProcessCluster, dict[str, SteeredLog]],
 ) -> None:
     """Issue 17 end to end: a queue offset given out and never appended leaves the next units one
     place early; the first pull across them finds a unit disagreeing with its record and the

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from _support.steered_log import SteeredLog
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
 from rocketq.errors import DiskFull, ServiceNotAvailable
 from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.group_config import LedgerSpec, open_ledger
 from rocketq.ha.raft_types import Role
-from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder, ReplicatedLog
+from rocketq.ha.replicated_log import LogState, ReplicatedLog
 from rocketq.message import Message
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.message_store import open_message_store
@@ -119,59 +120,12 @@ def test_a_last_unit_that_names_another_queues_record_leaves_the_unit_count(
     assert store.next_queue_offset("T", 0) == 2 and store.next_queue_offset("T", 1) == 5
 
 
-class _SteeredLog:
-    """A group of one whose role the test sets (on the log's loop, as a Raft member's changes
-    come), and whose ledger end it may hold past the committed position (entries to commit)."""
-
-    def __init__(self, inner: ReplicatedLog) -> None:
-        self.inner = inner
-        self.forced: LogState | None = None
-        self.ledger_end_pos: int | None = None
-        self._callbacks: list[Callable[[LogState], None]] = []
-
-    @property
-    def state(self) -> LogState:
-        return self.forced or self.inner.state
-
-    @property
-    def committed_pos(self) -> int:
-        return self.inner.committed_pos
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
-
-    async def append(self, encode: RecordEncoder) -> AppendResult:
-        if self.state.role is not Role.LEADER:
-            return AppendResult(AppendStatus.NOT_LEADER, leader_id=self.state.leader_id)
-        return await self.inner.append(encode)
-
-    def read(self, pos: int, size: int) -> bytes:
-        return self.inner.read(pos, size)
-
-    def entries_from(self, pos: int) -> Iterator[tuple[int, bytes]]:
-        return self.inner.entries_from(pos)
-
-    def on_state_change(self, callback: Callable[[LogState], None]) -> None:
-        self._callbacks.append(callback)
-
-    async def transfer_leadership(self, target: str) -> bool:
-        return False
-
-    async def force(self, state: LogState) -> None:
-        self.forced = state
-        for callback in self._callbacks:
-            callback(state)
-
-
 @pytest.fixture
-def steered(store_config: StoreConfig) -> Iterator[tuple[DLedgerMessageStore, _SteeredLog]]:
-    logs: list[_SteeredLog] = []
+def steered(store_config: StoreConfig) -> Iterator[tuple[DLedgerMessageStore, SteeredLog]]:
+    logs: list[SteeredLog] = []
 
     def factory(spec: LedgerSpec) -> ReplicatedLog:
-        logs.append(_SteeredLog(open_ledger(spec)))
+        logs.append(SteeredLog(open_ledger(spec)))
         return logs[-1]
 
     cfg = dataclasses.replace(store_config, enable_dleger_commit_log=True, d_leger_self_id="n0")
@@ -180,7 +134,7 @@ def steered(store_config: StoreConfig) -> Iterator[tuple[DLedgerMessageStore, _S
 
 
 def test_a_leader_of_a_new_term_refuses_puts_until_its_table_is_rebuilt_once_for_that_term(
-    steered: tuple[DLedgerMessageStore, _SteeredLog],
+    steered: tuple[DLedgerMessageStore, SteeredLog],
 ) -> None:
     """With no broker and nobody calling ``recover_topic_queue_table``: a member that leads a
     new term refuses puts with the definite SERVICE_NOT_AVAILABLE of a leader catching up
@@ -193,8 +147,15 @@ def test_a_leader_of_a_new_term_refuses_puts_until_its_table_is_rebuilt_once_for
     assert store.leader_table.rebuilds == 1
     for body in (b"a", b"b"):
         store.put_message(Message("T", body), queue_id=0)
-    run = store.ledger_loop.run
-    run(log.force(LogState(Role.FOLLOWER, 2, "n0", "n1", None)), 5)
+    loop = store.ledger_loop
+
+    def force(state: LogState) -> None:  # on the log's loop, as a Raft member's changes come
+        async def on_loop() -> None:
+            log.force(state)
+
+        loop.run(on_loop(), 5)
+
+    force(LogState(Role.FOLLOWER, 2, "n0", "n1", None))
     assert not store.leads_caught_up()
     with pytest.raises(ServiceNotAvailable, match="not the leader of its DLedger group"):
         store.put_message(Message("T", b"x"), queue_id=0)
@@ -202,7 +163,7 @@ def test_a_leader_of_a_new_term_refuses_puts_until_its_table_is_rebuilt_once_for
     with cl._put_lock:  # a table from before: another leader numbered the queue meanwhile
         cl.topic_queue_table[("T", 0)] = 0
     log.ledger_end_pos = cl.max_offset + 100  # entries this leader still has to commit
-    run(log.force(LogState(Role.LEADER, 3, "n0", "n0", None)), 5)
+    force(LogState(Role.LEADER, 3, "n0", "n0", None))
     committed = cl.max_offset
     with pytest.raises(ServiceNotAvailable, match="DLedger leader of term 3 is catching up"):
         store.put_message(Message("T", b"y"), queue_id=0)

@@ -140,6 +140,14 @@ def pull_response_fields(result: GetMessageResult, suggest_broker_id: int = MAST
     }
 
 
+def _pull_text(header: PullMessageRequestHeader, result: GetMessageResult) -> str:
+    """The queue, group, requested offset and queue bounds of a pull, for the offset-move log."""
+    return (
+        f"{header.topic}-{header.queue_id} of group {header.consumer_group}, requested offset "
+        f"{header.queue_offset}, queue [{result.min_offset}, {result.max_offset})"
+    )
+
+
 class PullMessageProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
@@ -259,14 +267,8 @@ class PullMessageProcessor:
             beyond = self._may_move(header, result)
             if beyond is not None:
                 log.info(
-                    "PULL_OFFSET_MOVED as master: %s-%d of group %s, requested offset %d, queue "
-                    "[%d, %d)%s, %s: next offset %d",
-                    header.topic,
-                    header.queue_id,
-                    header.consumer_group,
-                    header.queue_offset,
-                    result.min_offset,
-                    result.max_offset,
+                    "PULL_OFFSET_MOVED as master: %s%s, %s: next offset %d",
+                    _pull_text(header, result),
                     beyond,
                     result.status.value,
                     result.next_begin_offset,
@@ -308,14 +310,8 @@ class PullMessageProcessor:
             return
         self._not_moved_logged = now
         log.info(
-            "PULL_OFFSET_MOVED not answered: %s-%d of group %s, requested offset %d, queue [%d, %d), "
-            "%s: %s; PULL_RETRY_IMMEDIATELY at the requested offset",
-            header.topic,
-            header.queue_id,
-            header.consumer_group,
-            header.queue_offset,
-            result.min_offset,
-            result.max_offset,
+            "PULL_OFFSET_MOVED not answered: %s, %s: %s; PULL_RETRY_IMMEDIATELY at the requested offset",
+            _pull_text(header, result),
             result.status.value,
             why,
         )

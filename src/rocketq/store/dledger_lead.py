@@ -77,9 +77,9 @@ def queue_table_nexts(store: DLedgerMessageStore) -> dict[tuple[str, int], int]:
     one unit short of its messages' offsets; counting units alone handed its last message's
     offset out again, and the queue kept only one of the two once rebuilt."""
     cl = store.commitlog
-    nexts = store.consume_queues.max_offsets()
+    nexts = store.consume_queues.max_offsets()  # queues with a unit or more only
     for key, units in nexts.items():
-        cq = store.consume_queues.find(*key) if units else None
+        cq = store.consume_queues.find(*key)
         unit = cq.get_unit(units - 1) if cq is not None else None
         head = cl.read(unit.offset, _RECORD_HEAD.size) if unit is not None else None
         if unit is None or head is None:
