@@ -468,8 +468,13 @@ class Broker:
                     await ctx.pop.shutdown()
                 except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
                     log.error("shutting down without persisting the pop state: %s", exc)
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(self._drained(), SHUTDOWN_DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning(
+                "requests or deferred answers still pending after %.0f s; shutting down anyway",
+                SHUTDOWN_DRAIN_TIMEOUT_S,
+            )
         for server in (self._fast_server, self._server):
             if server is not None:
                 await server.close()
