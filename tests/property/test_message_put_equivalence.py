@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,10 +16,9 @@ from hypothesis import strategies as st
 from test_packed_batch_equivalence import open_store
 
 from _support.examples import examples
-from rocketq import message as message_module
+from _support.fixed_clock import NOW_NS, fix_store_clock
 from rocketq.message import BrokerMessage, Message, encode_properties
 from rocketq.speedups import COMPILED
-from rocketq.store import commitlog as commitlog_module
 from rocketq.store import store_puts as store_module
 from rocketq.store.packed_batch import PackedBatch
 
@@ -29,7 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 BORN = b"\x7f\x00\x00\x01\x00\x00\x9c\x40"
-NOW_NS = 1_700_000_000_000 * 1_000_000
 
 PARKING_NAMES = sorted(store_module._PARKING_KEYS)
 names = st.sampled_from(
@@ -133,22 +130,9 @@ def test_plan_messages_turns_down_what_is_not_a_list_of_messages() -> None:
     assert plan([m, m]) is not None
 
 
-class _FixedTime:
-    """The time module with ``time_ns`` fixed."""
-
-    def time_ns(self) -> int:
-        return NOW_NS
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-
 @pytest.fixture
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(commitlog_module, "_time_ns", lambda: NOW_NS)
-    monkeypatch.setattr(store_module, "_time_ns", lambda: NOW_NS)
-    # BrokerMessage.from_message (the pure path of a message it does not take) reads the clock
-    monkeypatch.setattr(message_module, "time", _FixedTime())
+    fix_store_clock(monkeypatch)
     yield
 
 

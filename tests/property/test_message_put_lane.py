@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
-from rocketq import message as message_module
+from _support.fixed_clock import NOW_NS, fix_store_clock
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, Message
 from rocketq.speedups import COMPILED
@@ -29,7 +28,6 @@ pytestmark = pytest.mark.skipif(
     COMPILED is None or not hasattr(COMPILED, "put_lane"), reason="the compiled module is not in use"
 )
 
-NOW_NS = 1_700_000_000_000 * 1_000_000
 BORN = b"\x7f\x00\x00\x01\x00\x00\x9c\x40"
 BORN_V6 = bytes(16) + b"\x00\x00\x9c\x40"
 TOPICS = ["LaneT", "LaneT", "LaneT", "LaneU", "%RETRY%G"]
@@ -38,20 +36,9 @@ TOPICS = ["LaneT", "LaneT", "LaneT", "LaneU", "%RETRY%G"]
 HOUR_MS = 3_600_000
 
 
-class _FixedTime:
-    def time_ns(self) -> int:
-        return NOW_NS
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(time, name)
-
-
 @pytest.fixture
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(commitlog_module, "_time_ns", lambda: NOW_NS)
-    monkeypatch.setattr(store_module, "_time_ns", lambda: NOW_NS)
-    monkeypatch.setattr(message_module, "time", _FixedTime())
-    monkeypatch.setattr(store_module, "time", _FixedTime())  # the timer topic's delivery time
+    fix_store_clock(monkeypatch)
     yield
 
 
