@@ -42,6 +42,11 @@ process: ``time.process_time``, every thread) and of the server process (``/proc
 utime + stime), both over the timed part only (connections, topic creation, warm-up send and
 the consume case's preload are outside it). A peer whose server binary or Python client is
 missing is skipped with the reason printed.
+
+Event loops: every asyncio client (``AsyncProducer``, ``redis.asyncio``, nats-py) runs on
+asyncio's default loop, or with ``--client-loop uvloop`` all of them on uvloop; ``--rocketq-loop
+uvloop`` starts ``rocketq serve`` with ``ROCKETQ_EVENT_LOOP=uvloop``. The blocking clients do
+their socket I/O in the calling thread whatever the loop.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,7 +86,19 @@ START_TIMEOUT_S = 60.0
 ROCKETQ_COMMIT = {"mode": "poll"}
 #: Whether rocketq's AsyncProducer cases auto-batch (--rocketq-auto-batch).
 ROCKETQ_AUTO_BATCH = {"on": False}
+#: The event loop of every asyncio client (--client-loop) and of rocketq serve (--rocketq-loop).
+LOOPS = {"client": "asyncio", "rocketq": "asyncio"}
 IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messages
+
+
+def run_client(coro: Coroutine[Any, Any, int]) -> int:
+    """Run an asyncio client's case on the chosen loop (--client-loop), the same for every system."""
+    if LOOPS["client"] == "uvloop":
+        import uvloop  # noqa: PLC0415 - only where asked for
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
 
 
 class Skip(Exception):
@@ -266,6 +283,7 @@ class RocketqPeer(Peer):
         self.namesrv_port, self.broker_port = free_port(), free_port()
         env = dict(os.environ)
         env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["ROCKETQ_EVENT_LOOP"] = LOOPS["rocketq"]
         flush = "SYNC_FLUSH" if self.durability == "sync" else "ASYNC_FLUSH"
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
@@ -347,7 +365,7 @@ class RocketqPeer(Peer):
                 await timed_sends(n, limit, one, meter)
                 return ok
 
-        return asyncio.run(main())
+        return run_client(main())
 
     def run_consume(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
         p = self._producer()
@@ -482,7 +500,7 @@ class RedisPeer(Peer):
             finally:
                 await r.aclose()
 
-        return asyncio.run(main())
+        return run_client(main())
 
     def run_consume(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
         r = self._client()
@@ -603,7 +621,7 @@ class NatsPeer(Peer):
             finally:
                 await nc.close()
 
-        return asyncio.run(main())
+        return run_client(main())
 
     @staticmethod
     async def _consume(js: Any, subject: str, n: int, meter: Meter) -> int:
@@ -842,8 +860,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rocketq send-async/send64: AsyncProducer(auto_batch=True), concurrent sends coalesce",
     )
+    parser.add_argument(
+        "--client-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop of every system's asyncio client (send-async, send64; default asyncio)",
+    )
+    parser.add_argument(
+        "--rocketq-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop of rocketq serve (ROCKETQ_EVENT_LOOP; default asyncio)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every round and the best to this file")
     args = parser.parse_args(argv)
+    LOOPS["client"], LOOPS["rocketq"] = args.client_loop, args.rocketq_loop
     ROCKETQ_COMMIT["mode"] = args.rocketq_commit
     ROCKETQ_AUTO_BATCH["on"] = args.rocketq_auto_batch
     if args.messages is None:
@@ -858,7 +889,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     print(
         f"bench/peers.py: {args.messages:,} messages per case, {args.rounds} round(s), systems "
-        f"{', '.join(LABEL[s] for s in args.only)}; {os.cpu_count()} CPUs, load average {load_before[0]:.1f}",
+        f"{', '.join(LABEL[s] for s in args.only)}; {os.cpu_count()} CPUs, "
+        f"load average {load_before[0]:.1f}; asyncio clients on {args.client_loop}, "
+        f"rocketq serve on {args.rocketq_loop}",
         flush=True,
     )
     execute(run)
