@@ -135,6 +135,9 @@ def test_queue_offset_table_is_a_mapping_of_topic_and_queue() -> None:
     assert len(t) == 0 and dict(t) == {}
     t.update({("A", 1): 7})
     assert live == {1: 7}, "clear() keeps each topic's dict, so cached references see later updates"
+    t.replace({("A", 2): 4, ("B", 0): 9})
+    assert dict(t) == {("A", 2): 4, ("B", 0): 9}, "replace() drops what is not in the new table"
+    assert live == {2: 4}, "replace() keeps each topic's dict too"
 
 
 def test_put_continues_from_a_table_restored_after_clear(log: CommitLog) -> None:

@@ -133,9 +133,7 @@ class LeaderTable:
             with cl._put_lock:
                 if cl.lead_term != term:
                     return False  # it left that term meanwhile: the next look decides
-                table = cl.topic_queue_table
-                table.clear()
-                table.update(nexts)
+                cl.topic_queue_table.replace(nexts)
                 cl.table_term = term
                 cl._update_accepting()
         self.rebuilds += 1

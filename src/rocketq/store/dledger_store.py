@@ -426,8 +426,7 @@ class DLedgerMessageStore(MessageStore):
         nexts = queue_table_nexts(self)
         cl = self.commitlog
         with cl._put_lock:
-            cl.topic_queue_table.clear()
-            cl.topic_queue_table.update(nexts)
+            cl.topic_queue_table.replace(nexts)
 
     def leads_caught_up(self) -> bool:
         """Whether this member leads its log's term with the queue-offset table rebuilt for that

@@ -11,7 +11,7 @@ no queue offset is given out twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 
 
 class QueueOffsetTable(MutableMapping[tuple[str, int], int]):
@@ -72,6 +72,12 @@ class QueueOffsetTable(MutableMapping[tuple[str, int], int]):
     def clear(self) -> None:
         for d in self._topics.values():
             d.clear()
+
+    def replace(self, nexts: Mapping[tuple[str, int], int]) -> None:
+        """The table becomes ``nexts`` (a rebuild: recovery, a new leader's term), in place;
+        the caller holds the put lock where puts may run."""
+        self.clear()
+        self.update(nexts)
 
     def __repr__(self) -> str:
         return f"QueueOffsetTable({dict(self.items())!r})"

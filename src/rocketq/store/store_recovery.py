@@ -156,8 +156,7 @@ class StoreRecovery:
             for q in dirty:
                 q.truncate_dirty_logic_files(process)
         self.consume_queues.correct_min_offsets(max(0, self.commitlog.min_offset))
-        self.commitlog.topic_queue_table.clear()
-        self.commitlog.topic_queue_table.update(self.consume_queues.max_offsets())
+        self.commitlog.topic_queue_table.replace(self.consume_queues.max_offsets())
         # Dispatch what the ConsumeQueues or the index do not have yet, then rebuild the table.
         self.reput = ReputMessageService(
             self.commitlog,
