@@ -88,17 +88,24 @@ ROCKETQ_COMMIT = {"mode": "poll"}
 ROCKETQ_AUTO_BATCH = {"on": False}
 #: The event loop of every asyncio client (--client-loop) and of rocketq serve (--rocketq-loop).
 LOOPS = {"client": "asyncio", "rocketq": "asyncio"}
+#: The loops the asyncio client cases ran on (their classes' modules: "asyncio", "uvloop").
+CLIENT_LOOPS_SEEN: set[str] = set()
 IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messages
 
 
 def run_client(coro: Coroutine[Any, Any, int]) -> int:
     """Run an asyncio client's case on the chosen loop (--client-loop), the same for every system."""
+
+    async def noted() -> int:
+        CLIENT_LOOPS_SEEN.add(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        return await coro
+
     if LOOPS["client"] == "uvloop":
         import uvloop  # noqa: PLC0415 - only where asked for
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(coro)
-    return asyncio.run(coro)
+            return runner.run(noted())
+    return asyncio.run(noted())
 
 
 class Skip(Exception):
@@ -920,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "messages": args.messages,
             "rounds": args.rounds,
+            "loops": {"clients": sorted(CLIENT_LOOPS_SEEN), "rocketq": args.rocketq_loop},
             "versions": run.versions,
             "skipped": run.skipped,
             "results": [asdict(r) for r in run.results],

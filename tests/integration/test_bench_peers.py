@@ -169,3 +169,22 @@ def test_all_three_columns_and_the_ratios(tmp_path: pathlib.Path) -> None:
         assert "has no JetStream sync-always setting" in doc["skipped"]["nats/sync"]
     assert {r["system"] for r in doc["results"]} == {"rocketq", "nats", "redis"}
     assert all(r["messages"] == 200 for r in doc["results"])
+
+
+@pytest.mark.slow  # a benchmark run against a rocketq serve process
+def test_uvloop_for_the_asyncio_clients_and_the_broker(tmp_path: pathlib.Path) -> None:
+    if importlib.util.find_spec("uvloop") is None:
+        pytest.skip("uvloop is not installed")
+    out = tmp_path / "peers.json"
+    done = run_peers(
+        *("--quick", "--messages", "50", "--only", "rocketq", "--sizes", "128", "--durability", "async"),
+        *("--workloads", "send-async", "--client-loop", "uvloop", "--rocketq-loop", "uvloop"),
+        *("--json", str(out)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "asyncio clients on uvloop, rocketq serve on uvloop" in done.stdout
+    assert [r[0] for r in table_rows(done.stdout)] == ["send-async"]
+    doc = json.loads(out.read_text())
+    assert doc["loops"] == {"clients": ["uvloop"], "rocketq": "uvloop"}
+    best = [(r["system"], r["workload"], r["messages"]) for r in doc["best"]]
+    assert best == [("rocketq", "send-async", 50)]
