@@ -358,3 +358,121 @@ def test_loop_wakeup_asks_interval_of_for_each_next_interval() -> None:
         assert 0.05 - 0.001 <= fired[2] - fired[1] < 0.2
 
     asyncio.run(main())
+
+
+class HandClock:
+    """The loop's clock, moved by hand: ``loop.time`` (which its timers read too) returns
+    ``now``, so a test puts a timer's time behind it exactly, without waiting for it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.now = loop.time()
+        loop.time = lambda: self.now  # type: ignore[method-assign]
+
+
+async def iterations(count: int = 3) -> None:
+    """Let the loop run ``count`` iterations (a callback scheduled now, and a due timer, run)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+def test_take_on_put_a_put_past_the_windows_time_takes_it_and_the_timer_never_fires() -> None:
+    """With ``take_on_put`` a put that finds the open window's time past takes the window at the
+    end of its iteration, as a put after a quiet interval does, and cancels the window's timer:
+    the loop is not woken by it later. A put before that time leaves the window waiting; the
+    next interval counts from the put that took the window."""
+    interval = 600.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clock = HandClock(loop)
+        fired: list[float] = []
+        wake = LoopWakeup(loop, lambda: fired.append(clock.now), min_interval_s=interval, take_on_put=True)
+        start = clock.now
+        wake()  # after a quiet interval: at the end of this iteration
+        await iterations()
+        assert fired == [start]
+        clock.now = start + 10
+        wake()  # opens a window: its timer at this put + the interval
+        clock.now = start + interval - 1
+        wake()  # before the window's time: it keeps waiting
+        await iterations()
+        assert fired == [start] and wake.pending and wake.puts == 2
+        clock.now = start + interval
+        wake()  # the window's time: this put takes it, at the end of the iteration
+        assert len(fired) == 1
+        await iterations()
+        assert fired == [start, start + interval] and wake.window_puts == 3
+        assert wake.fallbacks == 0 and not wake.pending
+        clock.now = start + 10 + interval + 1  # past the cancelled timer's time
+        await iterations()
+        assert len(fired) == 2
+        clock.now = start + 2 * interval - 1  # the next interval counts from the taking put
+        wake()
+        await iterations()
+        assert len(fired) == 2 and wake.pending
+        clock.now = start + 2 * interval
+        wake()
+        await iterations()
+        assert fired[2:] == [start + 2 * interval] and wake.window_puts == 2 and wake.fallbacks == 0
+
+    asyncio.run(main())
+
+
+def test_take_on_put_without_a_put_the_timer_takes_the_window_at_its_first_put_plus_the_interval() -> None:
+    """No put after the window's time: the timer armed when the window opened takes it at its
+    first put plus the interval (what bounds how late that put is dispatched); ``settle`` still
+    takes a waiting window at once and cancels the timer."""
+    interval = 600.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clock = HandClock(loop)
+        fired: list[float] = []
+        wake = LoopWakeup(loop, lambda: fired.append(clock.now), min_interval_s=interval, take_on_put=True)
+        start = clock.now
+        wake()
+        await iterations()
+        clock.now = start + 100
+        wake()  # opens a window: its timer at start + 100 + the interval
+        clock.now = start + interval + 50  # past the window's time, but no put comes
+        await iterations()
+        assert fired == [start] and wake.pending
+        clock.now = start + 100 + interval
+        await iterations()
+        assert fired == [start, start + 100 + interval] and wake.fallbacks == 1 and not wake.pending
+        # the next window: opened, then settled by a read before its time
+        clock.now = start + 100 + interval + 5
+        wake()
+        assert wake.pending
+        wake.settle()
+        assert len(fired) == 3 and not wake.pending and wake.fallbacks == 1
+        clock.now = start + 100 + 3 * interval  # past every timer armed so far
+        await iterations()
+        assert len(fired) == 3  # the settled window's timer was cancelled
+
+    asyncio.run(main())
+
+
+def test_without_take_on_put_the_window_waits_for_its_timer_whatever_puts_come() -> None:
+    """The default (DLedger's thread): puts past the window's time do not take it; the timer at
+    the window's time does, as before."""
+    interval = 600.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clock = HandClock(loop)
+        fired: list[float] = []
+        wake = LoopWakeup(loop, lambda: fired.append(clock.now), min_interval_s=interval)
+        start = clock.now
+        wake()
+        await iterations()
+        clock.now = start + 100
+        wake()
+        clock.now = start + interval - 1
+        await iterations()
+        assert len(fired) == 1
+        clock.now = start + interval
+        await iterations()
+        assert fired == [start, start + interval] and wake.fallbacks == 0
+
+    asyncio.run(main())
