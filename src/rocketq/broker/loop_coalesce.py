@@ -70,7 +70,6 @@ class LoopWakeup:
 
     __slots__ = (
         "_elsewhere",
-        "_fallback",
         "_handle",
         "_hop",
         "_hopping",
@@ -81,12 +80,8 @@ class LoopWakeup:
         "_on_loop",
         "_scheduled",
         "_settle_on_loop",
-        "_soon_at",
-        "_span",
-        "_take_on_put",
         "_thread_id",
         "_wake",
-        "fallbacks",
         "handled_on_loop",
         "puts",
         "wakeups",
@@ -104,7 +99,6 @@ class LoopWakeup:
         settle_elsewhere: Callable[[], object] | None = None,
         settle_on_loop: Callable[[], bool] | None = None,
         interval_of: Callable[[], float] | None = None,
-        take_on_put: bool = False,
     ) -> None:
         self._loop = loop
         self._wake = wake
@@ -131,24 +125,10 @@ class LoopWakeup:
         self._interval_of = interval_of
         #: loop time before which a wake-up waits for the timer (with an interval)
         self._next_at = 0.0
-        #: with an interval: a put on the loop's thread that finds the window's time past takes
-        #: the window at the end of its iteration; the timer is a fallback, at the window's
-        #: first put plus the interval, for when no such put comes
-        self._take_on_put = take_on_put
-        #: the window's fallback timer while one is armed (``take_on_put``)
-        self._fallback: asyncio.TimerHandle | None = None
-        #: loop time of the put that scheduled the pending wake-up with ``call_soon``; the next
-        #: interval counts from it (``take_on_put``; None: from when the wake-up runs)
-        self._soon_at: float | None = None
-        #: the interval the last wake-up set (``take_on_put``: the fallback's distance)
-        self._span = min_interval_s
         #: how many times ``wake`` actually ran (tests and stats)
         self.wakeups = 0
         #: how many wake-ups ``on_loop`` handled instead (tests and stats)
         self.handled_on_loop = 0
-        #: how many windows the fallback timer took, no put having come past their time
-        #: (``take_on_put``; tests and stats)
-        self.fallbacks = 0
         #: calls on the loop's thread (appends) since the last wake-up ran
         self.puts = 0
         #: the calls on the loop's thread the running (or last) wake-up covers, for ``on_loop``
@@ -164,46 +144,18 @@ class LoopWakeup:
             return
         self.puts += 1
         if self._scheduled:
-            if self._fallback is not None:
-                now = self._loop.time()
-                if now >= self._next_at:
-                    self._take_at_iteration_end(now)
             return
         self._scheduled = True
         try:
             if self._interval:
-                now = self._loop.time()
-                delay = self._next_at - now
+                delay = self._next_at - self._loop.time()
                 if delay > 0:
-                    if self._take_on_put:
-                        # the window opens: a later put past its time takes it; the fallback
-                        # holds this, its oldest put, to the interval when none comes
-                        self._handle = self._fallback = self._loop.call_at(now + self._span, self._fire)
-                    else:
-                        self._handle = self._loop.call_later(delay, self._fire)
+                    self._handle = self._loop.call_later(delay, self._fire)
                     return
-                self._soon_at = now
             self._handle = self._loop.call_soon(self._fire)
         except RuntimeError:  # the loop is closed: nobody will run the callback
             self._scheduled = False
             self._fire_now()
-
-    def _take_at_iteration_end(self, now: float) -> None:
-        """An open window's time is past and a put came: the window is taken at the end of this
-        iteration, like a put after a quiet interval, and its fallback timer is cancelled before
-        it can wake the loop."""
-        fallback = self._fallback
-        assert fallback is not None
-        fallback.cancel()
-        self._fallback = None
-        try:
-            self._handle = self._loop.call_soon(self._fire)
-        except RuntimeError:  # the loop is closed: nobody will run the callback
-            self._scheduled = False
-            self._handle = None
-            self._fire_now()
-            return
-        self._soon_at = now
 
     def next_interval(self) -> float:
         """The interval the next wake-up sets before the one after it (0: none)."""
@@ -248,22 +200,15 @@ class LoopWakeup:
         self()  # on the loop: at the end of the next iteration, after the callbacks queued now
 
     def _fire(self) -> None:
-        if self._fallback is not None:
-            self.fallbacks += 1
         self._run(self._on_loop)
 
     def _run(self, on_loop: Callable[[], bool] | None) -> None:
         self._scheduled = False
         self._handle = None
-        self._fallback = None
         self.window_puts = self.puts
         self.puts = 0
         if self._interval:
-            soon_at, self._soon_at = self._soon_at, None
-            self._span = self.next_interval()
-            if soon_at is None or not self._take_on_put:
-                soon_at = self._loop.time()
-            self._next_at = soon_at + self._span
+            self._next_at = self._loop.time() + self.next_interval()
         if on_loop is not None:
             try:
                 handled = on_loop()

@@ -317,9 +317,6 @@ class Broker:
                 settle_on_loop=settle_on_loop,
                 # DLedger: the interval of the member's role (longer on a follower)
                 interval_of=getattr(store, "dispatch_wake_interval_s", None) if thread_interval else None,
-                # inline windows: the put that finds the window's time past takes it (the loop
-                # is awake for it); the timer only when no put comes (see LoopWakeup)
-                take_on_put=bool(inline and interval),
             )
             store.commitlog.append_listener = window
             if interval:
