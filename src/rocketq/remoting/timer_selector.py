@@ -28,8 +28,8 @@ nothing to do and waits again).
 Where. :func:`new_event_loop` is the factory :func:`rocketq.remoting.eventloop.run` uses for
 asyncio's loop in server processes; on a system without timerfd (not Linux), or with
 ``ROCKETQ_LOOP_TIMERFD=0``, it is asyncio's default loop. The calls go through ctypes (Python
-3.11 has no ``os.timerfd_*``): about a microsecond each, made about once per change of the
-loop's earliest timer.
+3.11 has no ``os.timerfd_*``), holding the GIL: about a microsecond each, made about once per
+change of the loop's earliest timer.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def _libc_timerfd() -> tuple[Any, Any] | None:
     if name is None:
         return None
     try:
-        libc = ctypes.CDLL(name, use_errno=True)
+        # PyDLL: the calls keep the GIL (they never block); a CDLL call releases and takes it
+        # again, letting a thread that waits for it run first
+        libc = ctypes.PyDLL(name, use_errno=True)
         create, settime = libc.timerfd_create, libc.timerfd_settime
     except (OSError, AttributeError):
         return None
