@@ -6,9 +6,9 @@
     python bench/serve_ab.py --flush ASYNC_FLUSH --mode send --only new   # one tree, by thread
 
 Starts a ``rocketq serve`` (name server and broker, ``--flush`` as given, no gRPC, data in a
-temporary directory) from each tree (``--base``, ``--new``: the ``src`` directories; ``--new``
-defaults to this checkout's), both running the whole time, and sends ``--count`` 128 B
-messages to each per round with rocketq's client from this checkout: ``send`` one blocking
+temporary directory, removed at the end) from each tree (``--base``, ``--new``: the ``src``
+directories; ``--new`` defaults to this checkout's), both running the whole time, and sends
+``--count`` 128 B messages to each per round with rocketq's client from this checkout: ``send`` one blocking
 ``Producer.send`` at a time, ``async`` one ``AsyncProducer.send`` at a time, ``async64`` 64 in
 flight. Rounds alternate which tree goes first. For each round it prints the server process's
 CPU per message (utime + stime from ``/proc/<pid>/task/*/stat``, over the timed sends only),
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -194,6 +195,7 @@ def main() -> int:
             p.shutdown()
         for s in servers.values():
             s.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # the servers' data
     for name, values in per_msg.items():
         print(
             f"{name}: median {statistics.median(values):.0f} µs/msg server CPU "
