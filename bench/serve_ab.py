@@ -6,14 +6,16 @@
     python bench/serve_ab.py --flush ASYNC_FLUSH --mode send --only new   # one tree, by thread
 
 Starts a ``rocketq serve`` (name server and broker, ``--flush`` as given, no gRPC, data in a
-temporary directory) from each tree (``--base``, ``--new``: the ``src`` directories; ``--new``
-defaults to this checkout's), both running the whole time, and sends ``--count`` 128 B
-messages to each per round with rocketq's client from this checkout: ``send`` one blocking
+temporary directory, removed at the end) from each tree (``--base``, ``--new``: the ``src``
+directories; ``--new`` defaults to this checkout's), both running the whole time, and sends
+``--count`` 128 B messages to each per round with rocketq's client from this checkout: ``send`` one blocking
 ``Producer.send`` at a time, ``async`` one ``AsyncProducer.send`` at a time, ``async64`` 64 in
 flight. Rounds alternate which tree goes first. For each round it prints the server process's
 CPU per message (utime + stime from ``/proc/<pid>/task/*/stat``, over the timed sends only),
 the event loop's (the main thread) and the three busiest other threads' shares (``py-spy dump``
-names them: dispatch, group commit, ...), and the rate; at the end the median of each tree.
+names them: dispatch, group commit, ...), the rate, the event loop's sleeps per message (its
+voluntary context switches: each a wait in ``epoll_wait`` that a read or a timer ended) and the
+1-minute load average; at the end the median of each tree.
 
 On a shared machine the rates swing with the neighbours; the CPU a process spent per message
 moves much less, and running both trees in the same minutes cancels most of the drift.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -54,6 +57,16 @@ def cpu_by_thread(pid: int) -> dict[str, float]:
         fields = stat[stat.rindex(")") + 2 :].split()
         out[tid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
     return out
+
+
+def loop_wakeups(pid: int) -> int:
+    """Voluntary context switches of the process's main thread (its event loop): each is a
+    sleep in ``epoll_wait`` that something ended, a read or a timer."""
+    with open(f"/proc/{pid}/task/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
 
 
 def free_port() -> int:
@@ -149,6 +162,8 @@ def main() -> int:
     servers: dict[str, Server] = {}
     producers: dict[str, Producer] = {}
     per_msg: dict[str, list[float]] = {name: [] for name in trees}
+    rates: dict[str, list[float]] = {name: [] for name in trees}
+    sleeps: dict[str, list[float]] = {name: [] for name in trees}
     try:
         for name, src in trees.items():
             servers[name] = Server(src, args.flush, name, workdir)
@@ -158,8 +173,12 @@ def main() -> int:
         for r in range(args.rounds):
             order = list(trees) if r % 2 == 0 else list(trees)[::-1]
             for name in order:
+                pid = servers[name].proc.pid
+                switches = loop_wakeups(pid)
                 wall, by_thread = timed_sends(servers[name], args.mode, args.count, producers[name])
-                loop_tid = str(servers[name].proc.pid)  # the event loop runs in the main thread
+                sleeps[name].append((loop_wakeups(pid) - switches) / args.count)
+                rates[name].append(args.count / wall)
+                loop_tid = str(pid)  # the event loop runs in the main thread
                 us = {tid: v / args.count * 1e6 for tid, v in by_thread.items()}
                 total = sum(us.values())
                 per_msg[name].append(total)
@@ -167,7 +186,8 @@ def main() -> int:
                 print(
                     f"round {r + 1} {name}: {total:.0f} µs/msg server CPU (event loop "
                     f"{us.get(loop_tid, 0.0):.0f}, busiest other threads "
-                    f"{' / '.join(f'{v:.0f}' for v in others[:3])}), {args.count / wall:,.0f} msgs/s",
+                    f"{' / '.join(f'{v:.0f}' for v in others[:3])}), {args.count / wall:,.0f} msgs/s, "
+                    f"loop sleeps {sleeps[name][-1]:.2f}/msg, load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     finally:
@@ -175,10 +195,12 @@ def main() -> int:
             p.shutdown()
         for s in servers.values():
             s.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # the servers' data
     for name, values in per_msg.items():
         print(
             f"{name}: median {statistics.median(values):.0f} µs/msg server CPU "
-            f"({' / '.join(f'{v:.0f}' for v in values)}), {args.flush} {args.mode}"
+            f"({' / '.join(f'{v:.0f}' for v in values)}), {statistics.median(rates[name]):,.0f} msgs/s, "
+            f"loop sleeps {statistics.median(sleeps[name]):.2f}/msg, {args.flush} {args.mode}"
         )
     return 0
 

@@ -22,7 +22,7 @@ from rocketq.broker.server import INLINE_WINDOW_PUTS, Broker
 from rocketq.config import StoreConfig
 from rocketq.errors import ResponseCode
 from rocketq.message import Message
-from rocketq.remoting import RemotingClient, RequestCode, create_request
+from rocketq.remoting import RemotingClient, RequestCode, create_request, timer_selector
 from rocketq.store import PutMessageStatus
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.record_scan import DispatchRequest
@@ -400,3 +400,53 @@ def test_a_window_of_small_sends_over_the_bound_stays_on_the_loop(store_config: 
             assert windows.records == 5 + n
 
     run(main())
+
+
+@pytest.mark.parametrize("selector", ["epoll", "timerfd"])
+def test_a_held_pull_is_answered_within_the_window_when_no_send_follows(
+    store_config: StoreConfig, selector: str
+) -> None:
+    """A send that opens a dispatch window (within the interval of the last one) and is followed
+    by no other traffic: the window's timer takes it on the loop at the end of the interval, and
+    the pull held for it is answered then, not at the hold service's periodic check (5 s), the
+    dispatch thread's periodic pass or the pull's suspend timeout (20 s). On the timerfd
+    selector (what ``rocketq serve`` runs on) the timerfd wakes the loop for it."""
+    if selector == "timerfd" and not timer_selector.available():
+        pytest.skip("no timerfd here")
+    interval_s = 0.3
+    cfg = dataclasses.replace(
+        store_config, flush_disk_type="ASYNC_FLUSH", inline_dispatch_interval_ms=int(interval_s * 1000)
+    )
+
+    async def main() -> None:
+        async with broker_with_topic(cfg) as (broker, client, addr):
+            windows, wake = watch(broker)
+            assert broker.ctx is not None
+            hold = broker.ctx.hold
+            loop = asyncio.get_running_loop()
+            first = await client.invoke(addr, send_request(TOPIC, b"first"))
+            assert first.code == ResponseCode.SUCCESS  # after a quiet interval: dispatched at once
+            held = asyncio.ensure_future(
+                client.invoke(addr, pull_request(TOPIC, 1, suspend=True, suspend_ms=20_000), 30.0)
+            )
+            await wait_until_async(lambda: hold.held_count == 1, "the pull to be held", 10, 0.005)
+            sent_at = loop.time()
+            late = await client.invoke(addr, send_request(TOPIC, b"late"))
+            assert late.code == ResponseCode.SUCCESS
+            assert wake.pending, "the send opened a window (the interval since the first not over)"
+            answer = await asyncio.wait_for(held, 10.0)
+            waited = loop.time() - sent_at
+            assert answer.code == ResponseCode.SUCCESS and answer.ext_fields["nextBeginOffset"] == "2"
+            assert waited <= interval_s + 0.5, f"the held pull waited {waited:.3f} s"
+            # the window's timer took it on the loop (not the dispatch thread's own periodic pass)
+            assert windows.sizes == [1, 1] and wake.wakeups == 0
+            assert windows.threads == [threading.current_thread().name] * 2
+            assert hold.wakeups[ARRIVED] == 1
+            if selector == "timerfd":
+                assert isinstance(loop._selector, timer_selector.TimerfdSelector)  # type: ignore[attr-defined]
+
+    if selector == "epoll":
+        run(main())
+    else:
+        with asyncio.Runner(loop_factory=timer_selector.new_event_loop) as runner:
+            runner.run(asyncio.wait_for(main(), 90))

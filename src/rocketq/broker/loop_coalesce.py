@@ -25,6 +25,11 @@ Two directions, one rule: at most one hand-off per loop iteration, never a delay
   far apart: one asked for sooner is made by a timer at the end of the interval, so under a
   steady stream of puts the dispatch thread is woken at most once an interval and finds that
   interval's records in one window; after a quiet interval the first put wakes it at once.
+  While puts come less than 1 ms apart that timer wakes nothing: the loop's wait ends on the
+  next read first (epoll's timeout is rounded up to the millisecond, the timerfd selector keeps
+  the same slack) and the due timer runs in that read's iteration, after its answer. Taking the
+  window from that put instead (``call_soon``) only cost a loop iteration per window
+  (docs/benchmarks.md, "The loop's waits without a timeout").
   ``interval_of`` (a DLedger member: longer on a follower) gives the interval after each
   wake-up, read when the wake-up runs.
 * ``on_loop`` (the broker passes the store's ``dispatch_inline`` bounded by

@@ -8,6 +8,7 @@ Layering (each module imports only the ones above it)::
     connection.py Connection: the asyncio.Protocol either end runs (dispatch, back-pressure)
     server.py     RemotingServer: accepts connections, runs the request handler
     client.py     RemotingClient: one lazily opened connection per address
+    timer_selector.py  asyncio's epoll selector with untimed waits: the next timer is a timerfd
     eventloop.py  which loop the server commands run on (asyncio, or uvloop on request)
 """
 

@@ -9,7 +9,10 @@ unset / ``asyncio`` (default)         asyncio's default loop
 ``ROCKETQ_EVENT_LOOP=auto``           uvloop when importable, else asyncio
 ====================================  =========================================================
 
-Any other value is an error naming the accepted ones. Why uvloop is not the default: on the
+Any other value is an error naming the accepted ones. asyncio's loop runs on
+:class:`~rocketq.remoting.timer_selector.TimerfdSelector` where Linux's timerfd is there (its
+waits carry no timeout: the loop's next timer is a timerfd; ``ROCKETQ_LOOP_TIMERFD=0`` gives the
+plain selector). Why uvloop is not the default: on the
 2-CPU benchmark machine it cut the broker's CPU per single send by about 15-20 %, but under the
 end-to-end latency case (pipelined sends plus long-polling pulls on a busy machine) the broker on
 uvloop fell seconds behind and sends timed out where asyncio's loop kept up (docs/benchmarks.md).
@@ -37,6 +40,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar, cast
 
 from rocketq.errors import RocketqError
+from rocketq.remoting import timer_selector
 
 T = TypeVar("T")
 
@@ -47,7 +51,8 @@ EVENT_LOOP_CHOICES: Final = ("asyncio", "uvloop", "auto")
 
 def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The loop factory for ``choice`` (default: the environment variable, else ``asyncio``);
-    None means asyncio's default loop."""
+    None means asyncio's default loop. asyncio's loop comes from
+    :func:`rocketq.remoting.timer_selector.new_event_loop` where timerfd is available."""
     name = (choice if choice is not None else os.environ.get(EVENT_LOOP_ENV, "asyncio")).strip().lower()
     if name not in EVENT_LOOP_CHOICES:
         raise RocketqError(
@@ -55,7 +60,7 @@ def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEven
             f"use one of {', '.join(EVENT_LOOP_CHOICES)}"
         )
     if name == "asyncio":
-        return None
+        return timer_selector.new_event_loop if timer_selector.available() else None
     try:
         # optional dependency, imported by name so that type checks do not need it installed
         uvloop = importlib.import_module("uvloop")
