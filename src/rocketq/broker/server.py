@@ -27,8 +27,9 @@ still awaiting its quorum after SHUTDOWN_QUORUM_WAIT_S is answered SYSTEM_ERROR,
 unknown) → close the servers → wait for worker-thread store calls (the requests, the answers and
 these calls share one deadline, SHUTDOWN_DRAIN_TIMEOUT_S) → persist offsets, topics, groups →
 shut the store down cleanly (flush, checkpoint, abort file removed) in a worker thread. The
-``rocketq broker`` process adds a watch over it all (:mod:`rocketq.broker.shutdown_watch`): the
-stacks of its threads and tasks when it takes long, and an exit when it takes too long.
+``rocketq broker`` and ``rocketq serve`` processes add a watch over it all
+(:mod:`rocketq.broker.shutdown_watch`): the stacks of their threads and tasks when it takes
+long, and an exit when it takes too long.
 
 Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
 are answered by a second table of plain functions right where the transport decodes them (no task
