@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import pytest
 
 from _support.requests import send_request
 from _support.wait import wait_until
+from rocketq.broker.server import SHUTDOWN_DRAIN_TIMEOUT_S, SHUTDOWN_QUORUM_WAIT_S
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.ha import driver
 from rocketq.ha.group_config import LedgerSpec, open_ledger
@@ -135,10 +137,15 @@ class Harness:
 
 @contextlib.contextmanager
 def running(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch, deferred: bool, **broker_options: object
+    tmp_path: object,
+    monkeypatch: pytest.MonkeyPatch,
+    deferred: bool,
+    put_message_timeout_ms: int = 1,
+    **broker_options: object,
 ) -> Iterator[Harness]:
     """A one-broker cluster in DLedger mode on a :class:`HoldingLog`, its sends answered through
-    the deferred answer or (``deferred=False``) through the task path."""
+    the deferred answer or (``deferred=False``) through the task path; an append without an
+    outcome fails after max(1 s, ``put_message_timeout_ms`` + 1 s)."""
     logs: list[HoldingLog] = []
 
     def factory(spec: LedgerSpec) -> HoldingLog:
@@ -160,11 +167,10 @@ def running(
     with InProcessCluster(
         1,
         data_dir=str(tmp_path),
-        # an append without an outcome fails after max(1 s, putMessageTimeout + 1 s)
         store_options={
             "enable_dleger_commit_log": True,
             "d_leger_self_id": "n0",
-            "put_message_timeout_ms": 1,
+            "put_message_timeout_ms": put_message_timeout_ms,
         },
         broker_options=broker_options,
     ) as c:
@@ -275,6 +281,28 @@ def test_shutdown_answers_a_send_still_awaiting_its_quorum(harness: Harness) -> 
         r = answer.result(10)
         assert r.code == ResponseCode.SUCCESS, r.remark
         stopping.result(30)
+
+
+@pytest.mark.parametrize("path", ["deferred", "task"])
+def test_shutdown_stops_waiting_for_a_quorum_that_does_not_come_and_answers_outcome_unknown(
+    path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send whose quorum never comes (its put would time out only after a minute) is answered
+    SYSTEM_ERROR, outcome unknown, SHUTDOWN_QUORUM_WAIT_S into the shutdown; before, the
+    shutdown waited out its whole drain and closed the connection without an answer."""
+    with running(tmp_path, monkeypatch, path == "deferred", put_message_timeout_ms=60_000) as h:
+        broker = h.cluster.broker(h.cluster.broker_names[0])
+        answer = held_send(h, send_request(TOPIC, b"never committed"))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            began = time.monotonic()
+            stopping = pool.submit(h.cluster.call, broker.shutdown(), 30)
+            r = answer.result(SHUTDOWN_DRAIN_TIMEOUT_S)
+            took = time.monotonic() - began
+            assert r.code == ResponseCode.SYSTEM_ERROR, r.remark
+            assert "broker shutting down" in (r.remark or "") and "outcome unknown" in (r.remark or "")
+            assert SHUTDOWN_QUORUM_WAIT_S - 0.5 <= took < SHUTDOWN_DRAIN_TIMEOUT_S, took
+            stopping.result(30)
+        assert time.monotonic() - began < SHUTDOWN_DRAIN_TIMEOUT_S
 
 
 @pytest.mark.parametrize("path", ["deferred", "task"])

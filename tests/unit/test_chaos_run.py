@@ -15,6 +15,7 @@ from rocketq.testing.chaos.report import Outage, Window
 from rocketq.testing.chaos.run import (
     RunResult,
     _acks,
+    _stop_all,
     _Striker,
     campaign_markdown,
     events_tail,
@@ -157,3 +158,22 @@ def test_an_undo_failure_note_quotes_the_members_last_raft_events(tmp_path: path
         "commit",
     ]
     assert events_tail(tmp_path / "missing.jsonl").startswith("(unreadable:")
+
+
+def test_a_workload_that_does_not_stop_leaves_no_other_one_sending() -> None:
+    """The end of a run stops every workload before the brokers get SIGTERM: the first one's
+    failure to stop is raised only once the others were stopped too."""
+    stopped: list[str] = []
+
+    class Stuck:
+        def stop(self) -> None:
+            stopped.append("stuck")
+            raise TimeoutError("the workload did not stop within 30.0 s")
+
+    class Plain:
+        def stop(self) -> None:
+            stopped.append("plain")
+
+    with pytest.raises(TimeoutError, match="did not stop"):
+        _stop_all([Stuck(), Plain()])  # type: ignore[list-item]
+    assert stopped == ["stuck", "plain"]

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.config import StoreConfig
+from rocketq.errors import DiskFull
 from rocketq.message import Message
 from rocketq.store import MessageStore, PutMessageResult
 from rocketq.store.dispatch import ReputMessageService
@@ -255,3 +258,31 @@ def test_a_failed_inline_dispatch_leaves_dispatch_to_the_thread_until_it_succeed
     put(store, 2)
     assert reput.dispatch_inline(1 << 20)  # the thread's good step gave it back
     assert reput.behind() == 0
+
+
+def test_a_shutdown_whose_dispatch_waits_for_disk_space_neither_waits_nor_raises(tmp_path: Path) -> None:
+    """Dispatch that fails for want of space (the ConsumeQueues cannot grow) is not waited for
+    at shutdown, and its last try (in the caller) does not raise: the store shuts down, keeps
+    its abort file, and the next start dispatches the rest."""
+    store = MessageStore(config(tmp_path))
+    store.start()
+    reput = store.reput
+    assert reput is not None
+    attempts = threading.Event()
+
+    def full(reqs: list[DispatchRequest]) -> None:
+        attempts.set()
+        raise DiskFull("disk full: cannot reserve 20000 B for a ConsumeQueue segment")
+
+    reput.dispatchers.insert(0, full)
+    put(store, 3)
+    reput.wakeup()
+    assert attempts.wait(WAIT_S)
+    wait_until(lambda: reput._waiting_for_space, "dispatch to report the full disk", WAIT_S)
+    began = time.monotonic()
+    store.shutdown()  # raised DiskFull before, after waiting 5 s for the dispatch
+    assert time.monotonic() - began < 4.0
+    assert os.path.exists(store.abort_file)  # dispatch was behind: the next start recovers
+    reput.dispatchers.remove(full)
+    with MessageStore(config(tmp_path)) as again:  # recovers abnormally and dispatches the rest
+        assert again.get_max_offset(TOPIC, 0) == 2 and again.get_max_offset(TOPIC, 1) == 1

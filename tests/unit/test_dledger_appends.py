@@ -329,3 +329,29 @@ def test_offsets_of_entries_not_placed_go_back_while_the_proposal_is_made(
             assert isinstance(outcomes[0], SystemBusy if fail is None else OSError), outcomes
 
     asyncio.run(main())
+
+
+def test_expire_all_fails_every_waiter_at_once_and_leaves_the_answered_ones_alone() -> None:
+    """A broker's shutdown stops waiting for the quorum: every put still waiting (those added in
+    this loop iteration too) fails now with ReplicationError (outcome unknown), long before its
+    own deadline; one that was answered keeps its answer."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = Expiry(loop, 60.0)
+        earlier = [loop.create_future() for _ in range(3)]
+        for fut in earlier:
+            expiry.add(fut)
+        await asyncio.sleep(0)  # their deadline is set at the end of the iteration
+        earlier[0].set_result("committed")
+        just_added: asyncio.Future[object] = loop.create_future()
+        expiry.add(just_added)
+        assert expiry.expire_all("broker shutting down") == 3
+        assert earlier[0].result() == "committed"
+        for fut in (*earlier[1:], just_added):
+            with pytest.raises(ReplicationError, match="broker shutting down; outcome unknown"):
+                fut.result()
+        assert expiry.expire_all("again") == 0
+        await asyncio.sleep(0)  # the end-of-iteration step finds nothing left to time
+
+    asyncio.run(main())

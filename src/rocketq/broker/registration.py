@@ -143,8 +143,10 @@ class NameServerRegistrar:
         if task is not None and not task.done():
             await asyncio.shield(task)
 
-    async def unregister_all(self) -> None:
-        """Stop registering and unregister from every name server."""
+    async def unregister_all(self, max_timeout_s: float | None = None) -> None:
+        """Stop registering and unregister from every name server (all at once), each call
+        bounded by ``register_broker_timeout_mills`` and ``max_timeout_s`` when given (a
+        shutdown does not wait long for a name server that does not answer)."""
         self._closed = True
         addrs = self.addresses
         if not addrs:
@@ -159,6 +161,8 @@ class NameServerRegistrar:
             "brokerId": str(self.cfg.broker_id),
         }
         timeout = self.cfg.register_broker_timeout_mills / 1000
+        if max_timeout_s is not None:
+            timeout = min(timeout, max_timeout_s)
 
         async def one(addr: str) -> None:
             try:

@@ -20,11 +20,16 @@ what it did; the steps in worker threads (store open, pop state load) run to the
 when the start is cancelled, and what they opened is closed before the cancellation propagates.
 
 Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
-unregister from the name servers → end every held pull (each answers with what the store has)
-and every held pop receive (the pop state is made durable) and wait for in-flight requests (and
-answers owed to deferred sends) → close the servers → wait for worker-thread store calls →
-persist offsets, topics, groups → shut the store down cleanly (flush, checkpoint, abort file
-removed) in a worker thread.
+unregister from the name servers (at most SHUTDOWN_UNREGISTER_TIMEOUT_S) → end every held pull
+(each answers with what the store has) and every held pop receive (the pop state is made
+durable) and wait for in-flight requests (and answers owed to deferred sends; a DLedger put
+still awaiting its quorum after SHUTDOWN_QUORUM_WAIT_S is answered SYSTEM_ERROR, outcome
+unknown) → close the servers → wait for worker-thread store calls (the requests, the answers and
+these calls share one deadline, SHUTDOWN_DRAIN_TIMEOUT_S) → persist offsets, topics, groups →
+shut the store down cleanly (flush, checkpoint, abort file removed) in a worker thread. The
+``rocketq broker`` and ``rocketq serve`` processes add a watch over it all
+(:mod:`rocketq.broker.shutdown_watch`): the stacks of their threads and tasks when it takes
+long, and an exit when it takes too long.
 
 Request dispatch is a table ``code → processor method``. Sends that need not wait (ASYNC_FLUSH)
 are answered by a second table of plain functions right where the transport decodes them (no task
@@ -75,6 +80,7 @@ from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.registration import NameServerRegistrar
 from rocketq.broker.send import SendMessageProcessor
+from rocketq.broker.shutdown_watch import ShutdownWatch
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
@@ -121,8 +127,17 @@ async def _run_to_end(fn: Callable[[], None], done: Callable[[], None]) -> None:
 #: How often client channels are checked for expiry (RocketMQ ``ClientHousekeepingService``).
 CHANNEL_SCAN_INTERVAL_S = 10.0
 STATS_SAMPLE_INTERVAL_S = 1.0
-#: How long shutdown waits for in-flight requests and worker-thread store calls.
+#: How long shutdown waits for in-flight requests, the answers owed to deferred sends and the
+#: worker-thread store calls, all together (one deadline for the three waits).
 SHUTDOWN_DRAIN_TIMEOUT_S = 10.0
+#: Of that, how long a send awaiting its DLedger quorum is waited for: then every put still
+#: waiting is answered SYSTEM_ERROR, outcome unknown (as a quorum timeout is: the entry may still
+#: commit, the producer's retry may store it twice; nothing acknowledged is at stake).
+SHUTDOWN_QUORUM_WAIT_S = 3.0
+#: The most unregistering from the name servers takes at shutdown (each one asked at once).
+SHUTDOWN_UNREGISTER_TIMEOUT_S = 3.0
+#: The wait for worker-thread store calls when the drain's deadline has passed already.
+SHUTDOWN_LAST_WAIT_S = 0.5
 #: How long a queue read from a thread other than the loop waits for a pending dispatch window
 #: (the dispatch thread, woken, takes it; it normally takes well under a millisecond).
 DISPATCH_SETTLE_WAIT_S = 0.5
@@ -459,7 +474,7 @@ class Broker:
         await self._stop_metrics()
         await self._stop_periodic()
         if self.registrar is not None:
-            await self.registrar.unregister_all()
+            await self.registrar.unregister_all(SHUTDOWN_UNREGISTER_TIMEOUT_S)
         if ctx is not None:
             await ctx.hold.stop()
             await stop_tracer(ctx)
@@ -468,19 +483,23 @@ class Broker:
                     await ctx.pop.shutdown()
                 except Exception as exc:  # a full disk must not turn a clean shutdown into a crash
                     log.error("shutting down without persisting the pop state: %s", exc)
-        try:
-            await asyncio.wait_for(self._drained(), SHUTDOWN_DRAIN_TIMEOUT_S)
-        except TimeoutError:
-            log.warning(
-                "requests or deferred answers still pending after %.0f s; shutting down anyway",
-                SHUTDOWN_DRAIN_TIMEOUT_S,
-            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_DRAIN_TIMEOUT_S
+        if not await self._drained_by(loop.time() + SHUTDOWN_QUORUM_WAIT_S):
+            self._fail_waiting_puts()
+            if not await self._drained_by(deadline):
+                log.warning(
+                    "requests or deferred answers still pending after %.0f s; shutting down anyway",
+                    SHUTDOWN_DRAIN_TIMEOUT_S,
+                )
         for server in (self._fast_server, self._server):
             if server is not None:
                 await server.close()
-        if ctx is not None and not await ctx.drain_blocking(SHUTDOWN_DRAIN_TIMEOUT_S):
+        left = max(deadline - loop.time(), SHUTDOWN_LAST_WAIT_S)
+        if ctx is not None and not await ctx.drain_blocking(left):
             log.warning(
-                "store calls still running after %.0f s; closing the store anyway", SHUTDOWN_DRAIN_TIMEOUT_S
+                "store calls still running %.0f s into the shutdown; closing the store anyway",
+                SHUTDOWN_DRAIN_TIMEOUT_S,
             )
         if ctx is not None:
             ctx.offsets.begin_persist()
@@ -499,6 +518,31 @@ class Broker:
         await self._idle.wait()
         if self.ctx is not None:
             await self.ctx.deferred.drained()
+
+    async def _drained_by(self, deadline: float) -> bool:
+        """:meth:`_drained` until ``deadline`` (loop time); False when that came first."""
+        try:
+            await asyncio.wait_for(self._drained(), max(deadline - asyncio.get_running_loop().time(), 0))
+        except TimeoutError:
+            return False
+        return True
+
+    def _fail_waiting_puts(self) -> int:
+        """DLedger mode: answer every send (and fail every store put) still awaiting its quorum
+        with SYSTEM_ERROR, outcome unknown; logged. Returns how many."""
+        fail = getattr(self.store, "fail_waiting_puts", None)
+        if fail is None:
+            return 0
+        reason = f"broker shutting down; the quorum did not come within {SHUTDOWN_QUORUM_WAIT_S:g} s"
+        failed = int(fail(reason))
+        if failed:
+            log.warning(
+                "%d puts still awaiting their DLedger quorum %.0f s into the shutdown: answered "
+                "SYSTEM_ERROR (outcome unknown; a retry may store a message twice)",
+                failed,
+                SHUTDOWN_QUORUM_WAIT_S,
+            )
+        return failed
 
     async def _abandon(self) -> None:
         """Undo a failed start."""
@@ -694,9 +738,17 @@ def run_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        # the watch stays armed until the process is gone: what follows the shutdown (the
+        # loop's close, the interpreter's exit) waits for worker threads too
+        watch = ShutdownWatch(loop)
+
+        def stopping() -> None:
+            stop.set()
+            watch.arm()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, stopping)
         await serve_broker(broker_config, store_config, stop, freeze_heap=True)
 
     eventloop.run(main())

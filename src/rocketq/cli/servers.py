@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketq import speedups
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
+from rocketq.broker.shutdown_watch import ShutdownWatch
 from rocketq.cli.brokers_serve import serve_brokers
 from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
@@ -149,9 +150,18 @@ async def _serve_async(args: argparse.Namespace) -> None:
     began = time.monotonic()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # the name server and broker in this process: their shutdown is watched (the brokers of
+    # --brokers and --dledger are processes of their own, each with its own watch)
+    watches: list[ShutdownWatch] = []
+
+    def stopping() -> None:
+        stop.set()
+        for watch in watches:
+            watch.arm()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stopping)
     if args.brokers is not None:
         await serve_brokers(args, stop)
         return
@@ -162,6 +172,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
     if args.dledger is not None:
         await serve_dledger(args, stop)
         return
+    watches.append(ShutdownWatch(loop))
     # a broker.conf (-c) gives the defaults; the serve flags below always win
     base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
     # the name server speaks the broker.conf's tls.server.* settings too

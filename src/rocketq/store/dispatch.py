@@ -144,15 +144,30 @@ class ReputMessageService(ServiceThread):
             self.topic_listeners.append((topic, listener))
 
     def shutdown(self) -> None:
-        """Stop after dispatching what is available (RocketMQ waits up to 5 s the same way)."""
+        """Stop after dispatching what is available (RocketMQ waits up to 5 s the same way).
+        A dispatch that cannot go on (a full disk: the ConsumeQueues and the index cannot grow)
+        is not waited for, and what it leaves is logged, not raised: the store stays behind
+        (its ``abort`` file stays), so the next start dispatches the rest."""
         deadline = time.monotonic() + 5
-        while self.behind() > 0 and time.monotonic() < deadline and self._thread.is_alive():
+        while (
+            self.behind() > 0
+            and time.monotonic() < deadline
+            and self._thread.is_alive()
+            and not self._waiting_for_space
+        ):
             self.wakeup()
             self.wait_dispatched(self._limit(), 0.05)
         super().shutdown()
         with self._dispatch_lock:  # waits for an inline dispatch under way
             if self.behind() > 0:
-                self.do_reput()  # the thread is gone: finish in the caller
+                try:
+                    self.do_reput()  # the thread is gone: finish in the caller
+                except Exception as exc:
+                    log.error(
+                        "dispatch stopped at offset %d at shutdown (%s); the next start dispatches the rest",
+                        self.reput_from_offset,
+                        exc,
+                    )
             self._closed = True
 
     def behind(self) -> int:

@@ -476,6 +476,21 @@ class Expiry:
         else:
             self._armed = False
 
+    def expire_all(self, reason: str) -> int:
+        """Fail every waiter now, whatever its deadline, with ReplicationError (outcome
+        unknown: the entry may still commit) naming ``reason``; on :attr:`loop`. Returns how many
+        were still waiting. A broker's shutdown uses it for the sends still awaiting their
+        quorum when it stops waiting for them."""
+        adding, self._adding = self._adding, []
+        waiting = [fut for _, fut in self._waiting] + adding
+        self._waiting.clear()
+        failed = 0
+        for fut in waiting:
+            if not fut.done():
+                fut.set_exception(ReplicationError(f"DLedger append not finished: {reason}; outcome unknown"))
+                failed += 1
+        return failed
+
 
 def resolve_outcomes(outcomes: list[Reply]) -> None:
     for item in outcomes:

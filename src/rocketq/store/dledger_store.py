@@ -377,6 +377,13 @@ class DLedgerMessageStore(MessageStore):
             stats.put_failures += 1
             raise
 
+    def fail_waiting_puts(self, reason: str) -> int:
+        """Fail every put still awaiting its quorum now, as if its time were up (SYSTEM_ERROR,
+        outcome unknown: the entry may still commit, a retry may store it twice); on the loop
+        the puts were made from (a broker's). Returns how many were failed."""
+        expiry = self.commitlog._expiry
+        return 0 if expiry is None else expiry.expire_all(reason)
+
     def _collect_queue_units(self, keys: Collection[Key], end: int) -> dict[Key, list[Unit]]:
         """A rebuild's units (``rebuild_queues``): those of the old CommitLog's segments below
         ``divided_offset``, then those of the committed entries from there up to ``end`` (walked

@@ -118,6 +118,8 @@ RESTART_TIMEOUT_S = 90.0
 #: PULL_OFFSET_MOVED answers (queue bounds, requested and new offset) and the DLedger role
 #: changes, so a consumer moved back after a fail-over can be explained from the kept logs.
 DIAGNOSTIC_LOGGERS = ("rocketq.broker.pull", "rocketq.broker.dledger_role")
+#: How much of a node's log an error about a process that did not exit carries (its stacks).
+STUCK_LOG_TAIL_BYTES = 12000
 #: Bound on the start of the group (every broker registered, a master elected).
 START_TIMEOUT_S = 90.0
 #: One request to a broker (its role); a paused broker counts as not answering.
@@ -463,7 +465,12 @@ class ChaosGroup:
         try:
             code = proc.wait(OP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise ChaosError(f"node {node} did not exit within {OP_TIMEOUT_S:g} s of signal {sig}") from None
+            # a broker reports a shutdown that takes long in its log (the stacks of its threads
+            # and tasks: rocketq.broker.shutdown_watch); the error carries the log's end
+            raise ChaosError(
+                f"node {node} did not exit within {OP_TIMEOUT_S:g} s of signal {sig}; see {n.log_path}; "
+                f"it ends:\n{_log_tail(n.log_path, STUCK_LOG_TAIL_BYTES)}"
+            ) from None
         n.paused = False
         return code
 

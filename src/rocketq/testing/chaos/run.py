@@ -214,6 +214,19 @@ def _acks(ops: Sequence[Op], t0_ns: int) -> list[tuple[float, float]]:
     return out
 
 
+def _stop_all(workloads: Sequence[Workload]) -> None:
+    """Stop every workload, then raise the first failure: one that does not stop must not leave
+    the next one sending while the brokers are stopped."""
+    failures: list[Exception] = []
+    for w in workloads:
+        try:
+            w.stop()
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
 def _wait_until(deadline: float) -> None:
     """Pace the schedule: return at ``deadline`` (run clock, monotonic)."""
     while (left := deadline - time.monotonic()) > 0:
@@ -336,8 +349,7 @@ def run_once(cfg: RunConfig) -> RunResult:
             striker.heal_all()
             _wait_until(t0 + cfg.duration_s)
         finally:
-            for w in workloads:
-                w.stop()
+            _stop_all(workloads)
         ops = [op for w in workloads for op in w.drain()]
         del ops  # recorded; read back from the recorder with everything else
     finally:
