@@ -15,7 +15,7 @@ import pytest
 from _support.files import tree_bytes
 from _support.wait import wait_until
 from rocketq.config import StoreConfig
-from rocketq.errors import DiskFull, SystemBusy
+from rocketq.errors import DiskFull, ServiceNotAvailable, SystemBusy
 from rocketq.message import (
     BrokerMessage,
     Message,
@@ -545,3 +545,44 @@ def test_a_queue_whose_first_file_was_reserved_but_never_written_is_not_in_the_t
         assert again.last_exit_ok is clean
         assert dict(again.commitlog.topic_queue_table) == {("Written", 0): 1}
         assert again.put_message(Message("Reserved", b"y"), queue_id=2).queue_offset == 0
+
+
+@pytest.mark.parametrize(
+    ("cause", "clean"), [("role", True), ("disk", False), ("store", False)], ids=["role", "disk", "store"]
+)
+def test_a_shutdown_refused_writes_for_a_fault_leaves_the_abort_file(
+    store_config: StoreConfig, cause: str, clean: bool
+) -> None:
+    """A DLedger follower refuses writes for its role only: its clean stop is a clean stop (the
+    next start recovers normally); a full disk or a store error at shutdown is not."""
+    s = MessageStore(store_config)
+    s.start()
+    put_n(s, 5)
+    s.commitlog.set_writable(False, f"refused: {cause}", cause=cause)
+    s.shutdown()
+    assert os.path.exists(s.abort_file) is not clean
+    with MessageStore(store_config) as again:
+        assert again.last_exit_ok is clean
+        assert again.get_max_offset("T", 0) + again.get_max_offset("T", 1) == 5
+
+
+def test_write_refusals_of_different_causes_are_independent(store: MessageStore) -> None:
+    cl = store.commitlog
+    cl.set_writable(
+        False, "this broker is a DLedger follower; the leader is n1", error=ServiceNotAvailable, cause="role"
+    )
+    store._set_disk_full(True, "disk full: 97% used, limit 90%")
+    with pytest.raises(Exception, match="DLedger follower") as refused:
+        store.put_message(Message("T", b"x"))
+    assert type(refused.value).__name__ == "ServiceNotAvailable", "the role's refusal names the leader"
+    store._set_disk_full(False, "")  # room again: still a follower
+    assert not cl.writable and "DLedger follower" in cl.not_writable_reason
+    assert not cl.refused_for_a_fault()
+    store._set_disk_full(True, "disk full: 97% used, limit 90%")
+    cl.set_writable(True, cause="role")  # leader now, the disk still full
+    assert not cl.writable and cl.refused_for_a_fault()
+    with pytest.raises(DiskFull, match="disk full"):
+        store.put_message(Message("T", b"x"))
+    store._set_disk_full(False, "")
+    assert cl.writable and not cl.refused_for_a_fault()
+    assert store.put_message(Message("T", b"x")).status.name == "PUT_OK"

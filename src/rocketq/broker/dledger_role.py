@@ -197,7 +197,7 @@ class DLedgerRoleHandler:
             else:  # dLegerBrokerAddresses does not name it: the name servers list the master
                 where = f"{state.leader_id} (its broker registers as brokerId 0)"
             reason = f"this broker is a DLedger {state.role.value.lower()}; the leader is {where}"
-        self.store.commitlog.set_writable(False, reason, error=ServiceNotAvailable)
+        self.store.commitlog.set_writable(False, reason, error=ServiceNotAvailable, cause="role")
 
     async def _run(self) -> None:
         while True:
@@ -239,7 +239,7 @@ class DLedgerRoleHandler:
             if store.reput is not None:
                 store.reput.wakeup()  # the catch-up is looked at by the dispatch thread
             await asyncio.sleep(CATCH_UP_POLL_S)
-        store.commitlog.set_writable(True)
+        store.commitlog.set_writable(True, cause="role")
         self.gate.open.set()
         self.master = True
         self.ctx.is_master = True

@@ -237,6 +237,8 @@ class CommitLog(RecordEncoder, CommitLogLifecycle):
         self._sync_timeout_s = config.sync_flush_timeout_ms / 1000
         self.writable = True
         self.not_writable_reason = ""
+        #: why writes are refused, by cause (set_writable); none: writable
+        self._refusals: dict[str, tuple[str, type[ServiceNotAvailable]]] = {}
         self._running = False
         self._started = False
         self._accepting = False  # running and writable: the one flag the put path reads

@@ -69,6 +69,7 @@ class CommitLogLifecycle:
     commit_service: CommitRealTimeService | None
     writable: bool
     not_writable_reason: str
+    _refusals: dict[str, tuple[str, type[ServiceNotAvailable]]]
     _put_lock: threading.Lock
     _running: bool
     _started: bool
@@ -228,14 +229,34 @@ class CommitLogLifecycle:
         return offset + self.file_size - offset % self.file_size
 
     def set_writable(
-        self, writable: bool, reason: str = "", *, error: type[ServiceNotAvailable] | None = None
+        self,
+        writable: bool,
+        reason: str = "",
+        *,
+        error: type[ServiceNotAvailable] | None = None,
+        cause: str = "store",
     ) -> None:
-        """Accept or refuse writes (disk full, role change); ``reason`` appears in the error."""
+        """Accept or refuse writes for ``cause`` (``"disk"``: disk full, ``"role"``: a DLedger
+        member that is not the caught-up leader, ``"store"``: anything else); ``reason``
+        appears in the error. The causes are independent: writes are taken when none refuses
+        them (a disk that has room again does not make a follower writable), and a put is
+        refused with the role's error first (it names the leader), else the earliest other."""
         with self._put_lock:
-            self.writable = writable
-            self.not_writable_reason = reason
-            self._not_writable_error = error or StoreNotWritable
+            refusals = self._refusals
+            if writable:
+                refusals.pop(cause, None)
+            else:
+                refusals[cause] = (reason, error or StoreNotWritable)
+            self.writable = not refusals
+            first = refusals.get("role") or next(iter(refusals.values()), ("", StoreNotWritable))
+            self.not_writable_reason, self._not_writable_error = first
             self._update_accepting()
+
+    def refused_for_a_fault(self) -> bool:
+        """Writes are refused for something other than the member's role (a full disk, a
+        store error): a shutdown then leaves the abort file, so the next start recovers as
+        after a crash (RocketMQ's ``runningFlags.isWriteable()`` at shutdown)."""
+        return any(cause != "role" for cause in self._refusals)
 
     def _update_accepting(self) -> None:
         self._accepting = self._running and self.writable

@@ -311,7 +311,7 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
             self.index_service.shutdown()
         if self.checkpoint is not None:
             self.checkpoint.shutdown()
-        if behind == 0 and self.commitlog.writable:
+        if behind == 0 and not self.commitlog.refused_for_a_fault():  # a follower's role is none
             try:
                 os.unlink(self.abort_file)
             except FileNotFoundError:
@@ -429,7 +429,7 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
         return n
 
     def _set_disk_full(self, full: bool, reason: str) -> None:
-        self.commitlog.set_writable(not full, reason, error=DiskFull if full else None)
+        self.commitlog.set_writable(not full, reason, error=DiskFull if full else None, cause="disk")
 
 
 def open_message_store(config: StoreConfig) -> MessageStore:
