@@ -225,30 +225,44 @@ class DLedgerCommitLog(CommitLog):
         self.put_messages_then(msgs, lambda outcome: settle(fut, outcome))
         return await fut
 
-    def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
+    def put_messages_then(
+        self,
+        msgs: Sequence[BrokerMessage],
+        done: PutCallback,
+        caller: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """The put of ``msgs`` without a coroutine: ``done(result or exception)`` is called on
         the caller's loop once every message's append committed, or as soon as one of them
         failed; the put fails with ReplicationError (outcome unknown) after the put timeout.
         Errors found before anything is appended (log not open, writes off, a record too large)
         raise here instead. The messages of a batch are appended together, as one run of
         consecutive entries of one proposal, with consecutive queue offsets
-        (:class:`_BatchPut`)."""
+        (:class:`_BatchPut`). ``caller``: the running loop, when the caller has it at hand (a
+        connection's); None looks it up (``asyncio.get_running_loop()``, which makes a
+        ``getpid`` system call on each call: one per send on a leader under load)."""
         if len(msgs) == 1:  # the usual send: the append's outcome is the put's
-            self.put_one_then(msgs[0], done, None)
+            self.put_one_then(msgs[0], done, None, caller)
             return
         ledger, loop, encoded = self._checked(msgs)
-        appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
+        appends = self._append_queue(ledger, loop)
+        expiry = self._expiry_of(caller if caller is not None else asyncio.get_running_loop())
         _BatchPut(self, ledger, encoded, done).submit(appends, expiry)
 
-    def put_one_then(self, m: BrokerMessage, done: PutCallback, stats: StoreStats | None) -> None:
+    def put_one_then(
+        self,
+        m: BrokerMessage,
+        done: PutCallback,
+        stats: StoreStats | None,
+        caller: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """:meth:`put_messages_then` of the one message ``m``, whose append's outcome is the
         put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
         itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
-        so a caller needs no completion of its own around ``done``."""
+        so a caller needs no completion of its own around ``done``; ``caller`` as there."""
         ledger, loop = self._open()
         e = self._encode(m)
         self._check_fits(e)
-        expiry = self._expiry_of(asyncio.get_running_loop())
+        expiry = self._expiry_of(caller if caller is not None else asyncio.get_running_loop())
         put = _OnePut(self, ledger, e, done, stats)
         self._append_queue(ledger, loop).submit_to(put.encode, expiry.loop, put)
         expiry.add(put)
