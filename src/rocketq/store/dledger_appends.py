@@ -161,7 +161,10 @@ class AppendQueue:
     def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: Settable) -> None:
         """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
         of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
-        self._outbox(caller).append((encode, (caller, waiter)))
+        outbox = self._outboxes.get(caller)  # :meth:`_outbox`, without its call per append
+        if not outbox:
+            outbox = self._outbox(caller)
+        outbox.append((encode, (caller, waiter)))
 
     def submit_all(
         self, appends: list[tuple[RecordEncoder, Settable]], caller: asyncio.AbstractEventLoop

@@ -262,9 +262,15 @@ class DLedgerCommitLog(CommitLog):
         ledger, loop = self._open()
         e = self._encode(m)
         self._check_fits(e)
-        expiry = self._expiry_of(caller if caller is not None else asyncio.get_running_loop())
+        if caller is None:
+            caller = asyncio.get_running_loop()
+        expiry, appends = self._expiry, self._appends  # the usual ones, without a call each
+        if expiry is None or expiry.loop is not caller:
+            expiry = self._expiry_of(caller)
+        if appends is None or appends.ledger is not ledger:
+            appends = self._append_queue(ledger, loop)
         put = _OnePut(self, ledger, e, done, stats)
-        self._append_queue(ledger, loop).submit_to(put.encode, expiry.loop, put)
+        appends.submit_to(put.encode, caller, put)
         expiry.add(put)
 
     def _checked(self, msgs: Sequence[BrokerMessage]) -> tuple[ReplicatedLog, LedgerLoop, list[Any]]:
@@ -484,12 +490,33 @@ class _OnePut(_OneAppend):
 
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
-        it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``)."""
+        it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``),
+        built and counted here: ``_put_ok`` and :meth:`_finish` for one message, without
+        their calls and the list of one offset."""
         if self._finished:  # the expiry failed it meanwhile
             return
         self._finished = True
-        offsets = [pos + BODY_OFFSET]
-        self._finish(self.cl._put_ok(offsets, self.e[2], self.queue_offset, self.store_timestamp, 1))
+        cl = self.cl
+        if cl._append_listener is not None:
+            cl._append_listener()
+        size = self.e[2]
+        result = PutMessageResult(
+            (
+                PutMessageStatus.PUT_OK,
+                pos + BODY_OFFSET,
+                size,
+                self.queue_offset,
+                self.store_timestamp,
+                cl._store_host,
+                1,
+                None,
+            )
+        )
+        stats = self._stats
+        if stats is not None:
+            stats.put_count += 1
+            stats.put_bytes += size
+        finish_put(self._done, result)
 
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
