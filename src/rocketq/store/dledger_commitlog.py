@@ -1,5 +1,8 @@
 """The CommitLog of DLedger mode: records are the bodies of a replicated log's entries.
 
+One idea: a CommitLog whose records are a replicated log's entries: the put that encodes them
+with their queue offsets and maps the append's outcome to a put's, and reads of what committed.
+
 RocketMQ's ``DLedgerCommitLog`` on :class:`~rocketq.ha.replicated_log.ReplicatedLog`
 (docs/replication.md §4). This class is a :class:`~rocketq.store.commitlog.CommitLog` whose own
 segments are the *old* CommitLog of an adopted store (below ``divided_offset``; read only), and
