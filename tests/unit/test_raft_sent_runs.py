@@ -4,6 +4,9 @@ dropped; what is not held is None (the caller reads the store)."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NORMAL, encode_entries
 from rocketq.ha.sent_runs import SentRuns
 
@@ -87,3 +90,52 @@ def test_the_oldest_runs_leave_first_within_the_limit() -> None:
     big, _ = _run(1000, [limit])  # larger than the limit alone: not kept
     cache.add(1000, big, 1)
     assert cache.nbytes <= limit and _entry(cache, 1000) is None
+
+
+def test_a_reader_thread_sees_entries_as_written_or_none_while_runs_come_and_go() -> None:
+    """Dispatch's thread reads entries while the loop adds runs and the oldest leave (the list
+    of runs given back at its front now and then): every answer is the entry's bytes or None."""
+    expected: dict[int, bytes] = {}
+    runs: list[tuple[int, bytes, int]] = []
+    first = 0
+    for k in range(8000):
+        sizes = [8 + (k * 7 + j) % 40 for j in range(1 + k % 5)]
+        raw, entries = _run(first, sizes)
+        expected.update(enumerate(entries, first))
+        runs.append((first, raw, len(sizes)))
+        first += len(sizes)
+    cache = SentRuns(40 * 100)  # about a hundred runs: the front leaves all the time
+    wrong: list[int] = []
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        i = 0
+        while not done.is_set():
+            i = (i * 7919 + 13) % first
+            try:
+                got = _entry(cache, i)
+                if got is not None and got != expected[i]:
+                    wrong.append(i)
+                got = cache.read(i, len(expected[i]))
+            except Exception as exc:  # a lookup that met the runs half changed
+                errors.append(exc)
+                return
+            if got is not None and got != expected[i]:
+                wrong.append(i)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for _ in range(5):  # the same runs again after a clear (a truncation's)
+            cache.clear()
+            for run in runs:
+                cache.add(*run)
+    finally:
+        done.set()
+        thread.join(10)
+        sys.setswitchinterval(interval)
+    assert not wrong and not errors, (wrong[:5], errors[:1])
+    assert cache.nbytes <= 40 * 100 and _entry(cache, first - 1) == expected[first - 1]

@@ -20,12 +20,16 @@ Invariants:
   limit is not kept);
 * a lookup gives the bytes the store wrote for those entries, or None (not cached: the caller
   reads the store).
+
+The leader's loop adds runs and reads them (the transport); dispatch's thread reads entries too
+(``RaftGroupLog.entries_from``): one lock around each call, once per proposal on the loop.
 """
 
 from __future__ import annotations
 
 import bisect
 import struct
+import threading
 
 _SIZE = struct.Struct(">i")  # an entry's size field (header and body), at byte 4 of its header
 _SIZE_OFFSET = 4
@@ -58,7 +62,7 @@ class _Run:
 class SentRuns:
     """See the module docstring. ``limit``: the bytes held at most."""
 
-    __slots__ = ("_firsts", "_head", "_runs", "limit", "nbytes")
+    __slots__ = ("_firsts", "_head", "_lock", "_runs", "limit", "nbytes")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -69,29 +73,32 @@ class SentRuns:
         self._firsts: list[int] = []
         #: runs before this slot have left (their slots are given back every _COMPACT_EVERY)
         self._head = 0
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         """The runs held."""
         return len(self._runs) - self._head
 
     def clear(self) -> None:
-        self._runs = []
-        self._firsts = []
-        self._head = 0
-        self.nbytes = 0
+        with self._lock:
+            self._runs = []
+            self._firsts = []
+            self._head = 0
+            self.nbytes = 0
 
     def add(self, first: int, raw: bytes, count: int) -> None:
         """The ``count`` entries from index ``first`` were written as ``raw``."""
-        runs = self._runs
-        if len(runs) > self._head:
-            last = runs[-1]
-            if first < last.first + last.count:  # writes over cached entries: they go first
-                self._drop_from(first)
-        runs.append(_Run(first, raw, count))
-        self._firsts.append(first)
-        self.nbytes += len(raw)
-        if self.nbytes > self.limit:
-            self._trim()
+        with self._lock:
+            runs = self._runs
+            if len(runs) > self._head:
+                last = runs[-1]
+                if first < last.first + last.count:  # writes over cached entries: they go first
+                    self._drop_from(first)
+            runs.append(_Run(first, raw, count))
+            self._firsts.append(first)
+            self.nbytes += len(raw)
+            if self.nbytes > self.limit:
+                self._trim()
 
     def _drop_from(self, index: int) -> None:
         runs, firsts = self._runs, self._firsts
@@ -136,34 +143,36 @@ class SentRuns:
 
     def entry(self, index: int) -> tuple[bytes, int, int] | None:
         """Entry ``index`` as (its run's bytes, its start, its end in them), or None."""
-        run = self._find(index)
-        if run is None:
-            return None
-        k = index - run.first
-        if run.count == 1:
-            return run.raw, 0, len(run.raw)
-        ends = run.entry_ends()
-        return run.raw, ends[k - 1] if k else 0, ends[k]
+        with self._lock:
+            run = self._find(index)
+            if run is None:
+                return None
+            k = index - run.first
+            if run.count == 1:
+                return run.raw, 0, len(run.raw)
+            ends = run.entry_ends()
+            return run.raw, ends[k - 1] if k else 0, ends[k]
 
     def read(self, index: int, size: int) -> bytes | None:
         """``size`` bytes of the entries from ``index`` on, or None when they are not all held."""
-        run = self._find(index)
-        if run is None:
-            return None
-        raw = run.raw
-        start = run.entry_ends()[index - run.first - 1] if index > run.first else 0
-        if start + size <= len(raw):
-            return raw if start == 0 and size == len(raw) else raw[start : start + size]
-        parts = [raw[start:]]
-        total = len(raw) - start
-        following = run.first + run.count
-        while total < size:
-            run = self._find(following)
-            if run is None or run.first != following:
+        with self._lock:
+            run = self._find(index)
+            if run is None:
                 return None
-            parts.append(run.raw)
-            total += len(run.raw)
-            following += run.count
+            raw = run.raw
+            start = run.entry_ends()[index - run.first - 1] if index > run.first else 0
+            if start + size <= len(raw):
+                return raw if start == 0 and size == len(raw) else raw[start : start + size]
+            parts = [raw[start:]]
+            total = len(raw) - start
+            following = run.first + run.count
+            while total < size:
+                run = self._find(following)
+                if run is None or run.first != following:
+                    return None
+                parts.append(run.raw)
+                total += len(run.raw)
+                following += run.count
         data = b"".join(parts)
         return data if total == size else data[:size]
 
