@@ -234,3 +234,58 @@ def test_a_store_opened_on_the_loop_it_was_given_fails_clearly(
     with pytest.raises(RuntimeError, match="called on the ledger loop itself"):
         host.call(open_here(), 30)
     store.shutdown()
+
+
+def test_a_put_given_its_callers_loop_does_not_look_it_up_and_each_loop_gets_its_own_outcomes(
+    group: list[DLedgerMessageStore], host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``put_messages_then(msgs, done, caller)``: a caller that hands over its running loop (a
+    broker's connection) saves the lookup (``asyncio.get_running_loop()``, a system call);
+    without it the loop is looked up. Either way the outcome comes on the caller's own loop and
+    the put expiry follows the loop the puts come from: the log's loop, or another one."""
+    leader = wait_until(lambda: _leader(group), "a leader", 30)
+    wait_until(lambda: leader.commitlog.writable, "the leader taking writes", 30)
+    lookups = [0]
+    original = asyncio.get_running_loop
+
+    def counting() -> asyncio.AbstractEventLoop:
+        lookups[0] += 1
+        return original()
+
+    monkeypatch.setattr(asyncio, "get_running_loop", counting)
+
+    async def puts(hand_over: bool, batch: int) -> tuple[int, list[tuple[object, threading.Thread]]]:
+        """Four puts of ``batch`` messages: the lookups they made, their outcomes and threads."""
+        loop = original()
+        outcomes: list[tuple[object, threading.Thread]] = []
+        all_done = loop.create_future()
+
+        def done(outcome: PutMessageResult | Exception) -> None:
+            outcomes.append((outcome, threading.current_thread()))
+            if len(outcomes) == 4:
+                all_done.set_result(None)
+
+        made = 0
+        for i in range(4):
+            msgs = [_msg(f"p{i}.{k}".encode()) for k in range(batch)]
+            before = lookups[0]
+            leader.put_messages_then(msgs, done, loop if hand_over else None)
+            made += lookups[0] - before
+        await all_done
+        assert leader.commitlog._expiry is not None and leader.commitlog._expiry.loop is loop
+        return made, outcomes
+
+    other = Host()
+    try:
+        for hand_over, lookups_per_put in ((True, 0), (False, 1)):
+            for batch in (1, 2):
+                for where in (host, other):  # the log's loop, then one of another thread
+                    made, outcomes = where.call(puts(hand_over, batch))
+                    assert made == 4 * lookups_per_put, (hand_over, batch)
+                    assert all(
+                        isinstance(o, PutMessageResult) and o.status is PutMessageStatus.PUT_OK
+                        for o, _ in outcomes
+                    ), outcomes
+                    assert {t for _, t in outcomes} == {where.thread}
+    finally:
+        other.close()

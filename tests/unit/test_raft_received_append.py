@@ -50,7 +50,7 @@ def test_received_entries_are_written_from_their_block_and_not_cached(tmp_path: 
             assert f._append_received(got[skip:], got, raws)
             first = leader.ledger_end_index + 1
             assert f.store.ledger_end_index == leader.ledger_end_index
-            assert not f._sent_cache and f._sent_cache_bytes == 0
+            assert not f._sent_cache and f._sent_cache.nbytes == 0
             whole = leader.read_bytes(0, 1 << 30)
             assert f._raw_entries(0, len(whole)) == whole  # what an elected member would send
         assert len(leader.data.files) > 1  # the runs crossed data file ends

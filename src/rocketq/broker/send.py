@@ -132,7 +132,7 @@ from rocketq.remoting.codes import CURRENT_VERSION, DEFAULT_LANGUAGE, FLAG_RESPO
 from rocketq.remoting.command import RemotingCommand, create_response
 from rocketq.remoting.connection import DEFERRED, Connection, Deferred
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
-from rocketq.store.dledger_appends import PutCallback
+from rocketq.store.dledger_appends import PutThen
 from rocketq.store.flush import GroupCommitService
 from rocketq.store.packed_batch import plan_batch
 
@@ -249,9 +249,7 @@ class SendMessageProcessor:
         #: the same put with a completion callback: a send answered from data_received and
         #: its completion, no task per request (:meth:`_send_replicated`)
         quorum_put_then = getattr(ctx.store, "quorum_put_then", None)
-        self._ledger_put_then: Callable[[Sequence[BrokerMessage], PutCallback], None] | None = (
-            quorum_put_then() if quorum_put_then is not None else None
-        )
+        self._ledger_put_then: PutThen | None = quorum_put_then() if quorum_put_then is not None else None
         #: SYNC_FLUSH on a plain CommitLog: the put runs on this loop with its group-commit wait
         #: deferred (GroupCommitService.put_deferred), and the send awaits the round that makes
         #: it durable; no worker thread per send
@@ -566,7 +564,7 @@ class SendMessageProcessor:
         self,
         conn: Connection,
         request: RemotingCommand,
-        put_then: Callable[[Sequence[BrokerMessage], PutCallback], None],
+        put_then: PutThen,
     ) -> Deferred | None:
         """A send on a DLedger leader, taken inside ``data_received``: decoded and checked as
         :meth:`send_message_now` does, the put handed to the replicated log's batches, and the
@@ -580,7 +578,7 @@ class SendMessageProcessor:
         send = _ReplicatedSend(self, conn, request, header, msgs, queue_id, transaction_id, kind)
         send.began = deferred.begin()
         try:
-            put_then(msgs, send)
+            put_then(msgs, send, conn.loop)  # this loop: no lookup (a getpid system call) per send
         except BaseException:
             deferred.dropped()  # not taken after all: the error is the immediate answer
             raise

@@ -107,6 +107,7 @@ from rocketq.ha.raft_types import (
     VoteReply,
 )
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
+from rocketq.ha.sent_runs import SentRuns
 from rocketq.remoting.connection import RequestHandler
 from rocketq.tasks import settle
 
@@ -190,11 +191,9 @@ class RaftGroupLog:
         self._proposing_pos: list[int] = []
         #: the append being received: its entries and their bytes as the leader's store holds them
         self._raw: tuple[tuple[Entry, ...], list[bytes]] | None = None
-        # the leader's recent entries as stored, for the transport (no re-read, no CRC re-check);
-        # ordered so that the oldest leaves in O(1): a plain dict's first key, after many pops
-        # from its front, is found by scanning the freed slots (15 µs per entry at 16 MiB)
-        self._sent_cache: collections.OrderedDict[int, bytes] = collections.OrderedDict()
-        self._sent_cache_bytes = 0
+        #: the leader's recent entries as stored, for the transport (no re-read, no CRC
+        #: re-check), as the runs it wrote them in
+        self._sent_cache = SentRuns(SENT_CACHE_BYTES)
         self._state = LogState(Role.FOLLOWER, 0, config.self_id, None, None)
         self._callbacks: list[Callable[[LogState], None]] = []
         self._commit_callbacks: list[Callable[[], None]] = []
@@ -222,9 +221,6 @@ class RaftGroupLog:
         #: (end of the last entry :meth:`entries_from` gave, the index after it): where a call
         #: from that end starts, without searching the index
         self._entries_hint = (-1, -1)
-        #: the run the leader wrote last: its first index, its bytes, each entry's end in them,
-        #: and its first entry's bytes in the sent cache (valid while the cache holds those)
-        self._sent_run: tuple[int, bytes, list[int], bytes | None] = (-1, b"", [], None)
         #: callbacks for the end of the peer message being delivered (:meth:`after_delivery`);
         #: None while no delivery is under way
         self._after_delivery: list[Callable[[], None]] | None = None
@@ -473,15 +469,16 @@ class RaftGroupLog:
         if hi < 0 or lo < 0:
             return
         first = self._first_committed_at(pos, lo, hi)
-        cache = self._sent_cache  # the bytes just written or received, checked then: no re-read
+        cached = self._sent_cache.entry  # the bytes just written, checked then: no re-read
         for i in range(first, hi + 1):
-            raw = cache.get(i)
-            if raw is not None:
-                at = _POS.unpack_from(raw, _POS_OFFSET)[0]
+            got = cached(i)
+            if got is not None:
+                raw, start, end = got
+                at = _POS.unpack_from(raw, start + _POS_OFFSET)[0]
                 if at >= pos:
                     # the first entry at or after this one's end is the next (committed: stays)
-                    self._entries_hint = (at + len(raw), i + 1)
-                    yield at, (raw[BODY_OFFSET:] if raw[3] == MAGIC_NORMAL else b"")
+                    self._entries_hint = (at + end - start, i + 1)
+                    yield at, (raw[start + BODY_OFFSET : end] if raw[start + 3] == MAGIC_NORMAL else b"")
                 continue
             e = store.get(i)
             if e.pos >= pos:  # NOOPs too (empty body): dispatch reaches the committed end
@@ -629,7 +626,7 @@ class RaftGroupLog:
                 head = entries[0]
                 bodies = self._proposing if n == len(self._proposing) else self._proposing[:n]
                 raw = store.append_run(head.index, head.term, bodies, self._proposing_pos[:n])
-                self._cache_run(head.index, raw, bodies)
+                self._sent_cache.add(head.index, raw, n)
             else:
                 first, bodies, positions = self._proposing_first, self._proposing, self._proposing_pos
                 for e in action.entries:
@@ -637,7 +634,7 @@ class RaftGroupLog:
                     k = e.index - first
                     want = positions[k] if 0 <= k < len(bodies) and e.data is bodies[k] else None
                     raw = store.append_raw_at(e.index, e.term, e.data, magic=magic, pos=want)
-                    self._cache_sent(e.index, raw)
+                    self._sent_cache.add(e.index, raw, 1)
             last = action.entries[-1]
             self._events.append(Persisted(last.index, last.term, False))
             self._unflushed = True
@@ -670,7 +667,6 @@ class RaftGroupLog:
             store.truncate(action.from_index)
             self._truncations += 1
             self._sent_cache.clear()
-            self._sent_cache_bytes = 0
         elif isinstance(action, RoleChanged):
             self._role_changed(action)
         else:  # pragma: no cover - the Action union is closed
@@ -724,7 +720,6 @@ class RaftGroupLog:
         self._disk_full_until = asyncio.get_running_loop().time() + DISK_FULL_RETRY_MS / 1000
         self._end_pending(DiskFull(f"DLedger append not written: {exc}"))
         self._sent_cache.clear()
-        self._sent_cache_bytes = 0
         self._truncations += 1  # a flush under way reported for the old core: not delivered
         was = self.node.role
         self._node = self._core_from_store()
@@ -741,62 +736,12 @@ class RaftGroupLog:
             else:
                 done(slot, AppendResult(AppendStatus.TERM_CHANGED, -1, pos, pos + BODY_OFFSET))
 
-    def _cache_sent(self, index: int, raw: bytes) -> None:
-        cache = self._sent_cache
-        old = cache.get(index)
-        if old is not None:
-            self._sent_cache_bytes -= len(old)
-        cache[index] = raw
-        self._sent_cache_bytes += len(raw)
-        self._trim_sent_cache()
-
-    def _trim_sent_cache(self) -> None:
-        """Drop the oldest cached entries while the cache holds more than SENT_CACHE_BYTES."""
-        cache = self._sent_cache
-        while self._sent_cache_bytes > SENT_CACHE_BYTES:
-            self._sent_cache_bytes -= len(cache.popitem(last=False)[1])
-
-    def _cache_run(self, index: int, raw: bytes, bodies: Sequence[bytes]) -> None:
-        """:meth:`_cache_sent` of each entry of a run the leader wrote together (``raw``: the
-        entries from ``index`` on, with ``bodies``), and the run kept whole for the transport's
-        reads of it (:meth:`_raw_entries`)."""
-        cache = self._sent_cache
-        get = cache.get
-        ends: list[int] = []
-        end = 0
-        added = 0
-        for i, body in enumerate(bodies, index):
-            start, end = end, end + BODY_OFFSET + len(body)
-            old = get(i)
-            if old is not None:
-                added -= len(old)
-            cache[i] = raw[start:end]
-            ends.append(end)
-        self._sent_cache_bytes += added + end
-        self._trim_sent_cache()
-        self._sent_run = (index, raw, ends, get(index))
-
     def _raw_entries(self, index: int, size: int) -> bytes:
         """The store's bytes of the entries from ``index`` on, ``size`` bytes in all (the
-        transport's reader): from the run the leader wrote last (no join of its entries) or
-        its cache of what it just wrote, else from the store."""
-        cache = self._sent_cache
-        first, run, ends, head = self._sent_run
-        k = index - first
-        # the run is as written while the cache holds its first entry (a truncation clears it)
-        if 0 <= k < len(ends) and head is not None and cache.get(first) is head:
-            start = ends[k - 1] if k else 0
-            if start + size <= len(run):
-                return run if size == len(run) else run[start : start + size]
-        parts: list[bytes] = []
-        total = 0
-        while total < size:
-            raw = cache.get(index + len(parts))
-            if raw is None:
-                return self.store.read_bytes(index, size)
-            parts.append(raw)
-            total += len(raw)
-        return b"".join(parts)
+        transport's reader): from the runs the leader wrote last (the usual read: the one
+        just written, whole), else from the store."""
+        raw = self._sent_cache.read(index, size)
+        return raw if raw is not None else self.store.read_bytes(index, size)
 
     def _answer(self, result: ProposalResult) -> None:
         futures = self._futures

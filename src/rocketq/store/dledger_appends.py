@@ -31,11 +31,12 @@ import concurrent.futures
 import functools
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from rocketq.errors import RocketqError
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder, ReplicatedLog
+from rocketq.message import BrokerMessage
 from rocketq.store.commitlog import PutMessageResult
 from rocketq.tasks import settle
 
@@ -160,7 +161,10 @@ class AppendQueue:
     def submit_to(self, encode: RecordEncoder, caller: asyncio.AbstractEventLoop, waiter: Settable) -> None:
         """:meth:`submit_async` with the caller's own ``waiter`` (settable like a future) instead
         of a new future: its outcome is set on ``caller``'s loop. Called on ``caller``'s thread."""
-        self._outbox(caller).append((encode, (caller, waiter)))
+        outbox = self._outboxes.get(caller)  # :meth:`_outbox`, without its call per append
+        if not outbox:
+            outbox = self._outbox(caller)
+        outbox.append((encode, (caller, waiter)))
 
     def submit_all(
         self, appends: list[tuple[RecordEncoder, Settable]], caller: asyncio.AbstractEventLoop
@@ -392,6 +396,19 @@ Outcome = AppendResult | BaseException
 Reply = tuple[Settable, Outcome] | CommittedRun
 #: ``done(result or exception)`` of :meth:`DLedgerCommitLog.put_messages_then`
 PutCallback = Callable[[PutMessageResult | Exception], None]
+
+
+class PutThen(Protocol):
+    """:meth:`DLedgerMessageStore.put_messages_then`: ``put(msgs, done, caller)``, ``caller``
+    the running loop when the caller has it at hand (else None: looked up)."""
+
+    def __call__(
+        self,
+        msgs: Sequence[BrokerMessage],
+        done: PutCallback,
+        caller: asyncio.AbstractEventLoop | None = None,
+        /,
+    ) -> None: ...
 
 
 def placed(outcome: Outcome) -> bool:

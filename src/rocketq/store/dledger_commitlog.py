@@ -1,5 +1,8 @@
 """The CommitLog of DLedger mode: records are the bodies of a replicated log's entries.
 
+One idea: a CommitLog whose records are a replicated log's entries: the put that encodes them
+with their queue offsets and maps the append's outcome to a put's, and reads of what committed.
+
 RocketMQ's ``DLedgerCommitLog`` on :class:`~rocketq.ha.replicated_log.ReplicatedLog`
 (docs/replication.md §4). This class is a :class:`~rocketq.store.commitlog.CommitLog` whose own
 segments are the *old* CommitLog of an adopted store (below ``divided_offset``; read only), and
@@ -225,32 +228,52 @@ class DLedgerCommitLog(CommitLog):
         self.put_messages_then(msgs, lambda outcome: settle(fut, outcome))
         return await fut
 
-    def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
+    def put_messages_then(
+        self,
+        msgs: Sequence[BrokerMessage],
+        done: PutCallback,
+        caller: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """The put of ``msgs`` without a coroutine: ``done(result or exception)`` is called on
         the caller's loop once every message's append committed, or as soon as one of them
         failed; the put fails with ReplicationError (outcome unknown) after the put timeout.
         Errors found before anything is appended (log not open, writes off, a record too large)
         raise here instead. The messages of a batch are appended together, as one run of
         consecutive entries of one proposal, with consecutive queue offsets
-        (:class:`_BatchPut`)."""
+        (:class:`_BatchPut`). ``caller``: the running loop, when the caller has it at hand (a
+        connection's); None looks it up (``asyncio.get_running_loop()``, which makes a
+        ``getpid`` system call on each call: one per send on a leader under load)."""
         if len(msgs) == 1:  # the usual send: the append's outcome is the put's
-            self.put_one_then(msgs[0], done, None)
+            self.put_one_then(msgs[0], done, None, caller)
             return
         ledger, loop, encoded = self._checked(msgs)
-        appends, expiry = self._append_queue(ledger, loop), self._expiry_of(asyncio.get_running_loop())
+        appends = self._append_queue(ledger, loop)
+        expiry = self._expiry_of(caller if caller is not None else asyncio.get_running_loop())
         _BatchPut(self, ledger, encoded, done).submit(appends, expiry)
 
-    def put_one_then(self, m: BrokerMessage, done: PutCallback, stats: StoreStats | None) -> None:
+    def put_one_then(
+        self,
+        m: BrokerMessage,
+        done: PutCallback,
+        stats: StoreStats | None,
+        caller: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """:meth:`put_messages_then` of the one message ``m``, whose append's outcome is the
         put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
         itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
-        so a caller needs no completion of its own around ``done``."""
+        so a caller needs no completion of its own around ``done``; ``caller`` as there."""
         ledger, loop = self._open()
         e = self._encode(m)
         self._check_fits(e)
-        expiry = self._expiry_of(asyncio.get_running_loop())
+        if caller is None:
+            caller = asyncio.get_running_loop()
+        expiry, appends = self._expiry, self._appends  # the usual ones, without a call each
+        if expiry is None or expiry.loop is not caller:
+            expiry = self._expiry_of(caller)
+        if appends is None or appends.ledger is not ledger:
+            appends = self._append_queue(ledger, loop)
         put = _OnePut(self, ledger, e, done, stats)
-        self._append_queue(ledger, loop).submit_to(put.encode, expiry.loop, put)
+        appends.submit_to(put.encode, caller, put)
         expiry.add(put)
 
     def _checked(self, msgs: Sequence[BrokerMessage]) -> tuple[ReplicatedLog, LedgerLoop, list[Any]]:
@@ -470,12 +493,33 @@ class _OnePut(_OneAppend):
 
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
-        it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``)."""
+        it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``),
+        built and counted here: ``_put_ok`` and :meth:`_finish` for one message, without
+        their calls and the list of one offset."""
         if self._finished:  # the expiry failed it meanwhile
             return
         self._finished = True
-        offsets = [pos + BODY_OFFSET]
-        self._finish(self.cl._put_ok(offsets, self.e[2], self.queue_offset, self.store_timestamp, 1))
+        cl = self.cl
+        if cl._append_listener is not None:
+            cl._append_listener()
+        size = self.e[2]
+        result = PutMessageResult(
+            (
+                PutMessageStatus.PUT_OK,
+                pos + BODY_OFFSET,
+                size,
+                self.queue_offset,
+                self.store_timestamp,
+                cl._store_host,
+                1,
+                None,
+            )
+        )
+        stats = self._stats
+        if stats is not None:
+            stats.put_count += 1
+            stats.put_bytes += size
+        finish_put(self._done, result)
 
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True

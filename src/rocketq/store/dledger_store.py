@@ -50,7 +50,7 @@ from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult
 from rocketq.store.cq_repair import Key, Unit, dedupe, unit_collector
-from rocketq.store.dledger_appends import LedgerLoop, PutCallback
+from rocketq.store.dledger_appends import LedgerLoop, PutCallback, PutThen
 from rocketq.store.dledger_commitlog import DLedgerCommitLog
 from rocketq.store.dledger_lead import LeaderTable, queue_table_nexts
 from rocketq.store.dledger_reput import DLedgerReputService
@@ -337,21 +337,27 @@ class DLedgerMessageStore(MessageStore):
             self._put_timed(began)
         return r
 
-    def quorum_put_then(self) -> Callable[[Sequence[BrokerMessage], PutCallback], None] | None:
+    def quorum_put_then(self) -> PutThen | None:
         """:meth:`put_messages_then` when a put waits for a quorum (see :meth:`quorum_put`)."""
         return None if self.quorum_put() is None else self.put_messages_then
 
-    def put_messages_then(self, msgs: Sequence[BrokerMessage], done: PutCallback) -> None:
+    def put_messages_then(
+        self,
+        msgs: Sequence[BrokerMessage],
+        done: PutCallback,
+        caller: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """:meth:`put_messages_async` for a caller that wants no task or coroutine per put (the
         broker's sends answered from ``data_received``): the same batches and outcomes, handed
         to ``done(result or exception)`` on the caller's loop
-        (:meth:`DLedgerCommitLog.put_messages_then`). Errors found before anything is appended
+        (:meth:`DLedgerCommitLog.put_messages_then`; ``caller``: that loop, the running one,
+        when the caller has it at hand, else None). Errors found before anything is appended
         raise here."""
         began = next(self._put_samples)  # the latency sample: 0 unless this put is timed
         stats = self.stats
         if not began and len(msgs) == 1:  # the usual send: the put counts itself, no closure
             try:
-                self.commitlog.put_one_then(self._inner(msgs[0], None), done, stats)
+                self.commitlog.put_one_then(self._inner(msgs[0], None), done, stats, caller)
             except Exception:
                 stats.put_failures += 1
                 raise
@@ -371,7 +377,9 @@ class DLedgerMessageStore(MessageStore):
         inner = self._inner
         try:
             self.commitlog.put_messages_then(
-                [inner(msgs[0], None)] if len(msgs) == 1 else [inner(m, None) for m in msgs], finished
+                [inner(msgs[0], None)] if len(msgs) == 1 else [inner(m, None) for m in msgs],
+                finished,
+                caller,
             )
         except Exception:
             stats.put_failures += 1
