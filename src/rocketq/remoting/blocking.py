@@ -37,7 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final, TypeVar, overload
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -65,6 +65,13 @@ _READ_SLICE_MIN_S: Final = 0.001
 _READ_SLICE_MAX_S: Final = 3600.0
 #: ``struct timeval`` (seconds, microseconds) for ``SO_RCVTIMEO``.
 _TIMEVAL: Final = struct.Struct("@ll")
+
+_T = TypeVar("_T")
+
+#: ``quick(buf, n, opaque, *quick_args, max_frame_size)``: the caller's answer made straight from
+#: a read ``buf[:n]`` of an idle connection when the read is exactly the response to ``opaque``,
+#: or None to decode the read as usual (e.g. :func:`rocketq.client.send_answer.send_result`).
+QuickAnswer = Callable[..., _T | None]
 
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]
@@ -142,9 +149,33 @@ class BlockingConnection:
             raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {cmd.code}")
         return self.invoke_frame(encode(cmd), cmd.opaque, cmd.code, timeout_s)
 
-    def invoke_frame(self, frame: bytes, opaque: int, code: int, timeout_s: float) -> RemotingCommand:
+    @overload
+    def invoke_frame(self, frame: bytes, opaque: int, code: int, timeout_s: float) -> RemotingCommand: ...
+
+    @overload
+    def invoke_frame(
+        self,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T],
+        quick_args: tuple[Any, ...],
+    ) -> RemotingCommand | _T: ...
+
+    def invoke_frame(
+        self,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
         """:meth:`invoke` of a request already framed (``frame``: its whole frame, ``opaque``
-        and ``code`` its own)."""
+        and ``code`` its own). With ``quick``, a read made while nothing else is buffered goes
+        to ``quick`` first (see :data:`QuickAnswer`): what it makes of the read is returned in
+        place of the response, and a None has the read decoded as usual."""
         if self.closed:
             raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {code}")
         if len(frame) > self._max_frame_size:
@@ -155,6 +186,7 @@ class BlockingConnection:
         try:
             self._write(frame, deadline)
             pending = self._pending
+            decoder = self._decoder
             while True:
                 while pending:
                     got = pending.popleft()
@@ -163,7 +195,12 @@ class BlockingConnection:
                             return got
                         continue  # the late answer to a call that timed out
                     self._refuse(got, deadline)
-                read = self._decoder.feed(self._read(deadline))
+                n = self._read_into(deadline)
+                if quick is not None and decoder.idle:
+                    made = quick(self._buf, n, opaque, *quick_args, self._max_frame_size)
+                    if made is not None:
+                        return made
+                read = decoder.feed(self._view[:n].tobytes())
                 if len(read) == 1:  # the usual read: the answer alone
                     answer = read[0]
                     if answer.flag & FLAG_RESPONSE and answer.opaque == opaque:
@@ -204,9 +241,10 @@ class BlockingConnection:
             except BlockingIOError:
                 continue
 
-    def _read(self, deadline: float) -> bytes:
-        """The next bytes from the peer, waiting until ``deadline`` (TimeoutError after it);
-        ConnectionClosed when the peer has closed."""
+    def _read_into(self, deadline: float) -> int:
+        """Read the next bytes from the peer into the connection's buffer, waiting until
+        ``deadline`` (TimeoutError after it); how many. ConnectionClosed when the peer has
+        closed."""
         sock = self._sock
         while True:
             if not self._plain:
@@ -226,7 +264,7 @@ class BlockingConnection:
             if not n:
                 self.close()
                 raise ConnectionClosed(f"connection {self.addr} closed by the peer")
-            return bytes(self._view[:n])
+            return n
 
     def _set_read_slice(self, seconds: float) -> None:
         """Bound each blocking read of the plain socket to ``seconds`` (SO_RCVTIMEO)."""
@@ -294,18 +332,50 @@ class BlockingConnectionPool:
             self.rpc_hook(addr, cmd)
         return self._invoke_frame(addr, encode(cmd), cmd.opaque, cmd.code, timeout_s)
 
+    @overload
     def invoke_frame(
         self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
-    ) -> RemotingCommand:
+    ) -> RemotingCommand: ...
+
+    @overload
+    def invoke_frame(
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T],
+        quick_args: tuple[Any, ...],
+    ) -> RemotingCommand | _T: ...
+
+    def invoke_frame(
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
         """:meth:`invoke` of a request already framed (its ``opaque`` and ``code``), for a pool
-        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`."""
+        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`.
+        ``quick`` and ``quick_args``: as :meth:`BlockingConnection.invoke_frame` takes them."""
         if self.rpc_hook is not None:
             raise LocalProtocolError(f"code {code}: a framed request cannot be signed by the rpc hook")
-        return self._invoke_frame(addr, frame, opaque, code, timeout_s)
+        return self._invoke_frame(addr, frame, opaque, code, timeout_s, quick, quick_args)
 
     def _invoke_frame(
-        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
-    ) -> RemotingCommand:
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
         conn = self._take_idle(addr)
         if conn is None:
             deadline = time.monotonic() + timeout_s
@@ -317,7 +387,9 @@ class BlockingConnectionPool:
                 self._give_back(conn)
                 raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {code})")
         try:
-            return conn.invoke_frame(frame, opaque, code, timeout_s)
+            if quick is None:
+                return conn.invoke_frame(frame, opaque, code, timeout_s)
+            return conn.invoke_frame(frame, opaque, code, timeout_s, quick, quick_args)
         finally:
             self._give_back(conn)
 
