@@ -87,6 +87,8 @@ class BlockingConnection:
         "_pending",
         "_plain",
         "_read_slice",
+        "_slice_hi",
+        "_slice_lo",
         "_sock",
         "_view",
         "addr",
@@ -105,6 +107,9 @@ class BlockingConnection:
         # unset), and writes with MSG_DONTWAIT; a TLS socket is used with a timeout.
         self._plain = not isinstance(sock, ssl.SSLSocket)
         self._read_slice = 0.0
+        # the times left to the deadline for which the slice set is the one wanted anyway (no
+        # min/max to work out on each read): none while unset
+        self._slice_lo, self._slice_hi = 1.0, 0.0
         if self._plain:
             sock.settimeout(None)  # blocking: CPython then reads and writes without a poll first
         self.closed = False
@@ -251,12 +256,13 @@ class BlockingConnection:
                 sock.settimeout(_seconds_left(deadline))
             else:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                wait = self._read_slice
-                want = min(max(remaining / 2, _READ_SLICE_MIN_S), _READ_SLICE_MAX_S)
-                if not want / 2 <= wait <= max(remaining, _READ_SLICE_MIN_S):
-                    self._set_read_slice(want)
+                if not self._slice_lo <= remaining <= self._slice_hi:
+                    if remaining <= 0:
+                        raise TimeoutError
+                    wait = self._read_slice
+                    want = min(max(remaining / 2, _READ_SLICE_MIN_S), _READ_SLICE_MAX_S)
+                    if not want / 2 <= wait <= max(remaining, _READ_SLICE_MIN_S):
+                        self._set_read_slice(want)
             try:
                 n = sock.recv_into(self._buf)
             except BlockingIOError:
@@ -272,6 +278,10 @@ class BlockingConnection:
         micros = max(int((seconds - whole) * 1_000_000), 0 if whole else 1)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(whole, micros))
         self._read_slice = seconds
+        # within these bounds of the time left the test above keeps this slice (remaining / 2
+        # is then the slice wanted, and a quarter of the time left up to all of it fits)
+        self._slice_lo = max(seconds, 2 * _READ_SLICE_MIN_S)
+        self._slice_hi = min(4 * seconds, 2 * _READ_SLICE_MAX_S)
 
     def _refuse(self, request: RemotingCommand, deadline: float) -> None:
         if request.flag & FLAG_ONEWAY:
@@ -376,7 +386,16 @@ class BlockingConnectionPool:
         quick: QuickAnswer[_T] | None = None,
         quick_args: tuple[Any, ...] = (),
     ) -> RemotingCommand | _T:
-        conn = self._take_idle(addr)
+        conn = None
+        with self._lock:  # an idle open connection to addr (inline: on every call)
+            if self._closed:
+                raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
+            conns = self._idle.get(addr)
+            while conns:
+                conn = conns.pop()
+                if not conn.closed:
+                    break
+                conn = None
         if conn is None:
             deadline = time.monotonic() + timeout_s
             conn = BlockingConnection.open(
@@ -390,8 +409,14 @@ class BlockingConnectionPool:
             if quick is None:
                 return conn.invoke_frame(frame, opaque, code, timeout_s)
             return conn.invoke_frame(frame, opaque, code, timeout_s, quick, quick_args)
-        finally:
-            self._give_back(conn)
+        finally:  # given back (as _give_back does, inline)
+            if not conn.closed:
+                with self._lock:
+                    if not self._closed:
+                        self._idle.setdefault(addr, []).append(conn)
+                        conn = None
+                if conn is not None:
+                    conn.close()
 
     def close(self) -> None:
         """Close the idle connections; busy ones are closed when their call ends."""
@@ -401,18 +426,6 @@ class BlockingConnectionPool:
             self._idle.clear()
         for conn in conns:
             conn.close()
-
-    def _take_idle(self, addr: str) -> BlockingConnection | None:
-        """An idle open connection to ``addr``, or None when there is none."""
-        with self._lock:
-            if self._closed:
-                raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
-            conns = self._idle.get(addr)
-            while conns:
-                conn = conns.pop()
-                if not conn.closed:
-                    return conn
-        return None
 
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
