@@ -5,19 +5,23 @@ and back (two thread hand-offs per call). Frames are made by :func:`~rocketq.rem
 and read by :class:`~rocketq.remoting.codec.FrameDecoder`, the same code the asyncio
 :class:`~rocketq.remoting.connection.Connection` uses.
 
-:class:`BlockingConnection` carries one call at a time: it writes the request, then reads until
-the response with the request's opaque arrives. A plain TCP socket makes two system calls per call
+:class:`BlockingConnection` carries one call at a time: it writes the request, then reads until the
+response with the request's opaque arrives. A plain TCP socket makes two system calls per call
 where a socket with a timeout makes six (``settimeout`` is an ``ioctl``, and each send and receive
 polls first): the request is written at once without blocking (``MSG_DONTWAIT``; ``poll`` only when
 the kernel's buffer is full), and the read blocks in ``recv_into`` itself, bounded by the socket's
 receive timeout (``SO_RCVTIMEO``), which is set only when the time left to the call's deadline no
-longer fits it (at most half of that time, at least 1 ms): a read that times out checks the
-deadline and reads again. Reads go into one buffer per connection (``recv_into``) instead of a
-fresh 256 KiB allocation each. A TLS socket keeps a timeout (its records may hold bytes no
-``poll`` sees). Responses with another opaque (the late answer to a call that timed out earlier)
-are dropped; a request the server sends on it is answered REQUEST_CODE_NOT_SUPPORTED (nothing for
-a oneway one), as an asyncio connection without a handler does. Any socket error or protocol
-error closes the connection.
+longer fits it (at most half of that time, at least 1 ms; the range of time left that keeps the
+setting is noted when it is made, so the usual read compares once): a read that times out checks
+the deadline and reads again. Reads go into one buffer per connection (``recv_into``) instead of a
+fresh 256 KiB allocation each. A caller may hand a ``quick`` function to
+:meth:`BlockingConnection.invoke_frame`: a read made while no partial frame is buffered goes to it
+first, and what it makes of the bytes (the blocking producer's SendResult) is returned without the
+frame decoder; when it returns None the read is decoded as always. A TLS socket keeps a timeout
+(its records may hold bytes no ``poll`` sees). Responses with another opaque (the late answer to a
+call that timed out earlier) are dropped; a request the server sends on it is answered
+REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway one), as an asyncio connection without a handler
+does. Any socket error or protocol error closes the connection.
 
 :class:`BlockingConnectionPool` hands a connection to one thread at a time: a caller takes an idle
 connection to the address (or opens one), makes its call and gives it back, so threads calling
