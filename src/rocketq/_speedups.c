@@ -4646,6 +4646,230 @@ static PyObject *send_request_frame(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* -- the producer's send answer, read ------------------------------------------------------------
+ *
+ *   send_result(buf, n, opaque, msg_id, mq, max_frame_size) -> SendResult | None
+ *                                        rocketq.client.send_answer.pure_send_result
+ *
+ * The SendResult the blocking producer makes of a read buf[:n] that is exactly one whole
+ * response frame to request ``opaque`` with a status code (SUCCESS or a flush/slave timeout),
+ * without the RemotingCommand and its extFields dict: the header is scanned as
+ * decode_json_header scans it (the same JSON it takes; its keys each once) and only
+ * extFields' msgId, queueId, queueOffset and transactionId are kept. None for anything else (a
+ * frame cut short or followed by more bytes, another opaque, a request, an error code, a
+ * header this scan does not take, a queueId or queueOffset other than a plain integer of up to
+ * 18 digits, a queueId other than mq's, a key written with escapes): the caller then decodes
+ * the read as it always did (FrameDecoder, RemotingCommand, _result), which is the reference. */
+
+enum { SR_STATUS, SR_MSG_ID, SR_OFFSET_MSG_ID, SR_QUEUE, SR_QUEUE_OFFSET, SR_TRANSACTION_ID, SR_COUNT };
+static const char *const sr_names[SR_COUNT] = {
+    "status", "msg_id", "offset_msg_id", "message_queue", "queue_offset", "transaction_id",
+};
+
+static struct {
+    PyTypeObject *result_type;      /* SendResult */
+    Py_ssize_t off[SR_COUNT];
+    PyObject *status_by_code;       /* int -> SendStatus */
+    PyObject *str_queue_id;         /* "queue_id": MessageQueue's attribute */
+} sres;
+
+static PyObject *setup_send_result(PyObject *self, PyObject *args) {
+    PyObject *cls, *by_code;
+    if (!PyArg_ParseTuple(args, "OO!:setup_send_result", &cls, &PyDict_Type, &by_code)) return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_send_result: SendResult must be a class");
+        return NULL;
+    }
+    if (read_offsets((PyTypeObject *)cls, sr_names, sres.off, SR_COUNT) < 0) return NULL;
+    if (sres.str_queue_id == NULL && (sres.str_queue_id = PyUnicode_InternFromString("queue_id")) == NULL) return NULL;
+    Py_INCREF(cls);
+    Py_INCREF(by_code);
+    Py_XSETREF(sres.result_type, (PyTypeObject *)cls);
+    Py_XSETREF(sres.status_by_code, by_code);
+    Py_RETURN_NONE;
+}
+
+/* The unescaped JSON string at s->at that is a plain integer of 1 to 18 digits (a '-' first
+ * allowed; what int() reads the same), its value in *out; 0 when the string is anything else. */
+static int jdigits(jscan *s, long long *out) {
+    Py_ssize_t start, end, len;
+    int esc;
+    if (!jspan(s, &start, &end, &len, &esc) || esc) return 0;
+    const unsigned char *p = s->p;
+    int neg = start < end && p[start] == '-';
+    Py_ssize_t i = start + neg;
+    if (end - i < 1 || end - i > 18) return 0;
+    long long v = 0;
+    for (; i < end; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* The header keys this scan takes, as decode_json_header's fast path does. */
+enum { SK_CODE, SK_LANGUAGE, SK_VERSION, SK_OPAQUE, SK_FLAG, SK_REMARK, SK_EXT, SK_SERIALIZE, SK_COUNT };
+static const char *const sk_keys[SK_COUNT] = {
+    "code", "language", "version", "opaque", "flag", "remark", "extFields", "serializeTypeCurrentRPC",
+};
+enum { SE_MSG_ID, SE_QUEUE_ID, SE_QUEUE_OFFSET, SE_TRANSACTION_ID, SE_COUNT };
+static const char *const se_keys[SE_COUNT] = {"msgId", "queueId", "queueOffset", "transactionId"};
+
+static int key_index(const unsigned char *p, Py_ssize_t ks, Py_ssize_t kl, const char *const *keys, int n) {
+    for (int f = 0; f < n; f++)
+        if ((Py_ssize_t)strlen(keys[f]) == kl && memcmp(p + ks, keys[f], (size_t)kl) == 0) return f;
+    return -1;
+}
+
+static PyObject *send_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long n, opaque, max_frame;
+    if (sres.result_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_send_result() was not called");
+        return NULL;
+    }
+    if (nargs != 6 || long_in(args[1], 0, PY_SSIZE_T_MAX, &n) < 0 || long_in(args[5], 0, LLONG_MAX, &max_frame) < 0) {
+        PyErr_SetString(PyExc_TypeError, "send_result(buf, n, opaque, msg_id, mq, max_frame_size)");
+        return NULL;
+    }
+    if (!PyLong_CheckExact(args[2])) Py_RETURN_NONE;
+    int overflow;
+    opaque = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (overflow || (opaque == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *ext_str[SE_COUNT] = {NULL};
+    PyObject *result = NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    if (n > view.len || n < 8) goto none;
+    long long length = be32(p);
+    /* exactly one frame, within the decoder's limit, JSON, its header inside it */
+    if (length != n - 4 || length < 4 || length > max_frame - 4) goto none;
+    uint32_t type_hlen = (uint32_t)be32(p + 4);
+    long long hlen = type_hlen & 0xFFFFFF;
+    if ((type_hlen >> 24) != 0 || hlen > length - 4) goto none;
+    jscan s = {p + 8, (Py_ssize_t)hlen, 0};
+    const unsigned char *h = s.p;
+    long long nums[SK_COUNT] = {0};
+    long long ext_num[SE_COUNT] = {0};
+    unsigned seen = 0, ext_seen = 0;
+    if (s.n < 2 || h[0] != '{') goto none;
+    s.at = 1;
+    if (h[1] == '}') {
+        s.at = 2;
+    } else {
+        for (;;) {
+            Py_ssize_t ks, ke, kl, vs, ve, vl;
+            int kesc, vesc, ok = 1;
+            if (!jspan(&s, &ks, &ke, &kl, &kesc) || kesc || s.at >= s.n || h[s.at] != ':') goto none;
+            s.at++;
+            int field = key_index(h, ks, kl, sk_keys, SK_COUNT);
+            if (field < 0 || (seen & (1u << field))) goto none;
+            seen |= 1u << field;
+            switch (field) {
+            case SK_LANGUAGE: case SK_REMARK: case SK_SERIALIZE:
+                ok = jspan(&s, &vs, &ve, &vl, &vesc);
+                break;
+            case SK_EXT:
+                if (s.at >= s.n || h[s.at] != '{') goto none;
+                s.at++;
+                if (s.at < s.n && h[s.at] == '}') {
+                    s.at++;
+                    break;
+                }
+                for (;;) {
+                    if (!jspan(&s, &ks, &ke, &kl, &kesc) || s.at >= s.n || h[s.at] != ':') goto none;
+                    s.at++;
+                    int e = kesc ? -2 : key_index(h, ks, kl, se_keys, SE_COUNT);
+                    if (e == -2) goto none; /* a key with escapes may be one of these */
+                    if (e == SE_QUEUE_ID || e == SE_QUEUE_OFFSET) {
+                        if (!jdigits(&s, &ext_num[e])) goto none;
+                    } else if (e >= 0) {
+                        PyObject *v = jstring(&s);
+                        if (v == NULL) goto none;
+                        Py_XSETREF(ext_str[e], v); /* a key twice: the last value, as json */
+                    } else if (!jspan(&s, &vs, &ve, &vl, &vesc)) {
+                        goto none;
+                    }
+                    if (e >= 0) ext_seen |= 1u << e;
+                    if (s.at >= s.n) goto none;
+                    if (h[s.at] == '}') {
+                        s.at++;
+                        break;
+                    }
+                    if (h[s.at] != ',') goto none;
+                    s.at++;
+                }
+                break;
+            default:
+                ok = jint(&s, &nums[field]);
+                break;
+            }
+            if (!ok || s.at >= s.n) goto none;
+            if (h[s.at] == '}') {
+                s.at++;
+                break;
+            }
+            if (h[s.at] != ',') goto none;
+            s.at++;
+        }
+    }
+    if (s.at != s.n || !(nums[SK_FLAG] & 1) || nums[SK_OPAQUE] != opaque) goto none;
+    PyObject *code = PyLong_FromLongLong(nums[SK_CODE]);
+    if (code == NULL) goto fail;
+    PyObject *status = PyDict_GetItemWithError(sres.status_by_code, code);
+    Py_DECREF(code);
+    if (status == NULL) {
+        if (PyErr_Occurred()) goto fail;
+        goto none;
+    }
+    PyObject *mq = args[4];
+    if (ext_seen & (1u << SE_QUEUE_ID)) {
+        PyObject *qid = PyObject_GetAttr(mq, sres.str_queue_id);
+        if (qid == NULL) goto fail;
+        long long q = PyLong_AsLongLongAndOverflow(qid, &overflow);
+        int exact = PyLong_CheckExact(qid);
+        Py_DECREF(qid);
+        if (q == -1 && PyErr_Occurred()) goto fail;
+        if (!exact || overflow || q != ext_num[SE_QUEUE_ID]) goto none; /* another queue: the general path */
+    }
+    PyObject *qoff = PyLong_FromLongLong(ext_seen & (1u << SE_QUEUE_OFFSET) ? ext_num[SE_QUEUE_OFFSET] : -1);
+    if (qoff == NULL) goto fail;
+    result = blank_instance(sres.result_type);
+    if (result == NULL) {
+        Py_DECREF(qoff);
+        goto fail;
+    }
+    const Py_ssize_t *off = sres.off;
+    SLOT(result, off[SR_STATUS]) = Py_NewRef(status);
+    SLOT(result, off[SR_MSG_ID]) = Py_NewRef(args[3]);
+    SLOT(result, off[SR_OFFSET_MSG_ID]) = ext_str[SE_MSG_ID] != NULL ? ext_str[SE_MSG_ID] : PyUnicode_New(0, 0);
+    ext_str[SE_MSG_ID] = NULL;
+    SLOT(result, off[SR_QUEUE]) = Py_NewRef(mq);
+    SLOT(result, off[SR_QUEUE_OFFSET]) = qoff;
+    SLOT(result, off[SR_TRANSACTION_ID]) =
+        ext_str[SE_TRANSACTION_ID] != NULL ? ext_str[SE_TRANSACTION_ID] : Py_NewRef(Py_None);
+    ext_str[SE_TRANSACTION_ID] = NULL;
+    if (SLOT(result, off[SR_OFFSET_MSG_ID]) == NULL) {
+        Py_CLEAR(result);
+        goto fail;
+    }
+    PyBuffer_Release(&view);
+    return result;
+none:
+    if (PyErr_Occurred()) goto fail; /* memory */
+    for (int e = 0; e < SE_COUNT; e++) Py_XDECREF(ext_str[e]);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    for (int e = 0; e < SE_COUNT; e++) Py_XDECREF(ext_str[e]);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- the single put, compiled: CommitLog.put_message and MessageStore.put_message in one call ----
  *
  *   setup_put_lane(MappedFile, PutMessageResult, PutMessageStatus.PUT_OK)
@@ -5203,6 +5427,11 @@ static PyMethodDef methods[] = {
      "split_raw_entries(body, off, count): rocketq.ha.peer_codec.split_raw_pure, compiled, or None"},
     {"setup_send_request", (PyCFunction)setup_send_request, METH_VARARGS,
      "setup_send_request(pure, default_topic, queue_nums, language, version, code, batch_code)"},
+    {"setup_send_result", (PyCFunction)setup_send_result, METH_VARARGS,
+     "setup_send_result(SendResult, status by code)"},
+    {"send_result", (PyCFunction)(void (*)(void))send_result, METH_FASTCALL,
+     "send_result(buf, n, opaque, msg_id, mq, max_frame_size): "
+     "rocketq.client.send_answer.pure_send_result, compiled"},
     {"send_request_frame", (PyCFunction)(void (*)(void))send_request_frame, METH_FASTCALL,
      "send_request_frame(opaque, group, topic, queue_id, sys_flag, born_ms, flag, properties, batch, "
      "broker_name, body): rocketq.client.send_request.pure_send_request_frame, compiled"},

@@ -58,6 +58,11 @@ handler, :meth:`rocketq.broker.send.SendMessageProcessor.send_lone`) and ``broke
 (:data:`rocketq.broker.send.new_broker_message`: a single send's ``BrokerMessage`` built without
 its generated ``__init__``).
 
+The blocking producer's usual answer is read compiled: ``send_result``
+(:func:`rocketq.client.send_answer.send_result`: a read that is exactly the SUCCESS answer to the
+send made into its SendResult), whose reference is the general decoding
+(:func:`rocketq.client.send_answer.pure_send_result`); anything else it leaves to that.
+
 A client's requests are written compiled too, with the same pattern:
 :func:`rocketq.remoting.command.encode_json_header` (a command's JSON header) and ``encode_frame``
 (:func:`rocketq.remoting.codec.encode`, the whole frame of a JSON command), each handing a command

@@ -20,7 +20,7 @@ import pytest
 
 from _support.wait import wait_until
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus
+from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus, send_answer, sync
 from rocketq.client._routes import hash_queue_index
 from rocketq.client.aio import AsyncProducer
 from rocketq.config import StoreConfig
@@ -455,3 +455,36 @@ def test_auto_batch_sends_waiting_behind_a_failed_request_are_not_stranded(clust
     outcomes = asyncio.run(main())
     assert len(outcomes) == 5
     assert all(isinstance(o, RocketqError) for o in outcomes), outcomes
+
+
+def test_blocking_sends_make_their_results_from_the_answer_read(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the compiled module the blocking producer's usual send makes its SendResult straight
+    from the answer it read (``send_answer.send_result``); the results are the broker's: each
+    queue's offsets in order, each offset message id the stored message's."""
+    compiled = send_answer.send_result
+    if compiled is None:
+        pytest.skip("compiled codecs not in use")
+    made: list[SendResult] = []
+
+    def spy(*args: Any) -> SendResult | None:
+        result = compiled(*args)
+        if result is not None:
+            made.append(result)
+        return result
+
+    monkeypatch.setattr(sync, "_send_result", spy)
+    cluster.create_topic("AnswerT", 2)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        results = [p.send(Message("AnswerT", b"m%d" % i)) for i in range(20)]
+    assert len(made) >= 19 and all(r in made for r in results[1:])  # the first may fetch the route
+    by_queue: dict[int, list[int]] = {}
+    for r in results:
+        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == "AnswerT"
+        by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
+    assert all(offsets == list(range(len(offsets))) for offsets in by_queue.values())
+    for r in results:  # the offset message id ends with the stored record's CommitLog offset
+        stored = cluster.pull_all("broker-a", "AnswerT", r.message_queue.queue_id)
+        (record,) = [m for m in stored if m.queue_offset == r.queue_offset]
+        assert int(r.offset_msg_id[-16:], 16) == record.physical_offset

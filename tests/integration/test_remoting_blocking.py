@@ -248,3 +248,52 @@ def test_a_read_times_out_at_its_own_deadline_whatever_the_calls_before(
         assert conn.invoke(create_request(RequestCode.HEART_BEAT), 60.0).remark == "on time"
     finally:
         conn.close()
+
+
+def test_a_quick_answer_is_tried_only_on_an_idle_read_and_none_decodes_it(
+    make_server: Callable[..., Server],
+) -> None:
+    """``quick`` sees each read made while nothing is buffered, with the call's opaque, its
+    extra arguments and the frame limit; what it makes is returned, and a None has the read
+    decoded as usual. A read that completes a frame begun in an earlier one is not handed to it."""
+    split = threading.Event()
+    first_half_read = threading.Event()
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        while True:
+            answer = ok(read(), "whole")
+            if split.is_set():
+                conn.sendall(answer[:5])
+                assert first_half_read.wait(10)  # the client has read the first half alone
+                conn.sendall(answer[5:])
+            else:
+                conn.sendall(answer)
+
+    server = make_server(script)
+    conn = BlockingConnection.open(server.addr, 2.0)
+    seen: list[tuple[bytes, int, tuple[object, ...]]] = []
+
+    def quick(buf: bytearray, n: int, opaque: int, *rest: object) -> str | None:
+        seen.append((bytes(buf[:n]), opaque, rest))
+        if n == 5:
+            first_half_read.set()
+        return "made" if rest[0] == "make" else None
+
+    def call(word: str) -> object:
+        request = create_request(RequestCode.HEART_BEAT)
+        answer = conn.invoke_frame(encode(request), request.opaque, request.code, 5.0, quick, (word,))
+        assert seen[-1][1] == request.opaque and seen[-1][2] == (word, conn._max_frame_size)
+        return answer
+
+    try:
+        assert call("make") == "made"
+        assert FrameDecoder().feed(seen[-1][0])[0].remark == "whole"
+        response = call("no")
+        assert isinstance(response, RemotingCommand) and response.remark == "whole"
+        split.set()
+        before = len(seen)
+        response = call("no")
+        assert isinstance(response, RemotingCommand) and response.remark == "whole"
+        assert [len(b) for b, _, _ in seen[before:]] == [5]  # the rest was read with 5 B buffered
+    finally:
+        conn.close()

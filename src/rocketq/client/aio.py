@@ -54,7 +54,6 @@ from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_inde
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.client.send_request import send_request, send_request_frame
 from rocketq.client.send_values import (
-    _STATUS_BY_CODE,
     GROUP_MAX_LENGTH,
     NOT_ALLOWED_SEND_TOPICS,
     SYS_FLAG_COMPRESSED,
@@ -70,6 +69,7 @@ from rocketq.client.send_values import (
     encode_batch_body,
     error_for_response,
     resume_send,
+    send_result_of,
     validate_body,
     validate_group,
     validate_message,
@@ -635,19 +635,7 @@ class AsyncProducer:
         return last_exc
 
     def _result(self, response: RemotingCommand, p: _Prepared, mq: MessageQueue, addr: str) -> SendResult:
-        status = _STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise error_for_response(response, f"{mq.broker_name}@{addr}")
-        ext = response.ext_fields
-        queue_id = int(ext.get("queueId", mq.queue_id))
-        return SendResult(
-            status,
-            p.msg_id,
-            ext.get("msgId", ""),
-            mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
-            int(ext.get("queueOffset", -1)),
-            ext.get("transactionId"),
-        )
+        return send_result_of(response, p.msg_id, mq, f"{mq.broker_name}@{addr}")
 
 
 __all__ = [

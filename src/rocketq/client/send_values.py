@@ -174,6 +174,25 @@ def error_for_response(response: RemotingCommand, broker: str) -> RocketqError:
     return error_for_code(response.code, text)
 
 
+def send_result_of(response: RemotingCommand, msg_id: str, mq: MessageQueue, broker: str) -> SendResult:
+    """The SendResult of the broker's ``response`` to a send of ``msg_id`` to ``mq``; the
+    exception of its code (:func:`error_for_response`, ``broker`` named in it) when it is not a
+    status code."""
+    status = _STATUS_BY_CODE.get(response.code)
+    if status is None:
+        raise error_for_response(response, broker)
+    ext = response.ext_fields
+    queue_id = int(ext.get("queueId", mq.queue_id))
+    return SendResult(
+        status,
+        msg_id,
+        ext.get("msgId", ""),
+        mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
+        int(ext.get("queueOffset", -1)),
+        ext.get("transactionId"),
+    )
+
+
 def encode_batch_body(entries: Sequence[tuple[bytes, bytes, int]]) -> bytes:
     """The SEND_BATCH_MESSAGE body (spec §3.8) from ``(body, properties, flag)`` entries."""
     return encode_batch_entries(entries)

@@ -13,8 +13,10 @@ fault back-off, one ``send_timeout_ms`` deadline: :meth:`AsyncProducer._send_ste
 the broker calls on a blocking socket (:mod:`rocketq.remoting.blocking`, the same frame codec).
 With one send in flight the client's Python is on every round trip, so the first attempt of a
 send whose route is cached is made without the generator, from the same parts (queue choice,
-result, failure handling), its request framed in one call (``send_request_frame``); a failure
-hands the retries to the generator with the attempt counted.
+result, failure handling), its request framed in one call (``send_request_frame``) and its
+answer, when the read is the usual one, made into the SendResult in one call
+(:func:`rocketq.client.send_answer.send_result`, which hands anything else to the general
+decoding); a failure hands the retries to the generator with the attempt counted.
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
@@ -34,12 +36,14 @@ from typing import Any
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
+from rocketq.client.send_answer import send_result as _send_result
 from rocketq.client.send_values import SendAttempts, _Prepared
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.blocking import BlockingConnectionPool
 from rocketq.remoting.client import DEFAULT_CONNECT_TIMEOUT_S
+from rocketq.remoting.command import RemotingCommand
 
 
 class Producer(BlockingFacade[AsyncProducer]):
@@ -107,12 +111,20 @@ class Producer(BlockingFacade[AsyncProducer]):
         began = time.monotonic()
         try:
             addr = core._broker_addr(mq, routes)
+            response: RemotingCommand | SendResult
             if pool.rpc_hook is None:  # framed at once, no command built
                 frame, opaque, code = core._request_frame(prepared, mq)
-                response = pool.invoke_frame(addr, frame, opaque, code, deadline - began)
+                if _send_result is None:
+                    response = pool.invoke_frame(addr, frame, opaque, code, deadline - began)
+                else:  # the usual answer read straight into its SendResult
+                    response = pool.invoke_frame(
+                        addr, frame, opaque, code, deadline - began, _send_result, (prepared.msg_id, mq)
+                    )
             else:
                 response = pool.invoke(addr, core._request(prepared, mq), deadline - began)
-            result = core._result(response, prepared, mq, addr)
+            result = (
+                response if isinstance(response, SendResult) else core._result(response, prepared, mq, addr)
+            )
         except RocketqError as exc:
             tried = SendAttempts(deadline)
             core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable

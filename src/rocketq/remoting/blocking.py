@@ -5,19 +5,23 @@ and back (two thread hand-offs per call). Frames are made by :func:`~rocketq.rem
 and read by :class:`~rocketq.remoting.codec.FrameDecoder`, the same code the asyncio
 :class:`~rocketq.remoting.connection.Connection` uses.
 
-:class:`BlockingConnection` carries one call at a time: it writes the request, then reads until
-the response with the request's opaque arrives. A plain TCP socket makes two system calls per call
+:class:`BlockingConnection` carries one call at a time: it writes the request, then reads until the
+response with the request's opaque arrives. A plain TCP socket makes two system calls per call
 where a socket with a timeout makes six (``settimeout`` is an ``ioctl``, and each send and receive
 polls first): the request is written at once without blocking (``MSG_DONTWAIT``; ``poll`` only when
 the kernel's buffer is full), and the read blocks in ``recv_into`` itself, bounded by the socket's
 receive timeout (``SO_RCVTIMEO``), which is set only when the time left to the call's deadline no
-longer fits it (at most half of that time, at least 1 ms): a read that times out checks the
-deadline and reads again. Reads go into one buffer per connection (``recv_into``) instead of a
-fresh 256 KiB allocation each. A TLS socket keeps a timeout (its records may hold bytes no
-``poll`` sees). Responses with another opaque (the late answer to a call that timed out earlier)
-are dropped; a request the server sends on it is answered REQUEST_CODE_NOT_SUPPORTED (nothing for
-a oneway one), as an asyncio connection without a handler does. Any socket error or protocol
-error closes the connection.
+longer fits it (at most half of that time, at least 1 ms; the range of time left that keeps the
+setting is noted when it is made, so the usual read compares once): a read that times out checks
+the deadline and reads again. Reads go into one buffer per connection (``recv_into``) instead of a
+fresh 256 KiB allocation each. A caller may hand a ``quick`` function to
+:meth:`BlockingConnection.invoke_frame`: a read made while no partial frame is buffered goes to it
+first, and what it makes of the bytes (the blocking producer's SendResult) is returned without the
+frame decoder; when it returns None the read is decoded as always. A TLS socket keeps a timeout
+(its records may hold bytes no ``poll`` sees). Responses with another opaque (the late answer to a
+call that timed out earlier) are dropped; a request the server sends on it is answered
+REQUEST_CODE_NOT_SUPPORTED (nothing for a oneway one), as an asyncio connection without a handler
+does. Any socket error or protocol error closes the connection.
 
 :class:`BlockingConnectionPool` hands a connection to one thread at a time: a caller takes an idle
 connection to the address (or opens one), makes its call and gives it back, so threads calling
@@ -37,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final, TypeVar, overload
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -66,6 +70,13 @@ _READ_SLICE_MAX_S: Final = 3600.0
 #: ``struct timeval`` (seconds, microseconds) for ``SO_RCVTIMEO``.
 _TIMEVAL: Final = struct.Struct("@ll")
 
+_T = TypeVar("_T")
+
+#: ``quick(buf, n, opaque, *quick_args, max_frame_size)``: the caller's answer made straight from
+#: a read ``buf[:n]`` of an idle connection when the read is exactly the response to ``opaque``,
+#: or None to decode the read as usual (e.g. :func:`rocketq.client.send_answer.send_result`).
+QuickAnswer = Callable[..., _T | None]
+
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]
 
@@ -80,6 +91,8 @@ class BlockingConnection:
         "_pending",
         "_plain",
         "_read_slice",
+        "_slice_hi",
+        "_slice_lo",
         "_sock",
         "_view",
         "addr",
@@ -98,6 +111,9 @@ class BlockingConnection:
         # unset), and writes with MSG_DONTWAIT; a TLS socket is used with a timeout.
         self._plain = not isinstance(sock, ssl.SSLSocket)
         self._read_slice = 0.0
+        # the times left to the deadline for which the slice set is the one wanted anyway (no
+        # min/max to work out on each read): none while unset
+        self._slice_lo, self._slice_hi = 1.0, 0.0
         if self._plain:
             sock.settimeout(None)  # blocking: CPython then reads and writes without a poll first
         self.closed = False
@@ -142,9 +158,33 @@ class BlockingConnection:
             raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {cmd.code}")
         return self.invoke_frame(encode(cmd), cmd.opaque, cmd.code, timeout_s)
 
-    def invoke_frame(self, frame: bytes, opaque: int, code: int, timeout_s: float) -> RemotingCommand:
+    @overload
+    def invoke_frame(self, frame: bytes, opaque: int, code: int, timeout_s: float) -> RemotingCommand: ...
+
+    @overload
+    def invoke_frame(
+        self,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T],
+        quick_args: tuple[Any, ...],
+    ) -> RemotingCommand | _T: ...
+
+    def invoke_frame(
+        self,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
         """:meth:`invoke` of a request already framed (``frame``: its whole frame, ``opaque``
-        and ``code`` its own)."""
+        and ``code`` its own). With ``quick``, a read made while nothing else is buffered goes
+        to ``quick`` first (see :data:`QuickAnswer`): what it makes of the read is returned in
+        place of the response, and a None has the read decoded as usual."""
         if self.closed:
             raise ConnectionClosed(f"connection {self.addr} is closed; cannot send code {code}")
         if len(frame) > self._max_frame_size:
@@ -155,6 +195,7 @@ class BlockingConnection:
         try:
             self._write(frame, deadline)
             pending = self._pending
+            decoder = self._decoder
             while True:
                 while pending:
                     got = pending.popleft()
@@ -163,7 +204,12 @@ class BlockingConnection:
                             return got
                         continue  # the late answer to a call that timed out
                     self._refuse(got, deadline)
-                read = self._decoder.feed(self._read(deadline))
+                n = self._read_into(deadline)
+                if quick is not None and decoder.idle:
+                    made = quick(self._buf, n, opaque, *quick_args, self._max_frame_size)
+                    if made is not None:
+                        return made
+                read = decoder.feed(self._view[:n].tobytes())
                 if len(read) == 1:  # the usual read: the answer alone
                     answer = read[0]
                     if answer.flag & FLAG_RESPONSE and answer.opaque == opaque:
@@ -204,21 +250,23 @@ class BlockingConnection:
             except BlockingIOError:
                 continue
 
-    def _read(self, deadline: float) -> bytes:
-        """The next bytes from the peer, waiting until ``deadline`` (TimeoutError after it);
-        ConnectionClosed when the peer has closed."""
+    def _read_into(self, deadline: float) -> int:
+        """Read the next bytes from the peer into the connection's buffer, waiting until
+        ``deadline`` (TimeoutError after it); how many. ConnectionClosed when the peer has
+        closed."""
         sock = self._sock
         while True:
             if not self._plain:
                 sock.settimeout(_seconds_left(deadline))
             else:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                wait = self._read_slice
-                want = min(max(remaining / 2, _READ_SLICE_MIN_S), _READ_SLICE_MAX_S)
-                if not want / 2 <= wait <= max(remaining, _READ_SLICE_MIN_S):
-                    self._set_read_slice(want)
+                if not self._slice_lo <= remaining <= self._slice_hi:
+                    if remaining <= 0:
+                        raise TimeoutError
+                    wait = self._read_slice
+                    want = min(max(remaining / 2, _READ_SLICE_MIN_S), _READ_SLICE_MAX_S)
+                    if not want / 2 <= wait <= max(remaining, _READ_SLICE_MIN_S):
+                        self._set_read_slice(want)
             try:
                 n = sock.recv_into(self._buf)
             except BlockingIOError:
@@ -226,7 +274,7 @@ class BlockingConnection:
             if not n:
                 self.close()
                 raise ConnectionClosed(f"connection {self.addr} closed by the peer")
-            return bytes(self._view[:n])
+            return n
 
     def _set_read_slice(self, seconds: float) -> None:
         """Bound each blocking read of the plain socket to ``seconds`` (SO_RCVTIMEO)."""
@@ -234,6 +282,10 @@ class BlockingConnection:
         micros = max(int((seconds - whole) * 1_000_000), 0 if whole else 1)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(whole, micros))
         self._read_slice = seconds
+        # within these bounds of the time left the test above keeps this slice (remaining / 2
+        # is then the slice wanted, and a quarter of the time left up to all of it fits)
+        self._slice_lo = max(seconds, 2 * _READ_SLICE_MIN_S)
+        self._slice_hi = min(4 * seconds, 2 * _READ_SLICE_MAX_S)
 
     def _refuse(self, request: RemotingCommand, deadline: float) -> None:
         if request.flag & FLAG_ONEWAY:
@@ -294,19 +346,60 @@ class BlockingConnectionPool:
             self.rpc_hook(addr, cmd)
         return self._invoke_frame(addr, encode(cmd), cmd.opaque, cmd.code, timeout_s)
 
+    @overload
     def invoke_frame(
         self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
-    ) -> RemotingCommand:
+    ) -> RemotingCommand: ...
+
+    @overload
+    def invoke_frame(
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T],
+        quick_args: tuple[Any, ...],
+    ) -> RemotingCommand | _T: ...
+
+    def invoke_frame(
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
         """:meth:`invoke` of a request already framed (its ``opaque`` and ``code``), for a pool
-        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`."""
+        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`.
+        ``quick`` and ``quick_args``: as :meth:`BlockingConnection.invoke_frame` takes them."""
         if self.rpc_hook is not None:
             raise LocalProtocolError(f"code {code}: a framed request cannot be signed by the rpc hook")
-        return self._invoke_frame(addr, frame, opaque, code, timeout_s)
+        return self._invoke_frame(addr, frame, opaque, code, timeout_s, quick, quick_args)
 
     def _invoke_frame(
-        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
-    ) -> RemotingCommand:
-        conn = self._take_idle(addr)
+        self,
+        addr: str,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[Any, ...] = (),
+    ) -> RemotingCommand | _T:
+        conn = None
+        with self._lock:  # an idle open connection to addr (inline: on every call)
+            if self._closed:
+                raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
+            conns = self._idle.get(addr)
+            while conns:
+                conn = conns.pop()
+                if not conn.closed:
+                    break
+                conn = None
         if conn is None:
             deadline = time.monotonic() + timeout_s
             conn = BlockingConnection.open(
@@ -317,9 +410,17 @@ class BlockingConnectionPool:
                 self._give_back(conn)
                 raise RemotingTimeout(f"connecting to {addr} used up the call's deadline (code {code})")
         try:
-            return conn.invoke_frame(frame, opaque, code, timeout_s)
-        finally:
-            self._give_back(conn)
+            if quick is None:
+                return conn.invoke_frame(frame, opaque, code, timeout_s)
+            return conn.invoke_frame(frame, opaque, code, timeout_s, quick, quick_args)
+        finally:  # given back (as _give_back does, inline)
+            if not conn.closed:
+                with self._lock:
+                    if not self._closed:
+                        self._idle.setdefault(addr, []).append(conn)
+                        conn = None
+                if conn is not None:
+                    conn.close()
 
     def close(self) -> None:
         """Close the idle connections; busy ones are closed when their call ends."""
@@ -329,18 +430,6 @@ class BlockingConnectionPool:
             self._idle.clear()
         for conn in conns:
             conn.close()
-
-    def _take_idle(self, addr: str) -> BlockingConnection | None:
-        """An idle open connection to ``addr``, or None when there is none."""
-        with self._lock:
-            if self._closed:
-                raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
-            conns = self._idle.get(addr)
-            while conns:
-                conn = conns.pop()
-                if not conn.closed:
-                    return conn
-        return None
 
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
