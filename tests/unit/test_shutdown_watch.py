@@ -129,3 +129,50 @@ def test_a_process_whose_shutdown_blocks_its_loop_reports_the_stack_and_exits(tm
     assert "WARNING rocketq.broker.shutdown_watch: shutdown still running" in text
     assert "blocked_in_the_loop_thread" in text  # the loop thread's stack, from faulthandler
     assert "ERROR rocketq.broker.shutdown_watch: shutdown did not finish within 1 s" in text
+
+
+CHILD_HOLDING_THE_GIL = """
+import asyncio, logging, re
+from rocketq.broker.shutdown_watch import ShutdownWatch
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+def holding_the_gil():
+    # one C call that never lets another Python thread run: a regex that backtracks for ages
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+async def main():
+    watch = ShutdownWatch(asyncio.get_running_loop(), report_s=0.2, limit_s=0.6, backstop_s=1.5)
+    watch.arm()
+    holding_the_gil()
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_whose_shutdown_holds_the_gil_is_ended_by_the_backstop(tmp_path: pathlib.Path) -> None:
+    """A shutdown step stuck in a C call that holds the GIL starves the watch's own thread (no
+    report, no exit at the limit); the backstop, faulthandler's watchdog, still writes the
+    stacks and ends the process."""
+    log_path = tmp_path / "child.log"
+    with open(log_path, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD_HOLDING_THE_GIL],
+            check=False,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            timeout=WAIT_S,
+        )
+    text = log_path.read_text(encoding="utf-8")
+    assert done.returncode == 1, text  # faulthandler's exit, not the watch's EXIT_CODE
+    assert "Timeout (0:00:01.500000)!" in text  # faulthandler's watchdog fired
+    assert "holding_the_gil" in text  # the stuck thread's stack
+
+
+def test_a_backstop_comes_after_the_limit() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(ValueError, match=r"backstop_s=0\.5 must be > limit_s=1\.0"):
+            ShutdownWatch(loop, report_s=0.5, limit_s=1.0, backstop_s=0.5)
+    finally:
+        loop.close()

@@ -80,7 +80,7 @@ from rocketq.broker.metrics import FOLD_INTERVAL_S
 from rocketq.broker.pop.service import PopService
 from rocketq.broker.registration import NameServerRegistrar
 from rocketq.broker.send import SendMessageProcessor
-from rocketq.broker.shutdown_watch import ShutdownWatch
+from rocketq.broker.shutdown_watch import BACKSTOP_S, ShutdownWatch
 from rocketq.broker.subscription_group import SubscriptionGroupManager
 from rocketq.broker.topic_config import TopicConfigManager
 from rocketq.broker.trace import start_tracer, stop_tracer
@@ -740,7 +740,7 @@ def run_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> None:
         loop = asyncio.get_running_loop()
         # the watch stays armed until the process is gone: what follows the shutdown (the
         # loop's close, the interpreter's exit) waits for worker threads too
-        watch = ShutdownWatch(loop)
+        watch = ShutdownWatch(loop, backstop_s=BACKSTOP_S)
 
         def stopping() -> None:
             stop.set()

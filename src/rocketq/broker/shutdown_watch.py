@@ -11,6 +11,10 @@ Theory of operation::
                     os._exit(EXIT_CODE): the store's ``abort`` file is left in place, so the next
                     start recovers as after a crash (nothing acknowledged is lost: the written
                     data is in the page cache, as after a SIGKILL)
+        + backstop_s (server commands: BACKSTOP_S): faulthandler's watchdog, a C thread that
+                    needs no Python thread to run (one may hold the GIL in a C call, or the
+                    interpreter may be past the point where Python threads run, at its exit),
+                    writes every thread's stack and exits with status 1
     shutdown finished ─► ShutdownWatch.disarm(): the thread ends, nothing is reported
 
 The shutdown's own steps are bounded (the broker's: ``Broker.shutdown``); the watch names the
@@ -37,6 +41,9 @@ SHUTDOWN_REPORT_S = 15.0
 SHUTDOWN_LIMIT_S = 25.0
 #: The exit status of a process whose shutdown did not finish within ``SHUTDOWN_LIMIT_S``.
 EXIT_CODE = 3
+#: The server commands' backstop: after this long the process ends even if no Python thread can
+#: run (faulthandler's watchdog: the stacks, then exit status 1), before a 30 s supervisor.
+BACKSTOP_S = 28.0
 
 
 def task_stacks(loop: asyncio.AbstractEventLoop) -> str:
@@ -60,9 +67,15 @@ class ShutdownWatch:
         limit_s: float = SHUTDOWN_LIMIT_S,
         stream: TextIO | None = None,
         exit_process: Callable[[int], object] | None = None,
+        backstop_s: float | None = None,
     ) -> None:
         if not 0 < report_s <= limit_s:
             raise ValueError(f"report_s={report_s} must be > 0 and <= limit_s={limit_s}")
+        if backstop_s is not None and backstop_s <= limit_s:
+            raise ValueError(f"backstop_s={backstop_s} must be > limit_s={limit_s}")
+        #: faulthandler's exit after this long (None: none); process-wide, so server commands only
+        self.backstop_s = backstop_s
+        self._backstop_armed = False
         self.loop = loop
         self.report_s = report_s
         self.limit_s = limit_s
@@ -81,10 +94,19 @@ class ShutdownWatch:
             return
         self._thread = threading.Thread(target=self._watch, name="shutdown-watch", daemon=True)
         self._thread.start()
+        if self.backstop_s is not None:
+            try:
+                faulthandler.dump_traceback_later(self.backstop_s, exit=True, file=self._stream or sys.stderr)
+                self._backstop_armed = True
+            except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # no descriptor
+                log.warning("shutdown backstop not armed: the log stream has no file descriptor")
 
     def disarm(self) -> None:
         """The shutdown finished: stop watching."""
         self._done.set()
+        if self._backstop_armed:
+            faulthandler.cancel_dump_traceback_later()
+            self._backstop_armed = False
 
     def join(self, timeout_s: float) -> bool:
         """Wait for the watch's thread to end (after :meth:`disarm`, or its exit); True if it did."""
@@ -136,4 +158,4 @@ class ShutdownWatch:
         log.warning("shutdown: %s", task_stacks(self.loop))
 
 
-__all__ = ["EXIT_CODE", "SHUTDOWN_LIMIT_S", "SHUTDOWN_REPORT_S", "ShutdownWatch", "task_stacks"]
+__all__ = ["BACKSTOP_S", "EXIT_CODE", "SHUTDOWN_LIMIT_S", "SHUTDOWN_REPORT_S", "ShutdownWatch", "task_stacks"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocketq import speedups
 from rocketq.broker import Broker, BrokerConfig, load_broker_conf, run_broker
-from rocketq.broker.shutdown_watch import ShutdownWatch
+from rocketq.broker.shutdown_watch import BACKSTOP_S, ShutdownWatch
 from rocketq.cli.brokers_serve import serve_brokers
 from rocketq.cli.dledger_serve import serve_dledger
 from rocketq.config import StoreConfig
@@ -172,7 +172,7 @@ async def _serve_async(args: argparse.Namespace) -> None:
     if args.dledger is not None:
         await serve_dledger(args, stop)
         return
-    watches.append(ShutdownWatch(loop))
+    watches.append(ShutdownWatch(loop, backstop_s=BACKSTOP_S))
     # a broker.conf (-c) gives the defaults; the serve flags below always win
     base_cfg, base_store = load_broker_conf(args.config) if args.config else (BrokerConfig(), StoreConfig())
     # the name server speaks the broker.conf's tls.server.* settings too
