@@ -93,6 +93,21 @@ def test_the_report_comes_before_the_limit() -> None:
     asyncio.run(main())
 
 
+def run_child(source: str, tmp_path: pathlib.Path) -> tuple[int, str]:
+    """Run ``source`` in a Python process of its own: its exit status and its output."""
+    log_path = tmp_path / "child.log"
+    with open(log_path, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", source],
+            check=False,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            timeout=WAIT_S,
+        )
+    return done.returncode, log_path.read_text(encoding="utf-8")
+
+
 CHILD = """
 import asyncio, logging, threading
 from rocketq.broker.shutdown_watch import ShutdownWatch
@@ -114,18 +129,8 @@ asyncio.run(main())
 def test_a_process_whose_shutdown_blocks_its_loop_reports_the_stack_and_exits(tmp_path: pathlib.Path) -> None:
     """In a process of its own: the event loop blocked (no task report can run), the thread
     stacks still reach stderr, and the process ends with EXIT_CODE instead of hanging."""
-    log_path = tmp_path / "child.log"
-    with open(log_path, "wb") as out:
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD],
-            check=False,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env(),
-            timeout=WAIT_S,
-        )
-    text = log_path.read_text(encoding="utf-8")
-    assert done.returncode == EXIT_CODE, text
+    returncode, text = run_child(CHILD, tmp_path)
+    assert returncode == EXIT_CODE, text
     assert "WARNING rocketq.broker.shutdown_watch: shutdown still running" in text
     assert "blocked_in_the_loop_thread" in text  # the loop thread's stack, from faulthandler
     assert "ERROR rocketq.broker.shutdown_watch: shutdown did not finish within 1 s" in text
@@ -153,18 +158,8 @@ def test_a_process_whose_shutdown_holds_the_gil_is_ended_by_the_backstop(tmp_pat
     """A shutdown step stuck in a C call that holds the GIL starves the watch's own thread (no
     report, no exit at the limit); the backstop, faulthandler's watchdog, still writes the
     stacks and ends the process."""
-    log_path = tmp_path / "child.log"
-    with open(log_path, "wb") as out:
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD_HOLDING_THE_GIL],
-            check=False,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env(),
-            timeout=WAIT_S,
-        )
-    text = log_path.read_text(encoding="utf-8")
-    assert done.returncode == 1, text  # faulthandler's exit, not the watch's EXIT_CODE
+    returncode, text = run_child(CHILD_HOLDING_THE_GIL, tmp_path)
+    assert returncode == 1, text  # faulthandler's exit, not the watch's EXIT_CODE
     assert "Timeout (0:00:01.500000)!" in text  # faulthandler's watchdog fired
     assert "holding_the_gil" in text  # the stuck thread's stack
 
