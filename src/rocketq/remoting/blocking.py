@@ -413,14 +413,8 @@ class BlockingConnectionPool:
             if quick is None:
                 return conn.invoke_frame(frame, opaque, code, timeout_s)
             return conn.invoke_frame(frame, opaque, code, timeout_s, quick, quick_args)
-        finally:  # given back (as _give_back does, inline)
-            if not conn.closed:
-                with self._lock:
-                    if not self._closed:
-                        self._idle.setdefault(addr, []).append(conn)
-                        conn = None
-                if conn is not None:
-                    conn.close()
+        finally:
+            self._give_back(conn)
 
     def close(self) -> None:
         """Close the idle connections; busy ones are closed when their call ends."""
