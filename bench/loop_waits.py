@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from rocketq.client import Message, Producer, SendStatus
-from serve_ab import BODY, SRC, TOPIC, cpu_by_thread, free_port, loop_wakeups
+from serve_ab import BODY, SRC, TOPIC, cpu_by_thread, free_port, loop_wakeups, wait_ready
 
 #: the launcher: the counters are written to argv[1] on SIGUSR1 and zeroed on SIGUSR2; the rest
 #: is ``rocketq``'s command line
@@ -108,14 +108,7 @@ class Server:
                     os.environ, PYTHONPATH=os.path.abspath(src), ROCKETQ_LOOP_TIMERFD="1" if timerfd else "0"
                 ),
             )
-        deadline = time.monotonic() + 60
-        while True:
-            with open(self.log_path, "rb") as f:
-                if b"rocketq ready" in f.read():
-                    break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rocketq serve from {src} did not start; see {self.log_path}")
-            time.sleep(0.05)  # polling the log of a process that is starting
+        wait_ready(self.proc, self.log_path, src)
         self.producer = Producer("LoopWaits", namesrv_addr=f"127.0.0.1:{namesrv_port}")
         self.producer.start()
         self.producer.send(Message(TOPIC, BODY))  # creates the topic, untimed

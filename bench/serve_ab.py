@@ -75,6 +75,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(proc: subprocess.Popen[bytes], log_path: str, src: str) -> None:
+    """Return once the ``rocketq serve`` process ``proc`` says it is ready in ``log_path``."""
+    deadline = time.monotonic() + 60
+    while True:
+        with open(log_path, "rb") as f:
+            if b"rocketq ready" in f.read():
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"rocketq serve from {src} did not start; see {log_path}")
+        time.sleep(0.05)  # polling the log of a process that is starting
+
+
 class Server:
     def __init__(self, src: str, flush: str, tag: str, workdir: str) -> None:
         self.data_dir = tempfile.mkdtemp(prefix=f"{tag}-", dir=workdir)
@@ -92,14 +104,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        deadline = time.monotonic() + 60
-        while True:
-            with open(self.log_path, "rb") as f:
-                if b"rocketq ready" in f.read():
-                    break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rocketq serve from {src} did not start; see {self.log_path}")
-            time.sleep(0.05)
+        wait_ready(self.proc, self.log_path, src)
         self.namesrv = f"127.0.0.1:{namesrv_port}"
 
     def stop(self) -> None:
