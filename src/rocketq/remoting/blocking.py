@@ -28,6 +28,11 @@ connection to the address (or opens one), makes its call and gives it back, so t
 at once use one connection each and a connection is never shared by two calls in flight.
 :meth:`BlockingConnectionPool.close` closes the idle connections and every busy one when it is
 given back.
+The idle connections are taken and given back without a lock: a list's ``pop`` and ``append``
+are each one step with the GIL held, so two threads never take one connection; the lock only
+guards the dict of lists when an address is new. ``close`` marks the pool closed before it
+empties the lists, and a give-back looks at the mark again after its append, so a connection
+given back while the pool closes is closed by one of the two.
 """
 
 from __future__ import annotations
@@ -337,7 +342,8 @@ class BlockingConnectionPool:
     @property
     def idle_connections(self) -> int:
         with self._lock:
-            return sum(len(conns) for conns in self._idle.values())
+            lists = list(self._idle.values())
+        return sum(len(conns) for conns in lists)
 
     def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send request ``cmd`` to ``addr`` on a connection of this thread's own for the call;
@@ -390,16 +396,18 @@ class BlockingConnectionPool:
         quick: QuickAnswer[_T] | None = None,
         quick_args: tuple[Any, ...] = (),
     ) -> RemotingCommand | _T:
+        if self._closed:
+            raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
         conn = None
-        with self._lock:  # an idle open connection to addr (inline: on every call)
-            if self._closed:
-                raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
-            conns = self._idle.get(addr)
-            while conns:
+        conns = self._idle.get(addr)
+        while conns:  # the most recently given back open connection (inline: on every call)
+            try:
                 conn = conns.pop()
-                if not conn.closed:
-                    break
-                conn = None
+            except IndexError:  # another thread took the last one meanwhile
+                break
+            if not conn.closed:
+                break
+            conn = None
         if conn is None:
             deadline = time.monotonic() + timeout_s
             conn = BlockingConnection.open(
@@ -418,21 +426,33 @@ class BlockingConnectionPool:
 
     def close(self) -> None:
         """Close the idle connections; busy ones are closed when their call ends."""
+        self._closed = True
+        self._close_idle()
+
+    def _close_idle(self) -> None:
         with self._lock:
-            self._closed = True
-            conns = [c for cs in self._idle.values() for c in cs]
-            self._idle.clear()
-        for conn in conns:
-            conn.close()
+            lists = list(self._idle.values())
+        for conns in lists:
+            while True:
+                try:
+                    conn = conns.pop()
+                except IndexError:
+                    break
+                conn.close()
 
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
             return
-        with self._lock:
-            if not self._closed:
-                self._idle.setdefault(conn.addr, []).append(conn)
-                return
-        conn.close()
+        if self._closed:
+            conn.close()
+            return
+        conns = self._idle.get(conn.addr)
+        if conns is None:
+            with self._lock:
+                conns = self._idle.setdefault(conn.addr, [])
+        conns.append(conn)
+        if self._closed:  # closed meanwhile: its sweep may have come before the append
+            self._close_idle()
 
 
 __all__ = ["BlockingConnection", "BlockingConnectionPool", "BlockingRpcHook"]
