@@ -213,3 +213,17 @@ def test_fault_entry_dropped_by_a_fast_send_and_kept_by_a_slow_one() -> None:
     assert faults.is_available("a")
     faults.update("b", 10)  # no entry, none made
     assert faults.is_available("b") and faults.least_bad(["b"]) == "b"
+
+
+def test_select_without_entries_is_plain_round_robin_and_sees_a_new_entry_at_once() -> None:
+    """With no broker in the fault table (its ``items`` empty) select takes the next queue
+    without looking at each broker; the first entry made is seen by the very next select."""
+    info = TopicPublishInfo.from_route("T", route(a=2, b=2))
+    plain = TopicPublishInfo.from_route("T", route(a=2, b=2))
+    clock = Clock()
+    faults = LatencyFaultTolerance(clock)
+    assert [info.select(faults) for _ in range(6)] == [plain.select() for _ in range(6)]
+    faults.update("b", 0, failed=True)
+    assert faults.items and {info.select(faults).broker_name for _ in range(8)} == {"a"}
+    faults.update("b", 1)  # a fast answer: the entry goes, and b is taken again
+    assert not faults.items and {info.select(faults).broker_name for _ in range(4)} == {"a", "b"}

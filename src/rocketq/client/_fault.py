@@ -32,7 +32,7 @@ FAILURE_LATENCY_MS = 30_000
 
 
 #: Latencies below this get no back-off (the first row with a non-zero back-off: 550 ms).
-_NO_BACK_OFF_BELOW_MS = min(
+NO_BACK_OFF_BELOW_MS = min(
     limit for limit, duration in zip(LATENCY_MAX_MS, NOT_AVAILABLE_DURATION_MS, strict=True) if duration
 )
 
@@ -57,38 +57,40 @@ class LatencyFaultTolerance:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._items: dict[str, FaultItem] = {}
+        #: The brokers with an entry (in back-off, or with one that has passed); the senders' fast
+        #: paths read it without the lock: while it is empty every broker is available.
+        self.items: dict[str, FaultItem] = {}
         self._lock = threading.Lock()
 
     def update(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None:
         """Record a send through ``broker_name`` that took ``latency_ms`` (or failed)."""
-        if not failed and latency_ms < _NO_BACK_OFF_BELOW_MS:  # the common case: no back-off
-            if broker_name in self._items:
+        if not failed and latency_ms < NO_BACK_OFF_BELOW_MS:  # the common case: no back-off
+            if broker_name in self.items:
                 with self._lock:
-                    self._items.pop(broker_name, None)
+                    self.items.pop(broker_name, None)
             return
         charged = FAILURE_LATENCY_MS if failed else latency_ms
         back_off_s = not_available_duration_ms(charged) / 1000
         with self._lock:
             if back_off_s <= 0:
-                self._items.pop(broker_name, None)
+                self.items.pop(broker_name, None)
             else:
-                self._items[broker_name] = FaultItem(broker_name, charged, self._clock() + back_off_s)
+                self.items[broker_name] = FaultItem(broker_name, charged, self._clock() + back_off_s)
 
     def is_available(self, broker_name: str) -> bool:
-        item = self._items.get(broker_name)  # one dict read: atomic, no lock needed
+        item = self.items.get(broker_name)  # one dict read: atomic, no lock needed
         return item is None or self._clock() >= item.available_at
 
     def remove(self, broker_name: str) -> None:
         with self._lock:
-            self._items.pop(broker_name, None)
+            self.items.pop(broker_name, None)
 
     def least_bad(self, broker_names: Iterable[str]) -> str | None:
         """Among ``broker_names``, an available one, else the one whose back-off ends first."""
         best: tuple[float, str] | None = None
         with self._lock:
             for name in broker_names:
-                item = self._items.get(name)
+                item = self.items.get(name)
                 when = item.available_at if item is not None else float("-inf")
                 if best is None or when < best[0]:
                     best = (when, name)
@@ -99,6 +101,7 @@ __all__ = [
     "FAILURE_LATENCY_MS",
     "LATENCY_MAX_MS",
     "NOT_AVAILABLE_DURATION_MS",
+    "NO_BACK_OFF_BELOW_MS",
     "FaultItem",
     "LatencyFaultTolerance",
     "not_available_duration_ms",

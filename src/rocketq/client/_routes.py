@@ -85,6 +85,8 @@ class TopicPublishInfo:
             raise TopicNotExist(f"topic {self.topic!r} has no writable queue on any master broker")
         start = next(self._counter)
         n = len(queues)
+        if avoid_broker is None and (faults is None or not faults.items):
+            return queues[start % n]  # no broker in back-off, none to avoid: the loop's first
         for i in range(n):
             mq = queues[(start + i) % n]
             if mq.broker_name != avoid_broker and (faults is None or faults.is_available(mq.broker_name)):
