@@ -5349,6 +5349,185 @@ static PyObject *put_lane(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return (PyObject *)lane;
 }
 
+/* -- the blocking producer's plain send, prepared and framed ------------------------------------
+ *
+ *   seq_take(seq, n) -> int               rocketq.message.pure_seq_take
+ *   plain_send_frame(msg, group, queue_id, broker_name, max_body, threshold, prefix, offset_ms,
+ *                    seq, born_ms) -> (frame, opaque, msg_id) | None
+ *                                         rocketq.client.send_plain.pure_plain_send_frame
+ *
+ * seq is a UniqueIdGenerator's sequence: a list holding one int in 0..0xFFFF. seq_take returns it
+ * and stores it plus n (masked to 16 bits) in one step with the GIL held, nothing in between that
+ * could run Python code, so threads taking ids (one at a time or a batch's n) never share one.
+ *
+ * plain_send_frame is what the producer's _prepare and _request_frame make of a plain message
+ * (exactly a Message, no properties, tags, keys or delay level, an exact bytes body of 1 byte up
+ * to max_body and not over the compress threshold, an exact int flag): its UNIQ_KEY (prefix,
+ * offset_ms as 8 hex digits, the next sequence number as 4: UniqueIdGenerator.next_id's layout),
+ * the next opaque of rocketq.remoting.command's counter (next_opaque's rule), and the
+ * SEND_MESSAGE_V2 frame send_request_frame writes with the two properties every send has. For
+ * anything else it returns None before taking an id or an opaque; the caller then goes the
+ * general way. */
+
+static struct {
+    PyTypeObject *message_type;
+    PyObject *opaque_counter; /* itertools.count of next_opaque */
+    PyObject *props_head;     /* "UNIQ_KEY\x01" */
+    PyObject *props_tail;     /* "\x02WAIT\x01true\x02" */
+    PyObject *names[7];       /* topic, body, tags, keys, properties, delay_level, flag */
+} ps;
+
+static PyObject *setup_plain_send(PyObject *self, PyObject *args) {
+    PyObject *cls, *counter, *head, *tail;
+    if (!PyArg_ParseTuple(args, "OOUU:setup_plain_send", &cls, &counter, &head, &tail)) return NULL;
+    if (!PyType_Check(cls) || !PyUnicode_IS_COMPACT_ASCII(head) || !PyUnicode_IS_COMPACT_ASCII(tail)) {
+        PyErr_SetString(PyExc_TypeError, "setup_plain_send(Message, opaque counter, ASCII head, ASCII tail)");
+        return NULL;
+    }
+    static const char *const names[7] = {"topic", "body", "tags", "keys", "properties", "delay_level", "flag"};
+    for (int j = 0; j < 7; j++) {
+        if (ps.names[j] == NULL && (ps.names[j] = PyUnicode_InternFromString(names[j])) == NULL) return NULL;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(ps.message_type, (PyTypeObject *)cls);
+    Py_INCREF(counter);
+    Py_XSETREF(ps.opaque_counter, counter);
+    Py_INCREF(head);
+    Py_XSETREF(ps.props_head, head);
+    Py_INCREF(tail);
+    Py_XSETREF(ps.props_tail, tail);
+    Py_RETURN_NONE;
+}
+
+/* seq's value (0..0xFFFF) into *v: 1, or 0 when seq is not a list of one such exact int. */
+static int seq_value(PyObject *seq, long long *v) {
+    if (!PyList_CheckExact(seq) || PyList_GET_SIZE(seq) != 1) return 0;
+    int ok = exact_ll(PyList_GET_ITEM(seq, 0), v);
+    if (ok <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return *v >= 0 && *v <= 0xFFFF;
+}
+
+/* Store v + n (16 bits) in seq, already checked by seq_value: no Python code runs. */
+static int seq_store(PyObject *seq, long long v, long long n) {
+    PyObject *next = PyLong_FromLongLong((v + n) & 0xFFFF);
+    if (next == NULL) return -1;
+    return PyList_SetItem(seq, 0, next); /* steals next; the old int has no finalizer */
+}
+
+static PyObject *seq_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long v, n;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "seq_take(seq, n) takes 2 arguments");
+        return NULL;
+    }
+    int ok = exact_ll(args[1], &n);
+    if (ok < 0) return NULL;
+    if (ok == 0 || n < 0 || n > (1LL << 62) || !seq_value(args[0], &v)) {
+        PyErr_SetString(PyExc_ValueError, "seq_take: seq must be a list of one int in 0..0xFFFF, n an int in 0..2**62");
+        return NULL;
+    }
+    if (seq_store(args[0], v, n) < 0) return NULL;
+    return PyLong_FromLongLong(v);
+}
+
+static PyObject *plain_send_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (ps.message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketq._speedups.setup_plain_send() was not called");
+        return NULL;
+    }
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "plain_send_frame takes 10 arguments");
+        return NULL;
+    }
+    PyObject *msg = args[0], *prefix = args[6], *seq = args[8];
+    if (Py_TYPE(msg) != ps.message_type) Py_RETURN_NONE;
+    PyObject *a[7] = {NULL};
+    PyObject *result = NULL, *msg_id = NULL, *props = NULL, *opaque = NULL, *frame = NULL;
+    for (int j = 0; j < 7; j++) {
+        if ((a[j] = PyObject_GetAttr(msg, ps.names[j])) == NULL) goto out;
+    }
+    PyObject *topic = a[0], *body = a[1], *tags = a[2], *keys = a[3], *properties = a[4];
+    long long max_body, threshold, offset, delay, flag, s;
+    int ok;
+    if ((ok = exact_ll(args[4], &max_body)) <= 0 || (ok = exact_ll(args[5], &threshold)) <= 0 ||
+        (ok = exact_ll(args[7], &offset)) <= 0 || (ok = exact_ll(a[5], &delay)) <= 0 ||
+        (ok = exact_ll(a[6], &flag)) <= 0) {
+        if (ok < 0) PyErr_Clear();
+        goto plain_not;
+    }
+    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) == 0 ||
+        PyBytes_GET_SIZE(body) > max_body || PyBytes_GET_SIZE(body) > threshold ||
+        !(tags == Py_None || (PyUnicode_CheckExact(tags) && PyUnicode_GET_LENGTH(tags) == 0)) ||
+        !((PyTuple_CheckExact(keys) && PyTuple_GET_SIZE(keys) == 0) ||
+          (PyList_CheckExact(keys) && PyList_GET_SIZE(keys) == 0)) ||
+        !PyDict_CheckExact(properties) || PyDict_GET_SIZE(properties) != 0 || delay > 0 ||
+        !PyUnicode_CheckExact(prefix) || !PyUnicode_IS_COMPACT_ASCII(prefix) || offset < 0 ||
+        offset > 0xFFFFFFFFLL || !PyLong_CheckExact(args[9]) || !seq_value(seq, &s))
+        goto plain_not;
+    /* the id: prefix, then the month offset and the sequence number in uppercase hex */
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+    if ((msg_id = PyUnicode_New(plen + 12, 127)) == NULL) goto out;
+    if (seq_store(seq, s, 1) < 0) goto out;
+    static const char hex[] = "0123456789ABCDEF";
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(msg_id);
+    memcpy(w, PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+    w += plen;
+    for (int k = 7; k >= 0; k--) *w++ = (Py_UCS1)hex[(offset >> (4 * k)) & 0xF];
+    for (int k = 3; k >= 0; k--) *w++ = (Py_UCS1)hex[(s >> (4 * k)) & 0xF];
+    /* the opaque: next_opaque's (n - 1) % 0x7FFFFFFF + 1 of the counter's next n */
+    PyObject *n = PyIter_Next(ps.opaque_counter);
+    if (n == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the opaque counter ended");
+        goto out;
+    }
+    long long nv;
+    ok = exact_ll(n, &nv);
+    if (ok > 0 && nv >= 1) {
+        Py_DECREF(n);
+        opaque = PyLong_FromLongLong((nv - 1) % 0x7FFFFFFFLL + 1);
+    } else { /* past 64 bits: Python's arithmetic */
+        PyErr_Clear();
+        PyObject *one = PyLong_FromLong(1), *mod = PyLong_FromLong(0x7FFFFFFFL);
+        PyObject *less = one && mod ? PyNumber_Subtract(n, one) : NULL;
+        PyObject *rem = less ? PyNumber_Remainder(less, mod) : NULL;
+        opaque = rem ? PyNumber_Add(rem, one) : NULL;
+        Py_XDECREF(rem);
+        Py_XDECREF(less);
+        Py_XDECREF(mod);
+        Py_XDECREF(one);
+        Py_DECREF(n);
+    }
+    if (opaque == NULL) goto out;
+    /* the properties every send adds: UNIQ_KEY and WAIT, as encode_properties writes them */
+    Py_ssize_t hl = PyUnicode_GET_LENGTH(ps.props_head), tl = PyUnicode_GET_LENGTH(ps.props_tail);
+    if ((props = PyUnicode_New(hl + plen + 12 + tl, 127)) == NULL) goto out;
+    w = PyUnicode_1BYTE_DATA(props);
+    memcpy(w, PyUnicode_1BYTE_DATA(ps.props_head), (size_t)hl);
+    memcpy(w + hl, PyUnicode_1BYTE_DATA(msg_id), (size_t)(plen + 12));
+    memcpy(w + hl + plen + 12, PyUnicode_1BYTE_DATA(ps.props_tail), (size_t)tl);
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) goto out;
+    PyObject *fargs[11] = {opaque, args[1], topic, args[2], zero, args[9], a[6], props, Py_False, args[3], body};
+    frame = send_request_frame(NULL, fargs, 11);
+    Py_DECREF(zero);
+    if (frame == NULL) goto out;
+    result = PyTuple_Pack(3, frame, opaque, msg_id);
+    goto out;
+plain_not:
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    Py_XDECREF(frame);
+    Py_XDECREF(props);
+    Py_XDECREF(opaque);
+    Py_XDECREF(msg_id);
+    for (int j = 0; j < 7; j++) Py_XDECREF(a[j]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
      "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
@@ -5458,6 +5637,13 @@ static PyMethodDef methods[] = {
     {"put_lane", (PyCFunction)(void (*)(void))put_lane, METH_FASTCALL,
      "put_lane(lock, topic_cache, store_host, store_v6, file_size, units_per_cq_file, sync): the compiled "
      "single put of one CommitLog (PutLane)"},
+    {"setup_plain_send", (PyCFunction)setup_plain_send, METH_VARARGS,
+     "setup_plain_send(Message, opaque counter, properties head, properties tail): bind plain_send_frame"},
+    {"seq_take", (PyCFunction)(void (*)(void))seq_take, METH_FASTCALL,
+     "seq_take(seq, n): rocketq.message.pure_seq_take, compiled (atomic with the GIL held)"},
+    {"plain_send_frame", (PyCFunction)(void (*)(void))plain_send_frame, METH_FASTCALL,
+     "plain_send_frame(msg, group, queue_id, broker_name, max_body, threshold, prefix, offset_ms, seq, born_ms): "
+     "rocketq.client.send_plain.pure_plain_send_frame, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
-import itertools
 import os
 import random
 import re
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from rocketq import speedups as _speedups
 from rocketq.errors import MessageIllegal, TopicNameInvalid
 from rocketq.wallclock import local_month_bounds_ms, wall_clock_ms
 
@@ -266,6 +266,26 @@ def local_ip() -> str:
         return "127.0.0.1"
 
 
+_seq_lock = threading.Lock()
+
+
+def pure_seq_take(seq: list[int], n: int) -> int:
+    """The sequence number held in ``seq`` (a list of one int in 0..0xFFFF), which becomes that
+    plus ``n`` (16 bits) in the same step: ``n`` numbers in a row taken by one caller."""
+    with _seq_lock:
+        first = seq[0]
+        seq[0] = (first + n) & 0xFFFF
+    return first
+
+
+#: :func:`pure_seq_take`, compiled when the C accelerator is in use: there the GIL held across
+#: the call makes the step atomic (no lock), and the blocking producer's compiled plain send
+#: (:mod:`rocketq.client.send_plain`) takes its ids from the same list the same way.
+seq_take: Callable[[list[int], int], int] = (
+    _speedups.COMPILED.seq_take if _speedups.COMPILED is not None else pure_seq_take
+)
+
+
 class UniqueIdGenerator:
     """Generates ``UNIQ_KEY`` client ids with RocketMQ's layout (thread-safe).
 
@@ -273,6 +293,8 @@ class UniqueIdGenerator:
     time field counts from is the local-time month of that clock, from its first midnight as
     ``Calendar`` places it (with that day's UTC offset, not today's: in a month whose daylight-saving
     change has passed, the field counts the hour the clocks skipped or repeated as Java does).
+    The counter is ``_seq`` (see :func:`seq_take`): an id takes one number, a batch's
+    :meth:`next_ids` ``n`` in a row.
     """
 
     def __init__(self, ip: bytes | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
@@ -280,7 +302,7 @@ class UniqueIdGenerator:
         ip = ip if ip is not None else socket.inet_aton(local_ip())
         fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
         self._prefix = fixed.hex().upper()
-        self._counter = itertools.count(random.getrandbits(15))
+        self._seq = [random.getrandbits(15)]
         self._lock = threading.Lock()
         #: (month start, next month start) in epoch ms, replaced as one value (read without lock)
         self._month: tuple[int, int] = (0, 0)
@@ -295,24 +317,30 @@ class UniqueIdGenerator:
                     month = self._month = local_month_bounds_ms(now_ms)
         return month
 
+    def offset_ms(self) -> int:
+        """The time field of an id made now: ms since the month's start, as 32 bits."""
+        now_ms = self._clock_ms()
+        month = self._month
+        if not month[0] <= now_ms < month[1]:
+            month = self._month_of(now_ms)
+        return (now_ms - month[0]) & 0xFFFFFFFF
+
     def next_id(self) -> str:
         now_ms = self._clock_ms()
         month = self._month
         if not month[0] <= now_ms < month[1]:
             month = self._month_of(now_ms)
-        with self._lock:  # a batch's next_ids stay consecutive
-            seq = next(self._counter) & 0xFFFF
+        seq = seq_take(self._seq, 1)
         return f"{self._prefix}{(now_ms - month[0]) & 0xFFFFFFFF:08X}{seq:04X}"
 
     def next_ids(self, n: int) -> list[str]:
         """``n`` ids as ``n`` calls of :meth:`next_id` in a row within one millisecond give them
-        (consecutive sequence numbers; one clock reading and one lock for all: a batch's)."""
+        (consecutive sequence numbers; one clock reading and one counter step for all: a batch's)."""
         now_ms = self._clock_ms()
         month = self._month_of(now_ms)
-        with self._lock:  # consecutive: no other thread's id in between
-            seqs = [next(self._counter) & 0xFFFF for _ in range(n)]
+        first = seq_take(self._seq, n)  # consecutive: no other thread's id in between
         head = f"{self._prefix}{(now_ms - month[0]) & 0xFFFFFFFF:08X}"
-        return [f"{head}{seq:04X}" for seq in seqs]
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
 
 
 # -- message objects -----------------------------------------------------------------------

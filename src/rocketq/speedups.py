@@ -61,7 +61,11 @@ its generated ``__init__``).
 The blocking producer's usual answer is read compiled: ``send_result``
 (:func:`rocketq.client.send_answer.send_result`: a read that is exactly the SUCCESS answer to the
 send made into its SendResult), whose reference is the general decoding
-(:func:`rocketq.client.send_answer.pure_send_result`); anything else it leaves to that.
+(:func:`rocketq.client.send_answer.pure_send_result`); anything else it leaves to that. Its
+usual request is made compiled too: ``plain_send_frame``
+(:func:`rocketq.client.send_plain.pure_plain_send_frame`: a plain message's UNIQ_KEY, opaque
+and SEND_MESSAGE_V2 frame in one call) with ``seq_take``
+(:func:`rocketq.message.pure_seq_take`, the id generator's counter step, atomic with the GIL).
 
 A client's requests are written compiled too, with the same pattern:
 :func:`rocketq.remoting.command.encode_json_header` (a command's JSON header) and ``encode_frame``

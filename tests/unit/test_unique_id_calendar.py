@@ -10,7 +10,6 @@ store by hand) are checked here with a fixed clock and a fixed time zone, never 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import struct
 import time
 from collections.abc import Iterator
@@ -122,8 +121,8 @@ def test_generator_rolls_to_the_next_month_with_one_instance(local_zone: str) ->
 def test_next_ids_are_what_next_id_gives_in_a_row_within_one_millisecond() -> None:
     now = 1_800_000_000_000
     one, many = UniqueIdGenerator(IP, clock_ms=lambda: now), UniqueIdGenerator(IP, clock_ms=lambda: now)
-    many._prefix, many._counter = one._prefix, itertools.count(0xFFFE)  # the counter wraps at 16 bits
-    one._counter = itertools.count(0xFFFE)
+    many._prefix, many._seq = one._prefix, [0xFFFE]  # the counter wraps at 16 bits
+    one._seq = [0xFFFE]
     assert many.next_ids(4) == [one.next_id() for _ in range(4)]
     assert [uid[-4:] for uid in many.next_ids(2)] == ["0002", "0003"]
     assert many.next_ids(0) == []

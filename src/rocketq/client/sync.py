@@ -17,6 +17,11 @@ result, failure handling), its request framed in one call (``send_request_frame`
 answer, when the read is the usual one, made into the SendResult in one call
 (:func:`rocketq.client.send_answer.send_result`, which hands anything else to the general
 decoding); a failure hands the retries to the generator with the attempt counted.
+A plain message (no properties, tags, keys or delay level, a ``bytes`` body below the compress
+threshold) sent without key, selector or queue is made ready in one compiled call once its queue
+is picked: its UNIQ_KEY, opaque and frame (:func:`rocketq.client.send_plain.plain_send_frame`,
+the same values and bytes as ``_prepare`` and ``_request_frame``); any other message is
+prepared the general way for the same queue.
 Threads calling at once each get a connection of their own from a pool (a connection is never
 shared by two sends in flight; it goes back to the pool when the send ends). Only a topic whose
 route is not cached yet is looked up on the loop thread; the periodic route refresh stays there.
@@ -34,16 +39,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
+from rocketq.client._fault import NO_BACK_OFF_BELOW_MS
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
 from rocketq.client.send_answer import send_result as _send_result
-from rocketq.client.send_values import SendAttempts, _Prepared
+from rocketq.client.send_plain import plain_properties
+from rocketq.client.send_plain import plain_send_frame as _plain_send_frame
+from rocketq.client.send_values import SendAttempts, _Prepared, send_result_of, validate_send_topic
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting.blocking import BlockingConnectionPool
 from rocketq.remoting.client import DEFAULT_CONNECT_TIMEOUT_S
+from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
+from rocketq.wallclock import wall_clock_ms
+
+_SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
+#: An answer at least this slow (s) gets its broker a back-off (LatencyFaultTolerance.update).
+_SLOW_S = NO_BACK_OFF_BELOW_MS / 1000
 
 
 class Producer(BlockingFacade[AsyncProducer]):
@@ -99,7 +113,89 @@ class Producer(BlockingFacade[AsyncProducer]):
         core = self._core
         if pool is None or self._loop is None or self._thread is threading.current_thread():
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
-        prepared = core._prepare_send(msg, sharding_key, selector, queue)
+        routes = core._routes
+        body = msg.body
+        if (
+            _plain_send_frame is None
+            or _send_result is None
+            or sharding_key is not None
+            or selector is not None
+            or queue is not None
+            or routes is None
+            or pool.rpc_hook is not None
+            or core._state != "running"
+            or type(body) is not bytes
+            or not 0 < len(body) <= core.max_message_size_bytes
+        ):
+            return self._send_prepared(
+                pool,
+                core._prepare_send(msg, sharding_key, selector, queue),
+                msg,
+                sharding_key,
+                selector,
+                queue,
+            )
+        # the plain path: the checks _prepare_send makes that can fail here (the topic's), the
+        # queue as _pick_queue picks it with no key, selector or queue, then the message's id,
+        # opaque and frame in one call when it is plain (else prepared as usual, for that queue)
+        validate_send_topic(msg.topic)
+        info = routes.cached(msg.topic)
+        if info is None or not info.queues:
+            return self._send_here(pool, core._prepare(msg), None, None, None, msg)
+        deadline = time.monotonic() + core.send_timeout_ms / 1000
+        mq = info.select(core.faults)
+        # the id's time field from the born time's clock reading when the id's clock is the wall
+        # clock too (UniqueIdGenerator.offset_ms otherwise, and when a month has turned)
+        born_ms = time.time_ns() // 1_000_000
+        ids = core._ids
+        month = ids._month
+        if ids._clock_ms is wall_clock_ms and month[0] <= born_ms < month[1]:
+            offset_ms = (born_ms - month[0]) & 0xFFFFFFFF
+        else:
+            offset_ms = ids.offset_ms()
+        made = _plain_send_frame(
+            msg, core.group, mq.queue_id, mq.broker_name, core.max_message_size_bytes,
+            core.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
+        )  # fmt: skip
+        if made is None:
+            return self._first_attempt(pool, core._prepare(msg), info, mq, deadline, None, None, None, msg)
+        frame, opaque, msg_id = made
+        began = time.monotonic()
+        try:
+            addr = core._broker_addr(mq, routes)
+            response = pool.invoke_frame(
+                addr, frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
+            )
+            result = (
+                response
+                if isinstance(response, SendResult)
+                else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
+            )
+        except RocketqError as exc:
+            prepared = _Prepared(msg.topic, body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
+            tried = SendAttempts(deadline)
+            core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
+            return self._send_here(pool, prepared, None, None, None, msg, tried)
+        # _attempt_succeeded, called only when it has something to do: a broker in back-off
+        # (a fast answer takes it out), a slow answer, a route from the template
+        faults = core.faults
+        if (
+            faults is not None and (faults.items or time.monotonic() - began >= _SLOW_S)
+        ) or info.from_template:
+            return core._attempt_succeeded(result, info, began)
+        return result
+
+    def _send_prepared(
+        self,
+        pool: BlockingConnectionPool,
+        prepared: _Prepared,
+        msg: Message,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+    ) -> SendResult:
+        """:meth:`send` of ``prepared`` (``msg`` made ready by ``_prepare_send``)."""
+        core = self._core
         routes = core._routes
         info = routes.cached(prepared.topic) if routes is not None else None
         if routes is None or info is None or not info.queues:
@@ -108,6 +204,25 @@ class Producer(BlockingFacade[AsyncProducer]):
         # usual send needs no generator; a failed attempt hands the retries to _send_steps
         deadline = time.monotonic() + core.send_timeout_ms / 1000
         mq = core._pick_queue(prepared, info, sharding_key, selector, queue, msg, None)
+        return self._first_attempt(pool, prepared, info, mq, deadline, sharding_key, selector, queue, msg)
+
+    def _first_attempt(
+        self,
+        pool: BlockingConnectionPool,
+        prepared: _Prepared,
+        info: TopicPublishInfo,
+        mq: MessageQueue,
+        deadline: float,
+        sharding_key: str | None,
+        selector: QueueSelector | None,
+        queue: MessageQueue | None,
+        msg: Message,
+    ) -> SendResult:
+        """The first attempt of the send of ``prepared`` to ``mq`` (then the retries when it
+        fails), within ``deadline``."""
+        core = self._core
+        routes = core._routes
+        assert routes is not None
         began = time.monotonic()
         try:
             addr = core._broker_addr(mq, routes)
