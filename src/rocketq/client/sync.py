@@ -36,6 +36,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from threading import get_ident
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
@@ -71,6 +72,8 @@ class Producer(BlockingFacade[AsyncProducer]):
     #: The blocking connections of :meth:`send` (None before start, after shutdown, and when
     #: the core has a request handler or auto-batches).
     _pool: BlockingConnectionPool | None = None
+    #: ``threading.get_ident()`` of the loop's thread, where :meth:`send` hands the call to the loop.
+    _loop_ident: int | None = None
 
     @takes_arguments_of(AsyncProducer)
     def __init__(self, group: str, **kwargs: Any) -> None:
@@ -85,6 +88,8 @@ class Producer(BlockingFacade[AsyncProducer]):
 
     def start(self) -> None:
         BlockingFacade.start(self)
+        if self._thread is not None:
+            self._loop_ident = self._thread.ident
         if self._pool is None and self._core.request_handler is None and not self._core.auto_batch:
             config = self._core.config
             self._pool = BlockingConnectionPool(
@@ -111,7 +116,7 @@ class Producer(BlockingFacade[AsyncProducer]):
         the broker call is made in the calling thread."""
         pool = self._pool
         core = self._core
-        if pool is None or self._loop is None or self._thread is threading.current_thread():
+        if pool is None or self._loop is None or get_ident() == self._loop_ident:
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         routes = core._routes
         body = msg.body
@@ -142,7 +147,8 @@ class Producer(BlockingFacade[AsyncProducer]):
         info = routes.cached(msg.topic)
         if info is None or not info.queues:
             return self._send_here(pool, core._prepare(msg), None, None, None, msg)
-        deadline = time.monotonic() + core.send_timeout_ms / 1000
+        began = time.monotonic()  # the attempt's latency counts its own preparation too
+        deadline = began + core.send_timeout_ms / 1000
         mq = info.select(core.faults)
         # the id's time field from the born time's clock reading when the id's clock is the wall
         # clock too (UniqueIdGenerator.offset_ms otherwise, and when a month has turned)
@@ -160,9 +166,9 @@ class Producer(BlockingFacade[AsyncProducer]):
         if made is None:
             return self._first_attempt(pool, core._prepare(msg), info, mq, deadline, None, None, None, msg)
         frame, opaque, msg_id = made
-        began = time.monotonic()
         try:
-            addr = core._broker_addr(mq, routes)
+            # the queue's broker in the route it came from (_broker_addr looks further, or raises)
+            addr = info.broker_addrs.get(mq.broker_name) or core._broker_addr(mq, routes)
             response = pool.invoke_frame(
                 addr, frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
             )
