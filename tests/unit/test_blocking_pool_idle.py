@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rocketq.errors import LocalProtocolError
 from rocketq.remoting.blocking import BlockingConnection, BlockingConnectionPool
 
 
@@ -55,3 +56,9 @@ def test_an_idle_connection_goes_to_one_caller_and_back(pair: tuple[socket.socke
     other = BlockingConnection("peer:1", pair[1])
     pool._give_back(other)  # given back after close: closed at once
     assert other.closed and pool.idle_connections == 0
+
+
+def test_a_pool_with_an_rpc_hook_refuses_a_frame_the_hook_did_not_sign() -> None:
+    pool = BlockingConnectionPool(connect_timeout_s=1.0, rpc_hook=lambda addr, cmd: None)
+    with pytest.raises(LocalProtocolError, match="cannot be signed"):
+        pool.invoke_frame("127.0.0.1:1", b"frame", 1, 310, 1.0)

@@ -74,6 +74,7 @@ _READ_SLICE_MIN_S: Final = 0.001
 _READ_SLICE_MAX_S: Final = 3600.0
 #: ``struct timeval`` (seconds, microseconds) for ``SO_RCVTIMEO``.
 _TIMEVAL: Final = struct.Struct("@ll")
+_MSG_DONTWAIT: Final = socket.MSG_DONTWAIT
 
 _T = TypeVar("_T")
 
@@ -198,7 +199,15 @@ class BlockingConnection:
             )
         deadline = time.monotonic() + timeout_s
         try:
-            self._write(frame, deadline)
+            if self._plain:  # _write's usual case inline: the whole frame taken at once
+                try:
+                    sent = self._sock.send(frame, _MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                if sent != len(frame):
+                    self._write_rest(memoryview(frame)[sent:], deadline)
+            else:
+                self._write(frame, deadline)
             pending = self._pending
             decoder = self._decoder
             while True:
@@ -239,19 +248,22 @@ class BlockingConnection:
             sock.sendall(data)
             return
         try:
-            sent = sock.send(data, socket.MSG_DONTWAIT)
+            sent = sock.send(data, _MSG_DONTWAIT)
         except BlockingIOError:
             sent = 0
-        if sent == len(data):
-            return
-        rest = memoryview(data)[sent:]
+        if sent != len(data):
+            self._write_rest(memoryview(data)[sent:], deadline)
+
+    def _write_rest(self, rest: memoryview, deadline: float) -> None:
+        """Write ``rest`` of a frame whose beginning the plain socket took, before ``deadline``."""
+        sock = self._sock
         poll_out = select.poll()
         poll_out.register(sock, select.POLLOUT)
         while rest:
             if not poll_out.poll(_poll_ms(deadline)):
                 continue  # _poll_ms raises TimeoutError once the deadline has passed
             try:
-                rest = rest[sock.send(rest, socket.MSG_DONTWAIT) :]
+                rest = rest[sock.send(rest, _MSG_DONTWAIT) :]
             except BlockingIOError:
                 continue
 
@@ -350,11 +362,11 @@ class BlockingConnectionPool:
         ``timeout_s`` covers connecting and waiting."""
         if self.rpc_hook is not None:
             self.rpc_hook(addr, cmd)
-        return self._invoke_frame(addr, encode(cmd), cmd.opaque, cmd.code, timeout_s)
+        return self.invoke_frame(addr, encode(cmd), cmd.opaque, cmd.code, timeout_s, signed=True)
 
     @overload
     def invoke_frame(
-        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float
+        self, addr: str, frame: bytes, opaque: int, code: int, timeout_s: float, *, signed: bool = False
     ) -> RemotingCommand: ...
 
     @overload
@@ -367,6 +379,8 @@ class BlockingConnectionPool:
         timeout_s: float,
         quick: QuickAnswer[_T],
         quick_args: tuple[Any, ...],
+        *,
+        signed: bool = False,
     ) -> RemotingCommand | _T: ...
 
     def invoke_frame(
@@ -378,24 +392,15 @@ class BlockingConnectionPool:
         timeout_s: float,
         quick: QuickAnswer[_T] | None = None,
         quick_args: tuple[Any, ...] = (),
+        *,
+        signed: bool = False,
     ) -> RemotingCommand | _T:
         """:meth:`invoke` of a request already framed (its ``opaque`` and ``code``), for a pool
-        without an ``rpc_hook``: a hook signs the command, so it is called with :meth:`invoke`.
-        ``quick`` and ``quick_args``: as :meth:`BlockingConnection.invoke_frame` takes them."""
-        if self.rpc_hook is not None:
+        without an ``rpc_hook`` (a hook signs the command, so it is called with :meth:`invoke`,
+        which passes ``signed``). ``quick`` and ``quick_args``: as
+        :meth:`BlockingConnection.invoke_frame` takes them."""
+        if self.rpc_hook is not None and not signed:
             raise LocalProtocolError(f"code {code}: a framed request cannot be signed by the rpc hook")
-        return self._invoke_frame(addr, frame, opaque, code, timeout_s, quick, quick_args)
-
-    def _invoke_frame(
-        self,
-        addr: str,
-        frame: bytes,
-        opaque: int,
-        code: int,
-        timeout_s: float,
-        quick: QuickAnswer[_T] | None = None,
-        quick_args: tuple[Any, ...] = (),
-    ) -> RemotingCommand | _T:
         if self._closed:
             raise ConnectionClosed(f"the producer's connections are closed; cannot call {addr}")
         conn = None
