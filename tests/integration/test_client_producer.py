@@ -494,9 +494,10 @@ def test_blocking_plain_sends_are_framed_at_once_and_keep_the_queue_order(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the compiled module a plain message's id, opaque and frame are made in one call
-    (``send_plain.plain_send_frame``); a message with tags is made the general way, for the queue
-    picked for it. Both go round-robin in one order, each stored with its own UNIQ_KEY, the
-    message id of its result, and ids never repeat."""
+    (``send_plain.plain_send_frame``); a message with tags never gets there, and one whose
+    body is to be compressed is declined and made the general way for the queue picked for it.
+    All go round-robin in one order, each stored with its own UNIQ_KEY, the message id of its
+    result, and ids never repeat."""
     compiled = sync._plain_send_frame
     if compiled is None:
         pytest.skip("compiled codecs not in use")
@@ -513,19 +514,27 @@ def test_blocking_plain_sends_are_framed_at_once_and_keep_the_queue_order(
 
     monkeypatch.setattr(sync, "_plain_send_frame", spy)
     cluster.create_topic("PlainT", 4)
+    big = 5000  # over the compress threshold (4 KiB)
     with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
         p.send(Message("PlainT", b"warm"))  # the route is cached from here on
-        msgs = [Message("PlainT", b"m%d" % i, tags="TagA" if i % 3 == 0 else None) for i in range(12)]
+        msgs = [
+            Message("PlainT", b"m%d" % i * (big if i % 4 == 1 else 1), tags="TagA" if i % 4 == 2 else None)
+            for i in range(12)
+        ]
         results = [p.send(m) for m in msgs]
-    assert declined == [m for m in msgs if m.tags]
-    assert made[-8:] == [r.msg_id for m, r in zip(msgs, results, strict=True) if not m.tags]
+    assert declined == [m for m in msgs if len(m.body) > big]
+    plain = [r.msg_id for m, r in zip(msgs, results, strict=True) if not m.tags and len(m.body) < big]
+    assert made[-len(plain) :] == plain
     first = results[0].message_queue.queue_id
     assert [r.message_queue.queue_id for r in results] == [(first + i) % 4 for i in range(12)]
     assert len({r.msg_id for r in results}) == 12
     for m, r in zip(msgs, results, strict=True):
         (view,) = [
-            v for v in cluster.pull_all("broker-a", "PlainT", r.message_queue.queue_id) if v.body == m.body
+            v
+            for v in cluster.pull_all("broker-a", "PlainT", r.message_queue.queue_id)
+            if v.queue_offset == r.queue_offset
         ]
         props = decode_properties(view.properties)
         assert props["UNIQ_KEY"] == r.msg_id and props["WAIT"] == "true"
         assert props.get("TAGS") == m.tags
+        assert (zlib.decompress(view.body) if len(m.body) > big else view.body) == m.body

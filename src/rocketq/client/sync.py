@@ -131,6 +131,10 @@ class Producer(BlockingFacade[AsyncProducer]):
             or core._state != "running"
             or type(body) is not bytes
             or not 0 < len(body) <= core.max_message_size_bytes
+            or msg.properties
+            or msg.tags
+            or msg.keys
+            or msg.delay_level > 0
         ):
             return self._send_prepared(
                 pool,
@@ -140,9 +144,10 @@ class Producer(BlockingFacade[AsyncProducer]):
                 selector,
                 queue,
             )
-        # the plain path: the checks _prepare_send makes that can fail here (the topic's), the
-        # queue as _pick_queue picks it with no key, selector or queue, then the message's id,
-        # opaque and frame in one call when it is plain (else prepared as usual, for that queue)
+        # the plain path (what _prepare cannot fail on): the checks _prepare_send makes that can
+        # fail here (the topic's), the queue as _pick_queue picks it with no key, selector or
+        # queue, then the message's id, opaque and frame in one call when it is plain (else, an
+        # odd type or a body to compress, prepared as usual for that queue)
         validate_send_topic(msg.topic)
         info = routes.cached(msg.topic)
         if info is None or not info.queues:
