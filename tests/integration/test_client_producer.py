@@ -463,6 +463,17 @@ def test_blocking_sends_make_their_results_from_the_answer_read(
     """With the compiled module the blocking producer's usual send makes its SendResult straight
     from the answer it read (``send_answer.send_result``); the results are the broker's: each
     queue's offsets in order, each offset message id the stored message's."""
+    made = spy_on_send_result(monkeypatch, sync)
+    cluster.create_topic("AnswerT", 2)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        results = [p.send(Message("AnswerT", b"m%d" % i)) for i in range(20)]
+    assert len(made) >= 19 and all(r in made for r in results[1:])  # the first may fetch the route
+    assert_results_are_the_stored_messages(cluster, "AnswerT", results)
+
+
+def spy_on_send_result(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[SendResult]:
+    """The SendResults ``module``'s compiled ``_send_result`` makes from now on (the test is
+    skipped on the pure path, which has none)."""
     compiled = send_answer.send_result
     if compiled is None:
         pytest.skip("compiled codecs not in use")
@@ -474,20 +485,23 @@ def test_blocking_sends_make_their_results_from_the_answer_read(
             made.append(result)
         return result
 
-    monkeypatch.setattr(sync, "_send_result", spy)
-    cluster.create_topic("AnswerT", 2)
-    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
-        results = [p.send(Message("AnswerT", b"m%d" % i)) for i in range(20)]
-    assert len(made) >= 19 and all(r in made for r in results[1:])  # the first may fetch the route
+    monkeypatch.setattr(module, "_send_result", spy)
+    return made
+
+
+def assert_results_are_the_stored_messages(cluster: Cluster, topic: str, results: list[SendResult]) -> None:
+    """Each queue's offsets in order; each offset message id ends with the stored record's
+    CommitLog offset, and each message id is the stored record's UNIQ_KEY."""
     by_queue: dict[int, list[int]] = {}
     for r in results:
-        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == "AnswerT"
+        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == topic
         by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
     assert all(offsets == list(range(len(offsets))) for offsets in by_queue.values())
-    for r in results:  # the offset message id ends with the stored record's CommitLog offset
-        stored = cluster.pull_all("broker-a", "AnswerT", r.message_queue.queue_id)
+    for r in results:
+        stored = cluster.pull_all("broker-a", topic, r.message_queue.queue_id)
         (record,) = [m for m in stored if m.queue_offset == r.queue_offset]
         assert int(r.offset_msg_id[-16:], 16) == record.physical_offset
+        assert decode_properties(record.properties or "")["UNIQ_KEY"] == r.msg_id
 
 
 def test_async_sends_make_their_results_from_the_answer_read(
@@ -497,18 +511,7 @@ def test_async_sends_make_their_results_from_the_answer_read(
     and, with the compiled module, makes its SendResult straight from the answer read
     (``Connection.request_frame`` with ``send_answer.send_result``); the results are the
     broker's: each queue's offsets in order, each offset message id the stored message's."""
-    compiled = send_answer.send_result
-    if compiled is None:
-        pytest.skip("compiled codecs not in use")
-    made: list[SendResult] = []
-
-    def spy(*args: Any) -> SendResult | None:
-        result = compiled(*args)
-        if result is not None:
-            made.append(result)
-        return result
-
-    monkeypatch.setattr(aio, "_send_result", spy)
+    made = spy_on_send_result(monkeypatch, aio)
     cluster.create_topic("AsyncAnswerT", 2)
 
     async def main() -> list[SendResult]:
@@ -517,16 +520,7 @@ def test_async_sends_make_their_results_from_the_answer_read(
 
     results = asyncio.run(main())
     assert len(made) >= 18 and all(r in made for r in results[2:])  # route and connection first
-    by_queue: dict[int, list[int]] = {}
-    for r in results:
-        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == "AsyncAnswerT"
-        by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
-    assert all(offsets == list(range(len(offsets))) for offsets in by_queue.values())
-    for r in results:
-        stored = cluster.pull_all("broker-a", "AsyncAnswerT", r.message_queue.queue_id)
-        (record,) = [m for m in stored if m.queue_offset == r.queue_offset]
-        assert int(r.offset_msg_id[-16:], 16) == record.physical_offset
-        assert decode_properties(record.properties or "")["UNIQ_KEY"] == r.msg_id
+    assert_results_are_the_stored_messages(cluster, "AsyncAnswerT", results)
 
 
 def test_async_first_attempt_refused_is_retried_on_the_other_broker(
