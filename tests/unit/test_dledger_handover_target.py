@@ -8,7 +8,16 @@ from tests._support.raft_cluster import Cluster
 from rocketq.config import MAX_HANDOVER_TIMEOUT_MS, StoreConfig, from_rocketmq_properties
 from rocketq.errors import ConfigError
 from rocketq.ha.handover import FollowerView, choose_target, views_of
-from rocketq.ha.raft_types import Append, AppendReply, Heartbeat, HeartbeatReply, Propose, Role
+from rocketq.ha.raft_types import (
+    Append,
+    AppendReply,
+    Heartbeat,
+    HeartbeatReply,
+    Outcome,
+    Propose,
+    Role,
+    TransferLeadership,
+)
 
 LAST = 100
 
@@ -113,3 +122,20 @@ def test_the_broker_conf_keys_and_their_bound() -> None:
     for bad in (0, -1, MAX_HANDOVER_TIMEOUT_MS + 1):
         with pytest.raises(ConfigError, match="d_leger_handover_timeout_ms"):
             StoreConfig(d_leger_handover_timeout_ms=bad)
+
+
+def test_proposals_waiting_when_the_transfer_starts_are_committed_before_leadership_moves() -> None:
+    """What the hand-over relies on (docs/replication.md): under the APPENDED ack policy the
+    target's acknowledgement that lets the leader send TimeoutNow also completes the quorum of
+    every proposal appended before, so they end SUCCESS (SEND_OK), none TERM_CHANGED."""
+    c = Cluster(3)
+    c.elect("n0")
+    c.deliver()
+    for pid in range(10):
+        c.step("n0", Propose(pid, b"w%d" % pid))  # appended on n0, not yet sent on
+    c.step("n0", TransferLeadership("n1"))
+    c.step("n0", Propose(99, b"late"))
+    c.deliver()
+    assert c.leaders() == ["n1"]
+    assert {pid: c.results[pid].outcome for pid in range(10)} == dict.fromkeys(range(10), Outcome.SUCCESS)
+    assert c.results[99].outcome is Outcome.LEADER_TRANSFERRING  # refused: definite, not stored
