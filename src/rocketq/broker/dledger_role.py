@@ -272,7 +272,7 @@ class DLedgerRoleHandler:
         a live, caught-up follower (:mod:`rocketq.ha.handover`) and wait for it to lead, at
         most ``timeout_s`` (and a little for the log's loop to answer, when it runs in a thread
         of its own). Sends are refused from the start, as a follower refuses them
-        (SERVICE_NOT_AVAILABLE, naming the target); puts already waiting for their quorum end
+        (SERVICE_NOT_AVAILABLE, a definite failure); puts already waiting for their quorum end
         as they do in the core: committed (the target is brought up to date before it is told
         to campaign, which completes the quorum of what was appended before), or
         TERM_CHANGED once this member steps down. Returns the new leader, or None when no
@@ -305,7 +305,10 @@ class DLedgerRoleHandler:
         try:
             target, moved = await asyncio.wait_for(run(), timeout_s + HANDOVER_ANSWER_SLACK_S)
         except TimeoutError:
-            target, moved = None, False
+            log.warning(
+                "DLedger hand-over did not finish within %.0f ms; stopping without it", timeout_s * 1000
+            )
+            return None
         except Exception:
             log.exception("DLedger hand-over on shutdown failed; stopping without it")
             return None
