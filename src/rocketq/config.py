@@ -35,6 +35,9 @@ class BrokerRole(StrEnum):
 
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: The longest ``d_leger_handover_timeout_ms`` allowed: with the unregister (3 s) and drain
+#: (10 s) bounds of the broker's shutdown it stays well inside the shutdown watch's 25 s.
+MAX_HANDOVER_TIMEOUT_MS = 5000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +183,15 @@ class StoreConfig:
     #: votes, commit advances, truncations; ``rocketq.ha.event_log``), ``{selfId}`` replaced by
     #: the self id; empty (the default): none.
     d_leger_event_log_path: str = ""
+    #: ``dLegerHandoverOnShutdown`` (rocketq): a leader being shut down (SIGTERM) first hands its
+    #: leadership to a live, caught-up follower (the preferred leader if it is one, else the
+    #: follower with the highest match index), so the group has a new leader within a few round
+    #: trips rather than after an election timeout (docs/replication.md). Off: it just stops.
+    d_leger_handover_on_shutdown: bool = True
+    #: ``dLegerHandoverTimeoutMs`` (rocketq): the most the hand-over may add to a shutdown; when
+    #: the new leader is not known by then the broker stops as without a hand-over. At most
+    #: ``MAX_HANDOVER_TIMEOUT_MS``, so the shutdown's own bounds (broker/shutdown_watch.py) hold.
+    d_leger_handover_timeout_ms: int = 1000
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -211,6 +223,11 @@ class StoreConfig:
         if self.inline_dispatch_interval_ms < 0:
             problems.append(
                 f"inline_dispatch_interval_ms={self.inline_dispatch_interval_ms} ms must be 0 or positive"
+            )
+        if not 0 < self.d_leger_handover_timeout_ms <= MAX_HANDOVER_TIMEOUT_MS:
+            problems.append(
+                f"d_leger_handover_timeout_ms={self.d_leger_handover_timeout_ms} ms must be in "
+                f"1..{MAX_HANDOVER_TIMEOUT_MS}"
             )
         if self.transient_store_pool_size < 1:
             problems.append(f"transient_store_pool_size={self.transient_store_pool_size} must be at least 1")

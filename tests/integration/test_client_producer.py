@@ -20,7 +20,7 @@ import pytest
 
 from _support.wait import wait_until
 from rocketq.broker import Broker, BrokerConfig
-from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus, send_answer, sync
+from rocketq.client import Message, MessageQueue, Producer, SendResult, SendStatus, aio, send_answer, sync
 from rocketq.client._routes import hash_queue_index
 from rocketq.client.aio import AsyncProducer
 from rocketq.config import StoreConfig
@@ -463,6 +463,17 @@ def test_blocking_sends_make_their_results_from_the_answer_read(
     """With the compiled module the blocking producer's usual send makes its SendResult straight
     from the answer it read (``send_answer.send_result``); the results are the broker's: each
     queue's offsets in order, each offset message id the stored message's."""
+    made = spy_on_send_result(monkeypatch, sync)
+    cluster.create_topic("AnswerT", 2)
+    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+        results = [p.send(Message("AnswerT", b"m%d" % i)) for i in range(20)]
+    assert len(made) >= 19 and all(r in made for r in results[1:])  # the first may fetch the route
+    assert_results_are_the_stored_messages(cluster, "AnswerT", results)
+
+
+def spy_on_send_result(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[SendResult]:
+    """The SendResults ``module``'s compiled ``_send_result`` makes from now on (the test is
+    skipped on the pure path, which has none)."""
     compiled = send_answer.send_result
     if compiled is None:
         pytest.skip("compiled codecs not in use")
@@ -474,20 +485,80 @@ def test_blocking_sends_make_their_results_from_the_answer_read(
             made.append(result)
         return result
 
-    monkeypatch.setattr(sync, "_send_result", spy)
-    cluster.create_topic("AnswerT", 2)
-    with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:
-        results = [p.send(Message("AnswerT", b"m%d" % i)) for i in range(20)]
-    assert len(made) >= 19 and all(r in made for r in results[1:])  # the first may fetch the route
+    monkeypatch.setattr(module, "_send_result", spy)
+    return made
+
+
+def assert_results_are_the_stored_messages(cluster: Cluster, topic: str, results: list[SendResult]) -> None:
+    """Each queue's offsets in order; each offset message id ends with the stored record's
+    CommitLog offset, and each message id is the stored record's UNIQ_KEY."""
     by_queue: dict[int, list[int]] = {}
     for r in results:
-        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == "AnswerT"
+        assert r.status is SendStatus.SEND_OK and r.message_queue.topic == topic
         by_queue.setdefault(r.message_queue.queue_id, []).append(r.queue_offset)
     assert all(offsets == list(range(len(offsets))) for offsets in by_queue.values())
-    for r in results:  # the offset message id ends with the stored record's CommitLog offset
-        stored = cluster.pull_all("broker-a", "AnswerT", r.message_queue.queue_id)
+    for r in results:
+        stored = cluster.pull_all("broker-a", topic, r.message_queue.queue_id)
         (record,) = [m for m in stored if m.queue_offset == r.queue_offset]
         assert int(r.offset_msg_id[-16:], 16) == record.physical_offset
+        assert decode_properties(record.properties or "")["UNIQ_KEY"] == r.msg_id
+
+
+def test_async_sends_make_their_results_from_the_answer_read(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asyncio producer's first attempt on an open connection frames the request at once
+    and, with the compiled module, makes its SendResult straight from the answer read
+    (``Connection.request_frame`` with ``send_answer.send_result``); the results are the
+    broker's: each queue's offsets in order, each offset message id the stored message's."""
+    made = spy_on_send_result(monkeypatch, aio)
+    cluster.create_topic("AsyncAnswerT", 2)
+
+    async def main() -> list[SendResult]:
+        async with AsyncProducer("PG", namesrv_addr=cluster.namesrv_addr) as p:
+            return [await p.send(Message("AsyncAnswerT", b"m%d" % i)) for i in range(20)]
+
+    results = asyncio.run(main())
+    assert len(made) >= 18 and all(r in made for r in results[2:])  # route and connection first
+    assert_results_are_the_stored_messages(cluster, "AsyncAnswerT", results)
+
+
+def test_async_first_attempt_refused_is_retried_on_the_other_broker(
+    two_brokers: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first attempt made on a broker's open connection that the broker refuses (its topic
+    made read-only behind the route the producer cached) goes on through the retry steps: each
+    such send lands on the other broker, and the refusals were counted as failed attempts."""
+    two_brokers.create_topic("AsyncHaT", 2)
+    failed: list[str] = []
+    real = AsyncProducer._attempt_failed
+
+    def counting(self: AsyncProducer, exc: RocketqError, *args: Any) -> None:
+        failed.append(type(exc).__name__)
+        real(self, exc, *args)
+
+    monkeypatch.setattr(AsyncProducer, "_attempt_failed", counting)
+
+    async def read_only() -> None:
+        broker = two_brokers.brokers["broker-b"]
+        assert broker.ctx is not None
+        read_only = TopicConfig(topic_name="AsyncHaT", read_queue_nums=2, write_queue_nums=2, perm=4)
+        broker.ctx.topics.update(read_only)
+
+    async def main() -> tuple[list[SendResult], list[SendResult]]:
+        async with AsyncProducer("PG", namesrv_addr=two_brokers.namesrv_addr) as p:
+            first = [await p.send(Message("AsyncHaT", f"m{i}".encode())) for i in range(4)]
+            two_brokers.call(read_only())
+            after = [await p.send(Message("AsyncHaT", f"n{i}".encode())) for i in range(12)]
+            return first, after
+
+    first, after = asyncio.run(main())
+    assert {r.message_queue.broker_name for r in first} == {"broker-a", "broker-b"}
+    assert failed and set(failed) == {"NoPermission"}, failed
+    assert all(r.status is SendStatus.SEND_OK for r in after)
+    assert {r.message_queue.broker_name for r in after} == {"broker-a"}
+    stored = [v.body for q in range(2) for v in two_brokers.pull_all("broker-a", "AsyncHaT", q)]
+    assert sorted(b for b in stored if b and b[:1] == b"n") == sorted(f"n{i}".encode() for i in range(12))
 
 
 def test_blocking_plain_sends_are_framed_at_once_and_keep_the_queue_order(

@@ -44,6 +44,38 @@ def test_a_peer_that_is_down_costs_no_wait_and_is_reached_once_it_is_up() -> Non
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
+def test_links_connect_and_reconnect_on_their_own_with_nothing_sent() -> None:
+    """A follower sends nothing to the other followers, yet its links to them must be up when it
+    becomes leader (its first appends would be dropped otherwise): a link keeps itself connected,
+    through a peer that was not up at start and one that went away and came back."""
+
+    async def main() -> None:
+        a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        a = PeerTransport("a", a_addr, {"b": b_addr}, lambda m, raw: None)
+        await a.start()  # b is not listening yet: the first attempts fail
+        b = PeerTransport("b", b_addr, {"a": a_addr}, lambda m, raw: None)
+        try:
+
+            def up() -> bool:
+                return a.control["b"].connected and a.bulk["b"].connected
+
+            await asyncio.sleep(0)
+            assert not up()
+            await b.start()
+            await wait_until_async(up, "a's links to b up, nothing sent on them", 10, 0.01)
+            await b.close()  # b goes away and comes back on the same address
+            await wait_until_async(lambda: not up(), "a's links to b down", 10, 0.01)
+            b = PeerTransport("b", b_addr, {"a": a_addr}, lambda m, raw: None)
+            await b.start()
+            await wait_until_async(up, "a's links to b up again, nothing sent on them", 10, 0.01)
+            assert a.control["b"].sent == 0 and a.bulk["b"].sent == 0
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_appends_merge_and_replies_superseded_in_one_iteration_arrive_as_one() -> None:
     async def main() -> None:
         a_addr, b_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"

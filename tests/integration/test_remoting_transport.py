@@ -730,3 +730,79 @@ def test_after_read_runs_once_at_the_end_of_each_read_after_its_answers() -> Non
         serving.connection_lost(None)
 
     run(main())
+
+
+def test_a_calls_quick_answer_takes_the_read_that_is_its_response() -> None:
+    """``request_frame`` with a quick answer: the read that is exactly the response of the one
+    call pending goes to the quick function, whose value completes the call; a None from it, or
+    two calls pending, leave the reads to the decoder; a call that times out leaves nothing
+    behind. The calling connection reads into its own buffer (a BufferedProtocol)."""
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            if request.code == RequestCode.PULL_MESSAGE:
+                await release.wait()
+            return create_response(request, 0, remark="ok", body=request.body)
+
+        server = await start(handler)
+        client = RemotingClient()
+        seen: list[tuple[bytes, int]] = []
+
+        def quick(buf: bytes | bytearray, n: int, opaque: int, tag: str, max_frame_size: int) -> Any:
+            seen.append((bytes(buf[:n]), opaque))
+            (length,) = struct.unpack_from(">i", buf, 0)
+            if tag == "decline" or length + 4 != n:
+                return None
+            (answer,) = FrameDecoder().feed(bytes(buf[:n]))
+            return (tag, opaque) if answer.opaque == opaque else None
+
+        try:
+            await client.invoke(server.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            conn = client.ready_connection(server.address)
+            assert conn is not None and isinstance(conn, asyncio.BufferedProtocol)
+
+            def framed(code: int, body: bytes = b"") -> tuple[bytes, int]:
+                request = create_request(code, None, body)
+                return encode(request), request.opaque
+
+            frame, opaque = framed(RequestCode.HEART_BEAT, b"one")
+            made = await conn.request_frame(frame, opaque, 34, WAIT_S, quick, ("mine",))
+            assert made == ("mine", opaque)
+            assert seen[-1][1] == opaque and FrameDecoder().feed(seen[-1][0])[0].body == b"one"
+
+            frame, opaque = framed(RequestCode.HEART_BEAT, b"two")
+            declined = await conn.request_frame(frame, opaque, 34, WAIT_S, quick, ("decline",))
+            assert isinstance(declined, RemotingCommand) and declined.body == b"two"
+
+            # two calls pending: the read answering one of them is not offered to the quick function;
+            # the other's, once it is the only call pending, is
+            before = len(seen)
+            held, held_opaque = framed(RequestCode.PULL_MESSAGE)
+            held_call = conn.request_frame(held, held_opaque, 11, WAIT_S, quick, ("held",))
+            frame, opaque = framed(RequestCode.HEART_BEAT, b"three")
+            third = await conn.request_frame(frame, opaque, 34, WAIT_S, quick, ("third",))
+            assert isinstance(third, RemotingCommand) and third.body == b"three"
+            assert len(seen) == before
+            release.set()
+            assert await held_call == ("held", held_opaque)
+            assert len(seen) == before + 1
+
+            # a call that times out is forgotten with its quick answer
+            release.clear()
+            frame, opaque = framed(RequestCode.PULL_MESSAGE)
+            with pytest.raises(RemotingTimeout):
+                await conn.request_frame(frame, opaque, 11, 0.05, quick, ("late",))
+            assert conn.pending_calls == 0 and not conn._quick
+            release.set()
+            # a response larger than the read buffer arrives in several reads
+            big = bytes(range(256)) * 2048  # 512 KiB
+            frame, opaque = framed(RequestCode.HEART_BEAT, big)
+            large = await conn.request_frame(frame, opaque, 34, WAIT_S, quick, ("big",))
+            assert isinstance(large, RemotingCommand) and large.body == big
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())

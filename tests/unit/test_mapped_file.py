@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import pathlib
 import threading
+import time
 
 import pytest
 
@@ -308,3 +309,42 @@ def test_sync_waits_for_no_reader_but_skips_a_destroyed_file(tmp_path: pathlib.P
     assert mf.mm[0:1] == b"\0"
     mf.release()
     assert mf.mm.closed
+
+
+@pytest.mark.slow
+def test_a_full_sync_lets_the_other_threads_run(tmp_path: pathlib.Path) -> None:
+    """``sync(full=True)`` (the checkpoint's, every thorough flush and at shutdown) waits for the
+    disk without the interpreter lock: ``mmap.flush`` would keep it for the whole write-back and
+    stop the event loop with it. A thread keeps a clock while 128 MiB dirtied through the mapping
+    are written; its longest stall must stay far below the write-back's time."""
+    size = 128 << 20
+    mf = MappedFile(str(tmp_path / "big"), size, file_from_offset=0)
+    ticks = 0
+    longest = 0.0
+    stop = threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks, longest
+        last = time.monotonic()
+        while not stop.is_set():
+            now = time.monotonic()
+            longest = max(longest, now - last)
+            last = now
+            ticks += 1
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    try:
+        for pos in range(0, size, 4096):
+            mf.mm[pos] = 1
+        ticker.start()
+        wait_until(lambda: ticks > 0, timeout_s=10)
+        t0 = time.monotonic()
+        assert mf.sync(full=True)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        ticker.join(10)
+        mf.shutdown()
+    if took < 0.05:
+        pytest.skip(f"the write-back took {took * 1000:.0f} ms: too quick to tell")
+    assert longest < took / 2, f"the other thread stalled {longest * 1000:.0f} of {took * 1000:.0f} ms"

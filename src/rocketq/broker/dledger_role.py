@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 SYNC_INTERVAL_S = 3.0
 CATCH_UP_POLL_S = 0.1
+#: The hand-over's wait beyond ``dLegerHandoverTimeoutMs`` for the log's loop to answer (its
+#: own bound is that timeout; this covers a loop thread that is late to run the call).
+HANDOVER_ANSWER_SLACK_S = 0.25
 
 
 class MasterGate:
@@ -262,6 +265,63 @@ class DLedgerRoleHandler:
             state.term,
             state.leader_id,
         )
+
+    # -- hand-over on shutdown --------------------------------------------------------------
+    async def hand_over(self, timeout_s: float) -> str | None:
+        """At the start of the broker's shutdown: if this broker leads, hand its leadership to
+        a live, caught-up follower (:mod:`rocketq.ha.handover`) and wait for it to lead, at
+        most ``timeout_s`` (and a little for the log's loop to answer, when it runs in a thread
+        of its own). Sends are refused from the start, as a follower refuses them
+        (SERVICE_NOT_AVAILABLE, a definite failure); puts already waiting for their quorum end
+        as they do in the core: committed (the target is brought up to date before it is told
+        to campaign, which completes the quorum of what was appended before), or
+        TERM_CHANGED once this member steps down. Returns the new leader, or None when no
+        hand-over happened (no leader here, no candidate, refused, failed or timed out)."""
+        from rocketq.ha.driver import RaftGroupLog  # noqa: PLC0415 - a group of one has none
+
+        ledger, ledger_loop = self.ledger, self.store.ledger_loop
+        if not isinstance(ledger, RaftGroupLog) or ledger_loop is None:
+            return None
+        state = ledger.state
+        if state.role is not Role.LEADER:
+            return None
+        began = time.monotonic()
+        loop = asyncio.get_running_loop()
+        # the log's loop is this one in a broker process; a thread of its own otherwise
+        same_loop = ledger_loop.loop is loop
+
+        async def run() -> tuple[str | None, bool]:
+            moving = ledger.hand_over(timeout_s)
+            if same_loop:
+                return await moving
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(moving, ledger_loop.loop))
+
+        self.store.commitlog.set_writable(
+            False,
+            f"this broker is shutting down and hands its DLedger leadership over (term {state.term})",
+            error=ServiceNotAvailable,
+            cause="role",
+        )
+        try:
+            target, moved = await asyncio.wait_for(run(), timeout_s + HANDOVER_ANSWER_SLACK_S)
+        except TimeoutError:
+            log.warning(
+                "DLedger hand-over did not finish within %.0f ms; stopping without it", timeout_s * 1000
+            )
+            return None
+        except Exception:
+            log.exception("DLedger hand-over on shutdown failed; stopping without it")
+            return None
+        took_ms = (time.monotonic() - began) * 1000
+        if target is None:
+            log.info("DLedger leader of term %d stopping: no follower live and caught up", state.term)
+        elif moved:
+            log.info("DLedger leadership handed over to %s in %.0f ms before stopping", target, took_ms)
+        else:
+            log.warning(
+                "DLedger hand-over to %s did not finish within %.0f ms; stopping without it", target, took_ms
+            )
+        return target if moved else None
 
     def _set_broker_id(self, broker_id: int, *, register: bool = True, term: int | None = None) -> None:
         ctx = self.ctx

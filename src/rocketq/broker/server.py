@@ -19,7 +19,10 @@ SERVICE_NOT_AVAILABLE (14) rather than left waiting. A start that fails or is ca
 what it did; the steps in worker threads (store open, pop state load) run to their end even
 when the start is cancelled, and what they opened is closed before the cancellation propagates.
 
-Shutdown (``await Broker.shutdown()``): refuse new requests, stop the periodic tasks →
+Shutdown (``await Broker.shutdown()``): in DLedger mode a leader first hands its leadership to
+a live, caught-up follower while it still serves other requests, sends refused meanwhile (at
+most ``dLegerHandoverTimeoutMs``; ``dLegerHandoverOnShutdown``) → refuse new requests, stop the
+periodic tasks →
 unregister from the name servers (at most SHUTDOWN_UNREGISTER_TIMEOUT_S) → end every held pull
 (each answers with what the store has) and every held pop receive (the pop state is made
 durable) and wait for in-flight requests (and answers owed to deferred sends; a DLedger put
@@ -187,6 +190,7 @@ class Broker:
         self._offsets_persister: PersistScheduler | None = None
         self._ready = False
         self._started = False
+        self._stopping = False  # shutdown's first step (the DLedger hand-over) is running
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -463,8 +467,13 @@ class Broker:
 
     async def shutdown(self) -> None:
         """Stop serving and close the store cleanly (see the module docstring)."""
-        if not self._started:
+        if not self._started or self._stopping:
             return
+        self._stopping = True
+        try:
+            await self._hand_over()
+        finally:
+            self._stopping = False
         self._started = False
         self._ready = False
         if self._send is not None:
@@ -512,6 +521,19 @@ class Broker:
                     log.error("shutting down without persisting %s: %s", persister.path, exc)
         await self._release()
         log.info("broker %s shut down", self.config.broker_name)
+
+    async def _hand_over(self) -> None:
+        """DLedger mode, first step of the shutdown: a leader hands its leadership to a live,
+        caught-up follower while it still serves (``dLegerHandoverOnShutdown``, bounded by
+        ``dLegerHandoverTimeoutMs``; :meth:`DLedgerRoleHandler.hand_over`)."""
+        role = None if self.ctx is None else self.ctx.dledger_role
+        cfg = self.store_config
+        if role is None or not cfg.d_leger_handover_on_shutdown:
+            return
+        try:
+            await role.hand_over(cfg.d_leger_handover_timeout_ms / 1000)
+        except Exception:  # never in the way of the shutdown
+            log.exception("DLedger hand-over on shutdown failed; stopping without it")
 
     async def _drained(self) -> None:
         """Return once no request is running: no request task, no answer still to give."""

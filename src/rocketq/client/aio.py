@@ -52,6 +52,7 @@ from typing import cast
 from rocketq.client._fault import LatencyFaultTolerance
 from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
+from rocketq.client.send_answer import send_result as _send_result
 from rocketq.client.send_request import send_request, send_request_frame
 from rocketq.client.send_values import (
     GROUP_MAX_LENGTH,
@@ -512,7 +513,37 @@ class AsyncProducer:
         msg: Message,
     ) -> SendResult:
         remoting, routes = self._running()
-        steps = self._send_steps(p, sharding_key, selector, queue, msg)
+        tried: SendAttempts | None = None
+        info = routes.cached(p.topic)
+        if info is not None and info.queues:
+            # the first attempt made here when the route is cached and the broker's connection
+            # open, as _send_steps makes each (its rules are shared): the request framed at once,
+            # no generator, no coroutine per layer, the usual answer read straight into its
+            # SendResult; a failed attempt hands the retries to _send_steps
+            deadline = time.monotonic() + self.send_timeout_ms / 1000
+            mq = self._pick_queue(p, info, sharding_key, selector, queue, msg, None)
+            began = time.monotonic()
+            try:
+                addr = self._broker_addr(mq, routes)
+                conn = remoting.ready_connection(addr)
+                if conn is not None:
+                    frame, opaque, code = self._request_frame(p, mq)
+                    if _send_result is None:
+                        response: RemotingCommand | SendResult = await conn.request_frame(
+                            frame, opaque, code, deadline - began
+                        )
+                    else:
+                        response = await conn.request_frame(
+                            frame, opaque, code, deadline - began, _send_result, (p.msg_id, mq)
+                        )
+                    result = (
+                        response if isinstance(response, SendResult) else self._result(response, p, mq, addr)
+                    )
+                    return self._attempt_succeeded(result, info, began)
+            except RocketqError as exc:
+                tried = SendAttempts(deadline)
+                self._attempt_failed(exc, p.topic, mq, began, tried)  # raises when not retriable
+        steps = self._send_steps(p, sharding_key, selector, queue, msg, tried)
         step: RouteStep | InvokeStep | SendResult = next(steps)
         while not isinstance(step, SendResult):
             outcome: object

@@ -78,6 +78,7 @@ from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL, Entry
 from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
+from rocketq.ha.handover import choose_target, views_of
 from rocketq.ha.peer_codec import RawEntries
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
@@ -547,6 +548,26 @@ class RaftGroupLog:
             except TimeoutError:
                 pass
         return True
+
+    async def hand_over(self, timeout_s: float) -> tuple[str | None, bool]:
+        """A stopping leader's hand-over (:mod:`rocketq.ha.handover`): choose the target and
+        transfer leadership to it, waiting at most ``timeout_s``. Returns ``(target, moved)``:
+        ``(None, False)`` when this member is no leader or no follower is live and caught up."""
+        node = self._node
+        if node is None or self._stopped or node.role is not Role.LEADER:
+            return None, False
+        cfg = node.config
+        target = choose_target(
+            views_of(node.progress, node.now_ms),
+            last_index=node.log.last_index,
+            preferred=cfg.preferred_leader_id,
+            # a live follower answers every heartbeat; two intervals allow for one lost or late
+            live_within_ms=2 * cfg.heartbeat_interval_ms,
+            max_lag=cfg.max_transfer_lag,
+        )
+        if target is None:
+            return None, False
+        return target, await self.transfer_leadership(target, timeout_s)
 
     # -- the loop -------------------------------------------------------------------------------
     def _deliver(self, message: Message, raw: list[bytes] | None) -> None:

@@ -16,8 +16,10 @@ Flow control. Sending never blocks the event loop and never buffers without boun
   per follower;
 * a link whose transport write buffer is above the remoting high-water mark (4 MiB) drops what
   it is given (counted in :attr:`PeerLink.dropped`); the core resends after its resend timeout;
-* a link that is not connected drops too, and (re)connects in the background with exponential
-  backoff (``RECONNECT_MIN_S`` doubling to ``RECONNECT_MAX_S``).
+* a link that is not connected drops too. Every link connects at start and keeps itself
+  connected in the background, whether or not anything is sent on it: a failed attempt or a
+  lost connection is followed by another after a backoff (``RECONNECT_MIN_S`` doubling to
+  ``RECONNECT_MAX_S``; back to the minimum after a connection that lasted that long).
 
 Loss is part of the core's model, so dropping is always safe.
 
@@ -66,7 +68,10 @@ from rocketq.remoting.server import RemotingServer
 log = logging.getLogger(__name__)
 
 RECONNECT_MIN_S: Final = 0.05
-RECONNECT_MAX_S: Final = 1.0
+#: at most this long between attempts: a member that was restarted is reached this soon after it
+#: listens again (a leader's appends to it are dropped until then; a rolling restart stops the
+#: leader next, and its successor needs this member for its quorum)
+RECONNECT_MAX_S: Final = 0.25
 CONNECT_TIMEOUT_S: Final = 1.0
 _HANDLED: Final = RemotingCommand(0)  # the immediate handler's "done" (oneway: nothing is sent)
 
@@ -123,23 +128,38 @@ class PeerLink:
     def _ensure_connecting(self) -> None:
         if self._closed or self._connecting is not None:
             return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, self._next_attempt - loop.time())
-        self._connecting = loop.create_task(self._connect(delay))
+        self._connecting = asyncio.get_running_loop().create_task(self._keep_connected())
 
-    async def _connect(self, delay: float) -> None:
+    async def _keep_connected(self) -> None:
+        """Connect, and again whenever the connection is lost or an attempt fails (backoff), until
+        the link is closed: a link is up whenever its peer is, also one nothing is sent on (a
+        follower's links to the other followers), so a new leader's first appends reach every
+        follower at once instead of being dropped while a link connects (the core would resend
+        them only after the follower's next heartbeat reply)."""
         loop = asyncio.get_running_loop()
         try:
-            if delay:
-                await asyncio.sleep(delay)
-            self._conn = await self._client.connection(self.addr, CONNECT_TIMEOUT_S)
-            self._backoff = RECONNECT_MIN_S
-        except (RocketqError, OSError) as exc:
-            log.debug("raft link %s to %s: %s", self.name, self.addr, exc)
-            self._next_attempt = loop.time() + self._backoff
-            self._backoff = min(self._backoff * 2, RECONNECT_MAX_S)
+            while not self._closed:
+                delay = self._next_attempt - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                try:
+                    conn = await self._client.connection(self.addr, CONNECT_TIMEOUT_S)
+                except (RocketqError, OSError) as exc:
+                    log.debug("raft link %s to %s: %s", self.name, self.addr, exc)
+                    self._retry_later(loop)
+                    continue
+                self._conn = conn
+                up = loop.time()
+                await conn.wait_closed()
+                if loop.time() - up >= RECONNECT_MAX_S:
+                    self._backoff = RECONNECT_MIN_S  # it was up for a while: try again soon
+                self._retry_later(loop)
         finally:
             self._connecting = None
+
+    def _retry_later(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._next_attempt = loop.time() + self._backoff
+        self._backoff = min(self._backoff * 2, RECONNECT_MAX_S)
 
     async def close(self) -> None:
         self._closed = True

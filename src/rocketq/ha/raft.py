@@ -398,6 +398,7 @@ class RaftNode:
         elif isinstance(m, HeartbeatReply) and self.role is Role.LEADER:
             pr = self.progress[m.src]
             pr.recent_active = True
+            pr.last_heard_ms = self.now_ms
             if m.last_index < pr.accepted:
                 pr.lost_entries(m.last_index)
             pr.match = max(pr.match, min(self._policy_position(m), pr.accepted))
@@ -567,6 +568,7 @@ class RaftNode:
     def _handle_append_reply(self, m: AppendReply) -> None:
         pr = self.progress[m.src]
         pr.recent_active = True
+        pr.last_heard_ms = self.now_ms
         if not m.success:
             if m.conflict_term == 0 and m.conflict_index - 1 < pr.accepted:
                 pr.lost_entries(m.conflict_index - 1)

@@ -401,6 +401,10 @@ class Progress:
     recent_active: bool = False
     last_ack_ms: int = 0
     last_send_ms: int = 0
+    #: when the follower last answered anything (an append or a heartbeat, accepted or not);
+    #: None: not since this leader took over. A stopping leader hands over only to a follower
+    #: heard from lately (:mod:`rocketq.ha.handover`)
+    last_heard_ms: int | None = None
 
     def become_probe(self) -> None:
         self.probing = True

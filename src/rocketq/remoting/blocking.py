@@ -64,7 +64,7 @@ from rocketq.remoting.codes import (
     REQUEST_CODE_NOT_SUPPORTED_REMARK,
 )
 from rocketq.remoting.command import RemotingCommand
-from rocketq.remoting.connection import parse_address
+from rocketq.remoting.connection import QuickAnswer, parse_address
 
 _RECV_SIZE: Final = 256 * 1024
 #: The longest wait of one ``poll`` (its timeout is a C int of milliseconds); a call polls again.
@@ -77,11 +77,6 @@ _TIMEVAL: Final = struct.Struct("@ll")
 _MSG_DONTWAIT: Final = socket.MSG_DONTWAIT
 
 _T = TypeVar("_T")
-
-#: ``quick(buf, n, opaque, *quick_args, max_frame_size)``: the caller's answer made straight from
-#: a read ``buf[:n]`` of an idle connection when the read is exactly the response to ``opaque``,
-#: or None to decode the read as usual (e.g. :func:`rocketq.client.send_answer.send_result`).
-QuickAnswer = Callable[..., _T | None]
 
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]

@@ -26,6 +26,7 @@ from rocketq.remoting.connection import (
     DEFAULT_CLOSE_TIMEOUT_S,
     DEFAULT_INVOKE_TIMEOUT_S,
     DEFAULT_MAX_PENDING_REQUESTS,
+    CallingConnection,
     Connection,
     RequestHandler,
     close_connections,
@@ -72,6 +73,17 @@ class RemotingClient:
     def connections(self) -> dict[str, Connection]:
         """Open connections by address."""
         return {addr: conn for addr, conn in self._connections.items() if not conn.closed}
+
+    def ready_connection(self, addr: str) -> Connection | None:
+        """The open connection to ``addr`` when a call can go out on it at once: no rpc hook
+        to run first and its write buffer below the high-water mark. None otherwise: then
+        :meth:`invoke` connects, signs or waits as needed."""
+        if self.rpc_hook is not None:
+            return None
+        conn = self._connections.get(addr)
+        if conn is None or conn.closed or conn.writing_paused:
+            return None
+        return conn
 
     async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
         """The open connection to ``addr``, connecting first if there is none."""
@@ -179,7 +191,7 @@ class RemotingClient:
             del self._connections[addr]
 
     def _make_connection(self) -> Connection:
-        return Connection(
+        return CallingConnection(
             self._handler,
             max_frame_size=self._max_frame_size,
             max_pending_requests=self._max_pending_requests,

@@ -30,6 +30,11 @@ One idea: the state of one connection, both directions, over one asyncio transpo
 * a handler exception becomes a response with the error's wire code (SYSTEM_ERROR, 1, for
   anything that is not a :class:`~rocketq.errors.RocketqError`) and the exception text as
   remark; oneway requests (flag bit1) never get a response;
+* a call made with a quick answer (:meth:`Connection.request_frame`, the asyncio producer's
+  send) has a read that arrives while it is the only call pending, with nothing buffered, offered
+  to that function first: the read that is exactly its response becomes the call's result
+  without the decoder or a RemotingCommand (the compiled
+  :func:`~rocketq.client.send_answer.send_result`); anything else is decoded as always;
 * a bad frame closes only that connection (logged with the reason); the stream cannot be
   re-synchronised after it;
 * the first outbound frame of an event-loop iteration is written at once; the frames that follow
@@ -65,7 +70,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, Iterator
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from rocketq.errors import (
     ConnectionClosed,
@@ -133,8 +138,18 @@ WRITE_BUFFER_LOW_BYTES: Final = 1024 * 1024
 #: Handler tasks running at once per connection; further requests wait and reading pauses.
 DEFAULT_MAX_PENDING_REQUESTS: Final = 10_000
 DEFAULT_INVOKE_TIMEOUT_S: Final = 3.0
+#: The buffer a calling connection reads into (:class:`CallingConnection`); a larger message
+#: arrives in several reads.
+CALLING_READ_BUFFER_BYTES: Final = 128 * 1024
 #: How long close() waits for connections to flush before aborting them.
 DEFAULT_CLOSE_TIMEOUT_S: Final = 5.0
+
+_T = TypeVar("_T")
+
+#: ``quick(buf, n, opaque, *quick_args, max_frame_size)``: the caller's answer made straight from
+#: a read ``buf[:n]`` of an idle connection when the read is exactly the response to ``opaque``,
+#: or None to decode the read as usual (e.g. :func:`rocketq.client.send_answer.send_result`).
+QuickAnswer = Callable[..., _T | None]
 
 #: Call deadlines are rounded up to this grid (one timer per slot, not per call).
 _TIMEOUT_TICK_S: Final = 0.01
@@ -233,6 +248,8 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], int]] = {}
         # deadline slot -> {opaque: (future, request code, timeout)} of the calls expiring then
         self._expiring: dict[int, dict[int, tuple[asyncio.Future[RemotingCommand], int, float]]] = {}
+        # opaque -> (quick answer, its arguments) of the pending calls made with one
+        self._quick: dict[int, tuple[QuickAnswer[object], tuple[object, ...]]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}  # running handler tasks by sequence number
         self._task_seq = 0
         self._deferred = 0  # requests an immediate handler took and has not answered yet
@@ -418,13 +435,33 @@ class Connection(asyncio.Protocol):
         drain: check :attr:`writing_paused` to apply back-pressure."""
         if self._closing or self._lost:
             raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {cmd.code}")
+        return self.request_frame(self._frame(cmd), cmd.opaque, cmd.code, timeout_s)
+
+    def request_frame(
+        self,
+        frame: bytes,
+        opaque: int,
+        code: int,
+        timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S,
+        quick: QuickAnswer[_T] | None = None,
+        quick_args: tuple[object, ...] = (),
+    ) -> asyncio.Future[RemotingCommand | _T]:
+        """:meth:`request` of a request already framed (``frame``: its whole frame, ``opaque``
+        and ``code`` its own). With ``quick`` (see :data:`QuickAnswer`), a read that arrives
+        while this is the only call pending and nothing is buffered goes to ``quick`` first:
+        what it makes of the read completes the future in place of the response; a None has
+        the read decoded as usual."""
+        if self._closing or self._lost:
+            raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {code}")
+        if len(frame) > self._max_frame_size:
+            raise LocalProtocolError(
+                f"frame of {len(frame)} B (code {code}) exceeds max {self._max_frame_size} B"
+            )
         loop = self._loop
-        frame = self._frame(cmd)
-        opaque = cmd.opaque
         pending = self._pending
         if opaque in pending:
             raise LocalProtocolError(f"opaque {opaque} is already in flight on {self.remote_address}")
-        future: asyncio.Future[RemotingCommand] = loop.create_future()
+        future: asyncio.Future[RemotingCommand | _T] = loop.create_future()
         self._enqueue(frame)
         # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call. The
         # response removes its call from both tables; the expiry forgets a call whose future was
@@ -435,18 +472,21 @@ class Connection(asyncio.Protocol):
             if expiring is None:
                 expiring = self._expiring[slot] = {}
                 loop.call_at(slot / _TICKS_PER_S, self._expire, slot)
-            expiring[opaque] = (future, cmd.code, timeout_s)
+            expiring[opaque] = (future, code, timeout_s)  # type: ignore[assignment]
         else:
             slot = -1
             future.add_done_callback(lambda f: self._forget(opaque, f) if f.cancelled() else None)
-        pending[opaque] = (future, slot)
+        pending[opaque] = (future, slot)  # type: ignore[assignment]
+        if quick is not None:
+            self._quick[opaque] = (quick, quick_args)
         return future
 
-    def _forget(self, opaque: int, future: asyncio.Future[RemotingCommand]) -> None:
+    def _forget(self, opaque: int, future: object) -> None:
         """Drop a call nobody waits for any more (its response, if it comes, is dropped)."""
         entry = self._pending.get(opaque)
         if entry is not None and entry[0] is future:
             del self._pending[opaque]
+            self._quick.pop(opaque, None)
             expiring = self._expiring.get(entry[1])
             if expiring is not None:
                 expiring.pop(opaque, None)
@@ -496,7 +536,29 @@ class Connection(asyncio.Protocol):
         if self._on_made is not None:
             self._on_made(self)
 
+    def _took_quick(self, buf: bytes | bytearray, n: int) -> bool:
+        """Whether the read ``buf[:n]`` completed the one call pending through its quick
+        answer (made with one, nothing buffered), without the decoder."""
+        quick = self._quick
+        if len(quick) != 1 or len(self._pending) != 1 or not self._decoder.idle:
+            return False
+        ((opaque, (answer, args)),) = quick.items()
+        made = answer(buf, n, opaque, *args, self._max_frame_size)
+        if made is None:
+            return False
+        self._active = True
+        del quick[opaque]
+        future, slot = self._pending.pop(opaque)
+        expiring = self._expiring.get(slot)
+        if expiring is not None:
+            expiring.pop(opaque, None)
+        if not future.done():
+            future.set_result(made)  # type: ignore[arg-type]
+        return True
+
     def data_received(self, data: bytes) -> None:
+        if self._quick and self._took_quick(data, len(data)):
+            return
         lone = self._lone
         if (
             lone is not None
@@ -525,11 +587,14 @@ class Connection(asyncio.Protocol):
             if (held or self.held_bytes) and guard.account(self, held, bool(commands)):
                 return
         pending = self._pending
+        quick = self._quick
         self._receiving = True
         try:
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
                     entry = pending.pop(cmd.opaque, None)
+                    if quick:
+                        quick.pop(cmd.opaque, None)
                     if entry is None:
                         log.debug("dropping unmatched response %r from %s", cmd, self.remote_address)
                         continue
@@ -565,6 +630,7 @@ class Connection(asyncio.Protocol):
         pending = [future for future, _ in self._pending.values()]
         self._pending.clear()
         self._expiring.clear()
+        self._quick.clear()
         for future in pending:
             if not future.done():
                 future.set_exception(self._closed_error(reason))
@@ -649,8 +715,11 @@ class Connection(asyncio.Protocol):
         if not expiring:
             return
         pending = self._pending
+        quick = self._quick
         for opaque, (future, code, timeout_s) in expiring.items():
             pending.pop(opaque, None)  # a call is in both tables until its response or expiry
+            if quick:
+                quick.pop(opaque, None)
             if not future.done():
                 future.set_exception(
                     RemotingTimeout(
@@ -793,6 +862,32 @@ class Connection(asyncio.Protocol):
 
 def _suffix(reason: str | None) -> str:
     return f": {reason}" if reason else ""
+
+
+class CallingConnection(Connection, asyncio.BufferedProtocol):
+    """The calling side's connection (:class:`~rocketq.remoting.client.RemotingClient`): a
+    :class:`Connection` that asyncio reads into one buffer of its own.
+
+    Why. asyncio's plain transport reads with ``recv(256 KiB)`` into a new bytes object each time;
+    in a process whose allocator has not yet raised glibc's mmap threshold above that size (a
+    small client process), every read then costs an ``mmap``, an ``mremap`` and a ``munmap``,
+    some 10 µs per round trip here (docs/benchmarks.md). Reading into a buffer kept for the
+    connection allocates nothing; a read that completes a call's quick answer is taken from the
+    buffer itself, and any other read is copied out once and decoded as always.
+    """
+
+    def __init__(self, handler: RequestHandler | None, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._read_buf = bytearray(CALLING_READ_BUFFER_BYTES)
+        self._read_view = memoryview(self._read_buf)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._quick and self._took_quick(self._read_buf, nbytes):
+            return
+        self.data_received(self._read_view[:nbytes].tobytes())
 
 
 async def close_connections(connections: Collection[Connection], timeout_s: float) -> None:

@@ -19,8 +19,9 @@ are big-endian (spec/store-format.md §7.1)::
     84..4095 zero
 
 Field values live in memory; :meth:`StoreCheckpoint.flush` writes all of them into the mapping
-(a :class:`~rocketq.store.mapped_file.MappedFile`) and makes the page durable (``msync`` +
-``fsync``), as RocketMQ's ``StoreCheckpoint.flush`` does.
+(a :class:`~rocketq.store.mapped_file.MappedFile`) and makes the page durable, as RocketMQ's
+``StoreCheckpoint.flush`` does (``fsync``, which on Linux covers the mapping; no ``msync``,
+which Python makes holding the interpreter lock: :meth:`MappedFile.sync`).
 
 Invariants and rules:
 

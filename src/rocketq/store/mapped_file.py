@@ -42,6 +42,7 @@ import itertools
 import logging
 import mmap
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
+
+#: ``fsync`` of a file's descriptor also writes the pages dirtied through a shared mapping of it
+#: (Linux: one page cache), so no ``msync`` is needed (see :meth:`MappedFile.sync`)
+_FSYNC_COVERS_MAPPING = sys.platform.startswith("linux")
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -354,13 +359,19 @@ class MappedFile:
 
     def sync(self, *, full: bool = False) -> bool:
         """Make every page of the file durable, whatever the positions say: ``fdatasync``, or
-        with ``full`` an ``msync`` of the mapping and an ``fsync`` (metadata too). False when
-        the file is no longer available."""
+        with ``full`` an ``fsync`` (metadata too). False when the file is no longer available.
+
+        No ``msync``: Python's ``mmap.flush`` keeps the interpreter lock for the whole call (3.11),
+        so a write-back that waits for a busy disk would stop every thread of the process, the
+        event loop included. On Linux the page cache is one: ``fsync`` of the descriptor writes
+        the pages dirtied through the shared mapping too, and releases the lock while it waits.
+        Elsewhere the mapping is flushed first, as before."""
         if not self.hold():
             return False
         try:
             if full:
-                self.mm.flush()
+                if not _FSYNC_COVERS_MAPPING:
+                    self.mm.flush()
                 os.fsync(self._fd)
             else:
                 os.fdatasync(self._fd)
