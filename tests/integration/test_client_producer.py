@@ -569,7 +569,7 @@ def test_blocking_plain_sends_are_framed_at_once_and_keep_the_queue_order(
     body is to be compressed is declined and made the general way for the queue picked for it.
     All go round-robin in one order, each stored with its own UNIQ_KEY, the message id of its
     result, and ids never repeat."""
-    compiled = sync._plain_send_frame
+    compiled = aio._plain_send_frame
     if compiled is None:
         pytest.skip("compiled codecs not in use")
     made: list[str] = []
@@ -583,7 +583,7 @@ def test_blocking_plain_sends_are_framed_at_once_and_keep_the_queue_order(
             made.append(out[2])
         return out
 
-    monkeypatch.setattr(sync, "_plain_send_frame", spy)
+    monkeypatch.setattr(aio, "_plain_send_frame", spy)
     cluster.create_topic("PlainT", 4)
     big = 5000  # over the compress threshold (4 KiB)
     with Producer("PG", namesrv_addr=cluster.namesrv_addr) as p:

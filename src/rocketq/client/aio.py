@@ -53,6 +53,8 @@ from rocketq.client._fault import LatencyFaultTolerance
 from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.client.send_answer import send_result as _send_result
+from rocketq.client.send_plain import plain_properties
+from rocketq.client.send_plain import plain_send_frame as _plain_send_frame
 from rocketq.client.send_request import send_request, send_request_frame
 from rocketq.client.send_values import (
     GROUP_MAX_LENGTH,
@@ -74,6 +76,7 @@ from rocketq.client.send_values import (
     validate_body,
     validate_group,
     validate_message,
+    validate_send_topic,
 )
 from rocketq.errors import (
     ClientStateError,
@@ -95,8 +98,11 @@ from rocketq.protocol.queue import MessageQueue
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, RequestHandler
 from rocketq.remoting.command import next_opaque
 from rocketq.tasks import cancel_and_wait
+from rocketq.wallclock import wall_clock_ms
 
 log = logging.getLogger(__name__)
+
+_SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 
 DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED = 2
@@ -268,6 +274,15 @@ class AsyncProducer:
         ``sharding_key``: the same key always goes to the same queue (hash selection), so the
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
+        if (
+            sharding_key is None
+            and selector is None
+            and queue is None
+            and not self.auto_batch
+            and self._plain(msg)
+            and self._routes is not None
+        ):
+            return await self._send_plain(msg, self._routes)
         prepared = self._prepare_send(msg, sharding_key, selector, queue)
         if (
             self.auto_batch
@@ -504,6 +519,74 @@ class AsyncProducer:
         )  # fmt: skip
         return frame, opaque, RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
 
+    def _plain(self, msg: Message) -> bool:
+        """Whether ``msg`` may take the plain send (:mod:`rocketq.client.send_plain`): the
+        compiled codecs in use, the producer running, a ``bytes`` body of a legal size and no
+        properties, tags, keys or delay level. What ``_prepare`` would make of it is then what
+        :meth:`_plain_frame` makes (or it returns None and nothing is taken)."""
+        body = msg.body
+        return (
+            _plain_send_frame is not None
+            and _send_result is not None
+            and self._state == "running"
+            and type(body) is bytes
+            and 0 < len(body) <= self.max_message_size_bytes
+            and not (msg.properties or msg.tags or msg.keys or msg.delay_level > 0)
+        )
+
+    def _plain_frame(self, msg: Message, mq: MessageQueue) -> tuple[bytes, int, str] | None:
+        """``(frame, opaque, msg_id)`` of plain ``msg`` sent to ``mq`` now, its UNIQ_KEY, opaque
+        and SEND_MESSAGE_V2 frame made in one compiled call; None, with nothing taken, for a
+        message that is not plain after all (a body to compress, an odd field)."""
+        assert _plain_send_frame is not None
+        # the id's time field from the born time's clock reading when the id's clock is the wall
+        # clock too (UniqueIdGenerator.offset_ms otherwise, and when a month has turned)
+        born_ms = time.time_ns() // 1_000_000
+        ids = self._ids
+        month = ids._month
+        if ids._clock_ms is wall_clock_ms and month[0] <= born_ms < month[1]:
+            offset_ms = (born_ms - month[0]) & 0xFFFFFFFF
+        else:
+            offset_ms = ids.offset_ms()
+        return _plain_send_frame(
+            msg, self.group, mq.queue_id, mq.broker_name, self.max_message_size_bytes,
+            self.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
+        )  # fmt: skip
+
+    async def _send_plain(self, msg: Message, routes: RouteCache) -> SendResult:
+        """:meth:`send` of a plain message (:meth:`_plain`) with no key, selector or queue: the
+        first attempt made here when the route is cached and the queue's broker connection open
+        (the id, opaque and frame in one call once the queue is picked), else the general way."""
+        validate_send_topic(msg.topic)
+        info = routes.cached(msg.topic)
+        remoting = self._remoting
+        if info is None or not info.queues or remoting is None:
+            return await self._send_with_retries(self._prepare(msg), None, None, None, msg)
+        began = time.monotonic()  # the attempt's latency counts its own preparation too
+        deadline = began + self.send_timeout_ms / 1000
+        mq = info.select(self.faults)
+        addr = info.broker_addrs.get(mq.broker_name) or self._broker_addr(mq, routes)
+        conn = remoting.ready_connection(addr)
+        made = None if conn is None else self._plain_frame(msg, mq)
+        if conn is None or made is None:  # the general way, to the queue picked
+            return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
+        frame, opaque, msg_id = made
+        try:
+            response = await conn.request_frame(
+                frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
+            )
+            result = (
+                response
+                if isinstance(response, SendResult)
+                else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
+            )
+        except RocketqError as exc:
+            prepared = _Prepared(msg.topic, msg.body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
+            tried = SendAttempts(deadline)
+            self._attempt_failed(exc, msg.topic, mq, began, tried)  # raises when not retriable
+            return await self._send_with_retries(prepared, None, None, None, msg, tried)
+        return self._attempt_succeeded(result, info, began)
+
     async def _send_with_retries(
         self,
         p: _Prepared,
@@ -511,35 +594,36 @@ class AsyncProducer:
         selector: QueueSelector | None,
         queue: MessageQueue | None,
         msg: Message,
+        tried: SendAttempts | None = None,
+        picked: MessageQueue | None = None,
     ) -> SendResult:
+        """The send of ``p`` with its retries, after the attempts ``tried`` (None: none yet);
+        ``picked``: the queue of the first attempt when it is picked already."""
         remoting, routes = self._running()
-        tried: SendAttempts | None = None
         info = routes.cached(p.topic)
-        if info is not None and info.queues:
-            # the first attempt made here when the route is cached and the broker's connection
-            # open, as _send_steps makes each (its rules are shared): the request framed at once,
-            # no generator, no coroutine per layer, the usual answer read straight into its
+        if tried is None and info is not None and info.queues:
+            # the first attempt made here when the route is cached, as _send_steps makes each
+            # (its rules are shared): on an open connection the request framed at once, no
+            # generator, no coroutine per layer, the usual answer read straight into its
             # SendResult; a failed attempt hands the retries to _send_steps
             deadline = time.monotonic() + self.send_timeout_ms / 1000
-            mq = self._pick_queue(p, info, sharding_key, selector, queue, msg, None)
+            mq = picked or self._pick_queue(p, info, sharding_key, selector, queue, msg, None)
             began = time.monotonic()
             try:
                 addr = self._broker_addr(mq, routes)
                 conn = remoting.ready_connection(addr)
-                if conn is not None:
+                response: RemotingCommand | SendResult
+                if conn is None:  # connected (or signed, or waited for) by the general call
+                    response = await remoting.invoke(addr, self._request(p, mq), deadline - began)
+                elif _send_result is None:
+                    response = await conn.request_frame(*self._request_frame(p, mq), deadline - began)
+                else:
                     frame, opaque, code = self._request_frame(p, mq)
-                    if _send_result is None:
-                        response: RemotingCommand | SendResult = await conn.request_frame(
-                            frame, opaque, code, deadline - began
-                        )
-                    else:
-                        response = await conn.request_frame(
-                            frame, opaque, code, deadline - began, _send_result, (p.msg_id, mq)
-                        )
-                    result = (
-                        response if isinstance(response, SendResult) else self._result(response, p, mq, addr)
+                    response = await conn.request_frame(
+                        frame, opaque, code, deadline - began, _send_result, (p.msg_id, mq)
                     )
-                    return self._attempt_succeeded(result, info, began)
+                result = response if isinstance(response, SendResult) else self._result(response, p, mq, addr)
+                return self._attempt_succeeded(result, info, began)
             except RocketqError as exc:
                 tried = SendAttempts(deadline)
                 self._attempt_failed(exc, p.topic, mq, began, tried)  # raises when not retriable

@@ -45,7 +45,6 @@ from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
 from rocketq.client.send_answer import send_result as _send_result
 from rocketq.client.send_plain import plain_properties
-from rocketq.client.send_plain import plain_send_frame as _plain_send_frame
 from rocketq.client.send_values import SendAttempts, _Prepared, send_result_of, validate_send_topic
 from rocketq.errors import RocketqError
 from rocketq.message import Message
@@ -54,7 +53,6 @@ from rocketq.remoting.blocking import BlockingConnectionPool
 from rocketq.remoting.client import DEFAULT_CONNECT_TIMEOUT_S
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
-from rocketq.wallclock import wall_clock_ms
 
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 #: An answer at least this slow (s) gets its broker a back-off (LatencyFaultTolerance.update).
@@ -119,22 +117,14 @@ class Producer(BlockingFacade[AsyncProducer]):
         if pool is None or self._loop is None or get_ident() == self._loop_ident:
             return self._call(core.send(msg, sharding_key=sharding_key, selector=selector, queue=queue))
         routes = core._routes
-        body = msg.body
         if (
-            _plain_send_frame is None
-            or _send_result is None
-            or sharding_key is not None
+            sharding_key is not None
             or selector is not None
             or queue is not None
             or routes is None
             or pool.rpc_hook is not None
-            or core._state != "running"
-            or type(body) is not bytes
-            or not 0 < len(body) <= core.max_message_size_bytes
-            or msg.properties
-            or msg.tags
-            or msg.keys
-            or msg.delay_level > 0
+            or _send_result is None
+            or not core._plain(msg)
         ):
             return self._send_prepared(
                 pool,
@@ -155,19 +145,7 @@ class Producer(BlockingFacade[AsyncProducer]):
         began = time.monotonic()  # the attempt's latency counts its own preparation too
         deadline = began + core.send_timeout_ms / 1000
         mq = info.select(core.faults)
-        # the id's time field from the born time's clock reading when the id's clock is the wall
-        # clock too (UniqueIdGenerator.offset_ms otherwise, and when a month has turned)
-        born_ms = time.time_ns() // 1_000_000
-        ids = core._ids
-        month = ids._month
-        if ids._clock_ms is wall_clock_ms and month[0] <= born_ms < month[1]:
-            offset_ms = (born_ms - month[0]) & 0xFFFFFFFF
-        else:
-            offset_ms = ids.offset_ms()
-        made = _plain_send_frame(
-            msg, core.group, mq.queue_id, mq.broker_name, core.max_message_size_bytes,
-            core.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
-        )  # fmt: skip
+        made = core._plain_frame(msg, mq)
         if made is None:
             return self._first_attempt(pool, core._prepare(msg), info, mq, deadline, None, None, None, msg)
         frame, opaque, msg_id = made
@@ -183,7 +161,7 @@ class Producer(BlockingFacade[AsyncProducer]):
                 else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
             )
         except RocketqError as exc:
-            prepared = _Prepared(msg.topic, body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
+            prepared = _Prepared(msg.topic, msg.body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
             tried = SendAttempts(deadline)
             core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
             return self._send_here(pool, prepared, None, None, None, msg, tried)
