@@ -15,12 +15,14 @@ each server in turn; a blocking socket (TCP_NODELAY) unless said otherwise:
   size) is above the default threshold, so each read costs it an ``mmap``, an ``mremap`` and a
   ``munmap``; a rocketq broker's allocator is past that by the time it serves (no such calls
   under ``strace -c``), so this row is the floor under its sends;
-* ``asyncio echo, asyncio client``: the asyncio echo server again, the client an asyncio
-  ``Protocol`` on its own event loop (what an asyncio client pays per round trip, e.g.
-  ``AsyncProducer.send`` awaited in sequence);
+* ``asyncio echo, asyncio client`` and ``asyncio echo, reads from the heap, asyncio client``:
+  each echo server again, the client an asyncio ``Protocol`` on an event loop in this process
+  (the least an asyncio client pays per round trip); this process's own reads come from the
+  heap (a 4 MiB block freed at its start), as a ``RemotingClient``'s do from its own buffer;
 * ``redis PING``: ``redis-server`` answering ``PING`` (RESP), where it is on PATH;
-* ``rocketq serve``: a blocking ``rocketq.client.Producer.send`` of a ``size``-byte body
-  (ASYNC_FLUSH, no gRPC): the whole broker, for comparison.
+* ``rocketq serve``: ``rocketq.client.AsyncProducer.send`` awaited one at a time, then a
+  blocking ``rocketq.client.Producer.send``, of a ``size``-byte body (ASYNC_FLUSH, no gRPC): the
+  whole broker and client, for comparison.
 
 Printed: round trips per second, the CPU the server process spent per round trip (utime +
 stime of all its threads, ``/proc/PID/stat``) with its voluntary context switches per round trip,
@@ -123,7 +125,7 @@ def report(label: str, n: int, took: float, server_cpu: float, sleeps: int, clie
     )
 
 
-def asyncio_client(port: int, pid: int, size: int, seconds: float) -> None:
+def asyncio_client(port: int, pid: int, size: int, seconds: float, label: str) -> None:
     from remoting import RawCaller  # noqa: PLC0415 (bench/remoting.py: the same echo client)
 
     async def run() -> None:
@@ -146,7 +148,7 @@ def asyncio_client(port: int, pid: int, size: int, seconds: float) -> None:
             n += 1
         took = time.perf_counter() - t0
         cpu1, sw1 = cpu_and_switches(pid)
-        report("asyncio echo, asyncio client", n, took, cpu1 - cpu0, sw1 - sw0, time.process_time() - mine0)
+        report(label, n, took, cpu1 - cpu0, sw1 - sw0, time.process_time() - mine0)
         transport.close()
 
     asyncio.run(run())
@@ -181,8 +183,8 @@ def echo(loop_name: str, size: int, seconds: float, heap: bool = False) -> None:
         sock, one = socket_round_trip(port, b"x" * size, size)
         with sock:
             measure(label, proc.pid, one, seconds)
-        if loop_name == "asyncio" and not heap:
-            asyncio_client(port, proc.pid, size, seconds)
+        if loop_name == "asyncio":
+            asyncio_client(port, proc.pid, size, seconds, f"{label}, asyncio client")
     finally:
         proc.kill()
         proc.wait()
@@ -209,6 +211,29 @@ def redis_ping(seconds: float) -> None:
             proc.wait()
 
 
+def rocketq_async_send(namesrv: int, pid: int, size: int, seconds: float) -> None:
+    """``AsyncProducer.send`` awaited one at a time on this process's asyncio loop."""
+    from rocketq.client import AsyncProducer, Message  # noqa: PLC0415
+
+    async def run() -> None:
+        body = b"x" * size
+        async with AsyncProducer("WakeupFloorAsyncPG", namesrv_addr=f"127.0.0.1:{namesrv}") as producer:
+            for _ in range(500):  # warm-up: the route, the connection
+                await producer.send(Message("WakeupFloorT", body))
+            cpu0, sw0 = cpu_and_switches(pid)
+            mine0 = time.process_time()
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                await producer.send(Message("WakeupFloorT", body))
+                n += 1
+            took = time.perf_counter() - t0
+            cpu1, sw1 = cpu_and_switches(pid)
+            mine = time.process_time() - mine0
+        report("rocketq serve, AsyncProducer.send", n, took, cpu1 - cpu0, sw1 - sw0, mine)
+
+    asyncio.run(run())
+
+
 def rocketq_send(size: int, seconds: float) -> None:
     from rocketq.client import Message, Producer  # noqa: PLC0415
 
@@ -227,6 +252,7 @@ def rocketq_send(size: int, seconds: float) -> None:
             for line in proc.stdout:
                 if b"ready" in line:
                     break
+            rocketq_async_send(namesrv, proc.pid, size, seconds)
             producer = Producer("WakeupFloorPG", namesrv_addr=f"127.0.0.1:{namesrv}")
             producer.start()
             body = b"x" * size
@@ -249,6 +275,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per server")
     p.add_argument("--size", type=int, default=200, help="request bytes (echo) and body bytes (rocketq)")
     a = p.parse_args()
+    bytearray(4 << 20)  # this process's reads from the heap (see the docstring)
     load = os.getloadavg()[0]
     print(f"one request in flight from a blocking client, {a.seconds:g} s each; load average {load:.1f}\n")
     print(
