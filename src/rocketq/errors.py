@@ -15,7 +15,7 @@ one until they answer; :mod:`rocketq.client._routes`)::
     │   ├── PropertiesTooLarge
     │   ├── TopicNameInvalid
     │   └── TimerMessageIllegal       a delivery time that is not a number, too far ahead, or timers off
-    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14), retriable, recheck_route
+    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14), retriable, recheck_route (waits)
     │   ├── DiskFull                  no space left (also an OSError with errno ENOSPC)
     │   ├── StoreShutdown
     │   └── StoreNotWritable
@@ -43,7 +43,7 @@ one until they answer; :mod:`rocketq.client._routes`)::
         │   └── RemoteProtocolError   the peer sent something invalid; its connection is closed
         ├── RemotingTimeout           no response within the deadline, retriable, recheck_route
         ├── ConnectionClosed          the connection dropped with the call in flight, retriable, recheck_route
-        ├── RemotingConnectError      no connection could be made, retriable, recheck_route
+        ├── RemotingConnectError      no connection could be made, retriable, recheck_route (waits)
         └── NameServerUnavailable     no name server answered a route query (client), retriable
 
 Client-side (never on the wire)::
@@ -71,7 +71,7 @@ result with its status, not an error)::
     2   SYSTEM_BUSY             SystemBusy            yes         no              no
     10  FLUSH_DISK_TIMEOUT      FlushDiskTimeout      yes         no              no
     13  MESSAGE_ILLEGAL         MessageIllegal        no          no              no
-    14  SERVICE_NOT_AVAILABLE   ServiceNotAvailable   yes         no              yes
+    14  SERVICE_NOT_AVAILABLE   ServiceNotAvailable   yes         no              yes, waits
     16  NO_PERMISSION           NoPermission          yes         yes (perm)      no
     17  TOPIC_NOT_EXIST         TopicNotExist         yes         yes             no
     22  QUERY_NOT_FOUND         MessageNotFound       no          no              no
@@ -80,16 +80,21 @@ result with its status, not an error)::
     204 NO_BUYER_ID             NoBuyerId             yes         no              no
     205 NOT_IN_CURRENT_UNIT     NotInCurrentUnit      yes         no              no
     any other code              BrokerResponseError   no          no              no
-    (local) RemotingTimeout, ConnectionClosed, RemotingConnectError       yes   no   yes
+    (local) RemotingTimeout, ConnectionClosed                             yes   no   yes
+    (local) RemotingConnectError                                          yes   no   yes, waits
 
-``recheck_route`` marks the failures that say the address may have stopped being the master:
-a DLedger follower refuses writes with SERVICE_NOT_AVAILABLE (naming its leader), a stopped or
-crashed master refuses or drops the connection. A timeout counts too: a master whose host went
-away or was cut off answers nothing at all, and its group's new leader is only found through
-the name servers; the cost when the broker is merely slow is one route query (at most one per
-topic per 100 ms) and, when its group is the topic's only one and its address unchanged, a
-pause of at most about 0.9 s before the next send to it, which a slow broker can use. NoPermission
-is not in it (its remedy is the route itself, dropped and fetched).
+``recheck_route`` marks the failures that say the address may have stopped being the master;
+"waits" (``await_new_master``) the ones that say it has: a DLedger follower refuses writes with
+SERVICE_NOT_AVAILABLE (naming its leader), a stopped master refuses the connection. For those a
+re-check that still finds the address listed pauses (about 0.9 s at most, within the send's
+deadline) for the new master to register, unless another broker group can take the send. A
+connection that closed with the call in flight may be a master that died (the next attempt
+gets a refusal, which waits) or an idle connection to a broker that restarted in place (the next
+attempt, on a new connection, succeeds): one look at the route, no pause. A timeout counts too:
+a master whose host went away answers nothing at all, and its group's new leader is only found
+through the name servers; when the broker is merely slow the cost is one route query (at most
+one per topic per 50 ms). NoPermission is not in it (its remedy is the route itself, dropped
+and fetched).
 
 Messages always name the thing and the limit, e.g.
 ``message body 5242881 B exceeds max 4194304 B``.
@@ -148,6 +153,9 @@ class RocketqError(Exception):
     #: whether the failure says the broker's address may no longer be its group's master: the
     #: producer re-checks the topic's route with the name servers before the next attempt
     recheck_route: ClassVar[bool] = False
+    #: whether the failure says the address is not the master (any more): a re-check that finds
+    #: it still listed pauses for a new master to register (only with ``recheck_route``)
+    await_new_master: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -202,6 +210,7 @@ class ServiceNotAvailable(RocketqError):
     code = ResponseCode.SERVICE_NOT_AVAILABLE
     retriable = True
     recheck_route = True
+    await_new_master = True
 
 
 class DiskFull(ServiceNotAvailable, OSError):
@@ -354,6 +363,7 @@ class RemotingConnectError(RemotingError, ConnectionError):
 
     retriable = True
     recheck_route = True
+    await_new_master = True
 
 
 class BodyFormatError(RocketqError, ValueError):

@@ -132,7 +132,7 @@ def test_send_is_retried_exactly_for_retriable_codes(code: int) -> None:
 def assert_route_queries(cls: type[RocketqError], queries: int) -> None:
     """The route is fetched once, and again before every retry of a refresh_route code; a
     recheck_route code has it re-checked before each retry, and a route asked for less than
-    100 ms before is reused (the other broker is there: no pause)."""
+    50 ms before is reused (the other broker is there: no pause)."""
     if cls.retriable and cls.refresh_route:
         assert queries == 1 + RETRIES
     elif cls.retriable and cls.recheck_route:

@@ -110,8 +110,11 @@ def test_the_failures_of_a_master_that_may_have_moved_have_the_route_re_checked(
     moved = (RemotingTimeout, ConnectionClosed, RemotingConnectError, ServiceNotAvailable, StoreNotWritable)
     for cls in moved:
         assert cls.retriable and cls.recheck_route and not cls.refresh_route, cls
+    # a refusal or a refused connection says "not the master": the re-check waits for a new one
+    waits = {c for c in moved if c.await_new_master}
+    assert waits == {RemotingConnectError, ServiceNotAvailable, StoreNotWritable}
     for cls in (NameServerUnavailable, RemoteProtocolError, SystemBusy, NoPermission):
-        assert not cls.recheck_route, cls
+        assert not cls.recheck_route and not cls.await_new_master, cls
 
 
 def test_a_wire_code_is_declared_by_one_class_only() -> None:

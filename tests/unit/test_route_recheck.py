@@ -151,6 +151,25 @@ def test_a_master_that_never_moves_is_used_again_after_the_pauses() -> None:
     asyncio.run(main())
 
 
+def test_a_failure_that_only_may_mean_a_move_gets_one_look_and_no_pause() -> None:
+    async def main() -> None:
+        ns = ScriptedNameServer(lambda n: route({"a": OLD}))
+        routes = cache(ns)
+        await routes.publish_info(TOPIC)
+        routes._asked_at.clear()
+        routes.suspect(TOPIC, "a", OLD, wait=False)  # e.g. a pooled connection found closed
+        began = time.monotonic()
+        info = await routes.publish_info(TOPIC)
+        assert time.monotonic() - began < RECHECK_PAUSES_S[0]
+        assert info.broker_addrs == {"a": OLD} and ns.queries == 2
+        # a refusal noted meanwhile on the same address makes it wait after all
+        routes.suspect(TOPIC, "a", OLD, wait=True)
+        routes.suspect(TOPIC, "a", OLD, wait=False)
+        assert routes.suspected(TOPIC) == {"a": (OLD, True)}
+
+    asyncio.run(main())
+
+
 def test_a_waiter_that_gives_up_leaves_the_re_check_to_the_others() -> None:
     async def main() -> None:
         ns = ScriptedNameServer(lambda n: route({"a": OLD if n < 3 else NEW}))

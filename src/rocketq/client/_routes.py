@@ -20,15 +20,24 @@ re-checked, :meth:`RouteCache.cached` hides it, so the send's next attempt (and 
 of the topic) asks :meth:`RouteCache.publish_info`, which re-checks it once for all of them: one
 task per topic, which everyone waiting shares. The re-check reuses a route fetched less than
 :data:`RECHECK_MIN_INTERVAL_S` ago and otherwise fetches it, so a topic is never asked for more
-often than that, however many sends fail. It ends as soon as no suspected broker still has the
-suspected address as its master (a new master registered: a DLedger hand-over registers the new
-leader about 0.1 s after the old one stopped), or another broker group has writable queues (the
-next attempt goes there), or after the pauses of :data:`RECHECK_PAUSES_S` (fetching again after
-each), about 0.9 s in all: then the next attempt goes to the same address, which may be back (a
-broker restarted in place). A re-check that cannot reach the name servers keeps the cached
-route. Each waiting send bounds its wait by its own deadline; the re-check goes on for the
-others. When any refresh finds a broker name with a new master address, ``on_master_moved``
-(the producer's fault back-off reset) is told, since the back-off was earned by the old master.
+often than that, however many sends fail.
+
+* A failure that only *may* mean a move (a connection closed with the call in flight, which is
+  also what an idle pooled connection to a broker restarted in place gives; a timeout): one
+  look at the route; the next attempt goes to the master it names, on a new connection.
+* A failure that says the address is not the master (the error's ``await_new_master``:
+  SERVICE_NOT_AVAILABLE, connection refused): the re-check ends as soon as no such broker still
+  has the suspected address as its master (a new master registered: a DLedger hand-over
+  registers the new leader about 0.1 s after the old one stopped), or another broker group has
+  writable queues (the next attempt goes there), or after the pauses of
+  :data:`RECHECK_PAUSES_S`, about 0.9 s in all, each followed by a fetch (at once when a
+  periodic refresh changed the route meanwhile): then the next attempt goes to the same address,
+  which may be back (a broker restarted in place).
+
+A re-check that cannot reach the name servers keeps the cached route. Each waiting send bounds
+its wait by its own deadline; the re-check goes on for the others. When any refresh finds a
+broker name with a new master address, ``on_master_moved`` (the producer's fault back-off reset)
+is told, since the back-off was earned by the old master.
 
 Queue selection (:meth:`TopicPublishInfo.select`): round-robin over the writable queues,
 skipping brokers in back-off (:mod:`rocketq.client._fault`) and, on a retry, the broker that just
@@ -40,6 +49,7 @@ the same queue while the route does not change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -61,11 +71,12 @@ log = logging.getLogger(__name__)
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: A re-check after a failed send reuses a route fetched less than this long ago (s): at most one
 #: route query per topic per interval, however many sends fail at once.
-RECHECK_MIN_INTERVAL_S = 0.1
+RECHECK_MIN_INTERVAL_S = 0.05
 #: The pauses (s) of a re-check while a suspected master is still the route's, each followed by
-#: a fetch; growing, as a hand-over's new master registers within about 0.1 s but an election
-#: after a crash takes longer.
-RECHECK_PAUSES_S: tuple[float, ...] = (0.1, 0.15, 0.25, 0.4)
+#: a fetch (or cut short by a periodic refresh that changed the route); growing, as a
+#: hand-over's new master registers about 0.1 s after the old one stopped but an election after
+#: a crash takes longer.
+RECHECK_PAUSES_S: tuple[float, ...] = (0.05, 0.05, 0.1, 0.1, 0.2, 0.4)
 
 
 def hash_queue_index(key: str, queue_count: int) -> int:
@@ -148,14 +159,17 @@ class RouteCache:
         self._infos: dict[str, TopicPublishInfo] = {}
         self._on_master_moved = on_master_moved
         self._clock = clock
-        #: topic → broker name → the master address a send to it failed on (not yet re-checked);
-        #: written by failing sends on any thread (the blocking producer's), so under _lock
-        self._suspects: dict[str, dict[str, str]] = {}
+        #: topic → broker name → (the master address a send to it failed on, whether to wait
+        #: for a new master), not yet re-checked; written by failing sends on any thread (the
+        #: blocking producer's), so under _lock
+        self._suspects: dict[str, dict[str, tuple[str, bool]]] = {}
         self._lock = threading.Lock()
         #: topic → the re-check in progress, shared by every send waiting for it
         self._rechecks: dict[str, asyncio.Task[TopicPublishInfo]] = {}
         #: topic → when its route was last asked for (clock s)
         self._asked_at: dict[str, float] = {}
+        #: topic → set when a refresh changes its cached route (a re-check pausing wakes)
+        self._route_changed: dict[str, asyncio.Event] = {}
 
     @property
     def topics(self) -> list[str]:
@@ -168,15 +182,21 @@ class RouteCache:
             return None
         return self._infos.get(topic)
 
-    def suspect(self, topic: str, broker_name: str, addr: str) -> None:
+    def suspect(self, topic: str, broker_name: str, addr: str, *, wait: bool = True) -> None:
         """A send of ``topic`` to ``broker_name``'s master at ``addr`` failed in a way that says
         ``addr`` may no longer be the master: the topic's route is re-checked before it is used
-        again (see the module docstring). Any thread may call this."""
+        again (see the module docstring). ``wait``: the failure says the address is not the
+        master (a refusal, a connection refused), so the re-check pauses for a new master while
+        the route still names it; otherwise (a connection that closed, a timeout) one look at
+        the route is enough. Any thread may call this."""
         with self._lock:
-            self._suspects.setdefault(topic, {})[broker_name] = addr
+            brokers = self._suspects.setdefault(topic, {})
+            known = brokers.get(broker_name)
+            brokers[broker_name] = (addr, wait or (known is not None and known == (addr, True)))
 
-    def suspected(self, topic: str) -> dict[str, str]:
-        """Broker name → suspected master address of ``topic``, not yet re-checked."""
+    def suspected(self, topic: str) -> dict[str, tuple[str, bool]]:
+        """Broker name → (suspected master address, whether to wait) of ``topic``, not yet
+        re-checked."""
         with self._lock:
             return dict(self._suspects.get(topic, {}))
 
@@ -230,6 +250,9 @@ class RouteCache:
                     if self._on_master_moved is not None:
                         self._on_master_moved(name)
         self._infos[topic] = info
+        changed = self._route_changed.get(topic)
+        if changed is not None:
+            changed.set()
         log.debug(
             "route of topic %s: %d writable queues on %s", topic, len(info.queues), list(info.broker_addrs)
         )
@@ -270,22 +293,31 @@ class RouteCache:
 
     async def _recheck_rounds(self, topic: str) -> TopicPublishInfo:
         examined = self.suspected(topic)
+        changed = self._route_changed[topic] = asyncio.Event()
         try:
             for pause in (*RECHECK_PAUSES_S, None):
                 info = await self._recent_route(topic)
                 # a broker missing from the route has no master yet: still waiting for one
-                stuck = {name for name, addr in examined.items() if info.broker_addrs.get(name, addr) == addr}
+                stuck = {
+                    name
+                    for name, (addr, wait) in examined.items()
+                    if wait and info.broker_addrs.get(name, addr) == addr
+                }
                 if not stuck or pause is None or any(mq.broker_name not in stuck for mq in info.queues):
                     return info
                 log.debug("topic %s: master of %s not moved yet, re-checking in %.2f s", topic, stuck, pause)
-                await asyncio.sleep(pause)
+                with contextlib.suppress(TimeoutError):  # a periodic refresh may bring the news
+                    await asyncio.wait_for(changed.wait(), pause)
+                changed.clear()
             raise AssertionError("unreachable: the last round returns")
         finally:
+            if self._route_changed.get(topic) is changed:
+                del self._route_changed[topic]
             with self._lock:
                 left = self._suspects.get(topic)
                 if left is not None:
-                    for name, addr in examined.items():
-                        if left.get(name) == addr:
+                    for name, suspicion in examined.items():
+                        if left.get(name) == suspicion:
                             del left[name]
                     if not left:
                         del self._suspects[topic]

@@ -672,7 +672,7 @@ class AsyncProducer:
             if exc.recheck_route:  # the master may have moved: the next attempt re-checks the route
                 addr = routes.broker_addr(mq.broker_name, topic)
                 if addr is not None:
-                    routes.suspect(topic, mq.broker_name, addr)
+                    routes.suspect(topic, mq.broker_name, addr, wait=exc.await_new_master)
         left = 1 + self.retry_times_when_send_failed - tried.count
         log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, left)
 
