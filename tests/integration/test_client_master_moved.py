@@ -50,6 +50,8 @@ class MovingMaster:
         self.demoted_at: float | None = None
         #: the old master's address once it is closed
         self.old_addr: str | None = None
+        #: False: the name server never lists the new master
+        self.new_listed = True
         self.namesrv = RemotingServer(HOST, 0, self._namesrv)
         self.old = RemotingServer(HOST, 0, self._broker("old"))
         self.new = RemotingServer(HOST, 0, self._broker("new"))
@@ -73,7 +75,11 @@ class MovingMaster:
 
     @property
     def master(self) -> str:
-        if self.demoted_at is None or time.monotonic() - self.demoted_at < NEW_MASTER_LISTED_AFTER_S:
+        if (
+            not self.new_listed
+            or self.demoted_at is None
+            or time.monotonic() - self.demoted_at < NEW_MASTER_LISTED_AFTER_S
+        ):
             return self.old_addr or self.old.address
         return self.new.address
 
@@ -165,3 +171,23 @@ def test_the_blocking_producer_finds_the_new_master_within_the_send(
     assert cluster.sends["old"] == (2 if how == "refused" else 1), cluster.sends
     assert took < 2.0, f"the send took {took:.2f} s"
     assert cluster.route_queries <= 8, cluster.route_queries
+
+
+def test_a_re_check_is_bounded_by_the_send_deadline(cluster: MovingMaster) -> None:
+    """The old master refuses and the name server never lists another: the send waits for the
+    re-check no longer than its own deadline and fails with the refusal, not a route timeout."""
+    cluster.new_listed = False
+
+    async def main() -> tuple[BaseException, float]:
+        async with AsyncProducer("PG", namesrv_addr=cluster.namesrv.address, send_timeout_ms=300) as producer:
+            await producer._route_cache.publish_info(TOPIC)
+            cluster.demote()  # refused, and still listed
+            began = time.monotonic()
+            with pytest.raises(ServiceNotAvailable) as caught:
+                await producer.send(Message(TOPIC, b"x"))
+            return caught.value, time.monotonic() - began
+
+    exc, took = asyncio.run(main())
+    assert 0.25 <= took < 0.9, f"the send took {took:.2f} s"
+    assert "outlasted the deadline" in "".join(getattr(exc, "__notes__", [])), exc.__notes__
+    assert cluster.sends["old"] == 1 and cluster.sends["new"] == 0, cluster.sends

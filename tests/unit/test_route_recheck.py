@@ -69,6 +69,7 @@ def test_a_suspected_route_is_hidden_and_re_fetched_once_for_concurrent_sends() 
         routes._asked_at.clear()  # the first fetch is old news: the re-check must ask
         routes.suspect(TOPIC, "a", OLD)
         assert routes.cached(TOPIC) is None  # senders must ask publish_info
+        assert routes.last_known(TOPIC) is not None  # heartbeats still know the brokers
         infos = await asyncio.gather(*(routes.publish_info(TOPIC) for _ in range(20)))
         assert {info.broker_addrs["a"] for info in infos} == {NEW}
         assert ns.queries == 2, "twenty sends waiting share one query"

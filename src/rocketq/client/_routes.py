@@ -182,6 +182,10 @@ class RouteCache:
             return None
         return self._infos.get(topic)
 
+    def last_known(self, topic: str) -> TopicPublishInfo | None:
+        """The cached publish info of ``topic``, also while it is to be re-checked."""
+        return self._infos.get(topic)
+
     def suspect(self, topic: str, broker_name: str, addr: str, *, wait: bool = True) -> None:
         """A send of ``topic`` to ``broker_name``'s master at ``addr`` failed in a way that says
         ``addr`` may no longer be the master: the topic's route is re-checked before it is used
@@ -297,6 +301,7 @@ class RouteCache:
         try:
             for pause in (*RECHECK_PAUSES_S, None):
                 info = await self._recent_route(topic)
+                changed.clear()  # from here on, only a refresh made during the pause counts
                 # a broker missing from the route has no master yet: still waiting for one
                 stuck = {
                     name
@@ -308,7 +313,6 @@ class RouteCache:
                 log.debug("topic %s: master of %s not moved yet, re-checking in %.2f s", topic, stuck, pause)
                 with contextlib.suppress(TimeoutError):  # a periodic refresh may bring the news
                     await asyncio.wait_for(changed.wait(), pause)
-                changed.clear()
             raise AssertionError("unreachable: the last round returns")
         finally:
             if self._route_changed.get(topic) is changed:
