@@ -2,8 +2,11 @@
 
 Every error rocketq raises derives from :class:`RocketqError`. Each class carries the RocketMQ
 wire response code a broker would answer with (``code``) and the client's retry policy for it:
-``retriable`` (the producer sends again, on another broker when there is one) and
-``refresh_route`` (the producer drops its cached route of the topic before that next attempt)::
+``retriable`` (the producer sends again, on another broker when there is one),
+``refresh_route`` (the producer drops its cached route of the topic before that next attempt)
+and ``recheck_route`` (the broker's address may no longer be its group's master: the producer
+re-checks the topic's route with the name servers before the next attempt, keeping the cached
+one until they answer; :mod:`rocketq.client._routes`)::
 
     RocketqError                      SYSTEM_ERROR (1)
     ├── ConfigError                   bad configuration value (local, never on the wire)
@@ -12,7 +15,7 @@ wire response code a broker would answer with (``code``) and the client's retry 
     │   ├── PropertiesTooLarge
     │   ├── TopicNameInvalid
     │   └── TimerMessageIllegal       a delivery time that is not a number, too far ahead, or timers off
-    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14), retriable
+    ├── ServiceNotAvailable           SERVICE_NOT_AVAILABLE (14), retriable, recheck_route (waits)
     │   ├── DiskFull                  no space left (also an OSError with errno ENOSPC)
     │   ├── StoreShutdown
     │   └── StoreNotWritable
@@ -38,9 +41,9 @@ wire response code a broker would answer with (``code``) and the client's retry 
         ├── FrameError                bytes or a command that break the remoting (or gRPC) protocol
         │   ├── LocalProtocolError    this side was about to send something invalid (a caller's bug)
         │   └── RemoteProtocolError   the peer sent something invalid; its connection is closed
-        ├── RemotingTimeout           no response within the deadline, retriable
-        ├── ConnectionClosed          the connection dropped with the call in flight, retriable
-        ├── RemotingConnectError      no connection could be made, retriable
+        ├── RemotingTimeout           no response within the deadline, retriable, recheck_route
+        ├── ConnectionClosed          the connection dropped with the call in flight, retriable, recheck_route
+        ├── RemotingConnectError      no connection could be made, retriable, recheck_route (waits)
         └── NameServerUnavailable     no name server answered a route query (client), retriable
 
 Client-side (never on the wire)::
@@ -63,21 +66,35 @@ SYSTEM_ERROR, NO_PERMISSION, NO_BUYER_ID and NOT_IN_CURRENT_UNIT; SYSTEM_BUSY is
 the Java client does since apache/rocketmq#5845; a FLUSH_DISK_TIMEOUT answer to a send is a
 result with its status, not an error)::
 
-    code                        class                 retriable   refresh_route
-    1   SYSTEM_ERROR            ServerError           yes         no
-    2   SYSTEM_BUSY             SystemBusy            yes         no
-    10  FLUSH_DISK_TIMEOUT      FlushDiskTimeout      yes         no
-    13  MESSAGE_ILLEGAL         MessageIllegal        no          no
-    14  SERVICE_NOT_AVAILABLE   ServiceNotAvailable   yes         no
-    16  NO_PERMISSION           NoPermission          yes         yes (write permission is part of the route)
-    17  TOPIC_NOT_EXIST         TopicNotExist         yes         yes
-    22  QUERY_NOT_FOUND         MessageNotFound       no          no
-    23  SUBSCRIPTION_PARSE_FAILED .. 26 SUBSCRIPTION_GROUP_NOT_EXIST    no    no
-    29  INVALID_PARAMETER       InvalidParameter      no          no
-    204 NO_BUYER_ID             NoBuyerId             yes         no
-    205 NOT_IN_CURRENT_UNIT     NotInCurrentUnit      yes         no
-    any other code              BrokerResponseError   no          no
-    (local) RemotingTimeout, ConnectionClosed, RemotingConnectError       yes   no
+    code                        class                 retriable   refresh_route   recheck_route
+    1   SYSTEM_ERROR            ServerError           yes         no              no
+    2   SYSTEM_BUSY             SystemBusy            yes         no              no
+    10  FLUSH_DISK_TIMEOUT      FlushDiskTimeout      yes         no              no
+    13  MESSAGE_ILLEGAL         MessageIllegal        no          no              no
+    14  SERVICE_NOT_AVAILABLE   ServiceNotAvailable   yes         no              yes, waits
+    16  NO_PERMISSION           NoPermission          yes         yes (perm)      no
+    17  TOPIC_NOT_EXIST         TopicNotExist         yes         yes             no
+    22  QUERY_NOT_FOUND         MessageNotFound       no          no              no
+    23  SUBSCRIPTION_PARSE_FAILED .. 26 SUBSCRIPTION_GROUP_NOT_EXIST    no    no    no
+    29  INVALID_PARAMETER       InvalidParameter      no          no              no
+    204 NO_BUYER_ID             NoBuyerId             yes         no              no
+    205 NOT_IN_CURRENT_UNIT     NotInCurrentUnit      yes         no              no
+    any other code              BrokerResponseError   no          no              no
+    (local) RemotingTimeout, ConnectionClosed                             yes   no   yes
+    (local) RemotingConnectError                                          yes   no   yes, waits
+
+``recheck_route`` marks the failures that say the address may have stopped being the master;
+"waits" (``await_new_master``) the ones that say it has: a DLedger follower refuses writes with
+SERVICE_NOT_AVAILABLE (naming its leader), a stopped master refuses the connection. For those a
+re-check that still finds the address listed pauses (about 0.9 s at most, within the send's
+deadline) for the new master to register, unless another broker group can take the send. A
+connection that closed with the call in flight may be a master that died (the next attempt
+gets a refusal, which waits) or an idle connection to a broker that restarted in place (the next
+attempt, on a new connection, succeeds): one look at the route, no pause. A timeout counts too:
+a master whose host went away answers nothing at all, and its group's new leader is only found
+through the name servers; when the broker is merely slow the cost is one route query (at most
+one per topic per 50 ms). NoPermission is not in it (its remedy is the route itself, dropped
+and fetched).
 
 Messages always name the thing and the limit, e.g.
 ``message body 5242881 B exceeds max 4194304 B``.
@@ -133,6 +150,12 @@ class RocketqError(Exception):
     retriable: ClassVar[bool] = False
     #: whether the producer drops its cached route of the topic before the next attempt
     refresh_route: ClassVar[bool] = False
+    #: whether the failure says the broker's address may no longer be its group's master: the
+    #: producer re-checks the topic's route with the name servers before the next attempt
+    recheck_route: ClassVar[bool] = False
+    #: whether the failure says the address is not the master (any more): a re-check that finds
+    #: it still listed pauses for a new master to register (only with ``recheck_route``)
+    await_new_master: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -186,6 +209,8 @@ class ServiceNotAvailable(RocketqError):
 
     code = ResponseCode.SERVICE_NOT_AVAILABLE
     retriable = True
+    recheck_route = True
+    await_new_master = True
 
 
 class DiskFull(ServiceNotAvailable, OSError):
@@ -323,18 +348,22 @@ class RemotingTimeout(RemotingError, TimeoutError):
     """No response arrived within the call's deadline (the request may still be processed)."""
 
     retriable = True
+    recheck_route = True
 
 
 class ConnectionClosed(RemotingError, ConnectionError):
     """The connection closed while the call was in flight, or was already closed."""
 
     retriable = True
+    recheck_route = True
 
 
 class RemotingConnectError(RemotingError, ConnectionError):
     """A connection to the address could not be established (refused, unreachable, timed out)."""
 
     retriable = True
+    recheck_route = True
+    await_new_master = True
 
 
 class BodyFormatError(RocketqError, ValueError):

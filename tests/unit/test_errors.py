@@ -12,15 +12,22 @@ import rocketq.proxy.status
 import rocketq.testing
 from rocketq.errors import (
     BrokerResponseError,
+    ConnectionClosed,
     FrameError,
     LocalProtocolError,
     MessageNotFound,
+    NameServerUnavailable,
     NoPermission,
     RemoteProtocolError,
+    RemotingConnectError,
     RemotingError,
+    RemotingTimeout,
     ResponseCode,
     RocketqError,
     ServerError,
+    ServiceNotAvailable,
+    StoreNotWritable,
+    SystemBusy,
     TopicNotExist,
     error_for_code,
     for_code,
@@ -95,6 +102,19 @@ RETRY_TABLE = {
 def test_retry_table(code: int, policy: tuple[bool, bool]) -> None:
     cls = for_code(code)
     assert (cls.retriable, cls.refresh_route) == policy
+    # only a refusal that says "not the master (any more)" has the route re-checked
+    assert cls.recheck_route == (code == ResponseCode.SERVICE_NOT_AVAILABLE)
+
+
+def test_the_failures_of_a_master_that_may_have_moved_have_the_route_re_checked() -> None:
+    moved = (RemotingTimeout, ConnectionClosed, RemotingConnectError, ServiceNotAvailable, StoreNotWritable)
+    for cls in moved:
+        assert cls.retriable and cls.recheck_route and not cls.refresh_route, cls
+    # a refusal or a refused connection says "not the master": the re-check waits for a new one
+    waits = {c for c in moved if c.await_new_master}
+    assert waits == {RemotingConnectError, ServiceNotAvailable, StoreNotWritable}
+    for cls in (NameServerUnavailable, RemoteProtocolError, SystemBusy, NoPermission):
+        assert not cls.recheck_route and not cls.await_new_master, cls
 
 
 def test_a_wire_code_is_declared_by_one_class_only() -> None:

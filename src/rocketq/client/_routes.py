@@ -12,6 +12,33 @@ broker (spec §8); the real route replaces it on the next refresh.
 Cached routes are refreshed every ``refresh_interval_s`` (30 s) by the producer; a refresh that
 fails keeps the cached route, so sends go on while the name servers are down.
 
+Re-checks after a failed send (a master that moved). A send that failed in a way that says the
+broker's address may no longer be its group's master (the error class's ``recheck_route``:
+SERVICE_NOT_AVAILABLE, as a DLedger follower answers; a connection refused or closed; a
+timeout) makes the producer call :meth:`RouteCache.suspect`. Until the topic's route has been
+re-checked, :meth:`RouteCache.cached` hides it, so the send's next attempt (and every other send
+of the topic) asks :meth:`RouteCache.publish_info`, which re-checks it once for all of them: one
+task per topic, which everyone waiting shares. The re-check reuses a route fetched less than
+:data:`RECHECK_MIN_INTERVAL_S` ago and otherwise fetches it, so a topic is never asked for more
+often than that, however many sends fail.
+
+* A failure that only *may* mean a move (a connection closed with the call in flight, which is
+  also what an idle pooled connection to a broker restarted in place gives; a timeout): one
+  look at the route; the next attempt goes to the master it names, on a new connection.
+* A failure that says the address is not the master (the error's ``await_new_master``:
+  SERVICE_NOT_AVAILABLE, connection refused): the re-check ends as soon as no such broker still
+  has the suspected address as its master (a new master registered: a DLedger hand-over
+  registers the new leader about 0.1 s after the old one stopped), or another broker group has
+  writable queues (the next attempt goes there), or after the pauses of
+  :data:`RECHECK_PAUSES_S`, about 0.9 s in all, each followed by a fetch (at once when a
+  periodic refresh changed the route meanwhile): then the next attempt goes to the same address,
+  which may be back (a broker restarted in place).
+
+A re-check that cannot reach the name servers keeps the cached route. Each waiting send bounds
+its wait by its own deadline; the re-check goes on for the others. When any refresh finds a
+broker name with a new master address, ``on_master_moved`` (the producer's fault back-off reset)
+is told, since the back-off was earned by the old master.
+
 Queue selection (:meth:`TopicPublishInfo.select`): round-robin over the writable queues,
 skipping brokers in back-off (:mod:`rocketq.client._fault`) and, on a retry, the broker that just
 failed. Sharding keys use :func:`hash_queue_index`: Java ``String.hashCode`` of the key, absolute
@@ -21,13 +48,17 @@ the same queue while the route does not change.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocketq.client._fault import LatencyFaultTolerance
-from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, TopicNotExist
+from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, RocketqError, TopicNotExist
 from rocketq.message import java_string_hash
 from rocketq.protocol.queue import MessageQueue
 from rocketq.protocol.route import MASTER_ID, TopicRouteData
@@ -38,6 +69,14 @@ log = logging.getLogger(__name__)
 
 #: Queues per broker a producer uses for a topic published through TBW102 (Java: 4).
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+#: A re-check after a failed send reuses a route fetched less than this long ago (s): at most one
+#: route query per topic per interval, however many sends fail at once.
+RECHECK_MIN_INTERVAL_S = 0.05
+#: The pauses (s) of a re-check while a suspected master is still the route's, each followed by
+#: a fetch (or cut short by a periodic refresh that changed the route); growing, as a
+#: hand-over's new master registers about 0.1 s after the old one stopped but an election after
+#: a crash takes longer.
+RECHECK_PAUSES_S: tuple[float, ...] = (0.05, 0.05, 0.1, 0.1, 0.2, 0.4)
 
 
 def hash_queue_index(key: str, queue_count: int) -> int:
@@ -104,7 +143,15 @@ class TopicPublishInfo:
 class RouteCache:
     """Topic → :class:`TopicPublishInfo`, fetched from the name servers on demand and on refresh."""
 
-    def __init__(self, remoting: RemotingClient, namesrv_addrs: Sequence[str], timeout_s: float) -> None:
+    def __init__(
+        self,
+        remoting: RemotingClient,
+        namesrv_addrs: Sequence[str],
+        timeout_s: float,
+        *,
+        on_master_moved: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not namesrv_addrs:
             raise ValueError("at least one name server address is required")
         self._remoting = remoting
@@ -112,13 +159,52 @@ class RouteCache:
         self._timeout_s = timeout_s
         self._next_namesrv = 0
         self._infos: dict[str, TopicPublishInfo] = {}
+        self._on_master_moved = on_master_moved
+        self._clock = clock
+        #: topic → broker name → (the master address a send to it failed on, whether to wait
+        #: for a new master), not yet re-checked; written by failing sends on any thread (the
+        #: blocking producer's), so under _lock
+        self._suspects: dict[str, dict[str, tuple[str, bool]]] = {}
+        self._lock = threading.Lock()
+        #: topic → the re-check in progress, shared by every send waiting for it
+        self._rechecks: dict[str, asyncio.Task[TopicPublishInfo]] = {}
+        #: topic → when its route was last asked for (clock s)
+        self._asked_at: dict[str, float] = {}
+        #: topic → set when a refresh changes its cached route (a re-check pausing wakes)
+        self._route_changed: dict[str, asyncio.Event] = {}
 
     @property
     def topics(self) -> list[str]:
         return list(self._infos)
 
     def cached(self, topic: str) -> TopicPublishInfo | None:
+        """The cached publish info of ``topic``; None while it is to be re-checked, so that
+        senders ask :meth:`publish_info`."""
+        if self._suspects and topic in self._suspects:
+            return None
         return self._infos.get(topic)
+
+    def last_known(self, topic: str) -> TopicPublishInfo | None:
+        """The cached publish info of ``topic``, also while it is to be re-checked."""
+        return self._infos.get(topic)
+
+    def suspect(self, topic: str, broker_name: str, addr: str, *, wait: bool = True) -> None:
+        """A send of ``topic`` to ``broker_name``'s master at ``addr`` failed in a way that says
+        ``addr`` may no longer be the master: the topic's route is re-checked before it is used
+        again (see the module docstring). ``wait``: the failure says the address is not the
+        master (a refusal, a connection refused), so the re-check pauses for a new master while
+        the route still names it; otherwise (a connection that closed, a timeout) one look at
+        the route is enough. Any thread may call this."""
+        with self._lock:
+            brokers = self._suspects.setdefault(topic, {})
+            known = brokers.get(broker_name)
+            brokers[broker_name] = (addr, wait or (known is not None and known == (addr, True)))
+
+    def suspected(self, topic: str) -> dict[str, tuple[str, bool]]:
+        """Broker name → (suspected master address, whether to wait) of ``topic``, not yet
+        re-checked."""
+        with self._lock:
+            return dict(self._suspects.get(topic, {}))
 
     def invalidate(self, topic: str) -> None:
         self._infos.pop(topic, None)
@@ -151,6 +237,7 @@ class RouteCache:
 
     async def refresh(self, topic: str) -> TopicPublishInfo:
         """Fetch ``topic``'s route now (TBW102 template when the topic is unknown) and cache it."""
+        self._asked_at[topic] = self._clock()
         try:
             route = await self.fetch_route(topic)
             info = TopicPublishInfo.from_route(topic, route)
@@ -161,14 +248,27 @@ class RouteCache:
         if old is not None and old.queues == info.queues and old.broker_addrs == info.broker_addrs:
             old.from_template = info.from_template
             return old  # keep the round-robin position
+        if old is not None:
+            for name, addr in old.broker_addrs.items():
+                new_addr = info.broker_addrs.get(name)
+                if new_addr and new_addr != addr:
+                    log.info("topic %s: master of broker %s moved from %s to %s", topic, name, addr, new_addr)
+                    if self._on_master_moved is not None:
+                        self._on_master_moved(name)
         self._infos[topic] = info
+        changed = self._route_changed.get(topic)
+        if changed is not None:
+            changed.set()
         log.debug(
             "route of topic %s: %d writable queues on %s", topic, len(info.queues), list(info.broker_addrs)
         )
         return info
 
     async def publish_info(self, topic: str) -> TopicPublishInfo:
-        """The cached publish info of ``topic``, fetched first if there is none usable."""
+        """The cached publish info of ``topic``, fetched first if there is none usable, or
+        re-checked first when a send suspected one of its masters."""
+        if self._suspects and topic in self._suspects:
+            return await self._recheck(topic)
         info = self._infos.get(topic)
         if info is not None and info.queues:
             return info
@@ -178,6 +278,77 @@ class RouteCache:
             if info is not None:
                 return info
             raise
+
+    async def _recheck(self, topic: str) -> TopicPublishInfo:
+        """The re-checked publish info of ``topic``: joins the re-check in progress or starts
+        one. A caller that gives up (its deadline) leaves it running for the others."""
+        task = self._rechecks.get(topic)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._recheck_rounds(topic), name=f"rocketq-route-recheck-{topic}"
+            )
+            self._rechecks[topic] = task
+            task.add_done_callback(lambda t: self._recheck_done(topic, t))
+        return await asyncio.shield(task)
+
+    def _recheck_done(self, topic: str, task: asyncio.Task[TopicPublishInfo]) -> None:
+        if self._rechecks.get(topic) is task:
+            del self._rechecks[topic]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have given up
+
+    async def _recheck_rounds(self, topic: str) -> TopicPublishInfo:
+        examined = self.suspected(topic)
+        changed = self._route_changed[topic] = asyncio.Event()
+        try:
+            for pause in (*RECHECK_PAUSES_S, None):
+                info = await self._recent_route(topic)
+                changed.clear()  # from here on, only a refresh made during the pause counts
+                # a broker missing from the route has no master yet: still waiting for one
+                stuck = {
+                    name
+                    for name, (addr, wait) in examined.items()
+                    if wait and info.broker_addrs.get(name, addr) == addr
+                }
+                if not stuck or pause is None or any(mq.broker_name not in stuck for mq in info.queues):
+                    return info
+                log.debug("topic %s: master of %s not moved yet, re-checking in %.2f s", topic, stuck, pause)
+                with contextlib.suppress(TimeoutError):  # a periodic refresh may bring the news
+                    await asyncio.wait_for(changed.wait(), pause)
+            raise AssertionError("unreachable: the last round returns")
+        finally:
+            if self._route_changed.get(topic) is changed:
+                del self._route_changed[topic]
+            with self._lock:
+                left = self._suspects.get(topic)
+                if left is not None:
+                    for name, suspicion in examined.items():
+                        if left.get(name) == suspicion:
+                            del left[name]
+                    if not left:
+                        del self._suspects[topic]
+
+    async def _recent_route(self, topic: str) -> TopicPublishInfo:
+        """``topic``'s route asked for less than RECHECK_MIN_INTERVAL_S ago, else fetched now;
+        the cached one when the name servers do not answer."""
+        info = self._infos.get(topic)
+        asked_at = self._asked_at.get(topic, float("-inf"))
+        if info is not None and self._clock() - asked_at < RECHECK_MIN_INTERVAL_S:
+            return info
+        try:
+            return await self.refresh(topic)
+        except RocketqError as exc:
+            if info is None:
+                raise
+            log.warning("route re-check of topic %s failed, keeping the cached route: %s", topic, exc)
+            return info
+
+    async def close(self) -> None:
+        """Stop the re-checks in progress."""
+        tasks = list(self._rechecks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def refresh_all(self) -> None:
         """Refresh every cached topic; failures are logged and the cached route is kept."""
@@ -200,6 +371,8 @@ class RouteCache:
 
 __all__ = [
     "DEFAULT_TOPIC_QUEUE_NUMS",
+    "RECHECK_MIN_INTERVAL_S",
+    "RECHECK_PAUSES_S",
     "RouteCache",
     "TopicPublishInfo",
     "hash_queue_index",

@@ -18,8 +18,12 @@ Send path (RocketMQ ``DefaultMQProducerImpl.sendDefaultImpl``)::
   NO_PERMISSION, TOPIC_NOT_EXIST, NO_BUYER_ID, NOT_IN_CURRENT_UNIT: the table in
   :mod:`rocketq.errors`), each on a queue of another broker when there is one, all within one
   ``send_timeout_ms`` deadline; the topic's cached route is dropped first when the class says
-  ``refresh_route``. MESSAGE_ILLEGAL, INVALID_PARAMETER and local validation errors are raised
-  at once.
+  ``refresh_route``. A failure whose class says ``recheck_route`` (SERVICE_NOT_AVAILABLE, as
+  a DLedger follower refuses a write; connection refused or closed; timeout) makes the topic's
+  route be re-checked with the name servers before the next attempt: a master that moved (a
+  leader change) is found at once, not at the next periodic refresh (:mod:`rocketq.client._routes`
+  says how the re-check is shared, rate-limited and paused). MESSAGE_ILLEGAL, INVALID_PARAMETER
+  and local validation errors are raised at once.
 * Sends with ``sharding_key``, ``selector`` or ``queue`` always go to the chosen queue (order);
   retriable failures are retried on that same queue.
 * Flush/slave timeouts (10/11/12) are not errors: the message is stored and the result's
@@ -213,7 +217,13 @@ class AsyncProducer:
         self._remoting = RemotingClient(
             self.request_handler, rpc_hook=self.config.rpc_hook(), ssl=self.config.ssl_context()
         )
-        self._routes = RouteCache(self._remoting, self.namesrv_addrs, self.send_timeout_ms / 1000)
+        faults = self.faults
+        self._routes = RouteCache(
+            self._remoting,
+            self.namesrv_addrs,
+            self.send_timeout_ms / 1000,
+            on_master_moved=None if faults is None else faults.remove,
+        )
         self._refresher = asyncio.get_running_loop().create_task(
             self._refresh_routes(), name=f"rocketq-producer-{self.group}-routes"
         )
@@ -231,6 +241,8 @@ class AsyncProducer:
             await asyncio.gather(*self._batch_tasks, return_exceptions=True)
         self._state = "shutdown"
         await cancel_and_wait(self._refresher)
+        if self._routes is not None:
+            await self._routes.close()
         if self._remoting is not None:
             await self._remoting.close()
         log.info("producer %s shut down", self.group)
@@ -670,6 +682,9 @@ class AsyncProducer:
                 try:
                     info = cast(TopicPublishInfo, (yield RouteStep(p.topic, remaining)))
                 except TimeoutError:
+                    if tried.last_exc is not None:  # a re-check outlasted the deadline
+                        tried.failures.append(f"route re-check of topic {p.topic!r} outlasted the deadline")
+                        break
                     raise RemotingTimeout(
                         f"route lookup for topic {p.topic!r} exceeded send_timeout_ms={self.send_timeout_ms}"
                     ) from None
@@ -723,8 +738,8 @@ class AsyncProducer:
         self, exc: RocketqError, topic: str, mq: MessageQueue, began: float, tried: SendAttempts
     ) -> None:
         """Note the failure ``exc`` of an attempt on ``mq`` in ``tried``; raise it when it is
-        not retriable, else mark the broker in back-off and drop the route when the error
-        says so."""
+        not retriable, else mark the broker in back-off, and drop the route or have it
+        re-checked when the error says so."""
         elapsed_ms = (time.monotonic() - began) * 1000
         tried.last_broker = mq.broker_name
         tried.last_exc = exc
@@ -734,8 +749,14 @@ class AsyncProducer:
             raise exc
         if self.faults is not None:
             self.faults.update(mq.broker_name, elapsed_ms, failed=True)
-        if exc.refresh_route and self._routes is not None:
-            self._routes.invalidate(topic)
+        routes = self._routes
+        if routes is not None:
+            if exc.refresh_route:
+                routes.invalidate(topic)
+            if exc.recheck_route:  # the master may have moved: the next attempt re-checks the route
+                addr = routes.broker_addr(mq.broker_name, topic)
+                if addr is not None:
+                    routes.suspect(topic, mq.broker_name, addr, wait=exc.await_new_master)
         left = 1 + self.retry_times_when_send_failed - tried.count
         log.debug("send to %s failed (%s), %d attempt(s) left", mq, exc, left)
 

@@ -342,7 +342,7 @@ class AsyncTransactionProducer:
             return set()
         addrs: set[str] = set()
         for topic in routes.topics:
-            info = routes.cached(topic)
+            info = routes.last_known(topic)  # also while a failed send has it re-checked
             if info is not None:
                 addrs.update(a for a in info.broker_addrs.values() if a)
         return addrs
