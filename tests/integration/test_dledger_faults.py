@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import pathlib
-import shutil
 import threading
 import time
 from collections import defaultdict
@@ -30,18 +28,17 @@ from typing import Any
 
 import pytest
 
+from _support.dledger_topic import stored_bodies, topic_group
 from _support.raft_group import LocalGroup, record
 from _support.requests import send_request
+from _support.sync_writer import Writer as SyncWriter
 from _support.tmpfs import fill, small_tmpfs
 from _support.wait import wait_until
-from rocketq.client import Admin, Message, Producer, SendStatus
+from rocketq.client import Message, Producer, SendStatus
 from rocketq.errors import DiskFull, ResponseCode, RocketqError
 from rocketq.ha.raft_types import Role
-from rocketq.message import decode_offset_msg_id
 from rocketq.remoting import RemotingClient
-from rocketq.remoting.codes import RequestCode
-from rocketq.remoting.command import create_request
-from rocketq.testing.chaos.cluster import ChaosGroup, ChaosUnsupported, NodeState
+from rocketq.testing.chaos.cluster import ChaosGroup, NodeState
 
 TOPIC = "ChaosT"
 QUEUES = 4
@@ -64,51 +61,12 @@ def _call(addr: str, request: Any, timeout_s: float) -> Any:
     return asyncio.run(asyncio.wait_for(main(), timeout_s + 2))
 
 
-def _topics_on(addr: str) -> set[str]:
-    try:
-        response = _call(addr, create_request(RequestCode.GET_ALL_TOPIC_CONFIG), 3)
-    except (RocketqError, OSError, TimeoutError):
-        return set()
-    if response.code != ResponseCode.SUCCESS or not response.body:
-        return set()
-    table = json.loads(response.body).get("topicConfigTable", {})
-    return set(table) if isinstance(table, dict) else set()
-
-
-def _routed(admin: Admin) -> bool:
-    try:
-        return len(admin.topic_route(TOPIC).queue_datas) > 0
-    except RocketqError:
-        return False
-
-
 @contextlib.contextmanager
 def chaos_group(tmp_path: pathlib.Path, **kwargs: Any) -> Iterator[ChaosGroup]:
-    group = ChaosGroup(tmp_path / "group", **kwargs)
-    try:
-        try:
-            group.start()
-        except ChaosUnsupported as exc:
-            pytest.skip(str(exc))
-        with Admin(group.namesrv_addr) as admin:
-            # on every member: a slave would copy it from the master within 3 s anyway; any new
-            # master must hold it to route it
-            for node in group.node_ids:
-                admin.create_topic(TOPIC, QUEUES, QUEUES, broker_addr=group.broker_addr(node))
-        for node in group.node_ids:
-            addr = group.broker_addr(node)
-            wait_until(lambda a=addr: TOPIC in _topics_on(a), f"node {node} holding the topic", WAIT_S)
-        with Admin(group.namesrv_addr) as admin:
-            wait_until(lambda: _routed(admin), "the name server routing the topic", WAIT_S)
+    """A group with the topic on every member (a slave would copy it from the master within
+    3 s anyway; any new master must hold it to route it)."""
+    with topic_group(tmp_path / "group", TOPIC, QUEUES, **kwargs) as group:
         yield group
-    except BaseException:
-        print(group.logs())
-        raise
-    else:
-        group.stop()
-        shutil.rmtree(group.root, ignore_errors=True)  # each store holds 160 MiB index files
-    finally:
-        group.stop()
 
 
 @pytest.fixture(scope="module")
@@ -131,60 +89,20 @@ def group(shared_group: ChaosGroup) -> Iterator[ChaosGroup]:
         raise
 
 
-class Writer:
+class Writer(SyncWriter):
     """A producer thread: SYNC sends one at a time, a new body each; what was acknowledged
     (body, when the send began, the acknowledging broker) and what failed (indeterminate)."""
 
     def __init__(self, namesrv: str, prefix: str, pad: int = 0) -> None:
-        self.namesrv = namesrv
-        self.prefix = prefix
-        self.pad = b"." * pad
-        self.acked: list[tuple[bytes, float, str]] = []
-        self.latencies: list[float] = []
-        self.failed: set[bytes] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"writer-{prefix}")
-
-    def __enter__(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        with Producer(
-            f"{self.prefix}PG", namesrv_addr=self.namesrv, send_timeout_ms=3000, route_refresh_interval_ms=300
-        ) as producer:
-            i = 0
-            while not self._stop.is_set():
-                body = f"{self.prefix}-{i}".encode() + self.pad
-                i += 1
-                began = time.monotonic()
-                try:
-                    result = producer.send(Message(TOPIC, body))
-                except RocketqError:
-                    self.failed.add(body)
-                    continue
-                if result.status is SendStatus.SEND_OK:
-                    self.latencies.append(time.monotonic() - began)
-                    self.acked.append((body, began, decode_offset_msg_id(result.offset_msg_id).address))
-                else:
-                    self.failed.add(body)
-
-    def wait_acked(self, more: int, what: str, timeout_s: float = WAIT_S) -> None:
-        target = len(self.acked) + more
-        wait_until(lambda: len(self.acked) >= target, f"{more} more acknowledgements {what}", timeout_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(60)
-        assert not self._thread.is_alive(), "the writer did not stop"
-
-    @property
-    def bodies(self) -> set[bytes]:
-        return {b for b, _, _ in self.acked}
+        super().__init__(
+            namesrv,
+            prefix,
+            TOPIC,
+            stamp="began",
+            pad=pad,
+            send_timeout_ms=3000,
+            route_refresh_interval_ms=300,
+        )
 
 
 class Monitor:
@@ -218,14 +136,7 @@ class Monitor:
 
 
 def _stored(namesrv: str) -> list[bytes]:
-    out: list[bytes] = []
-    with Admin(namesrv) as admin:
-        for qid in range(QUEUES):
-            offset = 0
-            while batch := admin.consume_message(TOPIC, qid, offset, 256, broker_name=BROKER):
-                out.extend(m.body for m in batch)
-                offset = batch[-1].queue_offset + 1
-    return out
+    return stored_bodies(namesrv, TOPIC, QUEUES, BROKER)
 
 
 def assert_nothing_acknowledged_lost(

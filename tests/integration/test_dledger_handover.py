@@ -9,28 +9,21 @@ client sends with SYNC acknowledgement, one message at a time, throughout.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import pathlib
-import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from _support.dledger_topic import stored_bodies, topic_group
+from _support.sync_writer import Writer as SyncWriter
 from _support.wait import wait_until
 from rocketq.broker.server import SHUTDOWN_QUORUM_WAIT_S, SHUTDOWN_UNREGISTER_TIMEOUT_S
-from rocketq.client import Admin, Message, Producer, SendStatus
-from rocketq.errors import RocketqError
-from rocketq.message import decode_offset_msg_id
-from rocketq.remoting import RemotingClient
-from rocketq.remoting.codes import RequestCode
-from rocketq.remoting.command import create_request
-from rocketq.testing.chaos.cluster import ChaosGroup, ChaosUnsupported
+from rocketq.testing.chaos.cluster import ChaosGroup
 
 # groups of broker processes, a restart each: not in make fast
 pytestmark = pytest.mark.slow
@@ -47,113 +40,26 @@ NEW_MASTER_WITHIN_S = ELECTION_TIMEOUT_MS / 1000 / 2
 WAIT_S = 60.0
 
 
-class Writer:
+class Writer(SyncWriter):
     """SYNC sends from a thread, one at a time, a new body each: what was acknowledged (body,
-    when the acknowledgement came, the broker that stored it) and what failed."""
+    when the acknowledgement came, the broker that stored it) and what failed. The route is
+    refreshed every 100 ms: a producer learns of the new master that soon."""
 
     def __init__(self, namesrv: str, prefix: str) -> None:
-        self.namesrv = namesrv
-        self.prefix = prefix
-        self.acked: list[tuple[bytes, float, str]] = []
-        self.failed: set[bytes] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"writer-{prefix}")
-
-    def __enter__(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the writer did not stop"
-
-    def _run(self) -> None:
-        # the route is refreshed every 100 ms: a producer learns of the new master that soon
-        with Producer(
-            f"{self.prefix}PG", namesrv_addr=self.namesrv, send_timeout_ms=3000, route_refresh_interval_ms=100
-        ) as producer:
-            i = 0
-            while not self._stop.is_set():
-                body = f"{self.prefix}-{i}".encode()
-                i += 1
-                try:
-                    result = producer.send(Message(TOPIC, body))
-                except RocketqError:
-                    self.failed.add(body)
-                    continue
-                if result.status is SendStatus.SEND_OK:
-                    addr = decode_offset_msg_id(result.offset_msg_id).address
-                    self.acked.append((body, time.monotonic(), addr))
-                else:
-                    self.failed.add(body)
-
-    def first_ack_on(self, addr: str, after: float) -> float | None:
-        return next((t for _, t, a in list(self.acked) if a == addr and t > after), None)
-
-    def wait_acked(self, more: int, what: str) -> None:
-        target = len(self.acked) + more
-        wait_until(lambda: len(self.acked) >= target, f"{more} more acknowledgements {what}", WAIT_S)
-
-
-def _topic_on(group: ChaosGroup, node: int) -> bool:
-    async def ask() -> bool:
-        client = RemotingClient()
-        try:
-            r = await client.invoke(
-                group.broker_addr(node), create_request(RequestCode.GET_ALL_TOPIC_CONFIG), 3
-            )
-        finally:
-            await client.close()
-        return r.body is not None and TOPIC.encode() in r.body
-
-    try:
-        return asyncio.run(ask())
-    except (RocketqError, OSError, TimeoutError):
-        return False
+        super().__init__(namesrv, prefix, TOPIC, send_timeout_ms=3000, route_refresh_interval_ms=100)
 
 
 @contextlib.contextmanager
 def handover_group(tmp_path: pathlib.Path, **conf: str) -> Iterator[ChaosGroup]:
-    group = ChaosGroup(
-        tmp_path / "group",
-        election_timeout_ms=ELECTION_TIMEOUT_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        conf=conf,
-        verbose=False,
-    )
-    try:
-        try:
-            group.start()
-        except ChaosUnsupported as exc:
-            pytest.skip(str(exc))
-        with Admin(group.namesrv_addr) as admin:
-            for node in group.node_ids:  # every member holds the topic: any new master routes it
-                admin.create_topic(TOPIC, QUEUES, QUEUES, broker_addr=group.broker_addr(node))
-        for node in group.node_ids:
-            wait_until(lambda n=node: _topic_on(group, n), f"node {node} holding the topic", WAIT_S)
-        with Admin(group.namesrv_addr) as admin:
-            wait_until(lambda: admin.topic_route(TOPIC).queue_datas, "the topic routed", WAIT_S)
+    with topic_group(
+        tmp_path / "group", TOPIC, QUEUES, election_timeout_ms=ELECTION_TIMEOUT_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS, conf=conf,
+    ) as group:  # fmt: skip
         yield group
-    except BaseException:
-        print(group.logs())
-        raise
-    else:
-        group.stop()
-        shutil.rmtree(group.root, ignore_errors=True)
-    finally:
-        group.stop()
 
 
 def _stored(namesrv: str) -> set[bytes]:
-    out: set[bytes] = set()
-    with Admin(namesrv) as admin:
-        for qid in range(QUEUES):
-            offset = 0
-            while batch := admin.consume_message(TOPIC, qid, offset, 256, broker_name=BROKER):
-                out.update(m.body for m in batch)
-                offset = batch[-1].queue_offset + 1
-    return out
+    return set(stored_bodies(namesrv, TOPIC, QUEUES, BROKER))
 
 
 def _sigterm_and_time_new_master(group: ChaosGroup, old: int) -> tuple[int, float]:

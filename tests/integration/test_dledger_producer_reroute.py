@@ -12,23 +12,19 @@ of the signal (a tenth of the refresh interval), and nothing acknowledged may be
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pathlib
-import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 
+from _support.dledger_topic import stored_bodies, topic_group
+from _support.sync_writer import Writer as SyncWriter
 from _support.wait import wait_until
-from rocketq.client import Admin, Message, Producer, SendStatus
-from rocketq.client.aio import DEFAULT_ROUTE_REFRESH_INTERVAL_MS, AsyncProducer, SendResult
-from rocketq.errors import RocketqError
-from rocketq.message import decode_offset_msg_id
-from rocketq.testing.chaos.cluster import ChaosGroup, ChaosUnsupported
+from rocketq.testing.chaos.cluster import ChaosGroup
 
 # a group of broker processes and a restart: not in make fast
 pytestmark = pytest.mark.slow
@@ -43,116 +39,29 @@ FIRST_ACK_WITHIN_S = 3.0
 WAIT_S = 60.0
 
 
-class Writer:
+class Writer(SyncWriter):
     """SYNC sends from a thread, one at a time, a new body each, by a producer with the default
     route refresh interval (blocking or asyncio): what was acknowledged (body, when, the
     broker that stored it) and what failed."""
 
-    def __init__(self, namesrv: str, prefix: str, kind: str) -> None:
-        self.namesrv = namesrv
-        self.prefix = prefix
-        self.kind = kind
-        self.acked: list[tuple[bytes, float, str]] = []
-        self.failed: set[bytes] = set()
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"writer-{prefix}")
-
-    def __enter__(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the writer did not stop"
-        assert self.error is None, self.error
-
-    def _note(self, body: bytes, result: SendResult) -> None:
-        if result.status is SendStatus.SEND_OK:
-            addr = decode_offset_msg_id(result.offset_msg_id).address
-            self.acked.append((body, time.monotonic(), addr))
-        else:
-            self.failed.add(body)
-
-    def _bodies(self) -> Iterator[bytes]:
-        i = 0
-        while not self._stop.is_set():
-            yield f"{self.prefix}-{i}".encode()
-            i += 1
-
-    def _run(self) -> None:
-        try:
-            if self.kind == "blocking":
-                self._run_blocking()
-            else:
-                asyncio.run(self._run_async())
-        except BaseException as exc:  # shown by __exit__
-            self.error = exc
-
-    def _run_blocking(self) -> None:
-        with Producer(f"{self.prefix}PG", namesrv_addr=self.namesrv) as producer:
-            assert producer._core.route_refresh_interval_ms == DEFAULT_ROUTE_REFRESH_INTERVAL_MS
-            for body in self._bodies():
-                try:
-                    self._note(body, producer.send(Message(TOPIC, body)))
-                except RocketqError:
-                    self.failed.add(body)
-
-    async def _run_async(self) -> None:
-        async with AsyncProducer(f"{self.prefix}PG", namesrv_addr=self.namesrv) as producer:
-            assert producer.route_refresh_interval_ms == DEFAULT_ROUTE_REFRESH_INTERVAL_MS
-            for body in self._bodies():
-                try:
-                    self._note(body, await producer.send(Message(TOPIC, body)))
-                except RocketqError:
-                    self.failed.add(body)
-
-    def first_ack_on(self, addr: str, after: float) -> float | None:
-        return next((t for _, t, a in list(self.acked) if a == addr and t > after), None)
-
-    def wait_acked(self, more: int, what: str) -> None:
-        target = len(self.acked) + more
-        wait_until(lambda: len(self.acked) >= target, f"{more} more acknowledgements {what}", WAIT_S)
+    def __init__(self, namesrv: str, prefix: str, kind: Literal["blocking", "async"]) -> None:
+        super().__init__(namesrv, prefix, TOPIC, kind=kind)
 
 
 def _stored(namesrv: str) -> set[bytes]:
-    out: set[bytes] = set()
-    with Admin(namesrv) as admin:
-        for qid in range(QUEUES):
-            offset = 0
-            while batch := admin.consume_message(TOPIC, qid, offset, 256, broker_name=BROKER):
-                out.update(m.body for m in batch)
-                offset = batch[-1].queue_offset + 1
-    return out
+    return set(stored_bodies(namesrv, TOPIC, QUEUES, BROKER))
 
 
 @pytest.fixture
 def group(tmp_path: pathlib.Path) -> Iterator[ChaosGroup]:
-    group = ChaosGroup(
+    with topic_group(
         tmp_path / "group",
+        TOPIC,
+        QUEUES,
         election_timeout_ms=ELECTION_TIMEOUT_MS,
         heartbeat_interval_ms=HEARTBEAT_MS,
-        verbose=False,
-    )
-    try:
-        try:
-            group.start()
-        except ChaosUnsupported as exc:
-            pytest.skip(str(exc))
-        with Admin(group.namesrv_addr) as admin:
-            for node in group.node_ids:  # every member holds the topic: any new master routes it
-                admin.create_topic(TOPIC, QUEUES, QUEUES, broker_addr=group.broker_addr(node))
-            wait_until(lambda: admin.topic_route(TOPIC).queue_datas, "the topic routed", WAIT_S)
+    ) as group:
         yield group
-    except BaseException:
-        print(group.logs())
-        raise
-    else:
-        group.stop()
-        shutil.rmtree(group.root, ignore_errors=True)
-    finally:
-        group.stop()
 
 
 def test_producers_with_the_default_refresh_follow_a_hand_over_at_once(group: ChaosGroup) -> None:

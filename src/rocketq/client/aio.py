@@ -587,17 +587,30 @@ class AsyncProducer:
             response = await conn.request_frame(
                 frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
             )
-            result = (
-                response
-                if isinstance(response, SendResult)
-                else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
-            )
+            result = self._plain_result(response, msg_id, mq, addr)
         except RocketqError as exc:
-            prepared = _Prepared(msg.topic, msg.body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
-            tried = SendAttempts(deadline)
-            self._attempt_failed(exc, msg.topic, mq, began, tried)  # raises when not retriable
+            prepared, tried = self._plain_failed(exc, msg, msg_id, mq, began, deadline)
             return await self._send_with_retries(prepared, None, None, None, msg, tried)
         return self._attempt_succeeded(result, info, began)
+
+    @staticmethod
+    def _plain_result(
+        response: RemotingCommand | SendResult, msg_id: str, mq: MessageQueue, addr: str
+    ) -> SendResult:
+        """The SendResult of a plain send's answer (made already by the quick answer, or not)."""
+        if isinstance(response, SendResult):
+            return response
+        return send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
+
+    def _plain_failed(
+        self, exc: RocketqError, msg: Message, msg_id: str, mq: MessageQueue, began: float, deadline: float
+    ) -> tuple[_Prepared, SendAttempts]:
+        """A plain send's first attempt failed with ``exc``: noted (raised when not retriable),
+        and what the retries go on with: the message as ``_prepare`` makes it with the id the
+        attempt used, and the attempts so far."""
+        tried = SendAttempts(deadline)
+        self._attempt_failed(exc, msg.topic, mq, began, tried)  # raises when not retriable
+        return _Prepared(msg.topic, msg.body, plain_properties(msg_id), 0, msg.flag, msg_id, False), tried
 
     async def _send_with_retries(
         self,

@@ -44,8 +44,7 @@ from rocketq.client._fault import NO_BACK_OFF_BELOW_MS
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
 from rocketq.client.send_answer import send_result as _send_result
-from rocketq.client.send_plain import plain_properties
-from rocketq.client.send_values import SendAttempts, _Prepared, send_result_of, validate_send_topic
+from rocketq.client.send_values import SendAttempts, _Prepared, validate_send_topic
 from rocketq.errors import RocketqError
 from rocketq.message import Message
 from rocketq.protocol.queue import MessageQueue
@@ -155,15 +154,9 @@ class Producer(BlockingFacade[AsyncProducer]):
             response = pool.invoke_frame(
                 addr, frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
             )
-            result = (
-                response
-                if isinstance(response, SendResult)
-                else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
-            )
+            result = core._plain_result(response, msg_id, mq, addr)
         except RocketqError as exc:
-            prepared = _Prepared(msg.topic, msg.body, plain_properties(msg_id), 0, msg.flag, msg_id, False)
-            tried = SendAttempts(deadline)
-            core._attempt_failed(exc, prepared.topic, mq, began, tried)  # raises when not retriable
+            prepared, tried = core._plain_failed(exc, msg, msg_id, mq, began, deadline)
             return self._send_here(pool, prepared, None, None, None, msg, tried)
         # _attempt_succeeded, called only when it has something to do: a broker in back-off
         # (a fast answer takes it out), a slow answer, a route from the template
