@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from _support.wait import wait_until
 from rocketq.errors import ConnectionClosed, RemotingTimeout, ResponseCode
-from rocketq.remoting import RemotingCommand, RequestCode, create_request
+from rocketq.remoting import RemotingCommand, RequestCode, blocking, create_request
 from rocketq.remoting.blocking import BlockingConnection, BlockingConnectionPool
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.codes import FLAG_RESPONSE
@@ -297,3 +298,33 @@ def test_a_quick_answer_is_tried_only_on_an_idle_read_and_none_decodes_it(
         assert [len(b) for b, _, _ in seen[before:]] == [5]  # the rest was read with 5 B buffered
     finally:
         conn.close()
+
+
+def test_an_idle_connection_whose_peer_closed_it_is_not_used(
+    make_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection the server closed while it sat idle (a broker restarted) is seen
+    closed when it is taken again after ``IDLE_CHECK_AFTER_S``, and the call goes out on a new
+    one instead of failing with ConnectionClosed; one still open is used again."""
+    closing = threading.Event()
+
+    def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
+        while True:
+            conn.sendall(ok(read()))
+            if closing.is_set():
+                return  # closed after this answer, as a broker that goes away
+
+    server = make_server(script)
+    pool = BlockingConnectionPool(connect_timeout_s=2.0)
+    monkeypatch.setattr(blocking, "IDLE_CHECK_AFTER_S", 0.0)  # every idle connection is looked at
+    try:
+        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+        assert server.accepted == 1  # still open: used again
+        closing.set()
+        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+        wait_until(lambda: not server.threads[0].is_alive(), "the server closing the connection", 10)
+        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+        assert server.accepted == 2
+    finally:
+        pool.close()

@@ -32,7 +32,11 @@ The idle connections are taken and given back without a lock: a list's ``pop`` a
 are each one step with the GIL held, so two threads never take one connection; the lock only
 guards the dict of lists when an address is new. ``close`` marks the pool closed before it
 empties the lists, and a give-back looks at the mark again after its append, so a connection
-given back while the pool closes is closed by one of the two.
+given back while the pool closes is closed by one of the two. A connection that sat idle for
+:data:`IDLE_CHECK_AFTER_S` or longer is looked at before it is used (one ``recv`` with
+``MSG_PEEK``): one whose peer closed it meanwhile (a broker restarted, or a DLedger leader changed
+at an address) is closed and the next one taken or a new one opened, so the call it was taken for
+does not fail on it.
 """
 
 from __future__ import annotations
@@ -78,6 +82,11 @@ _MSG_DONTWAIT: Final = socket.MSG_DONTWAIT
 
 _T = TypeVar("_T")
 
+#: A pooled connection idle at least this long (s) is looked at before it is used again: one its
+#: peer closed meanwhile (a broker restarted, a new DLedger leader at the old address) is
+#: dropped there, instead of failing the call it was taken for.
+IDLE_CHECK_AFTER_S: Final = 1.0
+
 #: ``hook(remote_addr, request)``: changes a request in place before it is sent (as RpcHook).
 BlockingRpcHook = Callable[[str, RemotingCommand], None]
 
@@ -98,6 +107,7 @@ class BlockingConnection:
         "_view",
         "addr",
         "closed",
+        "idle_since",
     )
 
     def __init__(self, addr: str, sock: socket.socket, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -118,6 +128,8 @@ class BlockingConnection:
         if self._plain:
             sock.settimeout(None)  # blocking: CPython then reads and writes without a poll first
         self.closed = False
+        #: ``time.monotonic()`` when a pool last took it back (0.0: never)
+        self.idle_since = 0.0
 
     @classmethod
     def open(
@@ -149,6 +161,18 @@ class BlockingConnection:
         if not self.closed:
             self.closed = True
             self._sock.close()
+
+    def peer_closed(self) -> bool:
+        """Whether the peer closed (or reset) this connection while it was idle: an end of
+        stream waits to be read. A TLS connection is not looked at (it cannot peek): False."""
+        if not self._plain or self.closed:
+            return self.closed
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:  # nothing to read: open
+            return False
+        except OSError:  # reset
+            return True
 
     def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send request ``cmd`` and return its response within ``timeout_s``.
@@ -406,7 +430,9 @@ class BlockingConnectionPool:
             except IndexError:  # another thread took the last one meanwhile
                 break
             if not conn.closed:
-                break
+                if time.monotonic() - conn.idle_since < IDLE_CHECK_AFTER_S or not conn.peer_closed():
+                    break
+                conn.close()  # its peer went away while it was idle
             conn = None
         if conn is None:
             deadline = time.monotonic() + timeout_s
@@ -450,6 +476,7 @@ class BlockingConnectionPool:
         if conns is None:
             with self._lock:
                 conns = self._idle.setdefault(conn.addr, [])
+        conn.idle_since = time.monotonic()
         conns.append(conn)
         if self._closed:  # closed meanwhile: its sweep may have come before the append
             self._close_idle()
