@@ -559,6 +559,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._quick and self._took_quick(data, len(data)):
             return
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
+        """A read not taken by a quick answer: to the lone handler, else the decoder."""
         lone = self._lone
         if (
             lone is not None
@@ -871,7 +875,8 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
     Why. asyncio's plain transport reads with ``recv(256 KiB)`` into a new bytes object each time;
     in a process whose allocator has not yet raised glibc's mmap threshold above that size (a
     small client process), every read then costs an ``mmap``, an ``mremap`` and a ``munmap``,
-    some 10 µs per round trip here (docs/benchmarks.md). Reading into a buffer kept for the
+    about 30 µs of CPU per round trip in our measurements (docs/benchmarks.md, "The asyncio
+    producer's first attempt and its reads"). Reading into a buffer kept for the
     connection allocates nothing; a read that completes a call's quick answer is taken from the
     buffer itself, and any other read is copied out once and decoded as always.
     """
@@ -887,7 +892,7 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._quick and self._took_quick(self._read_buf, nbytes):
             return
-        self.data_received(self._read_view[:nbytes].tobytes())
+        self._received(self._read_view[:nbytes].tobytes())
 
 
 async def close_connections(connections: Collection[Connection], timeout_s: float) -> None:
