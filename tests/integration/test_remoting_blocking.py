@@ -306,12 +306,12 @@ def test_an_idle_connection_whose_peer_closed_it_is_not_used(
     """A pooled connection the server closed while it sat idle (a broker restarted) is seen
     closed when it is taken again after ``IDLE_CHECK_AFTER_S``, and the call goes out on a new
     one instead of failing with ConnectionClosed; one still open is used again."""
-    closing = threading.Event()
 
     def script(conn: socket.socket, read: Callable[[], RemotingCommand]) -> None:
         while True:
-            conn.sendall(ok(read()))
-            if closing.is_set():
+            request = read()
+            conn.sendall(ok(request))
+            if request.ext_fields.get("last") == "yes":
                 return  # closed after this answer, as a broker that goes away
 
     server = make_server(script)
@@ -321,8 +321,8 @@ def test_an_idle_connection_whose_peer_closed_it_is_not_used(
         assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
         assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
         assert server.accepted == 1  # still open: used again
-        closing.set()
-        assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
+        last = create_request(RequestCode.HEART_BEAT, {"last": "yes"})
+        assert pool.invoke(server.addr, last, 5.0).code == 0
         wait_until(lambda: not server.threads[0].is_alive(), "the server closing the connection", 10)
         assert pool.invoke(server.addr, create_request(RequestCode.HEART_BEAT), 5.0).code == 0
         assert server.accepted == 2
