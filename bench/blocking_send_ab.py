@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,12 +39,6 @@ import time
 BODY = b"x" * 128
 TOPIC = "BlockingSendAB"
 WARM_UP = 2_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -> None:
@@ -141,6 +134,11 @@ def main() -> int:
     if args.child:
         child(args.child[0], args.child[1], args.rounds, args.count, args.canned)
         return 0
+    # imported here, not at the top: serve_ab loads rocketq from this checkout, and a child must
+    # load the tree it measures
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from serve_ab import free_port, wait_ready  # noqa: PLC0415
+
     trees = dict(t.split("=", 1) for t in args.tree)
     if not trees:
         ap.error("give at least one --tree NAME=SRC")
@@ -161,14 +159,7 @@ def main() -> int:
         )
     rows: dict[str, list[tuple[float, ...]]] = {name: [] for name in trees}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with open(log_path, "rb") as f:
-                if b"rocketq ready" in f.read():
-                    break
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"rocketq serve did not start; see {log_path}")
-            time.sleep(0.05)  # polling the log of a process that is starting
+        wait_ready(server, log_path, server_src)
         names = list(trees)
         for run in range(args.runs):
             for name in names if run % 2 == 0 else names[::-1]:

@@ -435,7 +435,7 @@ class Connection(asyncio.Protocol):
         drain: check :attr:`writing_paused` to apply back-pressure."""
         if self._closing or self._lost:
             raise ConnectionClosed(f"connection {self.remote_address} is closed; cannot send code {cmd.code}")
-        return self.request_frame(self._frame(cmd), cmd.opaque, cmd.code, timeout_s)
+        return self.request_frame(encode(cmd), cmd.opaque, cmd.code, timeout_s)  # its size checked there
 
     def request_frame(
         self,
