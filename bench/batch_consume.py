@@ -33,12 +33,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from rocketq.free_ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -99,12 +100,6 @@ def thread_stats(pid: int) -> dict[str, tuple[float, int]]:
         switches = int(status["voluntary_ctxt_switches"]) + int(status["nonvoluntary_ctxt_switches"])
         out[tid] = ((int(fields[11]) + int(fields[12])) / CLK_TCK, switches)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def group_samples(path: str) -> dict[str, collections.Counter[str]]:

@@ -58,7 +58,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -68,6 +67,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from rocketq.free_ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other bench scripts
@@ -92,12 +93,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # -- the server process ---------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

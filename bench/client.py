@@ -19,11 +19,12 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from rocketq.free_ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
@@ -31,12 +32,6 @@ from broker import echo_floor  # bench/broker.py: the machine's loopback round-t
 from rocketq.client.bench import BenchConfig, Summary, run_consume, run_produce
 
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def start_serve(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:

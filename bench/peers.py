@@ -68,6 +68,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rocketq.free_ports import free_port
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from rocketq.client import AsyncProducer, LitePullConsumer, Message, Producer, SendStatus
@@ -120,12 +122,6 @@ class Skip(Exception):
 def find_exe(name: str) -> str | None:
     """``name`` on PATH, or in the sbin directories where Debian puts servers (nats-server)."""
     return shutil.which(name) or shutil.which(name, path="/usr/local/sbin:/usr/sbin:/sbin")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def proc_cpu_s(pid: int) -> float:

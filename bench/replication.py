@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -59,6 +58,7 @@ from typing import TypeVar
 
 from rocketq.client import AsyncAdmin, AsyncProducer, Message, SendStatus
 from rocketq.errors import RocketqError
+from rocketq.free_ports import free_port
 from rocketq.ha import node as ctl
 from rocketq.ha.driver import RaftGroupLog
 from rocketq.ha.driver_config import DLedgerConfig
@@ -70,12 +70,6 @@ from rocketq.remoting.command import RemotingCommand, create_request
 
 OFFSET = struct.Struct(">q")
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _leader(members: list[RaftGroupLog], timeout_s: float = 10.0) -> RaftGroupLog:

@@ -27,12 +27,13 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from rocketq.free_ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
@@ -67,12 +68,6 @@ def loop_wakeups(pid: int) -> int:
             if line.startswith("voluntary_ctxt_switches:"):
                 return int(line.split()[1])
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(proc: subprocess.Popen[bytes], log_path: str, src: str) -> None:

@@ -44,6 +44,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from rocketq.free_ports import free_port
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 ECHO = """
@@ -65,12 +67,6 @@ if sys.argv[2] == "uvloop":
 else:
     asyncio.run(main())
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_and_switches(pid: int) -> tuple[float, int]:

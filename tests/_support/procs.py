@@ -31,7 +31,6 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -43,6 +42,7 @@ from _support import wait as _wait
 from rocketq.client import Admin
 from rocketq.config import StoreConfig, from_rocketmq_properties
 from rocketq.errors import RocketqError
+from rocketq.free_ports import free_port
 
 HOST = "127.0.0.1"
 WAIT_S = 30.0
@@ -83,12 +83,6 @@ def write_broker_conf(
     """A ``broker.conf``: the :data:`SMALL_STORE` sizes (unless ``small_store`` is false), then
     ``props`` (which win)."""
     return write_conf(path, {**(SMALL_STORE if small_store else {}), **(props or {})})
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

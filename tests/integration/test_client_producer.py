@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import socket
 import threading
 import zlib
 from collections.abc import Coroutine, Iterator
@@ -32,6 +31,7 @@ from rocketq.errors import (
     RocketqError,
     TopicNameInvalid,
 )
+from rocketq.free_ports import free_port
 from rocketq.message import decode_properties
 from rocketq.namesrv import NameServer, NamesrvConfig
 from rocketq.protocol import record as rec
@@ -42,12 +42,6 @@ from rocketq.remoting import RemotingClient, RequestCode, create_request
 T = TypeVar("T")
 HOST = "127.0.0.1"
 WAIT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

@@ -16,7 +16,6 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from _support.spark_log import LOG4J2
+from rocketq.free_ports import free_port
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -62,12 +62,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

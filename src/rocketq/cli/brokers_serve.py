@@ -27,8 +27,8 @@ import string
 import time
 
 from rocketq.cli.broker_procs import base_conf, broker_conf, namesrv_and_brokers, write_conf
-from rocketq.cli.dledger_serve import _free_ports
 from rocketq.errors import ClusterStartError, ConfigError, ResponseCode
+from rocketq.free_ports import free_ports
 from rocketq.remoting import RemotingClient
 from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import create_request
@@ -58,7 +58,7 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
     if args.broker_port:
         ports = [args.broker_port + PORT_STEP * i for i in range(count)]
     else:
-        ports = _free_ports(host, count)
+        ports = free_ports(host, count)
     os.makedirs(args.data_dir, exist_ok=True)
     base = base_conf(args)
     out: dict[str, str] = {}

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import time
 
 from rocketq.cli.broker_procs import base_conf, broker_conf, namesrv_and_brokers, write_conf
 from rocketq.errors import ClusterStartError, ConfigError
+from rocketq.free_ports import free_ports
 from rocketq.properties import parse_properties
 
 DLEDGER_BASE_PORT = 40911
@@ -32,19 +32,6 @@ SERVE_ELECTION_TIMEOUT_MS = 1000
 SERVE_HEARTBEAT_MS = 200
 
 
-def _free_ports(host: str, count: int) -> list[int]:
-    """``count`` distinct free ports: every probe socket stays bound until all are chosen (probes
-    closed one at a time can be handed the same port twice, and two brokers then collide)."""
-    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind((host, 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dict[str, str]:
     """Write ``broker-nI.conf`` for every peer into the data directory; self id → path."""
     host, group = args.host, args.broker_name
@@ -53,7 +40,7 @@ def broker_confs(args: argparse.Namespace, namesrv_addr: str, count: int) -> dic
         ports = [args.broker_port + 10 * i for i in range(count)]
         peer_ports = [DLEDGER_BASE_PORT + i for i in range(count)]
     else:
-        free = _free_ports(host, 2 * count)
+        free = free_ports(host, 2 * count)
         ports, peer_ports = free[:count], free[count:]
     peers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, peer_ports, strict=True))
     brokers = ";".join(f"{sid}-{host}:{port}" for sid, port in zip(ids, ports, strict=True))

@@ -90,8 +90,9 @@ from types import TracebackType
 from typing import TypeVar
 
 from rocketq.cli import LOG_INFO_ENV
-from rocketq.cli.dledger_serve import _free_ports, broker_confs
+from rocketq.cli.dledger_serve import broker_confs
 from rocketq.errors import RocketqError
+from rocketq.free_ports import free_port
 from rocketq.ha import entry_format as fmt
 from rocketq.ha.group_config import parse_peers
 from rocketq.properties import parse_properties
@@ -114,6 +115,11 @@ OP_TIMEOUT_S = 30.0
 #: last file is still dispatched again, and without a usable checkpoint everything is: a
 #: restart keeps a longer bound than the other operations.
 RESTART_TIMEOUT_S = 90.0
+#: starts of the whole group, when a broker finds one of its ports taken by another process in
+#: the moment between choosing it and binding it (``rocketq.free_ports`` makes that rare)
+START_ATTEMPTS = 3
+#: what a broker's log says when its port was taken
+PORT_TAKEN = "is already in use"
 #: Loggers a broker writes at INFO also without ``verbose`` (``ROCKETQ_LOG_INFO``): the pull's
 #: PULL_OFFSET_MOVED answers (queue bounds, requested and new offset) and the DLedger role
 #: changes, so a consumer moved back after a fail-over can be explained from the kept logs.
@@ -292,17 +298,34 @@ class ChaosGroup:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ChaosGroup:
         """Start the name server, the proxies and the brokers; return once every broker is
         registered and one is master (``preferred_leader`` given: that one)."""
-        try:
-            os.makedirs(self.root, exist_ok=True)
-            self._start_namesrv()
-            self._write_confs()
-            for node in self._nodes:
-                self._spawn(node)
-            self._wait_started(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                os.makedirs(self.root, exist_ok=True)
+                self._start_namesrv()
+                self._write_confs()
+                for node in self._nodes:
+                    self._spawn(node)
+                self._wait_started(timeout_s)
+                return self
+            except ChaosError as exc:
+                self.stop()
+                if attempt == START_ATTEMPTS or PORT_TAKEN not in str(exc):
+                    raise
+                self._forget_first_start()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _forget_first_start(self) -> None:
+        """After a start that lost a port to another process: drop the nodes, their stores and
+        the proxies, so the next attempt draws new ports into fresh confs."""
+        for node in self._nodes:
+            shutil.rmtree(node.store_root, ignore_errors=True)
+        self._nodes.clear()
+        self._proxies.clear()
+        self._blocked.clear()
+        self._namesrv = None
 
     def stop(self) -> None:
         """Stop every process (SIGCONT, SIGTERM, SIGKILL after 15 s), the proxies, unmount the
@@ -640,7 +663,7 @@ class ChaosGroup:
     def _start_namesrv(self) -> None:
         log_path = os.path.join(self.root, "namesrv.log")
         for _attempt in range(3):
-            port = _free_ports(HOST, 1)[0]
+            port = free_port(HOST)
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "rocketq.cli", "namesrv", "--port", str(port)],
