@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -803,6 +804,36 @@ def test_a_calls_quick_answer_takes_the_read_that_is_its_response() -> None:
             assert isinstance(large, RemotingCommand) and large.body == big
         finally:
             await client.close()
+            await server.close()
+
+    run(main())
+
+
+def test_writes_after_the_peer_reset_the_connection_are_dropped_without_asyncio_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer gone with a reset: the first write finds it and the transport starts closing; the
+    writes that follow in the same loop iteration (a Raft link's heartbeats, an iteration's
+    answers) are dropped, not handed to the closing transport (where each one past the fifth
+    makes asyncio log "socket.send() raised exception.")."""
+
+    async def main() -> None:
+        server = await start()
+        peer = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            await wait_until_async(lambda: len(server.connections) == 1, "the server's connection", WAIT_S, 0)
+            [conn] = server.connections
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()  # a reset, on loopback delivered before close returns
+            with caplog.at_level(logging.WARNING, logger="asyncio"):
+                for _ in range(12):  # one iteration: connection_lost cannot run in between
+                    conn.write_oneway_all([create_request(RequestCode.HEART_BEAT)])
+                    conn.send_oneway(create_request(RequestCode.HEART_BEAT))
+                    conn.flush()
+            await wait_until_async(lambda: not server.connections, "the connection closed", WAIT_S, 0)
+            assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+        finally:
+            peer.close()
             await server.close()
 
     run(main())

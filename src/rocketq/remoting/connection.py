@@ -374,7 +374,7 @@ class Connection(asyncio.Protocol):
             return
         if self._out:  # frames of this iteration wait for its flush: these go behind them
             self._out.append(data)
-        elif (transport := self._transport) is not None:
+        elif (transport := self._transport) is not None and not transport.is_closing():
             transport.write(data)
 
     def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | Exception) -> None:
@@ -576,7 +576,7 @@ class Connection(asyncio.Protocol):
                 self._active = True
                 if self._flush_scheduled:  # frames already wait for this iteration's flush
                     self._out.append(frame)
-                elif (transport := self._transport) is not None:
+                elif (transport := self._transport) is not None and not transport.is_closing():
                     transport.write(frame)
                 return
         try:
@@ -695,7 +695,7 @@ class Connection(asyncio.Protocol):
         else:
             self._loop.call_soon(self._flush)
         transport = self._transport
-        if transport is not None and not self._lost:
+        if transport is not None and not self._lost and not transport.is_closing():
             transport.write(frame)
 
     def _flush(self) -> None:
@@ -710,7 +710,7 @@ class Connection(asyncio.Protocol):
             return
         self._out = []
         transport = self._transport
-        if transport is None or self._lost:
+        if transport is None or self._lost or transport.is_closing():
             return
         transport.write(out[0] if len(out) == 1 else b"".join(out))
 
