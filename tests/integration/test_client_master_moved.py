@@ -191,3 +191,63 @@ def test_a_re_check_is_bounded_by_the_send_deadline(cluster: MovingMaster) -> No
     assert 0.25 <= took < 0.9, f"the send took {took:.2f} s"
     assert "outlasted the deadline" in "".join(getattr(exc, "__notes__", [])), exc.__notes__
     assert cluster.sends["old"] == 1 and cluster.sends["new"] == 0, cluster.sends
+
+
+class TwoGroups(MovingMaster):
+    """:class:`MovingMaster` with a second broker group, ``broker-b``, that never moves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sends["b"] = 0
+        self.other = RemotingServer(HOST, 0, self._broker("b"))
+
+    async def start(self) -> None:
+        await super().start()
+        await self.other.start()
+
+    async def close(self) -> None:
+        await super().close()
+        await self.other.close()
+
+    async def _namesrv(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.route_queries += 1
+        route = TopicRouteData(
+            queue_datas=(QueueData("broker-a", 4, 4, 6), QueueData("broker-b", 4, 4, 6)),
+            broker_datas=(
+                BrokerData("C", "broker-a", {0: self.master}),
+                BrokerData("C", "broker-b", {0: self.other.address}),
+            ),
+        )
+        return create_response(request, 0, body=route.encode())
+
+
+def test_a_moved_group_of_a_topic_on_two_groups_is_used_again_once_its_new_master_is_listed(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The send refused by broker-a's old master goes on to broker-b at once; broker-a's new
+    master, listed 0.2 s later, takes its share of the sends again within about a second (a
+    follow-up of the route in the background), not at the 30 s refresh."""
+    cluster = TwoGroups()
+    asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(10)
+    try:
+
+        async def main() -> float:
+            async with AsyncProducer("PG", namesrv_addr=cluster.namesrv.address) as producer:
+                for _ in range(8):  # round-robin: broker-a's four queues, then broker-b's
+                    await producer.send(Message(TOPIC, b"before"))
+                assert cluster.sends["old"] == 4 and cluster.sends["b"] == 4
+                cluster.demote()
+                began = time.monotonic()
+                while cluster.sends["new"] == 0:
+                    assert time.monotonic() - began < 5.0, cluster.sends
+                    assert (await producer.send(Message(TOPIC, b"after"))).status is SendStatus.SEND_OK
+                    await asyncio.sleep(0.02)  # a steady trickle of sends, not a test wait
+                return time.monotonic() - began
+
+        took = asyncio.run(main())
+        assert took < 2.0, f"broker-a was used again after {took:.2f} s"
+        # the old master's refusal put broker-a in back-off: only the new master's listing,
+        # found by the follow-up, lets the producer pick it again
+        assert cluster.refused == 1, cluster.sends
+    finally:
+        asyncio.run_coroutine_threadsafe(cluster.close(), loop).result(10)

@@ -14,7 +14,8 @@ from typing import cast
 
 import pytest
 
-from rocketq.client._routes import RECHECK_MIN_INTERVAL_S, RECHECK_PAUSES_S, RouteCache
+from _support.wait import wait_until_async
+from rocketq.client._routes import FOLLOW_UP_PAUSES_S, RECHECK_MIN_INTERVAL_S, RECHECK_PAUSES_S, RouteCache
 from rocketq.errors import NameServerUnavailable
 from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_response
@@ -211,5 +212,51 @@ def test_close_stops_a_re_check_in_progress() -> None:
         assert not routes._rechecks
         with pytest.raises(asyncio.CancelledError):
             await waiter
+
+    asyncio.run(main())
+
+
+def test_a_re_check_that_ends_on_another_group_follows_the_moved_group_up() -> None:
+    """The sends go on through "b" at once; the route is fetched again in the background until
+    "a" lists its new master, which is then cached (and its back-off reset), with no periodic
+    refresh and no send failing again."""
+
+    async def main() -> None:
+        # "a": the old master for the first 3 queries, none for 1, then the new one
+        ns = ScriptedNameServer(lambda n: route({"a": OLD if n < 3 else None if n == 3 else NEW, "b": OTHER}))
+        moved: list[str] = []
+        routes = cache(ns, on_master_moved=moved.append)
+        await routes.publish_info(TOPIC)
+        routes._asked_at.clear()
+        routes.suspect(TOPIC, "a", OLD)
+        began = time.monotonic()
+        info = await routes.publish_info(TOPIC)
+        assert time.monotonic() - began < RECHECK_PAUSES_S[0]
+        assert info.broker_addrs == {"a": OLD, "b": OTHER} and ns.queries == 2
+        await wait_until_async(
+            lambda: (c := routes.last_known(TOPIC)) is not None and c.broker_addrs.get("a") == NEW,
+            "the follow-up finding a's new master",
+            sum(FOLLOW_UP_PAUSES_S),
+            0.01,
+        )
+        assert ns.queries == 5 and moved == ["a"]
+        await wait_until_async(lambda: not routes._follow_ups, "the follow-up ended", 5, 0.01)
+        assert ns.queries == 5, "no query once the new master is listed"
+        await routes.close()
+
+    asyncio.run(main())
+
+
+def test_close_stops_a_follow_up() -> None:
+    async def main() -> None:
+        ns = ScriptedNameServer(lambda n: route({"a": OLD, "b": OTHER}))  # "a" never moves
+        routes = cache(ns)
+        await routes.publish_info(TOPIC)
+        routes._asked_at.clear()
+        routes.suspect(TOPIC, "a", OLD)
+        await routes.publish_info(TOPIC)
+        [task] = routes._follow_ups.values()
+        await routes.close()
+        assert task.cancelled() and not routes._follow_ups
 
     asyncio.run(main())

@@ -29,15 +29,18 @@ often than that, however many sends fail.
   SERVICE_NOT_AVAILABLE, connection refused): the re-check ends as soon as no such broker still
   has the suspected address as its master (a new master registered: a DLedger hand-over
   registers the new leader about 0.1 s after the old one stopped), or another broker group has
-  writable queues (the next attempt goes there), or after the pauses of
+  writable queues (the next attempt goes there, and a follow-up in the background fetches the
+  route after each of :data:`FOLLOW_UP_PAUSES_S`, about 13 s in all, until the group lists a
+  new master, so the group is used again within a pause of that), or after the pauses of
   :data:`RECHECK_PAUSES_S`, about 0.9 s in all, each followed by a fetch (at once when a
   periodic refresh changed the route meanwhile): then the next attempt goes to the same address,
   which may be back (a broker restarted in place).
 
 A re-check that cannot reach the name servers keeps the cached route. Each waiting send bounds
 its wait by its own deadline; the re-check goes on for the others. When any refresh finds a
-broker name with a new master address, ``on_master_moved`` (the producer's fault back-off reset)
-is told, since the back-off was earned by the old master.
+broker name with a new master address (against the last master any route named for it, also
+across routes that listed the group with no master meanwhile), ``on_master_moved`` (the
+producer's fault back-off reset) is told, since the back-off was earned by the old master.
 
 Queue selection (:meth:`TopicPublishInfo.select`): round-robin over the writable queues,
 skipping brokers in back-off (:mod:`rocketq.client._fault`) and, on a retry, the broker that just
@@ -56,6 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rocketq.client._fault import LatencyFaultTolerance
 from rocketq.errors import NameServerUnavailable, RemotingError, ResponseCode, RocketqError, TopicNotExist
@@ -77,6 +81,10 @@ RECHECK_MIN_INTERVAL_S = 0.05
 #: hand-over's new master registers about 0.1 s after the old one stopped but an election after
 #: a crash takes longer.
 RECHECK_PAUSES_S: tuple[float, ...] = (0.05, 0.05, 0.1, 0.1, 0.2, 0.4)
+#: The pauses (s) of a follow-up: a re-check that ended early because another broker group took
+#: the sends, while a suspected master was still the route's, looks for that group's new master
+#: in the background (nobody waits for it), a fetch after each pause, about 13 s in all.
+FOLLOW_UP_PAUSES_S: tuple[float, ...] = (*RECHECK_PAUSES_S, 0.8, 1.6, 3.2, 6.4)
 
 
 def hash_queue_index(key: str, queue_count: int) -> int:
@@ -160,6 +168,10 @@ class RouteCache:
         self._next_namesrv = 0
         self._infos: dict[str, TopicPublishInfo] = {}
         self._on_master_moved = on_master_moved
+        #: broker name → the master address the last route naming one gave (kept while a route
+        #: lists the group without a master, as between an old master's exit and a new one's
+        #: registration: a move across that gap is still a move)
+        self._masters: dict[str, str] = {}
         self._clock = clock
         #: topic → broker name → (the master address a send to it failed on, whether to wait
         #: for a new master), not yet re-checked; written by failing sends on any thread (the
@@ -168,6 +180,8 @@ class RouteCache:
         self._lock = threading.Lock()
         #: topic → the re-check in progress, shared by every send waiting for it
         self._rechecks: dict[str, asyncio.Task[TopicPublishInfo]] = {}
+        #: topic → the follow-up looking for a moved group's new master (nobody waits for it)
+        self._follow_ups: dict[str, asyncio.Task[None]] = {}
         #: topic → when its route was last asked for (clock s)
         self._asked_at: dict[str, float] = {}
         #: topic → set when a refresh changes its cached route (a re-check pausing wakes)
@@ -244,17 +258,19 @@ class RouteCache:
         except TopicNotExist:
             template = await self.fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             info = TopicPublishInfo.from_route(topic, template, from_template=True)
+        masters = self._masters
+        for name, new_addr in info.broker_addrs.items():
+            addr = masters.get(name)
+            if addr != new_addr:
+                masters[name] = new_addr
+                if addr is not None:
+                    log.info("topic %s: master of broker %s moved from %s to %s", topic, name, addr, new_addr)
+                    if self._on_master_moved is not None:
+                        self._on_master_moved(name)
         old = self._infos.get(topic)
         if old is not None and old.queues == info.queues and old.broker_addrs == info.broker_addrs:
             old.from_template = info.from_template
             return old  # keep the round-robin position
-        if old is not None:
-            for name, addr in old.broker_addrs.items():
-                new_addr = info.broker_addrs.get(name)
-                if new_addr and new_addr != addr:
-                    log.info("topic %s: master of broker %s moved from %s to %s", topic, name, addr, new_addr)
-                    if self._on_master_moved is not None:
-                        self._on_master_moved(name)
         self._infos[topic] = info
         changed = self._route_changed.get(topic)
         if changed is not None:
@@ -310,7 +326,11 @@ class RouteCache:
                     for name, (addr, wait) in examined.items()
                     if wait and info.broker_addrs.get(name, addr) == addr
                 }
-                if not stuck or pause is None or any(mq.broker_name not in stuck for mq in info.queues):
+                if not stuck or pause is None:
+                    return info
+                if any(mq.broker_name not in stuck for mq in info.queues):
+                    # the sends go on through another group; its new master is looked for
+                    self._follow_up(topic, {name: examined[name][0] for name in stuck})
                     return info
                 log.debug("topic %s: master of %s not moved yet, re-checking in %.2f s", topic, stuck, pause)
                 with contextlib.suppress(TimeoutError):  # a periodic refresh may bring the news
@@ -328,6 +348,30 @@ class RouteCache:
                     if not left:
                         del self._suspects[topic]
 
+    def _follow_up(self, topic: str, stuck: dict[str, str]) -> None:
+        """Fetch ``topic``'s route after each of FOLLOW_UP_PAUSES_S until no broker of
+        ``stuck`` (name → the suspected master address) still has it as its master: a moved group
+        is used again within about a pause of its new master's registration, not at the next
+        periodic refresh (and its fault back-off goes with the old master: ``on_master_moved``)."""
+        if topic in self._follow_ups:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._follow_up_rounds(topic, stuck), name=f"rocketq-route-follow-up-{topic}"
+        )
+        self._follow_ups[topic] = task
+        task.add_done_callback(lambda t: self._follow_ups.pop(topic, None))
+
+    async def _follow_up_rounds(self, topic: str, stuck: dict[str, str]) -> None:
+        for pause in FOLLOW_UP_PAUSES_S:
+            await asyncio.sleep(pause)
+            try:
+                info = await self._recent_route(topic)
+            except RocketqError as exc:  # nothing cached: nobody sends to the topic any more
+                log.debug("route follow-up of topic %s ended: %s", topic, exc)
+                return
+            if all(info.broker_addrs.get(name, addr) != addr for name, addr in stuck.items()):
+                return
+
     async def _recent_route(self, topic: str) -> TopicPublishInfo:
         """``topic``'s route asked for less than RECHECK_MIN_INTERVAL_S ago, else fetched now;
         the cached one when the name servers do not answer."""
@@ -344,8 +388,8 @@ class RouteCache:
             return info
 
     async def close(self) -> None:
-        """Stop the re-checks in progress."""
-        tasks = list(self._rechecks.values())
+        """Stop the re-checks and follow-ups in progress."""
+        tasks: list[asyncio.Task[Any]] = [*self._rechecks.values(), *self._follow_ups.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -371,6 +415,7 @@ class RouteCache:
 
 __all__ = [
     "DEFAULT_TOPIC_QUEUE_NUMS",
+    "FOLLOW_UP_PAUSES_S",
     "RECHECK_MIN_INTERVAL_S",
     "RECHECK_PAUSES_S",
     "RouteCache",
