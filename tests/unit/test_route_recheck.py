@@ -101,18 +101,24 @@ def test_a_route_asked_for_lately_is_reused_not_asked_again() -> None:
     asyncio.run(main())
 
 
+async def rechecked_beside_another_group(ns: ScriptedNameServer, **kwargs: object) -> RouteCache:
+    """A cache whose route of TOPIC was fetched, "a" at OLD suspected and re-checked while "b"
+    has queues: the re-check asks once and returns at once, "a" still at OLD."""
+    routes = cache(ns, **kwargs)
+    await routes.publish_info(TOPIC)
+    routes._asked_at.clear()
+    routes.suspect(TOPIC, "a", OLD)
+    began = time.monotonic()
+    info = await routes.publish_info(TOPIC)
+    assert time.monotonic() - began < RECHECK_PAUSES_S[0]
+    assert ns.queries == 2 and info.broker_addrs == {"a": OLD, "b": OTHER}  # the send goes to "b" next
+    assert routes.suspected(TOPIC) == {}
+    return routes
+
+
 def test_an_unmoved_master_with_another_group_needs_no_pause() -> None:
     async def main() -> None:
-        ns = ScriptedNameServer(lambda n: route({"a": OLD, "b": OTHER}))
-        routes = cache(ns)
-        await routes.publish_info(TOPIC)
-        routes._asked_at.clear()
-        routes.suspect(TOPIC, "a", OLD)
-        began = time.monotonic()
-        info = await routes.publish_info(TOPIC)
-        assert time.monotonic() - began < RECHECK_PAUSES_S[0]
-        assert ns.queries == 2 and info.broker_addrs["a"] == OLD  # the send goes to "b" next
-        assert routes.suspected(TOPIC) == {}
+        await rechecked_beside_another_group(ScriptedNameServer(lambda n: route({"a": OLD, "b": OTHER})))
 
     asyncio.run(main())
 
@@ -225,14 +231,7 @@ def test_a_re_check_that_ends_on_another_group_follows_the_moved_group_up() -> N
         # "a": the old master for the first 3 queries, none for 1, then the new one
         ns = ScriptedNameServer(lambda n: route({"a": OLD if n < 3 else None if n == 3 else NEW, "b": OTHER}))
         moved: list[str] = []
-        routes = cache(ns, on_master_moved=moved.append)
-        await routes.publish_info(TOPIC)
-        routes._asked_at.clear()
-        routes.suspect(TOPIC, "a", OLD)
-        began = time.monotonic()
-        info = await routes.publish_info(TOPIC)
-        assert time.monotonic() - began < RECHECK_PAUSES_S[0]
-        assert info.broker_addrs == {"a": OLD, "b": OTHER} and ns.queries == 2
+        routes = await rechecked_beside_another_group(ns, on_master_moved=moved.append)
         await wait_until_async(
             lambda: (c := routes.last_known(TOPIC)) is not None and c.broker_addrs.get("a") == NEW,
             "the follow-up finding a's new master",
@@ -250,11 +249,7 @@ def test_a_re_check_that_ends_on_another_group_follows_the_moved_group_up() -> N
 def test_close_stops_a_follow_up() -> None:
     async def main() -> None:
         ns = ScriptedNameServer(lambda n: route({"a": OLD, "b": OTHER}))  # "a" never moves
-        routes = cache(ns)
-        await routes.publish_info(TOPIC)
-        routes._asked_at.clear()
-        routes.suspect(TOPIC, "a", OLD)
-        await routes.publish_info(TOPIC)
+        routes = await rechecked_beside_another_group(ns)
         [task] = routes._follow_ups.values()
         await routes.close()
         assert task.cancelled() and not routes._follow_ups
