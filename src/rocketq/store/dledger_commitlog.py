@@ -49,9 +49,10 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from rocketq import speedups as _speedups
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, ServiceNotAvailable, SystemBusy
 from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN, EntryNotFound
@@ -75,6 +76,44 @@ from rocketq.tasks import settle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def pure_dledger_record(
+    length: int,
+    m: BrokerMessage,
+    crc: int,
+    sys_flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    now: int,
+    store_host: bytes,
+    topic: bytes,
+    magic: int,
+) -> bytes:
+    """The record of ``m`` for an entry: its fields, the put's values (``sys_flag`` with the
+    store's flags in it), packed with the layout of its field widths (what
+    :meth:`_OneAppend._pack` packs when the store writes no properties CRC). The reference of
+    the compiled ``dledger_record``, which takes the usual shape (V1, IPv4 born host) and
+    answers None for any other."""
+    fmt = rec.record_layout(
+        len(m.born_host),
+        len(store_host),
+        magic != rec.MESSAGE_MAGIC_CODE,
+        len(m.body),
+        len(topic),
+        len(m.properties),
+    )
+    return fmt.pack(
+        length, magic, crc, m.queue_id, m.flag, queue_offset, physical_offset, sys_flag, m.born_timestamp,
+        m.born_host, now, store_host, m.reconsume_times, m.prepared_transaction_offset, len(m.body), m.body,
+        len(topic), topic, len(m.properties), m.properties,
+    )  # fmt: skip
+
+
+#: The record of the usual shape compiled (``rocketq._speedups.dledger_record``: the bytes
+#: :func:`pure_dledger_record` gives, or None for a shape it leaves to the layout), or None
+#: where the C accelerator is not in use.
+_dledger_record: Callable[..., bytes | None] | None = getattr(_speedups.COMPILED, "dledger_record", None)
 
 
 def raise_for(result: AppendResult, leader_address: str | None) -> None:
@@ -408,6 +447,13 @@ class _OneAppend:
         cl = self.cl
         m, fmt, length, crc, sys_flag, _, topic_b, props, magic = self.e
         if not cl._prop_crc:  # the layout is the whole record: packed straight into its bytes
+            if _dledger_record is not None:  # the usual shape in one compiled call
+                record = _dledger_record(
+                    length, m, crc, sys_flag, self.queue_offset, physical_offset, self.store_timestamp,
+                    cl._store_host, topic_b, magic,
+                )  # fmt: skip
+                if record is not None:
+                    return record
             return fmt.pack(  # type: ignore[no-any-return]
                 length, magic, crc, m.queue_id, m.flag, self.queue_offset, physical_offset, sys_flag,
                 m.born_timestamp, m.born_host, self.store_timestamp, cl._store_host, m.reconsume_times,
