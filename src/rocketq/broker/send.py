@@ -921,7 +921,14 @@ class _PlainReplicatedSend:
             response = outcome
         else:
             try:
-                response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
+                if outcome[0] is PutMessageStatus.PUT_OK:  # _answer_now's, without its call
+                    cfg = proc.ctx.config
+                    queue_id, transaction_id = self.queue_id, self.transaction_id
+                    response = send_ok_frame(
+                        request.opaque, outcome, queue_id, transaction_id, cfg.region_id, cfg.trace_on
+                    )
+                else:
+                    response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)

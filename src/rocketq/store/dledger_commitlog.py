@@ -110,6 +110,9 @@ def pure_dledger_record(
     )  # fmt: skip
 
 
+#: What an entry needs besides its record: its header, and the blank that may end a data file.
+_ENTRY_ROOM = BODY_OFFSET + MIN_BLANK_LEN
+
 #: The record of the usual shape compiled (``rocketq._speedups.dledger_record``: the bytes
 #: :func:`pure_dledger_record` gives, or None for a shape it leaves to the layout), or None
 #: where the C accelerator is not in use.
@@ -301,9 +304,12 @@ class DLedgerCommitLog(CommitLog):
         put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
         itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
         so a caller needs no completion of its own around ``done``; ``caller`` as there."""
-        ledger, loop = self._open()
+        ledger, loop = self.ledger, self.loop  # _open and _check_fits, without their calls
+        if ledger is None or loop is None or not self._accepting:
+            ledger, loop = self._open()
         e = self._encode(m)
-        self._check_fits(e)
+        if e[2] > self.file_size - _ENTRY_ROOM:
+            self._check_fits(e)
         if caller is None:
             caller = asyncio.get_running_loop()
         expiry, appends = self._expiry, self._appends  # the usual ones, without a call each
@@ -565,7 +571,10 @@ class _OnePut(_OneAppend):
         if stats is not None:
             stats.put_count += 1
             stats.put_bytes += size
-        finish_put(self._done, result)
+        try:  # finish_put, without its call
+            self._done(result)
+        except Exception:
+            log.exception("the completion of a DLedger put failed")
 
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
