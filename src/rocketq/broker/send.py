@@ -25,7 +25,9 @@ The put itself runs on the event loop (a memory copy); under SYNC_FLUSH the send
 group commit's fsync of its offset (no thread per send); when dispatch is far behind it runs in a
 worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft group) the send
 is taken inside ``data_received`` too and answered from the put's completion once the quorum has
-it (:meth:`SendMessageProcessor._send_replicated`: no task per send). The sysFlag checks are in
+it (:meth:`SendMessageProcessor._send_replicated`: no task per send; the usual single send
+through one function, :meth:`SendMessageProcessor._replicated_plain`, with the checks and record
+of :meth:`SendMessageProcessor.send_lone`). The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).

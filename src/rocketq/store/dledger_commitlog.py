@@ -10,8 +10,9 @@ whose new records go to the log:
 
 * put: the record is encoded for its physical offset (``entry pos + 48``) with the queue's
   next offset inside the log's append, one critical section, and the offset is taken once
-  the record is packed (:class:`_OneAppend`); the append's outcome maps to RocketMQ's statuses
-  (:func:`raise_for`);
+  the record is packed (:class:`_OneAppend`; the usual shape, V1 with an IPv4 born host, in
+  one compiled call, ``dledger_record``, whose reference is :func:`pure_dledger_record`); the
+  append's outcome maps to RocketMQ's statuses (:func:`raise_for`);
 * queue offsets, the plain CommitLog's rule: only an entry placed in the log keeps one, in
   the log's order, so a queue's entries carry consecutive offsets with no hole or repeat. A
   record that cannot be packed takes none; an entry encoded and then not placed (a failed
