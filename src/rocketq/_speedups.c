@@ -5528,6 +5528,61 @@ out:
     return result;
 }
 
+/* -- a DLedger leader's record of one message ---------------------------------------------------
+ *
+ *   dledger_record(length, msg, crc, sys_flag, queue_offset, physical, now, store_host, topic, magic)
+ *
+ * The bytes of one V1 record with an IPv4 born host for a DLedger entry
+ * (rocketq.store.dledger_commitlog._OneAppend._pack's struct pack, the layout
+ * rocketq.protocol.record.record_layout gives it): every field from the BrokerMessage's slots
+ * and the put's values, sys_flag as given (the store's flags already in it). None, with nothing
+ * made, when any value is not one this takes (the V2 magic, not an exact int in its field's
+ * range, not bytes, a born host other than 8 bytes, a record of another length): the caller then
+ * packs it with the struct layout, whose bytes or errors are the reference
+ * (rocketq.store.dledger_commitlog.pure_dledger_record). */
+
+static PyObject *dledger_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "dledger_record(length, msg, crc, sys_flag, queue_offset, physical, now, "
+                                         "store_host, topic, magic)");
+        return NULL;
+    }
+    PyObject *m = args[1], *store_host = args[7], *topic = args[8];
+    if (broker_message == NULL || Py_TYPE(m) != broker_message || !PyBytes_CheckExact(store_host) ||
+        !PyBytes_CheckExact(topic))
+        Py_RETURN_NONE;
+    PyObject *body = SLOT(m, bm_off[BM_BODY]), *props = SLOT(m, bm_off[BM_PROPERTIES]);
+    PyObject *born_host = SLOT(m, bm_off[BM_BORN_HOST]);
+    if (body == NULL || props == NULL || born_host == NULL || !PyBytes_CheckExact(body) ||
+        !PyBytes_CheckExact(props) || !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8)
+        Py_RETURN_NONE;
+    long long length, crc, flags, qoff, physical, now, magic, queue_id, flag, born_ts, reconsume, prepared;
+    PyObject *qid_o = SLOT(m, bm_off[BM_QUEUE_ID]), *flag_o = SLOT(m, bm_off[BM_FLAG]);
+    PyObject *born_o = SLOT(m, bm_off[BM_BORN_TIMESTAMP]);
+    PyObject *rec_o = SLOT(m, bm_off[BM_RECONSUME_TIMES]), *prep_o = SLOT(m, bm_off[BM_PREPARED_OFFSET]);
+    if (qid_o == NULL || flag_o == NULL || born_o == NULL || rec_o == NULL || prep_o == NULL) Py_RETURN_NONE;
+    if (long_in(args[0], 0, I32_MAX, &length) < 0 || long_in(args[2], I32_MIN, I32_MAX, &crc) < 0 ||
+        long_in(args[3], I32_MIN, I32_MAX, &flags) < 0 || long_in(args[4], LLONG_MIN, LLONG_MAX, &qoff) < 0 ||
+        long_in(args[5], LLONG_MIN, LLONG_MAX, &physical) < 0 || long_in(args[6], LLONG_MIN, LLONG_MAX, &now) < 0 ||
+        long_in(args[9], I32_MIN, I32_MAX, &magic) < 0 || long_in(qid_o, I32_MIN, I32_MAX, &queue_id) < 0 ||
+        long_in(flag_o, I32_MIN, I32_MAX, &flag) < 0 || long_in(born_o, LLONG_MIN, LLONG_MAX, &born_ts) < 0 ||
+        long_in(rec_o, I32_MIN, I32_MAX, &reconsume) < 0 || long_in(prep_o, LLONG_MIN, LLONG_MAX, &prepared) < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t sh = PyBytes_GET_SIZE(store_host), bl = PyBytes_GET_SIZE(body), tl = PyBytes_GET_SIZE(topic);
+    Py_ssize_t pl = PyBytes_GET_SIZE(props);
+    if (magic != MESSAGE_MAGIC_CODE || tl > 127 || pl > 32767 || bl > I32_MAX ||
+        (Py_ssize_t)length != 64 + sh + 16 + bl + 1 + tl + 2 + pl)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+    if (out == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    fill_v1_record(w, (int32_t)crc, (int32_t)queue_id, (int32_t)flag, qoff, physical, (int32_t)flags, born_ts,
+                   PyBytes_AS_STRING(born_host), now, PyBytes_AS_STRING(store_host), sh, (int32_t)reconsume, prepared,
+                   PyBytes_AS_STRING(body), bl, PyBytes_AS_STRING(topic), tl, PyBytes_AS_STRING(props), pl);
+    put_be32(w, (int32_t)length);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
      "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
@@ -5644,6 +5699,9 @@ static PyMethodDef methods[] = {
     {"plain_send_frame", (PyCFunction)(void (*)(void))plain_send_frame, METH_FASTCALL,
      "plain_send_frame(msg, group, queue_id, broker_name, max_body, threshold, prefix, offset_ms, seq, born_ms): "
      "rocketq.client.send_plain.pure_plain_send_frame, compiled"},
+    {"dledger_record", (PyCFunction)(void (*)(void))dledger_record, METH_FASTCALL,
+     "dledger_record(length, msg, crc, sys_flag, queue_offset, physical, now, store_host, topic, magic): "
+     "rocketq.store.dledger_commitlog.pure_dledger_record, compiled (None: not taken)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,7 +29,9 @@ store's conversion of ``Message`` objects nothing parks (``message_inner``: the 
 :meth:`rocketq.store.message_store.MessageStore.put_message`; ``plan_messages``: a batch of one
 topic laid out for ``batch_write``), whose reference is the pure conversion in that module; and
 the DLedger leader's encoding of a proposed batch of entries (``encode_entries``: headers, both
-CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`).
+CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`) and of
+each entry's record (``dledger_record``: a V1 record with an IPv4 born host for its entry's
+position, :func:`rocketq.store.dledger_commitlog.pure_dledger_record`, the layout's pack).
 
 A DLedger follower's side of an append is compiled as well: ``split_raw_entries``, the entries of
 a received append (:func:`rocketq.ha.peer_codec.split_raw_pure`, which takes anything malformed),

@@ -20,6 +20,7 @@ import pytest
 
 from _support.requests import send_request
 from _support.wait import wait_until
+from rocketq.broker.send import SendMessageProcessor
 from rocketq.broker.server import SHUTDOWN_DRAIN_TIMEOUT_S, SHUTDOWN_QUORUM_WAIT_S
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.ha import driver
@@ -466,3 +467,73 @@ def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_b
             assert stored is not None and stored.body == f"run{i}".encode()
             assert stored.queue_offset == i // 2
         assert sum(runs) == sends and max(runs) > 1, runs
+
+
+def test_a_plain_send_takes_the_lean_path_and_stores_and_answers_what_the_general_path_does(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual send on a leader (a topic checked before, a queue id, no transaction, no retry
+    topic) is taken by ``_replicated_plain``; the same send through the general steps stores
+    the same record (but for its unique key, offsets and store time) and answers the same
+    fields; the other kinds are left to the general steps."""
+    taken: list[bool] = []
+    lean = SendMessageProcessor._replicated_plain
+
+    def counting(
+        self: SendMessageProcessor,
+        conn: Connection,
+        request: RemotingCommand,
+        header: object,
+        put_then: object,
+    ) -> object:
+        out = lean(self, conn, request, header, put_then)  # type: ignore[arg-type]
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(SendMessageProcessor, "_replicated_plain", counting)
+    props = {"KEYS": "k1 k2", "TAGS": "tg", "a": "b"}
+    with running(tmp_path, monkeypatch, True) as h:
+        ctx = h.cluster.broker(h.cluster.broker_names[0]).ctx
+        assert ctx is not None
+        first = h.invoke(send_request(TOPIC, b"same", queue_id=1, properties=props))  # checks the name
+        lean_answer = h.invoke(send_request(TOPIC, b"same", queue_id=1, properties=props))
+        assert taken == [False, True]  # a topic name not checked yet goes the general way once
+
+        def general_only(*args: object) -> None:
+            return None
+
+        monkeypatch.setattr(SendMessageProcessor, "_replicated_plain", general_only)
+        general_answer = h.invoke(send_request(TOPIC, b"same", queue_id=1, properties=props))
+        monkeypatch.setattr(SendMessageProcessor, "_replicated_plain", counting)
+        answers = [first, lean_answer, general_answer]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 3
+        assert [a.ext_fields["queueOffset"] for a in answers] == ["0", "1", "2"]
+        assert set(lean_answer.ext_fields) == set(general_answer.ext_fields)
+        for key in ("queueId", "MSG_REGION", "TRACE_ON"):
+            assert lean_answer.ext_fields[key] == general_answer.ext_fields[key]
+        stored = [
+            h.store.look_message_by_offset(decode_offset_msg_id(a.ext_fields["msgId"]).offset)
+            for a in (lean_answer, general_answer)
+        ]
+        assert stored[0] is not None and stored[1] is not None
+        shown = [
+            (m.topic, m.body, m.queue_id, m.flag, m.sys_flag, m.store_host, m.reconsume_times)
+            for m in stored  # type: ignore[union-attr]
+        ]
+        assert shown[0] == shown[1]
+        # each send came on a connection of its own: the same host, another port
+        assert [m.born_host.rsplit(":", 1)[0] for m in stored] == ["127.0.0.1"] * 2  # type: ignore[union-attr]
+        assert [m.queue_offset for m in stored] == [1, 2]  # type: ignore[union-attr]
+        lean_props = {k: v for k, v in stored[0].properties.items() if k != "UNIQ_KEY"}
+        general_props = {k: v for k, v in stored[1].properties.items() if k != "UNIQ_KEY"}
+        assert lean_props == general_props and lean_props["KEYS"] == "k1 k2"
+        assert stored[0].properties["UNIQ_KEY"] == lean_answer.ext_fields["transactionId"]
+        # a queue picked by the broker, a transaction half message, a retry topic: general steps
+        taken.clear()
+        picked = h.invoke(send_request(TOPIC, b"any", queue_id=-1))
+        half = h.invoke(
+            send_request(TOPIC, b"half", queue_id=0, properties={"TRAN_MSG": "true", "PGROUP": "PG"})
+        )
+        assert picked.code == ResponseCode.SUCCESS and half.code == ResponseCode.SUCCESS
+        assert taken == [False, False]
+        wait_until(lambda: ctx.deferred.pending == 0, "no answer owed")

@@ -25,7 +25,9 @@ The put itself runs on the event loop (a memory copy); under SYNC_FLUSH the send
 group commit's fsync of its offset (no thread per send); when dispatch is far behind it runs in a
 worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft group) the send
 is taken inside ``data_received`` too and answered from the put's completion once the quorum has
-it (:meth:`SendMessageProcessor._send_replicated`: no task per send). The sysFlag checks are in
+it (:meth:`SendMessageProcessor._send_replicated`: no task per send; the usual single send
+through one function, :meth:`SendMessageProcessor._replicated_plain`, with the checks and record
+of :meth:`SendMessageProcessor.send_lone`). The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
@@ -139,6 +141,7 @@ from rocketq.store.packed_batch import plan_batch
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 
 #: Names :meth:`SendMessageProcessor.msg_check` remembers as checked (the set starts over when full).
 CHECKED_TOPICS_MAX = 4096
@@ -442,9 +445,13 @@ class SendMessageProcessor:
         send itself creates its topic, the checks and the record are redone by
         :meth:`send_message` (idempotent: the topic exists by then); that happens once per topic.
         """
+        put_then = self._ledger_put_then
+        if put_then is not None:  # DLedger on a Raft group (a put always waits there): one look
+            # at what _must_wait, _topics_pending and _ledger_put_now look at
+            if self._topics_pending() or not self.ctx.accepting or self._dispatch_behind():
+                return None
+            return self._send_replicated(conn, request, put_then)
         if self._must_wait() or self._topics_pending():
-            if self._ledger_put_then is not None and not self._topics_pending() and self._ledger_put_now():
-                return self._send_replicated(conn, request, self._ledger_put_then)
             return None
         header, batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
         if self._topics_pending():
@@ -571,14 +578,68 @@ class SendMessageProcessor:
         answer written from the put's completion (:class:`_ReplicatedSend`) once the quorum has
         it: the responses and errors of :meth:`send_message`, without a task per request. None
         (the task path) when this send created its topic, as in :meth:`send_message_now`."""
+        ctx = self.ctx
+        if request.code == _SEND_MESSAGE_V2 and ctx.trace is None and ctx.metrics is None:
+            header = decode_send_header(request.ext_fields, v2=True)
+            taken = self._replicated_plain(conn, request, header, put_then)
+            if taken is not None:
+                return taken
         header, _batch, msgs, queue_id, transaction_id, kind = self._prepare_send(conn, request)
         if self._topics_pending():
             return None
-        deferred = self.ctx.deferred
+        deferred = ctx.deferred
         send = _ReplicatedSend(self, conn, request, header, msgs, queue_id, transaction_id, kind)
         send.began = deferred.begin()
         try:
             put_then(msgs, send, conn.loop)  # this loop: no lookup (a getpid system call) per send
+        except BaseException:
+            deferred.dropped()  # not taken after all: the error is the immediate answer
+            raise
+        return DEFERRED
+
+    def _replicated_plain(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+        put_then: PutThen,
+    ) -> Deferred | None:
+        """:meth:`_send_replicated` of the usual send (the kind :meth:`send_lone` takes: a
+        :meth:`usual_topic` target, a queue id given, a :func:`plain_send`, properties that
+        encode; no trace or metrics to record), its steps in one function and its completion
+        the lean :class:`_PlainReplicatedSend`; None, with nothing done, for any other (the
+        general steps then take it, errors included)."""
+        topic = header.topic
+        queue_id = header.queue_id
+        properties = header.properties
+        if (
+            header.batch
+            or queue_id < 0
+            or not plain_send(topic, header.sys_flag, properties)
+            or self.usual_topic(topic, queue_id, header.producer_group) is None
+        ):
+            return None
+        props, encoded = sent_properties(properties, self.ctx.config.broker_cluster_name, self._ids.next_id)
+        if encoded is None:  # refused: _prepare raises the encoder's error
+            return None
+        # positional, as in _prepare
+        msg = new_broker_message(
+            topic,
+            request.body,
+            encoded,
+            queue_id,
+            header.flag,
+            header.sys_flag,
+            header.born_timestamp,
+            born_host_of(conn.remote_address),
+            header.reconsume_times or 0,
+        )
+        deferred = self.ctx.deferred
+        transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        send = _PlainReplicatedSend(self, conn, request, queue_id, transaction_id)
+        send.began = deferred.begin()
+        try:
+            put_then((msg,), send, conn.loop)
         except BaseException:
             deferred.dropped()  # not taken after all: the error is the immediate answer
             raise
@@ -828,6 +889,48 @@ class _ReplicatedSend:
             try:
                 proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
                 response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
+            except Exception as exc:  # answered as the task path answers a handler's exception
+                response = exc
+        proc.ctx.deferred.answer(self.conn, request, response, self.began)
+
+
+class _PlainReplicatedSend:
+    """The completion of a send taken by :meth:`SendMessageProcessor._replicated_plain`: what
+    :class:`_ReplicatedSend` does for it (nothing to record), with the fields it needs only."""
+
+    __slots__ = ("began", "conn", "proc", "queue_id", "request", "transaction_id")
+
+    def __init__(
+        self,
+        proc: SendMessageProcessor,
+        conn: Connection,
+        request: RemotingCommand,
+        queue_id: int,
+        transaction_id: str | None,
+    ) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.request = request
+        self.queue_id = queue_id
+        self.transaction_id = transaction_id
+        self.began = 0
+
+    def __call__(self, outcome: PutMessageResult | Exception) -> None:
+        proc = self.proc
+        request = self.request
+        response: RemotingCommand | bytes | Exception
+        if isinstance(outcome, Exception):
+            response = outcome
+        else:
+            try:
+                if outcome[0] is PutMessageStatus.PUT_OK:  # _answer_now's, without its call
+                    cfg = proc.ctx.config
+                    queue_id, transaction_id = self.queue_id, self.transaction_id
+                    response = send_ok_frame(
+                        request.opaque, outcome, queue_id, transaction_id, cfg.region_id, cfg.trace_on
+                    )
+                else:
+                    response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)

@@ -10,8 +10,9 @@ whose new records go to the log:
 
 * put: the record is encoded for its physical offset (``entry pos + 48``) with the queue's
   next offset inside the log's append, one critical section, and the offset is taken once
-  the record is packed (:class:`_OneAppend`); the append's outcome maps to RocketMQ's statuses
-  (:func:`raise_for`);
+  the record is packed (:class:`_OneAppend`; the usual shape, V1 with an IPv4 born host, in
+  one compiled call, ``dledger_record``, whose reference is :func:`pure_dledger_record`); the
+  append's outcome maps to RocketMQ's statuses (:func:`raise_for`);
 * queue offsets, the plain CommitLog's rule: only an entry placed in the log keeps one, in
   the log's order, so a queue's entries carry consecutive offsets with no hole or repeat. A
   record that cannot be packed takes none; an entry encoded and then not placed (a failed
@@ -49,9 +50,10 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from rocketq import speedups as _speedups
 from rocketq.config import StoreConfig
 from rocketq.errors import MessageIllegal, ServiceNotAvailable, SystemBusy
 from rocketq.ha.entry_format import BODY_OFFSET, MIN_BLANK_LEN, EntryNotFound
@@ -75,6 +77,47 @@ from rocketq.tasks import settle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def pure_dledger_record(
+    length: int,
+    m: BrokerMessage,
+    crc: int,
+    sys_flag: int,
+    queue_offset: int,
+    physical_offset: int,
+    now: int,
+    store_host: bytes,
+    topic: bytes,
+    magic: int,
+) -> bytes:
+    """The record of ``m`` for an entry: its fields, the put's values (``sys_flag`` with the
+    store's flags in it), packed with the layout of its field widths (what
+    :meth:`_OneAppend._pack` packs when the store writes no properties CRC). The reference of
+    the compiled ``dledger_record``, which takes the usual shape (V1, IPv4 born host) and
+    answers None for any other."""
+    fmt = rec.record_layout(
+        len(m.born_host),
+        len(store_host),
+        magic != rec.MESSAGE_MAGIC_CODE,
+        len(m.body),
+        len(topic),
+        len(m.properties),
+    )
+    return fmt.pack(
+        length, magic, crc, m.queue_id, m.flag, queue_offset, physical_offset, sys_flag, m.born_timestamp,
+        m.born_host, now, store_host, m.reconsume_times, m.prepared_transaction_offset, len(m.body), m.body,
+        len(topic), topic, len(m.properties), m.properties,
+    )  # fmt: skip
+
+
+#: What an entry needs besides its record: its header, and the blank that may end a data file.
+_ENTRY_ROOM = BODY_OFFSET + MIN_BLANK_LEN
+
+#: The record of the usual shape compiled (``rocketq._speedups.dledger_record``: the bytes
+#: :func:`pure_dledger_record` gives, or None for a shape it leaves to the layout), or None
+#: where the C accelerator is not in use.
+_dledger_record: Callable[..., bytes | None] | None = getattr(_speedups.COMPILED, "dledger_record", None)
 
 
 def raise_for(result: AppendResult, leader_address: str | None) -> None:
@@ -262,9 +305,12 @@ class DLedgerCommitLog(CommitLog):
         put's (no generator): ``stats`` (a store's counters, or None) is counted by the put
         itself before ``done`` is called (``put_count``/``put_bytes``, or ``put_failures``),
         so a caller needs no completion of its own around ``done``; ``caller`` as there."""
-        ledger, loop = self._open()
+        ledger, loop = self.ledger, self.loop  # _open and _check_fits, without their calls
+        if ledger is None or loop is None or not self._accepting:
+            ledger, loop = self._open()
         e = self._encode(m)
-        self._check_fits(e)
+        if e[2] > self.file_size - _ENTRY_ROOM:
+            self._check_fits(e)
         if caller is None:
             caller = asyncio.get_running_loop()
         expiry, appends = self._expiry, self._appends  # the usual ones, without a call each
@@ -408,6 +454,13 @@ class _OneAppend:
         cl = self.cl
         m, fmt, length, crc, sys_flag, _, topic_b, props, magic = self.e
         if not cl._prop_crc:  # the layout is the whole record: packed straight into its bytes
+            if _dledger_record is not None:  # the usual shape in one compiled call
+                record = _dledger_record(
+                    length, m, crc, sys_flag, self.queue_offset, physical_offset, self.store_timestamp,
+                    cl._store_host, topic_b, magic,
+                )  # fmt: skip
+                if record is not None:
+                    return record
             return fmt.pack(  # type: ignore[no-any-return]
                 length, magic, crc, m.queue_id, m.flag, self.queue_offset, physical_offset, sys_flag,
                 m.born_timestamp, m.born_host, self.store_timestamp, cl._store_host, m.reconsume_times,
@@ -519,7 +572,10 @@ class _OnePut(_OneAppend):
         if stats is not None:
             stats.put_count += 1
             stats.put_bytes += size
-        finish_put(self._done, result)
+        try:  # finish_put, without its call
+            self._done(result)
+        except Exception:
+            log.exception("the completion of a DLedger put failed")
 
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
