@@ -24,7 +24,8 @@ receive called alone on a frame of the same size, in the same process).
 rounds and figures; the sending thread is the event loop's). With ``--canned`` its connection's
 transport is replaced by a stand-in whose ``write`` puts the SUCCESS answer into the
 connection's read buffer and has the loop call ``buffer_updated`` at its next iteration, as a
-read would (no system call; the stand-in's own cost is subtracted as above).
+read would (no system call; the stand-in's own cost, its writes and their callbacks run alone
+in the same process, is subtracted).
 
 On a shared machine the rates swing with the neighbours and with where the scheduler puts the
 two processes; the CPU per send moves much less, and rotating the trees in the same minutes
@@ -172,6 +173,18 @@ def async_child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -
         def abort(self) -> None:
             pass
 
+    class Reading:
+        """A connection stand-in for timing :class:`Answering` alone."""
+
+        def __init__(self) -> None:
+            self.buf = bytearray(4096)
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            return self.buf
+
+        def buffer_updated(self, nbytes: int) -> None:
+            pass
+
     async def run() -> None:
         producer = AsyncProducer("BlockingSendAB", namesrv_addr=namesrv)
         await producer.start()
@@ -184,24 +197,13 @@ def async_child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -
             if canned:
                 remoting = producer._remoting
                 assert remoting is not None
-                real = {}
                 for conn in remoting._connections.values():
                     real[conn] = conn._transport
                     conn._transport = Answering(conn, asyncio.get_running_loop())
                 for _ in range(WARM_UP):
                     await producer.send(Message(TOPIC, BODY))
                 sample = max((conn._transport.last for conn in remoting._connections.values()), key=len)
-                stand_in = Answering(
-                    type(
-                        "C",
-                        (),
-                        {
-                            "get_buffer": lambda self, n: bytearray(4096),
-                            "buffer_updated": lambda self, n: None,
-                        },
-                    )(),
-                    asyncio.get_running_loop(),
-                )
+                stand_in = Answering(Reading(), asyncio.get_running_loop())
                 t0 = time.thread_time()
                 for _ in range(count):
                     stand_in.write(sample)
