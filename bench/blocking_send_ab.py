@@ -30,7 +30,8 @@ in the same process, is subtracted).
 On a shared machine the rates swing with the neighbours and with where the scheduler puts the
 two processes; the CPU per send moves much less, and rotating the trees in the same minutes
 cancels most of the drift. The summary is each tree's median over all its rounds, with the range,
-and the 1-minute load average at the end.
+the 1-minute load average at the end, and each later tree against the first, round by round (in
+how many paired rounds its CPU per send was lower, and the median of the differences).
 """
 
 from __future__ import annotations
@@ -308,6 +309,18 @@ def main() -> int:
                 f"({min(rate):,.0f}-{max(rate):,.0f}), client CPU {statistics.median(process):.1f} µs/send "
                 f"({min(process):.1f}-{max(process):.1f}), sending thread {statistics.median(thread):.1f}"
             )
+    # each later tree against the first round by round (round i of run r of both): the drift of
+    # the machine between runs cancels in the pairs
+    first, *later = rows
+    column = 2 if args.canned else 1
+    for name in later:
+        pairs = list(zip(rows[first], rows[name], strict=False))
+        lower = sum(mine[column] < theirs[column] for theirs, mine in pairs)
+        diff = statistics.median(mine[column] - theirs[column] for theirs, mine in pairs) if pairs else 0.0
+        print(
+            f"{name} against {first}: lower in {lower} of {len(pairs)} paired rounds, "
+            f"median difference {diff:+.2f} µs"
+        )
     return 0
 
 
