@@ -32,13 +32,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from rocketq import speedups as _speedups
 from rocketq.errors import MessageIllegal, TopicNameInvalid
 from rocketq.wallclock import local_month_bounds_ms, wall_clock_ms
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -149,6 +151,8 @@ _POW31: list[int] = [1]
 
 
 def _powers(n: int) -> NDArray[np.uint64]:
+    import numpy as np  # noqa: PLC0415 (see java_string_hashes)
+
     while len(_POW31) < n:
         _POW31.append((_POW31[-1] * 31) & 0xFFFFFFFF)
     return np.array(_POW31[n - 1 :: -1] if n else [], dtype=np.uint64)
@@ -162,6 +166,10 @@ def java_string_hashes(texts: list[str]) -> list[int]:
     """
     if len(texts) < 8:
         return [java_string_hash_once(t) for t in texts]
+    # imported here: a client process (producers and consumers import this module) never needs
+    # numpy, whose import also starts an OpenBLAS thread in the process
+    import numpy as np  # noqa: PLC0415
+
     encoded = [t.encode("ascii", "surrogateescape") if t.isascii() else b"" for t in texts]
     width = max((len(b) for b in encoded), default=0)
     if width == 0:

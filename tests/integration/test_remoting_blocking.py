@@ -49,8 +49,8 @@ class Server:
                 return
             self.accepted += 1
             t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self.threads.append(t)  # before it starts: a test may look for it once it answered
             t.start()
-            self.threads.append(t)
 
     def _serve(self, conn: socket.socket) -> None:
         decoder = FrameDecoder()

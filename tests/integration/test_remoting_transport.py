@@ -26,6 +26,7 @@ from rocketq.remoting import (
     create_response,
     encode,
 )
+from rocketq.remoting.connection import CallingConnection
 
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -835,5 +836,45 @@ def test_writes_after_the_peer_reset_the_connection_are_dropped_without_asyncio_
         finally:
             peer.close()
             await server.close()
+
+
+def test_a_calling_connection_writes_a_lone_call_without_a_flush_and_joins_a_burst() -> None:
+    """On the calling side a request with nothing queued before it is written at once and
+    schedules no end-of-iteration flush when none went out that way since the last read or
+    flush (one call in flight: a loop iteration less per call); a second one before a read is
+    queued for the flush, and the rest of its burst joins it in one write, in order."""
+
+    async def main() -> None:
+        conn = CallingConnection(None, serving=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        calls = [create_request(RequestCode.HEART_BEAT) for _ in range(7)]
+        first = conn.request(calls[0], WAIT_S)
+        assert len(transport.written) == 1 and not conn._flush_scheduled
+        conn.request(calls[1], WAIT_S)  # no read since the first: waits for the flush
+        conn.request(calls[2], WAIT_S)
+        assert len(transport.written) == 1 and conn._flush_scheduled
+        await wait_until_async(lambda: len(transport.written) == 2, "the burst's flush", WAIT_S, 0)
+        assert written_commands(transport) == calls[:3] and not conn._flush_scheduled
+        conn.request(calls[3], WAIT_S)  # the flush ended the burst: alone again
+        assert len(transport.written) == 3 and not conn._flush_scheduled
+        await asyncio.sleep(0)
+        conn.request(calls[4], WAIT_S)  # a later iteration, but no read since: queued
+        assert len(transport.written) == 3 and conn._flush_scheduled
+        await wait_until_async(lambda: len(transport.written) == 4, "the flush", WAIT_S, 0)
+        # a read (the first call's answer): the next call goes out alone
+        answer = encode(create_response(calls[0], 0, remark="ok"))
+        conn.get_buffer(len(answer))[: len(answer)] = answer
+        conn.buffer_updated(len(answer))
+        assert (await first).remark == "ok"
+        conn.request(calls[5], WAIT_S)
+        assert len(transport.written) == 5 and not conn._flush_scheduled
+        answer = encode(create_response(calls[3], 0))
+        conn.get_buffer(len(answer))[: len(answer)] = answer
+        conn.buffer_updated(len(answer))
+        conn.request(calls[6], WAIT_S)
+        assert len(transport.written) == 6 and not conn._flush_scheduled
+        assert written_commands(transport) == calls
+        conn.connection_lost(None)
 
     run(main())

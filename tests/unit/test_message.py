@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -425,3 +427,21 @@ def test_broker_message_property_map_tolerates_invalid_utf8() -> None:
 
 def test_uniq_key_property_name() -> None:
     assert PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX == "UNIQ_KEY"
+
+
+def test_a_client_process_does_not_import_numpy() -> None:
+    """The client modules leave numpy (and the OpenBLAS thread its import starts) out of a
+    producer's or consumer's process; ``java_string_hashes`` imports it when first called."""
+    code = (
+        "import sys\n"
+        "import rocketq.client\n"
+        "from rocketq.message import java_string_hash, java_string_hashes\n"
+        "assert 'numpy' not in sys.modules, 'numpy imported'\n"
+        "texts = [f'tag-{i}' for i in range(20)]\n"
+        "assert java_string_hashes(texts) == [java_string_hash(t) for t in texts]\n"
+        "assert 'numpy' in sys.modules\n"
+    )
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

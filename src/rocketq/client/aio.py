@@ -286,15 +286,47 @@ class AsyncProducer:
         ``sharding_key``: the same key always goes to the same queue (hash selection), so the
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
+        routes = self._routes
         if (
             sharding_key is None
             and selector is None
             and queue is None
             and not self.auto_batch
+            and routes is not None
             and self._plain(msg)
-            and self._routes is not None
         ):
-            return await self._send_plain(msg, self._routes)
+            # A plain message (_plain) with no key, selector or queue: the first attempt made
+            # here when the route is cached and the queue's broker connection open (the id,
+            # opaque and frame in one call once the queue is picked), else the general way.
+            # Written out here rather than in a coroutine of its own: one coroutine and one
+            # layer of every resumption less per send.
+            validate_send_topic(msg.topic)
+            info = routes.cached(msg.topic)
+            remoting = self._remoting
+            if info is None or not info.queues or remoting is None:
+                return await self._send_with_retries(self._prepare(msg), None, None, None, msg)
+            began = time.monotonic()  # the attempt's latency counts its own preparation too
+            deadline = began + self.send_timeout_ms / 1000
+            mq = info.select(self.faults)
+            addr = info.broker_addrs.get(mq.broker_name) or self._broker_addr(mq, routes)
+            conn = remoting.ready_connection(addr)
+            made = None if conn is None else self._plain_frame(msg, mq)
+            if conn is None or made is None:  # the general way, to the queue picked
+                return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
+            frame, opaque, msg_id = made
+            try:
+                response = await conn.request_frame(
+                    frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
+                )
+                result = (
+                    response
+                    if isinstance(response, SendResult)
+                    else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
+                )
+            except RocketqError as exc:
+                prepared, tried = self._plain_failed(exc, msg, msg_id, mq, began, deadline)
+                return await self._send_with_retries(prepared, None, None, None, msg, tried)
+            return self._attempt_succeeded(result, info, began)
         prepared = self._prepare_send(msg, sharding_key, selector, queue)
         if (
             self.auto_batch
@@ -564,34 +596,6 @@ class AsyncProducer:
             msg, self.group, mq.queue_id, mq.broker_name, self.max_message_size_bytes,
             self.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
         )  # fmt: skip
-
-    async def _send_plain(self, msg: Message, routes: RouteCache) -> SendResult:
-        """:meth:`send` of a plain message (:meth:`_plain`) with no key, selector or queue: the
-        first attempt made here when the route is cached and the queue's broker connection open
-        (the id, opaque and frame in one call once the queue is picked), else the general way."""
-        validate_send_topic(msg.topic)
-        info = routes.cached(msg.topic)
-        remoting = self._remoting
-        if info is None or not info.queues or remoting is None:
-            return await self._send_with_retries(self._prepare(msg), None, None, None, msg)
-        began = time.monotonic()  # the attempt's latency counts its own preparation too
-        deadline = began + self.send_timeout_ms / 1000
-        mq = info.select(self.faults)
-        addr = info.broker_addrs.get(mq.broker_name) or self._broker_addr(mq, routes)
-        conn = remoting.ready_connection(addr)
-        made = None if conn is None else self._plain_frame(msg, mq)
-        if conn is None or made is None:  # the general way, to the queue picked
-            return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
-        frame, opaque, msg_id = made
-        try:
-            response = await conn.request_frame(
-                frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
-            )
-            result = self._plain_result(response, msg_id, mq, addr)
-        except RocketqError as exc:
-            prepared, tried = self._plain_failed(exc, msg, msg_id, mq, began, deadline)
-            return await self._send_with_retries(prepared, None, None, None, msg, tried)
-        return self._attempt_succeeded(result, info, began)
 
     @staticmethod
     def _plain_result(

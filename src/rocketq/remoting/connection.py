@@ -46,7 +46,11 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   runs, the sends a DLedger leader's commit answers together: one write for the run), or for
   the end of a :func:`answers_held` block when it is answered inside one (a DLedger leader
   answers the sends a follower's acknowledgement commits within that acknowledgement's read:
-  one write per connection at the read's end, no loop callback per connection).
+  one write per connection at the read's end, no loop callback per connection). On the calling
+  side (:class:`CallingConnection`) a first frame also schedules no flush when no frame went out
+  alone since the last read or flush: a caller with one call in flight writes, reads the
+  answer, writes again, and the flush would cost its loop an iteration per call with nothing
+  to join; a second frame before a read waits for the flush, and the rest of its burst joins it.
 
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
@@ -885,14 +889,48 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
         super().__init__(handler, **kwargs)
         self._read_buf = bytearray(CALLING_READ_BUFFER_BYTES)
         self._read_view = memoryview(self._read_buf)
+        #: a frame went out alone (no flush scheduled) since the last read or flush
+        self._wrote_alone = False
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._wrote_alone = False
         if self._quick and self._took_quick(self._read_buf, nbytes):
             return
         self._received(self._read_view[:nbytes].tobytes())
+
+    def data_received(self, data: bytes) -> None:
+        self._wrote_alone = False
+        super().data_received(data)
+
+    def _enqueue(self, frame: bytes) -> None:
+        # A caller with one call in flight writes a request, waits for its answer, writes the
+        # next: the end-of-iteration flush that Connection._enqueue schedules with each first
+        # frame then has nothing to join and costs the loop an iteration of its own per call
+        # (an epoll_wait and a callback). So a frame with nothing queued before it, outside
+        # data_received, is written at once without it when no frame went out that way since
+        # the last read or flush; a second one (a burst of calls made in one iteration, with no
+        # answer read between) is queued for the flush as the frames after a first one are,
+        # and the rest of the burst joins it: the same bytes in the same order, and a burst
+        # still goes out in two writes.
+        if self._flush_scheduled or self._receiving or self._out:
+            super()._enqueue(frame)
+            return
+        if not self._wrote_alone:
+            self._wrote_alone = True
+            transport = self._transport
+            if transport is not None and not self._lost and not transport.is_closing():
+                transport.write(frame)
+            return
+        self._out.append(frame)
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._wrote_alone = False
+        super()._flush()
 
 
 async def close_connections(connections: Collection[Connection], timeout_s: float) -> None:
