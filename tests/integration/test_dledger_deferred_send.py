@@ -142,6 +142,7 @@ def running(
     monkeypatch: pytest.MonkeyPatch,
     deferred: bool,
     put_message_timeout_ms: int = 1,
+    store_extra: dict[str, object] | None = None,
     **broker_options: object,
 ) -> Iterator[Harness]:
     """A one-broker cluster in DLedger mode on a :class:`HoldingLog`, its sends answered through
@@ -172,6 +173,7 @@ def running(
             "enable_dleger_commit_log": True,
             "d_leger_self_id": "n0",
             "put_message_timeout_ms": put_message_timeout_ms,
+            **(store_extra or {}),
         },
         broker_options=broker_options,
     ) as c:
@@ -537,3 +539,49 @@ def test_a_plain_send_takes_the_lean_path_and_stores_and_answers_what_the_genera
         assert picked.code == ResponseCode.SUCCESS and half.code == ResponseCode.SUCCESS
         assert taken == [False, False]
         wait_until(lambda: ctx.deferred.pending == 0, "no answer owed")
+
+
+def test_a_leader_looks_at_the_dispatch_lag_once_so_many_bytes_committed_and_diverts_while_behind(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sends a leader answers from their completions look at the dispatch lag once a
+    sixteenth of ``max_dispatch_lag_bytes`` (here 4 KiB) of entries committed since the last
+    look, not per send; once a look finds dispatch more than half the limit behind, every send
+    looks again and takes the task path (whose put may wait in a thread) until it has caught up."""
+    with running(
+        tmp_path,
+        monkeypatch,
+        True,
+        store_extra={"max_dispatch_lag_bytes": 64 * 1024, "dispatch_yield_lag_bytes": 0},
+    ) as h:
+        looks: list[int] = []
+        behind = [0]
+
+        def dispatch_behind_bytes() -> int:
+            looks.append(behind[0])
+            return behind[0]
+
+        monkeypatch.setattr(h.store, "dispatch_behind_bytes", dispatch_behind_bytes)
+        body = b"x" * 1000  # an entry of about 1.2 KB: a look every fourth send or so
+        h.invoke(send_request(TOPIC, body, queue_id=1))  # the topic name checked once
+        looks.clear()
+        sends = 16
+        for _ in range(sends):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert 2 <= len(looks) <= sends // 3, looks
+        assert h.send_tasks == []
+        # far behind: from the next look on, each send looks and goes to the task path
+        behind[0] = 40 * 1024
+        looks.clear()
+        for _ in range(8):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert len(h.send_tasks) >= 1 and len(looks) >= len(h.send_tasks)
+        diverted = len(h.send_tasks)
+        assert diverted >= 8 - 4  # at most the sends before the first look went the deferred way
+        # caught up: the next look lets sends through and counts afresh
+        behind[0] = 0
+        looks.clear()
+        for _ in range(6):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert len(h.send_tasks) == diverted
+        assert 1 <= len(looks) <= 3, looks

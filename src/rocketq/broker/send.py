@@ -27,7 +27,9 @@ worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft 
 is taken inside ``data_received`` too and answered from the put's completion once the quorum has
 it (:meth:`SendMessageProcessor._send_replicated`: no task per send; the usual single send
 through one function, :meth:`SendMessageProcessor._replicated_plain`, with the checks and record
-of :meth:`SendMessageProcessor.send_lone`). The sysFlag checks are in
+of :meth:`SendMessageProcessor.send_lone`). Such a send looks at the dispatch lag only once
+so many bytes of entries committed since its last look (:meth:`SendMessageProcessor.send_message_now`),
+as the store's puts do. The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
@@ -89,6 +91,7 @@ from rocketq.errors import (
     TopicNameInvalid,
     TopicNotExist,
 )
+from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -137,6 +140,7 @@ from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import PutThen
 from rocketq.store.flush import GroupCommitService
 from rocketq.store.packed_batch import plan_batch
+from rocketq.store.store_puts import lag_look_every
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +266,11 @@ class SendMessageProcessor:
             if isinstance(group_commit, GroupCommitService) and not cfg.enable_dleger_commit_log
             else None
         )
+        #: a DLedger leader's sends look at the dispatch lag once this many bytes of entries
+        #: committed since the last look (``_lag_since``, counted by their completions): the
+        #: store's own spacing (:func:`~rocketq.store.store_puts.lag_look_every`)
+        self._lag_every = lag_look_every(cfg)
+        self._lag_since = 0
         #: :meth:`send_lone` can take sends: ASYNC_FLUSH on a plain CommitLog (no wait per put)
         self.lone_possible = not self._sync and self._ledger_put is None and self._ledger_put_then is None
         #: :meth:`send_lone` takes sends now (the broker opens it once ready, when nothing it
@@ -448,8 +457,16 @@ class SendMessageProcessor:
         put_then = self._ledger_put_then
         if put_then is not None:  # DLedger on a Raft group (a put always waits there): one look
             # at what _must_wait, _topics_pending and _ledger_put_now look at
-            if self._topics_pending() or not self.ctx.accepting or self._dispatch_behind():
+            if self._topics_pending() or not self.ctx.accepting:
                 return None
+            # the dispatch lag (far behind: the task path, whose put may wait in a thread) is
+            # looked at once _lag_every bytes of entries committed since the last look, not per
+            # send: dispatch may fall that much (at most 256 KiB) further behind unseen. A send
+            # that finds it behind leaves the count, so the next one looks again.
+            if self._lag_since >= self._lag_every:
+                if self._dispatch_behind():
+                    return None
+                self._lag_since = 0
             return self._send_replicated(conn, request, put_then)
         if self._must_wait() or self._topics_pending():
             return None
@@ -886,6 +903,7 @@ class _ReplicatedSend:
         if isinstance(outcome, Exception):
             response = outcome
         else:
+            proc._lag_since += outcome[2] + outcome[6] * BODY_OFFSET  # size, msg_num: entries' bytes
             try:
                 proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
                 response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
@@ -922,6 +940,7 @@ class _PlainReplicatedSend:
         if isinstance(outcome, Exception):
             response = outcome
         else:
+            proc._lag_since += outcome[2] + BODY_OFFSET  # the entry's bytes (record and header)
             try:
                 if outcome[0] is PutMessageStatus.PUT_OK:  # _answer_now's, without its call
                     cfg = proc.ctx.config
