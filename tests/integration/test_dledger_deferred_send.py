@@ -15,12 +15,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from _support.requests import send_request
 from _support.wait import wait_until
-from rocketq.broker.send import SendMessageProcessor
+from rocketq.broker.send import SendMessageProcessor, _PlainReplicatedSend
 from rocketq.broker.server import SHUTDOWN_DRAIN_TIMEOUT_S, SHUTDOWN_QUORUM_WAIT_S
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.ha import driver
@@ -33,6 +34,7 @@ from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, creat
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.codes import FLAG_RESPONSE
 from rocketq.remoting.connection import Connection
+from rocketq.store.commitlog import PutMessageResult
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
 from rocketq.testing import InProcessCluster
@@ -409,6 +411,14 @@ def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_b
         committed(done, run, leader)
 
     monkeypatch.setattr(driver.RaftGroupLog, "_committed", staticmethod(counting))
+    grouped: list[int] = []  # the plain sends answered together (their frames in one call)
+    answer_all = _PlainReplicatedSend.answer_all
+
+    def counting_answers(results: list[tuple[Any, PutMessageResult]]) -> None:
+        grouped.append(len(results))
+        answer_all(results)
+
+    monkeypatch.setattr(_PlainReplicatedSend, "answer_all", staticmethod(counting_answers))
     sends = 6
     with InProcessCluster(
         1,
@@ -469,6 +479,9 @@ def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_b
             assert stored is not None and stored.body == f"run{i}".encode()
             assert stored.queue_offset == i // 2
         assert sum(runs) == sends and max(runs) > 1, runs
+        # the first send checks the topic name (the general steps); the others are plain sends
+        # of one connection, answered together run by run
+        assert sum(grouped) == sends - 1 and max(grouped) > 1, grouped
 
 
 def test_a_plain_send_takes_the_lean_path_and_stores_and_answers_what_the_general_path_does(

@@ -65,7 +65,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rocketq import speedups as _speedups
 from rocketq.broker.context import BrokerContext
@@ -953,6 +953,54 @@ class _PlainReplicatedSend:
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)
+
+    @staticmethod
+    def answer_all(results: list[tuple[Any, PutMessageResult]]) -> None:
+        """:meth:`__call__` of the sends of a committed run at once (their PUT_OK results, in
+        order: :class:`~rocketq.store.dledger_appends.AnswerAll`): the SEND_OK frames made here,
+        each connection's consecutive ones answered in one call
+        (:meth:`~rocketq.remoting.connection.Connection.answer_frames`), the deferred count
+        taken down once. With request timing on (a latency per answer), each by
+        :meth:`__call__`; a frame that cannot be made answers its send with the error."""
+        send: _PlainReplicatedSend = results[0][0]
+        proc = send.proc
+        ctx = proc.ctx
+        deferred = ctx.deferred
+        if deferred.rpc is not None:
+            for send, result in results:
+                send(result)
+            return
+        cfg = ctx.config
+        region_id, trace_on = cfg.region_id, cfg.trace_on
+        conn: Connection | None = None
+        frames: list[tuple[RemotingCommand, bytes]] = []
+        lag = taken = 0
+        try:
+            for send, result in results:
+                if send.proc is not proc:  # (another broker's, on the same loop)
+                    send(result)
+                    continue
+                lag += result[2] + BODY_OFFSET  # the entry's bytes (record and header)
+                request = send.request
+                try:
+                    frame = send_ok_frame(
+                        request.opaque, result, send.queue_id, send.transaction_id, region_id, trace_on
+                    )
+                except Exception as exc:  # answered as the task path answers a handler's exception
+                    deferred.answer(send.conn, request, exc, send.began)
+                    continue
+                taken += 1
+                if send.conn is not conn:
+                    if conn is not None:
+                        conn.answer_frames(frames)
+                        frames = []
+                    conn = send.conn
+                frames.append((request, frame))
+            if conn is not None:
+                conn.answer_frames(frames)
+        finally:
+            proc._lag_since += lag
+            deferred.answered(taken)
 
 
 __all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]

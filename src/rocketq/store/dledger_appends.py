@@ -13,7 +13,10 @@
   message to each follower with batch push) and sends the outcomes back the same way.
 * a put's waiters (the one-message put, a batch's messages: ``dledger_commitlog``) take their
   outcomes with no task; :class:`Expiry` fails every put still waiting after the put timeout
-  with one timer.
+  with one timer. The appends of a proposal that committed together reach a caller's loop as
+  one :class:`CommittedRun`: when its first waiter is a one-message put, one call tells them
+  all, and hands the results of consecutive puts whose callbacks can take several at once
+  (:class:`AnswerAll`: the broker's sends) to one call, which makes and writes their answers.
 
 Invariants: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
 unknown, or the exception that stopped the log); nobody waits forever. An entry that was not
@@ -372,7 +375,9 @@ class Settable(Expirable, Protocol):
 
 class CommittedRun:
     """Appends of one proposal that committed, for one caller's loop: (waiter, entry index, entry
-    pos) of each, and the leader's id."""
+    pos) of each, and the leader's id. When the first waiter has ``committed_run(entries,
+    leader)`` (a one-message put's, :class:`RunCommitted`), that one call takes the whole run,
+    whatever its waiters; else each is told on its own."""
 
     __slots__ = ("entries", "leader")
 
@@ -382,12 +387,41 @@ class CommittedRun:
 
     def resolve(self) -> None:
         leader = self.leader
-        for fut, index, pos in self.entries:
-            committed = getattr(fut, "committed", None)
-            if committed is not None:
-                committed(index, pos, leader)
-            elif not fut.done():  # else the caller gave up (timeout, cancelled request)
-                fut.set_result(AppendResult.ok(index, pos, leader))
+        entries = self.entries
+        run: RunCommitted | None = getattr(entries[0][0], "committed_run", None) if entries else None
+        if run is not None:
+            run(entries, leader)
+            return
+        tell_each(entries, leader)
+
+
+def tell_each(entries: Sequence[tuple[Settable, int, int]], leader: str | None) -> None:
+    """Tell each waiter of a committed run its commit: ``committed(index, pos, leader)`` where it
+    has one, else an OK ``AppendResult`` (nothing for a future that is done already)."""
+    for fut, index, pos in entries:
+        committed = getattr(fut, "committed", None)
+        if committed is not None:
+            committed(index, pos, leader)
+        elif not fut.done():  # else the caller gave up (timeout, cancelled request)
+            fut.set_result(AppendResult.ok(index, pos, leader))
+
+
+class RunCommitted(Protocol):
+    """``committed_run(entries, leader)``: tell every waiter of a committed run (each exactly
+    once, in order; what it does not take itself it tells as :func:`tell_each` does)."""
+
+    def __call__(self, entries: list[tuple[Settable, int, int]], leader: str | None, /) -> None: ...
+
+
+class AnswerAll(Protocol):
+    """``answer_all(results)`` of a put's callback (``done`` of
+    :meth:`DLedgerCommitLog.put_messages_then`) that can take several at once: the PUT_OK
+    results of consecutive one-message puts of a committed run whose callbacks share it, as
+    (callback, result) in order, handed over in one call instead of one call per callback (the
+    broker's sends: their answer frames made and written together). It answers each of them,
+    exactly once, as the callback would, and raises nothing."""
+
+    def __call__(self, results: list[tuple[Any, PutMessageResult]], /) -> None: ...
 
 
 Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, Settable]
