@@ -482,16 +482,19 @@ class Expiry:
     """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
     leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
-    put (a batch's put is one waiter for all its messages). The waiters added in one loop iteration get their
-    deadline together at its end (one clock read and one look at the oldest for them all, not
-    one per send)."""
+    put (a batch's put is one waiter for all its messages). The waiters added in one loop
+    iteration get their deadline together at its end and are kept as one group (one clock read,
+    one entry and one look at the oldest for them all, not one per send)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
-        self._waiting: collections.deque[tuple[float, Expirable]] = collections.deque()
+        #: the waiters of each loop iteration, with their deadline, oldest first; the answered
+        #: ones at the front of the first group are let go (replaced by None; ``_head`` of them)
+        self._waiting: collections.deque[tuple[float, list[Expirable | None]]] = collections.deque()
+        self._head = 0
         #: waiters added in this loop iteration (:meth:`_added` at its end)
-        self._adding: list[Expirable] = []
+        self._adding: list[Expirable | None] = []
         self._armed = False
 
     def add(self, fut: Expirable) -> None:
@@ -502,26 +505,46 @@ class Expiry:
 
     def _added(self) -> None:
         adding, self._adding = self._adding, []
-        deadline = self.loop.time() + self.timeout_s
         waiting = self._waiting
-        waiting.extend([(deadline, fut) for fut in adding])
-        # the oldest ones were answered meanwhile (appends are answered in order, mostly):
-        # dropped now, not at the next check a timeout later, which kept every put of that
-        # timeout alive (with its request, message and answer) and made each full garbage
-        # collection of a leader under load walk them all
-        while waiting and waiting[0][1].done():
-            waiting.popleft()
+        waiting.append((self.loop.time() + self.timeout_s, adding))  # one entry per iteration
+        self._drop_answered()
         if waiting and not self._armed:
             self._armed = True
             self.loop.call_later(self.timeout_s, self._check)
 
+    def _drop_answered(self) -> None:
+        """Let go of the answered waiters at the front (appends are answered in order, mostly):
+        now, not at the next check a timeout later, which kept every put of that timeout alive
+        (with its request, message and answer) and made each full garbage collection of a
+        leader under load walk them all."""
+        waiting = self._waiting
+        while waiting:
+            group = waiting[0][1]
+            i, n = self._head, len(group)
+            while i < n:
+                fut = group[i]
+                if fut is not None and not fut.done():
+                    break
+                group[i] = None
+                i += 1
+            if i < n:
+                self._head = i
+                return
+            waiting.popleft()
+            self._head = 0
+
     def _check(self) -> None:
         now = self.loop.time()
         waiting = self._waiting
-        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
-            _, fut = waiting.popleft()
-            if not fut.done():
-                fut.set_exception(ReplicationError("DLedger append did not finish in time; outcome unknown"))
+        while waiting and waiting[0][0] <= now:
+            _, group = waiting.popleft()
+            head, self._head = self._head, 0
+            for fut in group[head:]:
+                if fut is not None and not fut.done():
+                    fut.set_exception(
+                        ReplicationError("DLedger append did not finish in time; outcome unknown")
+                    )
+        self._drop_answered()
         if waiting:  # the oldest still waiting decides when to look again
             self.loop.call_later(waiting[0][0] - now, self._check)
         else:
@@ -533,11 +556,12 @@ class Expiry:
         were still waiting. A broker's shutdown uses it for the sends still awaiting their
         quorum when it stops waiting for them."""
         adding, self._adding = self._adding, []
-        waiting = [fut for _, fut in self._waiting] + adding
+        waiting = [fut for _, group in self._waiting for fut in group] + adding
         self._waiting.clear()
+        self._head = 0
         failed = 0
         for fut in waiting:
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(ReplicationError(f"DLedger append not finished: {reason}; outcome unknown"))
                 failed += 1
         return failed
