@@ -974,10 +974,11 @@ class _PlainReplicatedSend:
         region_id, trace_on = cfg.region_id, cfg.trace_on
         conn: Connection | None = None
         frames: list[tuple[RemotingCommand, bytes]] = []
-        lag = taken = 0
+        lag = alone = 0  # alone: the sends answered on their own (their count taken down there)
         try:
             for send, result in results:
                 if send.proc is not proc:  # (another broker's, on the same loop)
+                    alone += 1
                     send(result)
                     continue
                 lag += result[2] + BODY_OFFSET  # the entry's bytes (record and header)
@@ -987,9 +988,9 @@ class _PlainReplicatedSend:
                         request.opaque, result, send.queue_id, send.transaction_id, region_id, trace_on
                     )
                 except Exception as exc:  # answered as the task path answers a handler's exception
+                    alone += 1
                     deferred.answer(send.conn, request, exc, send.began)
                     continue
-                taken += 1
                 if send.conn is not conn:
                     if conn is not None:
                         conn.answer_frames(frames)
@@ -998,9 +999,9 @@ class _PlainReplicatedSend:
                 frames.append((request, frame))
             if conn is not None:
                 conn.answer_frames(frames)
-        finally:
+        finally:  # every other send counted down, even when something above failed (no drain waits for it)
             proc._lag_since += lag
-            deferred.answered(taken)
+            deferred.answered(len(results) - alone)
 
 
 __all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]
