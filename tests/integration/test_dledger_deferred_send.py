@@ -15,12 +15,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from _support.requests import send_request
 from _support.wait import wait_until
-from rocketq.broker.send import SendMessageProcessor
+from rocketq.broker.send import SendMessageProcessor, _PlainReplicatedSend
 from rocketq.broker.server import SHUTDOWN_DRAIN_TIMEOUT_S, SHUTDOWN_QUORUM_WAIT_S
 from rocketq.errors import DiskFull, ResponseCode
 from rocketq.ha import driver
@@ -33,6 +34,7 @@ from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, creat
 from rocketq.remoting.codec import FrameDecoder, encode
 from rocketq.remoting.codes import FLAG_RESPONSE
 from rocketq.remoting.connection import Connection
+from rocketq.store.commitlog import PutMessageResult
 from rocketq.store.dledger_store import DLedgerMessageStore
 from rocketq.store.put_latency import PUT_LATENCY_SAMPLE
 from rocketq.testing import InProcessCluster
@@ -142,6 +144,7 @@ def running(
     monkeypatch: pytest.MonkeyPatch,
     deferred: bool,
     put_message_timeout_ms: int = 1,
+    store_extra: dict[str, object] | None = None,
     **broker_options: object,
 ) -> Iterator[Harness]:
     """A one-broker cluster in DLedger mode on a :class:`HoldingLog`, its sends answered through
@@ -172,6 +175,7 @@ def running(
             "enable_dleger_commit_log": True,
             "d_leger_self_id": "n0",
             "put_message_timeout_ms": put_message_timeout_ms,
+            **(store_extra or {}),
         },
         broker_options=broker_options,
     ) as c:
@@ -407,6 +411,14 @@ def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_b
         committed(done, run, leader)
 
     monkeypatch.setattr(driver.RaftGroupLog, "_committed", staticmethod(counting))
+    grouped: list[int] = []  # the plain sends answered together (their frames in one call)
+    answer_all = _PlainReplicatedSend.answer_all
+
+    def counting_answers(results: list[tuple[Any, PutMessageResult]]) -> None:
+        grouped.append(len(results))
+        answer_all(results)
+
+    monkeypatch.setattr(_PlainReplicatedSend, "answer_all", staticmethod(counting_answers))
     sends = 6
     with InProcessCluster(
         1,
@@ -467,6 +479,9 @@ def test_sends_committed_together_by_a_raft_leader_are_answered_with_the_usual_b
             assert stored is not None and stored.body == f"run{i}".encode()
             assert stored.queue_offset == i // 2
         assert sum(runs) == sends and max(runs) > 1, runs
+        # the first send checks the topic name (the general steps); the others are plain sends
+        # of one connection, answered together run by run
+        assert sum(grouped) == sends - 1 and max(grouped) > 1, grouped
 
 
 def test_a_plain_send_takes_the_lean_path_and_stores_and_answers_what_the_general_path_does(
@@ -537,3 +552,49 @@ def test_a_plain_send_takes_the_lean_path_and_stores_and_answers_what_the_genera
         assert picked.code == ResponseCode.SUCCESS and half.code == ResponseCode.SUCCESS
         assert taken == [False, False]
         wait_until(lambda: ctx.deferred.pending == 0, "no answer owed")
+
+
+def test_a_leader_looks_at_the_dispatch_lag_once_so_many_bytes_committed_and_diverts_while_behind(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sends a leader answers from their completions look at the dispatch lag once a
+    sixteenth of ``max_dispatch_lag_bytes`` (here 4 KiB) of entries committed since the last
+    look, not per send; once a look finds dispatch more than half the limit behind, every send
+    looks again and takes the task path (whose put may wait in a thread) until it has caught up."""
+    with running(
+        tmp_path,
+        monkeypatch,
+        True,
+        store_extra={"max_dispatch_lag_bytes": 64 * 1024, "dispatch_yield_lag_bytes": 0},
+    ) as h:
+        looks: list[int] = []
+        behind = [0]
+
+        def dispatch_behind_bytes() -> int:
+            looks.append(behind[0])
+            return behind[0]
+
+        monkeypatch.setattr(h.store, "dispatch_behind_bytes", dispatch_behind_bytes)
+        body = b"x" * 1000  # an entry of about 1.2 KB: a look every fourth send or so
+        h.invoke(send_request(TOPIC, body, queue_id=1))  # the topic name checked once
+        looks.clear()
+        sends = 16
+        for _ in range(sends):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert 2 <= len(looks) <= sends // 3, looks
+        assert h.send_tasks == []
+        # far behind: from the next look on, each send looks and goes to the task path
+        behind[0] = 40 * 1024
+        looks.clear()
+        for _ in range(8):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert len(h.send_tasks) >= 1 and len(looks) >= len(h.send_tasks)
+        diverted = len(h.send_tasks)
+        assert diverted >= 8 - 4  # at most the sends before the first look went the deferred way
+        # caught up: the next look lets sends through and counts afresh
+        behind[0] = 0
+        looks.clear()
+        for _ in range(6):
+            assert h.invoke(send_request(TOPIC, body, queue_id=1)).code == ResponseCode.SUCCESS
+        assert len(h.send_tasks) == diverted
+        assert 1 <= len(looks) <= 3, looks

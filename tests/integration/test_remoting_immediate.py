@@ -23,6 +23,7 @@ from rocketq.remoting import (
     eventloop,
     timer_selector,
 )
+from rocketq.remoting.codes import FLAG_ONEWAY
 from rocketq.remoting.connection import DEFERRED, Deferred, answers_held
 
 T = TypeVar("T")
@@ -280,6 +281,53 @@ def test_deferred_answers_inside_answers_held_leave_in_one_write_per_connection_
             assert sorted(len(w) for w in writes.values()) == [1, 2]
             for p in peers:
                 await p.close()
+        finally:
+            await server.close()
+
+    run_on(loop, main())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_answer_frames_answers_several_deferred_requests_in_one_write_and_skips_oneway_ones(
+    loop: str,
+) -> None:
+    """``answer_frames`` of several requests taken as DEFERRED: their frames in order, in one
+    write at the end of the iteration; a oneway request's frame is dropped; each counts as
+    answered (the request cap's count goes back to zero and reading resumes)."""
+
+    async def main() -> None:
+        taken: list[tuple[Connection, RemotingCommand]] = []
+        conns: list[Connection] = []
+
+        def immediate(conn: Connection, request: RemotingCommand) -> Deferred:
+            taken.append((conn, request))
+            return DEFERRED
+
+        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            raise AssertionError("no request takes the task path here")
+
+        server = RemotingServer(
+            "127.0.0.1", 0, handler, immediate=immediate, max_pending_requests=4, on_connection=conns.append
+        )
+        await server.start()
+        try:
+            peer = await RawPeer.connect(server)
+            requests = [create_request(LATER, body=b"%d" % i) for i in range(4)]
+            requests[1].flag |= FLAG_ONEWAY
+            await peer.send(b"".join(encode(r) for r in requests))
+            await asyncio.wait_for(_until(lambda: len(taken) == 4), WAIT_S)
+            (conn,) = conns
+            assert conn.running_requests == 4 and conn.reading_paused
+            written: list[bytes] = []
+            transport = conn._transport
+            assert transport is not None
+            conn._transport = _Recording(transport, written)  # type: ignore[assignment]
+            conn.answer_frames([(r, encode(create_response(r, 0, remark=r.body.decode()))) for _, r in taken])
+            assert conn.running_requests == 0 and not conn.reading_paused
+            replies = [await asyncio.wait_for(peer.next_command(), WAIT_S) for _ in range(3)]
+            assert [r.remark for r in replies] == ["0", "2", "3"]
+            assert len(written) == 1
+            await peer.close()
         finally:
             await server.close()
 

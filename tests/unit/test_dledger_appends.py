@@ -12,6 +12,7 @@ import functools
 import threading
 import types
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import pytest
 
@@ -20,7 +21,7 @@ from rocketq.ha.driver import BatchDone, RaftGroupLog
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, RecordEncoder
 from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
-from rocketq.store.dledger_appends import AppendQueue, Expiry, LedgerLoop, ReplicationError
+from rocketq.store.dledger_appends import AppendQueue, CommittedRun, Expiry, LedgerLoop, ReplicationError
 from rocketq.store.dledger_commitlog import DLedgerCommitLog, _BatchPut, _OnePut
 from rocketq.store.store_queries import StoreStats
 
@@ -192,6 +193,74 @@ def test_a_put_the_expiry_failed_is_not_answered_again_by_a_late_commit() -> Non
         assert len(outcomes) == 1 and put.done()
 
     asyncio.run(main())
+
+
+class Grouped:
+    """A put's callback that takes several results at once (``answer_all``), as the broker's
+    sends do; ``log`` records what each call got."""
+
+    log: ClassVar[list[object]] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, outcome: PutMessageResult | Exception) -> None:
+        Grouped.log.append(("one", self.name, outcome))
+
+    @staticmethod
+    def answer_all(results: list[tuple[Any, PutMessageResult]]) -> None:
+        Grouped.log.append(("all", [(g.name, r) for g, r in results]))
+
+
+def test_a_committed_run_of_one_message_puts_is_answered_in_one_call_per_group_in_order() -> None:
+    """``CommittedRun.resolve`` of a run whose first waiter is a one-message put: one call
+    (``committed_run``) tells every waiter once, in order; the append listener is told once,
+    before any result; consecutive callbacks with the same ``answer_all`` get their results in
+    one call, with the result ``committed`` gives; another kind of waiter, or a callback
+    without ``answer_all``, ends a group; a put the expiry failed gets nothing more."""
+    Grouped.log = []
+    told: list[int] = []
+    plain: list[PutMessageResult | Exception] = []
+    puts = [_one_put([], told) for _ in range(6)]
+    for put, name in zip(puts, "abcdef", strict=True):
+        put._done = Grouped(name)
+    cl = puts[0].cl
+    for put in puts:
+        put.cl = cl
+    puts[4]._done = plain.append  # no answer_all: answered on its own
+    puts[5]._finished = True  # failed by the expiry before the commit
+    other = Told()
+    entries = [
+        (puts[0], 1, 100),
+        (puts[1], 2, 300),
+        (other, 3, 500),
+        (puts[2], 4, 700),
+        (puts[3], 5, 900),
+        (puts[4], 6, 1100),
+        (puts[5], 7, 1300),
+    ]
+
+    def ok(pos: int) -> PutMessageResult:
+        return PutMessageResult(
+            (PutMessageStatus.PUT_OK, pos + BODY_OFFSET, 181, 4, 1_700_000_000_000, STORE_HOST, 1, None)
+        )
+
+    seen_told: list[int] = []
+    cl._append_listener = lambda: seen_told.append(len(Grouped.log))
+    CommittedRun(entries, "n0").resolve()  # type: ignore[arg-type]
+    assert seen_told == [0]  # once, before any answer
+    assert Grouped.log == [
+        ("all", [("a", ok(100)), ("b", ok(300))]),
+        ("all", [("c", ok(700)), ("d", ok(900))]),
+    ]
+    assert other.commits == [(3, 500, "n0")]
+    assert plain == [ok(1100)]
+    assert all(put.done() for put in puts)
+    # each answered once: a second resolve of the same run answers nobody again
+    Grouped.log = []
+    cl._append_listener = lambda: None
+    CommittedRun(entries[:2] + entries[3:], "n0").resolve()  # type: ignore[arg-type]
+    assert Grouped.log == [] and plain == [ok(1100)]
 
 
 def _batch_put(outcomes: list[PutMessageResult | Exception], n: int = 3) -> _BatchPut:

@@ -324,6 +324,35 @@ def test_answered_appends_are_not_kept_until_the_expiry_checks() -> None:
     asyncio.run(main())
 
 
+def test_the_waiters_of_one_loop_iteration_are_kept_as_one_entry_and_expire_together() -> None:
+    """The expiry keeps the waiters added in one loop iteration as one entry with one deadline
+    (not an entry per waiter); an answered one among them stays answered, the others of the
+    iteration fail together, and those of a later iteration are kept as an entry of their own."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = _Expiry(loop, 0.05)
+        first = [loop.create_future() for _ in range(5)]
+        for fut in first:
+            expiry.add(fut)
+        await asyncio.sleep(0)  # the end of the iteration that added them
+        later = [loop.create_future() for _ in range(3)]
+        for fut in later:
+            expiry.add(fut)
+        await asyncio.sleep(0)
+        assert len(expiry._waiting) == 2
+        first[2].set_result(AppendResult(AppendStatus.OK, 1, 0, 48))
+        with pytest.raises(ReplicationError, match="did not finish in time"):
+            await asyncio.wait_for(first[0], 5)
+        assert [f.exception() is not None for f in first] == [True, True, False, True, True]
+        for fut in later:
+            with pytest.raises(ReplicationError):
+                await asyncio.wait_for(fut, 5)
+        assert not expiry._waiting
+
+    asyncio.run(main())
+
+
 def test_dispatch_indexes_keys_with_the_hashes_of_the_compiled_scan(
     dl_store: MessageStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

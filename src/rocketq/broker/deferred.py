@@ -73,6 +73,13 @@ class DeferredAnswers:
             if not self.pending:
                 self._idle.set()
 
+    def answered(self, count: int) -> None:
+        """``count`` requests :meth:`begin` counted were answered by their connections directly
+        (``Connection.answer_frames``), untimed."""
+        self.pending -= count
+        if not self.pending:
+            self._idle.set()
+
     async def drained(self) -> None:
         """Return once every taken request is answered."""
         await self._idle.wait()

@@ -27,7 +27,9 @@ worker thread (the store's back-pressure may wait). On a DLedger leader (a Raft 
 is taken inside ``data_received`` too and answered from the put's completion once the quorum has
 it (:meth:`SendMessageProcessor._send_replicated`: no task per send; the usual single send
 through one function, :meth:`SendMessageProcessor._replicated_plain`, with the checks and record
-of :meth:`SendMessageProcessor.send_lone`). The sysFlag checks are in
+of :meth:`SendMessageProcessor.send_lone`). Such a send looks at the dispatch lag only once
+so many bytes of entries committed since its last look (:meth:`SendMessageProcessor.send_message_now`),
+as the store's puts do. The sysFlag checks are in
 :mod:`rocketq.broker.sys_flag`. Store errors keep their wire codes: MessageIllegal 13 (body/properties
 over the limit, named in the remark), ServiceNotAvailable 14 (disk full, shut down), SystemBusy 2.
 A FLUSH_DISK_TIMEOUT put answers 10 with the full response header (the message is stored).
@@ -63,7 +65,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rocketq import speedups as _speedups
 from rocketq.broker.context import BrokerContext
@@ -89,6 +91,7 @@ from rocketq.errors import (
     TopicNameInvalid,
     TopicNotExist,
 )
+from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -137,6 +140,7 @@ from rocketq.store.commitlog import PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import PutThen
 from rocketq.store.flush import GroupCommitService
 from rocketq.store.packed_batch import plan_batch
+from rocketq.store.store_puts import lag_look_every
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +266,11 @@ class SendMessageProcessor:
             if isinstance(group_commit, GroupCommitService) and not cfg.enable_dleger_commit_log
             else None
         )
+        #: a DLedger leader's sends look at the dispatch lag once this many bytes of entries
+        #: committed since the last look (``_lag_since``, counted by their completions): the
+        #: store's own spacing (:func:`~rocketq.store.store_puts.lag_look_every`)
+        self._lag_every = lag_look_every(cfg)
+        self._lag_since = 0
         #: :meth:`send_lone` can take sends: ASYNC_FLUSH on a plain CommitLog (no wait per put)
         self.lone_possible = not self._sync and self._ledger_put is None and self._ledger_put_then is None
         #: :meth:`send_lone` takes sends now (the broker opens it once ready, when nothing it
@@ -448,8 +457,16 @@ class SendMessageProcessor:
         put_then = self._ledger_put_then
         if put_then is not None:  # DLedger on a Raft group (a put always waits there): one look
             # at what _must_wait, _topics_pending and _ledger_put_now look at
-            if self._topics_pending() or not self.ctx.accepting or self._dispatch_behind():
+            if self._topics_pending() or not self.ctx.accepting:
                 return None
+            # the dispatch lag (far behind: the task path, whose put may wait in a thread) is
+            # looked at once _lag_every bytes of entries committed since the last look, not per
+            # send: dispatch may fall that much (at most 256 KiB) further behind unseen. A send
+            # that finds it behind leaves the count, so the next one looks again.
+            if self._lag_since >= self._lag_every:
+                if self._dispatch_behind():
+                    return None
+                self._lag_since = 0
             return self._send_replicated(conn, request, put_then)
         if self._must_wait() or self._topics_pending():
             return None
@@ -886,6 +903,7 @@ class _ReplicatedSend:
         if isinstance(outcome, Exception):
             response = outcome
         else:
+            proc._lag_since += outcome[2] + outcome[6] * BODY_OFFSET  # size, msg_num: entries' bytes
             try:
                 proc._record(self.conn, self.header, self.msgs, outcome, self.kind)
                 response = proc._answer_now(request, outcome, self.queue_id, self.transaction_id)
@@ -922,6 +940,7 @@ class _PlainReplicatedSend:
         if isinstance(outcome, Exception):
             response = outcome
         else:
+            proc._lag_since += outcome[2] + BODY_OFFSET  # the entry's bytes (record and header)
             try:
                 if outcome[0] is PutMessageStatus.PUT_OK:  # _answer_now's, without its call
                     cfg = proc.ctx.config
@@ -934,6 +953,55 @@ class _PlainReplicatedSend:
             except Exception as exc:  # answered as the task path answers a handler's exception
                 response = exc
         proc.ctx.deferred.answer(self.conn, request, response, self.began)
+
+    @staticmethod
+    def answer_all(results: list[tuple[Any, PutMessageResult]]) -> None:
+        """:meth:`__call__` of the sends of a committed run at once (their PUT_OK results, in
+        order: :class:`~rocketq.store.dledger_appends.AnswerAll`): the SEND_OK frames made here,
+        each connection's consecutive ones answered in one call
+        (:meth:`~rocketq.remoting.connection.Connection.answer_frames`), the deferred count
+        taken down once. With request timing on (a latency per answer), each by
+        :meth:`__call__`; a frame that cannot be made answers its send with the error."""
+        send: _PlainReplicatedSend = results[0][0]
+        proc = send.proc
+        ctx = proc.ctx
+        deferred = ctx.deferred
+        if deferred.rpc is not None:
+            for send, result in results:
+                send(result)
+            return
+        cfg = ctx.config
+        region_id, trace_on = cfg.region_id, cfg.trace_on
+        conn: Connection | None = None
+        frames: list[tuple[RemotingCommand, bytes]] = []
+        lag = alone = 0  # alone: the sends answered on their own (their count taken down there)
+        try:
+            for send, result in results:
+                if send.proc is not proc:  # (another broker's, on the same loop)
+                    alone += 1
+                    send(result)
+                    continue
+                lag += result[2] + BODY_OFFSET  # the entry's bytes (record and header)
+                request = send.request
+                try:
+                    frame = send_ok_frame(
+                        request.opaque, result, send.queue_id, send.transaction_id, region_id, trace_on
+                    )
+                except Exception as exc:  # answered as the task path answers a handler's exception
+                    alone += 1
+                    deferred.answer(send.conn, request, exc, send.began)
+                    continue
+                if send.conn is not conn:
+                    if conn is not None:
+                        conn.answer_frames(frames)
+                        frames = []
+                    conn = send.conn
+                frames.append((request, frame))
+            if conn is not None:
+                conn.answer_frames(frames)
+        finally:  # every other send counted down, even when something above failed (no drain waits for it)
+            proc._lag_since += lag
+            deferred.answered(len(results) - alone)
 
 
 __all__ = ["SendMessageProcessor", "born_host_of", "send_response_fields"]

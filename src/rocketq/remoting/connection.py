@@ -73,7 +73,7 @@ import collections
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from rocketq.errors import (
@@ -404,6 +404,27 @@ class Connection(asyncio.Protocol):
                         held.append(self)  # written at the end of the answers_held block
                     else:
                         self._loop.call_soon(self._flush)
+        if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
+            self._request_slot_freed(self._handler)
+
+    def answer_frames(self, answers: Sequence[tuple[RemotingCommand, bytes]]) -> None:
+        """:meth:`answer` of several requests the immediate handler took, each with its answer
+        frame, in order (a DLedger leader's sends committed together): the same frames in the
+        same write, one call for them all."""
+        self._deferred -= len(answers)
+        if not (self._closing or self._lost):
+            out = self._out
+            for request, frame in answers:
+                if not request.flag & FLAG_ONEWAY:
+                    out.append(frame)
+            if out and not self._flush_scheduled:  # as in answer
+                self._flush_scheduled = True
+                if self._receiving:
+                    self._receive_batch = True
+                elif (held := _HELD_ANSWERS.get(self._loop)) is not None:
+                    held.append(self)
+                else:
+                    self._loop.call_soon(self._flush)
         if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
             self._request_slot_freed(self._handler)
 

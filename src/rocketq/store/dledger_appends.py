@@ -13,7 +13,10 @@
   message to each follower with batch push) and sends the outcomes back the same way.
 * a put's waiters (the one-message put, a batch's messages: ``dledger_commitlog``) take their
   outcomes with no task; :class:`Expiry` fails every put still waiting after the put timeout
-  with one timer.
+  with one timer. The appends of a proposal that committed together reach a caller's loop as
+  one :class:`CommittedRun`: when its first waiter is a one-message put, one call tells them
+  all, and hands the results of consecutive puts whose callbacks can take several at once
+  (:class:`AnswerAll`: the broker's sends) to one call, which makes and writes their answers.
 
 Invariants: every waiter gets exactly one outcome (a result, a ``ReplicationError`` when it is
 unknown, or the exception that stopped the log); nobody waits forever. An entry that was not
@@ -372,7 +375,9 @@ class Settable(Expirable, Protocol):
 
 class CommittedRun:
     """Appends of one proposal that committed, for one caller's loop: (waiter, entry index, entry
-    pos) of each, and the leader's id."""
+    pos) of each, and the leader's id. When the first waiter has ``committed_run(entries,
+    leader)`` (a one-message put's, :class:`RunCommitted`), that one call takes the whole run,
+    whatever its waiters; else each is told on its own."""
 
     __slots__ = ("entries", "leader")
 
@@ -382,12 +387,41 @@ class CommittedRun:
 
     def resolve(self) -> None:
         leader = self.leader
-        for fut, index, pos in self.entries:
-            committed = getattr(fut, "committed", None)
-            if committed is not None:
-                committed(index, pos, leader)
-            elif not fut.done():  # else the caller gave up (timeout, cancelled request)
-                fut.set_result(AppendResult.ok(index, pos, leader))
+        entries = self.entries
+        run: RunCommitted | None = getattr(entries[0][0], "committed_run", None) if entries else None
+        if run is not None:
+            run(entries, leader)
+            return
+        tell_each(entries, leader)
+
+
+def tell_each(entries: Sequence[tuple[Settable, int, int]], leader: str | None) -> None:
+    """Tell each waiter of a committed run its commit: ``committed(index, pos, leader)`` where it
+    has one, else an OK ``AppendResult`` (nothing for a future that is done already)."""
+    for fut, index, pos in entries:
+        committed = getattr(fut, "committed", None)
+        if committed is not None:
+            committed(index, pos, leader)
+        elif not fut.done():  # else the caller gave up (timeout, cancelled request)
+            fut.set_result(AppendResult.ok(index, pos, leader))
+
+
+class RunCommitted(Protocol):
+    """``committed_run(entries, leader)``: tell every waiter of a committed run (each exactly
+    once, in order; what it does not take itself it tells as :func:`tell_each` does)."""
+
+    def __call__(self, entries: list[tuple[Settable, int, int]], leader: str | None, /) -> None: ...
+
+
+class AnswerAll(Protocol):
+    """``answer_all(results)`` of a put's callback (``done`` of
+    :meth:`DLedgerCommitLog.put_messages_then`) that can take several at once: the PUT_OK
+    results of consecutive one-message puts of a committed run whose callbacks share it, as
+    (callback, result) in order, handed over in one call instead of one call per callback (the
+    broker's sends: their answer frames made and written together). It answers each of them,
+    exactly once, as the callback would, and raises nothing."""
+
+    def __call__(self, results: list[tuple[Any, PutMessageResult]], /) -> None: ...
 
 
 Waiter = concurrent.futures.Future[AppendResult] | tuple[asyncio.AbstractEventLoop, Settable]
@@ -448,16 +482,19 @@ class Expiry:
     """The appends awaited on one loop fail with ReplicationError once ``timeout_s`` passed
     without an outcome: one timer for them all (a timer, or a ``wait_for``, per append cost the
     leader's broker loop a heap push and a cancellation per message). A waiter is a future or a
-    put (a batch's put is one waiter for all its messages). The waiters added in one loop iteration get their
-    deadline together at its end (one clock read and one look at the oldest for them all, not
-    one per send)."""
+    put (a batch's put is one waiter for all its messages). The waiters added in one loop
+    iteration get their deadline together at its end and are kept as one group (one clock read,
+    one entry and one look at the oldest for them all, not one per send)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self.loop = loop
         self.timeout_s = timeout_s
-        self._waiting: collections.deque[tuple[float, Expirable]] = collections.deque()
+        #: the waiters of each loop iteration, with their deadline, oldest first; the answered
+        #: ones at the front of the first group are let go (replaced by None; ``_head`` of them)
+        self._waiting: collections.deque[tuple[float, list[Expirable | None]]] = collections.deque()
+        self._head = 0
         #: waiters added in this loop iteration (:meth:`_added` at its end)
-        self._adding: list[Expirable] = []
+        self._adding: list[Expirable | None] = []
         self._armed = False
 
     def add(self, fut: Expirable) -> None:
@@ -468,26 +505,46 @@ class Expiry:
 
     def _added(self) -> None:
         adding, self._adding = self._adding, []
-        deadline = self.loop.time() + self.timeout_s
         waiting = self._waiting
-        waiting.extend([(deadline, fut) for fut in adding])
-        # the oldest ones were answered meanwhile (appends are answered in order, mostly):
-        # dropped now, not at the next check a timeout later, which kept every put of that
-        # timeout alive (with its request, message and answer) and made each full garbage
-        # collection of a leader under load walk them all
-        while waiting and waiting[0][1].done():
-            waiting.popleft()
+        waiting.append((self.loop.time() + self.timeout_s, adding))  # one entry per iteration
+        self._drop_answered()
         if waiting and not self._armed:
             self._armed = True
             self.loop.call_later(self.timeout_s, self._check)
 
+    def _drop_answered(self) -> None:
+        """Let go of the answered waiters at the front (appends are answered in order, mostly):
+        now, not at the next check a timeout later, which kept every put of that timeout alive
+        (with its request, message and answer) and made each full garbage collection of a
+        leader under load walk them all."""
+        waiting = self._waiting
+        while waiting:
+            group = waiting[0][1]
+            i, n = self._head, len(group)
+            while i < n:
+                fut = group[i]
+                if fut is not None and not fut.done():
+                    break
+                group[i] = None
+                i += 1
+            if i < n:
+                self._head = i
+                return
+            waiting.popleft()
+            self._head = 0
+
     def _check(self) -> None:
         now = self.loop.time()
         waiting = self._waiting
-        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
-            _, fut = waiting.popleft()
-            if not fut.done():
-                fut.set_exception(ReplicationError("DLedger append did not finish in time; outcome unknown"))
+        while waiting and waiting[0][0] <= now:
+            _, group = waiting.popleft()
+            head, self._head = self._head, 0
+            for fut in group[head:]:
+                if fut is not None and not fut.done():
+                    fut.set_exception(
+                        ReplicationError("DLedger append did not finish in time; outcome unknown")
+                    )
+        self._drop_answered()
         if waiting:  # the oldest still waiting decides when to look again
             self.loop.call_later(waiting[0][0] - now, self._check)
         else:
@@ -499,11 +556,12 @@ class Expiry:
         were still waiting. A broker's shutdown uses it for the sends still awaiting their
         quorum when it stops waiting for them."""
         adding, self._adding = self._adding, []
-        waiting = [fut for _, fut in self._waiting] + adding
+        waiting = [fut for _, group in self._waiting for fut in group] + adding
         self._waiting.clear()
+        self._head = 0
         failed = 0
         for fut in waiting:
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(ReplicationError(f"DLedger append not finished: {reason}; outcome unknown"))
                 failed += 1
         return failed

@@ -62,6 +62,7 @@ from rocketq.message import BrokerMessage
 from rocketq.protocol import record as rec
 from rocketq.store.commitlog import CommitLog, PutMessageResult, PutMessageStatus
 from rocketq.store.dledger_appends import (
+    AnswerAll,
     AppendQueue,
     Expiry,
     LedgerLoop,
@@ -69,6 +70,7 @@ from rocketq.store.dledger_appends import (
     ReplicationError,
     finish_put,
     put_error,
+    tell_each,
 )
 from rocketq.store.dledger_lead import catching_up
 from rocketq.store.flush import FlushListener
@@ -577,6 +579,65 @@ class _OnePut(_OneAppend):
         except Exception:
             log.exception("the completion of a DLedger put failed")
 
+    @staticmethod
+    def committed_run(entries: list[tuple[Any, int, int]], leader: str | None) -> None:
+        """:meth:`committed` of each put of a committed run whose first waiter is one of these
+        (``CommittedRun.resolve``), in one call: the append listener told once, before any
+        put's result; each result built and counted as there; the results of consecutive puts
+        whose callbacks have the same ``answer_all`` (:class:`AnswerAll`: the broker's sends)
+        handed to it together, the others to their callbacks one by one, in the run's order. A
+        waiter of another kind is told as :func:`tell_each` tells it; a put failed meanwhile
+        (the expiry) gets nothing more."""
+        told: DLedgerCommitLog | None = None
+        answer_all: AnswerAll | None = None
+        group: list[tuple[PutCallback, PutMessageResult]] = []
+        for entry in entries:
+            put = entry[0]
+            if type(put) is not _OnePut:
+                if group:
+                    _answer_group(answer_all, group)
+                    group = []
+                tell_each((entry,), leader)
+                continue
+            if put._finished:  # the expiry failed it meanwhile
+                continue
+            put._finished = True
+            cl = put.cl
+            if cl is not told:
+                told = cl
+                if cl._append_listener is not None:
+                    cl._append_listener()
+            size = put.e[2]
+            result = PutMessageResult(
+                (
+                    PutMessageStatus.PUT_OK,
+                    entry[2] + BODY_OFFSET,
+                    size,
+                    put.queue_offset,
+                    put.store_timestamp,
+                    cl._store_host,
+                    1,
+                    None,
+                )
+            )
+            stats = put._stats
+            if stats is not None:
+                stats.put_count += 1
+                stats.put_bytes += size
+            done = put._done
+            answer: AnswerAll | None = getattr(done, "answer_all", None)
+            if answer is None or answer is not answer_all:
+                if group:
+                    _answer_group(answer_all, group)
+                    group = []
+                answer_all = answer
+                if answer is None:
+                    finish_put(done, result)
+                    continue
+            group.append((done, result))
+        if group:
+            _answer_group(answer_all, group)
+
     def set_result(self, result: AppendResult, /) -> None:
         self._finished = True
         outcome: PutMessageResult | Exception
@@ -592,6 +653,15 @@ class _OnePut(_OneAppend):
     def set_exception(self, exception: BaseException, /) -> None:
         self._finished = True
         self._finish(put_error(exception))
+
+
+def _answer_group(answer_all: AnswerAll | None, group: list[tuple[PutCallback, PutMessageResult]]) -> None:
+    """Hand ``group`` to ``answer_all`` (which answers each; an error of it is logged)."""
+    assert answer_all is not None
+    try:
+        answer_all(group)
+    except Exception:
+        log.exception("the completion of a run of DLedger puts failed")
 
 
 class _BatchAppend(_OneAppend):

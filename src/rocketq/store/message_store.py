@@ -48,7 +48,7 @@ from rocketq.store.record_scan import SCHEDULE_TOPIC
 from rocketq.store.recovery import RecoveryReport
 from rocketq.store.retention import NOTHING_NEEDED, CleanDecision, RetentionService, Segment, Unconsumed
 from rocketq.store.schedule import ScheduleMessageService
-from rocketq.store.store_puts import LANE_STORE_PUT, LagCount, StorePuts, _plan_messages
+from rocketq.store.store_puts import LANE_STORE_PUT, LagCount, StorePuts, _plan_messages, lag_look_every
 from rocketq.store.store_queries import StoreQueries, StoreStats
 from rocketq.store.store_recovery import StoreRecovery
 from rocketq.store.timer import (
@@ -89,13 +89,8 @@ class MessageStore(StoreRecovery, StoreQueries, StorePuts, PutLatencySampling):
         self.consumer_progress: Callable[[], Mapping[tuple[str, int], int]] | None = None
         self._born_host = pack_socket_addr(config.store_host)
         #: The dispatch lag is looked at (``_throttle``) once this many bytes were put since the
-        #: last look: a sixteenth of the smaller of its two limits, at most 256 KiB (both limits
-        #: off: never). Looking costs a put more than the rest of its bookkeeping together.
-        smallest = min(
-            (n for n in (config.dispatch_yield_lag_bytes, config.max_dispatch_lag_bytes) if n > 0),
-            default=1 << 62,
-        )
-        self._throttle_every = min(smallest // 16, 256 * 1024) if smallest < 1 << 62 else 1 << 62
+        #: last look (:func:`~rocketq.store.store_puts.lag_look_every`).
+        self._throttle_every = lag_look_every(config)
         self._lag_count: LagCount | PutLane = LagCount()
         self._lock_fd: int | None = None
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH

@@ -90,6 +90,18 @@ if LANE_STORE_PUT:
     _speedups.COMPILED.setup_lane_stats(StoreStats)  # type: ignore[union-attr]
 
 
+def lag_look_every(config: StoreConfig) -> int:
+    """How many bytes are put between two looks at the dispatch lag: a sixteenth of the smaller
+    of its two limits (``dispatch_yield_lag_bytes``, ``max_dispatch_lag_bytes``), at most
+    256 KiB; both limits off: never (2**62). Looking costs a put more than the rest of its
+    bookkeeping together; between two looks dispatch may fall this much further behind."""
+    smallest = min(
+        (n for n in (config.dispatch_yield_lag_bytes, config.max_dispatch_lag_bytes) if n > 0),
+        default=1 << 62,
+    )
+    return min(smallest // 16, 256 * 1024) if smallest < 1 << 62 else 1 << 62
+
+
 class LagCount:
     """The bytes put since the dispatch lag was last looked at, where no compiled lane counts
     them (a :class:`~rocketq.store.commitlog_lifecycle.PutLane` has the same ``since``)."""
