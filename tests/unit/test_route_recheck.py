@@ -15,7 +15,14 @@ from typing import cast
 import pytest
 
 from _support.wait import wait_until_async
-from rocketq.client._routes import FOLLOW_UP_PAUSES_S, RECHECK_MIN_INTERVAL_S, RECHECK_PAUSES_S, RouteCache
+from rocketq.client._fault import LatencyFaultTolerance
+from rocketq.client._routes import (
+    FOLLOW_UP_PAUSES_S,
+    RECHECK_MIN_INTERVAL_S,
+    RECHECK_PAUSES_S,
+    RouteCache,
+    TopicPublishInfo,
+)
 from rocketq.errors import NameServerUnavailable
 from rocketq.protocol.route import BrokerData, QueueData, TopicRouteData
 from rocketq.remoting import RemotingClient, RemotingCommand, RequestCode, create_response
@@ -253,5 +260,37 @@ def test_close_stops_a_follow_up() -> None:
         [task] = routes._follow_ups.values()
         await routes.close()
         assert task.cancelled() and not routes._follow_ups
+
+    asyncio.run(main())
+
+
+def test_plain_target_is_cached_then_select_then_the_routes_address_in_one_call() -> None:
+    """The producer's plain send takes its route, queue and address from plain_target: what
+    cached, select and the route's address give, round-robin and fault back-off included, and
+    None whenever cached gives None (not fetched, suspected) or the route has no queue."""
+
+    async def main() -> None:
+        ns = ScriptedNameServer(lambda n: route({"a": OLD, "b": OTHER}))
+        routes = cache(ns)
+        assert routes.plain_target(TOPIC, None) is None  # not fetched yet
+        await routes.publish_info(TOPIC)
+        info = routes.cached(TOPIC)
+        assert info is not None
+        twin = TopicPublishInfo.from_route(TOPIC, route({"a": OLD, "b": OTHER}))
+        clock = [0.0]
+        faults = LatencyFaultTolerance(clock=lambda: clock[0])
+        for want_faults in (None, faults):
+            for _ in range(8):
+                target = routes.plain_target(TOPIC, want_faults)
+                mq = twin.select(want_faults)
+                assert target == (info, mq, twin.broker_addrs[mq.broker_name])
+        faults.update("b", 0, failed=True)  # b in back-off: only a's queues
+        picked = [routes.plain_target(TOPIC, faults) for _ in range(6)]
+        assert {t[1].broker_name for t in picked if t is not None} == {"a"} and None not in picked
+        routes.suspect(TOPIC, "a", OLD)
+        assert routes.plain_target(TOPIC, None) is None  # to be re-checked: the general way
+        routes._suspects.clear()
+        routes._infos[TOPIC] = TopicPublishInfo(TOPIC, (), {})
+        assert routes.plain_target(TOPIC, None) is None  # no writable queue
 
     asyncio.run(main())

@@ -198,6 +198,28 @@ class RouteCache:
             return None
         return self._infos.get(topic)
 
+    def plain_target(
+        self, topic: str, faults: LatencyFaultTolerance | None
+    ) -> tuple[TopicPublishInfo, MessageQueue, str | None] | None:
+        """What :meth:`cached`, then :meth:`TopicPublishInfo.select` with ``faults`` and no
+        broker to avoid, then the route's address of the queue's broker give, in one call (the
+        producer's plain send makes it for every message): ``(info, queue, address or None)``,
+        or None when the route is not cached, is to be re-checked or has no writable queue."""
+        suspects = self._suspects
+        if suspects and topic in suspects:
+            return None
+        info = self._infos.get(topic)
+        if info is None:
+            return None
+        queues = info.queues
+        if not queues:
+            return None
+        if faults is None or not faults.items:  # select's first case: no broker in back-off
+            mq = queues[next(info._counter) % len(queues)]
+        else:
+            mq = info.select(faults)
+        return info, mq, info.broker_addrs.get(mq.broker_name)
+
     def last_known(self, topic: str) -> TopicPublishInfo | None:
         """The cached publish info of ``topic``, also while it is to be re-checked."""
         return self._infos.get(topic)

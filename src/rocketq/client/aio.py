@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from rocketq.client._fault import LatencyFaultTolerance
+from rocketq.client._fault import NO_BACK_OFF_BELOW_MS, LatencyFaultTolerance
 from rocketq.client._routes import RouteCache, TopicPublishInfo, hash_queue_index
 from rocketq.client.config import ClientConfig, parse_namesrv_addrs, resolve_config
 from rocketq.client.send_answer import send_result as _send_result
@@ -107,6 +107,8 @@ from rocketq.wallclock import wall_clock_ms
 log = logging.getLogger(__name__)
 
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
+#: An answer slower than this (s) puts its broker in back-off (LatencyFaultTolerance.update).
+_SLOW_S = NO_BACK_OFF_BELOW_MS / 1000
 
 DEFAULT_SEND_TIMEOUT_MS = 3_000
 DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED = 2
@@ -287,31 +289,54 @@ class AsyncProducer:
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
         routes = self._routes
+        body = msg.body
         if (
             sharding_key is None
             and selector is None
             and queue is None
             and not self.auto_batch
             and routes is not None
-            and self._plain(msg)
+            # _plain, written out (one call less per send)
+            and _plain_send_frame is not None
+            and _send_result is not None
+            and self._state == "running"
+            and type(body) is bytes
+            and 0 < len(body) <= self.max_message_size_bytes
+            and not (msg.properties or msg.tags or msg.keys or msg.delay_level > 0)
         ):
             # A plain message (_plain) with no key, selector or queue: the first attempt made
             # here when the route is cached and the queue's broker connection open (the id,
             # opaque and frame in one call once the queue is picked), else the general way.
             # Written out here rather than in a coroutine of its own: one coroutine and one
-            # layer of every resumption less per send.
+            # layer of every resumption less per send. The route, its queue round-robin and
+            # the broker's address come from one call (RouteCache.plain_target: cached, select
+            # and the route's address as they would give them).
             validate_send_topic(msg.topic)
-            info = routes.cached(msg.topic)
-            remoting = self._remoting
-            if info is None or not info.queues or remoting is None:
-                return await self._send_with_retries(self._prepare(msg), None, None, None, msg)
             began = time.monotonic()  # the attempt's latency counts its own preparation too
+            target = routes.plain_target(msg.topic, self.faults)
+            remoting = self._remoting
+            if target is None or remoting is None:
+                return await self._send_with_retries(self._prepare(msg), None, None, None, msg)
+            info, mq, addr = target
             deadline = began + self.send_timeout_ms / 1000
-            mq = info.select(self.faults)
-            addr = info.broker_addrs.get(mq.broker_name) or self._broker_addr(mq, routes)
+            if not addr:  # not in the route it came from: _broker_addr looks further, or raises
+                addr = self._broker_addr(mq, routes)
             conn = remoting.ready_connection(addr)
-            made = None if conn is None else self._plain_frame(msg, mq)
-            if conn is None or made is None:  # the general way, to the queue picked
+            if conn is None:  # the general way, to the queue picked
+                return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
+            # _plain_frame, written out (one call less per send)
+            born_ms = time.time_ns() // 1_000_000
+            ids = self._ids
+            month = ids._month
+            if ids._clock_ms is wall_clock_ms and month[0] <= born_ms < month[1]:
+                offset_ms = (born_ms - month[0]) & 0xFFFFFFFF
+            else:
+                offset_ms = ids.offset_ms()
+            made = _plain_send_frame(
+                msg, self.group, mq.queue_id, mq.broker_name, self.max_message_size_bytes,
+                self.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
+            )  # fmt: skip
+            if made is None:  # not plain after all: the general way, to the queue picked
                 return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
             frame, opaque, msg_id = made
             try:
@@ -326,7 +351,14 @@ class AsyncProducer:
             except RocketqError as exc:
                 prepared, tried = self._plain_failed(exc, msg, msg_id, mq, began, deadline)
                 return await self._send_with_retries(prepared, None, None, None, msg, tried)
-            return self._attempt_succeeded(result, info, began)
+            # _attempt_succeeded, called only when it has something to do: a broker in back-off
+            # (a fast answer takes it out), a slow answer, a route from the template
+            faults = self.faults
+            if (
+                faults is not None and (faults.items or time.monotonic() - began >= _SLOW_S)
+            ) or info.from_template:
+                return self._attempt_succeeded(result, info, began)
+            return result
         prepared = self._prepare_send(msg, sharding_key, selector, queue)
         if (
             self.auto_batch

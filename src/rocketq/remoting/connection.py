@@ -71,8 +71,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -211,6 +213,9 @@ def format_address(peer: object) -> str:
 class Connection(asyncio.Protocol):
     """One remoting connection (either end). Created by RemotingServer / RemotingClient."""
 
+    #: whether _enqueue writes a lone frame at once without a flush (CallingConnection)
+    _writes_alone = False
+
     def __init__(
         self,
         handler: RequestHandler | None,
@@ -225,6 +230,21 @@ class Connection(asyncio.Protocol):
         after_read: Callable[[], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        #: the loop's clock: time.monotonic itself when the loop's time() is asyncio's own
+        #: (which returns time.monotonic()), one Python call less per call's deadline slot
+        self._loop_time: Callable[[], float] = (
+            time.monotonic if type(self._loop).time is asyncio.BaseEventLoop.time else self._loop.time
+        )
+        #: a call's future: asyncio.Future on this loop made directly when the loop's
+        #: create_future is asyncio's own (which makes just that), one Python call less per call
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            functools.partial(asyncio.Future, loop=self._loop)
+            if type(self._loop).create_future is asyncio.BaseEventLoop.create_future
+            else self._loop.create_future
+        )
+        #: a frame went out alone (no flush scheduled) since the last read or flush (only a
+        #: CallingConnection writes so: see its _enqueue)
+        self._wrote_alone = False
         # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
         # incomplete-frame bytes reported to it and since when the current one is incomplete.
         self._guard = guard
@@ -486,13 +506,23 @@ class Connection(asyncio.Protocol):
         pending = self._pending
         if opaque in pending:
             raise LocalProtocolError(f"opaque {opaque} is already in flight on {self.remote_address}")
-        future: asyncio.Future[RemotingCommand | _T] = loop.create_future()
-        self._enqueue(frame)
+        future: asyncio.Future[RemotingCommand | _T] = self._new_future()
+        if self._writes_alone and not (
+            self._flush_scheduled or self._receiving or self._out or self._wrote_alone
+        ):
+            # CallingConnection._enqueue's lone write, written out (a caller with one call in
+            # flight comes here for every call: one call less each)
+            self._wrote_alone = True
+            transport = self._transport
+            if transport is not None and not self._lost and not transport.is_closing():
+                transport.write(frame)
+        else:
+            self._enqueue(frame)
         # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call. The
         # response removes its call from both tables; the expiry forgets a call whose future was
         # cancelled. An infinite timeout gets no timer: a done callback forgets a cancelled call.
         if timeout_s < math.inf:
-            slot = int((loop.time() + timeout_s) * _TICKS_PER_S) + 1
+            slot = int((self._loop_time() + timeout_s) * _TICKS_PER_S) + 1
             expiring = self._expiring.get(slot)
             if expiring is None:
                 expiring = self._expiring[slot] = {}
@@ -906,20 +936,34 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
     buffer itself, and any other read is copied out once and decoded as always.
     """
 
+    _writes_alone = True
+
     def __init__(self, handler: RequestHandler | None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._read_buf = bytearray(CALLING_READ_BUFFER_BYTES)
         self._read_view = memoryview(self._read_buf)
-        #: a frame went out alone (no flush scheduled) since the last read or flush
-        self._wrote_alone = False
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
         self._wrote_alone = False
-        if self._quick and self._took_quick(self._read_buf, nbytes):
-            return
+        quick = self._quick
+        if len(quick) == 1 and len(self._pending) == 1 and self._decoder.idle:
+            # _took_quick written out (each answer of a caller with one call in flight comes
+            # here: one call less per answer); the same steps in the same order
+            ((opaque, (answer, args)),) = quick.items()
+            made = answer(self._read_buf, nbytes, opaque, *args, self._max_frame_size)
+            if made is not None:
+                self._active = True
+                del quick[opaque]
+                future, slot = self._pending.pop(opaque)
+                expiring = self._expiring.get(slot)
+                if expiring is not None:
+                    expiring.pop(opaque, None)
+                if not future.done():
+                    future.set_result(made)  # type: ignore[arg-type]
+                return
         self._received(self._read_view[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
