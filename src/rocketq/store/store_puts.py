@@ -46,7 +46,6 @@ from rocketq.store.timer import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     TimerPolicy,
-    may_be_timer,
     to_timer_topic,
 )
 
@@ -138,7 +137,8 @@ class StorePuts:
             inner = msg
         else:
             inner = BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
-        if may_be_timer(inner.properties):
+        props = inner.properties
+        if b"TIMER_" in props or b"__STARTDELIVERTIME\x01" in props:  # may_be_timer, without its call
             inner = to_timer_topic(inner, self._timer_policy, time.time_ns() // 1_000_000)
         if b"DELAY\x01" in inner.properties and delay_level_of(inner.properties) > 0:
             inner = to_schedule_topic(inner, len(self.delay_levels))
