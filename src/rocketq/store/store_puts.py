@@ -46,6 +46,7 @@ from rocketq.store.timer import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     TimerPolicy,
+    may_be_timer,
     to_timer_topic,
 )
 
@@ -83,6 +84,20 @@ if _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "plan_messages
     _speedups.COMPILED.setup_message_put(Message, tuple(sorted(_PARKING_KEYS)))
     _message_inner = _speedups.COMPILED.message_inner
     _plan_messages = _speedups.COMPILED.plan_messages
+
+
+def pure_may_be_timed(properties: bytes) -> bool:
+    """Whether a put with these encoded properties may park (:meth:`StorePuts._inner` then
+    makes its timer and delay checks): a timer's names (:func:`~rocketq.store.timer.may_be_timer`)
+    or a delay level's anywhere in them. The reference of the compiled ``may_be_timed``, which
+    makes the three tests in one pass over the bytes."""
+    return b"TIMER_" in properties or b"__STARTDELIVERTIME\x01" in properties or b"DELAY\x01" in properties
+
+
+#: :func:`pure_may_be_timed`, compiled where the C accelerator is in use (and has it)
+_may_be_timed: Callable[[bytes], bool] = (
+    getattr(_speedups.COMPILED, "may_be_timed", None) or pure_may_be_timed
+)
 #: Whether the compiled lane can do the store's part of a single put (its counters bound).
 LANE_STORE_PUT = _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "setup_lane_stats")
 if LANE_STORE_PUT:
@@ -137,8 +152,9 @@ class StorePuts:
             inner = msg
         else:
             inner = BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
-        props = inner.properties
-        if b"TIMER_" in props or b"__STARTDELIVERTIME\x01" in props:  # may_be_timer, without its call
+        if not _may_be_timed(inner.properties):  # the usual message: nothing parks it
+            return inner
+        if may_be_timer(inner.properties):
             inner = to_timer_topic(inner, self._timer_policy, time.time_ns() // 1_000_000)
         if b"DELAY\x01" in inner.properties and delay_level_of(inner.properties) > 0:
             inner = to_schedule_topic(inner, len(self.delay_levels))

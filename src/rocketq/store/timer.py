@@ -126,8 +126,7 @@ _NEVER_MS = 3_600_000
 
 
 def may_be_timer(properties: bytes) -> bool:
-    """Cheap pre-check on an encoded properties string (the put path makes it for every message:
-    ``StorePuts._inner`` has these two tests inline, without the call; keep them alike)."""
+    """Cheap pre-check on an encoded properties string (the put path calls it for every message)."""
     return b"TIMER_" in properties or b"__STARTDELIVERTIME\x01" in properties
 
 
