@@ -7,7 +7,9 @@
   send is (:mod:`rocketq.store.packed_batch`). The pure conversion stays the reference and takes
   every message the compiled one hands back.
 * Any other message goes through :meth:`StorePuts._inner`: the timer topic for timer
-  properties, the schedule topic for a delay level.
+  properties, the schedule topic for a delay level; one whose properties name neither (the
+  usual BrokerMessage of a broker's send) is taken as it is after one pass over them
+  (``may_be_timed``, compiled; :func:`pure_may_be_timed`).
 * A single put of either kind that the CommitLog's compiled lane takes (a plain CommitLog,
   ASYNC_FLUSH, a topic and shape seen before, no roll, no ConsumeQueue file to reserve, put
   latency not sampled, the lag not due for a look) is one call (``PutLane.store_put``, see
