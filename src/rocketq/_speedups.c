@@ -5583,6 +5583,39 @@ static PyObject *dledger_record(PyObject *self, PyObject *const *args, Py_ssize_
     return out;
 }
 
+/* -- the store's pre-check of a put for a timer or a delay level ---------------------------------
+ *
+ *   may_be_timed(properties) -> bool
+ *
+ * True when the encoded properties hold "TIMER_", "__STARTDELIVERTIME\x01" or "DELAY\x01"
+ * anywhere (rocketq.store.timer.pure_may_be_timed, the reference): one pass over the bytes where
+ * the three substring tests of the pure one walk them three times. Any object with a buffer. */
+
+static PyObject *may_be_timed(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    int found = 0;
+    for (Py_ssize_t i = 0; i < n && !found; i++) {
+        switch (p[i]) {
+        case 'T':
+            found = i + 6 <= n && memcmp(p + i, "TIMER_", 6) == 0;
+            break;
+        case '_':
+            found = i + 19 <= n && memcmp(p + i, "__STARTDELIVERTIME\x01", 19) == 0;
+            break;
+        case 'D':
+            found = i + 6 <= n && memcmp(p + i, "DELAY\x01", 6) == 0;
+            break;
+        default:
+            break;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"setup_record", (PyCFunction)setup_record, METH_VARARGS,
      "setup_record(RecordView, RecordKind.MESSAGE, MessageExt, pure decode_record, pure view_to_message, "
@@ -5702,6 +5735,8 @@ static PyMethodDef methods[] = {
     {"dledger_record", (PyCFunction)(void (*)(void))dledger_record, METH_FASTCALL,
      "dledger_record(length, msg, crc, sys_flag, queue_offset, physical, now, store_host, topic, magic): "
      "rocketq.store.dledger_commitlog.pure_dledger_record, compiled (None: not taken)"},
+    {"may_be_timed", (PyCFunction)may_be_timed, METH_O,
+     "may_be_timed(properties): rocketq.store.timer.pure_may_be_timed, compiled"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,9 @@ topic laid out for ``batch_write``), whose reference is the pure conversion in t
 the DLedger leader's encoding of a proposed batch of entries (``encode_entries``: headers, both
 CRCs and index records of a run, :func:`rocketq.ha.entry_format.encode_entries_pure`) and of
 each entry's record (``dledger_record``: a V1 record with an IPv4 born host for its entry's
-position, :func:`rocketq.store.dledger_commitlog.pure_dledger_record`, the layout's pack).
+position, :func:`rocketq.store.dledger_commitlog.pure_dledger_record`, the layout's pack); and
+a store put's pre-check for the names that park a message (``may_be_timed``: a timer's or a
+delay level's, :func:`rocketq.store.store_puts.pure_may_be_timed`).
 
 A DLedger follower's side of an append is compiled as well: ``split_raw_entries``, the entries of
 a received append (:func:`rocketq.ha.peer_codec.split_raw_pure`, which takes anything malformed),

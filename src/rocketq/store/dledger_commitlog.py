@@ -435,15 +435,25 @@ class _OneAppend:
             self.calls += 1
             return self._pack(physical_offset)
         cl = self.cl
-        m, in_queue = self.e[0], self.e[5]
+        e = self.e
+        m, in_queue = e[0], e[5]
         with cl._put_lock:
             if not cl._accepting:
                 cl._check_writable()
             qoffs = cl.topic_queue_table.of_topic(m.topic)
             qoff = qoffs.get(m.queue_id, 0) if in_queue else 0
             self.queue_offset = qoff
-            self.store_timestamp = time.time_ns() // 1_000_000
-            record = self._pack(physical_offset)  # what it raises leaves the table as it was
+            now = self.store_timestamp = time.time_ns() // 1_000_000
+            # what packing raises leaves the table as it was; the usual shape is packed here by
+            # the compiled call (:meth:`_pack`'s first branch, without its call), any other (or
+            # a None from it) by :meth:`_pack`
+            record = None
+            if _dledger_record is not None and not cl._prop_crc:
+                record = _dledger_record(
+                    e[2], m, e[3], e[4], qoff, physical_offset, now, cl._store_host, e[6], e[8]
+                )  # fmt: skip
+            if record is None:
+                record = self._pack(physical_offset)
             if in_queue:
                 if not qoff % cl._units_per_cq_file and cl.reserve_queue_file is not None:
                     cl.reserve_queue_file(m.topic, m.queue_id, qoff)

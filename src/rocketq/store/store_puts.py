@@ -7,7 +7,9 @@
   send is (:mod:`rocketq.store.packed_batch`). The pure conversion stays the reference and takes
   every message the compiled one hands back.
 * Any other message goes through :meth:`StorePuts._inner`: the timer topic for timer
-  properties, the schedule topic for a delay level.
+  properties, the schedule topic for a delay level; one whose properties name neither (the
+  usual BrokerMessage of a broker's send) is taken as it is after one pass over them
+  (``may_be_timed``, compiled; :func:`pure_may_be_timed`).
 * A single put of either kind that the CommitLog's compiled lane takes (a plain CommitLog,
   ASYNC_FLUSH, a topic and shape seen before, no roll, no ConsumeQueue file to reserve, put
   latency not sampled, the lag not due for a look) is one call (``PutLane.store_put``, see
@@ -84,6 +86,20 @@ if _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "plan_messages
     _speedups.COMPILED.setup_message_put(Message, tuple(sorted(_PARKING_KEYS)))
     _message_inner = _speedups.COMPILED.message_inner
     _plan_messages = _speedups.COMPILED.plan_messages
+
+
+def pure_may_be_timed(properties: bytes) -> bool:
+    """Whether a put with these encoded properties may park (:meth:`StorePuts._inner` then
+    makes its timer and delay checks): a timer's names (:func:`~rocketq.store.timer.may_be_timer`)
+    or a delay level's anywhere in them. The reference of the compiled ``may_be_timed``, which
+    makes the three tests in one pass over the bytes."""
+    return b"TIMER_" in properties or b"__STARTDELIVERTIME\x01" in properties or b"DELAY\x01" in properties
+
+
+#: :func:`pure_may_be_timed`, compiled where the C accelerator is in use (and has it)
+_may_be_timed: Callable[[bytes], bool] = (
+    getattr(_speedups.COMPILED, "may_be_timed", None) or pure_may_be_timed
+)
 #: Whether the compiled lane can do the store's part of a single put (its counters bound).
 LANE_STORE_PUT = _speedups.COMPILED is not None and hasattr(_speedups.COMPILED, "setup_lane_stats")
 if LANE_STORE_PUT:
@@ -138,6 +154,8 @@ class StorePuts:
             inner = msg
         else:
             inner = BrokerMessage.from_message(msg, queue_id or 0, born_host=self._born_host)
+        if not _may_be_timed(inner.properties):  # the usual message: nothing parks it
+            return inner
         if may_be_timer(inner.properties):
             inner = to_timer_topic(inner, self._timer_policy, time.time_ns() // 1_000_000)
         if b"DELAY\x01" in inner.properties and delay_level_of(inner.properties) > 0:
