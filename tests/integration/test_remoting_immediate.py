@@ -47,6 +47,22 @@ def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
     return eventloop.run(bounded(), choice=loop)
 
 
+async def _no_task_path(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    raise AssertionError("no request takes the task path here")
+
+
+async def deferring_server(
+    immediate: Callable[[Connection, RemotingCommand], Any], conns: list[Connection], **kwargs: Any
+) -> RemotingServer:
+    """A started server whose every request goes to ``immediate`` (none to the task path), its
+    connections listed in ``conns``."""
+    server = RemotingServer(
+        "127.0.0.1", 0, _no_task_path, immediate=immediate, on_connection=conns.append, **kwargs
+    )
+    await server.start()
+    return server
+
+
 class Handlers:
     """An immediate handler for codes NOW/REFUSED/BROKEN, the task handler for the rest."""
 
@@ -145,13 +161,7 @@ def test_deferred_answers_come_later_and_count_against_the_request_cap(loop: str
             taken.append(request)
             return DEFERRED
 
-        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-            raise AssertionError("no request takes the task path here")
-
-        server = RemotingServer(
-            "127.0.0.1", 0, handler, immediate=immediate, max_pending_requests=4, on_connection=conns.append
-        )
-        await server.start()
+        server = await deferring_server(immediate, conns, max_pending_requests=4)
         try:
             peer = await RawPeer.connect(server)
             requests = [create_request(LATER, body=str(i).encode()) for i in range(4)]
@@ -241,11 +251,7 @@ def test_deferred_answers_inside_answers_held_leave_in_one_write_per_connection_
             taken.append((conn, request))
             return DEFERRED
 
-        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-            raise AssertionError("no request takes the task path here")
-
-        server = RemotingServer("127.0.0.1", 0, handler, immediate=immediate, on_connection=conns.append)
-        await server.start()
+        server = await deferring_server(immediate, conns)
         try:
             peers = [await RawPeer.connect(server) for _ in range(2)]
             for k, peer in enumerate(peers):
@@ -303,13 +309,7 @@ def test_answer_frames_answers_several_deferred_requests_in_one_write_and_skips_
             taken.append((conn, request))
             return DEFERRED
 
-        async def handler(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-            raise AssertionError("no request takes the task path here")
-
-        server = RemotingServer(
-            "127.0.0.1", 0, handler, immediate=immediate, max_pending_requests=4, on_connection=conns.append
-        )
-        await server.start()
+        server = await deferring_server(immediate, conns, max_pending_requests=4)
         try:
             peer = await RawPeer.connect(server)
             requests = [create_request(LATER, body=b"%d" % i) for i in range(4)]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from _support.examples import examples
 from _support.fixed_clock import FixedTime, fix_store_clock
+from _support.record_cases import CRCS, I64, STORE_HOSTS, TOPICS, broker_message, mostly
 from rocketq import speedups
 from rocketq.config import StoreConfig
 from rocketq.message import BrokerMessage, Message
@@ -28,31 +29,12 @@ pytestmark = pytest.mark.skipif(
     speedups.COMPILED is None, reason=f"compiled codecs not in use: {speedups.REASON}"
 )
 
-I32 = st.integers(-(2**31), 2**31 - 1)
-I64 = st.integers(-(2**63), 2**63 - 1)
-#: values no field takes: out of range, not exact ints
-odd_ints = st.sampled_from([2**31, -(2**31) - 1, 2**63, True, 1.0, None])
-
 
 @st.composite
 def record_cases(draw: st.DrawFn) -> tuple[Any, ...]:
-    def num(base: st.SearchStrategy[int]) -> Any:
-        return draw(base) if draw(st.integers(0, 25)) else draw(odd_ints)
-
-    msg = BrokerMessage(
-        topic="T",
-        body=draw(st.binary(max_size=40)),
-        properties=draw(st.binary(max_size=30)),
-        queue_id=num(I32),
-        flag=num(I32),
-        sys_flag=draw(st.sampled_from([0, 1, 0x100])),
-        born_timestamp=num(I64),
-        born_host=draw(st.sampled_from([bytes(range(8)), bytes(20), b"\x01" * 7])),
-        reconsume_times=num(I32),
-        prepared_transaction_offset=num(I64),
-    )
-    topic = draw(st.sampled_from([b"T", b"TopicA", b"x" * 127, b"x" * 128]))
-    store_host = draw(st.sampled_from([bytes([10, 0, 0, 1, 0, 0, 0x2A, 0x9F]), bytes(range(20))]))
+    msg = broker_message(draw, draw(st.sampled_from([0, 1, 0x100])))
+    topic = draw(TOPICS)
+    store_host = draw(STORE_HOSTS)
     v2 = draw(st.integers(0, 9)) == 0
     length = (
         64
@@ -67,10 +49,11 @@ def record_cases(draw: st.DrawFn) -> tuple[Any, ...]:
         + len(msg.properties)
     )
     length += draw(st.sampled_from([0, 0, 0, 1, -1]))
-    crc = draw(st.one_of(st.integers(0, 2**31 - 1), st.just(2**31)))
-    sys_flag = num(st.sampled_from([0, 0x20, 0x4, 0x7FFFFFFF, -1]))
+    crc = draw(CRCS)
+    sys_flag = mostly(draw, st.sampled_from([0, 0x20, 0x4, 0x7FFFFFFF, -1]))
     magic = MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE
-    return length, msg, crc, sys_flag, num(I64), num(I64), num(I64), store_host, topic, magic
+    qoff, physical, store_ts = (mostly(draw, I64) for _ in range(3))
+    return length, msg, crc, sys_flag, qoff, physical, store_ts, store_host, topic, magic
 
 
 @settings(max_examples=examples(1000), deadline=None)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support.examples import examples
+from _support.record_cases import CRCS, I64, STORE_HOSTS, TOPICS, broker_message, mostly
 from rocketq import speedups
 from rocketq.broker import send, send_frame, send_properties
 from rocketq.config import StoreConfig
@@ -340,32 +341,14 @@ def test_decode_json_header_is_compiled_and_takes_a_java_send() -> None:
 
 
 # -- put_record --------------------------------------------------------------------------------
-I64 = st.integers(-(2**63), 2**63 - 1)
-odd_ints = st.sampled_from([2**31, -(2**31) - 1, 2**63, True, 1.0, None])
-
-
 @st.composite
 def put_cases(draw: st.DrawFn) -> tuple[Any, ...]:
-    def num(base: st.SearchStrategy[int]) -> Any:
-        return draw(base) if draw(st.integers(0, 25)) else draw(odd_ints)
-
-    msg = BrokerMessage(
-        topic="T",
-        body=draw(st.binary(max_size=40)),
-        properties=draw(st.binary(max_size=30)),
-        queue_id=num(I32),
-        flag=num(I32),
-        sys_flag=num(st.sampled_from([0, 1, 0x100, 0x7FFFFFFF, -1])),
-        born_timestamp=num(I64),
-        born_host=draw(st.sampled_from([bytes(range(8)), bytes(20), b"\x01" * 7])),
-        reconsume_times=num(I32),
-        prepared_transaction_offset=num(I64),
-    )
-    topic = draw(st.sampled_from([b"T", b"TopicA", b"x" * 127, b"x" * 128]))
-    store_host = draw(st.sampled_from([bytes([10, 0, 0, 1, 0, 0, 0x2A, 0x9F]), bytes(range(20))]))
+    msg = broker_message(draw, mostly(draw, st.sampled_from([0, 1, 0x100, 0x7FFFFFFF, -1])))
+    topic = draw(TOPICS)
+    store_host = draw(STORE_HOSTS)
     length = 64 + len(store_host) + 16 + len(msg.body) + 1 + len(topic) + 2 + len(msg.properties)
     length += draw(st.sampled_from([0, 0, 0, 1, -1]))
-    crc = draw(st.one_of(st.integers(0, 2**31 - 1), st.just(2**31)))
+    crc = draw(CRCS)
     store_v6 = draw(st.sampled_from([0, 0x20]))
     pos = draw(st.integers(0, 16))
     size = pos + length + draw(st.sampled_from([0, 5, -1]))
