@@ -52,6 +52,15 @@ TOPIC = "BlockingSendAB"
 WARM_UP = 2_000
 
 
+def _report_round(count: int, c0: float, t0: float, w0: float, fake_us: float) -> None:
+    """Print one round's sends/s, process CPU µs per send and thread CPU µs per send less the
+    stand-in's (``fake_us``), from the round's start readings."""
+    wall = time.monotonic() - w0
+    process_us = (time.process_time() - c0) / count * 1e6
+    thread_us = (time.thread_time() - t0) / count * 1e6
+    print(f"{count / wall:.1f} {process_us:.3f} {thread_us - fake_us:.3f}", flush=True)
+
+
 def child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -> None:
     """One client process: prints one line per round (see the module)."""
     sys.path.insert(0, src)
@@ -124,10 +133,7 @@ def child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -> None
             for _ in range(count):
                 if producer.send(Message(TOPIC, BODY)).status is not SendStatus.SEND_OK:
                     raise RuntimeError("a send was not SEND_OK")
-            wall = time.monotonic() - w0
-            process_us = (time.process_time() - c0) / count * 1e6
-            thread_us = (time.thread_time() - t0) / count * 1e6
-            print(f"{count / wall:.1f} {process_us:.3f} {thread_us - fake_us:.3f}", flush=True)
+            _report_round(count, c0, t0, w0, fake_us)
     finally:
         producer.shutdown()
 
@@ -215,10 +221,7 @@ def async_child(src: str, namesrv: str, rounds: int, count: int, canned: bool) -
                 for _ in range(count):
                     if (await producer.send(Message(TOPIC, BODY))).status is not SendStatus.SEND_OK:
                         raise RuntimeError("a send was not SEND_OK")
-                wall = time.monotonic() - w0
-                process_us = (time.process_time() - c0) / count * 1e6
-                thread_us = (time.thread_time() - t0) / count * 1e6
-                print(f"{count / wall:.1f} {process_us:.3f} {thread_us - fake_us:.3f}", flush=True)
+                _report_round(count, c0, t0, w0, fake_us)
         finally:
             for conn, transport in real.items():
                 conn._transport = transport
