@@ -289,20 +289,13 @@ class AsyncProducer:
         messages of one key keep their order. ``selector`` picks the queue itself; ``queue``
         names it. At most one of the three may be given."""
         routes = self._routes
-        body = msg.body
         if (
             sharding_key is None
             and selector is None
             and queue is None
             and not self.auto_batch
             and routes is not None
-            # _plain, written out (one call less per send)
-            and _plain_send_frame is not None
-            and _send_result is not None
-            and self._state == "running"
-            and type(body) is bytes
-            and 0 < len(body) <= self.max_message_size_bytes
-            and not (msg.properties or msg.tags or msg.keys or msg.delay_level > 0)
+            and self._plain(msg)
         ):
             # A plain message (_plain) with no key, selector or queue: the first attempt made
             # here when the route is cached and the queue's broker connection open (the id,
@@ -324,18 +317,7 @@ class AsyncProducer:
             conn = remoting.ready_connection(addr)
             if conn is None:  # the general way, to the queue picked
                 return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
-            # _plain_frame, written out (one call less per send)
-            born_ms = time.time_ns() // 1_000_000
-            ids = self._ids
-            month = ids._month
-            if ids._clock_ms is wall_clock_ms and month[0] <= born_ms < month[1]:
-                offset_ms = (born_ms - month[0]) & 0xFFFFFFFF
-            else:
-                offset_ms = ids.offset_ms()
-            made = _plain_send_frame(
-                msg, self.group, mq.queue_id, mq.broker_name, self.max_message_size_bytes,
-                self.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
-            )  # fmt: skip
+            made = self._plain_frame(msg, mq)
             if made is None:  # not plain after all: the general way, to the queue picked
                 return await self._send_with_retries(self._prepare(msg), None, None, None, msg, picked=mq)
             frame, opaque, msg_id = made
@@ -343,22 +325,11 @@ class AsyncProducer:
                 response = await conn.request_frame(
                     frame, opaque, _SEND_MESSAGE_V2, deadline - began, _send_result, (msg_id, mq)
                 )
-                result = (
-                    response
-                    if isinstance(response, SendResult)
-                    else send_result_of(response, msg_id, mq, f"{mq.broker_name}@{addr}")
-                )
+                result = self._plain_result(response, msg_id, mq, addr)
             except RocketqError as exc:
                 prepared, tried = self._plain_failed(exc, msg, msg_id, mq, began, deadline)
                 return await self._send_with_retries(prepared, None, None, None, msg, tried)
-            # _attempt_succeeded, called only when it has something to do: a broker in back-off
-            # (a fast answer takes it out), a slow answer, a route from the template
-            faults = self.faults
-            if (
-                faults is not None and (faults.items or time.monotonic() - began >= _SLOW_S)
-            ) or info.from_template:
-                return self._attempt_succeeded(result, info, began)
-            return result
+            return self._plain_succeeded(result, info, began)
         prepared = self._prepare_send(msg, sharding_key, selector, queue)
         if (
             self.auto_batch
@@ -628,6 +599,16 @@ class AsyncProducer:
             msg, self.group, mq.queue_id, mq.broker_name, self.max_message_size_bytes,
             self.compress_threshold_bytes, ids._prefix, offset_ms, ids._seq, born_ms,
         )  # fmt: skip
+
+    def _plain_succeeded(self, result: SendResult, info: TopicPublishInfo, began: float) -> SendResult:
+        """A plain send's ``result``, through :meth:`_attempt_succeeded` only when that has
+        something to do: a broker in back-off (a fast answer takes it out), a slow answer, a
+        route from the template."""
+        faults = self.faults
+        slow = faults is not None and (faults.items or time.monotonic() - began >= _SLOW_S)
+        if slow or info.from_template:
+            return self._attempt_succeeded(result, info, began)
+        return result
 
     @staticmethod
     def _plain_result(

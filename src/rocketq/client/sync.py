@@ -40,7 +40,6 @@ from threading import get_ident
 from typing import Any
 
 from rocketq.client._facade import BlockingFacade, blocking, takes_arguments_of
-from rocketq.client._fault import NO_BACK_OFF_BELOW_MS
 from rocketq.client._routes import TopicPublishInfo
 from rocketq.client.aio import AsyncProducer, InvokeStep, QueueSelector, RouteStep, SendResult, resume_send
 from rocketq.client.send_answer import send_result as _send_result
@@ -55,7 +54,6 @@ from rocketq.remoting.command import RemotingCommand
 
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
 #: An answer at least this slow (s) gets its broker a back-off (LatencyFaultTolerance.update).
-_SLOW_S = NO_BACK_OFF_BELOW_MS / 1000
 
 
 class Producer(BlockingFacade[AsyncProducer]):
@@ -158,14 +156,7 @@ class Producer(BlockingFacade[AsyncProducer]):
         except RocketqError as exc:
             prepared, tried = core._plain_failed(exc, msg, msg_id, mq, began, deadline)
             return self._send_here(pool, prepared, None, None, None, msg, tried)
-        # _attempt_succeeded, called only when it has something to do: a broker in back-off
-        # (a fast answer takes it out), a slow answer, a route from the template
-        faults = core.faults
-        if (
-            faults is not None and (faults.items or time.monotonic() - began >= _SLOW_S)
-        ) or info.from_template:
-            return core._attempt_succeeded(result, info, began)
-        return result
+        return core._plain_succeeded(result, info, began)
 
     def _send_prepared(
         self,

@@ -948,22 +948,8 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._wrote_alone = False
-        quick = self._quick
-        if len(quick) == 1 and len(self._pending) == 1 and self._decoder.idle:
-            # _took_quick written out (each answer of a caller with one call in flight comes
-            # here: one call less per answer); the same steps in the same order
-            ((opaque, (answer, args)),) = quick.items()
-            made = answer(self._read_buf, nbytes, opaque, *args, self._max_frame_size)
-            if made is not None:
-                self._active = True
-                del quick[opaque]
-                future, slot = self._pending.pop(opaque)
-                expiring = self._expiring.get(slot)
-                if expiring is not None:
-                    expiring.pop(opaque, None)
-                if not future.done():
-                    future.set_result(made)  # type: ignore[arg-type]
-                return
+        if self._quick and self._took_quick(self._read_buf, nbytes):
+            return
         self._received(self._read_view[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
