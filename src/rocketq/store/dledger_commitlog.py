@@ -556,6 +556,27 @@ class _OnePut(_OneAppend):
                 stats.put_bytes += outcome[2]  # size
         finish_put(self._done, outcome)
 
+    def _ok_result(self, pos: int) -> PutMessageResult:
+        """The PUT_OK result of this one-message put committed at entry ``pos``, counted in the
+        store's statistics (what ``_put_ok`` builds and :meth:`_finish` counts for it)."""
+        size = self.e[2]
+        stats = self._stats
+        if stats is not None:
+            stats.put_count += 1
+            stats.put_bytes += size
+        return PutMessageResult(
+            (
+                PutMessageStatus.PUT_OK,
+                pos + BODY_OFFSET,
+                size,
+                self.queue_offset,
+                self.store_timestamp,
+                self.cl._store_host,
+                1,
+                None,
+            )
+        )
+
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
         it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``),
@@ -567,23 +588,7 @@ class _OnePut(_OneAppend):
         cl = self.cl
         if cl._append_listener is not None:
             cl._append_listener()
-        size = self.e[2]
-        result = PutMessageResult(
-            (
-                PutMessageStatus.PUT_OK,
-                pos + BODY_OFFSET,
-                size,
-                self.queue_offset,
-                self.store_timestamp,
-                cl._store_host,
-                1,
-                None,
-            )
-        )
-        stats = self._stats
-        if stats is not None:
-            stats.put_count += 1
-            stats.put_bytes += size
+        result = self._ok_result(pos)
         try:  # finish_put, without its call
             self._done(result)
         except Exception:
@@ -617,23 +622,7 @@ class _OnePut(_OneAppend):
                 told = cl
                 if cl._append_listener is not None:
                     cl._append_listener()
-            size = put.e[2]
-            result = PutMessageResult(
-                (
-                    PutMessageStatus.PUT_OK,
-                    entry[2] + BODY_OFFSET,
-                    size,
-                    put.queue_offset,
-                    put.store_timestamp,
-                    cl._store_host,
-                    1,
-                    None,
-                )
-            )
-            stats = put._stats
-            if stats is not None:
-                stats.put_count += 1
-                stats.put_bytes += size
+            result = put._ok_result(entry[2])
             done = put._done
             answer: AnswerAll | None = getattr(done, "answer_all", None)
             if answer is None or answer is not answer_all:
