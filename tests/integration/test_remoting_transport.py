@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import struct
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -876,5 +877,128 @@ def test_a_calling_connection_writes_a_lone_call_without_a_flush_and_joins_a_bur
         assert len(transport.written) == 6 and not conn._flush_scheduled
         assert written_commands(transport) == calls
         conn.connection_lost(None)
+
+    run(main())
+
+
+class ThreadedAnswerer:
+    """A peer on a thread of its own, with blocking sockets (its I/O never runs on the test's
+    loop): it answers the requests it reads, ``batch`` answers at a time in one send."""
+
+    def __init__(self, batch: int = 1) -> None:
+        self.batch = batch
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, name="answerer", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        peer, _ = self.listener.accept()
+        decoder = FrameDecoder()
+        held: list[bytes] = []
+        with peer:
+            while data := peer.recv(65536):
+                held += [encode(create_response(cmd, 0, remark="ok")) for cmd in decoder.feed(data)]
+                if len(held) >= self.batch:
+                    peer.sendall(b"".join(held))
+                    held.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(WAIT_S)
+
+
+def count_selects(loop: asyncio.AbstractEventLoop) -> tuple[list[int], Callable[[], None]]:
+    """Count the loop's selector polls (one per loop iteration); returns the count and an undo."""
+    selector = loop._selector  # type: ignore[attr-defined]
+    real = selector.select
+    count = [0]
+
+    def counting(timeout: float | None = None) -> Any:
+        count[0] += 1
+        return real(timeout)
+
+    selector.select = counting
+
+    def undo() -> None:
+        selector.select = real
+
+    return count, undo
+
+
+def test_a_task_awaiting_a_call_resumes_within_the_read_of_its_answer() -> None:
+    """One call in flight over a real socket (the peer on another thread): the task awaiting the
+    call goes on inside the read that brought the answer, so each call costs the calling loop one
+    iteration, with the answer taken by a quick answer and by the decoder alike (asyncio's own
+    resumption, one iteration after the read, made it two)."""
+
+    async def main() -> None:
+        peer = ThreadedAnswerer()
+        client = RemotingClient()
+        loop = asyncio.get_running_loop()
+        calls = 300
+
+        def quick(buf: bytes | bytearray, n: int, opaque: int, max_frame_size: int) -> Any:
+            (answer,) = FrameDecoder().feed(bytes(buf[:n]))
+            return answer.remark if answer.opaque == opaque else None
+
+        try:
+            await client.invoke(peer.address, create_request(RequestCode.HEART_BEAT), WAIT_S)
+            conn = client.ready_connection(peer.address)
+            assert conn is not None
+            selects, undo = count_selects(loop)
+            try:
+                for _ in range(calls):
+                    assert (await conn.request(create_request(RequestCode.HEART_BEAT), WAIT_S)).remark == "ok"
+                decoded = selects[0]
+                for _ in range(calls):
+                    request = create_request(RequestCode.HEART_BEAT)
+                    frame = encode(request)
+                    assert await conn.request_frame(frame, request.opaque, 34, WAIT_S, quick) == "ok"
+                quick_answers = selects[0] - decoded
+            finally:
+                undo()
+            assert decoded < 1.5 * calls, f"{decoded} loop iterations for {calls} decoded answers"
+            assert quick_answers < 1.5 * calls, f"{quick_answers} loop iterations for {calls} quick answers"
+        finally:
+            await client.close()
+            peer.close()
+
+    run(main())
+
+
+def test_a_task_that_closes_the_connection_inside_the_read_leaves_the_read_whole() -> None:
+    """Two answers in one read; the task the first one resumes closes the connection before
+    the second is taken: the read goes on without an error, the second call gets the answer
+    the read brought (as it did when the task resumed after the read), the connection closes
+    and a call made after the close fails at once."""
+
+    async def main() -> None:
+        peer = ThreadedAnswerer(batch=2)
+        client = RemotingClient()
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        try:
+            conn = await client.connection(peer.address, WAIT_S)
+            first = conn.request(create_request(RequestCode.HEART_BEAT), WAIT_S)
+            second = conn.request(create_request(RequestCode.HEART_BEAT), WAIT_S)
+            states: list[bool] = []
+
+            async def closer() -> None:
+                await first
+                conn.close()
+                states.append(second.done())
+
+            await asyncio.wait_for(closer(), WAIT_S)
+            assert states == [False]  # resumed before the read took the second answer
+            assert (await asyncio.wait_for(second, WAIT_S)).remark == "ok"
+            await asyncio.wait_for(conn.wait_closed(), WAIT_S)
+            with pytest.raises(ConnectionClosed):
+                conn.request(create_request(RequestCode.HEART_BEAT), WAIT_S)
+            assert errors == []
+        finally:
+            await client.close()
+            peer.close()
 
     run(main())

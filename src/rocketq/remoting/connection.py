@@ -35,6 +35,9 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   to that function first: the read that is exactly its response becomes the call's result
   without the decoder or a RemotingCommand (the compiled
   :func:`~rocketq.client.send_answer.send_result`); anything else is decoded as always;
+* a response completes its call with :func:`~rocketq.remoting.task_resume.complete_resuming`:
+  a task awaiting the call goes on inside the read that brought the answer (its next request
+  then leaves in the same loop iteration) rather than an iteration later;
 * a bad frame closes only that connection (logged with the reason); the stream cannot be
   re-synchronised after it;
 * the first outbound frame of an event-loop iteration is written at once; the frames that follow
@@ -95,6 +98,7 @@ from rocketq.remoting.codes import (
     REQUEST_CODE_NOT_SUPPORTED_REMARK,
 )
 from rocketq.remoting.command import RemotingCommand
+from rocketq.remoting.task_resume import complete_resuming
 
 if TYPE_CHECKING:
     from rocketq.remoting.limits import LimitGuard
@@ -607,8 +611,8 @@ class Connection(asyncio.Protocol):
         expiring = self._expiring.get(slot)
         if expiring is not None:
             expiring.pop(opaque, None)
-        if not future.done():
-            future.set_result(made)  # type: ignore[arg-type]
+        if not future.done():  # last: the task awaiting it may run inside (task_resume)
+            complete_resuming(future, made, self._loop)
         return True
 
     def data_received(self, data: bytes) -> None:
@@ -662,7 +666,7 @@ class Connection(asyncio.Protocol):
                     if expiring is not None:
                         expiring.pop(cmd.opaque, None)
                     if not future.done():
-                        future.set_result(cmd)
+                        complete_resuming(future, cmd, self._loop)
                 else:
                     self._dispatch(cmd)
         finally:
