@@ -36,20 +36,30 @@ async def waiting_task(future: asyncio.Future[int], seen: list[object]) -> async
     return task
 
 
+async def complete_in_a_read(
+    future: asyncio.Future[int], result: int, snapshot: Callable[[], object]
+) -> object:
+    """complete_resuming called from a loop callback, as a transport's read calls it (no task
+    running); returns ``snapshot()`` taken right after the call returned."""
+    loop = asyncio.get_running_loop()
+    taken: asyncio.Future[object] = loop.create_future()
+
+    def read_callback() -> None:
+        complete_resuming(future, result, loop)
+        taken.set_result(snapshot())
+
+    loop.call_soon(read_callback)
+    return await taken
+
+
 def test_the_awaiting_task_resumes_inside_a_loop_callback_in_its_own_context() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         seen: list[object] = []
         task = await waiting_task(future, seen)
-        done = loop.create_future()
-
-        def read_callback() -> None:  # as a transport's read runs: a loop callback, no task
-            complete_resuming(future, 7, loop)
-            done.set_result(list(seen))  # what the task had done before the call returned
-
-        loop.call_soon(read_callback)
-        assert await done == [7, "the task"]
+        # what the task had done before the call returned
+        assert await complete_in_a_read(future, 7, lambda: list(seen)) == [7, "the task"]
         assert where.get() == "outside"  # the task's context stayed its own
         await task
 
@@ -76,14 +86,7 @@ def test_a_callback_that_is_not_a_task_wake_up_keeps_call_soon() -> None:
         future: asyncio.Future[int] = loop.create_future()
         called: list[int] = []
         future.add_done_callback(lambda f: called.append(f.result()))
-        done = loop.create_future()
-
-        def read_callback() -> None:
-            complete_resuming(future, 9, loop)
-            done.set_result(list(called))
-
-        loop.call_soon(read_callback)
-        assert await done == []  # not called inside
+        assert await complete_in_a_read(future, 9, lambda: list(called)) == []  # not called inside
         await asyncio.sleep(0)
         assert called == [9]
 
@@ -98,14 +101,7 @@ def test_a_task_and_a_second_callback_are_both_run_as_usual() -> None:
         task = await waiting_task(future, seen)
         called: list[int] = []
         future.add_done_callback(lambda f: called.append(f.result()))
-        done = loop.create_future()
-
-        def read_callback() -> None:
-            complete_resuming(future, 10, loop)
-            done.set_result((list(seen), list(called)))
-
-        loop.call_soon(read_callback)
-        assert await done == ([], [])
+        assert await complete_in_a_read(future, 10, lambda: (list(seen), list(called))) == ([], [])
         await task
         assert seen == [10, "the task"] and called == [10]
 
@@ -133,14 +129,7 @@ def test_a_task_resumed_inside_raises_into_itself_not_into_the_caller() -> None:
 
         task = loop.create_task(body())
         await asyncio.sleep(0)
-        returned = loop.create_future()
-
-        def read_callback() -> None:
-            complete_resuming(future, 12, loop)
-            returned.set_result(task.done())
-
-        loop.call_soon(read_callback)
-        assert await returned is True  # it ran to its end inside
+        assert await complete_in_a_read(future, 12, task.done) is True  # it ran to its end inside
         with pytest.raises(ValueError, match="the task's own failure"):
             await task
 
@@ -162,14 +151,7 @@ def test_a_pure_python_task_is_completed_as_usual() -> None:
 
         task = py_task(body(), loop=loop)
         await asyncio.sleep(0)
-        done = loop.create_future()
-
-        def read_callback() -> None:
-            complete_resuming(future, 13, loop)
-            done.set_result(list(seen))
-
-        loop.call_soon(read_callback)
-        assert await done == []
+        assert await complete_in_a_read(future, 13, lambda: list(seen)) == []
         await task
         assert seen == [13]
 
