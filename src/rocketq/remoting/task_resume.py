@@ -35,7 +35,9 @@ __all__ = ["complete_resuming"]
 
 _current_task = asyncio.current_task
 _Task: Final = asyncio.Task
-#: the names of a Task's wake-up: the C task's ``task_wakeup``, the pure-Python ``__wakeup``
+#: the names of a Task's wake-up: ``task_wakeup`` for the C Task, ``__wakeup`` for asyncio's
+#: pure-Python Task, which is ``asyncio.Task`` only where the C module is missing (elsewhere a
+#: pure-Python task is not an ``asyncio.Task`` and is completed as usual)
 _WAKEUP_NAMES: Final = frozenset({"task_wakeup", "__wakeup"})
 
 
