@@ -217,9 +217,6 @@ def format_address(peer: object) -> str:
 class Connection(asyncio.Protocol):
     """One remoting connection (either end). Created by RemotingServer / RemotingClient."""
 
-    #: whether _enqueue writes a lone frame at once without a flush (CallingConnection)
-    _writes_alone = False
-
     def __init__(
         self,
         handler: RequestHandler | None,
@@ -246,9 +243,6 @@ class Connection(asyncio.Protocol):
             if type(self._loop).create_future is asyncio.BaseEventLoop.create_future
             else self._loop.create_future
         )
-        #: a frame went out alone (no flush scheduled) since the last read or flush (only a
-        #: CallingConnection writes so: see its _enqueue)
-        self._wrote_alone = False
         # Server limits (rocketq.remoting.limits): the guard, activity since its last sweep,
         # incomplete-frame bytes reported to it and since when the current one is incomplete.
         self._guard = guard
@@ -420,14 +414,7 @@ class Connection(asyncio.Protocol):
                 self._respond(request, response)
             elif not (self._closing or self._lost):
                 self._out.append(response)
-                if not self._flush_scheduled:  # as _enqueue, without writing this one at once
-                    self._flush_scheduled = True
-                    if self._receiving:
-                        self._receive_batch = True
-                    elif (held := _HELD_ANSWERS.get(self._loop)) is not None:
-                        held.append(self)  # written at the end of the answers_held block
-                    else:
-                        self._loop.call_soon(self._flush)
+                self._flush_with_iteration()
         if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
             self._request_slot_freed(self._handler)
 
@@ -441,16 +428,25 @@ class Connection(asyncio.Protocol):
             for request, frame in answers:
                 if not request.flag & FLAG_ONEWAY:
                     out.append(frame)
-            if out and not self._flush_scheduled:  # as in answer
-                self._flush_scheduled = True
-                if self._receiving:
-                    self._receive_batch = True
-                elif (held := _HELD_ANSWERS.get(self._loop)) is not None:
-                    held.append(self)
-                else:
-                    self._loop.call_soon(self._flush)
+            if out:
+                self._flush_with_iteration()
         if self._read_paused & _PAUSED_BY_REQUESTS and self._handler is not None:
             self._request_slot_freed(self._handler)
+
+    def _flush_with_iteration(self) -> None:
+        """Have the queued deferred answers written with this iteration's other frames, none at
+        once (as :meth:`_enqueue` schedules the flush, without its write): at the end of the read
+        under way, at the end of the :func:`answers_held` block, else by the end-of-iteration
+        flush."""
+        if self._flush_scheduled:
+            return
+        self._flush_scheduled = True
+        if self._receiving:
+            self._receive_batch = True
+        elif (held := _HELD_ANSWERS.get(self._loop)) is not None:
+            held.append(self)  # written at the end of the answers_held block
+        else:
+            self._loop.call_soon(self._flush)
 
     async def invoke(
         self, cmd: RemotingCommand, timeout_s: float = DEFAULT_INVOKE_TIMEOUT_S
@@ -511,17 +507,7 @@ class Connection(asyncio.Protocol):
         if opaque in pending:
             raise LocalProtocolError(f"opaque {opaque} is already in flight on {self.remote_address}")
         future: asyncio.Future[RemotingCommand | _T] = self._new_future()
-        if self._writes_alone and not (
-            self._flush_scheduled or self._receiving or self._out or self._wrote_alone
-        ):
-            # CallingConnection._enqueue's lone write, written out (a caller with one call in
-            # flight comes here for every call: one call less each)
-            self._wrote_alone = True
-            transport = self._transport
-            if transport is not None and not self._lost and not transport.is_closing():
-                transport.write(frame)
-        else:
-            self._enqueue(frame)
+        self._enqueue(frame)
         # Deadlines share one timer per _TIMEOUT_TICK_S slot instead of one timer per call. The
         # response removes its call from both tables; the expiry forgets a call whose future was
         # cancelled. An infinite timeout gets no timer: a done callback forgets a cancelled call.
@@ -940,12 +926,12 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
     buffer itself, and any other read is copied out once and decoded as always.
     """
 
-    _writes_alone = True
-
     def __init__(self, handler: RequestHandler | None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self._read_buf = bytearray(CALLING_READ_BUFFER_BYTES)
         self._read_view = memoryview(self._read_buf)
+        #: a frame went out alone (no flush scheduled) since the last read or flush
+        self._wrote_alone = False
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_view
