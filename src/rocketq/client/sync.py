@@ -53,7 +53,6 @@ from rocketq.remoting.codes import RequestCode
 from rocketq.remoting.command import RemotingCommand
 
 _SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)
-#: An answer at least this slow (s) gets its broker a back-off (LatencyFaultTolerance.update).
 
 
 class Producer(BlockingFacade[AsyncProducer]):

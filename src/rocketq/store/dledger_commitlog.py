@@ -580,19 +580,15 @@ class _OnePut(_OneAppend):
     def committed(self, index: int, pos: int, leader: str | None) -> None:
         """The append committed at entry ``pos``: the put's result, as :meth:`set_result` gives
         it for an OK ``AppendResult`` (the append listener told first, as in ``_put_ok``),
-        built and counted here: ``_put_ok`` and :meth:`_finish` for one message, without
-        their calls and the list of one offset."""
+        built and counted here (:meth:`_ok_result`): ``_put_ok`` and :meth:`_finish` for one
+        message, without their calls and the list of one offset."""
         if self._finished:  # the expiry failed it meanwhile
             return
         self._finished = True
         cl = self.cl
         if cl._append_listener is not None:
             cl._append_listener()
-        result = self._ok_result(pos)
-        try:  # finish_put, without its call
-            self._done(result)
-        except Exception:
-            log.exception("the completion of a DLedger put failed")
+        finish_put(self._done, self._ok_result(pos))
 
     @staticmethod
     def committed_run(entries: list[tuple[Any, int, int]], leader: str | None) -> None:
