@@ -63,6 +63,19 @@ async def deferring_server(
     return server
 
 
+async def taking_server(
+    taken: list[tuple[Connection, RemotingCommand]], conns: list[Connection], **kwargs: Any
+) -> RemotingServer:
+    """A :func:`deferring_server` that takes every request as DEFERRED, listed in ``taken``
+    with its connection, for the test to answer."""
+
+    def immediate(conn: Connection, request: RemotingCommand) -> Deferred:
+        taken.append((conn, request))
+        return DEFERRED
+
+    return await deferring_server(immediate, conns, **kwargs)
+
+
 class Handlers:
     """An immediate handler for codes NOW/REFUSED/BROKEN, the task handler for the rest."""
 
@@ -246,12 +259,7 @@ def test_deferred_answers_inside_answers_held_leave_in_one_write_per_connection_
     async def main() -> None:
         taken: list[tuple[Connection, RemotingCommand]] = []
         conns: list[Connection] = []
-
-        def immediate(conn: Connection, request: RemotingCommand) -> Deferred:
-            taken.append((conn, request))
-            return DEFERRED
-
-        server = await deferring_server(immediate, conns)
+        server = await taking_server(taken, conns)
         try:
             peers = [await RawPeer.connect(server) for _ in range(2)]
             for k, peer in enumerate(peers):
@@ -304,12 +312,7 @@ def test_answer_frames_answers_several_deferred_requests_in_one_write_and_skips_
     async def main() -> None:
         taken: list[tuple[Connection, RemotingCommand]] = []
         conns: list[Connection] = []
-
-        def immediate(conn: Connection, request: RemotingCommand) -> Deferred:
-            taken.append((conn, request))
-            return DEFERRED
-
-        server = await deferring_server(immediate, conns, max_pending_requests=4)
+        server = await taking_server(taken, conns, max_pending_requests=4)
         try:
             peer = await RawPeer.connect(server)
             requests = [create_request(LATER, body=b"%d" % i) for i in range(4)]
