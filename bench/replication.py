@@ -22,14 +22,16 @@ reported (``--failovers`` rounds, each on a fresh group), with the election time
 Broker level (``--parts broker``): ``rocketq serve`` (one broker) and ``rocketq serve --dledger 3``
 (``-c`` adds ``enableBatchPush=true``; the timing serve writes into the confs is printed) run at
 once, for each ``--flushes`` mode; with ``--baseline-src DIR`` a second group runs from another
-source tree (before/after a change in one run). The same client for all: one ``AsyncProducer``
-per server, N senders (``--broker-clients``) each awaiting one send at a time, bodies of
-``--broker-sizes`` (``--auto-batch``: the producers coalesce concurrent sends, for every server
-alike); cases interleaved over ``--rounds`` rounds of ``--broker-seconds``, the
-servers' order alternating. Figures: acknowledged sends/s, p50/p99 of a send, CPU per message
-(utime + stime from ``/proc/PID/stat``) of all the server's processes, of the process that takes
-the sends (the master) and of this client process, the group's rate over the single broker's
-(per round too) and, for three machines, the single broker's server CPU over the leader's.
+source tree (before/after a change in one run). ``--flush-file-intervals 10,500`` runs a group per
+value of ``flushFileInterval`` (ms; the members' fsync cadence under ASYNC_FLUSH, DLedger's 10 ms by
+default; 500 is the single broker's ``flushIntervalCommitLog``), all in the same run. The same
+client for all: one ``AsyncProducer`` per server, N senders (``--broker-clients``) each awaiting one
+send at a time, bodies of ``--broker-sizes`` (``--auto-batch``: the producers coalesce concurrent
+sends, for every server alike); cases interleaved over ``--rounds`` rounds of ``--broker-seconds``,
+the servers' order alternating. Figures: acknowledged sends/s, p50/p99 of a send, CPU per message
+(utime + stime from ``/proc/PID/stat``) of all the server's processes, of the process that takes the
+sends (the master) and of this client process, the group's rate over the single broker's (per round
+too) and, for three machines, the single broker's server CPU over the leader's.
 
 Broker fail-over (``--parts broker-failover``): a fresh ``serve --dledger 3`` per round; a
 producer sends in sequence through the name server; after 50 acknowledged sends the master
@@ -209,7 +211,13 @@ TOPIC = "ReplBench"
 QUEUES = 4
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 _BROKER_LINE = re.compile(r"^\s+broker\s+(\S+:\d+)\s+\(\S+, brokerId (\d+), (\w+), pid (\d+)\)", re.MULTILINE)
-_CONF_KEYS = ("dLegerElectionTimeoutMs", "dLegerHeartbeatIntervalMs", "enableBatchPush", "flushDiskType")
+_CONF_KEYS = (
+    "dLegerElectionTimeoutMs",
+    "dLegerHeartbeatIntervalMs",
+    "enableBatchPush",
+    "flushDiskType",
+    "flushFileInterval",
+)
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -226,8 +234,17 @@ class Serve:
     """``rocketq serve`` (one broker and the name server in one process) or ``rocketq serve
     --dledger 3`` (the name server in this process, three broker processes) in a child process."""
 
-    def __init__(self, root: str, flush: str, members: int, src: str = SRC, tag: str = "") -> None:
+    def __init__(
+        self,
+        root: str,
+        flush: str,
+        members: int,
+        src: str = SRC,
+        tag: str = "",
+        conf: dict[str, str] | None = None,
+    ) -> None:
         self.members = members
+        self.extra_conf = dict(conf or {})  # more broker.conf keys for a group's members
         self.src = src
         self.tag = tag
         self.flush = flush
@@ -261,6 +278,7 @@ class Serve:
             conf = os.path.join(self.data, "base.conf")
             with open(conf, "w", encoding="utf-8") as f:
                 f.write("enableBatchPush=true\n")
+                f.writelines(f"{k}={v}\n" for k, v in self.extra_conf.items())
             cmd += ["--dledger", str(self.members), "--broker-port", "0", "-c", conf]
         else:
             cmd += ["--broker-port", str(free_port())]
@@ -288,7 +306,7 @@ class Serve:
                 raise SystemExit(f"banner without {self.members} brokers: {text}")
             with open(os.path.join(self.data, "broker-n0.conf"), encoding="utf-8") as f:
                 props = dict(line.strip().split("=", 1) for line in f if "=" in line)
-            self.conf = {k: props.get(k, "") for k in _CONF_KEYS}
+            self.conf = {k: props[k] for k in _CONF_KEYS if k in props}
         async with AsyncAdmin(self.namesrv) as admin:
             await admin.create_topic(TOPIC, QUEUES, QUEUES, cluster="DefaultCluster")
             await _poll(lambda: _routed(admin), "the topic's route")
@@ -405,15 +423,20 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
         + (", producer auto-batching on" if args.auto_batch else "")
     )
     for flush in args.flushes.split(","):
-        servers = [Serve(root, flush, 1), Serve(root, flush, 3)]
+        servers = [Serve(root, flush, 1)]
+        intervals = [i.strip() for i in args.flush_file_intervals.split(",") if i.strip()]
+        for ms in intervals or [""]:
+            extra = {"flushFileInterval": ms} if ms else {}
+            tag = f", fsync {ms} ms" if len(intervals) > 1 else ""
+            servers.append(Serve(root, flush, 3, tag=tag, conf=extra))
         if args.baseline_src:  # the same group on another source tree, e.g. before a change
             servers.append(Serve(root, flush, 3, os.path.abspath(args.baseline_src), " (base)"))
         producers: list[AsyncProducer] = []
         try:
             for s in servers:
                 await s.start()
-            conf = servers[1].conf
-            print(f"{flush}: group conf " + ", ".join(f"{k}={v}" for k, v in conf.items()))
+            for s in servers[1:]:
+                print(f"{flush}: {s.label}: conf " + ", ".join(f"{k}={v}" for k, v in s.conf.items()))
             for s in servers:
                 p = AsyncProducer(
                     f"ReplBench{len(producers)}PG", namesrv_addr=s.namesrv, auto_batch=args.auto_batch
@@ -441,7 +464,7 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
                     for s, p in order:
                         body = b"b" * case[1]
                         await send_round(s, p, body, case[0], args.broker_seconds, samples[(case, s.label)])
-            head = f"{'flush':<11} {'senders':>7} {'body':>5} {'servers':<16} {'acks/s':>7} {'p50 ms':>7}"
+            head = f"{'flush':<11} {'senders':>7} {'body':>5} {'servers':<24} {'acks/s':>7} {'p50 ms':>7}"
             print(
                 head
                 + f" {'p99 ms':>7} {'srv µs/msg':>10} {'ldr µs/msg':>10} {'cli µs/msg':>10}"
@@ -451,7 +474,7 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
                 one = samples[(case, servers[0].label)]
                 for s in servers:
                     x = samples[(case, s.label)]
-                    line = f"{flush:<11} {case[0]:>7} {case[1]:>5} {s.label:<16} {x.rate:>7.0f}"
+                    line = f"{flush:<11} {case[0]:>7} {case[1]:>5} {s.label:<24} {x.rate:>7.0f}"
                     line += (
                         f" {x.pct_ms(0.5):>7.2f} {x.pct_ms(0.99):>7.2f} {x.us_per_msg(x.server_cpu_s):>10.0f}"
                     )
@@ -600,6 +623,11 @@ if __name__ == "__main__":
         "--auto-batch",
         action="store_true",
         help="broker: the producers auto-batch (AsyncProducer(auto_batch=True)) for every server alike",
+    )
+    p.add_argument(
+        "--flush-file-intervals",
+        default="",
+        help="broker: a group per flushFileInterval in ms (e.g. 10,500; default one group, DLedger's 10 ms)",
     )
     p.add_argument("--broker-failovers", type=int, default=3, help="broker fail-over rounds")
     p.add_argument("--dir", default=None, help="where the data goes (default: a temporary directory)")

@@ -109,3 +109,23 @@ def test_max_batch_push_size_goes_from_broker_conf_to_the_member(tmp_path: pathl
     assert StoreConfig().max_batch_push_size == 64 * 1024  # rocketq's default; DLedger's is 4 KiB
     with pytest.raises(ConfigError, match="max_batch_push_size=0 must be positive"):
         from_rocketmq_properties(StoreConfig, {"maxBatchPushSize": "0"})
+
+
+def test_flush_file_interval_goes_from_broker_conf_to_the_member(tmp_path: pathlib.Path) -> None:
+    """``flushFileInterval`` (DLedger's name, ms) in broker.conf is the members' fsync cadence
+    under page-cache acks; DLedger's 10 ms when absent; zero is refused."""
+    base = {
+        "storePathRootDir": str(tmp_path),
+        "enableDLegerCommitLog": "true",
+        "dLegerPeers": ";".join(f"{k}-{v}" for k, v in PEERS.items()),
+        "dLegerSelfId": "n1",
+    }
+    store_cfg = from_rocketmq_properties(StoreConfig, {**base, "flushFileInterval": "500"})
+    assert store_cfg.flush_file_interval_ms == 500
+    ledger_spec = DLedgerMessageStore(store_cfg).ledger_spec(0)  # not started: nothing opened
+    assert ledger_spec.flush_file_interval_ms == 500
+    assert config_of(ledger_spec).flush_file_interval_ms == 500
+    default = DLedgerMessageStore(from_rocketmq_properties(StoreConfig, base)).ledger_spec(0)
+    assert config_of(default).flush_file_interval_ms == 10  # DLedger's flushFileInterval
+    with pytest.raises(ConfigError, match="flush_file_interval_ms=0 must be positive"):
+        from_rocketmq_properties(StoreConfig, {"flushFileInterval": "0"})

@@ -96,6 +96,11 @@ def test_broker_conf_keys() -> None:
     assert pushed.raft_config().max_batch_bytes == 4096
     with pytest.raises(ConfigError, match="maxBatchPushSize='0'"):
         DLedgerConfig.from_broker_conf({**props, "maxBatchPushSize": "0"})
+    assert cfg.flush_file_interval_ms == 10  # DLedger's flushFileInterval
+    assert DLedgerConfig.from_broker_conf({**props, "flushFileInterval": "500"}).flush_file_interval_ms == 500
+    for bad in ("0", "-5", "1s"):
+        with pytest.raises(ConfigError, match=f"flushFileInterval='{bad}'"):
+            DLedgerConfig.from_broker_conf({**props, "flushFileInterval": bad})
     assert (
         DLedgerConfig.from_broker_conf({**props, "enableBatchPush": "false"}).raft_config().max_batch_bytes
         == 1

@@ -178,3 +178,43 @@ def test_a_tick_takes_the_fsync_report_no_peer_message_took(tmp_path: object) ->
 
     asyncio.run(main())
     assert order[:2] == [("fsynced", 3), "Tick"] and ("fsynced", 3) not in order[2:]
+
+
+class StopAfterWaits(threading.Event):
+    """A stop event that records each paced wait's timeout, has the loop write something during
+    each (so the flusher fsyncs after it), and stops the flusher at the ``n``-th wait."""
+
+    def __init__(self, member: RaftGroupLog, n: int) -> None:
+        super().__init__()
+        self.member = member
+        self.n = n
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        if len(self.timeouts) >= self.n:
+            self.set()
+        else:
+            self.member._unflushed = True  # a write on the loop meanwhile
+        return self.is_set()
+
+
+@pytest.mark.parametrize(("conf", "interval_s"), [({}, 0.01), ({"flushFileInterval": "500"}, 0.5)])
+def test_the_paced_flusher_waits_flush_file_interval_between_fsyncs(
+    tmp_path: object, conf: dict[str, str], interval_s: float
+) -> None:
+    """Under APPENDED acks the flusher fsyncs at most once per ``flushFileInterval`` (broker.conf,
+    DLedger's name; DLedger's 10 ms by default): each of its waits is that long."""
+    props = {"dLegerPeers": "n0-127.0.0.1:1", "dLegerSelfId": "n0", "storePathRootDir": str(tmp_path)}
+    cfg = DLedgerConfig.from_broker_conf({**props, **conf})
+    member = RaftGroupLog(cfg)
+    store = CountingStore()
+    member._store = store  # type: ignore[assignment]
+    member._unflushed = True
+    stop = StopAfterWaits(member, 4)
+    thread = threading.Thread(target=member._flusher, args=(stop,), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert stop.timeouts == [interval_s] * 4
+    assert store.flushes == 3  # one fsync after each wait but the last, which stopped it

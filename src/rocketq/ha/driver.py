@@ -42,8 +42,9 @@ It owns the core, the entry store and the peer transport, all on one event loop:
   worker thread whenever something was written, reporting ``Persisted(synced=True)`` for what
   each fsync covered: every write that arrives during an fsync is covered by the next one. Under
   ``AckPolicy.APPENDED`` (nobody waits for the fsync) a thread of its own fsyncs what was written
-  every ``FLUSH_INTERVAL_MS`` instead, taking turns with the checkpoint writes; its report waits
-  for the loop's next peer message or tick (the loop is not woken for it).
+  every ``DLedgerConfig.flush_file_interval_ms`` instead (broker.conf ``flushFileInterval``,
+  DLedger's 10 ms by default), taking turns with the checkpoint writes; its report waits for the
+  loop's next peer message or tick (the loop is not woken for it).
 * **Positions.** The leader asks the store where the next entries go (:meth:`EntryStore.placer`),
   encodes each record for its position and proposes them together (:meth:`append_batch`: one
   ``ProposeBatch``, one write of the entries, one append message per follower), all in one
@@ -116,8 +117,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RaftGroupLog", "config_of", "open_group_log"]
 
-#: Under APPENDED acks, at most one fsync per this many milliseconds.
-FLUSH_INTERVAL_MS = 10
 #: The leader keeps the bytes of the entries it wrote last, up to this much, for replication.
 SENT_CACHE_BYTES = 16 << 20
 #: After a write fails on a full disk the member takes no messages for this long, then tries again.
@@ -886,7 +885,7 @@ class RaftGroupLog:
 
     async def _paced_flushes(self) -> None:
         """Under APPENDED acks nobody waits for an fsync: a thread of its own fsyncs what was
-        written every ``FLUSH_INTERVAL_MS`` and leaves the loop its report, so the loop hands no
+        written every ``flush_file_interval_ms`` and leaves the loop its report, so the loop hands no
         work to a thread per fsync (waking a worker from the loop cost a follower about a tenth
         of its time under load). With nothing written it sleeps until the loop's next write
         wakes it (once per idle spell, not per write)."""
@@ -902,14 +901,15 @@ class RaftGroupLog:
             await asyncio.to_thread(thread.join)
 
     def _flusher(self, stop: threading.Event) -> None:
-        """Every ``FLUSH_INTERVAL_MS``, the fsync of what was written; its report waits in
+        """Every ``flush_file_interval_ms``, the fsync of what was written; its report waits in
         ``_flush_report`` for the loop, which takes it at its next peer message or tick
         (:meth:`_take_flush_report`): nobody waits for an fsync under APPENDED acks, so the
         loop is not woken for it (a wake-up of the loop per fsync, and on a follower a reply
         of its own to the leader)."""
         store = self.store
         wake = self._flusher_wake
-        while not stop.wait(FLUSH_INTERVAL_MS / 1000):
+        interval_s = self.config.flush_file_interval_ms / 1000
+        while not stop.wait(interval_s):
             if not self._unflushed:  # idle: sleep until the loop writes (no wake-ups meanwhile)
                 wake.clear()
                 # the stop is looked at after the clear: a stop (then a wake) that came between
@@ -983,6 +983,8 @@ def config_of(spec: LedgerSpec) -> DLedgerConfig:
         timing["election_timeout_ms"] = spec.election_timeout_ms
     if spec.heartbeat_interval_ms is not None:
         timing["heartbeat_interval_ms"] = spec.heartbeat_interval_ms
+    if spec.flush_file_interval_ms is not None:
+        timing["flush_file_interval_ms"] = spec.flush_file_interval_ms
     return DLedgerConfig(
         self_id=spec.self_id,
         peers=tuple(spec.peers.items()),

@@ -11,6 +11,8 @@ broker.conf key                field
 ``preferredLeaderId``          ``preferred_leader_id`` (empty: none)
 ``enableBatchPush``            ``enable_batch_push`` (false: one entry per append message)
 ``maxBatchPushSize``           ``max_batch_bytes`` with batch push (default 64 KiB; DLedger's 4 KiB)
+``flushFileInterval``          ``flush_file_interval_ms``: under page-cache acks, the entry files'
+                               fsync cadence (default DLedger's 10 ms)
 ``storePathDLedgerCommitLog``  ``data_dir`` (the entry store lives in ``<data_dir>/dledger-<self>``;
                                default ``storePathRootDir``, as RocketMQ)
 ``mappedFileSizeCommitLog``    ``data_file_size``
@@ -33,6 +35,9 @@ from rocketq.ha.raft_types import AckPolicy, RaftConfig
 #: carries (at least one entry). DLedger's is 4 KiB; fewer, larger pushes cost the group less CPU
 #: per message (docs/benchmarks.md).
 MAX_BATCH_PUSH_BYTES = 64 * 1024
+#: ``flushFileInterval``'s default, DLedger's: under page-cache acks (``AckPolicy.APPENDED``) a
+#: member fsyncs what it wrote at most once per this many milliseconds.
+FLUSH_FILE_INTERVAL_MS = 10
 
 
 def parse_peers(text: str) -> tuple[tuple[str, str], ...]:
@@ -79,6 +84,9 @@ class DLedgerConfig:
     enable_batch_push: bool = False
     max_batch_bytes: int = MAX_BATCH_PUSH_BYTES  # with batch push
     max_inflight_appends: int = 1000  # append messages in flight per follower (DLedger: 1000)
+    #: under APPENDED acks, the fsync cadence of what was written (DLedger's
+    #: ``flushFileInterval``); under FSYNCED acks an fsync follows every write (group commit)
+    flush_file_interval_ms: int = FLUSH_FILE_INTERVAL_MS
     tick_ms: int = 10
     checkpoint_interval_ms: int = 3000
     seed: int | None = None
@@ -103,6 +111,8 @@ class DLedgerConfig:
             raise ConfigError(f"preferredLeaderId {self.preferred_leader_id!r} is not among {ids}")
         if self.tick_ms <= 0 or self.checkpoint_interval_ms <= 0:
             raise ConfigError("tick_ms and checkpoint_interval_ms must be positive")
+        if self.flush_file_interval_ms <= 0:
+            raise ConfigError(f"flushFileInterval={self.flush_file_interval_ms} ms must be positive")
         self.raft_config()  # the core's own checks (timeouts, limits) fail here, not at start
 
     @property
@@ -164,6 +174,11 @@ class DLedgerConfig:
             if not batch.isdigit() or not int(batch):
                 raise ConfigError(f"maxBatchPushSize={batch!r} is not a positive number of bytes")
             kwargs["max_batch_bytes"] = int(batch)
+        interval = props.get("flushFileInterval", "").strip()
+        if interval:
+            if not interval.isdigit() or not int(interval):
+                raise ConfigError(f"flushFileInterval={interval!r} is not a positive number of milliseconds")
+            kwargs["flush_file_interval_ms"] = int(interval)
         events = props.get("dLegerEventLogPath", "").strip()
         if events:
             kwargs["event_log_path"] = events

@@ -85,6 +85,9 @@ class LedgerSpec:
     #: ``dLegerEventLogPath`` (rocketq): the member's Raft event log (:mod:`rocketq.ha.event_log`);
     #: None: none
     event_log_path: str | None = None
+    #: ``flushFileInterval`` (DLedger's name): under page-cache acks, the fsync cadence of the
+    #: entry files; None: DLedger's 10 ms
+    flush_file_interval_ms: int | None = None
 
 
 LedgerFactory = Callable[[LedgerSpec], ReplicatedLog]

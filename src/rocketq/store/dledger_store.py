@@ -128,6 +128,7 @@ class DLedgerMessageStore(MessageStore):
             election_timeout_ms=cfg.d_leger_election_timeout_ms or None,
             heartbeat_interval_ms=cfg.d_leger_heartbeat_interval_ms or None,
             event_log_path=cfg.d_leger_event_log_path or None,
+            flush_file_interval_ms=cfg.flush_file_interval_ms,
         )
 
     def _load_and_recover(self) -> None:
