@@ -47,6 +47,14 @@ Event loops: every asyncio client (``AsyncProducer``, ``redis.asyncio``, nats-py
 asyncio's default loop, or with ``--client-loop uvloop`` all of them on uvloop; ``--rocketq-loop
 uvloop`` starts ``rocketq serve`` with ``ROCKETQ_EVENT_LOOP=uvloop``. The blocking clients do
 their socket I/O in the calling thread whatever the loop.
+
+The floor (``--floor``): an asyncio echo server and a client that do nothing else, one request
+in flight (the body plus about a send header's bytes), from a blocking socket for ``send`` and
+through an ``asyncio.Protocol`` on the clients' loop for ``send-async``, run in the same
+interleaved rounds. A second table gives each system's rate over the floor's and the floor's over
+JetStream's and Redis's: how far an asyncio client and an asyncio server doing no work at all get
+against them in the same minutes, which bounds what ``AsyncProducer.send`` against ``rocketq
+serve`` can reach.
 """
 
 from __future__ import annotations
@@ -77,7 +85,7 @@ from rocketq.client import AsyncProducer, LitePullConsumer, Message, Producer, S
 SRC = sys.path[0]
 HOST = "127.0.0.1"
 SYSTEMS = ("rocketq", "nats", "redis")
-LABEL = {"rocketq": "rocketq", "nats": "JetStream", "redis": "Redis"}
+LABEL = {"rocketq": "rocketq", "nats": "JetStream", "redis": "Redis", "floor": "asyncio floor"}
 WORKLOADS = ("send", "send-async", "send64", "batch32", "consume")
 DURABILITIES = ("async", "sync")
 IN_FLIGHT = 64
@@ -93,6 +101,23 @@ LOOPS = {"client": "asyncio", "rocketq": "asyncio"}
 #: The loops the asyncio client cases ran on (their classes' modules: "asyncio", "uvloop").
 CLIENT_LOOPS_SEEN: set[str] = set()
 IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messages
+#: ``--floor``: bytes the floor's request carries besides the body, about what a SEND_MESSAGE_V2
+#: frame adds to its body (length fields, the JSON header of a producer's send)
+FLOOR_OVERHEAD = 320
+#: The floor's server: an asyncio echo, its reads from the heap as a broker's are (a 4 MiB block
+#: freed first raises glibc's mmap threshold above the transport's 256 KiB read buffer; see
+#: bench/wakeup_floor.py)
+FLOOR_ECHO = """
+import asyncio, sys
+bytearray(4 << 20)
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport): self.transport = transport
+    def data_received(self, data): self.transport.write(data)
+async def main():
+    await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
 
 
 def run_client(coro: Coroutine[Any, Any, int]) -> int:
@@ -650,7 +675,102 @@ class NatsPeer(Peer):
         return got
 
 
-PEERS: dict[str, type[Peer]] = {"rocketq": RocketqPeer, "nats": NatsPeer, "redis": RedisPeer}
+class FloorPeer(Peer):
+    """``--floor``: what one request in flight costs when neither side does any work. The server is
+    an asyncio echo (asyncio's loop and transport, as ``rocketq serve`` runs on), the client
+    sends a request of the body plus :data:`FLOOR_OVERHEAD` bytes and waits for it to come back:
+    from blocking code on a blocking socket (``send``), or awaited on the clients' event loop
+    through an ``asyncio.Protocol`` (``send-async``). No broker can answer one request at a time
+    faster than this pair, on these loops, in the same minutes; the table under the main one
+    puts each system's rate against it."""
+
+    name = "floor"
+
+    def start(self) -> None:
+        self.port = free_port()
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FLOOR_ECHO, str(self.port)], stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_port(self.port, self.proc, "the asyncio echo server")
+
+    def version(self) -> str:
+        return f"asyncio echo, Python {platform.python_version()}"
+
+    def run_send(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
+        request = b"r" * (len(body) + FLOOR_OVERHEAD)
+        with socket.create_connection((HOST, self.port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = bytearray(len(request))
+            view = memoryview(buf)
+
+            def one() -> None:
+                sock.sendall(request)
+                got = 0
+                while got < len(buf):
+                    k = sock.recv_into(view[got:])
+                    if not k:
+                        raise SystemExit("the asyncio echo server closed the connection")
+                    got += k
+
+            one()  # warm-up, untimed
+            meter.start()
+            for _ in range(n):
+                one()
+            meter.stop()
+        return n
+
+    def _run_async(self, body: bytes, n: int, tag: str, meter: Meter, limit: int) -> int:
+        if limit != 1:
+            raise Skip("the floor has one request in flight only (send, send-async)")
+        request = b"r" * (len(body) + FLOOR_OVERHEAD)
+
+        class Client(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.got = 0
+                self.waiter: asyncio.Future[None] | None = None
+
+            def data_received(self, data: bytes) -> None:
+                self.got += len(data)
+                if self.got >= len(request) and self.waiter is not None:
+                    self.got -= len(request)
+                    self.waiter.set_result(None)
+                    self.waiter = None
+
+        async def main() -> int:
+            loop = asyncio.get_running_loop()
+            transport, proto = await loop.create_connection(Client, HOST, self.port)
+            try:
+
+                async def one() -> None:
+                    proto.waiter = loop.create_future()
+                    transport.write(request)
+                    await proto.waiter
+
+                await one()  # warm-up, untimed
+                meter.start()
+                for _ in range(n):
+                    await one()
+                meter.stop()
+                return n
+            finally:
+                transport.close()
+
+        return run_client(main())
+
+    def run_batch32(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
+        raise Skip("the floor has one request in flight only (send, send-async)")
+
+    def run_consume(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
+        raise Skip("the floor has one request in flight only (send, send-async)")
+
+
+PEERS: dict[str, type[Peer]] = {
+    "rocketq": RocketqPeer,
+    "nats": NatsPeer,
+    "redis": RedisPeer,
+    "floor": FloorPeer,
+}
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -822,6 +942,37 @@ def table(run: Run) -> str:
     return "\n".join(lines)
 
 
+def floor_table(run: Run) -> str:
+    """With ``--floor``: each system's rate over the asyncio floor's for the one-in-flight cases,
+    and the floor's over JetStream's and Redis's (how far any asyncio client and server could
+    get against them in these minutes)."""
+    best = best_of(run.results)
+    lines = [
+        "| workload | body | durability | floor msgs/s | rocketq / floor | floor / JetStream | floor / Redis "
+        "| floor client µs/msg | floor server µs/msg |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for durability in run.args.durability:
+        for size in run.args.sizes:
+            for workload in ("send", "send-async"):
+                key = f"{workload}/{size}/{durability}"
+                fl = best.get(("floor", key))
+                if fl is None:
+                    continue
+                rq, js, rd = (best.get((s, key)) for s in ("rocketq", "nats", "redis"))
+
+                def over(a: Result | None, b: Result | None) -> str:
+                    return f"{a.msgs_per_s / b.msgs_per_s:.2f}" if a and b else "—"
+
+                body = f"{size} B" if size < 1024 or size % 1024 else f"{size // 1024} KiB"
+                lines.append(
+                    f"| {workload} | {body} | {durability} | {fl.msgs_per_s:,.0f} | {over(rq, fl)} "
+                    f"| {over(fl, js)} | {over(fl, rd)} | {fl.client_cpu_us_per_msg:,.0f} "
+                    f"| {fl.server_cpu_us_per_msg:,.0f} |"
+                )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/peers.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -875,6 +1026,11 @@ def main(argv: list[str] | None = None) -> int:
         default="asyncio",
         help="the event loop of rocketq serve (ROCKETQ_EVENT_LOOP; default asyncio)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run the asyncio floor (an echo server and client doing nothing) for send and send-async",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every round and the best to this file")
     args = parser.parse_args(argv)
     LOOPS["client"], LOOPS["rocketq"] = args.client_loop, args.rocketq_loop
@@ -887,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages <= 0 or args.rounds <= 0:
         parser.error(f"--messages {args.messages} and --rounds {args.rounds} must be > 0")
     args.only = [s for s in SYSTEMS if s in args.only]  # column order
+    if args.floor:
+        args.only.append("floor")
     run = Run(args)
     load_before = os.getloadavg()
     began = time.time()
@@ -910,6 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(table(run))
+    floor = floor_table(run)
+    if floor:
+        print()
+        print(floor)
     if args.json:
         doc = {
             "command": " ".join(["python", "bench/peers.py", *(sys.argv[1:] if argv is None else argv)]),

@@ -188,3 +188,43 @@ def test_uvloop_for_the_asyncio_clients_and_the_broker(tmp_path: pathlib.Path) -
     assert doc["loops"] == {"clients": ["uvloop"], "rocketq": "uvloop"}
     best = [(r["system"], r["workload"], r["messages"]) for r in doc["best"]]
     assert best == [("rocketq", "send-async", 50)]
+
+
+FLOOR_HEADER = (
+    "| workload | body | durability | floor msgs/s | rocketq / floor | floor / JetStream | floor / Redis "
+    "| floor client µs/msg | floor server µs/msg |"
+)
+
+
+@pytest.mark.slow  # a benchmark run against a rocketq serve process and an asyncio echo process
+def test_the_asyncio_floor_runs_the_one_in_flight_cases_beside_rocketq(tmp_path: pathlib.Path) -> None:
+    """``--floor``: an asyncio echo server and a client doing nothing else answer every request
+    of ``send`` and ``send-async``, in the same interleaved rounds; the second table puts
+    rocketq's rate over the floor's; the cases with more than one in flight are skipped for the
+    floor with the reason."""
+    out = tmp_path / "peers.json"
+    done = run_peers(
+        *("--quick", "--messages", "100", "--only", "rocketq", "--floor", "--sizes", "128"),
+        *("--workloads", "send,send-async,send64", "--durability", "async", "--json", str(out)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "skipped asyncio floor send64: the floor has one request in flight only" in done.stdout
+    assert [r[0] for r in table_rows(done.stdout)] == ["send", "send-async", "send64"]
+    lines = done.stdout.splitlines()
+    assert FLOOR_HEADER in lines, done.stdout
+    start = lines.index(FLOOR_HEADER) + 2
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[start : start + 2]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("send", "128 B", "async"),
+        ("send-async", "128 B", "async"),
+    ]
+    for row in rows:
+        assert re.fullmatch(NUMBER, row[3]) and re.fullmatch(r"[0-9]+\.[0-9]{2}", row[4]), row
+        assert row[5] == row[6] == "—", row  # no JetStream or Redis in this run
+    doc = json.loads(out.read_text())
+    floor = [r for r in doc["results"] if r["system"] == "floor"]
+    assert [(r["workload"], r["messages"]) for r in floor] == [("send", 100), ("send-async", 100)]
+    assert all(r["server_cpu_us_per_msg"] >= 0 and r["client_cpu_us_per_msg"] > 0 for r in floor)
+    assert doc["skipped"] == {
+        "floor/send64/128/async": "the floor has one request in flight only (send, send-async)"
+    }
