@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 import threading
 
+from _support.wait import wait_until
 from rocketq.ha import entry_format as fmt
+from rocketq.ha.group_config import LedgerSpec, open_ledger
 from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import AppendStatus, LogState
@@ -114,3 +117,59 @@ def test_concurrent_appends_from_threads_each_get_their_own_entry(tmp_path: path
     assert all(int.from_bytes(body[:8], "big") == pos + 48 for pos, body in entries)
     assert log.committed_pos == log.ledger_end_pos
     run(log.stop())
+
+
+def test_page_cache_acks_are_fsynced_and_checkpointed_in_the_background(tmp_path: pathlib.Path) -> None:
+    """A group of one acknowledges at the write (``fsync=False``); a thread of its own fsyncs
+    what was written every ``flush_interval_ms`` and writes ``checkpoint`` with the flushed
+    index, then sleeps until the next append wakes it."""
+    log = SingleNodeLog.open(str(tmp_path), "n0", data_file_size=FILE, flush_interval_ms=2)
+    log.checkpoint_interval_ms = 5
+    store = log.store
+    run(log.start())
+    try:
+        for _ in range(5):
+            assert run(log.append(body_for(100, []))).status is AppendStatus.OK
+        assert store.end_index == 4
+        wait_until(lambda: store.flushed_index == 4, "the paced fsync of the five entries", 5, 0.001)
+        wait_until(lambda: store.load_checkpoint()[2] == 4, "a checkpoint with flushedIndex 4", 5, 0.001)
+        wait_until(
+            lambda: not log._flusher_wake.is_set(), "the flusher asleep with nothing written", 5, 0.001
+        )
+        assert run(log.append(body_for(100, []))).status is AppendStatus.OK  # wakes it
+        wait_until(lambda: store.flushed_index == 5, "the fsync of the sixth entry", 5, 0.001)
+        flusher = log._flusher
+        assert flusher is not None and flusher.name == "dledger-flush-n0"
+    finally:
+        run(log.stop())
+    assert not flusher.is_alive()
+
+
+def test_fsync_acks_have_no_paced_flusher(tmp_path: pathlib.Path) -> None:
+    log = SingleNodeLog.open(str(tmp_path), "n0", data_file_size=FILE, fsync=True)
+    run(log.start())
+    try:
+        assert log._flusher is None
+        run(log.append(body_for(100, [])))
+        assert log.store.flushed_index == 0  # fsync'd before the answer
+    finally:
+        run(log.stop())
+
+
+def test_open_ledger_gives_a_group_of_one_the_flush_file_interval(tmp_path: pathlib.Path) -> None:
+    spec = LedgerSpec(
+        base_dir=str(tmp_path),
+        group="g",
+        self_id="n0",
+        peers={"n0": "127.0.0.1:40911"},
+        data_file_size=FILE,
+        data_start_offset=0,
+        fsync=False,
+        flush_file_interval_ms=500,
+    )
+    log = open_ledger(spec)
+    assert isinstance(log, SingleNodeLog) and log.flush_interval_ms == 500
+    log.store.close()
+    default = open_ledger(dataclasses.replace(spec, flush_file_interval_ms=None))
+    assert isinstance(default, SingleNodeLog) and default.flush_interval_ms == 10  # DLedger's
+    default.store.close()

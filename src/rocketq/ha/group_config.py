@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketq.errors import ConfigError
-from rocketq.ha.driver_config import MAX_BATCH_PUSH_BYTES
+from rocketq.ha.driver_config import FLUSH_FILE_INTERVAL_MS, MAX_BATCH_PUSH_BYTES
 from rocketq.ha.local_log import SingleNodeLog
 from rocketq.ha.replicated_log import ReplicatedLog
 
@@ -105,6 +105,7 @@ def open_ledger(spec: LedgerSpec) -> ReplicatedLog:
             data_start_offset=spec.data_start_offset,
             address=spec.broker_address,
             fsync=spec.fsync,
+            flush_interval_ms=spec.flush_file_interval_ms or FLUSH_FILE_INTERVAL_MS,
         )
     try:
         driver = importlib.import_module("rocketq.ha.driver")

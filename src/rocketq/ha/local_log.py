@@ -2,9 +2,13 @@
 
 The node is leader at once (term 1 on a new store, the stored term after a restart) and an append
 is committed as soon as it is written (``fsync=False``: in the page cache, as DLedger acknowledges
-by default) or once it is fsync'd (``fsync=True``). This is a legitimate deployment (RocketMQ
-accepts a DLedger group of one) and the log the broker runs on when no peers are configured; the
-Raft group (:mod:`rocketq.ha.driver`) replaces it by a constructor change.
+by default) or once it is fsync'd (``fsync=True``). With ``fsync=False`` a thread of its own fsyncs
+what was written every ``flush_interval_ms`` (broker.conf ``flushFileInterval``, DLedger's 10 ms:
+DLedger's ``FlushDataService``) and writes ``checkpoint`` every ``checkpoint_interval_ms`` when it
+changed, and once more when the appends stop; it sleeps while nothing is written (the next
+append wakes it). This is a legitimate deployment (RocketMQ accepts a DLedger group of one) and
+the log the broker runs on when no peers are configured; the Raft group
+(:mod:`rocketq.ha.driver`) replaces it by a constructor change.
 
 ``encode`` may be called twice for one append: first for the position the entry would take if it
 fits the current data file, again for the next file when the record turned out too large for the
@@ -18,16 +22,23 @@ dispatch skips): a dispatcher that never saw the last entry would never reach ``
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 from rocketq.ha import entry_format as fmt
-from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP
+from rocketq.ha.driver_config import FLUSH_FILE_INTERVAL_MS
+from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, EntryStoreError
 from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
 
 log = logging.getLogger(__name__)
+
+#: How often a group of one writes ``checkpoint`` while entries come (DLedger's ``checkPointInterval``).
+CHECKPOINT_INTERVAL_MS = 3000
 
 
 class SingleNodeLog:
@@ -41,12 +52,26 @@ class SingleNodeLog:
     append_completes_at_once = True
 
     def __init__(
-        self, store: EntryStore, *, self_id: str, address: str | None = None, fsync: bool = False
+        self,
+        store: EntryStore,
+        *,
+        self_id: str,
+        address: str | None = None,
+        fsync: bool = False,
+        flush_interval_ms: int = FLUSH_FILE_INTERVAL_MS,
+        checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
     ) -> None:
         self.store = store
         self.self_id = self_id
         self.address = address
         self.fsync = fsync
+        self.flush_interval_ms = flush_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        #: written since the paced flusher's last fsync (``fsync=False``)
+        self._unflushed = False
+        self._flusher_wake = threading.Event()  # set: the paced flusher is not idle
+        self._flusher_stop = threading.Event()
+        self._flusher: threading.Thread | None = None
         self._callbacks: list[Callable[[LogState], None]] = []
         self._started = False
         self._state = LogState(Role.FOLLOWER, store.term, self_id, None, None)
@@ -61,11 +86,12 @@ class SingleNodeLog:
         data_start_offset: int = 0,
         address: str | None = None,
         fsync: bool = False,
+        flush_interval_ms: int = FLUSH_FILE_INTERVAL_MS,
     ) -> SingleNodeLog:
         store = EntryStore.open(
             base_dir, self_id, data_file_size=data_file_size, data_start_offset=data_start_offset
         )
-        return cls(store, self_id=self_id, address=address, fsync=fsync)
+        return cls(store, self_id=self_id, address=address, fsync=fsync, flush_interval_ms=flush_interval_ms)
 
     # -- ReplicatedLog ----------------------------------------------------------------------------
     @property
@@ -94,13 +120,65 @@ class SingleNodeLog:
         # Alone, every entry recovery kept is the group's log: all of it is committed.
         store.set_committed_index(store.end_index)
         self._started = True
+        if not self.fsync:
+            self._flusher_stop.clear()
+            self._flusher = threading.Thread(
+                target=self._paced_flushes, name=f"dledger-flush-{self.self_id}", daemon=True
+            )
+            self._flusher.start()
         self._set_state(LogState(Role.LEADER, store.term, self.self_id, self.self_id, self.address))
 
     async def stop(self) -> None:
         if not self._started:
             return
         self._started = False  # appends answer NOT_LEADER from here on; no role change is announced
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            self._flusher_stop.set()
+            self._flusher_wake.set()
+            await asyncio.to_thread(flusher.join)
         self.store.close()
+
+    def _paced_flushes(self) -> None:
+        """Page-cache acks: every ``flush_interval_ms`` the fsync of what was written, and every
+        ``checkpoint_interval_ms`` the checkpoint when it changed; asleep while nothing is
+        written. Ends at :meth:`stop` (which closes the store after it), or at a failed fsync,
+        logged (the entries stay acknowledged in the page cache, as before the thread)."""
+        store, stop, wake = self.store, self._flusher_stop, self._flusher_wake
+        interval_s = self.flush_interval_ms / 1000
+        checkpoint_every_s = self.checkpoint_interval_ms / 1000
+        next_checkpoint = time.monotonic() + checkpoint_every_s
+        while not stop.wait(interval_s):
+            if not self._unflushed:  # idle: the checkpoint brought up to date, then asleep
+                if store.checkpoint_flushed != store.flushed_index:
+                    self._checkpoint()
+                    next_checkpoint = time.monotonic() + checkpoint_every_s
+                wake.clear()
+                # the flag and the stop are looked at after the clear: an append (or a stop)
+                # that came between the wait above and the clear is seen here
+                if not self._unflushed and not stop.is_set():
+                    wake.wait()
+                continue
+            self._unflushed = False  # before the fsync: a write during it is covered next time
+            try:
+                store.flush_unlocked()
+            except EntryStoreError:  # closed under it: the stop is on its way
+                return
+            except OSError:
+                log.exception("dledger %s: fsync failed; no more paced fsyncs", self.self_id)
+                return
+            now = time.monotonic()
+            if now >= next_checkpoint and store.checkpoint_flushed != store.flushed_index:
+                next_checkpoint = now + checkpoint_every_s
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        try:
+            self.store.persist_checkpoint()
+        except OSError as exc:  # a full disk among them: the last one stays, tried again later
+            log.warning("dledger %s: checkpoint not written: %s", self.self_id, exc)
+        except EntryStoreError:  # closed under it: the stop is on its way
+            pass
 
     async def append(self, encode: RecordEncoder) -> AppendResult:
         if not self._started:
@@ -115,6 +193,9 @@ class SingleNodeLog:
             index, pos = store.append(store.term, body)
             if not self.fsync:
                 store.set_committed_index(index)
+                self._unflushed = True
+                if not self._flusher_wake.is_set():  # the paced flusher sleeps until a write
+                    self._flusher_wake.set()
         if self.fsync:
             store.flush()
             store.set_committed_index(index)
