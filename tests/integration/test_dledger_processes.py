@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from _support.raft_procs import Control, NodeProcs
+from _support.raft_procs import TIMINGS, Control, NodeProcs
 from _support.wait import wait_until_async
 from rocketq.ha.node import record_for
 
@@ -21,8 +21,17 @@ from rocketq.ha.node import record_for
 pytestmark = pytest.mark.slow
 
 
-def run(tmp_path: pathlib.Path, body: Callable[[NodeProcs, Control], Awaitable[None]]) -> None:
-    procs = NodeProcs(tmp_path)
+#: ``flushFileInterval`` a minute long: nothing written after the start is fsynced during a test,
+#: so what survives a SIGKILL survives in the page cache alone
+NO_FSYNC_DURING_THE_TEST = (*TIMINGS, "--flush-file-interval-ms", "60000")
+
+
+def run(
+    tmp_path: pathlib.Path,
+    body: Callable[[NodeProcs, Control], Awaitable[None]],
+    extra: tuple[str, ...] = TIMINGS,
+) -> None:
+    procs = NodeProcs(tmp_path, extra=extra)
 
     async def main() -> None:
         ctl = Control(procs)
@@ -66,7 +75,10 @@ async def _identical(ctl: Control, ids: list[str], upto: int) -> None:
     assert len(set(digests.values())) == 1 and None not in digests.values(), digests
 
 
-def test_sigkill_of_the_leader_loses_no_acknowledged_append(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("extra", [TIMINGS, NO_FSYNC_DURING_THE_TEST], ids=["fsync-10ms", "fsync-60s"])
+def test_sigkill_of_the_leader_loses_no_acknowledged_append(
+    tmp_path: pathlib.Path, extra: tuple[str, ...]
+) -> None:
     async def body(procs: NodeProcs, ctl: Control) -> None:
         leader = await _leader(ctl, procs.ids)
         acked: dict[int, bytes] = {}
@@ -106,7 +118,7 @@ def test_sigkill_of_the_leader_loses_no_acknowledged_append(tmp_path: pathlib.Pa
             for i in procs.ids:
                 assert await ctl.read(i, pos + 48, len(want)) == want, (i, pos)
 
-    run(tmp_path, body)
+    run(tmp_path, body, extra)
 
 
 def test_a_paused_leader_does_not_acknowledge_and_steps_down(tmp_path: pathlib.Path) -> None:
@@ -136,7 +148,10 @@ def test_a_paused_leader_does_not_acknowledge_and_steps_down(tmp_path: pathlib.P
     run(tmp_path, body)
 
 
-def test_sigkill_of_all_three_at_once_keeps_the_committed_data(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("extra", [TIMINGS, NO_FSYNC_DURING_THE_TEST], ids=["fsync-10ms", "fsync-60s"])
+def test_sigkill_of_all_three_at_once_keeps_the_committed_data(
+    tmp_path: pathlib.Path, extra: tuple[str, ...]
+) -> None:
     async def body(procs: NodeProcs, ctl: Control) -> None:
         leader = await _leader(ctl, procs.ids)
         acked: dict[int, bytes] = {}
@@ -160,4 +175,4 @@ def test_sigkill_of_all_three_at_once_keeps_the_committed_data(tmp_path: pathlib
             want = record_for(payload, pos + 48)
             assert await ctl.read(new, pos + 48, len(want)) == want, pos
 
-    run(tmp_path, body)
+    run(tmp_path, body, extra)

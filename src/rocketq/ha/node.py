@@ -3,6 +3,7 @@
     python -m rocketq.ha.node --self n0 --peers 'n0-127.0.0.1:40911;n1-127.0.0.1:40912;...' \\
         --data-dir /tmp/g [--election-timeout-ms 300 --heartbeat-ms 50 --ack-policy fsync ...]
         [--event-log /tmp/g/events-{selfId}.jsonl]   # Raft events, rocketq.ha.event_log
+        [--flush-file-interval-ms 500]               # fsync cadence under page-cache acks
 
 The member listens on its own ``--peers`` address for the Raft codes and for a few control
 request codes (remoting, private range; only what tests need):
@@ -35,7 +36,7 @@ import sys
 from typing import Final
 
 from rocketq.ha.driver import RaftGroupLog
-from rocketq.ha.driver_config import DLedgerConfig, parse_peers
+from rocketq.ha.driver_config import FLUSH_FILE_INTERVAL_MS, DLedgerConfig, parse_peers
 from rocketq.ha.raft_types import AckPolicy
 from rocketq.remoting.command import RemotingCommand
 from rocketq.remoting.connection import Connection
@@ -125,6 +126,12 @@ def parse_args(argv: list[str] | None = None) -> DLedgerConfig:
     p.add_argument("--data-file-size", type=int, default=1 << 30)
     p.add_argument("--index-file-size", type=int, default=32 * 5 * 1024 * 1024)
     p.add_argument("--event-log", default=None, help="JSONL file of Raft events ({selfId}: the self id)")
+    p.add_argument(
+        "--flush-file-interval-ms",
+        type=int,
+        default=FLUSH_FILE_INTERVAL_MS,
+        help="flushFileInterval: under page_cache acks, ms between the fsyncs of what was written",
+    )
     a = p.parse_args(argv)
     return DLedgerConfig(
         self_id=a.self_id,
@@ -141,6 +148,7 @@ def parse_args(argv: list[str] | None = None) -> DLedgerConfig:
         data_file_size=a.data_file_size,
         index_file_size=a.index_file_size,
         event_log_path=a.event_log,
+        flush_file_interval_ms=a.flush_file_interval_ms,
     )
 
 
