@@ -26,6 +26,10 @@ Invariants (kept under one lock; one writer, any number of readers):
   a floor (the committed index by default);
 * ``flushed_index``: every entry up to it is fsync'd, data then index; the ``checkpoint`` file's
   ``flushedIndex`` never exceeds what was fsync'd (lowered durably before a truncation).
+  :meth:`EntryStore.persist_checkpoint` writes and fsyncs the file without the store's lock
+  (appends go on meanwhile; an fsync of the directory can take a journal commit's time) but
+  under a checkpoint lock, which a truncation takes first: the values it writes are those of the
+  log as it is (the log only grew meanwhile). Lock order: the checkpoint lock, then the store's.
 
 Where rocketq is stricter than DLedger: both CRC fields are computed and checked on recovery and
 on every read; ``currterm`` is written durably before :meth:`EntryStore.set_term` returns; a
@@ -156,6 +160,8 @@ class EntryStore:
         self.data = MappedFileQueue(self.data_dir, data_file_size)
         self.index = MappedFileQueue(self.index_dir, index_file_size)
         self.lock = threading.RLock()
+        #: held while ``checkpoint`` is written; taken before :attr:`lock`, never after it
+        self._checkpoint_lock = threading.Lock()
         self.start_offset = data_start_offset
         self.begin_index = -1
         self.end_index = -1
@@ -216,11 +222,11 @@ class EntryStore:
 
     def close(self) -> None:
         """Flush, write the checkpoint, unmap."""
-        with self.lock:
+        with self._checkpoint_lock, self.lock:
             if self._closed:
                 return
             self.flush()
-            self.persist_checkpoint()
+            self._write_checkpoint(self.flushed)
             self.data.shutdown()
             self.index.shutdown()
             self._closed = True
@@ -346,9 +352,18 @@ class EntryStore:
 
     # -- checkpoint -----------------------------------------------------------------------------
     def persist_checkpoint(self) -> None:
-        """Write ``checkpoint`` (DLedger does so every 3 s and at shutdown)."""
-        with self.lock:
-            self._write_checkpoint(self.flushed)
+        """Write ``checkpoint`` (DLedger does so every 3 s and at shutdown). The file is written
+        and fsynced (file, then directory) without the store's lock, so appends and reads go on
+        meanwhile; under the checkpoint lock, so no truncation comes in between (see the module
+        docstring). Nothing once the store is closed."""
+        with self._checkpoint_lock:
+            with self.lock:
+                if self._closed:  # close() wrote the last one
+                    return
+                end, committed, flushed = self.end_index, self.committed, self.flushed
+            durable_replace(self.checkpoint_path, fmt.format_checkpoint(end, committed, flushed))
+            with self.lock:
+                self.checkpoint_flushed = flushed
 
     def _write_checkpoint(self, flushed: int) -> None:
         durable_replace(self.checkpoint_path, fmt.format_checkpoint(self.end_index, self.committed, flushed))
@@ -748,7 +763,7 @@ class EntryStore:
     def truncate(self, from_index: int, floor: int | None = None) -> None:
         """Remove entries ``from_index`` onwards (a follower whose tail diverged). Raises
         :class:`TruncateBelowFloor` when ``from_index <= floor`` (default: the committed index)."""
-        with self.lock:
+        with self._checkpoint_lock, self.lock:  # no checkpoint write in progress (lock order)
             floor = self.committed if floor is None else floor
             if from_index <= floor:
                 raise TruncateBelowFloor(f"truncate from {from_index} would remove entries <= floor {floor}")
