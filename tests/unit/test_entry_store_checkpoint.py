@@ -39,18 +39,29 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowReplace]:
     stand_in.go.set()
 
 
+def open_store(tmp_path: pathlib.Path) -> EntryStore:
+    return EntryStore.open(str(tmp_path), "n0", data_file_size=1 << 16, index_file_size=32 * 4096)
+
+
+def stalled_checkpoint(store: EntryStore, committed: int, slow: SlowReplace) -> threading.Thread:
+    """Ten entries, ``committed`` of them committed, all fsynced; then a checkpoint write on a
+    thread of its own, stalled in its fsync (``slow``) when this returns."""
+    for _ in range(10):
+        store.append(1, b"x" * 40)
+    store.set_committed_index(committed)
+    assert store.flush_unlocked() == 9
+    writer = threading.Thread(target=store.persist_checkpoint)
+    writer.start()
+    assert slow.entered.wait(10)
+    return writer
+
+
 def test_appends_and_reads_go_on_while_a_checkpoint_is_written(
     tmp_path: pathlib.Path, slow: SlowReplace
 ) -> None:
-    with EntryStore.open(str(tmp_path), "n0", data_file_size=1 << 16, index_file_size=32 * 4096) as store:
-        for _ in range(10):
-            store.append(1, b"x" * 40)
-        store.set_committed_index(9)
-        assert store.flush_unlocked() == 9
-        writer = threading.Thread(target=store.persist_checkpoint)
-        writer.start()
+    with open_store(tmp_path) as store:
+        writer = stalled_checkpoint(store, 9, slow)
         try:
-            assert slow.entered.wait(10)
             for _ in range(5):  # the checkpoint write is stuck in its fsync: the lock is free
                 store.append(1, b"y" * 40)
             assert store.end_index == 14 and store.get(12).body == b"y" * 40
@@ -65,14 +76,8 @@ def test_appends_and_reads_go_on_while_a_checkpoint_is_written(
 def test_a_truncation_waits_for_a_checkpoint_write_in_progress(
     tmp_path: pathlib.Path, slow: SlowReplace
 ) -> None:
-    with EntryStore.open(str(tmp_path), "n0", data_file_size=1 << 16, index_file_size=32 * 4096) as store:
-        for _ in range(10):
-            store.append(1, b"x" * 40)
-        store.set_committed_index(4)
-        store.flush_unlocked()
-        writer = threading.Thread(target=store.persist_checkpoint)
-        writer.start()
-        assert slow.entered.wait(10)
+    with open_store(tmp_path) as store:
+        writer = stalled_checkpoint(store, 4, slow)
         truncated = threading.Event()
 
         def truncate() -> None:
