@@ -122,7 +122,7 @@ def properties_as_sent(
 
 def delay_level(props: dict[str, str]) -> int:
     raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
 __all__ = [

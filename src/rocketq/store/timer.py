@@ -178,7 +178,7 @@ def to_timer_topic(msg: BrokerMessage, policy: TimerPolicy, now_ms: int) -> Brok
         return msg
     props = decode_properties(msg.properties.decode("utf-8", "replace"))
     level = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
-    if level.isdigit() and int(level) > 0:
+    if level.isascii() and level.isdigit() and int(level) > 0:
         if any(k in props for k in _LEVEL_CLEARS):
             for key in _LEVEL_CLEARS:
                 props.pop(key, None)
