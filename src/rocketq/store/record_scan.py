@@ -771,7 +771,7 @@ def _requests_at(
         tags_code = 0
         if delay_levels is not None and topic == SCHEDULE_TOPIC:
             level = _prop(props, b"DELAY\x01")
-            if level is not None and level.isascii() and level.isdigit() and int(level) > 0:
+            if level is not None and level.isdigit() and int(level) > 0:
                 tags_code = compute_deliver_timestamp(delay_levels, int(level), store_ts)
         else:
             t = props.find(b"TAGS\x01")
@@ -1083,7 +1083,7 @@ def _columnar(
         for row in np.flatnonzero(topic_index == schedule).tolist():
             props = data[int(cols.props_start[row]) : int(cols.props_end[row])]
             level = _prop(props, b"DELAY\x01")
-            if level is not None and level.isascii() and level.isdigit() and int(level) > 0:
+            if level is not None and level.isdigit() and int(level) > 0:
                 tags_code[row] = compute_deliver_timestamp(delay_levels, int(level), int(cols.store_ts[row]))
     batch = DispatchBatch(data, buf, base, cols, topics, topic_index, tags_code, keys_col, uniq_col)
     return batch, k, corrupt
@@ -1154,7 +1154,7 @@ def _compiled_batch(
             tags_code[row] = 0
             props = data[int(cols.props_start[row]) : int(cols.props_end[row])]
             level = _prop(props, b"DELAY\x01")
-            if level is not None and level.isascii() and level.isdigit() and int(level) > 0:
+            if level is not None and level.isdigit() and int(level) > 0:
                 tags_code[row] = compute_deliver_timestamp(delay_levels, int(level), int(cols.store_ts[row]))
     pairs = np.frombuffer(entries, dtype=np.int64).reshape(-1, 2)
     return DispatchBatch(
@@ -1174,7 +1174,7 @@ def _fix_tags(reqs: list[DispatchRequest], slow: list[int], delay_levels: dict[i
             if r.topic == SCHEDULE_TOPIC:
                 r.tags_code = 0
                 level = _prop(r.properties_raw, b"DELAY\x01")
-                if level is not None and level.isascii() and level.isdigit() and int(level) > 0:
+                if level is not None and level.isdigit() and int(level) > 0:
                     r.tags_code = compute_deliver_timestamp(delay_levels, int(level), r.store_timestamp)
 
 

@@ -54,7 +54,7 @@ def delay_level_of(properties: bytes) -> int:
         return 0
     end = properties.find(b"\x02", pos)
     raw = properties[pos + len(_DELAY_MARK) : end if end >= 0 else len(properties)]
-    return int(raw) if raw.isascii() and raw.isdigit() else 0
+    return int(raw) if raw.isdigit() else 0  # bytes: ASCII digits only
 
 
 def to_schedule_topic(msg: BrokerMessage, max_level: int) -> BrokerMessage:
