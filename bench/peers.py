@@ -80,7 +80,10 @@ from rocketq.free_ports import free_port
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
+# remoting and wakeup_floor are bench/ modules: the floor's (--floor) echo server and clients
+from remoting import RawCaller
 from rocketq.client import AsyncProducer, LitePullConsumer, Message, Producer, SendStatus
+from wakeup_floor import ECHO, socket_round_trip
 
 SRC = sys.path[0]
 HOST = "127.0.0.1"
@@ -104,20 +107,6 @@ IDLE_LIMIT_S = 30.0  # a consume that gets nothing for this long has lost messag
 #: ``--floor``: bytes the floor's request carries besides the body, about what a SEND_MESSAGE_V2
 #: frame adds to its body (length fields, the JSON header of a producer's send)
 FLOOR_OVERHEAD = 320
-#: The floor's server: an asyncio echo, its reads from the heap as a broker's are (a 4 MiB block
-#: freed first raises glibc's mmap threshold above the transport's 256 KiB read buffer; see
-#: bench/wakeup_floor.py)
-FLOOR_ECHO = """
-import asyncio, sys
-bytearray(4 << 20)
-class Echo(asyncio.Protocol):
-    def connection_made(self, transport): self.transport = transport
-    def data_received(self, data): self.transport.write(data)
-async def main():
-    await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", int(sys.argv[1]))
-    await asyncio.Event().wait()
-asyncio.run(main())
-"""
 
 
 def run_client(coro: Coroutine[Any, Any, int]) -> int:
@@ -689,8 +678,11 @@ class FloorPeer(Peer):
     def start(self) -> None:
         self.port = free_port()
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child keeps it
+        # bench/wakeup_floor.py's echo server, on asyncio's loop, its reads from the heap
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", FLOOR_ECHO, str(self.port)], stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-c", ECHO, str(self.port), "asyncio", "heap"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         wait_port(self.port, self.proc, "the asyncio echo server")
 
@@ -699,20 +691,8 @@ class FloorPeer(Peer):
 
     def run_send(self, body: bytes, n: int, tag: str, meter: Meter) -> int:
         request = b"r" * (len(body) + FLOOR_OVERHEAD)
-        with socket.create_connection((HOST, self.port)) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            buf = bytearray(len(request))
-            view = memoryview(buf)
-
-            def one() -> None:
-                sock.sendall(request)
-                got = 0
-                while got < len(buf):
-                    k = sock.recv_into(view[got:])
-                    if not k:
-                        raise SystemExit("the asyncio echo server closed the connection")
-                    got += k
-
+        sock, one = socket_round_trip(self.port, request, len(request))
+        with sock:
             one()  # warm-up, untimed
             meter.start()
             for _ in range(n):
@@ -725,27 +705,15 @@ class FloorPeer(Peer):
             raise Skip("the floor has one request in flight only (send, send-async)")
         request = b"r" * (len(body) + FLOOR_OVERHEAD)
 
-        class Client(asyncio.Protocol):
-            def __init__(self) -> None:
-                self.got = 0
-                self.waiter: asyncio.Future[None] | None = None
-
-            def data_received(self, data: bytes) -> None:
-                self.got += len(data)
-                if self.got >= len(request) and self.waiter is not None:
-                    self.got -= len(request)
-                    self.waiter.set_result(None)
-                    self.waiter = None
-
         async def main() -> int:
             loop = asyncio.get_running_loop()
-            transport, proto = await loop.create_connection(Client, HOST, self.port)
+            transport, caller = await loop.create_connection(lambda: RawCaller(len(request)), HOST, self.port)
             try:
 
                 async def one() -> None:
-                    proto.waiter = loop.create_future()
+                    caller.waiter = loop.create_future()
                     transport.write(request)
-                    await proto.waiter
+                    await caller.waiter
 
                 await one()  # warm-up, untimed
                 meter.start()
