@@ -80,6 +80,7 @@ from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.event_log import EventLog
 from rocketq.ha.group_config import LedgerSpec
 from rocketq.ha.handover import choose_target, views_of
+from rocketq.ha.paced import paced_turns
 from rocketq.ha.peer_codec import RawEntries
 from rocketq.ha.peer_transport import PeerTransport
 from rocketq.ha.raft import RaftNode
@@ -907,16 +908,9 @@ class RaftGroupLog:
         loop is not woken for it (a wake-up of the loop per fsync, and on a follower a reply
         of its own to the leader)."""
         store = self.store
-        wake = self._flusher_wake
         interval_s = self.config.flush_file_interval_ms / 1000
-        while not stop.wait(interval_s):
-            if not self._unflushed:  # idle: sleep until the loop writes (no wake-ups meanwhile)
-                wake.clear()
-                # the stop is looked at after the clear: a stop (then a wake) that came between
-                # the wait above and the clear is seen here, not slept through for good
-                if not self._unflushed and not stop.is_set():
-                    wake.wait()
-                continue
+        # idle: asleep until the loop writes (no wake-ups meanwhile)
+        for _ in paced_turns(interval_s, stop, self._flusher_wake, lambda: self._unflushed):
             self._unflushed = False
             generation = self._truncations
             try:

@@ -226,7 +226,7 @@ class EntryStore:
             if self._closed:
                 return
             self.flush()
-            self._write_checkpoint(self.flushed)
+            self._write_checkpoint_now(self.flushed)
             self.data.shutdown()
             self.index.shutdown()
             self._closed = True
@@ -361,13 +361,20 @@ class EntryStore:
                 if self._closed:  # close() wrote the last one
                     return
                 end, committed, flushed = self.end_index, self.committed, self.flushed
-            durable_replace(self.checkpoint_path, fmt.format_checkpoint(end, committed, flushed))
+            self._write_checkpoint(end, committed, flushed)
             with self.lock:
                 self.checkpoint_flushed = flushed
 
-    def _write_checkpoint(self, flushed: int) -> None:
-        durable_replace(self.checkpoint_path, fmt.format_checkpoint(self.end_index, self.committed, flushed))
+    def _write_checkpoint_now(self, flushed: int) -> None:
+        """:meth:`_write_checkpoint` of the store's positions with ``flushed``, under both locks
+        (close, truncate)."""
+        self._write_checkpoint(self.end_index, self.committed, flushed)
         self.checkpoint_flushed = flushed
+
+    def _write_checkpoint(self, end: int, committed: int, flushed: int) -> None:
+        """Write ``checkpoint`` naming these indexes, fsynced with its directory: the one place
+        its content is made. Under the checkpoint lock."""
+        durable_replace(self.checkpoint_path, fmt.format_checkpoint(end, committed, flushed))
 
     def load_checkpoint(self) -> tuple[int | None, int | None, int | None]:
         try:
@@ -775,7 +782,7 @@ class EntryStore:
                     f"truncate from {from_index} would empty a log beginning at {self.begin_index}"
                 )
             if self.checkpoint_flushed >= from_index:
-                self._write_checkpoint(from_index - 1)  # durable before the data changes
+                self._write_checkpoint_now(from_index - 1)  # durable before the data changes
             self.flushed = min(self.flushed, from_index - 1)
             if from_index <= self.begin_index:
                 cut = self._index_record(from_index).pos

@@ -32,6 +32,7 @@ from rocketq.ha import entry_format as fmt
 from rocketq.ha.driver_config import FLUSH_FILE_INTERVAL_MS
 from rocketq.ha.entry_format import BODY_OFFSET, MAGIC_NOOP, EntryStoreError
 from rocketq.ha.entry_store import EntryStore
+from rocketq.ha.paced import paced_turns
 from rocketq.ha.raft_types import Role
 from rocketq.ha.replicated_log import AppendResult, AppendStatus, LogState, RecordEncoder
 
@@ -144,21 +145,21 @@ class SingleNodeLog:
         ``checkpoint_interval_ms`` the checkpoint when it changed; asleep while nothing is
         written. Ends at :meth:`stop` (which closes the store after it), or at a failed fsync,
         logged (the entries stay acknowledged in the page cache, as before the thread)."""
-        store, stop, wake = self.store, self._flusher_stop, self._flusher_wake
+        store = self.store
         interval_s = self.flush_interval_ms / 1000
         checkpoint_every_s = self.checkpoint_interval_ms / 1000
         next_checkpoint = time.monotonic() + checkpoint_every_s
-        while not stop.wait(interval_s):
-            if not self._unflushed:  # idle: the checkpoint brought up to date, then asleep
-                if store.checkpoint_flushed != store.flushed_index:
-                    self._checkpoint()
-                    next_checkpoint = time.monotonic() + checkpoint_every_s
-                wake.clear()
-                # the flag and the stop are looked at after the clear: an append (or a stop)
-                # that came between the wait above and the clear is seen here
-                if not self._unflushed and not stop.is_set():
-                    wake.wait()
-                continue
+
+        def idle() -> None:  # the checkpoint brought up to date, then asleep
+            nonlocal next_checkpoint
+            if store.checkpoint_flushed != store.flushed_index:
+                self._checkpoint()
+                next_checkpoint = time.monotonic() + checkpoint_every_s
+
+        def pending() -> bool:
+            return self._unflushed
+
+        for _ in paced_turns(interval_s, self._flusher_stop, self._flusher_wake, pending, idle):
             self._unflushed = False  # before the fsync: a write during it is covered next time
             try:
                 store.flush_unlocked()
