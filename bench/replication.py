@@ -430,7 +430,10 @@ async def broker_sends(root: str, args: argparse.Namespace) -> None:
             tag = f", fsync {ms} ms" if len(intervals) > 1 else ""
             servers.append(Serve(root, flush, 3, tag=tag, conf=extra))
         if args.baseline_src:  # the same group on another source tree, e.g. before a change
-            servers.append(Serve(root, flush, 3, os.path.abspath(args.baseline_src), " (base)"))
+            # with one --flush-file-intervals value, at that cadence too
+            base_conf = {"flushFileInterval": intervals[0]} if len(intervals) == 1 else {}
+            base_src = os.path.abspath(args.baseline_src)
+            servers.append(Serve(root, flush, 3, base_src, " (base)", conf=base_conf))
         producers: list[AsyncProducer] = []
         try:
             for s in servers:

@@ -257,6 +257,7 @@ def test_limit_keys_are_read_from_broker_conf_and_namesrv_conf() -> None:
         "serverPartialFrameTimeout": "5000",
         "serverMaxConnectionsPerHost": "10",
         "serverMaxInFlightRequests": "32",
+        "serverReadMaxBytes": "65536",
     }
     expected = ServerLimits(
         idle_timeout_s=60.0,
@@ -264,6 +265,7 @@ def test_limit_keys_are_read_from_broker_conf_and_namesrv_conf() -> None:
         partial_frame_timeout_s=5.0,
         max_connections_per_host=10,
         max_in_flight_requests=32,
+        read_max_bytes=65536,
     )
     assert broker_config_from_properties(props, broker_name="b", broker_ip1=HOST).server_limits() == expected
     assert NamesrvConfig.from_rocketmq_properties(props).server_limits() == expected
@@ -272,6 +274,9 @@ def test_limit_keys_are_read_from_broker_conf_and_namesrv_conf() -> None:
         NamesrvConfig(server_max_in_flight_requests=0)
     with pytest.raises(ConfigError, match="server_channel_max_idle_time_seconds=-1 is negative"):
         broker_config_from_properties({"serverChannelMaxIdleTimeSeconds": "-1"}, broker_name="b")
+    with pytest.raises(ConfigError, match="server_read_max_bytes=-1 is negative"):
+        NamesrvConfig.from_rocketmq_properties({"serverReadMaxBytes": "-1"})
+    assert ServerLimits().read_max_bytes == 32 * 1024
 
 
 def test_a_name_server_applies_its_configured_limits_and_updates_them_live() -> None:

@@ -40,6 +40,7 @@ from rocketq.remoting.limits import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    DEFAULT_READ_MAX_BYTES,
     ServerLimits,
     limit_problems,
     limits_from,
@@ -152,8 +153,11 @@ class BrokerConfig:
     server_partial_frame_timeout_ms: int = 30_000
     #: ... refuse connections from a host beyond this many open ...
     server_max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
-    #: ... and stop reading a connection with this many requests unanswered.
+    #: ... stop reading a connection with this many requests unanswered ...
     server_max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+    #: ... and take at most this many bytes from a connection per read (0: the event loop's
+    #: own size; rocketq key ``serverReadMaxBytes``).
+    server_read_max_bytes: int = DEFAULT_READ_MAX_BYTES
 
     #: ``PROM`` serves Prometheus metrics at ``/metrics`` (docs/metrics.md); ``DISABLE`` (the
     #: default) serves none. RocketMQ 5's ``MetricsExporterType``; its OTLP_GRPC and LOG

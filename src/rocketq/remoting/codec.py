@@ -122,6 +122,12 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     @property
+    def missing(self) -> int:
+        """Bytes still to come before the frame begun in the buffer is complete (0 when idle;
+        while its length field is incomplete, what completes that field)."""
+        return max(0, self._need - (len(self._buf) - self._pos))
+
+    @property
     def failed(self) -> bool:
         """True once a bad frame was seen; every later feed raises RemoteProtocolError again."""
         return self._error is not None

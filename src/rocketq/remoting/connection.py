@@ -55,6 +55,17 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   answer, writes again, and the flush would cost its loop an iteration per call with nothing
   to join; a second frame before a read waits for the flush, and the rest of its burst joins it.
 
+Read size. A serving connection reads at most ``read_max_bytes`` per read (a server's
+``ServerLimits.read_max_bytes``, 32 KiB by default; asyncio's own read is 256 KiB), so the loop
+takes one peer's burst in parts, with the other connections' reads between them. A DLedger
+leader owes most of its group's rate to it: with 256 KiB reads the sends of a producer's whole
+burst arrive in one read and go into one proposal, and the producer, the leader and the followers
+then take turns on one burst at a time; in parts, the first part's proposal is replicated,
+committed and answered while the leader takes the next (docs/benchmarks.md). While a frame
+larger than that is incomplete, each read takes what it misses, up to 256 KiB
+(``READ_GROWN_MAX_BYTES``), so a large message costs no more reads than before. It applies to
+asyncio's socket transports; a TLS or uvloop transport reads in its own sizes.
+
 Back-pressure. Each transport has write-buffer limits (``WRITE_BUFFER_HIGH_BYTES`` /
 ``WRITE_BUFFER_LOW_BYTES``). On the serving side a full write buffer pauses reading from that
 peer until it drains (a client that pipelines requests but does not read its responses stops
@@ -141,6 +152,9 @@ own), or None, with nothing done, to leave ``data`` to the frame decoder and the
 
 CloseCallback = Callable[["Connection"], None]
 
+#: The most a serving connection reads at once while a frame larger than its read size is
+#: incomplete (asyncio's own read size).
+READ_GROWN_MAX_BYTES: Final = 256 * 1024
 #: A transport's write buffer above this pauses the writer (serving side: stops reading).
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024
 #: ... and below this resumes it.
@@ -229,8 +243,13 @@ class Connection(asyncio.Protocol):
         guard: LimitGuard | None = None,
         lone: LoneHandler | None = None,
         after_read: Callable[[], None] | None = None,
+        read_max_bytes: int = 0,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        #: the serving side's read size (0: the transport's own; see "Read size" above), and
+        #: whether the transport's read size is above it now (a large frame being read)
+        self._read_max = read_max_bytes if serving else 0
+        self._read_grown = False
         #: the loop's clock: time.monotonic itself when the loop's time() is asyncio's own
         #: (which returns time.monotonic()), one Python call less per call's deadline slot
         self._loop_time: Callable[[], float] = (
@@ -573,6 +592,10 @@ class Connection(asyncio.Protocol):
         # A stream transport; uvloop's is not a subclass of asyncio.Transport, hence no isinstance.
         self._transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES, low=WRITE_BUFFER_LOW_BYTES)
+        if self._read_max and type(getattr(transport, "max_size", None)) is int:
+            transport.max_size = self._read_max  # type: ignore[attr-defined]
+        else:  # a transport that reads in sizes of its own (TLS, uvloop)
+            self._read_max = 0
         peer = transport.get_extra_info("peername")
         self.remote_address = format_address(peer)
         self.remote_host = str(peer[0]) if isinstance(peer, tuple) and peer else self.remote_address
@@ -630,6 +653,8 @@ class Connection(asyncio.Protocol):
             self._protocol_error(str(exc))
             return
         self._active = True
+        if self._read_max and (self._read_grown or not self._decoder.idle):
+            self._size_next_read()
         guard = self._guard
         if guard is not None:
             held = self._decoder.buffered
@@ -663,6 +688,16 @@ class Connection(asyncio.Protocol):
                     self.flush()
             if self._after_read is not None:
                 self._after_read()
+
+    def _size_next_read(self) -> None:
+        """The next read's size: what the incomplete frame misses, between the read size and
+        :data:`READ_GROWN_MAX_BYTES`; the read size again once no frame is incomplete."""
+        read_max = self._read_max
+        size = min(max(self._decoder.missing, read_max), READ_GROWN_MAX_BYTES)
+        transport = self._transport
+        if transport is not None:
+            transport.max_size = size  # type: ignore[attr-defined]
+        self._read_grown = size != read_max
 
     def eof_received(self) -> bool | None:
         return None

@@ -21,11 +21,19 @@ limit (:class:`ServerLimits` field)   default    when it trips
                                                  answered; beyond it reading from that peer
                                                  pauses until half are answered (nothing is
                                                  dropped; see rocketq.remoting.connection)
+``read_max_bytes``                    32 KiB     not a limit that closes anything: the most one
+                                                 read takes from a connection per loop
+                                                 iteration (asyncio's own is 256 KiB), so that
+                                                 one peer's burst is handled in parts with the
+                                                 other connections' reads between them; a frame
+                                                 larger than it is read in steps of up to
+                                                 256 KiB while it is incomplete
 ====================================  =========  ==============================================
 
 Their keys in ``broker.conf`` and ``namesrv.conf`` are :data:`CONFIG_KEYS` (the ``server_*`` fields
 of BrokerConfig and NamesrvConfig, read by :func:`limits_from`). 0 turns a limit off
-(``max_in_flight_requests`` must stay at least 1). The per-frame cap (16 MiB,
+(``max_in_flight_requests`` must stay at least 1; ``read_max_bytes`` 0 leaves the read size to
+the event loop). The per-frame cap (16 MiB,
 the frame decoder's ``max_frame_size``) is checked before a frame is buffered and is not repeated
 here. A tripped limit closes only that connection and is logged at WARNING (idle closes at INFO),
 at most once per limit every 10 s with a count of those suppressed.
@@ -60,6 +68,7 @@ DEFAULT_MAX_BUFFERED_BYTES: Final = 256 * MiB
 DEFAULT_PARTIAL_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_CONNECTIONS_PER_HOST: Final = 1000
 DEFAULT_MAX_IN_FLIGHT_REQUESTS: Final = 1024
+DEFAULT_READ_MAX_BYTES: Final = 32 * 1024
 
 #: Longest pause between two sweeps of the idle and partial-frame ages.
 _MAX_SWEEP_INTERVAL_S: Final = 5.0
@@ -75,6 +84,7 @@ CONFIG_KEYS: Final = {
     "partial_frame_timeout_s": "serverPartialFrameTimeout",
     "max_connections_per_host": "serverMaxConnectionsPerHost",
     "max_in_flight_requests": "serverMaxInFlightRequests",
+    "read_max_bytes": "serverReadMaxBytes",
 }
 
 
@@ -88,11 +98,18 @@ class ServerLimits:
     partial_frame_timeout_s: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S
     max_connections_per_host: int = DEFAULT_MAX_CONNECTIONS_PER_HOST
     max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS
+    read_max_bytes: int = DEFAULT_READ_MAX_BYTES
 
     def __post_init__(self) -> None:
         problems = _problems(
             self,
-            ("idle_timeout_s", "max_buffered_bytes", "partial_frame_timeout_s", "max_connections_per_host"),
+            (
+                "idle_timeout_s",
+                "max_buffered_bytes",
+                "partial_frame_timeout_s",
+                "max_connections_per_host",
+                "read_max_bytes",
+            ),
             "max_in_flight_requests",
             "is negative",
         )
@@ -121,6 +138,8 @@ class LimitSettings(Protocol):
     def server_max_connections_per_host(self) -> int: ...
     @property
     def server_max_in_flight_requests(self) -> int: ...
+    @property
+    def server_read_max_bytes(self) -> int: ...
 
 
 def limits_from(settings: LimitSettings) -> ServerLimits:
@@ -131,6 +150,7 @@ def limits_from(settings: LimitSettings) -> ServerLimits:
         partial_frame_timeout_s=settings.server_partial_frame_timeout_ms / 1000,
         max_connections_per_host=settings.server_max_connections_per_host,
         max_in_flight_requests=settings.server_max_in_flight_requests,
+        read_max_bytes=settings.server_read_max_bytes,
     )
 
 
@@ -143,6 +163,7 @@ def limit_problems(settings: LimitSettings) -> list[str]:
             "server_buffered_frames_max_bytes",
             "server_partial_frame_timeout_ms",
             "server_max_connections_per_host",
+            "server_read_max_bytes",
         ),
         "server_max_in_flight_requests",
         "is negative (0 disables the limit)",

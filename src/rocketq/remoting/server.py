@@ -201,6 +201,7 @@ class RemotingServer:
             guard=self.guard,
             lone=self.lone,
             after_read=self._after_read,
+            read_max_bytes=self.limits.read_max_bytes,
         )
 
     def _register(self, conn: Connection) -> None:
