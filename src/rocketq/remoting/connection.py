@@ -58,7 +58,7 @@ One idea: the state of one connection, both directions, over one asyncio transpo
 Read size. A serving connection reads at most ``read_max_bytes`` per read (a server's
 ``ServerLimits.read_max_bytes``, 32 KiB by default; asyncio's own read is 256 KiB), so the loop
 takes one peer's burst in parts, with the other connections' reads between them. A DLedger
-leader owes most of its group's rate to it: with 256 KiB reads the sends of a producer's whole
+leader gains most from it: with 256 KiB reads the sends of a producer's whole
 burst arrive in one read and go into one proposal, and the producer, the leader and the followers
 then take turns on one burst at a time; in parts, the first part's proposal is replicated,
 committed and answered while the leader takes the next (docs/benchmarks.md). While a frame
