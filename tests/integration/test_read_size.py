@@ -6,7 +6,9 @@ once it is complete; every request is answered, in order, whatever the read size
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from collections.abc import AsyncIterator
 from typing import Any
 
 from _support.remoting import WAIT_S, run
@@ -73,14 +75,27 @@ def served_transport(server: RemotingServer) -> Any:
     return conn._transport
 
 
+@contextlib.asynccontextmanager
+async def connected(
+    **limits: Any,
+) -> AsyncIterator[tuple[RemotingServer, Reads, asyncio.StreamReader, asyncio.StreamWriter, Connection]]:
+    """A server with ``limits``, one client connection to it and the server's side of it."""
+    reads = Reads()
+    server = await start(reads, **limits)
+    try:
+        reader, writer = await asyncio.open_connection(HOST, server.port)
+        await wait_until_async(lambda: len(server.connections) == 1, timeout_s=WAIT_S)
+        (conn,) = server.connections
+        yield server, reads, reader, writer, conn
+        writer.close()
+    finally:
+        await server.close()
+
+
 def test_a_burst_is_read_in_parts_of_the_read_size_and_every_request_is_answered_in_order() -> None:
     async def main() -> None:
         for read_max, fewest_reads in ((DEFAULT_READ_MAX_BYTES, 6), (0, 1)):
-            reads = Reads()
-            server = await start(reads, read_max_bytes=read_max)
-            try:
-                reader, writer = await asyncio.open_connection(HOST, server.port)
-                await wait_until_async(lambda s=server: len(s.connections) == 1, timeout_s=WAIT_S)
+            async with connected(read_max_bytes=read_max) as (server, reads, reader, writer, _):
                 # 400 requests of about 500 B: about 200 KiB written at once
                 burst, opaques = requests(400, 450)
                 assert len(burst) > 6 * DEFAULT_READ_MAX_BYTES
@@ -94,21 +109,13 @@ def test_a_burst_is_read_in_parts_of_the_read_size_and_every_request_is_answered
                     assert reads.count >= fewest_reads
                 else:  # the event loop's own read size: untouched
                     assert served_transport(server).max_size == 256 * 1024
-                writer.close()
-            finally:
-                await server.close()
 
     run(main())
 
 
 def test_a_frame_larger_than_the_read_size_is_read_in_larger_steps_then_the_size_returns() -> None:
     async def main() -> None:
-        reads = Reads()
-        server = await start(reads)
-        try:
-            reader, writer = await asyncio.open_connection(HOST, server.port)
-            await wait_until_async(lambda: len(server.connections) == 1, timeout_s=WAIT_S)
-            (conn,) = server.connections
+        async with connected() as (server, _, reader, writer, conn):
             transport = served_transport(server)
             assert transport.max_size == DEFAULT_READ_MAX_BYTES
             big = create_request(RequestCode.HEART_BEAT, body=bytes(range(256)) * 4096)  # 1 MiB
@@ -132,21 +139,13 @@ def test_a_frame_larger_than_the_read_size_is_read_in_larger_steps_then_the_size
             assert got[0].body == big.body
             assert transport.max_size == DEFAULT_READ_MAX_BYTES  # back once nothing is incomplete
             assert not conn._read_grown
-            writer.close()
-        finally:
-            await server.close()
 
     run(main())
 
 
 def test_the_read_size_grows_only_to_what_the_frame_misses() -> None:
     async def main() -> None:
-        reads = Reads()
-        server = await start(reads)
-        try:
-            reader, writer = await asyncio.open_connection(HOST, server.port)
-            await wait_until_async(lambda: len(server.connections) == 1, timeout_s=WAIT_S)
-            (conn,) = server.connections
+        async with connected() as (server, _, reader, writer, conn):
             # a frame of 40 KiB sent but for its last 100 bytes: it misses less than the read size
             request = create_request(RequestCode.HEART_BEAT, body=bytes(40 * 1024))
             frame = encode(request)
@@ -157,9 +156,6 @@ def test_the_read_size_grows_only_to_what_the_frame_misses() -> None:
             writer.write(frame[-100:])
             (got,) = await answers(reader, 1)
             assert got.opaque == request.opaque
-            writer.close()
-        finally:
-            await server.close()
 
     run(main())
 
