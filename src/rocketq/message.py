@@ -111,6 +111,13 @@ def encode_properties(props: Mapping[str, str]) -> str:
     return text
 
 
+def number_property(raw: str, default: int) -> int:
+    """A numeric property value (a delay level, a check count, a queue offset) as an int when it
+    is a plain decimal of ASCII digits, else ``default``. ``str.isdigit`` alone also takes
+    Unicode digits such as ``'¹'``, which ``int()`` refuses."""
+    return int(raw) if raw.isascii() and raw.isdigit() else default
+
+
 def decode_properties(text: str) -> dict[str, str]:
     """Parse a properties string exactly as RocketMQ 4.9/5.x does."""
     result: dict[str, str] = {}

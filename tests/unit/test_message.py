@@ -34,6 +34,7 @@ from rocketq.message import (
     encode_properties,
     java_string_hash,
     java_string_hash_once,
+    number_property,
     pack_socket_addr,
     split_host_port,
     tags_code,
@@ -445,3 +446,14 @@ def test_a_client_process_does_not_import_numpy() -> None:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_number_property_takes_ascii_decimals_only() -> None:
+    assert number_property("3", 0) == 3
+    assert number_property("0042", -1) == 42
+    # Unicode digits pass str.isdigit but int() refuses them: the default, not an error
+    assert number_property("\u00b9", 0) == 0
+    assert number_property("\u0663", 7) == 7  # ARABIC-INDIC DIGIT THREE
+    assert number_property("", 5) == 5
+    assert number_property("-1", 9) == 9
+    assert number_property("1.5", 0) == 0

@@ -26,6 +26,7 @@ from rocketq.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     decode_properties,
     encode_properties,
+    number_property,
 )
 
 PROPERTY_CLUSTER = "CLUSTER"
@@ -122,7 +123,7 @@ def properties_as_sent(
 
 def delay_level(props: dict[str, str]) -> int:
     raw = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
-    return int(raw) if raw.isascii() and raw.isdigit() else 0
+    return number_property(raw, 0)
 
 
 __all__ = [

@@ -61,6 +61,7 @@ from rocketq.message import (
     MessageExt,
     born_host_of,
     encode_properties,
+    number_property,
 )
 from rocketq.protocol.headers import get_bool, get_int, get_long, get_str, opt_str
 from rocketq.protocol.record import (
@@ -338,7 +339,7 @@ class TransactionService:
                 resolved = -1
                 if op is not None and op.tags == OP_REMOVE_TAG:
                     text = op.body.decode("ascii", "replace").strip()
-                    resolved = int(text) if text.isascii() and text.isdigit() else -1
+                    resolved = number_property(text, -1)
                 ops.append((i, resolved))
         removed = {h for _, h in ops if h >= 0}
         actions: list[_CheckAction] = []
@@ -444,13 +445,13 @@ def _message_at(ctx: BrokerContext, topic: str, offset: int) -> MessageExt | Non
 
 def _check_times(half: MessageExt) -> int:
     raw = half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0")
-    return int(raw) if raw.isascii() and raw.isdigit() else 0
+    return number_property(raw, 0)
 
 
 def _origin_offset(half: MessageExt) -> int:
     """The queue offset of the first copy of a half (checked copies name it)."""
     raw = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, "")
-    return int(raw) if raw.isascii() and raw.isdigit() else half.queue_offset
+    return number_property(raw, half.queue_offset)
 
 
 __all__ = [

@@ -156,10 +156,8 @@ class SingleNodeLog:
                 self._checkpoint()
                 next_checkpoint = time.monotonic() + checkpoint_every_s
 
-        def pending() -> bool:
-            return self._unflushed
-
-        for _ in paced_turns(interval_s, self._flusher_stop, self._flusher_wake, pending, idle):
+        stop, wake = self._flusher_stop, self._flusher_wake
+        for _ in paced_turns(interval_s, stop, wake, lambda: self._unflushed, idle):
             self._unflushed = False  # before the fsync: a write during it is covered next time
             try:
                 store.flush_unlocked()

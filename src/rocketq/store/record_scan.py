@@ -90,6 +90,7 @@ from rocketq.message import (
     decode_properties,
     java_string_hash,
     java_string_hash_once,
+    number_property,
 )
 from rocketq.protocol import record as rec
 from rocketq.store.lazy_list import LazyList
@@ -651,9 +652,9 @@ def build_dispatch_request(
     topic = view.topic
     tags_code = 0
     if delay_levels is not None and topic == SCHEDULE_TOPIC:
-        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None and level.isascii() and level.isdigit() and int(level) > 0:
-            tags_code = compute_deliver_timestamp(delay_levels, int(level), view.store_timestamp)
+        level = number_property(props.get(PROPERTY_DELAY_TIME_LEVEL, ""), 0)
+        if level > 0:
+            tags_code = compute_deliver_timestamp(delay_levels, level, view.store_timestamp)
     else:
         tags = props.get(PROPERTY_TAGS)
         if tags:

@@ -96,6 +96,7 @@ from rocketq.message import (
     MessageExt,
     decode_properties,
     encode_properties,
+    number_property,
 )
 from rocketq.protocol import record as rec
 from rocketq.protocol.record import view_to_message
@@ -177,8 +178,7 @@ def to_timer_topic(msg: BrokerMessage, policy: TimerPolicy, now_ms: int) -> Brok
     if msg.topic == TIMER_TOPIC or msg.topic in _TRANSACTION_HALF_TOPICS:
         return msg
     props = decode_properties(msg.properties.decode("utf-8", "replace"))
-    level = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
-    if level.isascii() and level.isdigit() and int(level) > 0:
+    if number_property(props.get(PROPERTY_DELAY_TIME_LEVEL, ""), 0) > 0:
         if any(k in props for k in _LEVEL_CLEARS):
             for key in _LEVEL_CLEARS:
                 props.pop(key, None)
