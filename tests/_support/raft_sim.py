@@ -82,11 +82,11 @@ class DiskReader:
         self.node = node
         self.reads = 0
 
-    def read(self, lo: int, max_bytes: int) -> list[Entry]:
+    def read(self, lo: int, max_bytes: int, hi: int | None = None) -> list[Entry]:
         self.reads += 1
         out: list[Entry] = []
         total = 0
-        for e in self.node.disk[lo:]:
+        for e in self.node.disk[lo : None if hi is None else hi + 1]:
             if out and total + e.size > max_bytes:
                 break
             out.append(e)

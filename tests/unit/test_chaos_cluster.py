@@ -10,7 +10,7 @@ import pytest
 
 from rocketq.ha.entry_format import BODY_OFFSET
 from rocketq.ha.entry_store import EntryStore
-from rocketq.testing.chaos.cluster import ChaosGroup, _log_tail
+from rocketq.testing.chaos.cluster import ChaosGroup, NodeState, _log_tail, _Node
 from rocketq.testing.chaos.power_loss import cut_unsynced
 
 DATA_FILE = 4096
@@ -90,3 +90,23 @@ def test_an_exited_nodes_error_carries_the_end_of_its_log(tmp_path: pathlib.Path
     tail = _log_tail(log)
     assert tail.endswith("cannot start: the port is in use\n") and len(tail) == 2000
     assert _log_tail(tmp_path / "missing.log").startswith("(unreadable: ")
+
+
+def test_describe_names_each_members_view(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a recovery that timed out quotes: a member's role, term, leader and committed
+    # position, or why there is none (dead, paused, not answering)
+    group = ChaosGroup(tmp_path)
+    props = {
+        "bindAddress": "127.0.0.1",
+        "listenPort": "1",
+        "dLegerPeers": "n0-127.0.0.1:2;n1-127.0.0.1:3;n2-127.0.0.1:4",
+        "storePathRootDir": str(tmp_path),
+    }
+    group._nodes = [_Node(i, f"n{i}", str(tmp_path / f"n{i}.conf"), props, str(tmp_path)) for i in range(3)]
+    group._nodes[1].paused = True
+    views = {0: NodeState("LEADER", 4, "n0", 100), 2: None}
+    monkeypatch.setattr(group, "alive", lambda node: True)
+    monkeypatch.setattr(group, "state", lambda node, timeout_s=0.0: views.get(node))
+    assert group.describe() == "n0 LEADER term 4 leader n0 committed 100; n1 paused; n2 not answering"
+    monkeypatch.setattr(group, "alive", lambda node: node != 2)
+    assert group.describe().endswith("; n2 dead")

@@ -13,6 +13,7 @@ from _support.tmpfs import fill as fill_disk
 from _support.tmpfs import small_tmpfs
 from rocketq.errors import DiskFull
 from rocketq.ha import entry_format as fmt
+from rocketq.ha.driver import _StoreReader
 from rocketq.ha.entry_format import CorruptLogError, EntryNotFound, InconsistentAppend, TruncateBelowFloor
 from rocketq.ha.entry_store import EntryStore
 
@@ -583,3 +584,17 @@ def test_written_from_is_where_the_data_ended_at_the_open(tmp_path: pathlib.Path
         assert s.written_from == end and end > placed[-1][1]
         new = fill(s, 5)
         assert s.written_from == end and all(pos >= end for _, pos in new)
+
+
+def test_the_cores_reader_stops_at_the_index_asked_for(tmp_path: pathlib.Path) -> None:
+    # the Raft core reads back released entries through the driver's reader: bounded by ``hi``
+    # it returns those entries only, whatever room ``max_bytes`` leaves (one apply step of a
+    # few entries decodes those entries, not the rest of the store)
+    with open_store(tmp_path) as s:
+        fill(s, 40)
+        reader = _StoreReader(s)
+        assert [e.index for e in reader.read(5, 1 << 20, 5)] == [5]
+        assert [e.index for e in reader.read(5, 1 << 20, 9)] == [5, 6, 7, 8, 9]
+        assert [e.index for e in reader.read(30, 1 << 20, 99)] == list(range(30, 40))  # the store ends first
+        assert [e.index for e in reader.read(30, 1 << 20)] == list(range(30, 40))
+        assert [e.data for e in reader.read(12, 1 << 20, 12)] == [body_of(12)]

@@ -37,8 +37,8 @@ class Reader:
     def __init__(self, entries: dict[int, Entry]) -> None:
         self.entries = entries
 
-    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
-        return [self.entries[i] for i in range(lo, max(self.entries) + 1)]
+    def read(self, lo: int, max_bytes: int, hi: int | None = None) -> Sequence[Entry]:
+        return [self.entries[i] for i in range(lo, (max(self.entries) if hi is None else hi) + 1)]
 
 
 def compacted_log(first: int, last: int, term: int = 1, base_term: int | None = 1) -> RaftLog:
@@ -129,10 +129,10 @@ class DeletingReader(Reader):
         super().__init__(entries)
         self.begin = begin
 
-    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+    def read(self, lo: int, max_bytes: int, hi: int | None = None) -> Sequence[Entry]:
         if lo < self.begin:
             raise Compacted(f"entry {lo} was deleted", self.begin, 1)
-        return super().read(lo, max_bytes)
+        return super().read(lo, max_bytes, hi)
 
 
 def test_entries_deleted_while_the_leader_runs_end_in_the_same_refusal() -> None:

@@ -135,18 +135,19 @@ class _StoreReader:
     def __init__(self, store: EntryStore) -> None:
         self._store = store
 
-    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+    def read(self, lo: int, max_bytes: int, hi: int | None = None) -> Sequence[Entry]:
         out: list[Entry] = []
         total = 0
         store = self._store
         with store.lock:
+            end = store.ledger_end_index if hi is None else min(hi, store.ledger_end_index)
             begin = store.ledger_begin_index
             if lo < begin:  # retention deleted them: the core's log begins at ``begin`` from now
                 raise Compacted(
                     f"entry {lo} was deleted (the store begins at {begin})", begin, store.term_before_begin()
                 )
             i = lo
-            while i <= store.ledger_end_index:
+            while i <= end:
                 e = store.get(i)
                 kind = EntryKind.NOOP if e.magic == MAGIC_NOOP else EntryKind.NORMAL
                 entry = Entry(e.index, e.term, e.body, kind)

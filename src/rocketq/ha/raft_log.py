@@ -32,9 +32,10 @@ _TERM = operator.attrgetter("term")
 class EntryReader(Protocol):
     """Reads written entries back from the entry store."""
 
-    def read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+    def read(self, lo: int, max_bytes: int, hi: int | None = None) -> Sequence[Entry]:
         """Entries from ``lo`` on, contiguous, at most ``max_bytes`` in total (``Entry.size``) but
-        at least one; ``lo`` is always an index the store has written."""
+        at least one, and none after index ``hi`` when it is given; ``lo`` is always an index the
+        store has written."""
         ...
 
 
@@ -155,7 +156,9 @@ class RaftLog:
         out: list[Entry] = []
         i = lo
         while i <= hi and i < self._cache_start:
-            got = self._read(i, 1 << 20)
+            # bounded by ``hi``: a member applying a few entries at a time (a follower catching
+            # up on one-entry appends) must not decode a megabyte of entries for each of them
+            got = self._read(i, 1 << 20, min(hi, self._cache_start - 1))
             out.extend(got[: hi - i + 1])
             i = out[-1].index + 1
         if i <= hi:
@@ -200,11 +203,11 @@ class RaftLog:
             del self._cache[: first - self._cache_start]
             self._cache_start = first
 
-    def _read(self, lo: int, max_bytes: int) -> Sequence[Entry]:
+    def _read(self, lo: int, max_bytes: int, hi: int | None = None) -> Sequence[Entry]:
         if self._reader is None:  # pragma: no cover - released entries exist only with a reader
             raise AssertionError("raft log released payloads without an entry reader")
         try:
-            got = self._reader.read(lo, max_bytes)
+            got = self._reader.read(lo, max_bytes, hi)
         except Compacted as gone:  # deleted while this member runs: the log begins later now
             if gone.first > 0:
                 self.compact(gone.first, gone.base_term)

@@ -146,6 +146,9 @@ class RemotingClient:
         task = self._connecting.get(addr)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._open(addr))
+            # a caller whose wait ran out has left: the attempt's failure is then nobody's to
+            # take, and asyncio would log it as an error ("never retrieved") when it ends
+            task.add_done_callback(_take_outcome)
             self._connecting[addr] = task
         if timeout_s is None:
             return await asyncio.shield(task)
@@ -199,6 +202,11 @@ class RemotingClient:
             max_pending_requests=self._max_pending_requests,
             serving=False,
         )
+
+
+def _take_outcome(task: asyncio.Task[Connection]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _tls_reason(exc: ssl.SSLError) -> str:

@@ -593,8 +593,31 @@ class ChaosGroup:
             states = self.states()
             return len(states) == self.size and len({(st.term, st.leader_id) for st in states.values()}) == 1
 
-        _wait(agreed, "every member following one leader in one term", timeout_s)
+        try:
+            _wait(agreed, "every member following one leader in one term", timeout_s)
+        except ChaosError as exc:
+            raise ChaosError(f"{exc}; the members say: {self.describe()}") from None
         return self.wait_leader(timeout_s)
+
+    def describe(self) -> str:
+        """Each member's view in one line (what a timeout quotes): role, term, leader and committed
+        position, or why it does not answer."""
+        parts = []
+        for node in self.node_ids:
+            n = self._node(node)
+            if not self.alive(node):
+                parts.append(f"n{node} dead")
+            elif n.paused:
+                parts.append(f"n{node} paused")
+            else:
+                st = self.state(node)
+                if st is None:
+                    parts.append(f"n{node} not answering")
+                else:
+                    leader = st.leader_id or "-"
+                    pos = st.committed_pos
+                    parts.append(f"n{node} {st.role} term {st.term} leader {leader} committed {pos}")
+        return "; ".join(parts)
 
     def _apply_blocks(self) -> None:
         for (a, b), proxy in self._proxies.items():

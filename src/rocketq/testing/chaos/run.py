@@ -346,7 +346,14 @@ def run_once(cfg: RunConfig) -> RunResult:
                         f"{fault.nemesis} on n{node}: undo failed: {exc}; its Raft events end:\n{story}"
                     )
                 windows.append(Window(fault.nemesis, began, time.monotonic() - t0, f"n{node}"))
-            striker.heal_all()
+            try:
+                striker.heal_all()
+            except ChaosError as exc:
+                tails = "\n".join(
+                    f"n{n}'s Raft events end:\n{events_tail(events_dir / f'raft-n{n}.jsonl')}"
+                    for n in group.node_ids
+                )
+                raise ChaosError(f"{exc}\n{tails}") from None
             _wait_until(t0 + cfg.duration_s)
         finally:
             _stop_all(workloads)
