@@ -151,3 +151,34 @@ def test_entries_deleted_while_the_leader_runs_end_in_the_same_refusal() -> None
     )
     to_n2 = [m for m in sent(out, Append) if m.dst == "n2"]
     assert to_n2 and to_n2[0].prev_index == 49 and to_n2[0].entries[0].index == 50
+
+
+def test_a_follower_silent_since_the_election_is_probed_where_the_leader_guessed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a follower down when this leader was elected never answered it. After the resend
+    # timeout the leader probes it again; what it knows of that follower is nothing, so it
+    # probes after its own last entry (a rejection then says where the follower's log ends),
+    # never from index 0: there, retention has deleted the entries, and the follower would be
+    # logged as needing a rebuild it does not need
+    leader = node("n0", compacted_log(50, 59), commit=59)
+    elect(leader)
+    term = leader.term
+    leader.step(Receive(AppendReply("n2", "n0", term, True, 60, 60, 60)))  # n2 is up to date
+    probes: list[Append] = []
+    with caplog.at_level(logging.ERROR, logger="rocketq.ha.raft"):
+        for _ in range(6):
+            out = leader.step(Tick(leader.config.resend_timeout_ms // 2))
+            probes += [m for m in sent(out, Append) if m.dst == "n1"]
+            leader.step(Receive(HeartbeatReply("n2", "n0", term, last_index=60, verified_index=60)))
+    assert leader.role is Role.LEADER and leader.term == term
+    assert probes and all(m.prev_index >= 59 for m in probes), [m.prev_index for m in probes]
+    assert leader.unservable == {}
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]
+    # its first answer says where its log ends: the leader goes there (a fast back-up)
+    last_probe = probes[-1].prev_index
+    out = leader.step(
+        Receive(AppendReply("n1", "n0", term, False, -1, reject_index=last_probe, conflict_index=56))
+    )
+    to_n1 = [m for m in sent(out, Append) if m.dst == "n1"]
+    assert to_n1 and to_n1[0].prev_index == 55

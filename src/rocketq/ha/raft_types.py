@@ -409,7 +409,12 @@ class Progress:
     def become_probe(self) -> None:
         self.probing = True
         self.probe_sent = False
-        self.next = self.accepted + 1
+        if self.accepted >= 0:
+            self.next = self.accepted + 1
+        # else the follower never answered this leader: ``next`` stays the leader's guess (its
+        # log end at the election, or past what it sent since), and a rejection says where
+        # the follower's log ends. Index 0 would be a read of the log's oldest entry, and where
+        # retention deleted it, a follower wrongly reported as needing a rebuild.
         self.inflight.clear()
         self.inflight_bytes = 0
 
@@ -436,6 +441,7 @@ class Progress:
         self.accepted = last_index
         self.match = min(self.match, last_index)
         self.become_probe()
+        self.next = last_index + 1  # also when its log is empty now (-1): from the start
 
     def free_to(self, index: int) -> None:
         n = 0
