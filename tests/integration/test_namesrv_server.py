@@ -518,6 +518,10 @@ def test_admin_requests_write_perm_delete_topic_and_config() -> None:
             config = await client.invoke(ns, create_request(RequestCode.GET_NAMESRV_CONFIG))
             assert "orderMessageEnable=false\n" in config.body.decode()
             assert f"listenPort={server.config.listen_port}\n" in config.body.decode()
+            # the rocketq limits keep the unit their documented keys carry
+            assert "serverReadMaxBytes=32768\n" in config.body.decode()
+            assert "serverBufferedFramesMaxBytes=268435456\n" in config.body.decode()
+            assert "serverPartialFrameTimeout=30000\n" in config.body.decode()
             update = create_request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
             assert (await client.invoke(ns, update)).code == 0
             assert server.config.order_message_enable

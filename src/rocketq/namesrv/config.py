@@ -17,6 +17,7 @@ from rocketq.errors import ConfigError
 from rocketq.namesrv.routes import DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS
 from rocketq.remoting.codes import DEFAULT_MAX_FRAME_SIZE
 from rocketq.remoting.limits import (
+    CONFIG_KEYS,
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_CONNECTIONS_PER_HOST,
     DEFAULT_MAX_IN_FLIGHT_REQUESTS,
@@ -136,13 +137,25 @@ class NamesrvConfig:
 
 
 def rocketmq_key(field_name: str) -> str:
-    """``scan_not_active_broker_interval_ms`` → ``scanNotActiveBrokerInterval`` (unit dropped)."""
+    """``scan_not_active_broker_interval_ms`` → ``scanNotActiveBrokerInterval`` (unit dropped);
+    the rocketq limits whose documented keys keep the unit (``server_read_max_bytes`` →
+    ``serverReadMaxBytes``, :data:`rocketq.remoting.limits.CONFIG_KEYS`) keep it."""
+    whole = _camel(field_name)
+    if whole in _KEYS_WITH_UNIT:
+        return whole
     for suffix in _UNIT_SUFFIXES:
         if field_name.endswith(suffix):
             field_name = field_name[: -len(suffix)]
             break
-    head, *rest = field_name.split("_")
+    return _camel(field_name)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+_KEYS_WITH_UNIT: Final = frozenset(key for key in CONFIG_KEYS.values() if key.endswith(("Bytes", "Ms")))
 
 
 __all__ = ["DEFAULT_NAMESRV_PORT", "NamesrvConfig", "rocketmq_key"]
