@@ -17,6 +17,7 @@ import pytest
 from _support.raft_group import OFFSET, LocalGroup, record
 from _support.wait import wait_until_async
 from rocketq.ha import peer_codec
+from rocketq.ha.entry_store import EntryStore
 from rocketq.ha.raft_types import AckPolicy, Append, Role
 from rocketq.ha.replicated_log import AppendStatus
 from rocketq.remoting.codec import FrameDecoder
@@ -417,3 +418,74 @@ def test_under_appended_acks_every_member_fsyncs_what_it_wrote_and_its_core_lear
             )
 
     run(body, tmp_path, ack_policy=AckPolicy.APPENDED)
+
+
+def test_regression_a_member_restarted_behind_its_written_tail_reads_each_entry_back_once(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chaos run's killed leader came back with entries written past the commit index of its
+    last checkpoint, as a follower of a leader elected while it was down. That leader probed it
+    from index 0, learned its commit index and sent the rest one entry per append (no batch
+    push); each apply step read a megabyte of the tail back to use one entry: 25 ms a step, and
+    the member fell behind and stopped answering (docs/chaos.md). Here the same: a member
+    restarted on a stale checkpoint under a leader that never heard from it. It catches up, and
+    reads each entry of the tail back about once (counted: its entry-store reads; two million
+    reads for this tail of 2,000 before). Either fix alone passes this (a leader now probes such
+    a member after its own log end, so the tail commits in one step; an apply step now reads
+    only its entries); tests/unit/test_raft_log.py and test_raft_deleted_prefix.py pin each."""
+    reads: dict[str, int] = {}
+    real_get = EntryStore.get
+
+    def counting_get(self: EntryStore, index: int) -> Any:
+        reads[self.home] = reads.get(self.home, 0) + 1
+        return real_get(self, index)
+
+    monkeypatch.setattr(EntryStore, "get", counting_get)
+    tail = 2000
+
+    async def body(group: LocalGroup) -> None:
+        leader = await group.leader()
+        assert (await leader.append(record(b"first"))).status is AppendStatus.OK
+        victim = next(i for i, m in group.members.items() if m is not leader)
+        await group.wait_committed(leader.committed_pos)
+        store = group.members[victim].store
+        store.persist_checkpoint()
+        with open(store.checkpoint_path, "rb") as f:
+            early = f.read()  # the checkpoint a kill would leave: committed up to "first"
+        done = asyncio.Event()
+        outcomes: list[object] = []
+
+        def report(_slot: int, outcome: object) -> None:
+            outcomes.append(outcome)
+            if len(outcomes) == tail:
+                done.set()
+
+        leader.append_batch([record(b"t%d" % k) for k in range(tail)], report)
+        await asyncio.wait_for(done.wait(), 20)
+        await group.wait_committed(leader.committed_pos)
+        home, checkpoint = store.home, store.checkpoint_path
+        await group.stop(victim)
+        with open(checkpoint, "wb") as f:
+            f.write(early)
+        # a new leader, elected without the victim, knows nothing of it; its appends to the
+        # victim meanwhile go unanswered
+        await group.restart(leader.state.self_id)
+        new_leader = await group.leader()
+        for k in range(20):
+            assert (await group.append(b"after%d" % k)).status is AppendStatus.OK
+        # and it probes the silent victim again after its resend timeout, as a leader does for a
+        # member down for seconds
+        core = new_leader.node
+        since = core.now_ms
+        await wait_until_async(
+            lambda: core.now_ms >= since + 2 * core.config.resend_timeout_ms, "two resend timeouts", 10
+        )
+        reads.clear()
+        await group.start(victim)
+        member = group.members[victim]
+        assert member.store.ledger_end_index >= tail  # the tail is there, not yet committed
+        await group.wait_committed(new_leader.committed_pos, timeout_s=30)
+        assert reads.get(home, 0) <= 3 * tail, reads.get(home)
+        await _same_bytes_everywhere(group)
+
+    run(body, tmp_path)
