@@ -6,8 +6,10 @@ lanes with workload resends; sharding keys with SDK retries; blocking and asynci
 lite-pull and push consumers), strikes each nemesis once in a seeded order (faults of 2-4 s,
 2-3 s apart), heals, drains and checks the history, the Raft event logs and the replicas.
 
-The seed is random per run and printed; ``ROCKETQ_CHAOS_SEED=N`` replays one. Longer campaigns:
-``make chaos`` (docs/chaos.md).
+The seed is random per run and printed; ``ROCKETQ_CHAOS_SEED=N`` replays one. An odd seed runs
+the group with ``enableBatchPush=true`` (several entries per append message), an even one
+without (DLedger's default, one entry per message); ``ROCKETQ_CHAOS_BATCH_PUSH=0|1`` overrides
+it. Longer campaigns: ``make chaos`` (docs/chaos.md).
 """
 
 from __future__ import annotations
@@ -28,9 +30,22 @@ SECONDS = 100.0
 @pytest.mark.slow  # about two minutes: the whole chaos part of make test
 def test_every_nemesis_once_leaves_no_anomaly(tmp_path: pathlib.Path) -> None:
     seed = int(os.environ.get("ROCKETQ_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
-    print(f"chaos seed {seed} (replay: ROCKETQ_CHAOS_SEED={seed})")
+    forced = os.environ.get("ROCKETQ_CHAOS_BATCH_PUSH", "").strip()
+    batch_push = forced == "1" if forced in ("0", "1") else seed % 2 == 1
+    print(
+        f"chaos seed {seed}, batch push {'on' if batch_push else 'off'} "
+        f"(replay: ROCKETQ_CHAOS_SEED={seed} ROCKETQ_CHAOS_BATCH_PUSH={int(batch_push)})"
+    )
     result = run_once(
-        RunConfig(seed, SECONDS, NEMESES, each_once=True, schedule=SHORT_SCHEDULE, root=tmp_path / "run")
+        RunConfig(
+            seed,
+            SECONDS,
+            NEMESES,
+            each_once=True,
+            schedule=SHORT_SCHEDULE,
+            batch_push=batch_push,
+            root=tmp_path / "run",
+        )
     )
     print(result.line())
     for name, why in result.skipped.items():

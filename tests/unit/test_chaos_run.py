@@ -3,6 +3,7 @@ the campaign table. The group here is a recording stand-in; tests/chaos runs the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import random
@@ -15,6 +16,7 @@ from rocketq.testing.chaos.report import Outage, Window
 from rocketq.testing.chaos.run import (
     RunResult,
     _acks,
+    _json,
     _stop_all,
     _Striker,
     campaign_markdown,
@@ -115,6 +117,9 @@ def test_campaign_table_counts_runs_and_links_charts() -> None:
     assert "1 runs, 3 acknowledged sends, 1 faults." in text
     assert "| 7 | 120 | 1 | 3 | 0 | 0 | 2 | 0 | 0 | 0 | [png](chaos/seed-7.png) |" in text
     assert "| `kill` | 1 | 0 | 1.25 | 1.25 | 1.25 |" in text
+    assert run.line().startswith("seed 7: valid; 3 acked")
+    pushed = dataclasses.replace(run, batch_push=True)
+    assert pushed.line().startswith("seed 7 (batch push): valid; 3 acked") and _json(pushed)["batch_push"]
 
 
 def test_results_replace_only_the_campaign_block(tmp_path: pathlib.Path) -> None:

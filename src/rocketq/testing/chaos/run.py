@@ -75,6 +75,9 @@ class RunConfig:
     election_timeout_ms: int = 1000
     heartbeat_interval_ms: int = 200
     flush: str = "ASYNC_FLUSH"
+    #: ``enableBatchPush`` on every member (several entries per append message; DLedger's
+    #: default, and the group's, is one entry per message)
+    batch_push: bool = False
     #: where the run's group, history and logs go (a temporary directory when None)
     root: pathlib.Path | None = None
     keep: bool = False
@@ -93,6 +96,7 @@ class RunResult:
     root: pathlib.Path
     #: the run's own troubles: a fault that could not be injected or undone (the run goes on)
     notes: list[str] = dataclasses.field(default_factory=list)
+    batch_push: bool = False
 
     @property
     def valid(self) -> bool:
@@ -103,7 +107,8 @@ class RunResult:
         un = [o.unavailable_s for o in self.outages if o.unavailable_s is not None]
         worst = f"{max(un):.2f}" if un else "—"
         return (
-            f"seed {self.seed}: {'valid' if self.valid else 'INVALID ' + str(self.result.anomalies)}; "
+            f"seed {self.seed}{' (batch push)' if self.batch_push else ''}: "
+            f"{'valid' if self.valid else 'INVALID ' + str(self.result.anomalies)}; "
             f"{len(self.acks)} acked, {len(self.windows)} faults, worst unavailability {worst} s, "
             f"lost {counts['lost']}, duplicates {counts['duplicate']} "
             f"(+{self.result.stats.get('duplicates_after_indeterminate', 0)} after indeterminate), "
@@ -311,7 +316,10 @@ def run_once(cfg: RunConfig) -> RunResult:
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         flush=cfg.flush,
         tmpfs_nodes=range(3) if "disk-full" in kinds else (),
-        conf={"dLegerEventLogPath": f"{events_dir}/raft-{{selfId}}.jsonl"},
+        conf={
+            "dLegerEventLogPath": f"{events_dir}/raft-{{selfId}}.jsonl",
+            "enableBatchPush": "true" if cfg.batch_push else "false",
+        },
         seed=cfg.seed,
         node_env=node_env,
         verbose=False,
@@ -385,6 +393,7 @@ def run_once(cfg: RunConfig) -> RunResult:
         skipped,
         root,
         notes,
+        cfg.batch_push,
     )
     (root / "run.json").write_text(json.dumps(_json(out), indent=1) + "\n", encoding="utf-8")
     if made_root and not cfg.keep and result.valid:
@@ -446,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--each-once", action="store_true", help="every nemesis once per run, in a seeded order")
     p.add_argument("--short", action="store_true", help="faults of 2-4 s, 2-3 s apart (the CI schedule)")
     p.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    p.add_argument("--batch-push", action="store_true", help="enableBatchPush=true on every member")
     p.add_argument("--dir", type=pathlib.Path, default=None, help="keep each run's files under DIR/seed-N")
     p.add_argument("--charts", type=pathlib.Path, default=None, help="write one PNG per run into DIR")
     p.add_argument("--markdown", type=pathlib.Path, default=None, help="write the campaign's tables here")
@@ -465,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.each_once,
             SHORT_SCHEDULE if args.short else ScheduleConfig(),
             flush=args.flush,
+            batch_push=args.batch_push,
             root=None if args.dir is None else args.dir / f"seed-{seed}",
             keep=args.dir is not None,
         )
@@ -499,6 +510,7 @@ def _json(r: RunResult) -> dict[str, object]:
     return {
         "seed": r.seed,
         "seconds": r.duration_s,
+        "batch_push": r.batch_push,
         "valid": r.valid,
         "acked": len(r.acks),
         "counts": r.result.counts,
