@@ -7,10 +7,18 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from rocketq.remoting import FrameDecoder, RemotingCommand, RemotingServer
+from rocketq.remoting import Connection, FrameDecoder, RemotingCommand, RemotingServer, create_response
 
 T = TypeVar("T")
 WAIT_S = 10.0  # upper bound for anything that should happen promptly
+HOST = "127.0.0.1"
+#: Server limits that stay out of the way of a test about another one (``ServerLimits(**QUIET)``).
+QUIET = {"idle_timeout_s": 0.0, "partial_frame_timeout_s": 0.0}
+
+
+async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    """A server handler that answers every request with its own body."""
+    return create_response(request, 0, body=request.body)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -43,7 +51,7 @@ class RawPeer:
 
     @classmethod
     async def connect(cls, server: RemotingServer) -> RawPeer:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        reader, writer = await asyncio.open_connection(HOST, server.port)
         return cls(reader, writer)
 
     async def send(self, data: bytes) -> None:

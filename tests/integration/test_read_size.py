@@ -11,7 +11,7 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
-from _support.remoting import WAIT_S, run
+from _support.remoting import HOST, QUIET, WAIT_S, echo, run
 from _support.wait import wait_until_async
 from rocketq.remoting import (
     Connection,
@@ -19,19 +19,11 @@ from rocketq.remoting import (
     RemotingServer,
     RequestCode,
     create_request,
-    create_response,
     encode,
 )
 from rocketq.remoting.codec import FrameDecoder
 from rocketq.remoting.connection import READ_GROWN_MAX_BYTES
 from rocketq.remoting.limits import DEFAULT_READ_MAX_BYTES, ServerLimits
-
-HOST = "127.0.0.1"
-QUIET = {"idle_timeout_s": 0.0, "partial_frame_timeout_s": 0.0}
-
-
-async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-    return create_response(request, 0, body=request.body)
 
 
 class Reads:

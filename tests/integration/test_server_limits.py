@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from _support.remoting import WAIT_S, closed_by_server, run
+from _support.remoting import HOST, QUIET, WAIT_S, closed_by_server, echo, run
 from _support.wait import wait_until_async
 from rocketq.broker.config import broker_config_from_properties
 from rocketq.errors import ConfigError
@@ -29,14 +29,6 @@ from rocketq.remoting import (
 )
 from rocketq.remoting.codec import FrameDecoder
 from rocketq.remoting.limits import ServerLimits
-
-HOST = "127.0.0.1"
-#: Limits that stay out of the way of a test about another one.
-QUIET = {"idle_timeout_s": 0.0, "partial_frame_timeout_s": 0.0}
-
-
-async def echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-    return create_response(request, 0, body=request.body)
 
 
 async def start(**limits: Any) -> RemotingServer:
