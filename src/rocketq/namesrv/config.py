@@ -155,7 +155,8 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-_KEYS_WITH_UNIT: Final = frozenset(key for key in CONFIG_KEYS.values() if key.endswith(("Bytes", "Ms")))
+#: the limits' documented keys (a key naming its field in full keeps its unit)
+_KEYS_WITH_UNIT: Final = frozenset(CONFIG_KEYS.values())
 
 
 __all__ = ["DEFAULT_NAMESRV_PORT", "NamesrvConfig", "rocketmq_key"]
