@@ -327,6 +327,10 @@ def run_once(cfg: RunConfig) -> RunResult:
     recorder = Recorder(str(root / "history.jsonl"))
     windows: list[Window] = []
     notes: list[str] = []
+
+    def events_end(node: int) -> str:  # the end of the member's Raft event log, as notes quote it
+        return events_tail(events_dir / f"raft-{group.self_id(node)}.jsonl")
+
     group.start()
     try:
         _create_topics(group)
@@ -349,7 +353,7 @@ def run_once(cfg: RunConfig) -> RunResult:
                 try:
                     undo()
                 except (ChaosError, OSError) as exc:
-                    story = events_tail(events_dir / f"raft-n{node}.jsonl")
+                    story = events_end(node)
                     notes.append(
                         f"{fault.nemesis} on n{node}: undo failed: {exc}; its Raft events end:\n{story}"
                     )
@@ -357,10 +361,7 @@ def run_once(cfg: RunConfig) -> RunResult:
             try:
                 striker.heal_all()
             except ChaosError as exc:
-                tails = "\n".join(
-                    f"n{n}'s Raft events end:\n{events_tail(events_dir / f'raft-n{n}.jsonl')}"
-                    for n in group.node_ids
-                )
+                tails = "\n".join(f"n{n}'s Raft events end:\n{events_end(n)}" for n in group.node_ids)
                 raise ChaosError(f"{exc}\n{tails}") from None
             _wait_until(t0 + cfg.duration_s)
         finally:
