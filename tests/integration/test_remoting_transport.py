@@ -883,6 +883,66 @@ def test_a_calling_connection_writes_a_lone_call_without_a_flush_and_joins_a_bur
     run(main())
 
 
+def test_a_calling_connection_writes_the_requests_made_inside_a_read_together_at_its_end() -> None:
+    """One read brings the answers of several calls, and the tasks awaiting them make their
+    next requests inside it: none is written before the read is done, the first included, and
+    they all leave in one write, in order, when it is (a first one written at once split the
+    burst in two on the serving side). A read of one answer keeps the first-at-once rule: its
+    task's next request leaves inside the read."""
+
+    async def main() -> None:
+        conn = CallingConnection(None, serving=False)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        n = 8
+        firsts = [create_request(RequestCode.HEART_BEAT) for _ in range(n)]
+        seconds = [create_request(RequestCode.HEART_BEAT) for _ in range(n)]
+        writes_seen: list[int] = []
+
+        async def caller(i: int) -> str:
+            await conn.request(firsts[i], WAIT_S)
+            writes_seen.append(len(transport.written))  # inside the read, as it resumed us
+            second = conn.request(seconds[i], WAIT_S)
+            writes_seen.append(len(transport.written))
+            return (await second).remark
+
+        tasks = [asyncio.ensure_future(caller(i)) for i in range(n)]
+        await wait_until_async(lambda: len(written_commands(transport)) == n, "the first calls", WAIT_S, 0)
+        before = len(transport.written)
+        after_read: list[int] = []
+
+        def read() -> None:  # a loop callback, as a transport's read is (no task running)
+            conn.data_received(b"".join(encode(create_response(r, 0)) for r in firsts))
+            after_read.append(len(transport.written))
+
+        asyncio.get_running_loop().call_soon(read)
+        await wait_until_async(lambda: after_read, "the read", WAIT_S, 0)
+        assert writes_seen == [before] * (2 * n)  # every task resumed inside the read; nothing out
+        assert after_read == [before + 1]  # when the read returned: one write
+        assert FrameDecoder().feed(transport.written[-1]) == seconds
+        assert not conn._flush_scheduled
+
+        conn.data_received(b"".join(encode(create_response(r, 0, remark="ok")) for r in seconds))
+        assert await asyncio.gather(*tasks) == ["ok"] * n
+
+        writes_seen.clear()
+        after_read.clear()
+        firsts[0], seconds[0] = create_request(RequestCode.HEART_BEAT), create_request(RequestCode.HEART_BEAT)
+        lone = asyncio.ensure_future(caller(0))
+        await wait_until_async(lambda: written_commands(transport)[-1] == firsts[0], "the call", WAIT_S, 0)
+        before = len(transport.written)
+        firsts = firsts[:1]  # read() answers this one call alone
+        asyncio.get_running_loop().call_soon(read)
+        await wait_until_async(lambda: after_read, "the read", WAIT_S, 0)
+        assert writes_seen == [before, before + 1]  # written inside the read, at once
+        assert after_read == [before + 1] and transport.written[-1] == encode(seconds[0])
+        conn.data_received(encode(create_response(seconds[0], 0, remark="ok")))
+        assert await lone == "ok"
+        conn.connection_lost(None)
+
+    run(main())
+
+
 class ThreadedAnswerer:
     """A peer on a thread of its own, with blocking sockets (its I/O never runs on the test's
     loop): it answers the requests it reads, ``batch`` answers at a time in one send."""

@@ -54,6 +54,14 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   alone since the last read or flush: a caller with one call in flight writes, reads the
   answer, writes again, and the flush would cost its loop an iteration per call with nothing
   to join; a second frame before a read waits for the flush, and the rest of its burst joins it.
+  Frames queued on the calling side inside a read of several answers (the next requests of the
+  calls they resumed) are not written at once, the first included: they leave together when
+  the read is done, and the server reads the burst whole. Written first-at-once, a producer's
+  burst of 32 sends reached a DLedger leader as a read of one send and a read of 31, and the
+  leader made a proposal of each (docs/benchmarks.md, "A producer's burst in one write"). A
+  read of one answer keeps the first-at-once rule: a lone call's next request leaves at once,
+  and a single broker that answered a burst's first send on its own gets the next one at once
+  and works on it while the caller takes the rest.
 
 Read size. A serving connection reads at most ``read_max_bytes`` per read (a server's
 ``ServerLimits.read_max_bytes``, 32 KiB by default; asyncio's own read is 256 KiB), so the loop
@@ -301,6 +309,8 @@ class Connection(asyncio.Protocol):
         # loop callback; True once such a batch is open
         self._receiving = False
         self._receive_batch = False
+        #: commands in the read under way (while ``_receiving``)
+        self._read_commands = 0
         self._closing = False
         self._lost = False
         self._close_reason: str | None = None
@@ -662,6 +672,7 @@ class Connection(asyncio.Protocol):
                 return
         pending = self._pending
         quick = self._quick
+        self._read_commands = len(commands)
         self._receiving = True
         try:
             for cmd in commands:
@@ -991,6 +1002,16 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
         # answer read between) is queued for the flush as the frames after a first one are,
         # and the rest of the burst joins it: the same bytes in the same order, and a burst
         # still goes out in two writes.
+        if self._receiving and self._read_commands > 1:
+            # inside a read of several answers: the calls they resumed make their next requests
+            # here, and they all wait for the read's end, the first too, and leave in one write.
+            # A first frame written at once split each burst in two on the serving side, and a
+            # DLedger leader made a proposal of that one send (its quorum round costs what a
+            # full one does); see the module docstring
+            self._out.append(frame)
+            if not self._flush_scheduled:
+                self._flush_scheduled = self._receive_batch = True
+            return
         if self._flush_scheduled or self._receiving or self._out:
             super()._enqueue(frame)
             return
