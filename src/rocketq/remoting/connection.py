@@ -59,9 +59,7 @@ One idea: the state of one connection, both directions, over one asyncio transpo
   the read is done, and the server reads the burst whole. Written first-at-once, a producer's
   burst of 32 sends reached a DLedger leader as a read of one send and a read of 31, and the
   leader made a proposal of each (docs/benchmarks.md, "A producer's burst in one write"). A
-  read of one answer keeps the first-at-once rule: a lone call's next request leaves at once,
-  and a single broker that answered a burst's first send on its own gets the next one at once
-  and works on it while the caller takes the rest.
+  read of one answer keeps the first-at-once rule: a lone call's next request leaves at once.
 
 Read size. A serving connection reads at most ``read_max_bytes`` per read (a server's
 ``ServerLimits.read_max_bytes``, 32 KiB by default; asyncio's own read is 256 KiB), so the loop
@@ -463,10 +461,10 @@ class Connection(asyncio.Protocol):
             self._request_slot_freed(self._handler)
 
     def _flush_with_iteration(self) -> None:
-        """Have the queued deferred answers written with this iteration's other frames, none at
-        once (as :meth:`_enqueue` schedules the flush, without its write): at the end of the read
-        under way, at the end of the :func:`answers_held` block, else by the end-of-iteration
-        flush."""
+        """Have the queued frames (deferred answers; on the calling side, requests made inside a
+        read of several answers) written with this iteration's other frames, none at once (as
+        :meth:`_enqueue` schedules the flush, without its write): at the end of the read under
+        way, at the end of the :func:`answers_held` block, else by the end-of-iteration flush."""
         if self._flush_scheduled:
             return
         self._flush_scheduled = True
@@ -1009,8 +1007,7 @@ class CallingConnection(Connection, asyncio.BufferedProtocol):
             # DLedger leader made a proposal of that one send (its quorum round costs what a
             # full one does); see the module docstring
             self._out.append(frame)
-            if not self._flush_scheduled:
-                self._flush_scheduled = self._receive_batch = True
+            self._flush_with_iteration()
             return
         if self._flush_scheduled or self._receiving or self._out:
             super()._enqueue(frame)
